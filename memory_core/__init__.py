@@ -1,0 +1,45 @@
+"""TemporalMemory's framework-free engine: store, embed, recall and format a bot's turns.
+
+Open it with :func:`open_memory` (the one composition root) and close it with ``aclose()``.
+Nothing here imports NoneBot or reads environment variables.
+"""
+
+from .errors import (
+    ConfigError,
+    DatabaseUnavailableError,
+    EmbeddingError,
+    EmbeddingModelMismatchError,
+    InvalidTurnError,
+    LLMError,
+    LLMNotConfiguredError,
+    MemoryCoreError,
+    PgvectorMissingError,
+    StorageError,
+)
+from .models import MemoryTurn, RecallResult, RecallWindow, TurnInput, generate_session_key
+from .service import AddOutcome, MemoryStats, TemporalMemory, open_memory
+from .settings import MemorySettings, settings_from_mapping
+
+__all__ = [
+    "AddOutcome",
+    "ConfigError",
+    "DatabaseUnavailableError",
+    "EmbeddingError",
+    "EmbeddingModelMismatchError",
+    "InvalidTurnError",
+    "LLMError",
+    "LLMNotConfiguredError",
+    "MemoryCoreError",
+    "MemorySettings",
+    "MemoryStats",
+    "MemoryTurn",
+    "PgvectorMissingError",
+    "RecallResult",
+    "RecallWindow",
+    "StorageError",
+    "TemporalMemory",
+    "TurnInput",
+    "generate_session_key",
+    "open_memory",
+    "settings_from_mapping",
+]

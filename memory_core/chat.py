@@ -1,0 +1,394 @@
+"""The conversation engine (seed 003 ``chat_with_temporal_memory``), free of any bot framework.
+
+One user message goes through :meth:`ConversationEngine.converse`:
+
+1. the user turn is stored first, so nothing is lost if a later step fails;
+2. short-term memory (the session's last few turns within a few minutes) and long-term memory
+   (recalled windows, minus what short-term memory already shows) are gathered;
+3. the system prompt carries the current time, the timezone and the time rules, and offers a
+   recap when the previous turn is more than an hour old;
+4. the chat model answers; the caller's ``send`` delivers the text; what was delivered is
+   stored as the assistant turn, with the message id the chat platform gave it.
+
+Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
+Failures never escape as exceptions: the model failing gives a short apology, no model gives
+a rate-limited notice, and the database being down gives an answer without memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from .errors import InvalidTurnError, LLMError, MemoryCoreError
+from .llm import ChatModel
+from .models import MemoryTurn, RecallResult, TurnInput
+from .prompt import MemoryBlock, build_chat_messages, build_system_prompt
+from .settings import MemorySettings
+
+log = logging.getLogger(__name__)
+
+APOLOGY = "抱歉，我这边暂时没法回答，请稍后再试。"
+NOT_CONFIGURED_NOTICE = "聊天模型还没有配置，暂时不能聊天；你说的话我先记下了。"
+# The current message is excluded from its own recall by cutting recall off just before it.
+_JUST_BEFORE = timedelta(microseconds=1)
+_NOTICE_TABLE_MAX = 4096
+
+
+class StoredOutcome(Protocol):
+    """What ``add_turn`` returns (``memory_core.service.AddOutcome``)."""
+
+    @property
+    def turn(self) -> MemoryTurn | None: ...
+    @property
+    def duplicate(self) -> bool: ...
+    @property
+    def spooled(self) -> bool: ...
+
+
+class ConversationMemory(Protocol):
+    """The part of ``TemporalMemory`` the engine uses."""
+
+    settings: MemorySettings
+    tz: ZoneInfo
+
+    async def add_turn(self, turn: TurnInput) -> StoredOutcome: ...
+
+    async def recall(
+        self,
+        user_id: int,
+        query: str,
+        group_id: int | None = None,
+        *,
+        top_n: int | None = None,
+        window_size: int | None = None,
+        now: datetime | None = None,
+    ) -> RecallResult: ...
+
+    async def recent_turns(
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime | None = None,
+    ) -> list[MemoryTurn]: ...
+
+    async def last_turn_time(
+        self, user_id: int, group_id: int | None, now: datetime | None = None
+    ) -> datetime | None: ...
+
+    def format_block(
+        self,
+        result: RecallResult,
+        now: datetime | None = None,
+        exclude_ids: Sequence[int] = (),
+        max_tokens: int | None = None,
+    ) -> MemoryBlock: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What actually reached the chat: the text sent and the platform's id of its message."""
+
+    text: str
+    message_id: int | None = None
+
+
+SendText = Callable[[str], Awaitable["Delivery | None"]]
+"""Delivers a reply; returns ``None`` when nothing reached the chat. Must not raise."""
+
+
+class Outcome(enum.Enum):
+    REPLIED = "replied"  # the model answered and the answer was delivered (and stored)
+    APOLOGIZED = "apologized"  # the model failed; an apology was sent
+    NOT_CONFIGURED = "not_configured"  # no model; the notice was sent
+    QUIET = "quiet"  # no model; the notice was sent recently, so nothing was said
+    DUPLICATE = "duplicate"  # this message was already stored: handled before
+    UNSENT = "unsent"  # the reply could not be delivered
+    EMPTY = "empty"  # nothing storable in the message (blank text)
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """What one ``converse`` call did."""
+
+    outcome: Outcome
+    user_turn: MemoryTurn | None = None
+    reply_turn: MemoryTurn | None = None
+    reply_text: str | None = None
+    spooled: bool = False
+    memory_available: bool = True
+    messages: tuple[Mapping[str, str], ...] = ()
+
+
+class SessionLocks:
+    """One ``asyncio.Lock`` per session, dropped as soon as nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = (asyncio.Lock(), [0])
+            self._locks[key] = entry
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:  # asyncio.Lock wakes waiters in FIFO order: arrival order is kept
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0 and self._locks.get(key) is entry:
+                del self._locks[key]
+
+
+_SPLIT_PREFERENCE = (
+    re.compile(r"\n\s*\n"),  # paragraph
+    re.compile(r"\n"),  # line
+    re.compile(r"(?<=[。！？!?；;…])"),  # sentence end
+    re.compile(r"(?<=[，,、：:])|(?<=\s)"),  # clause or word boundary
+)
+
+
+def split_reply(text: str, max_chars: int) -> list[str]:
+    """Cut ``text`` into pieces of at most ``max_chars``, preferring paragraph, line, sentence
+    and clause boundaries (in that order) in the second half of each piece; hard cut otherwise.
+    Pieces are trimmed; empty pieces are dropped."""
+    if max_chars < 1:
+        raise ValueError("max_chars must be >= 1")
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > max_chars:
+        window = rest[: max_chars + 1]
+        cut = 0
+        for pattern in _SPLIT_PREFERENCE:
+            ends = [m.end() if m.end() > m.start() else m.start() for m in pattern.finditer(window)]
+            ends = [end for end in ends if max_chars // 2 <= end <= max_chars]
+            if ends:
+                cut = ends[-1]
+                break
+        if cut == 0:
+            cut = max_chars
+            # never cut a surrogate pair or a "\r\n" in two
+            if rest[cut - 1 : cut + 1] == "\r\n" or "\ud800" <= rest[cut - 1] <= "\udbff":
+                cut -= 1
+        piece = rest[:cut].strip()
+        if piece:
+            pieces.append(piece)
+        rest = rest[cut:].strip()
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+class ConversationEngine:
+    """Turns one user message into one reply, with memory (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        memory: ConversationMemory,
+        chat_model: ChatModel | None,
+        bot_name: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._memory = memory
+        self._model = chat_model
+        self._settings = memory.settings
+        self._tz = memory.tz
+        self._bot_name = bot_name
+        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._monotonic = monotonic
+        self._locks = SessionLocks()
+        self._last_notice: dict[str, float] = {}
+
+    @property
+    def chat_configured(self) -> bool:
+        return self._model is not None
+
+    @property
+    def active_sessions(self) -> int:
+        """Sessions with a message being handled or waiting (their locks exist only then)."""
+        return len(self._locks)
+
+    async def record(self, turn: TurnInput) -> StoredOutcome | None:
+        """Store a turn without answering (unaddressed group messages, notes).
+
+        Kept in order with the session's conversation. Returns ``None`` when the turn cannot be
+        stored (blank text) or storing failed (logged).
+        """
+        async with self._locks.hold(turn.session_key):
+            return await self._store(self._stamped(turn))
+
+    async def converse(self, turn: TurnInput, send: SendText) -> ChatResult:
+        """Store ``turn`` (a user message), answer it through ``send``, store the answer."""
+        async with self._locks.hold(turn.session_key):
+            turn = self._stamped(turn)
+            previous_at = await self._last_turn_time(turn)
+            stored = await self._store(turn)
+            if stored is None:
+                return ChatResult(Outcome.EMPTY)
+            if stored.duplicate:
+                return ChatResult(Outcome.DUPLICATE, user_turn=stored.turn)
+            user_turn = stored.turn
+            if self._model is None:
+                return await self._notice(turn, send, stored)
+
+            messages, memory_ok = await self._build_messages(turn, previous_at)
+            try:
+                answer = (await self._model.complete(messages)).strip()
+                if not answer:
+                    raise LLMError("the chat model gave an empty answer")
+            except (LLMError, asyncio.TimeoutError) as exc:
+                log.warning("chat model failed for session %s: %s", turn.session_key, exc)
+                await send(APOLOGY)
+                return ChatResult(
+                    Outcome.APOLOGIZED,
+                    user_turn=user_turn,
+                    spooled=stored.spooled,
+                    memory_available=memory_ok,
+                    messages=tuple(messages),
+                )
+
+            delivery = await send(answer)
+            if delivery is None or not delivery.text.strip():
+                log.warning("reply for session %s could not be delivered", turn.session_key)
+                return ChatResult(
+                    Outcome.UNSENT,
+                    user_turn=user_turn,
+                    reply_text=answer,
+                    spooled=stored.spooled,
+                    memory_available=memory_ok,
+                    messages=tuple(messages),
+                )
+            reply = TurnInput(
+                user_id=turn.user_id,
+                group_id=turn.group_id,
+                self_id=turn.self_id,
+                role="assistant",
+                content=delivery.text,
+                sender_name=self._bot_name,
+                message_id=delivery.message_id,
+                created_at=max(self._clock(), self._after(turn)),
+            )
+            stored_reply = await self._store(reply)
+            return ChatResult(
+                Outcome.REPLIED,
+                user_turn=user_turn,
+                reply_turn=stored_reply.turn if stored_reply else None,
+                reply_text=delivery.text,
+                spooled=stored.spooled,
+                memory_available=memory_ok,
+                messages=tuple(messages),
+            )
+
+    # ------------------------------------------------------------------ steps
+
+    def _stamped(self, turn: TurnInput) -> TurnInput:
+        if turn.created_at is not None:
+            return turn
+        return dataclasses.replace(turn, created_at=self._clock())
+
+    @staticmethod
+    def _after(turn: TurnInput) -> datetime:
+        # The reply is stored after the message it answers even if the message's own time
+        # (taken from the chat platform) is a little ahead of this machine's clock.
+        assert turn.created_at is not None
+        return turn.created_at + _JUST_BEFORE
+
+    async def _store(self, turn: TurnInput) -> StoredOutcome | None:
+        try:
+            return await self._memory.add_turn(turn)
+        except InvalidTurnError as exc:
+            log.info("turn of session %s not stored: %s", turn.session_key, exc)
+            return None
+        except MemoryCoreError as exc:
+            log.error("turn of session %s could not be stored: %s", turn.session_key, exc)
+            # Treat as stored-nowhere but keep the conversation going without memory.
+            return _Unstored()
+
+    async def _last_turn_time(self, turn: TurnInput) -> datetime | None:
+        try:
+            return await self._memory.last_turn_time(turn.user_id, turn.group_id)
+        except MemoryCoreError as exc:
+            log.warning("last turn time unavailable for %s: %s", turn.session_key, exc)
+            return None
+
+    async def _notice(self, turn: TurnInput, send: SendText, stored: StoredOutcome) -> ChatResult:
+        interval = self._settings.chat_notice_interval
+        now = self._monotonic()
+        last = self._last_notice.get(turn.session_key)
+        if last is not None and now - last < interval:
+            return ChatResult(Outcome.QUIET, user_turn=stored.turn, spooled=stored.spooled)
+        if len(self._last_notice) >= _NOTICE_TABLE_MAX:
+            self._last_notice = {k: t for k, t in self._last_notice.items() if now - t < interval}
+        self._last_notice[turn.session_key] = now
+        await send(NOT_CONFIGURED_NOTICE)
+        return ChatResult(Outcome.NOT_CONFIGURED, user_turn=stored.turn, spooled=stored.spooled)
+
+    async def _build_messages(
+        self, turn: TurnInput, previous_at: datetime | None
+    ) -> tuple[list[dict[str, str]], bool]:
+        """The chat messages for the model, and whether memory could be read for them."""
+        assert turn.created_at is not None
+        now = max(self._clock(), turn.created_at)
+        cutoff = turn.created_at - _JUST_BEFORE
+        recent: list[MemoryTurn] = []
+        block_text = ""
+        memory_ok = True
+        try:
+            recent = await self._recent(turn, now, cutoff)
+            result = await self._memory.recall(
+                turn.user_id, turn.content, turn.group_id, now=cutoff
+            )
+            block = self._memory.format_block(result, now, exclude_ids=tuple(t.id for t in recent))
+            block_text = block.text
+        except MemoryCoreError as exc:
+            memory_ok = False
+            log.warning("answering session %s without memory: %s", turn.session_key, exc)
+        system = build_system_prompt(
+            now,
+            self._tz,
+            bot_name=self._bot_name,
+            last_turn_at=previous_at,
+            persona=self._settings.chat_persona or None,
+        )
+        messages = build_chat_messages(system, block_text, recent, turn.content, now, self._tz)
+        return messages, memory_ok
+
+    async def _recent(self, turn: TurnInput, now: datetime, cutoff: datetime) -> list[MemoryTurn]:
+        limit = self._settings.chat_recent_turns
+        minutes = self._settings.chat_recent_minutes
+        if limit <= 0 or minutes <= 0:
+            return []
+        since = now - timedelta(minutes=minutes)
+        return await self._memory.recent_turns(
+            turn.user_id, turn.group_id, limit=limit, since=since, now=cutoff
+        )
+
+
+@dataclass(frozen=True)
+class _Unstored:
+    """Stand-in outcome when storing failed outright (not spooled, not a duplicate)."""
+
+    turn: MemoryTurn | None = None
+    duplicate: bool = False
+    spooled: bool = False

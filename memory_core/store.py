@@ -1,0 +1,447 @@
+"""All SQL of the dialogue table, behind ``PgDialogueStore``. Rows leave as ``MemoryTurn``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from .database import CONNECTION_ERRORS
+from .errors import DatabaseUnavailableError, StorageError
+from .models import MemoryTurn
+
+TURN_COLUMNS = (
+    "id, message_uuid, session_key, self_id, user_id, group_id, chat_type, role, content, "
+    "sender_name, qq_message_id, created_at, score, expires_at, token_count"
+)
+
+INSERT_COLUMNS = (
+    "message_uuid",
+    "self_id",
+    "session_key",
+    "user_id",
+    "group_id",
+    "chat_type",
+    "role",
+    "content",
+    "sender_name",
+    "qq_message_id",
+    "raw_segments",
+    "embedding",
+    "embedding_model",
+    "token_count",
+    "created_at",
+)
+
+SQL_INSERT_TURN = f"""
+INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15)
+ON CONFLICT (message_uuid) DO NOTHING
+RETURNING {TURN_COLUMNS}
+"""
+
+SQL_TURN_BY_UUID = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE message_uuid = $1"
+
+SQL_CREATE_IMPORT_TABLE = """
+CREATE TEMPORARY TABLE IF NOT EXISTS dialogue_import (
+    message_uuid text, self_id bigint, session_key text, user_id bigint, group_id bigint,
+    chat_type text, role text, content text, sender_name text, qq_message_id bigint,
+    raw_segments jsonb, embedding halfvec, embedding_model text, token_count integer,
+    created_at timestamptz
+) ON COMMIT DELETE ROWS
+"""
+
+SQL_MOVE_IMPORTED = f"""
+INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
+SELECT {", ".join(INSERT_COLUMNS)} FROM dialogue_import
+ON CONFLICT (message_uuid) DO NOTHING
+"""
+
+SQL_SESSION_SIZE = "SELECT count(*) FROM dialogues WHERE session_key = $1"
+
+# Exact search: the session's live, embedded rows are read through the session index and
+# sorted by distance. MATERIALIZED keeps the planner from trying the HNSW index, whose
+# post-filtering could return fewer than k rows.
+SQL_ANCHORS_EXACT = """
+WITH candidates AS MATERIALIZED (
+    SELECT id, created_at, embedding FROM dialogues
+    WHERE session_key = $1 AND embedding_model = $2 AND embedding IS NOT NULL
+      AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+)
+SELECT id, created_at, 1 - (embedding <=> $4) AS similarity
+FROM candidates ORDER BY embedding <=> $4 LIMIT $5
+"""
+
+# Index search for large sessions: the expression must match the HNSW index for the dimension.
+SQL_ANCHORS_INDEX = """
+SELECT id, created_at, 1 - (embedding::halfvec({dim}) <=> $4::halfvec({dim})) AS similarity
+FROM dialogues
+WHERE session_key = $1 AND embedding_model = $2 AND embedding IS NOT NULL
+  AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+ORDER BY embedding::halfvec({dim}) <=> $4::halfvec({dim}) LIMIT $5
+"""
+
+# Each anchor's ±window live turns of the same session, in (created_at, id) order.
+SQL_WINDOWS = f"""
+SELECT a.anchor_id, w.* FROM unnest($2::bigint[], $3::timestamptz[]) AS a(anchor_id, anchor_at)
+CROSS JOIN LATERAL (
+    (SELECT {TURN_COLUMNS} FROM dialogues d
+     WHERE d.session_key = $1 AND d.created_at <= $4 AND (d.expires_at IS NULL OR d.expires_at > $4)
+       AND (d.created_at, d.id) < (a.anchor_at, a.anchor_id)
+     ORDER BY d.created_at DESC, d.id DESC LIMIT $5)
+    UNION ALL
+    (SELECT {TURN_COLUMNS} FROM dialogues d
+     WHERE d.session_key = $1 AND d.created_at <= $4 AND (d.expires_at IS NULL OR d.expires_at > $4)
+       AND (d.created_at, d.id) >= (a.anchor_at, a.anchor_id)
+     ORDER BY d.created_at, d.id LIMIT $5 + 1)
+) w
+"""
+
+SQL_RECENT = f"""
+SELECT * FROM (
+    SELECT {TURN_COLUMNS} FROM dialogues
+    WHERE session_key = $1 AND created_at >= $2 AND created_at <= $3
+      AND (expires_at IS NULL OR expires_at > $3)
+    ORDER BY created_at DESC, id DESC LIMIT $4
+) recent ORDER BY created_at, id
+"""
+
+SQL_LAST_TURN_AT = """
+SELECT max(created_at) FROM dialogues WHERE session_key = $1 AND created_at <= $2
+"""
+
+SQL_PENDING_EMBEDDINGS = """
+SELECT id, content FROM dialogues WHERE embedding IS NULL ORDER BY id LIMIT $1
+"""
+SQL_COUNT_PENDING = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
+
+SQL_NEEDING_REEMBED = """
+SELECT id, content FROM dialogues
+WHERE id > $2 AND (embedding_model IS DISTINCT FROM $1 OR embedding IS NULL)
+ORDER BY id LIMIT $3
+"""
+SQL_COUNT_NEEDING_REEMBED = """
+SELECT count(*) FROM dialogues WHERE embedding_model IS DISTINCT FROM $1 OR embedding IS NULL
+"""
+
+SQL_SET_EMBEDDING = """
+UPDATE dialogues SET embedding = $2, embedding_model = $3 WHERE id = $1
+"""
+
+SQL_DELETE_QQ_MESSAGE = """
+DELETE FROM dialogues WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
+"""
+
+SQL_ANY_EMBEDDED = "SELECT EXISTS (SELECT 1 FROM dialogues WHERE embedding IS NOT NULL)"
+SQL_META_GET = "SELECT key, value FROM memory_meta"
+SQL_META_SET = """
+INSERT INTO memory_meta (key, value) VALUES ($1, $2)
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
+"""
+SQL_VECTOR_INDEXES = """
+SELECT indexname FROM pg_indexes
+WHERE tablename = 'dialogues' AND indexname LIKE 'dialogues_embedding_hnsw_%'
+"""
+SQL_CREATE_VECTOR_INDEX = """
+CREATE INDEX IF NOT EXISTS dialogues_embedding_hnsw_{dim} ON dialogues
+USING hnsw ((embedding::halfvec({dim})) halfvec_cosine_ops)
+"""
+
+SQL_STATS = """
+SELECT chat_type, role, count(*) AS n FROM dialogues GROUP BY chat_type, role
+"""
+SQL_STATS_SUMMARY = """
+SELECT count(DISTINCT session_key) AS sessions, min(created_at) AS oldest,
+       max(created_at) AS newest, count(*) FILTER (WHERE embedding IS NULL) AS pending,
+       count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()) AS expired,
+       pg_total_relation_size('dialogues') AS bytes
+FROM dialogues
+"""
+
+
+@dataclass(frozen=True)
+class NewTurnRow:
+    """A row ready to insert: cleaned content, derived keys, embedding or None."""
+
+    message_uuid: str
+    self_id: int | None
+    session_key: str
+    user_id: int
+    group_id: int | None
+    chat_type: str
+    role: str
+    content: str
+    sender_name: str | None
+    qq_message_id: int | None
+    raw_segments: str | None  # JSON text
+    embedding: np.ndarray | None
+    embedding_model: str | None
+    token_count: int
+    created_at: datetime
+
+    def values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, column) for column in INSERT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class AnchorCandidate:
+    id: int
+    created_at: datetime
+    similarity: float
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    by_type_role: dict[tuple[str, str], int]
+    sessions: int
+    oldest: datetime | None
+    newest: datetime | None
+    pending_embeddings: int
+    expired_not_purged: int
+    total_bytes: int
+
+
+def _turn(record: asyncpg.Record) -> MemoryTurn:
+    return MemoryTurn(
+        id=record["id"],
+        message_uuid=record["message_uuid"],
+        session_key=record["session_key"],
+        self_id=record["self_id"],
+        user_id=record["user_id"],
+        group_id=record["group_id"],
+        chat_type=record["chat_type"],
+        role=record["role"],
+        content=record["content"],
+        sender_name=record["sender_name"],
+        message_id=record["qq_message_id"],
+        created_at=record["created_at"],
+        score=record["score"],
+        expires_at=record["expires_at"],
+        token_count=record["token_count"],
+    )
+
+
+def raw_segments_json(segments: Sequence[dict[str, Any]] | None) -> str | None:
+    if segments is None:
+        return None
+    return json.dumps(list(segments), ensure_ascii=False, default=str).replace("\\u0000", "")
+
+
+class PgDialogueStore:
+    """The dialogue table. Every method converts database failures to core errors."""
+
+    def __init__(self, *, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            async with self._pool.acquire() as conn:
+                yield conn
+        except CONNECTION_ERRORS as exc:
+            raise DatabaseUnavailableError(f"database unreachable: {exc}") from exc
+        except asyncpg.PostgresError as exc:
+            raise StorageError(f"database error: {exc}") from exc
+
+    async def insert_turn(self, row: NewTurnRow) -> MemoryTurn | None:
+        """Insert one turn; ``None`` when a turn with the same message_uuid exists."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_INSERT_TURN, *row.values())
+        return _turn(record) if record is not None else None
+
+    async def turn_by_uuid(self, message_uuid: str) -> MemoryTurn | None:
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_TURN_BY_UUID, message_uuid)
+        return _turn(record) if record is not None else None
+
+    async def insert_many(self, rows: Sequence[NewTurnRow]) -> int:
+        """Bulk insert with COPY through a temporary table; duplicates are skipped."""
+        if not rows:
+            return 0
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(SQL_CREATE_IMPORT_TABLE)
+            await conn.copy_records_to_table(
+                "dialogue_import", records=[row.values() for row in rows], columns=INSERT_COLUMNS
+            )
+            status = await conn.execute(SQL_MOVE_IMPORTED)
+        return int(status.split()[-1])
+
+    async def session_size(self, session_key: str) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_SESSION_SIZE, session_key))
+
+    async def anchor_candidates(
+        self,
+        *,
+        session_key: str,
+        model: str,
+        query_vector: np.ndarray,
+        now: datetime,
+        limit: int,
+        index_dim: int | None = None,
+    ) -> list[AnchorCandidate]:
+        """The ``limit`` nearest live embedded turns of one session.
+
+        ``index_dim=None`` scans the session exactly. With a dimension, the HNSW index is used
+        with pgvector's iterative scan so the session filter cannot starve the result.
+        """
+        async with self._connection() as conn:
+            if index_dim is None:
+                records = await conn.fetch(
+                    SQL_ANCHORS_EXACT, session_key, model, now, query_vector, limit
+                )
+            else:
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+                    await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, 2 * limit)}")
+                    records = await conn.fetch(
+                        SQL_ANCHORS_INDEX.format(dim=int(index_dim)),
+                        session_key,
+                        model,
+                        now,
+                        query_vector,
+                        limit,
+                    )
+        return [AnchorCandidate(r["id"], r["created_at"], float(r["similarity"])) for r in records]
+
+    async def windows(
+        self,
+        *,
+        session_key: str,
+        anchors: Sequence[AnchorCandidate],
+        window_size: int,
+        now: datetime,
+    ) -> list[tuple[int, MemoryTurn]]:
+        """``(anchor_id, turn)`` for each anchor's window (the anchor included)."""
+        if not anchors:
+            return []
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_WINDOWS,
+                session_key,
+                [a.id for a in anchors],
+                [a.created_at for a in anchors],
+                now,
+                window_size,
+            )
+        return [(r["anchor_id"], _turn(r)) for r in records]
+
+    async def recent_turns(
+        self, session_key: str, *, since: datetime, now: datetime, limit: int
+    ) -> list[MemoryTurn]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_RECENT, session_key, since, now, limit)
+        return [_turn(r) for r in records]
+
+    async def last_turn_time(self, session_key: str, now: datetime) -> datetime | None:
+        async with self._connection() as conn:
+            value: datetime | None = await conn.fetchval(SQL_LAST_TURN_AT, session_key, now)
+        return value
+
+    async def pending_embeddings(self, limit: int) -> list[tuple[int, str]]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_PENDING_EMBEDDINGS, limit)
+        return [(r["id"], r["content"]) for r in records]
+
+    async def count_pending_embeddings(self) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_PENDING))
+
+    async def rows_needing_reembed(
+        self, model: str, after_id: int, limit: int
+    ) -> list[tuple[int, str]]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_NEEDING_REEMBED, model, after_id, limit)
+        return [(r["id"], r["content"]) for r in records]
+
+    async def count_needing_reembed(self, model: str) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_NEEDING_REEMBED, model))
+
+    async def set_embeddings(
+        self, ids: Sequence[int], vectors: np.ndarray, model: str
+    ) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(
+                SQL_SET_EMBEDDING,
+                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
+            )
+
+    async def delete_qq_message(self, self_id: int | None, message_id: int) -> int:
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_DELETE_QQ_MESSAGE, message_id, self_id)
+        return int(status.split()[-1])
+
+    async def delete_scope(
+        self,
+        *,
+        user_id: int | None,
+        group_id: int | None,
+        private_only: bool,
+        everything: bool,
+    ) -> int:
+        """Delete a user's, a group's, a session's or all rows (see ``TemporalMemory.forget``)."""
+        if everything:
+            sql, args = "DELETE FROM dialogues", ()
+        elif user_id is not None and group_id is not None:
+            sql, args = "DELETE FROM dialogues WHERE user_id = $1 AND group_id = $2", (
+                user_id,
+                group_id,
+            )
+        elif user_id is not None and private_only:
+            sql, args = "DELETE FROM dialogues WHERE user_id = $1 AND group_id IS NULL", (user_id,)
+        elif user_id is not None:
+            sql, args = "DELETE FROM dialogues WHERE user_id = $1", (user_id,)
+        elif group_id is not None:
+            sql, args = "DELETE FROM dialogues WHERE group_id = $1", (group_id,)
+        else:
+            raise ValueError("forget needs a user, a group, or everything=True")
+        async with self._connection() as conn:
+            status = await conn.execute(sql, *args)
+        return int(status.split()[-1])
+
+    async def any_embedded(self) -> bool:
+        async with self._connection() as conn:
+            return bool(await conn.fetchval(SQL_ANY_EMBEDDED))
+
+    async def read_meta(self) -> dict[str, str]:
+        async with self._connection() as conn:
+            return {r["key"]: r["value"] for r in await conn.fetch(SQL_META_GET)}
+
+    async def write_meta(self, values: dict[str, str]) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(SQL_META_SET, list(values.items()))
+
+    async def ensure_vector_index(self, dim: int) -> None:
+        """Create the HNSW index for ``dim`` and drop those of other dimensions."""
+        wanted = f"dialogues_embedding_hnsw_{int(dim)}"
+        async with self._connection() as conn:
+            for record in await conn.fetch(SQL_VECTOR_INDEXES):
+                if record["indexname"] != wanted:
+                    await conn.execute(f'DROP INDEX IF EXISTS "{record["indexname"]}"')
+            await conn.execute(SQL_CREATE_VECTOR_INDEX.format(dim=int(dim)))
+
+    async def drop_vector_indexes(self) -> None:
+        async with self._connection() as conn:
+            for record in await conn.fetch(SQL_VECTOR_INDEXES):
+                await conn.execute(f'DROP INDEX IF EXISTS "{record["indexname"]}"')
+
+    async def stats(self) -> StoreStats:
+        async with self._connection() as conn:
+            by = {(r["chat_type"], r["role"]): r["n"] for r in await conn.fetch(SQL_STATS)}
+            s = await conn.fetchrow(SQL_STATS_SUMMARY)
+        return StoreStats(
+            by_type_role=by,
+            sessions=s["sessions"],
+            oldest=s["oldest"],
+            newest=s["newest"],
+            pending_embeddings=s["pending"],
+            expired_not_purged=s["expired"],
+            total_bytes=s["bytes"],
+        )

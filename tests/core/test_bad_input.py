@@ -1,0 +1,92 @@
+"""Bad input gives a clear error or is stored safely; nothing already stored is lost."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from memory_core.errors import InvalidTurnError
+from memory_core.models import TurnInput
+
+NOW = datetime(2024, 1, 17, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 16, 10, 0, tzinfo=timezone.utc)
+
+
+def user_turn(content: object, **extra: object) -> TurnInput:
+    values: dict = {"user_id": 1, "role": "user", "content": content, "created_at": T0}
+    values.update(extra)
+    return TurnInput(**values)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["", "   \n\t ", "\x00\x00", None, 123],
+    ids=["empty", "whitespace", "only-nul", "none", "number"],
+)
+async def test_unstorable_content_is_refused_with_a_clear_error(memory_factory, content):
+    memory = await memory_factory()
+    await memory.add_turn(user_turn("先存一条"))
+    with pytest.raises(InvalidTurnError):
+        await memory.add_turn(user_turn(content))
+    assert (await memory.stats()).total_rows == 1  # the earlier row is still there
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("role", "system"), ("user_id", "abc"), ("user_id", 2**64), ("group_id", True),
+     ("created_at", datetime(2024, 1, 1))],
+    ids=["role", "user-id-text", "user-id-too-big", "group-id-bool", "naive-time"],
+)
+async def test_bad_metadata_is_refused_with_a_clear_error(memory_factory, field, value):
+    memory = await memory_factory()
+    with pytest.raises(InvalidTurnError):
+        await memory.add_turn(user_turn("内容", **{field: value}))
+
+
+@pytest.mark.parametrize(
+    "content,stored",
+    [
+        ("a\x00b", "ab"),
+        ("表情 😀👍🏽 家庭👨‍👩‍👧", "表情 😀👍🏽 家庭👨‍👩‍👧"),
+        ("半个代理 \ud83d 结束", "半个代理 \ufffd 结束"),
+        ("[CQ:at,qq=10001] [CQ:image,file=x.jpg] 你好", "[CQ:at,qq=10001] [CQ:image,file=x.jpg] 你好"),
+        ("'; DROP TABLE dialogues; --", "'; DROP TABLE dialogues; --"),
+    ],
+    ids=["nul", "emoji", "unpaired-surrogate", "cq-code-text", "sql-text"],
+)
+async def test_odd_text_is_stored_safely_and_recalled(memory_factory, content, stored):
+    memory = await memory_factory()
+    outcome = await memory.add_turn(user_turn(content))
+    assert outcome.turn is not None and outcome.turn.content == stored
+    recalled = await memory.get_contextual_memory(1, content, now=NOW)
+    assert [t.content for t in recalled] == [stored]
+
+
+async def test_100kb_text_is_stored_whole_and_longer_text_is_cut_with_a_visible_mark(
+    memory_factory,
+):
+    memory = await memory_factory(memory_max_content_chars=120_000)
+    big = "长" * 100_000
+    outcome = await memory.add_turn(user_turn(big))
+    assert outcome.turn is not None and outcome.turn.content == big
+    small_limit = await memory_factory(memory_max_content_chars=1000)
+    cut = await small_limit.add_turn(user_turn("字" * 5000, created_at=T0 + timedelta(seconds=1)))
+    assert cut.turn is not None
+    assert cut.turn.content.startswith("字" * 1000)
+    assert "已截断 4000 字" in cut.turn.content
+
+
+async def test_a_bad_turn_in_a_batch_writes_nothing_of_that_batch(memory_factory):
+    memory = await memory_factory()
+    await memory.add_turn(user_turn("已有的记忆"))
+    with pytest.raises(InvalidTurnError):
+        await memory.add_dialogues([user_turn("好的一条"), user_turn("  ")])
+    assert (await memory.stats()).total_rows == 1
+
+
+async def test_huge_raw_segments_and_nul_in_segments_are_stored(memory_factory):
+    memory = await memory_factory()
+    segments = [{"type": "text", "data": {"text": "a\x00b"}}, {"type": "image", "data": {}}]
+    outcome = await memory.add_turn(user_turn("带原始消息段", raw_segments=segments))
+    assert outcome.turn is not None

@@ -1,0 +1,77 @@
+"""The database going away and coming back: turns are spooled, then written; nothing is lost."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+import pytest
+
+from memory_core.errors import DatabaseUnavailableError
+from memory_core.models import TurnInput
+from memory_core.service import open_memory
+from memory_core.settings import MemorySettings
+from tests.tcp_proxy import SwitchableProxy, unix_socket_of
+
+
+def said(text: str, message_id: int) -> TurnInput:
+    return TurnInput(user_id=7, role="user", content=text, message_id=message_id, self_id=1)
+
+
+@pytest.fixture
+async def proxy(fresh_dsn):
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+def database_name(dsn: str) -> str:
+    return urlsplit(dsn).path.lstrip("/")
+
+
+async def test_turns_arriving_during_an_outage_are_spooled_then_written(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    settings = MemorySettings(memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir)
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    try:
+        assert (await memory.add_turn(said("停电之前说的话", 1))).turn is not None
+        await proxy.stop()
+        outcome = await memory.add_turn(said("停电期间说的话", 2))
+        assert outcome.spooled and outcome.turn is None
+        with pytest.raises(DatabaseUnavailableError):
+            await memory.recall(7, "说的话")
+        await proxy.start()
+        assert await memory.flush_spool() == 1
+        assert await memory.flush_spool() == 0
+        turns = await memory.get_contextual_memory(7, "说的话", top_n=5, now=datetime.now(timezone.utc))
+        assert sorted(t.content for t in turns) == ["停电之前说的话", "停电期间说的话"]
+        spooled = [t for t in turns if t.content == "停电期间说的话"][0]
+        assert spooled.message_id == 2 and spooled.self_id == 1
+    finally:
+        await memory.aclose()
+
+
+async def test_memory_started_without_a_database_connects_by_itself_later(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    await proxy.stop()
+    settings = MemorySettings(memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir)
+    memory = await open_memory(
+        settings, embedder=hashing_embedder, require_database=False, maintenance_interval=0.1
+    )
+    try:
+        assert not memory.connected
+        assert (await memory.add_turn(said("数据库还没起来", 10))).spooled
+        await proxy.start()
+        for _ in range(200):  # bounded wait for the maintenance loop, not a timing assertion
+            if memory.connected and (await memory.stats()).total_rows == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert memory.connected
+        turns = await memory.get_contextual_memory(7, "数据库", now=datetime.now(timezone.utc))
+        assert [t.content for t in turns] == ["数据库还没起来"]
+    finally:
+        await memory.aclose()
