@@ -1,0 +1,148 @@
+"""Embedding failures lose no turn; a model switch is refused until `reembed` runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+
+from memory_core.embedding import ApiEmbedder
+from memory_core.errors import EmbeddingModelMismatchError
+from memory_core.models import TurnInput
+from tests.fakes import HashingEmbedder
+
+NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+def said(text: str, message_id: int) -> TurnInput:
+    return TurnInput(
+        user_id=3, role="user", content=text, message_id=message_id,
+        created_at=datetime(2024, 1, 1, 12, message_id, tzinfo=timezone.utc),
+    )
+
+
+class FlakyEmbeddingServer:
+    """A real loopback /v1/embeddings server that answers 500 until told to recover."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.healthy = False
+        self.requests = 0
+        hashing = HashingEmbedder(dim=dim)
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                outer.requests += 1
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not outer.healthy:
+                    self.send_response(500)
+                    self.end_headers()
+                    self.wfile.write(b'{"error":"upstream overloaded"}')
+                    return
+                data = [
+                    {"index": i, "embedding": hashing._vector(text).tolist()}
+                    for i, text in enumerate(body["input"])
+                ]
+                payload = json.dumps({"data": data, "model": body["model"]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def flaky_server():
+    server = FlakyEmbeddingServer(dim=64)
+    yield server
+    server.close()
+
+
+async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factory, flaky_server):
+    import httpx
+
+    client = httpx.AsyncClient(base_url=flaky_server.base_url, timeout=5)
+    embedder = ApiEmbedder(client=client, model="test-embed", dim=64, batch_size=8, max_retries=1,
+                           backoff_base=0.01)
+    memory = await memory_factory(embedder=embedder, embedding_provider="api", embedding_dim=64)
+    outcomes = [await memory.add_turn(said(f"我的第{i}个爱好是下棋", i)) for i in range(5)]
+    assert all(o.turn is not None for o in outcomes)
+    assert flaky_server.requests > 0
+    stats = await memory.stats()
+    assert stats.total_rows == 5 and stats.store.pending_embeddings == 5
+    # While nothing is embedded, recall finds no anchors — but never fails.
+    assert await memory.get_contextual_memory(3, "爱好", now=NOW) == []
+    flaky_server.healthy = True
+    assert await memory.backfill_embeddings() == 5
+    assert (await memory.stats()).store.pending_embeddings == 0
+    recalled = await memory.get_contextual_memory(3, "爱好 下棋", top_n=5, now=NOW)
+    assert len(recalled) == 5
+
+
+async def test_failing_embedder_stores_turn_and_backfill_makes_it_recallable(memory_factory):
+    embedder = HashingEmbedder()
+    memory = await memory_factory(embedder=embedder)
+    embedder.fail = True
+    outcome = await memory.add_turn(said("我家的狗叫旺财", 1))
+    assert outcome.turn is not None
+    embedder.fail = False
+    assert await memory.get_contextual_memory(3, "狗叫什么", now=NOW) == []
+    await memory.backfill_embeddings()
+    assert [t.content for t in await memory.get_contextual_memory(3, "狗叫旺财", now=NOW)] == [
+        "我家的狗叫旺财"
+    ]
+
+
+async def test_opening_with_another_embedding_model_is_refused_until_reembed(memory_factory):
+    first = await memory_factory(embedder=HashingEmbedder(dim=384, model="model-a"))
+    await first.add_dialogues([said("我喜欢爬山", 1), said("周末去了泰山", 2)])
+    await first.aclose()
+
+    other = HashingEmbedder(dim=128, model="model-b")
+    with pytest.raises(EmbeddingModelMismatchError, match="python -m memory_core reembed"):
+        await memory_factory(embedder=other)
+
+    from memory_core.service import open_memory
+    from memory_core.settings import MemorySettings
+
+    settings = MemorySettings(memory_dsn=first.settings.memory_dsn,
+                              memory_data_dir=first.settings.memory_data_dir)
+    switching = await open_memory(settings, embedder=other, allow_model_change=True,
+                                  maintenance_interval=None)
+    try:
+        assert await switching.reembed(batch_size=1) == 2
+    finally:
+        await switching.aclose()
+    reopened = await memory_factory(embedder=HashingEmbedder(dim=128, model="model-b"))
+    recalled = await reopened.get_contextual_memory(3, "爬山", now=NOW)
+    assert [t.content for t in recalled][:1] == ["我喜欢爬山"]
+    assert reopened.embedding_dim == 128
+
+
+async def test_precomputed_embeddings_are_used_as_given(memory_factory):
+    memory = await memory_factory()
+    vectors = np.eye(384, dtype=np.float32)[:2]
+    await memory.add_dialogues([said("甲", 1), said("乙", 2)], embeddings=vectors)
+    assert (await memory.stats()).store.pending_embeddings == 0
+    await asyncio.sleep(0)

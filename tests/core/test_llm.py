@@ -1,0 +1,418 @@
+"""OpenAIChatModel against a real HTTP server on loopback that plays scripted answers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from memory_core.errors import ConfigError, LLMError
+from memory_core.llm import ChatModel, OpenAIChatModel, build_chat_model, strip_reasoning
+from memory_core.settings import MemorySettings
+
+API_KEY = "sk-test-secret-0123456789"
+MESSAGES = [{"role": "system", "content": "你是小诗"}, {"role": "user", "content": "你好"}]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+Action = Callable[["StubHandler"], None]
+
+
+def ok(content: Any = "你好呀", **extra: Any) -> Action:
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        **extra,
+    }
+    return send_json(200, answer)
+
+
+def send_json(status: int, payload: Any, headers: dict[str, str] | None = None) -> Action:
+    return send_raw(status, json.dumps(payload).encode(), headers)
+
+
+def send_raw(status: int, body: bytes, headers: dict[str, str] | None = None) -> Action:
+    def act(handler: StubHandler) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return act
+
+
+def echo_auth_401() -> Action:
+    """A 401 whose body repeats the key it was sent, as some providers do."""
+
+    def act(handler: StubHandler) -> None:
+        sent = handler.headers.get("Authorization", "")
+        send_json(401, {"error": {"message": f"Incorrect API key provided: {sent}"}})(handler)
+
+    return act
+
+
+def hang() -> Action:
+    """Answer only after the test is over (the client must time out first)."""
+
+    def act(handler: StubHandler) -> None:
+        handler.server.release.wait(30)  # type: ignore[attr-defined]
+        with contextlib.suppress(OSError):  # the client has long gone
+            ok("太迟了")(handler)
+
+    return act
+
+
+class StubHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        stub: StubServer = self.server.stub  # type: ignore[attr-defined]
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw
+        stub.requests.append(Recorded(self.path, dict(self.headers.items()), body))
+        action = stub.script.popleft() if stub.script else ok()
+        action(self)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class StubServer:
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.script: deque[Action] = deque()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), StubHandler)
+        self._server.daemon_threads = True
+        self._server.stub = self  # type: ignore[attr-defined]
+        self._server.release = threading.Event()  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.release.set()  # type: ignore[attr-defined]
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self, *actions: Action) -> None:
+        self.requests.clear()
+        self.script = deque(actions)
+
+
+@pytest.fixture(scope="module")
+def stub_server() -> Iterator[StubServer]:
+    server = StubServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server(stub_server: StubServer) -> StubServer:
+    stub_server.reset()
+    return stub_server
+
+
+ModelFactory = Callable[..., OpenAIChatModel]
+
+
+@pytest.fixture
+async def make_model(server: StubServer) -> AsyncIterator[ModelFactory]:
+    made: list[OpenAIChatModel] = []
+
+    def factory(
+        *, max_retries: int = 2, timeout: float = 5.0, base_url: str | None = None, **kwargs: Any
+    ) -> OpenAIChatModel:
+        client = httpx.AsyncClient(
+            base_url=base_url or f"{server.url}/v1",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            timeout=timeout,
+            trust_env=False,
+        )
+        model = OpenAIChatModel(
+            client, "test-model", max_retries, backoff_base=0.01, backoff_max=0.05, **kwargs
+        )
+        made.append(model)
+        return model
+
+    yield factory
+    for model in made:
+        await model.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- happy path -----------------------------------------------------------------------------
+
+
+async def test_complete_posts_an_openai_chat_request_and_returns_the_answer(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(ok("你好，我是小诗"))
+    model: ChatModel = make_model(max_tokens=256, temperature=0.3)
+    assert await model.complete(MESSAGES) == "你好，我是小诗"
+    [request] = server.requests
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["Authorization"] == f"Bearer {API_KEY}"
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.body == {
+        "model": "test-model",
+        "messages": MESSAGES,
+        "stream": False,
+        "max_tokens": 256,
+        "temperature": 0.3,
+    }
+
+
+async def test_call_arguments_override_defaults_and_unset_fields_are_left_out(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    await make_model(max_tokens=256, temperature=0.3).complete(
+        MESSAGES, max_tokens=10, temperature=0.0
+    )
+    await make_model().complete(MESSAGES)
+    first, second = server.requests
+    assert (first.body["max_tokens"], first.body["temperature"]) == (10, 0.0)
+    assert "max_tokens" not in second.body
+    assert "temperature" not in second.body
+
+
+async def test_unpaired_surrogates_in_messages_are_sent_as_replacement_characters(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    messages = [{"role": "user", "content": "坏\ud83d的 \ud83d\ude00 表情"}]
+    await make_model().complete(messages)
+    assert server.requests[0].body["messages"][0]["content"] == "坏\ufffd的 😀 表情"
+
+
+async def test_think_block_is_stripped_from_the_answer(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(ok("<think>用户在打招呼，\n我应该回应。</think>\n\n你好！"))
+    assert await make_model().complete(MESSAGES) == "你好！"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("答案", "答案"),
+        ("<think>a</think>答<THINK>b</THINK>案", "答案"),
+        ("只有结尾标签的推理</think>\n答案", "答案"),
+        ("答案<think>被截断的推理", "答案"),
+        ("  <think>\n</think>  答案  ", "答案"),
+    ],
+)
+def test_strip_reasoning(raw: str, expected: str) -> None:
+    assert strip_reasoning(raw) == expected
+
+
+# --- retries --------------------------------------------------------------------------------
+
+
+async def test_server_error_is_retried_then_the_answer_returned(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(send_json(500, {"error": "boom"}), send_raw(502, b"bad gateway"), ok("终于好了"))
+    assert await make_model(max_retries=2).complete(MESSAGES) == "终于好了"
+    assert len(server.requests) == 3
+    assert server.requests[0].body == server.requests[2].body
+
+
+async def test_rate_limit_429_is_retried(server: StubServer, make_model: ModelFactory) -> None:
+    server.reset(send_json(429, {"error": "slow down"}, {"Retry-After": "0"}), ok("好"))
+    assert await make_model(max_retries=1).complete(MESSAGES) == "好"
+    assert len(server.requests) == 2
+
+
+async def test_retries_are_bounded_and_end_in_llm_error_naming_the_status(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(*[send_json(503, {"error": "overloaded"})] * 5)
+    with pytest.raises(LLMError, match="after 3 attempt") as caught:
+        await make_model(max_retries=2).complete(MESSAGES)
+    assert "503" in str(caught.value)
+    assert "overloaded" in str(caught.value)
+    assert len(server.requests) == 3
+
+
+async def test_zero_retries_means_exactly_one_request(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(send_json(500, {}), ok())
+    with pytest.raises(LLMError):
+        await make_model(max_retries=0).complete(MESSAGES)
+    assert len(server.requests) == 1
+
+
+async def test_timeout_is_retried_then_raises_llm_error(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(hang(), hang())
+    with pytest.raises(LLMError, match="timed out") as caught:
+        await make_model(max_retries=1, timeout=0.2).complete(MESSAGES)
+    assert isinstance(caught.value.__cause__, httpx.TimeoutException)
+    assert len(server.requests) == 2
+
+
+async def test_timeout_then_success_returns_the_answer(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(hang(), ok("第二次成功"))
+    assert await make_model(max_retries=1, timeout=0.2).complete(MESSAGES) == "第二次成功"
+
+
+async def test_connection_refused_raises_llm_error(make_model: ModelFactory) -> None:
+    model = make_model(max_retries=1, base_url=f"http://127.0.0.1:{free_port()}/v1")
+    with pytest.raises(LLMError, match="connection failed") as caught:
+        await model.complete(MESSAGES)
+    assert isinstance(caught.value.__cause__, httpx.ConnectError)
+
+
+# --- errors that are not retried ------------------------------------------------------------
+
+
+async def test_unauthorized_is_not_retried_and_the_error_never_shows_the_api_key(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(echo_auth_401(), ok())
+    with pytest.raises(LLMError, match="HTTP 401") as caught:
+        await make_model(max_retries=3).complete(MESSAGES)
+    message = str(caught.value)
+    assert "Incorrect API key provided" in message
+    assert API_KEY not in message
+    assert len(server.requests) == 1
+
+
+async def test_error_body_excerpt_is_short_and_single_line(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(send_raw(400, ("参数错误\n" * 500).encode()))
+    with pytest.raises(LLMError, match="HTTP 400") as caught:
+        await make_model().complete(MESSAGES)
+    assert "\n" not in str(caught.value)
+    assert len(str(caught.value)) < 300
+
+
+async def test_garbage_json_raises_llm_error_without_retry(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(send_raw(200, b"<html>not json</html>"), ok())
+    with pytest.raises(LLMError, match="invalid JSON"):
+        await make_model().complete(MESSAGES)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"choices": []},
+        {"choices": [{"message": None}]},
+        {"choices": "nope"},
+        [1, 2, 3],
+        {"error": {"message": "quota exceeded"}},
+    ],
+)
+async def test_answer_without_a_message_raises_llm_error(
+    server: StubServer, make_model: ModelFactory, payload: Any
+) -> None:
+    server.reset(send_json(200, payload))
+    with pytest.raises(LLMError, match="no choices"):
+        await make_model().complete(MESSAGES)
+
+
+@pytest.mark.parametrize("content", ["", "   \n", None, "<think>只有推理</think>", 42])
+async def test_empty_or_non_text_answer_raises_llm_error(
+    server: StubServer, make_model: ModelFactory, content: Any
+) -> None:
+    server.reset(ok(content))
+    with pytest.raises(LLMError, match=r"empty answer|not text"):
+        await make_model().complete(MESSAGES)
+
+
+# --- build_chat_model -----------------------------------------------------------------------
+
+
+def test_build_chat_model_returns_none_when_no_model_is_configured() -> None:
+    assert build_chat_model(MemorySettings()) is None
+    assert build_chat_model(MemorySettings(llm_model="", llm_api_key=SecretStr(API_KEY))) is None
+
+
+def test_build_chat_model_rejects_a_base_url_without_scheme() -> None:
+    settings = MemorySettings(llm_model="m", llm_base_url="api.example.com/v1")
+    with pytest.raises(ConfigError, match="LLM_BASE_URL"):
+        build_chat_model(settings)
+
+
+async def test_build_chat_model_talks_to_the_configured_endpoint_with_the_key(
+    server: StubServer,
+) -> None:
+    settings = MemorySettings(
+        llm_base_url=f"{server.url}/v1/",
+        llm_api_key=SecretStr(API_KEY),
+        llm_model="Qwen/Qwen2.5-7B-Instruct",
+        llm_max_reply_tokens=321,
+        llm_temperature=0.5,
+    )
+    model = build_chat_model(settings)
+    assert model is not None
+    try:
+        server.reset(ok("配置好了"))
+        assert await model.complete(MESSAGES) == "配置好了"
+    finally:
+        await model.aclose()
+    [request] = server.requests
+    assert request.path == "/v1/chat/completions"
+    assert request.headers["Authorization"] == f"Bearer {API_KEY}"
+    assert request.body["model"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert (request.body["max_tokens"], request.body["temperature"]) == (321, 0.5)
+
+
+async def test_build_chat_model_without_key_sends_no_authorization(server: StubServer) -> None:
+    model = build_chat_model(MemorySettings(llm_base_url=server.url + "/v1", llm_model="qwen2.5"))
+    assert model is not None
+    try:
+        await model.complete(MESSAGES)
+    finally:
+        await model.aclose()
+    assert "Authorization" not in server.requests[0].headers
