@@ -29,7 +29,9 @@ from .settings import MemorySettings, settings_from_mapping
 IMPORT_CHUNK = 1000
 
 
-def load_settings(env_file: Path, environ: Mapping[str, str], data_dir: str | None) -> MemorySettings:
+def load_settings(
+    env_file: Path, environ: Mapping[str, str], data_dir: str | None
+) -> MemorySettings:
     values: dict[str, Any] = {}
     if env_file.is_file():
         values.update({k: v for k, v in dotenv_values(env_file).items() if v is not None})
@@ -188,10 +190,10 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
         print(json.dumps(await recall_json(memory, query), ensure_ascii=False), file=out)
         return 0
     now = _parse_time(args.now, "--now")
-    result = await memory.recall(
+    recalled = await memory.recall(
         args.user_id, args.query, args.group_id, top_n=args.top_n, window_size=args.window, now=now
     )
-    block = memory.format_block(result, now)
+    block = memory.format_block(recalled, now)
     print(block.text or "(没有相关记忆)", file=out)
     return 0
 
@@ -238,7 +240,9 @@ async def run_reembed(memory: TemporalMemory, out: TextIO, err: TextIO) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m memory_core", description=__doc__)
-    parser.add_argument("--data-dir", help="data folder of the embedded PostgreSQL (MEMORY_DATA_DIR)")
+    parser.add_argument(
+        "--data-dir", help="data folder of the embedded PostgreSQL (MEMORY_DATA_DIR)"
+    )
     parser.add_argument("--env-file", default=".env.prod", help="settings file (default .env.prod)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = parser.add_subparsers(dest="command", required=True)

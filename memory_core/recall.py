@@ -24,7 +24,9 @@ class DecayPolicy:
         excess = age_days - self.after_days
         if excess <= 0:
             return 1.0
-        return self.min_weight + (1.0 - self.min_weight) * math.pow(0.5, excess / self.half_life_days)
+        return self.min_weight + (1.0 - self.min_weight) * math.pow(
+            0.5, excess / self.half_life_days
+        )
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ CANDIDATES_PER_ANCHOR = 4
 MIN_CANDIDATES = 20
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
+PRIVATE_USER, PRIVATE_BOT = ("private", "user"), ("private", "assistant")
+GROUP_USER, GROUP_BOT = ("group", "user"), ("group", "assistant")
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,8 @@ class MemoryStats:
 
         lines = [
             f"记忆总数：{self.total_rows} 条，会话 {self.store.sessions} 个",
-            f"私聊：用户 {by.get(('private', 'user'), 0)} / 助手 {by.get(('private', 'assistant'), 0)}",
-            f"群聊：用户 {by.get(('group', 'user'), 0)} / 助手 {by.get(('group', 'assistant'), 0)}",
+            f"私聊：用户 {by.get(PRIVATE_USER, 0)} / 助手 {by.get(PRIVATE_BOT, 0)}",
+            f"群聊：用户 {by.get(GROUP_USER, 0)} / 助手 {by.get(GROUP_BOT, 0)}",
             f"存储占用：{self.store.total_bytes / 1024 / 1024:.1f} MB",
             f"最早：{fmt(self.store.oldest)}，最新：{fmt(self.store.newest)}",
             f"向量模型：{self.embedding_model}（{self.embedding_dim} 维）",
@@ -171,7 +173,12 @@ class TemporalMemory:
         meta = await store.read_meta()
         stored_model, stored_dim = meta.get("embedding_model"), meta.get("embedding_dim")
         same = stored_model == self.embedding_model and stored_dim == str(self.embedding_dim)
-        if stored_model is not None and not same and not allow_change and await store.any_embedded():
+        if (
+            stored_model is not None
+            and not same
+            and not allow_change
+            and await store.any_embedded()
+        ):
             raise EmbeddingModelMismatchError(
                 f"the memory in {location.description} was embedded with {stored_model} "
                 f"({stored_dim}-d) but {self.embedding_model} ({self.embedding_dim}-d) is "
@@ -372,7 +379,9 @@ class TemporalMemory:
             if not pending:
                 return done
             vectors = await self.embedder.embed_passages([content for _, content in pending])
-            await store.set_embeddings([row_id for row_id, _ in pending], vectors, self.embedding_model)
+            await store.set_embeddings(
+                [row_id for row_id, _ in pending], vectors, self.embedding_model
+            )
             done += len(pending)
 
     # ----------------------------------------------------------------- reading
@@ -550,7 +559,9 @@ class TemporalMemory:
             if not rows:
                 break
             vectors = await self.embedder.embed_passages([content for _, content in rows])
-            await store.set_embeddings([row_id for row_id, _ in rows], vectors, self.embedding_model)
+            await store.set_embeddings(
+                [row_id for row_id, _ in rows], vectors, self.embedding_model
+            )
             done += len(rows)
             last_id = rows[-1][0]
             if progress is not None:

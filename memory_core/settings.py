@@ -88,7 +88,9 @@ class MemorySettings(BaseModel):
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown timezone {value!r} (use an IANA name like Asia/Shanghai)") from exc
+            raise ValueError(
+                f"unknown timezone {value!r} (use an IANA name like Asia/Shanghai)"
+            ) from exc
         return value
 
     @property
@@ -99,7 +101,11 @@ class MemorySettings(BaseModel):
     def effective_embedding_model(self) -> str:
         if self.embedding_model:
             return self.embedding_model
-        return LOCAL_EMBEDDING_MODEL if self.embedding_provider == "local" else "Qwen/Qwen3-Embedding-0.6B"
+        return (
+            LOCAL_EMBEDDING_MODEL
+            if self.embedding_provider == "local"
+            else "Qwen/Qwen3-Embedding-0.6B"
+        )
 
     @property
     def effective_embedding_dim(self) -> int:

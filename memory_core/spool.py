@@ -66,7 +66,9 @@ class TurnSpool:
             try:
                 turns.append(_decode(line))
             except (ValueError, TypeError) as exc:
-                log.error("spool %s line %d is unreadable and is skipped: %s", self.path, number, exc)
+                log.error(
+                    "spool %s line %d is unreadable and is skipped: %s", self.path, number, exc
+                )
         return turns, len(lines)
 
     async def remove_first(self, count: int) -> None:
@@ -74,9 +76,9 @@ class TurnSpool:
         async with self._lock:
             if not self.path.exists():
                 return
-            lines = [
-                line for line in self.path.read_text("utf-8").splitlines() if line.strip()
-            ][count:]
+            lines = [line for line in self.path.read_text("utf-8").splitlines() if line.strip()][
+                count:
+            ]
             if lines:
                 tmp = self.path.with_suffix(".tmp")
                 tmp.write_text("".join(line + "\n" for line in lines), "utf-8")

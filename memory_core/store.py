@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 import numpy as np
+from asyncpg.pool import PoolConnectionProxy
 
 from .database import CONNECTION_ERRORS
 from .errors import DatabaseUnavailableError, StorageError
@@ -240,7 +241,7 @@ class PgDialogueStore:
         self._pool = pool
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         try:
             async with self._pool.acquire() as conn:
                 yield conn
@@ -364,9 +365,7 @@ class PgDialogueStore:
         async with self._connection() as conn:
             return int(await conn.fetchval(SQL_COUNT_NEEDING_REEMBED, model))
 
-    async def set_embeddings(
-        self, ids: Sequence[int], vectors: np.ndarray, model: str
-    ) -> None:
+    async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
         async with self._connection() as conn, conn.transaction():
             await conn.executemany(
                 SQL_SET_EMBEDDING,
@@ -387,12 +386,16 @@ class PgDialogueStore:
         everything: bool,
     ) -> int:
         """Delete a user's, a group's, a session's or all rows (see ``TemporalMemory.forget``)."""
+        args: tuple[int, ...]
         if everything:
             sql, args = "DELETE FROM dialogues", ()
         elif user_id is not None and group_id is not None:
-            sql, args = "DELETE FROM dialogues WHERE user_id = $1 AND group_id = $2", (
-                user_id,
-                group_id,
+            sql, args = (
+                "DELETE FROM dialogues WHERE user_id = $1 AND group_id = $2",
+                (
+                    user_id,
+                    group_id,
+                ),
             )
         elif user_id is not None and private_only:
             sql, args = "DELETE FROM dialogues WHERE user_id = $1 AND group_id IS NULL", (user_id,)
@@ -436,6 +439,7 @@ class PgDialogueStore:
         async with self._connection() as conn:
             by = {(r["chat_type"], r["role"]): r["n"] for r in await conn.fetch(SQL_STATS)}
             s = await conn.fetchrow(SQL_STATS_SUMMARY)
+        assert s is not None  # an aggregate always returns a row
         return StoreStats(
             by_type_role=by,
             sessions=s["sessions"],

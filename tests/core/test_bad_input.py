@@ -34,8 +34,13 @@ async def test_unstorable_content_is_refused_with_a_clear_error(memory_factory, 
 
 @pytest.mark.parametrize(
     "field,value",
-    [("role", "system"), ("user_id", "abc"), ("user_id", 2**64), ("group_id", True),
-     ("created_at", datetime(2024, 1, 1))],
+    [
+        ("role", "system"),
+        ("user_id", "abc"),
+        ("user_id", 2**64),
+        ("group_id", True),
+        ("created_at", datetime(2024, 1, 1)),
+    ],
     ids=["role", "user-id-text", "user-id-too-big", "group-id-bool", "naive-time"],
 )
 async def test_bad_metadata_is_refused_with_a_clear_error(memory_factory, field, value):
@@ -50,7 +55,10 @@ async def test_bad_metadata_is_refused_with_a_clear_error(memory_factory, field,
         ("a\x00b", "ab"),
         ("表情 😀👍🏽 家庭👨‍👩‍👧", "表情 😀👍🏽 家庭👨‍👩‍👧"),
         ("半个代理 \ud83d 结束", "半个代理 \ufffd 结束"),
-        ("[CQ:at,qq=10001] [CQ:image,file=x.jpg] 你好", "[CQ:at,qq=10001] [CQ:image,file=x.jpg] 你好"),
+        (
+            "[CQ:at,qq=10001] [CQ:image,file=x.jpg] 你好",
+            "[CQ:at,qq=10001] [CQ:image,file=x.jpg] 你好",
+        ),
         ("'; DROP TABLE dialogues; --", "'; DROP TABLE dialogues; --"),
     ],
     ids=["nul", "emoji", "unpaired-surrogate", "cq-code-text", "sql-text"],

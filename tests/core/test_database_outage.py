@@ -34,7 +34,9 @@ def database_name(dsn: str) -> str:
 async def test_turns_arriving_during_an_outage_are_spooled_then_written(
     proxy, fresh_dsn, tmp_data_dir, hashing_embedder
 ):
-    settings = MemorySettings(memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir)
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
+    )
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
     try:
         assert (await memory.add_turn(said("停电之前说的话", 1))).turn is not None
@@ -46,9 +48,11 @@ async def test_turns_arriving_during_an_outage_are_spooled_then_written(
         await proxy.start()
         assert await memory.flush_spool() == 1
         assert await memory.flush_spool() == 0
-        turns = await memory.get_contextual_memory(7, "说的话", top_n=5, now=datetime.now(timezone.utc))
+        turns = await memory.get_contextual_memory(
+            7, "说的话", top_n=5, now=datetime.now(timezone.utc)
+        )
         assert sorted(t.content for t in turns) == ["停电之前说的话", "停电期间说的话"]
-        spooled = [t for t in turns if t.content == "停电期间说的话"][0]
+        spooled = next(t for t in turns if t.content == "停电期间说的话")
         assert spooled.message_id == 2 and spooled.self_id == 1
     finally:
         await memory.aclose()
@@ -58,7 +62,9 @@ async def test_memory_started_without_a_database_connects_by_itself_later(
     proxy, fresh_dsn, tmp_data_dir, hashing_embedder
 ):
     await proxy.stop()
-    settings = MemorySettings(memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir)
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
+    )
     memory = await open_memory(
         settings, embedder=hashing_embedder, require_database=False, maintenance_interval=0.1
     )

@@ -21,7 +21,10 @@ NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
 def said(text: str, message_id: int) -> TurnInput:
     return TurnInput(
-        user_id=3, role="user", content=text, message_id=message_id,
+        user_id=3,
+        role="user",
+        content=text,
+        message_id=message_id,
         created_at=datetime(2024, 1, 1, 12, message_id, tzinfo=timezone.utc),
     )
 
@@ -83,8 +86,9 @@ async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factor
     import httpx
 
     client = httpx.AsyncClient(base_url=flaky_server.base_url, timeout=5)
-    embedder = ApiEmbedder(client=client, model="test-embed", dim=64, batch_size=8, max_retries=1,
-                           backoff_base=0.01)
+    embedder = ApiEmbedder(
+        client=client, model="test-embed", dim=64, batch_size=8, max_retries=1, backoff_base=0.01
+    )
     memory = await memory_factory(embedder=embedder, embedding_provider="api", embedding_dim=64)
     outcomes = [await memory.add_turn(said(f"我的第{i}个爱好是下棋", i)) for i in range(5)]
     assert all(o.turn is not None for o in outcomes)
@@ -126,10 +130,12 @@ async def test_opening_with_another_embedding_model_is_refused_until_reembed(mem
     from memory_core.service import open_memory
     from memory_core.settings import MemorySettings
 
-    settings = MemorySettings(memory_dsn=first.settings.memory_dsn,
-                              memory_data_dir=first.settings.memory_data_dir)
-    switching = await open_memory(settings, embedder=other, allow_model_change=True,
-                                  maintenance_interval=None)
+    settings = MemorySettings(
+        memory_dsn=first.settings.memory_dsn, memory_data_dir=first.settings.memory_data_dir
+    )
+    switching = await open_memory(
+        settings, embedder=other, allow_model_change=True, maintenance_interval=None
+    )
     try:
         assert await switching.reembed(batch_size=1) == 2
     finally:

@@ -12,8 +12,14 @@ from memory_core.models import TurnInput
 T0 = datetime(2024, 1, 16, 10, 0, tzinfo=timezone.utc)
 
 
-def turn(user: int, text: str, minutes: float, group: int | None = None, role: str = "user",
-         message_id: int | None = None) -> TurnInput:
+def turn(
+    user: int,
+    text: str,
+    minutes: float,
+    group: int | None = None,
+    role: str = "user",
+    message_id: int | None = None,
+) -> TurnInput:
     return TurnInput(
         user_id=user,
         group_id=group,
@@ -28,7 +34,7 @@ def turn(user: int, text: str, minutes: float, group: int | None = None, role: s
 NOW = T0 + timedelta(days=1)
 
 
-@pytest.mark.parametrize("exact_max_rows", [20_000, 0], ids=["exact", "hnsw-iterative"])
+@pytest.mark.parametrize("exact_max_rows", [20_000, 0], ids=["exact-query", "index-query"])
 async def test_session_gets_min_top_n_anchors_and_only_its_rows_among_100x_more(
     memory_factory, exact_max_rows
 ):
@@ -48,12 +54,14 @@ async def test_session_gets_min_top_n_anchors_and_only_its_rows_among_100x_more(
 
 async def test_private_group_and_other_user_scopes_never_mix(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues([
-        turn(1, "我的订单号是 ORD-PRIVATE", 0),
-        turn(1, "我的订单号是 ORD-GROUP-A", 1, group=100),
-        turn(2, "我的订单号是 ORD-OTHER-USER", 2, group=100),
-        turn(1, "我的订单号是 ORD-GROUP-B", 3, group=200),
-    ])
+    await memory.add_dialogues(
+        [
+            turn(1, "我的订单号是 ORD-PRIVATE", 0),
+            turn(1, "我的订单号是 ORD-GROUP-A", 1, group=100),
+            turn(2, "我的订单号是 ORD-OTHER-USER", 2, group=100),
+            turn(1, "我的订单号是 ORD-GROUP-B", 3, group=200),
+        ]
+    )
     cases = {
         (1, None): "ORD-PRIVATE",
         (1, 100): "ORD-GROUP-A",
@@ -103,10 +111,12 @@ async def test_overlapping_windows_merge_into_one_time_ordered_window(memory_fac
 
 async def test_expired_and_future_turns_are_never_recalled(memory_factory, fresh_dsn):
     memory = await memory_factory()
-    await memory.add_dialogues([
-        turn(1, "我住在北京", 0),
-        turn(1, "我住在上海", 60 * 48),  # after NOW: a replay at NOW must not see it
-    ])
+    await memory.add_dialogues(
+        [
+            turn(1, "我住在北京", 0),
+            turn(1, "我住在上海", 60 * 48),  # after NOW: a replay at NOW must not see it
+        ]
+    )
     conn = await asyncpg.connect(fresh_dsn)
     try:
         await conn.execute("UPDATE dialogues SET expires_at = $1 WHERE content = '我住在北京'", NOW)
@@ -120,10 +130,12 @@ async def test_expired_and_future_turns_are_never_recalled(memory_factory, fresh
 
 async def test_time_decay_prefers_the_recent_of_two_equal_matches(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues([
-        turn(1, "我最喜欢的颜色是蓝色", -60 * 24 * 90),
-        turn(1, "我最喜欢的颜色是蓝色。", 0),
-    ])
+    await memory.add_dialogues(
+        [
+            turn(1, "我最喜欢的颜色是蓝色", -60 * 24 * 90),
+            turn(1, "我最喜欢的颜色是蓝色。", 0),
+        ]
+    )
     result = await memory.recall(1, "我最喜欢的颜色是蓝色", top_n=1, window_size=0, now=NOW)
     assert result.turns[0].created_at == T0
 
