@@ -1,0 +1,195 @@
+"""`python -m memory_core`: import, recall (text, --json, --batch), stats, reembed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, dsn: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "MEMORY_DSN": dsn, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "memory_core", "--data-dir", str(data_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environ,
+        cwd=data_dir,  # no .env.prod there: only the environment counts
+    )
+
+
+TURNS = [
+    {
+        "user_id": 1,
+        "group_id": None,
+        "role": "user",
+        "content": "我的订单号是ORD123456",
+        "sender_name": "小明",
+        "message_id": 1,
+        "created_at": "2024-01-16T10:30:15+08:00",
+        "self_id": 10001,
+    },
+    {
+        "user_id": 1,
+        "group_id": None,
+        "role": "assistant",
+        "content": "好的，我记住了订单号ORD123456",
+        "sender_name": "小诗",
+        "message_id": 2,
+        "created_at": "2024-01-16T10:30:20+08:00",
+        "self_id": 10001,
+    },
+    {
+        "user_id": 1,
+        "group_id": 777,
+        "role": "user",
+        "content": "群里说的订单号是ORD999",
+        "message_id": 3,
+        "created_at": "2024-01-16T11:00:00+08:00",
+        "self_id": 10001,
+    },
+    {
+        "user_id": 2,
+        "group_id": None,
+        "role": "user",
+        "content": "别人的订单号ORD000",
+        "message_id": 4,
+        "created_at": "2024-01-16T11:00:00+08:00",
+    },
+]
+
+
+@pytest.fixture
+def imported(fresh_dsn: str, tmp_data_dir: Path) -> tuple[str, Path]:
+    path = tmp_data_dir / "turns.jsonl"
+    lines = [json.dumps(t, ensure_ascii=False) for t in TURNS]
+    lines.insert(2, '{"user_id": "not a number", "role": "user", "content": "x"}')
+    lines.insert(3, "not json at all")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_cli("import", str(path), dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert "imported 4 new rows" in result.stdout, result.stderr
+    assert "rows/s" in result.stdout
+    assert ":3: skipped" in result.stderr and ":4: skipped" in result.stderr
+    assert result.returncode == 1  # bad lines are reported in the exit code
+    return fresh_dsn, tmp_data_dir
+
+
+def test_import_then_recall_prints_the_seed_formatted_block(imported):
+    dsn, data_dir = imported
+    result = run_cli(
+        "recall",
+        "--user-id",
+        "1",
+        "--now",
+        "2024-01-16T16:00:00+08:00",
+        "订单号是多少",
+        dsn=dsn,
+        data_dir=data_dir,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[2024-01-16 10:30:15] (5小时前) user(小明): 我的订单号是ORD123456" in result.stdout
+    assert "ORD999" not in result.stdout and "ORD000" not in result.stdout
+
+
+def test_recall_json_holds_exactly_the_session_turns_in_time_order(imported):
+    dsn, data_dir = imported
+    result = run_cli(
+        "recall",
+        "--user-id",
+        "1",
+        "--group-id",
+        "777",
+        "--json",
+        "订单号",
+        dsn=dsn,
+        data_dir=data_dir,
+    )
+    data = json.loads(result.stdout)
+    assert data["query"] == "订单号"
+    assert [t["content"] for t in data["turns"]] == ["群里说的订单号是ORD999"]
+    assert set(data["turns"][0]) == {
+        "id",
+        "message_id",
+        "role",
+        "content",
+        "created_at",
+        "user_id",
+        "group_id",
+    }
+    assert data["turns"][0]["group_id"] == 777 and data["turns"][0]["message_id"] == 3
+
+
+def test_recall_batch_prints_one_json_object_per_query_in_order(imported):
+    dsn, data_dir = imported
+    queries = data_dir / "queries.jsonl"
+    queries.write_text(
+        "\n".join(
+            json.dumps(q, ensure_ascii=False)
+            for q in [
+                {"user_id": 2, "group_id": None, "query": "订单"},
+                {
+                    "user_id": 1,
+                    "group_id": None,
+                    "query": "订单",
+                    "top_n": 1,
+                    "window_size": 1,
+                    "now": "2024-01-16T10:30:16+08:00",
+                },
+            ]
+        ),
+        encoding="utf-8",
+    )
+    result = run_cli("recall", "--batch", str(queries), dsn=dsn, data_dir=data_dir)
+    assert result.returncode == 0, result.stderr
+    first, second = (json.loads(line) for line in result.stdout.splitlines())
+    assert [t["content"] for t in first["turns"]] == ["别人的订单号ORD000"]
+    # At 10:30:16 the assistant's reply (10:30:20) did not exist yet.
+    assert [t["role"] for t in second["turns"]] == ["user"]
+
+
+def test_stats_reports_counts_and_model(imported):
+    dsn, data_dir = imported
+    result = run_cli("stats", "--json", dsn=dsn, data_dir=data_dir)
+    data = json.loads(result.stdout)
+    assert data["rows"] == 4 and data["sessions"] == 3
+    assert data["by_chat_type_role"] == {"private/user": 2, "private/assistant": 1, "group/user": 1}
+    assert data["embedding_dim"] == 384
+
+
+def test_bad_settings_give_a_clear_error_not_a_traceback(fresh_dsn, tmp_data_dir):
+    result = run_cli("stats", dsn=fresh_dsn, data_dir=tmp_data_dir, MEMORY_TIMEZONE="Mars/Base")
+    assert result.returncode == 2
+    assert "unknown timezone" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_switching_model_is_refused_then_reembed_fixes_it(imported):
+    dsn, data_dir = imported
+    # A different local dimension is a config error; an API model with another name needs
+    # a server, so fake the switch by renaming the stored model.
+    import asyncio
+
+    import asyncpg
+
+    async def rename() -> None:
+        conn = await asyncpg.connect(dsn)
+        await conn.execute(
+            "UPDATE memory_meta SET value = 'old/model' WHERE key = 'embedding_model'"
+        )
+        await conn.execute("UPDATE dialogues SET embedding_model = 'old/model'")
+        await conn.close()
+
+    asyncio.run(rename())
+    refused = run_cli("stats", dsn=dsn, data_dir=data_dir)
+    assert refused.returncode == 2
+    assert "python -m memory_core reembed" in refused.stderr
+    fixed = run_cli("reembed", dsn=dsn, data_dir=data_dir)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "re-embedded 4 rows" in fixed.stdout
+    assert run_cli("stats", dsn=dsn, data_dir=data_dir).returncode == 0
