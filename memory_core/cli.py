@@ -27,6 +27,7 @@ from .service import TemporalMemory, open_memory
 from .settings import MemorySettings, settings_from_mapping
 
 IMPORT_CHUNK = 1000
+DEFER_INDEX_LINES = 20_000
 
 
 def load_settings(
@@ -96,6 +97,16 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 async def run_import(memory: TemporalMemory, path: Path, out: TextIO, err: TextIO) -> int:
+    with path.open("rb") as handle:
+        lines = sum(1 for _ in handle)
+    if lines >= DEFER_INDEX_LINES:
+        print(f"{lines} lines: the vector index is rebuilt once at the end", file=err)
+        async with memory.vector_index_deferred():
+            return await _import_lines(memory, path, out, err)
+    return await _import_lines(memory, path, out, err)
+
+
+async def _import_lines(memory: TemporalMemory, path: Path, out: TextIO, err: TextIO) -> int:
     started = time.perf_counter()
     seen = inserted = bad = 0
     chunk: list[TurnInput] = []

@@ -154,6 +154,10 @@ CREATE INDEX IF NOT EXISTS dialogues_embedding_hnsw_{dim} ON dialogues
 USING hnsw ((embedding::halfvec({dim})) halfvec_cosine_ops)
 """
 
+INDEX_BUILD_MEMORY = "512MB"
+INDEX_BUILD_TIMEOUT = 6 * 3600.0
+COPY_TIMEOUT = 600.0
+
 SQL_STATS = """
 SELECT chat_type, role, count(*) AS n FROM dialogues GROUP BY chat_type, role
 """
@@ -268,9 +272,12 @@ class PgDialogueStore:
         async with self._connection() as conn, conn.transaction():
             await conn.execute(SQL_CREATE_IMPORT_TABLE)
             await conn.copy_records_to_table(
-                "dialogue_import", records=[row.values() for row in rows], columns=INSERT_COLUMNS
+                "dialogue_import",
+                records=[row.values() for row in rows],
+                columns=INSERT_COLUMNS,
+                timeout=COPY_TIMEOUT,
             )
-            status = await conn.execute(SQL_MOVE_IMPORTED)
+            status = await conn.execute(SQL_MOVE_IMPORTED, timeout=COPY_TIMEOUT)
         return int(status.split()[-1])
 
     async def session_size(self, session_key: str) -> int:
@@ -428,7 +435,12 @@ class PgDialogueStore:
             for record in await conn.fetch(SQL_VECTOR_INDEXES):
                 if record["indexname"] != wanted:
                     await conn.execute(f'DROP INDEX IF EXISTS "{record["indexname"]}"')
-            await conn.execute(SQL_CREATE_VECTOR_INDEX.format(dim=int(dim)))
+            # Building over many rows takes minutes: more memory, no command timeout.
+            await conn.execute(f"SET maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
+            await conn.execute(
+                SQL_CREATE_VECTOR_INDEX.format(dim=int(dim)), timeout=INDEX_BUILD_TIMEOUT
+            )
+            await conn.execute("RESET maintenance_work_mem")
 
     async def drop_vector_indexes(self) -> None:
         async with self._connection() as conn:

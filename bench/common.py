@@ -1,0 +1,124 @@
+"""Shared pieces of the benchmarks: synthetic data, timing summaries, throwaway databases."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from memory_core.models import TurnInput
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+WORDS = (
+    "天气 订单 猫 狗 咖啡 电影 北京 上海 考试 旅行 游戏 音乐 工作 周末 生日 医院 火车 手机".split()
+)
+
+
+class RandomQueryEmbedder:
+    """Returns a cheap random unit vector: benchmarks time the database part of recall."""
+
+    def __init__(self, dim: int, model: str = "bench/synthetic") -> None:
+        self.dim = dim
+        self.model = model
+        self._rng = np.random.default_rng(7)
+
+    def _unit(self, n: int) -> np.ndarray:
+        v = self._rng.standard_normal((n, self.dim)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return self._unit(len(texts))
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        return self._unit(1)[0]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def synthetic_turns(
+    start: int, count: int, sessions: int, rng: np.random.Generator, heavy_share: float = 0.0
+) -> list[TurnInput]:
+    """``count`` turns spread over ``sessions`` (group and private), one a second."""
+    turns = []
+    for i in range(start, start + count):
+        if heavy_share and rng.random() < heavy_share:
+            user, group = 1, 999_999  # one very chatty group session
+        else:
+            s = int(rng.integers(0, sessions))
+            user, group = 10_000 + s, (500_000 + s // 3) if s % 2 else None
+        words = " ".join(rng.choice(WORDS, 4))
+        turns.append(
+            TurnInput(
+                user_id=user,
+                group_id=group,
+                role="user" if i % 2 == 0 else "assistant",
+                content=f"第{i}条：{words}",
+                sender_name="用户",
+                message_id=i,
+                self_id=10001,
+                created_at=T0 + timedelta(seconds=i),
+            )
+        )
+    return turns
+
+
+def unit_vectors(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    v = rng.standard_normal((n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(samples_ms)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {
+        "p50": pick(0.50),
+        "p95": pick(0.95),
+        "p99": pick(0.99),
+        "mean": statistics.fmean(ordered),
+        "n": float(len(ordered)),
+    }
+
+
+def fmt(stats: dict[str, float]) -> str:
+    return (
+        f"p50 {stats['p50']:.2f} ms, p95 {stats['p95']:.2f} ms, p99 {stats['p99']:.2f} ms "
+        f"(n={int(stats['n'])})"
+    )
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def machine_line() -> str:
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{datetime.now().strftime('%Y-%m-%d')}"
+    )
+
+
+@contextmanager
+def bench_data_dir(prefix: str) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix=f"tm-bench-{prefix}-") as path:
+        yield Path(path)
+
+
+@contextmanager
+def stopwatch() -> Iterator[list[float]]:
+    box: list[float] = []
+    started = time.perf_counter()
+    yield box
+    box.append(time.perf_counter() - started)
