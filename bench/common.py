@@ -18,9 +18,26 @@ import numpy as np
 from memory_core.models import TurnInput
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
-WORDS = (
-    "天气 订单 猫 狗 咖啡 电影 北京 上海 考试 旅行 游戏 音乐 工作 周末 生日 医院 火车 手机".split()
-)
+WORDS = [
+    "天气",
+    "订单",
+    "猫",
+    "狗",
+    "咖啡",
+    "电影",
+    "北京",
+    "上海",
+    "考试",
+    "旅行",
+    "游戏",
+    "音乐",
+    "工作",
+    "周末",
+    "生日",
+    "医院",
+    "火车",
+    "手机",
+]
 
 
 class RandomQueryEmbedder:
