@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import httpx
+from pydantic import SecretStr
 
 from .errors import ConfigError, LLMError
 from .settings import MemorySettings
@@ -225,32 +226,53 @@ def _retry_after_seconds(response: httpx.Response) -> float | None:
         return None  # an HTTP date; plain backoff is good enough
 
 
-def build_chat_model(settings: MemorySettings) -> ChatModel | None:
-    """The configured chat model, or ``None`` when no model is configured.
-
-    Builds the one ``httpx.AsyncClient`` for the chat endpoint (base URL, bearer key, timeout
-    ``llm_timeout``); the returned model owns it, close it with ``aclose``.
-    """
-    if not settings.llm_configured:
-        return None
-    base_url = settings.llm_base_url.strip()
+def build_openai_model(
+    *,
+    base_url: str,
+    api_key: SecretStr | None,
+    model: str,
+    timeout: float,
+    max_retries: int,
+    max_tokens: int | None,
+    temperature: float | None,
+    setting_prefix: str,
+) -> OpenAIChatModel:
+    """An ``OpenAIChatModel`` owning its one ``httpx.AsyncClient`` (base URL, bearer, timeout)."""
+    base_url = base_url.strip()
     if not base_url.startswith(("http://", "https://")):
-        raise ConfigError(f"LLM_BASE_URL must start with http:// or https://, got {base_url!r}")
+        raise ConfigError(
+            f"{setting_prefix}_BASE_URL must start with http:// or https://, got {base_url!r}"
+        )
     headers = {}
-    if settings.llm_api_key is not None:
-        key = settings.llm_api_key.get_secret_value().strip()
+    if api_key is not None:
+        key = api_key.get_secret_value().strip()
         if key:
             headers["Authorization"] = f"Bearer {key}"
     client = httpx.AsyncClient(
         base_url=base_url,
         headers=headers,
-        timeout=httpx.Timeout(settings.llm_timeout, connect=min(settings.llm_timeout, 10.0)),
+        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
         limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
     )
     return OpenAIChatModel(
-        client,
-        settings.llm_model,
-        settings.llm_max_retries,
+        client, model, max_retries, max_tokens=max_tokens, temperature=temperature
+    )
+
+
+def build_chat_model(settings: MemorySettings) -> ChatModel | None:
+    """The configured chat model, or ``None`` when no model is configured.
+
+    The returned model owns its HTTP client; close it with ``aclose``.
+    """
+    if not settings.llm_configured:
+        return None
+    return build_openai_model(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        model=settings.llm_model,
+        timeout=settings.llm_timeout,
+        max_retries=settings.llm_max_retries,
         max_tokens=settings.llm_max_reply_tokens,
         temperature=settings.llm_temperature,
+        setting_prefix="LLM",
     )

