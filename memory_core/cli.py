@@ -1,4 +1,4 @@
-"""``python -m memory_core``: import, recall, stats, reembed — reading the bot's settings.
+"""``python -m memory_core``: import, recall, stats, reembed, purge — with the bot's settings.
 
 Settings come from ``.env.prod`` in the working directory, overridden by environment variables,
 overridden by ``--data-dir``. This module is an entry point: it is the one place in the core
@@ -224,6 +224,17 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
             "embedding_model": stats.embedding_model,
             "embedding_dim": stats.embedding_dim,
             "database": stats.database,
+            "evaluation": {
+                "evaluator": stats.evaluation.evaluator,
+                "succeeded": stats.evaluation.succeeded,
+                "failed": stats.evaluation.failed,
+                "success_rate": stats.evaluation.success_rate,
+                "save_rate": stats.evaluation.save_rate,
+                "pending": stats.evaluation.pending,
+                "bands": stats.evaluation.band_counts(),
+                "purged_total": stats.evaluation.totals.get("purged", 0),
+                "purged_last_7_days": {d.isoformat(): n for d, n in stats.evaluation.purged_by_day},
+            },
         }
         print(json.dumps(data, ensure_ascii=False), file=out)
     else:
@@ -275,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
 
     sub.add_parser("reembed", help="re-embed every stored turn with the configured model")
+
+    pur = sub.add_parser("purge", help="delete expired turns now (the bot also does it daily)")
+    pur.add_argument("--now", help="reference time, ISO 8601 with offset (default: now)")
     return parser
 
 
@@ -289,6 +303,10 @@ async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
             return await run_recall(memory, args, sys.stdout)
         if args.command == "stats":
             return await run_stats(memory, args, sys.stdout)
+        if args.command == "purge":
+            purged = await memory.purge_expired(now=_parse_time(args.now, "--now"))
+            print(f"purged {purged} expired rows", file=sys.stdout)
+            return 0
         return await run_reembed(memory, sys.stdout, sys.stderr)
     finally:
         await memory.aclose()

@@ -6,7 +6,7 @@ CREATE TABLE evaluation_queue (
     user_turn_id      bigint NOT NULL REFERENCES dialogues (id) ON DELETE CASCADE,
     enqueued_at       timestamptz NOT NULL DEFAULT now(),
     attempts          integer NOT NULL DEFAULT 0,
-    not_before        timestamptz NOT NULL DEFAULT now()
+    not_before        timestamptz NOT NULL DEFAULT '-infinity'  -- due at once, whatever the clock
 );
 CREATE INDEX evaluation_queue_due ON evaluation_queue (not_before, enqueued_at);
 CREATE INDEX evaluation_queue_user_turn ON evaluation_queue (user_turn_id);

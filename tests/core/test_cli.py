@@ -193,3 +193,26 @@ def test_switching_model_is_refused_then_reembed_fixes_it(imported):
     assert fixed.returncode == 0, fixed.stderr
     assert "re-embedded 4 rows" in fixed.stdout
     assert run_cli("stats", dsn=dsn, data_dir=data_dir).returncode == 0
+
+
+def test_purge_deletes_expired_rows_at_the_given_time(imported):
+    dsn, data_dir = imported
+    import asyncio
+
+    import asyncpg
+
+    async def expire() -> None:
+        conn = await asyncpg.connect(dsn)
+        await conn.execute(
+            "UPDATE dialogues SET expires_at = '2024-01-17T00:00:00+08:00' WHERE user_id = 2"
+        )
+        await conn.close()
+
+    asyncio.run(expire())
+    early = run_cli("purge", "--now", "2024-01-16T23:00:00+08:00", dsn=dsn, data_dir=data_dir)
+    assert "purged 0 expired rows" in early.stdout, early.stderr
+    late = run_cli("purge", "--now", "2024-01-17T01:00:00+08:00", dsn=dsn, data_dir=data_dir)
+    assert "purged 1 expired rows" in late.stdout
+    stats = json.loads(run_cli("stats", "--json", dsn=dsn, data_dir=data_dir).stdout)
+    assert stats["rows"] == 3
+    assert stats["evaluation"]["purged_total"] == 1
