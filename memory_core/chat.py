@@ -8,7 +8,8 @@ One user message goes through :meth:`ConversationEngine.converse`:
 3. the system prompt carries the current time, the timezone and the time rules, and offers a
    recap when the previous turn is more than an hour old;
 4. the chat model answers; the caller's ``send`` delivers the text; what was delivered is
-   stored as the assistant turn, with the message id the chat platform gave it.
+   stored as the assistant turn, with the message id the chat platform gave it, and the
+   exchange is queued for evaluation (scored in the background, never delaying the reply).
 
 Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
 Failures never escape as exceptions: the model failing gives a short apology, no model gives
@@ -32,14 +33,16 @@ from zoneinfo import ZoneInfo
 
 from .errors import InvalidTurnError, LLMError, MemoryCoreError
 from .llm import ChatModel
-from .models import MemoryTurn, RecallResult, TurnInput
+from .models import MemoryTurn, RecallResult, TurnInput, generate_session_key
 from .prompt import MemoryBlock, build_chat_messages, build_system_prompt
 from .settings import MemorySettings
+from .text import scrub
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "抱歉，我这边暂时没法回答，请稍后再试。"
 NOT_CONFIGURED_NOTICE = "聊天模型还没有配置，暂时不能聊天；你说的话我先记下了。"
+INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
 # The current message is excluded from its own recall by cutting recall off just before it.
 _JUST_BEFORE = timedelta(microseconds=1)
 _NOTICE_TABLE_MAX = 4096
@@ -88,6 +91,8 @@ class ConversationMemory(Protocol):
     async def last_turn_time(
         self, user_id: int, group_id: int | None, now: datetime | None = None
     ) -> datetime | None: ...
+
+    async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None: ...
 
     def format_block(
         self,
@@ -198,6 +203,14 @@ def split_reply(text: str, max_chars: int) -> list[str]:
     return pieces
 
 
+def prompt_text(content: str, max_chars: int) -> str:
+    """The current message as the model gets it: storable text, cut (visibly) when very long."""
+    text = scrub(content)
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + INPUT_CUT_MARK.format(dropped=len(text) - max_chars)
+
+
 class ConversationEngine:
     """Turns one user message into one reply, with memory (see the module docstring)."""
 
@@ -229,6 +242,13 @@ class ConversationEngine:
         """Sessions with a message being handled or waiting (their locks exist only then)."""
         return len(self._locks)
 
+    @asynccontextmanager
+    async def session(self, user_id: int, group_id: int | None) -> AsyncIterator[None]:
+        """Hold a session: what runs inside comes after the session's earlier messages are
+        handled and before its later ones (for commands that read or delete its memory)."""
+        async with self._locks.hold(generate_session_key(user_id, group_id)):
+            yield
+
     async def record(self, turn: TurnInput) -> StoredOutcome | None:
         """Store a turn without answering (unaddressed group messages, notes).
 
@@ -243,7 +263,16 @@ class ConversationEngine:
         async with self._locks.hold(turn.session_key):
             turn = self._stamped(turn)
             previous_at = await self._last_turn_time(turn)
-            stored = await self._store(turn)
+            if self._model is None:
+                stored = await self._store(turn)
+                messages: list[dict[str, str]] = []
+                memory_ok = True
+            else:
+                # Memory is read only up to just before this message, so reading it need not
+                # wait for the message to be stored; the model is asked only after both.
+                stored, (messages, memory_ok) = await asyncio.gather(
+                    self._store(turn), self._build_messages(turn, previous_at)
+                )
             if stored is None:
                 return ChatResult(Outcome.EMPTY)
             if stored.duplicate:
@@ -252,7 +281,6 @@ class ConversationEngine:
             if self._model is None:
                 return await self._notice(turn, send, stored)
 
-            messages, memory_ok = await self._build_messages(turn, previous_at)
             try:
                 answer = (await self._model.complete(messages)).strip()
                 if not answer:
@@ -290,6 +318,8 @@ class ConversationEngine:
                 created_at=max(self._clock(), self._after(turn)),
             )
             stored_reply = await self._store(reply)
+            if user_turn is not None and stored_reply is not None and stored_reply.turn:
+                await self._enqueue_evaluation(user_turn, stored_reply.turn)
             return ChatResult(
                 Outcome.REPLIED,
                 user_turn=user_turn,
@@ -325,6 +355,15 @@ class ConversationEngine:
             # Treat as stored-nowhere but keep the conversation going without memory.
             return _Unstored()
 
+    async def _enqueue_evaluation(self, user_turn: MemoryTurn, reply_turn: MemoryTurn) -> None:
+        # Scoring runs in the memory's background worker; queueing is one quick insert.
+        try:
+            await self._memory.enqueue_evaluation(user_turn.id, reply_turn.id)
+        except MemoryCoreError as exc:
+            log.warning(
+                "exchange of session %s not queued for evaluation: %s", user_turn.session_key, exc
+            )
+
     async def _last_turn_time(self, turn: TurnInput) -> datetime | None:
         try:
             return await self._memory.last_turn_time(turn.user_id, turn.group_id)
@@ -351,14 +390,13 @@ class ConversationEngine:
         assert turn.created_at is not None
         now = max(self._clock(), turn.created_at)
         cutoff = turn.created_at - _JUST_BEFORE
+        text = prompt_text(turn.content, self._settings.chat_max_input_chars)
         recent: list[MemoryTurn] = []
         block_text = ""
         memory_ok = True
         try:
             recent = await self._recent(turn, now, cutoff)
-            result = await self._memory.recall(
-                turn.user_id, turn.content, turn.group_id, now=cutoff
-            )
+            result = await self._memory.recall(turn.user_id, text, turn.group_id, now=cutoff)
             block = self._memory.format_block(result, now, exclude_ids=tuple(t.id for t in recent))
             block_text = block.text
         except MemoryCoreError as exc:
@@ -371,7 +409,7 @@ class ConversationEngine:
             last_turn_at=previous_at,
             persona=self._settings.chat_persona or None,
         )
-        messages = build_chat_messages(system, block_text, recent, turn.content, now, self._tz)
+        messages = build_chat_messages(system, block_text, recent, text, now, self._tz)
         return messages, memory_ok
 
     async def _recent(self, turn: TurnInput, now: datetime, cutoff: datetime) -> list[MemoryTurn]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .models import MemoryTurn, RecallResult, RecallWindow
 from .store import AnchorCandidate
+
+# Near-identical turns this close together count as one burst (see ``diversify``).
+BURST_GAP = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -97,3 +100,102 @@ def assemble_windows(
     return RecallResult(
         query=query, windows=windows, turns=tuple(sorted(every_turn.values(), key=time_order))
     )
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One ranked candidate list (best first) and its weight in the fusion."""
+
+    name: str
+    candidates: Sequence[AnchorCandidate]
+    weight: float = 1.0
+
+
+def decayed_order(
+    candidates: Sequence[AnchorCandidate],
+    scores: Sequence[float],
+    *,
+    now: datetime,
+    decay: DecayPolicy,
+) -> list[AnchorCandidate]:
+    """One channel's candidates ordered by its own score times the time-decay weight.
+
+    Decay acts inside each channel, on the channel's score, as in vector-only recall: applied
+    after fusion it would swamp the fused score (one rank apart is ~1.6% in RRF, while the
+    decay weight goes down to ``min_weight``)."""
+
+    def key(pair: tuple[AnchorCandidate, float]) -> tuple[float, float, int]:
+        candidate, value = pair
+        age_days = max(0.0, (now - candidate.created_at).total_seconds() / 86400)
+        weighted = value * decay.weight(age_days)
+        return (-weighted, -candidate.created_at.timestamp(), -candidate.id)
+
+    return [candidate for candidate, _ in sorted(zip(candidates, scores, strict=True), key=key)]
+
+
+def fuse_channels(
+    channels: Sequence[Channel],
+    *,
+    rrf_k: float = 60.0,
+    within: tuple[datetime, datetime] | None = None,
+) -> list[RankedAnchor]:
+    """Reciprocal rank fusion of ranked channels, best first (ties: the more recent first).
+
+    A turn found by several channels adds up ``weight / (rrf_k + rank)`` from each. With
+    ``within=(start, end)`` only turns inside that range are kept (a pure time question).
+    """
+    scores: dict[int, float] = {}
+    best: dict[int, AnchorCandidate] = {}
+    for channel in channels:
+        for rank, candidate in enumerate(channel.candidates, start=1):
+            if within is not None and not within[0] <= candidate.created_at < within[1]:
+                continue
+            scores[candidate.id] = scores.get(candidate.id, 0.0) + channel.weight / (rrf_k + rank)
+            known = best.get(candidate.id)
+            if known is None or candidate.similarity > known.similarity:
+                best[candidate.id] = candidate
+    ranked = [RankedAnchor(best[turn_id], score) for turn_id, score in scores.items()]
+    ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
+    return ranked
+
+
+def near_duplicate(a: Collection[str], b: Collection[str], threshold: float = 0.5) -> bool:
+    """Two turns say nearly the same thing: their search terms overlap by ``threshold``
+    (Jaccard), or both have none (emoji, stickers) and so cannot be told apart."""
+    if not a and not b:
+        return True
+    union = len(set(a) | set(b))
+    return union > 0 and len(set(a) & set(b)) / union >= threshold
+
+
+def diversify(
+    ranked: Sequence[RankedAnchor],
+    neighbours: Mapping[int, Collection[int]],
+    terms: Mapping[int, Collection[str]],
+    top_n: int,
+    burst_gap: timedelta = BURST_GAP,
+) -> list[RankedAnchor]:
+    """Pick ``top_n`` anchors, passing over a near-duplicate of an already picked anchor that
+    lies inside its window or within ``burst_gap`` of it (``neighbours[id]``: the turn ids of
+    an anchor's window; ``terms[id]``: a turn's search terms), so one burst of near-identical
+    turns cannot take every anchor. Passed-over anchors fill up, in rank order, only when
+    nothing else is left."""
+    chosen: list[RankedAnchor] = []
+    passed: list[RankedAnchor] = []
+    for anchor in ranked:
+        if len(chosen) == top_n:
+            break
+        turn_id = anchor.candidate.id
+        mine = terms.get(turn_id, ())
+        if any(
+            (
+                turn_id in neighbours.get(other.candidate.id, ())
+                or abs(anchor.candidate.created_at - other.candidate.created_at) <= burst_gap
+            )
+            and near_duplicate(mine, terms.get(other.candidate.id, ()))
+            for other in chosen
+        ):
+            passed.append(anchor)
+            continue
+        chosen.append(anchor)
+    return chosen + passed[: top_n - len(chosen)]

@@ -14,23 +14,52 @@ from typing import Any
 
 import numpy as np
 
+from .answer_cache import AnswerCache, cache_threshold
+from .context import ContextBuilder, MemoryContext
 from .database import DatabaseLocation, create_pool, locate_database, prepare_database
+from .distilled import (
+    DistilledHit,
+    DistilledKind,
+    DistilledMemory,
+    ExtractedMemory,
+    SaveOutcome,
+    dedupe_threshold,
+)
+from .distilled_stats import DistilledStats
+from .distilled_store import CachedAnswer, PgAnswerCacheStore, PgDistilledStore
 from .embedding import Embedder, build_embedder
 from .errors import (
     DatabaseUnavailableError,
     EmbeddingError,
     EmbeddingModelMismatchError,
     InvalidTurnError,
+    MemoryCoreError,
 )
 from .evaluation import Evaluator, build_evaluator
 from .evaluation_worker import EVALUATED, FAILED, NOT_KEPT, PURGED, EvaluationWorker, band_metric
+from .extraction import build_extractor, extraction_off_reason
+from .extraction_worker import ExtractionReport, ExtractionWorker
+from .keeper import MaintenanceReport, MemoryKeeper
+from .keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
+from .keywords import document_terms, query_terms, required_phrases
 from .models import MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
 from .prompt import MemoryBlock, build_memory_block
-from .recall import DecayPolicy, assemble_windows, rank_anchors
+from .recall import (
+    Channel,
+    DecayPolicy,
+    RankedAnchor,
+    assemble_windows,
+    decayed_order,
+    diversify,
+    fuse_channels,
+    rank_anchors,
+)
 from .retention import RetentionPolicy, load_retention_policy
-from .settings import MemorySettings
+from .settings import MemorySettings, RetrievalMode
 from .spool import TurnSpool
 from .store import (
+    AnchorCandidate,
+    AnchorFilters,
     NewTurnRow,
     PgDialogueStore,
     PgEvaluationStore,
@@ -38,6 +67,7 @@ from .store import (
     raw_segments_json,
 )
 from .text import clean_content, scrub
+from .timerange import analyse_query
 from .tokens import TokenCounter, load_token_counter
 
 log = logging.getLogger(__name__)
@@ -47,6 +77,9 @@ ROLES = ("user", "assistant")
 SENDER_NAME_MAX = 64
 CANDIDATES_PER_ANCHOR = 4
 MIN_CANDIDATES = 20
+KEYWORD_BACKFILL_BATCH = 1000
+# Diversity looks at this many fused candidates per anchor wanted.
+DIVERSITY_POOL_PER_ANCHOR = 3
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
 PRIVATE_USER, PRIVATE_BOT = ("private", "user"), ("private", "assistant")
@@ -234,6 +267,7 @@ class TemporalMemory:
             store = PgDialogueStore(pool=pool)
             try:
                 await self._check_embedding_model(store, location, allow_model_change)
+                await self._check_keyword_analyzer(store)
             except BaseException:
                 await pool.close()
                 raise
@@ -282,6 +316,7 @@ class TemporalMemory:
                 await self.flush_spool()
                 if self._backfill_needed.is_set():
                     self._backfill_needed.clear()
+                    await self.backfill_keywords()
                     await self.backfill_embeddings()
             except (DatabaseUnavailableError, EmbeddingError) as exc:
                 log.warning("memory maintenance postponed: %s", exc)
@@ -291,6 +326,7 @@ class TemporalMemory:
                 await asyncio.sleep(interval)
 
     async def aclose(self) -> None:
+        await self._close_distilled()
         if self.evaluations is not None:
             await self.evaluations.aclose()
         if self._maintenance is not None:
@@ -347,6 +383,7 @@ class TemporalMemory:
             embedding_model=self.embedding_model if embedding is not None else None,
             token_count=self.token_counter.count(content),
             created_at=created_at,
+            keywords=document_terms(content),
         )
 
     def check_turn(self, turn: TurnInput) -> None:
@@ -481,6 +518,30 @@ class TemporalMemory:
             )
             done += len(pending)
 
+    async def _check_keyword_analyzer(self, store: PgDialogueStore) -> None:
+        # Terms made by another version of the analyser would not match today's queries.
+        meta = await store.read_meta()
+        if meta.get("keyword_analyzer") == KEYWORD_ANALYZER_VERSION:
+            return
+        if "keyword_analyzer" in meta:
+            reset = await store.reset_keywords()
+            log.info("keyword analyser changed, %d row(s) will get new keywords", reset)
+        await store.write_meta({"keyword_analyzer": KEYWORD_ANALYZER_VERSION})
+
+    async def backfill_keywords(self, batch_size: int = KEYWORD_BACKFILL_BATCH) -> int:
+        """Make the keywords of rows stored without them (before migration 003, or after a
+        change of the analyser); returns how many rows were filled."""
+        store = self._require_store()
+        done = 0
+        while True:
+            pending = await store.pending_keywords(batch_size)
+            if not pending:
+                return done
+            await store.set_keywords(
+                [(row_id, document_terms(content)) for row_id, content in pending]
+            )
+            done += len(pending)
+
     # ----------------------------------------------------------------- reading
 
     async def recall(
@@ -492,11 +553,23 @@ class TemporalMemory:
         top_n: int | None = None,
         window_size: int | None = None,
         now: datetime | None = None,
+        roles: Sequence[Role] | None = None,
+        keywords: Sequence[str] | None = None,
+        mode: RetrievalMode | None = None,
+        time_aware: bool | None = None,
     ) -> RecallResult:
-        """Top-N anchors of this session by meaning and time, each widened by ±window turns.
+        """Top-N anchors of this session by meaning, keywords and time, each widened by
+        ±window turns.
 
         Only this session's live turns (not expired, not after ``now``) are considered.
-        If the query cannot be embedded, the result is empty (logged), never an error.
+        ``mode`` (default: the setting) picks the channels: ``vector`` (meaning), ``keyword``
+        (terms, see ``memory_core.keywords``) or ``hybrid`` (both, reciprocal rank fusion).
+        A time expression in the query (昨天, 上周三, 刚才…, see ``memory_core.timerange``)
+        adds that range's turns as candidates, or keeps only them when the query asks nothing
+        else; ``time_aware=False`` ignores it. ``roles`` limits anchors to those roles and
+        ``keywords`` to turns containing every one of them (windows stay whole).
+        If the query cannot be embedded, hybrid recall falls back to keywords and vector
+        recall returns nothing (logged); it is never an error.
         """
         store = self._require_store()
         now = now or datetime.now(timezone.utc)
@@ -506,50 +579,128 @@ class TemporalMemory:
         if top_n <= 0 or not query.strip():
             return RecallResult(query=query)
         session_key = generate_session_key(user_id, group_id)
-        try:
-            vector = await self.embedder.embed_query(query)
-        except EmbeddingError as exc:
-            log.warning("query could not be embedded, recalling nothing: %s", exc)
-            return RecallResult(query=query)
-        limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
-        candidates = await self._anchor_candidates(store, session_key, vector, now, limit)
-        anchors = rank_anchors(
-            candidates,
-            now=now,
-            decay=self._decay,
-            top_n=top_n,
-            similarity_floor=self.settings.memory_similarity_floor,
+        mode = mode or self.settings.memory_retrieval_mode
+        if time_aware is None:
+            time_aware = self.settings.memory_time_understanding
+        when = analyse_query(query, now, self.tz) if time_aware else None
+        # The time expression has done its work once it is a range; the rest is the topic.
+        text = when.rest if when is not None and when.rest.strip() else query
+        filters = AnchorFilters(
+            roles=tuple(roles) if roles else None,
+            phrases=tuple(required_phrases(keywords)) if keywords else None,
         )
+        vector: np.ndarray | None = None
+        if mode != "keyword":
+            try:
+                vector = await self.embedder.embed_query(text)
+            except EmbeddingError as exc:
+                if mode == "vector":
+                    log.warning("query could not be embedded, recalling nothing: %s", exc)
+                    return RecallResult(query=query)
+                log.warning("query could not be embedded, recalling by keywords only: %s", exc)
+        limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
+        size = await store.session_size(session_key)
+        search = dict(session_key=session_key, model=self.embedding_model, now=now, limit=limit)
+        channels: list[Channel] = []
+        if vector is not None:
+            found = await self._anchor_candidates(store, vector, filters, size, **search)
+            floor = self.settings.memory_similarity_floor
+            if floor is not None:
+                found = [c for c in found if c.similarity >= floor]
+            ordered = decayed_order(
+                found, [c.similarity for c in found], now=now, decay=self._decay
+            )
+            channels.append(Channel("vector", ordered))
+        if mode != "vector":
+            hits = await store.keyword_candidates(
+                terms=query_terms(text),
+                session_rows=size,
+                query_vector=vector,
+                filters=filters,
+                **search,  # type: ignore[arg-type]
+            )
+            keyed = decayed_order(
+                [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
+                [h.score for h in hits],
+                now=now,
+                decay=self._decay,
+            )
+            channels.append(Channel("keyword", keyed, self.settings.memory_keyword_weight))
+        within = None
+        if when is not None:
+            in_range = dataclasses.replace(filters, start=when.range.start, end=when.range.end)
+            if when.range.recent or vector is None:  # newest first
+                timed = await store.latest_candidates(
+                    query_vector=vector,
+                    filters=in_range,
+                    **search,  # type: ignore[arg-type]
+                )
+            else:  # by meaning, inside the range (exact: the range bounds the rows read)
+                timed = await store.anchor_candidates(
+                    query_vector=vector,
+                    filters=in_range,
+                    **search,  # type: ignore[arg-type]
+                )
+            channels.append(Channel("time", timed, self.settings.memory_time_weight))
+            if when.time_only:
+                within = (when.range.start, when.range.end)
+        if [c.name for c in channels] == ["vector"]:
+            # Vector only: similarity times decay, as before fusion existed.
+            ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
+        else:
+            ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
+        return await self._assemble(store, session_key, query, ranked, top_n, window, now)
+
+    async def _assemble(
+        self,
+        store: PgDialogueStore,
+        session_key: str,
+        query: str,
+        ranked: Sequence[RankedAnchor],
+        top_n: int,
+        window: int,
+        now: datetime,
+    ) -> RecallResult:
+        """Choose the anchors (diverse unless disabled) and read their windows."""
+        diverse = self.settings.memory_anchor_diversity
+        pool = list(ranked[: top_n * DIVERSITY_POOL_PER_ANCHOR] if diverse else ranked[:top_n])
+        # Diversity needs each candidate's neighbours, even when no window is returned.
+        reach = max(window, 1) if diverse else window
         rows = await store.windows(
             session_key=session_key,
-            anchors=[a.candidate for a in anchors],
-            window_size=window,
+            anchors=[a.candidate for a in pool],
+            window_size=reach,
             now=now,
         )
-        return assemble_windows(query, anchors, rows)
+        if not diverse:
+            return assemble_windows(query, pool, rows)
+        neighbours: dict[int, set[int]] = {}
+        contents: dict[int, str] = {}
+        for anchor_id, turn in rows:
+            neighbours.setdefault(anchor_id, set()).add(turn.id)
+            contents[turn.id] = turn.content
+        terms = {a.candidate.id: document_terms(contents.get(a.candidate.id, "")) for a in pool}
+        anchors = diversify(pool, neighbours, terms, top_n)
+        chosen = {a.candidate.id for a in anchors}
+        kept = [(a, t) for a, t in rows if a in chosen and (window > 0 or t.id == a)]
+        return assemble_windows(query, anchors, kept)
 
     async def _anchor_candidates(
         self,
         store: PgDialogueStore,
-        session_key: str,
         vector: np.ndarray,
-        now: datetime,
-        limit: int,
-    ) -> list[Any]:
-        search = dict(
-            session_key=session_key,
-            model=self.embedding_model,
-            query_vector=vector,
-            now=now,
-            limit=limit,
+        filters: AnchorFilters,
+        session_rows: int,
+        **search: Any,
+    ) -> list[AnchorCandidate]:
+        if session_rows <= self.settings.memory_exact_search_max_rows:
+            return await store.anchor_candidates(query_vector=vector, filters=filters, **search)
+        found = await store.anchor_candidates(
+            query_vector=vector, filters=filters, index_dim=self.embedding_dim, **search
         )
-        size = await store.session_size(session_key)
-        if size <= self.settings.memory_exact_search_max_rows:
-            return await store.anchor_candidates(**search)  # type: ignore[arg-type]
-        found = await store.anchor_candidates(index_dim=self.embedding_dim, **search)  # type: ignore[arg-type]
-        if len(found) < limit:
+        if len(found) < search["limit"]:
             # The index scan may stop early (pgvector's scan limits); exact search is complete.
-            found = await store.anchor_candidates(**search)  # type: ignore[arg-type]
+            found = await store.anchor_candidates(query_vector=vector, filters=filters, **search)
         return found
 
     async def get_contextual_memory(
@@ -623,10 +774,16 @@ class TemporalMemory:
         everything: bool = False,
     ) -> int:
         """Delete memories: a group session (user+group), a user's private chat
-        (user+private_only), all of a user's rows (user), a whole group (group) or everything."""
-        return await self._require_store().delete_scope(
+        (user+private_only), all of a user's rows (user), a whole group (group) or everything.
+
+        Returns the turns deleted; the scope's distilled memories and cached answers go too."""
+        deleted = await self._require_store().delete_scope(
             user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
         )
+        await self.forget_distilled(
+            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+        )
+        return deleted
 
     # ----------------------------------------------------------------- admin
 
@@ -702,8 +859,242 @@ class TemporalMemory:
             last_id = rows[-1][0]
             if progress is not None:
                 progress(done, total)
+        done += await self._reembed_distilled(batch_size)
         await store.ensure_vector_index(self.embedding_dim)
         return done
+
+    # ------------------------------------------- distilled memory, context, answer cache (issue 5)
+    # Built by open_memory; see memory_core.keeper, .extraction_worker, .answer_cache, .context.
+
+    keeper: MemoryKeeper | None = None
+    extraction: ExtractionWorker | None = None
+    extraction_off: str | None = None  # why extraction is off, or None
+    answer_cache: AnswerCache | None = None
+    context_builder: ContextBuilder | None = None
+    _distilled_stores: tuple[Any, PgDistilledStore, PgAnswerCacheStore] | None = None
+
+    def _stores_of_pool(self) -> tuple[PgDistilledStore, PgAnswerCacheStore]:
+        if self._pool is None:
+            raise DatabaseUnavailableError("the memory database is not connected")
+        if self._distilled_stores is None or self._distilled_stores[0] is not self._pool:
+            stores = (PgDistilledStore(pool=self._pool), PgAnswerCacheStore(pool=self._pool))
+            self._distilled_stores = (self._pool, *stores)
+        return self._distilled_stores[1], self._distilled_stores[2]
+
+    def distilled_store(self) -> PgDistilledStore:
+        """The distilled-memory store of the current pool (``DatabaseUnavailableError`` if none)."""
+        return self._stores_of_pool()[0]
+
+    def answer_cache_store(self) -> PgAnswerCacheStore:
+        return self._stores_of_pool()[1]
+
+    def _require_keeper(self) -> MemoryKeeper:
+        if self.keeper is None:
+            raise DatabaseUnavailableError("distilled memory is not set up (use open_memory)")
+        return self.keeper
+
+    async def note_exchange(
+        self, user_id: int, group_id: int | None = None, now: datetime | None = None
+    ) -> bool:
+        """Call after each stored exchange: counts it for extraction, which runs in the
+        background every EXTRACTION_EVERY_TURNS exchanges or once the session is idle.
+        Returns whether the session became due; a no-op (False) when extraction is off."""
+        if self.extraction is None:
+            return False
+        return await self.extraction.note_exchange(user_id, group_id, now)
+
+    async def extract_due(self, now: datetime | None = None) -> int:
+        """Distil every due session now (N exchanges noted, or idle with exchanges waiting);
+        the background task does this too, a scheduler may call it. Returns sessions done."""
+        if self.extraction is None:
+            return 0
+        return await self.extraction.run_once(now)
+
+    async def extract_session(
+        self, user_id: int, group_id: int | None = None, now: datetime | None = None
+    ) -> ExtractionReport | None:
+        """Distil one session's undistilled turns now; ``None`` when extraction is off."""
+        if self.extraction is None:
+            return None
+        return await self.extraction.extract_session(user_id, group_id, now)
+
+    async def save_distilled(
+        self,
+        items: Sequence[ExtractedMemory],
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        source_turn_ids: Sequence[int] = (),
+        stated_at: datetime | None = None,
+    ) -> SaveOutcome:
+        """Store distilled items directly (deduplicated, merged, superseding as extracted)."""
+        return await self._require_keeper().save(
+            items,
+            user_id=user_id,
+            group_id=group_id,
+            source_turn_ids=source_turn_ids,
+            stated_at=stated_at or datetime.now(timezone.utc),
+        )
+
+    async def recall_distilled(
+        self,
+        user_id: int,
+        group_id: int | None,
+        query: str,
+        *,
+        kinds: Sequence[DistilledKind] = ("facts", "preferences"),
+        top_k: int | None = None,
+        now: datetime | None = None,
+    ) -> list[DistilledHit]:
+        """Current distilled memories for ``query`` ranked by similarity, time decay,
+        importance and use (seed 000 ``recall``), in this session or the user scope."""
+        return await self._require_keeper().recall(
+            user_id,
+            group_id,
+            query,
+            kinds=kinds,
+            top_k=self.settings.memory_distilled_facts if top_k is None else top_k,
+            now=now,
+        )
+
+    async def recall_by_type(
+        self,
+        user_id: int,
+        group_id: int | None,
+        kind: DistilledKind,
+        *,
+        limit: int = 20,
+        now: datetime | None = None,
+        include_history: bool = False,
+    ) -> list[DistilledMemory]:
+        """Seed 000 ``recall_by_type``: latest memories of one kind, no vector search;
+        ``include_history`` adds superseded ones (with ``valid_until`` / ``superseded_by``)."""
+        return await self._require_keeper().recall_by_type(
+            user_id, group_id, kind, limit=limit, now=now, include_history=include_history
+        )
+
+    async def build_context(
+        self,
+        user_id: int,
+        group_id: int | None,
+        query: str,
+        now: datetime | None = None,
+        exclude_ids: Sequence[int] = (),
+        *,
+        recall: RecallResult | None = None,
+        max_tokens: int | None = None,
+    ) -> MemoryContext:
+        """The memory text for a reply within MEMORY_MAX_TOKENS: preferences, relevant facts,
+        recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
+        already in the messages). Pass ``recall`` to reuse a recall already made."""
+        builder = self.context_builder or ContextBuilder(
+            settings=self.settings,
+            keeper=self.keeper,
+            recall=self.recall,
+            counter=self.token_counter,
+            tz=self.tz,
+        )
+        return await builder.build(
+            user_id,
+            group_id,
+            query,
+            now=now,
+            exclude_ids=exclude_ids,
+            recall=recall,
+            max_tokens=max_tokens,
+        )
+
+    async def maintain_distilled(self, now: datetime | None = None) -> MaintenanceReport:
+        """Daily upkeep: merge near-duplicate memories, refresh importance, embed what is
+        missing, drop expired cached answers."""
+        report = await self._require_keeper().maintain()
+        if self.answer_cache is not None:
+            purged = await self.answer_cache.purge_expired(now)
+            log.info("answer cache: %d expired entr(ies) removed", purged)
+        return report
+
+    async def forget_distilled(
+        self,
+        *,
+        user_id: int | None = None,
+        group_id: int | None = None,
+        private_only: bool = False,
+        everything: bool = False,
+    ) -> int:
+        """Delete a /forget scope's distilled memories and cached answers (``forget`` does this
+        too); returns the distilled memories deleted."""
+        scope = dict(
+            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+        )
+        deleted = await self.distilled_store().delete_scope(**scope)
+        cached = await self.answer_cache_store().delete_scope(**scope)
+        log.info("forgot %d distilled memor(ies) and %d cached answer(s)", deleted, cached)
+        return deleted
+
+    async def cached_answer(
+        self,
+        question: str,
+        user_id: int,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> CachedAnswer | None:
+        """The cached answer (ANSWER_CACHE_ENABLED) or ``None``. Pass ``personal=True`` when
+        recall found memory of this person (``MemoryContext.personal``): nothing is served."""
+        if self.answer_cache is None:
+            return None
+        return await self.answer_cache.lookup(question, user_id, personal=personal, now=now)
+
+    async def cache_answer(
+        self,
+        question: str,
+        answer: str,
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> bool:
+        """Cache a delivered answer for this user; refused for time-dependent or personal
+        questions and when the cache is off. Returns whether it was stored."""
+        if self.answer_cache is None:
+            return False
+        return await self.answer_cache.store(
+            question, answer, user_id, group_id, personal=personal, now=now
+        )
+
+    async def preload_answer_cache(self, now: datetime | None = None) -> int:
+        """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
+        if self.answer_cache is None:
+            return 0
+        path = self.settings.config_file(
+            self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
+        )
+        return await self.answer_cache.preload(path, now)
+
+    async def distilled_stats(self, now: datetime | None = None) -> DistilledStats:
+        """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
+        store = self.distilled_store()
+        cache = self.answer_cache
+        return DistilledStats(
+            counts=await store.counts(),
+            totals=await store.metric_totals(date.min),
+            extraction="开启" if self.extraction is not None else (self.extraction_off or "关闭"),
+            waiting_sessions=await store.waiting_sessions(),
+            cache_enabled=cache is not None,
+            cache_entries=await cache.entry_counts(now) if cache is not None else {},
+        )
+
+    async def _reembed_distilled(self, batch_size: int) -> int:
+        done = await self.keeper.reembed(batch_size=batch_size) if self.keeper else 0
+        if self.answer_cache is not None:
+            done += await self.answer_cache.reembed(batch_size=batch_size)
+        return done
+
+    async def _close_distilled(self) -> None:
+        if self.extraction is not None:
+            await self.extraction.aclose()
+            self.extraction = None
 
 
 def _with_uuid(turn: TurnInput, message_uuid: str, created_at: datetime) -> TurnInput:
@@ -744,6 +1135,45 @@ async def open_memory(
         evaluator=chosen_evaluator,
         retention=retention,
     )
+    # Distilled memory, its background extraction, the answer cache, prompt assembly (issue 5).
+    memory.keeper = MemoryKeeper(
+        store=memory.distilled_store,
+        embedder=chosen_embedder,
+        scope=settings.memory_distilled_scope,
+        dedupe_threshold=dedupe_threshold(chosen_embedder.model, settings.memory_dedupe_threshold),
+    )
+    extractor = build_extractor(settings, memory.tz) if settings.memory_distilled_enabled else None
+    memory.extraction_off = (
+        extraction_off_reason(settings) if settings.memory_distilled_enabled else "已关闭"
+    )
+    if extractor is not None:
+        memory.extraction = ExtractionWorker(
+            store=memory.distilled_store,
+            keeper=memory.keeper,
+            extractor=extractor,
+            tz=memory.tz,
+            every_turns=settings.extraction_every_turns,
+            idle_minutes=settings.extraction_idle_minutes,
+            concurrency=settings.extraction_concurrency,
+            max_turns=settings.extraction_max_turns,
+        )
+    else:
+        log.info("distilled memory extraction is off: %s", memory.extraction_off)
+    if settings.answer_cache_enabled:
+        memory.answer_cache = AnswerCache(
+            store=memory.answer_cache_store,
+            embedder=chosen_embedder,
+            threshold=cache_threshold(chosen_embedder.model, settings.answer_cache_threshold),
+            ttl=timedelta(hours=settings.answer_cache_ttl_hours),
+            tz=memory.tz,
+        )
+    memory.context_builder = ContextBuilder(
+        settings=settings,
+        keeper=memory.keeper,
+        recall=memory.recall,
+        counter=counter,
+        tz=memory.tz,
+    )
     try:
         await memory.connect(allow_model_change=allow_model_change)
     except DatabaseUnavailableError as exc:
@@ -754,8 +1184,15 @@ async def open_memory(
     except BaseException:
         await chosen_embedder.aclose()
         raise
+    if memory.answer_cache is not None and memory.connected:
+        try:
+            await memory.preload_answer_cache()
+        except MemoryCoreError as exc:  # a bad preload file must not stop the bot
+            log.error("answer cache preload failed: %s", exc)
     if maintenance_interval is not None:
         memory.start_maintenance(maintenance_interval)
         if memory.evaluations is not None:
             memory.evaluations.start()
+        if memory.extraction is not None:
+            memory.extraction.start()
     return memory

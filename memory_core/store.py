@@ -15,6 +15,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from .database import CONNECTION_ERRORS
 from .errors import DatabaseUnavailableError, StorageError
+from .keywords import tsquery_any
 from .models import MemoryTurn
 
 TURN_COLUMNS = (
@@ -38,11 +39,13 @@ INSERT_COLUMNS = (
     "embedding_model",
     "token_count",
     "created_at",
+    "keywords",
 )
 
 SQL_INSERT_TURN = f"""
 INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15,
+        array_to_tsvector($16::text[]))
 ON CONFLICT (message_uuid) DO NOTHING
 RETURNING {TURN_COLUMNS}
 """
@@ -54,38 +57,100 @@ CREATE TEMPORARY TABLE IF NOT EXISTS dialogue_import (
     message_uuid text, self_id bigint, session_key text, user_id bigint, group_id bigint,
     chat_type text, role text, content text, sender_name text, qq_message_id bigint,
     raw_segments jsonb, embedding halfvec, embedding_model text, token_count integer,
-    created_at timestamptz
+    created_at timestamptz, keywords text[]
 ) ON COMMIT DELETE ROWS
 """
 
+# Keywords travel as text[] (COPY has no binary tsvector codec) and become a tsvector here.
+_IMPORTED_VALUES = ", ".join(
+    "array_to_tsvector(keywords)" if column == "keywords" else column for column in INSERT_COLUMNS
+)
 SQL_MOVE_IMPORTED = f"""
 INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
-SELECT {", ".join(INSERT_COLUMNS)} FROM dialogue_import
+SELECT {_IMPORTED_VALUES} FROM dialogue_import
 ON CONFLICT (message_uuid) DO NOTHING
 """
 
 SQL_SESSION_SIZE = "SELECT count(*) FROM dialogues WHERE session_key = $1"
 
+# Optional anchor filters shared by the channels (seed 003 §2.2): $6 roles, $7 required
+# phrases (normalised, each must occur in the content), $8/$9 a time range [start, end).
+# The range bounds are plain comparisons so the session index can use them.
+_ANCHOR_FILTERS = """
+  AND ($6::text[] IS NULL OR role = ANY($6::text[]))
+  AND NOT EXISTS (SELECT 1 FROM unnest($7::text[]) AS k(phrase)
+                  WHERE strpos(lower(normalize(content, NFKC)), k.phrase) = 0)
+  AND created_at >= coalesce($8::timestamptz, '-infinity')
+  AND created_at < coalesce($9::timestamptz, 'infinity')
+"""
+
 # Exact search: the session's live, embedded rows are read through the session index and
 # sorted by distance. MATERIALIZED keeps the planner from trying the HNSW index, whose
 # post-filtering could return fewer than k rows.
-SQL_ANCHORS_EXACT = """
+SQL_ANCHORS_EXACT = f"""
 WITH candidates AS MATERIALIZED (
     SELECT id, created_at, embedding FROM dialogues
     WHERE session_key = $1 AND embedding_model = $2 AND embedding IS NOT NULL
-      AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+      AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3) {_ANCHOR_FILTERS}
 )
 SELECT id, created_at, 1 - (embedding <=> $4) AS similarity
 FROM candidates ORDER BY embedding <=> $4 LIMIT $5
 """
 
 # Index search for large sessions: the expression must match the HNSW index for the dimension.
-SQL_ANCHORS_INDEX = """
+SQL_ANCHORS_INDEX = (
+    """
 SELECT id, created_at, 1 - (embedding::halfvec({dim}) <=> $4::halfvec({dim})) AS similarity
 FROM dialogues
 WHERE session_key = $1 AND embedding_model = $2 AND embedding IS NOT NULL
-  AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+  AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)"""
+    + _ANCHOR_FILTERS
+    + """
 ORDER BY embedding::halfvec({dim}) <=> $4::halfvec({dim}) LIMIT $5
+"""
+)
+
+# Keyword search of one session (issue 6): rows holding any query term ($4 tsquery over the
+# terms $5), ranked by BM25 without term frequency (messages rarely repeat a word): the sum of
+# the matched terms' IDF, with the session ($10 rows) as the collection, damped for long
+# messages. The filters apply after the document frequencies, which describe the whole
+# session. The cosine to $11 (NULL: none) comes along for rows of the model $2.
+SQL_KEYWORD_CANDIDATES = f"""
+WITH matches AS MATERIALIZED (
+    SELECT id, created_at, role, content, embedding, embedding_model,
+           tsvector_to_array(keywords) AS terms
+    FROM dialogues
+    WHERE session_key = $1 AND keywords @@ $4::tsquery
+      AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+),
+df AS (
+    SELECT term, count(*) AS n FROM matches, unnest(terms) AS term
+    WHERE term = ANY($5::text[]) GROUP BY term
+),
+scored AS (
+    SELECT t.id, sum(ln(1 + ($10::float8 - df.n + 0.5) / (df.n + 0.5))) AS idf
+    FROM (SELECT id, unnest(terms) AS term FROM matches) t JOIN df USING (term)
+    GROUP BY t.id
+),
+average AS (SELECT greatest(avg(cardinality(terms)), 1)::float8 AS len FROM matches)
+SELECT id, created_at,
+       s.idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * cardinality(terms) / a.len)) AS score,
+       CASE WHEN embedding_model = $2 AND $11::halfvec IS NOT NULL
+            THEN 1 - (embedding <=> $11::halfvec) END AS similarity
+FROM scored s JOIN matches USING (id) CROSS JOIN average a
+WHERE true {_ANCHOR_FILTERS}
+ORDER BY score DESC, created_at DESC, id DESC LIMIT $12
+"""
+
+# The session's latest live turns (for "刚才"), newest first, with the cosine to $4 if given.
+SQL_LATEST_CANDIDATES = f"""
+SELECT id, created_at,
+       CASE WHEN embedding_model = $2 AND $4::halfvec IS NOT NULL
+            THEN 1 - (embedding <=> $4::halfvec) END AS similarity
+FROM dialogues
+WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+  {_ANCHOR_FILTERS}
+ORDER BY created_at DESC, id DESC LIMIT $5
 """
 
 # Each anchor's ±window live turns of the same session, in (created_at, id) order.
@@ -134,6 +199,15 @@ SELECT count(*) FROM dialogues WHERE embedding_model IS DISTINCT FROM $1 OR embe
 SQL_SET_EMBEDDING = """
 UPDATE dialogues SET embedding = $2, embedding_model = $3 WHERE id = $1
 """
+
+# The keyword backfill (rows from before migration 003, or after a change of the analyser).
+SQL_PENDING_KEYWORDS = """
+SELECT id, content FROM dialogues WHERE keywords IS NULL ORDER BY id LIMIT $1
+"""
+SQL_SET_KEYWORDS = """
+UPDATE dialogues SET keywords = array_to_tsvector($2::text[]) WHERE id = $1
+"""
+SQL_RESET_KEYWORDS = "UPDATE dialogues SET keywords = NULL WHERE keywords IS NOT NULL"
 
 SQL_DELETE_QQ_MESSAGE = """
 DELETE FROM dialogues WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
@@ -191,6 +265,7 @@ class NewTurnRow:
     embedding_model: str | None
     token_count: int
     created_at: datetime
+    keywords: list[str]  # search terms (memory_core.keywords), stored as a tsvector
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, column) for column in INSERT_COLUMNS)
@@ -201,6 +276,41 @@ class AnchorCandidate:
     id: int
     created_at: datetime
     similarity: float
+
+
+@dataclass(frozen=True)
+class AnchorFilters:
+    """Optional limits on which turns may be anchors (seed 003 §2.2 混合过滤).
+
+    ``roles``: only these roles; ``phrases``: normalised text each anchor must contain
+    (see ``keywords.required_phrases``); ``start``/``end``: a time range ``[start, end)``.
+    """
+
+    roles: tuple[str, ...] | None = None
+    phrases: tuple[str, ...] | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def args(self) -> tuple[Any, ...]:
+        return (
+            list(self.roles) if self.roles else None,
+            list(self.phrases) if self.phrases else None,
+            self.start,
+            self.end,
+        )
+
+
+NO_FILTERS = AnchorFilters()
+
+
+@dataclass(frozen=True)
+class KeywordCandidate:
+    """A keyword hit: its BM25-like score, and its cosine to the query when one was given."""
+
+    id: int
+    created_at: datetime
+    score: float
+    similarity: float | None
 
 
 @dataclass(frozen=True)
@@ -299,8 +409,9 @@ class PgDialogueStore(PgStore):
         now: datetime,
         limit: int,
         index_dim: int | None = None,
+        filters: AnchorFilters = NO_FILTERS,
     ) -> list[AnchorCandidate]:
-        """The ``limit`` nearest live embedded turns of one session.
+        """The ``limit`` nearest live embedded turns of one session (within ``filters``).
 
         ``index_dim=None`` scans the session exactly. With a dimension, the HNSW index is used
         with pgvector's iterative scan so the session filter cannot starve the result.
@@ -308,7 +419,7 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             if index_dim is None:
                 records = await conn.fetch(
-                    SQL_ANCHORS_EXACT, session_key, model, now, query_vector, limit
+                    SQL_ANCHORS_EXACT, session_key, model, now, query_vector, limit, *filters.args()
                 )
             else:
                 async with conn.transaction():
@@ -321,8 +432,74 @@ class PgDialogueStore(PgStore):
                         now,
                         query_vector,
                         limit,
+                        *filters.args(),
                     )
         return [AnchorCandidate(r["id"], r["created_at"], float(r["similarity"])) for r in records]
+
+    async def keyword_candidates(
+        self,
+        *,
+        session_key: str,
+        model: str,
+        terms: Sequence[str],
+        now: datetime,
+        limit: int,
+        session_rows: int,
+        query_vector: np.ndarray | None = None,
+        filters: AnchorFilters = NO_FILTERS,
+    ) -> list[KeywordCandidate]:
+        """The session's ``limit`` best live turns by keyword score (see the SQL's comment)."""
+        query = tsquery_any(terms)
+        if query is None or limit <= 0:
+            return []
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_KEYWORD_CANDIDATES,
+                session_key,
+                model,
+                now,
+                query,
+                list(terms),
+                *filters.args(),
+                float(max(session_rows, 1)),
+                query_vector,
+                limit,
+            )
+        return [
+            KeywordCandidate(
+                r["id"],
+                r["created_at"],
+                float(r["score"]),
+                None if r["similarity"] is None else float(r["similarity"]),
+            )
+            for r in records
+        ]
+
+    async def latest_candidates(
+        self,
+        *,
+        session_key: str,
+        model: str,
+        now: datetime,
+        limit: int,
+        query_vector: np.ndarray | None = None,
+        filters: AnchorFilters = NO_FILTERS,
+    ) -> list[AnchorCandidate]:
+        """The session's ``limit`` latest live turns, newest first (similarity 0 if unknown)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_LATEST_CANDIDATES,
+                session_key,
+                model,
+                now,
+                query_vector,
+                limit,
+                *filters.args(),
+            )
+        return [
+            AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))
+            for r in records
+        ]
 
     async def windows(
         self,
@@ -384,6 +561,22 @@ class PgDialogueStore(PgStore):
                 SQL_SET_EMBEDDING,
                 [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
             )
+
+    async def pending_keywords(self, limit: int) -> list[tuple[int, str]]:
+        """Rows whose keywords are still to be made, oldest first."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_PENDING_KEYWORDS, limit)
+        return [(r["id"], r["content"]) for r in records]
+
+    async def set_keywords(self, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(SQL_SET_KEYWORDS, [(i, list(t)) for i, t in rows])
+
+    async def reset_keywords(self) -> int:
+        """Mark every row's keywords as stale (the analyser changed); the backfill redoes them."""
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_RESET_KEYWORDS, timeout=INDEX_BUILD_TIMEOUT)
+        return int(status.split()[-1])
 
     async def delete_qq_message(self, self_id: int | None, message_id: int) -> int:
         async with self._connection() as conn:

@@ -1,0 +1,129 @@
+"""Messages per second through the whole bot, and the bot's own added latency.
+
+``bot.py`` runs as a subprocess with the embedded PostgreSQL and the local embedding model; a
+OneBot v11 peer talks to it over a real WebSocket, and a loopback HTTP server stands in for the
+chat LLM with a fixed delay. Every session sends its messages one after another (the next once
+the previous one is answered); all sessions run at once.
+
+Per message: end-to-end latency (event sent -> reply send_msg received by the peer), the LLM's
+share (request received -> answered by the stand-in), and the bot's own part: the difference.
+Waiting for a free connection to the LLM counts as the bot's part, because it is.
+
+    python -m bench.bot_throughput --sessions 200 --messages 5 --llm-delay 0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import time
+from dataclasses import dataclass
+
+from bench.common import fmt, machine_line, percentiles
+from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
+from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
+
+REPLY_TIMEOUT = 300.0
+
+
+@dataclass
+class Sample:
+    text: str
+    sent_at: float
+    replied_at: float = 0.0
+
+
+def chat_key(user_id: int, group_id: int | None) -> tuple[str, int]:
+    return ("group", group_id) if group_id is not None else ("private", user_id)
+
+
+async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -> None:
+    llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
+    extra = {"LOG_LEVEL": "WARNING", "EVALUATOR_ENABLED": "true" if evaluator else "false"}
+    bot = await start_bot(llm_url=llm.base_url, extra_env=extra)
+    queues: dict[tuple[str, int], asyncio.Queue[ApiCall]] = {}
+    peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+
+    def route(call: ApiCall) -> None:
+        if call.action != "send_msg":
+            return
+        group = call.params.get("group_id")
+        key = chat_key(int(call.params.get("user_id", 0)), group)
+        queue = queues.get(key)
+        if queue is not None:
+            queue.put_nowait(call)
+
+    peer.on_call = route
+    samples: list[Sample] = []
+    lost: list[Sample] = []
+
+    async def session(index: int) -> None:
+        user_id = 3_000_000 + index
+        group_id = 4_000_000 + index if index % 2 else None
+        key = chat_key(user_id, group_id)
+        queue: asyncio.Queue[ApiCall] = asyncio.Queue()
+        queues[key] = queue
+        for number in range(messages):
+            text = f"会话{index}第{number}条：我周{number % 7 + 1}要去图书馆还书，提醒我一下"
+            segments = [text_seg(text)] if group_id is None else [at_seg(SELF_ID), text_seg(text)]
+            sample = Sample(text=text, sent_at=time.monotonic())
+            await peer.send_event(message_payload(segments, user_id=user_id, group_id=group_id))
+            try:
+                await asyncio.wait_for(queue.get(), REPLY_TIMEOUT)
+            except asyncio.TimeoutError:
+                lost.append(sample)
+                return
+            sample.replied_at = time.monotonic()
+            samples.append(sample)
+
+    try:
+        # Warm-up: first embedding, first connection to the LLM, first statements prepared.
+        await session(sessions + 1)
+        samples.clear()
+        started = time.monotonic()
+        await asyncio.gather(*(session(i) for i in range(sessions)))
+        elapsed = time.monotonic() - started
+    finally:
+        await peer.close()
+        await stop_bot(bot)
+        llm.stop()
+        shutil.rmtree(bot.data_dir, ignore_errors=True)
+
+    llm_ms: dict[str, float] = {}
+    for call in llm.calls:
+        if call.messages and call.answered_at:
+            last = call.messages[-1]["content"]
+            llm_ms[last.splitlines()[-1].split("] ", 1)[-1]] = (
+                call.answered_at - call.received_at
+            ) * 1000
+    total = [(s.replied_at - s.sent_at) * 1000 for s in samples]
+    own = [(s.replied_at - s.sent_at) * 1000 - llm_ms[s.text] for s in samples if s.text in llm_ms]
+    print(f"machine: {machine_line()}")
+    print(
+        f"sessions {sessions} x {messages} messages, stand-in LLM delay {llm_delay * 1000:.0f} ms, "
+        f"evaluator {'on' if evaluator else 'off'}"
+    )
+    print(
+        f"throughput: {len(samples) / elapsed:.1f} messages/s ({len(samples)} in {elapsed:.1f} s)"
+    )
+    print(f"end-to-end latency: {fmt(percentiles(total))}")
+    print(f"bot's own latency (LLM time excluded): {fmt(percentiles(own))}")
+    if lost:
+        print(f"{len(lost)} message(s) got no reply within {REPLY_TIMEOUT:.0f} s")
+    if len(own) != len(samples):
+        print(f"({len(samples) - len(own)} replies could not be matched to an LLM call)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--messages", type=int, default=5, help="messages per session")
+    parser.add_argument("--llm-delay", type=float, default=0.2, help="seconds per LLM answer")
+    parser.add_argument("--evaluator", action="store_true", help="keep exchange evaluation on")
+    args = parser.parse_args()
+    asyncio.run(run(args.sessions, args.messages, args.llm_delay, args.evaluator))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Retrieval quality benchmark (issue 6): ``python -m bench.retrieval``."""

@@ -1,0 +1,3 @@
+from bench.retrieval.run import main
+
+main()

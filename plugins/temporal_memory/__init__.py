@@ -1,0 +1,26 @@
+"""TemporalMemory: a QQ chat bot whose replies draw on long-term, time-aware memory."""
+
+from nonebot import require
+from nonebot.plugin import PluginMetadata
+
+require("nonebot_plugin_apscheduler")
+
+from .config import Config  # noqa: E402
+
+__plugin_meta__ = PluginMetadata(
+    name="TemporalMemory",
+    description="带时间感知长期记忆的 QQ 聊天机器人：私聊与群聊、记忆回忆、管理命令",
+    usage=(
+        "私聊直接说话；群里 @机器人、回复机器人的消息或以昵称开头。\n"
+        "/forget（忘记）删除你在当前会话的记忆（需确认）\n"
+        "/recall <内容>（回忆）查看会被想起的记忆\n"
+        "/remember <内容>（记住）记下一条永久笔记\n"
+        "/memstat（记忆统计）记忆统计（超级用户）"
+    ),
+    type="application",
+    homepage="https://github.com/",
+    config=Config,
+    supported_adapters={"~onebot.v11"},
+)
+
+from . import commands, handlers, intake, jobs, runtime  # noqa: E402, F401

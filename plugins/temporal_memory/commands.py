@@ -1,0 +1,340 @@
+"""Admin commands: /forget (忘记), /memstat (记忆统计), /recall (回忆), /remember (记住).
+
+Each runs before the chat matcher and blocks it. Anyone may act on their own session; touching
+another user, a whole group or everything takes a superuser, and others get a clear refusal.
+Forgetting asks for a "确认" within ``BOT_CONFIRM_TIMEOUT`` seconds.
+"""
+
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from nonebot import on_command, on_message
+from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
+from nonebot.log import logger
+from nonebot.params import CommandArg
+from nonebot.permission import SUPERUSER
+from nonebot.rule import Rule
+
+from memory_core.errors import MemoryCoreError
+from memory_core.models import TurnInput
+from memory_core.segments import flatten_segments
+
+from .intake import accept_rule, group_id_of, segments_of, sender_name
+from .messaging import send_text
+from .runtime import Runtime, RuntimeDep
+
+COMMAND_PRIORITY = 5
+CONFIRM_PRIORITY = 1
+CONFIRM_WORDS = frozenset({"确认", "确定", "confirm", "yes"})
+CANCEL_WORDS = frozenset({"取消", "算了", "cancel", "no"})
+
+DB_DOWN = "记忆数据库暂时连不上，请稍后再试。"
+NOT_SUPERUSER = "只有超级用户可以{action}。"
+
+FORGET_USAGE = (
+    "用法：/forget（忘记）删除你在当前会话的记忆；"
+    "超级用户可用 /forget user <QQ号>、/forget group <群号>、/forget all。"
+)
+RECALL_USAGE = (
+    "用法：/recall <内容>（回忆）查看会被想起的记忆；"
+    "超级用户可加 --user <QQ号>、--group <群号> 或 --private。"
+)
+REMEMBER_USAGE = "用法：/remember <内容>（记住）让我永久记住一条笔记。"
+
+forget_cmd = on_command(
+    "forget", aliases={"忘记"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+memstat_cmd = on_command(
+    "memstat",
+    aliases={"记忆统计"},
+    rule=Rule(accept_rule),
+    priority=COMMAND_PRIORITY,
+    block=True,
+)
+recall_cmd = on_command(
+    "recall", aliases={"回忆"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+remember_cmd = on_command(
+    "remember", aliases={"记住"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+async def reply(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> None:
+    await send_text(bot, event, text, max_chars=runtime.settings.chat_reply_max_chars)
+
+
+async def is_superuser(bot: Bot, event: MessageEvent) -> bool:
+    return bool(await SUPERUSER(bot, event))
+
+
+# ----------------------------------------------------------------------------- confirmations
+
+
+@dataclass
+class PendingForget:
+    """A /forget waiting for its "确认"."""
+
+    scope: dict[str, Any]
+    description: str
+    deadline: float
+    own_session: bool = False
+
+
+@dataclass
+class Confirmations:
+    """Pending /forget requests, one per person per chat, each valid until its deadline."""
+
+    pending: dict[tuple[Any, ...], PendingForget] = field(default_factory=dict)
+
+    def ask(self, key: tuple[Any, ...], request: PendingForget) -> None:
+        now = time.monotonic()
+        self.pending = {k: p for k, p in self.pending.items() if p.deadline > now}
+        self.pending[key] = request
+
+    def waiting(self, key: tuple[Any, ...]) -> bool:
+        request = self.pending.get(key)
+        return request is not None and request.deadline > time.monotonic()
+
+    def take(self, key: tuple[Any, ...]) -> PendingForget | None:
+        request = self.pending.pop(key, None)
+        if request is None or request.deadline <= time.monotonic():
+            return None
+        return request
+
+
+confirmations = Confirmations()
+
+
+def confirmation_key(event: MessageEvent) -> tuple[Any, ...]:
+    return (event.self_id, group_id_of(event), event.user_id)
+
+
+def _answer_word(event: MessageEvent) -> str:
+    return event.get_plaintext().strip().lower()
+
+
+async def answers_pending_forget(event: MessageEvent) -> bool:
+    """Rule: "确认" / "取消" from someone whose /forget is waiting in this chat."""
+    if not confirmations.waiting(confirmation_key(event)):
+        return False
+    return _answer_word(event) in CONFIRM_WORDS | CANCEL_WORDS
+
+
+confirm = on_message(
+    rule=Rule(accept_rule, answers_pending_forget), priority=CONFIRM_PRIORITY, block=True
+)
+
+
+@confirm.handle()
+async def handle_confirm(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
+    request = confirmations.take(confirmation_key(event))
+    if request is None:
+        await reply(bot, event, runtime, "确认已超时，未删除任何记忆。")
+        return
+    if _answer_word(event) in CANCEL_WORDS:
+        await reply(bot, event, runtime, "已取消，记忆保持不变。")
+        return
+    try:
+        if request.own_session:
+            # After this person's messages still being answered, so none survives the forget.
+            async with runtime.engine.session(event.user_id, group_id_of(event)):
+                deleted = await runtime.memory.forget(**request.scope)
+        else:
+            deleted = await runtime.memory.forget(**request.scope)
+    except MemoryCoreError as exc:
+        logger.warning(f"/forget failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    logger.info(f"/forget by {event.user_id}: {request.description}, {deleted} row(s) deleted")
+    await reply(bot, event, runtime, f"已删除{request.description}的记忆，共 {deleted} 条。")
+
+
+# ----------------------------------------------------------------------------- /forget
+
+
+def _own_scope(event: MessageEvent) -> tuple[dict[str, Any], str]:
+    group_id = group_id_of(event)
+    if group_id is None:
+        return {"user_id": event.user_id, "private_only": True}, "你在私聊中"
+    return {"user_id": event.user_id, "group_id": group_id}, "你在本群"
+
+
+def parse_forget_target(words: list[str]) -> tuple[dict[str, Any], str] | None:
+    """Superuser targets: ``user <qq>``, ``group <gid>``, ``all``; ``None`` if not one."""
+    if len(words) == 1 and words[0].lower() in {"all", "全部", "所有"}:
+        return {"everything": True}, "所有人"
+    if len(words) == 2 and words[1].isdigit():
+        kind, number = words[0].lower(), int(words[1])
+        if kind in {"user", "用户"}:
+            return {"user_id": number}, f"用户 {number} 在所有会话中"
+        if kind in {"group", "群"}:
+            return {"group_id": number}, f"群 {number} 中所有人"
+    return None
+
+
+@forget_cmd.handle()
+async def handle_forget(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    words = args.extract_plain_text().split()
+    own_session = not words
+    if own_session:
+        scope, description = _own_scope(event)
+    else:
+        target = parse_forget_target(words)
+        if target is None:
+            await reply(bot, event, runtime, FORGET_USAGE)
+            return
+        if not await is_superuser(bot, event):
+            action = "删除其他人、整个群或全部的记忆"
+            await reply(bot, event, runtime, NOT_SUPERUSER.format(action=action))
+            return
+        scope, description = target
+    timeout = runtime.config.bot_confirm_timeout
+    confirmations.ask(
+        confirmation_key(event),
+        PendingForget(
+            scope=scope,
+            description=description,
+            deadline=time.monotonic() + timeout,
+            own_session=own_session,
+        ),
+    )
+    await reply(
+        bot,
+        event,
+        runtime,
+        f"确定要删除{description}的全部记忆吗？删除后无法恢复。"
+        f"请在 {timeout:g} 秒内回复“确认”，回复“取消”放弃。",
+    )
+
+
+# ----------------------------------------------------------------------------- /memstat
+
+
+@memstat_cmd.handle()
+async def handle_memstat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
+    if not await is_superuser(bot, event):
+        await reply(bot, event, runtime, NOT_SUPERUSER.format(action="查看记忆统计"))
+        return
+    try:
+        stats = await runtime.memory.stats()
+    except MemoryCoreError as exc:
+        logger.warning(f"/memstat failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    lines = stats.lines_zh(runtime.memory.tz)
+    model = runtime.settings.llm_model if runtime.chat_model is not None else "未配置"
+    lines.append(f"聊天模型：{model}")
+    await reply(bot, event, runtime, "\n".join(lines))
+
+
+# ----------------------------------------------------------------------------- /recall
+
+_FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private)(?!\S)")
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    query: str
+    user_id: int | None = None
+    group_id: int | None = None
+    private: bool = False
+
+    @property
+    def has_flags(self) -> bool:
+        return self.user_id is not None or self.group_id is not None or self.private
+
+
+def parse_recall_args(text: str) -> RecallRequest:
+    """``--user N``, ``--group N`` and ``--private`` anywhere; the rest is the query."""
+    user_id: int | None = None
+    group_id: int | None = None
+    private = False
+    for match in _FLAG.finditer(text):
+        if match.group(3):
+            private = True
+        elif match.group(1) == "user":
+            user_id = int(match.group(2))
+        else:
+            group_id = int(match.group(2))
+    query = " ".join(_FLAG.sub(" ", text).split())
+    return RecallRequest(query=query, user_id=user_id, group_id=group_id, private=private)
+
+
+@recall_cmd.handle()
+async def handle_recall(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    request = parse_recall_args(args.extract_plain_text())
+    if not request.query:
+        await reply(bot, event, runtime, RECALL_USAGE)
+        return
+    if request.has_flags and not await is_superuser(bot, event):
+        await reply(bot, event, runtime, NOT_SUPERUSER.format(action="查看其他会话的记忆"))
+        return
+    user_id = request.user_id if request.user_id is not None else event.user_id
+    if request.group_id is not None:
+        group_id: int | None = request.group_id
+    elif request.private:
+        group_id = None
+    else:
+        group_id = group_id_of(event)
+    try:
+        # Inside the session: the messages sent before this command are stored by now.
+        async with runtime.engine.session(user_id, group_id):
+            now = datetime.now(timezone.utc)
+            result = await runtime.memory.recall(user_id, request.query, group_id, now=now)
+    except MemoryCoreError as exc:
+        logger.warning(f"/recall failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    block = runtime.memory.format_block(result, now)
+    where = f"私聊 {user_id}" if group_id is None else f"群 {group_id} · 用户 {user_id}"
+    if not block.text:
+        await reply(bot, event, runtime, f"在{where}中没有找到与“{request.query}”相关的记忆。")
+        return
+    await reply(bot, event, runtime, f"与“{request.query}”相关的记忆（{where}）：\n{block.text}")
+
+
+# ----------------------------------------------------------------------------- /remember
+
+
+@remember_cmd.handle()
+async def handle_remember(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    note = flatten_segments(segments_of(args), self_id=event.self_id, self_name=runtime.bot_name)
+    if not note:
+        await reply(bot, event, runtime, REMEMBER_USAGE)
+        return
+    outcome = await runtime.engine.record(
+        TurnInput(
+            user_id=event.user_id,
+            group_id=group_id_of(event),
+            self_id=int(bot.self_id),
+            role="user",
+            content=note,
+            sender_name=sender_name(event),
+            message_id=event.message_id,
+            raw_segments=segments_of(args),
+        )
+    )
+    if outcome is None or (outcome.turn is None and not outcome.spooled):
+        await reply(bot, event, runtime, "没能记下这条笔记，请稍后再试。")
+    elif outcome.spooled:
+        await reply(bot, event, runtime, "记住了（数据库暂时连不上，笔记已暂存，恢复后自动写入）。")
+    else:
+        await reply(bot, event, runtime, "记住了，这条会一直保留。")

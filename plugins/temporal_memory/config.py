@@ -1,0 +1,64 @@
+"""The plugin's own settings (``BOT_*`` keys in ``.env.prod``); the core has ``MemorySettings``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, SecretStr
+
+from memory_core.settings import MemorySettings, settings_from_mapping
+
+DEFAULT_BOT_NAME = "小诗"
+
+
+class Config(BaseModel):
+    """Intake and reply options of the QQ bot."""
+
+    bot_record_unaddressed: bool = False
+    bot_group_allowlist: set[int] = Field(default_factory=set)
+    bot_group_denylist: set[int] = Field(default_factory=set)
+    bot_group_reply_quote: bool = True
+    bot_confirm_timeout: float = Field(default=60.0, gt=0)
+    bot_resolve_at_names: bool = True
+    bot_name: str = ""
+
+    def group_allowed(self, group_id: int) -> bool:
+        if group_id in self.bot_group_denylist:
+            return False
+        return not self.bot_group_allowlist or group_id in self.bot_group_allowlist
+
+
+def _accepts_text_only(annotation: Any) -> bool:
+    return annotation in (str, SecretStr, str | None, SecretStr | None)
+
+
+def memory_settings_from_config(values: dict[str, Any]) -> MemorySettings:
+    """Build the core settings from NoneBot's global config (``driver.config.model_dump()``).
+
+    NoneBot decodes every value of ``.env.prod`` as JSON when it can, so ``LLM_API_KEY=123``
+    arrives as an int; text-only fields get their text back before validation.
+    """
+    fields = MemorySettings.model_fields
+    prepared: dict[str, Any] = {}
+    for key, value in values.items():
+        name = str(key).lower()
+        field = fields.get(name)
+        if field is None:
+            continue
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and _accepts_text_only(field.annotation)
+        ):
+            value = str(value)
+        prepared[name] = value
+    return settings_from_mapping(prepared)
+
+
+def bot_name_from(configured: str, nicknames: set[str] | list[str] | tuple[str, ...]) -> str:
+    """The bot's name in memory lines: ``BOT_NAME``, else a nickname (NoneBot keeps them in a
+    set, so with several the alphabetically first), else ``小诗``."""
+    if configured.strip():
+        return configured.strip()
+    names = sorted(n.strip() for n in nicknames if n and n.strip())
+    return names[0] if names else DEFAULT_BOT_NAME

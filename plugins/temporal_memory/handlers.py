@@ -1,0 +1,64 @@
+"""Conversation matchers: chat when addressed, record when not, forget recalled messages.
+
+Priorities: commands (5) and confirmations (1) run first and block, so this catch-all chat
+matcher (90) never sees them; the passive recorder (91) sees only what chat did not take.
+"""
+
+from nonebot import on_message, on_notice
+from nonebot.adapters.onebot.v11 import (
+    Bot,
+    FriendRecallNoticeEvent,
+    GroupMessageEvent,
+    GroupRecallNoticeEvent,
+    MessageEvent,
+)
+from nonebot.log import logger
+from nonebot.rule import Rule, to_me
+
+from memory_core.errors import MemoryCoreError
+
+from .intake import accept_rule, turn_from_event, unaddressed_group_rule
+from .messaging import sender_for
+from .runtime import RuntimeDep
+
+CHAT_PRIORITY = 90
+RECORD_PRIORITY = 91
+
+chat = on_message(rule=Rule(accept_rule) & to_me(), priority=CHAT_PRIORITY, block=True)
+record = on_message(
+    rule=Rule(accept_rule, unaddressed_group_rule), priority=RECORD_PRIORITY, block=False
+)
+recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
+
+
+@chat.handle()
+async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
+    turn = await turn_from_event(bot, event, runtime)
+    send = sender_for(
+        bot,
+        event,
+        max_chars=runtime.settings.chat_reply_max_chars,
+        quote=isinstance(event, GroupMessageEvent) and runtime.config.bot_group_reply_quote,
+    )
+    result = await runtime.engine.converse(turn, send)
+    logger.debug(f"message {event.message_id} in session {turn.session_key}: {result.outcome}")
+
+
+@record.handle()
+async def handle_unaddressed(bot: Bot, event: GroupMessageEvent, runtime: RuntimeDep) -> None:
+    turn = await turn_from_event(bot, event, runtime)
+    await runtime.engine.record(turn)
+
+
+@recall_notice.handle()
+async def handle_recall(
+    bot: Bot,
+    event: GroupRecallNoticeEvent | FriendRecallNoticeEvent,
+    runtime: RuntimeDep,
+) -> None:
+    try:
+        deleted = await runtime.memory.delete_message(int(bot.self_id), event.message_id)
+    except MemoryCoreError as exc:
+        logger.warning(f"recalled message {event.message_id} could not be forgotten: {exc}")
+        return
+    logger.info(f"recalled message {event.message_id}: {deleted} stored turn(s) deleted")

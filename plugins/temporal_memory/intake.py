@@ -1,0 +1,236 @@
+"""OneBot v11 message events -> core ``TurnInput``; which events are ours at all.
+
+The adapter has already parsed CQ-code strings (go-cqhttp) into segments, stripped an @ of
+the bot or its nickname at the start, and looked up a quoted message (``event.reply``).
+"""
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from nonebot.adapters.onebot.v11 import (
+    ActionFailed,
+    Bot,
+    Event,
+    GroupMessageEvent,
+    Message,
+    MessageEvent,
+    NetworkError,
+)
+from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
+from nonebot.exception import IgnoredException
+from nonebot.log import logger
+from nonebot.message import event_preprocessor
+
+from memory_core.models import TurnInput
+from memory_core.segments import at_targets, flatten_segments, quote_reply, with_quote
+
+from .runtime import Runtime, get_runtime
+
+# A platform timestamp further off than this from our clock is not trusted as the turn's time.
+_EVENT_TIME_PAST = timedelta(days=1)
+_EVENT_TIME_FUTURE = timedelta(minutes=5)
+_NAME_TTL = 3600.0
+_NAME_LOOKUP_TIMEOUT = 3.0
+_NAME_CACHE_MAX = 4096
+
+
+class RecentMessages:
+    """The last ``capacity`` message keys seen, to drop an event delivered twice."""
+
+    def __init__(self, capacity: int = 8192) -> None:
+        self._capacity = capacity
+        self._keys: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+
+    def seen(self, key: tuple[Any, ...]) -> bool:
+        """True if ``key`` was seen before; remembers it either way."""
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return True
+        self._keys[key] = None
+        if len(self._keys) > self._capacity:
+            self._keys.popitem(last=False)
+        return False
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+recent_messages = RecentMessages()
+
+
+def message_key(event: MessageEvent) -> tuple[Any, ...]:
+    chat = event.group_id if isinstance(event, GroupMessageEvent) else event.user_id
+    return (event.self_id, event.message_type, chat, event.message_id)
+
+
+@event_preprocessor
+async def drop_own_and_repeated_messages(event: Event) -> None:
+    """The bot's own messages are never input; a message delivered twice is handled once.
+
+    NapCat with ``reportSelfMessage`` sends the bot's messages as ``message_sent`` events, which
+    the adapter does not turn into message events; some implementations send them as ordinary
+    messages from ``self_id``, caught here.
+    """
+    if not isinstance(event, MessageEvent):
+        return
+    if event.user_id == event.self_id:
+        raise IgnoredException("the bot's own message")
+    if recent_messages.seen(message_key(event)):
+        logger.debug(f"duplicate message {event.message_id} ignored")
+        raise IgnoredException("duplicate message event")
+
+
+def group_id_of(event: MessageEvent) -> int | None:
+    """The group of a group message; ``None`` for private (including temporary) chats."""
+    return event.group_id if isinstance(event, GroupMessageEvent) else None
+
+
+def accepts(event: MessageEvent, runtime: Runtime) -> bool:
+    """A real user's message from a chat we serve (anonymous group messages are skipped:
+    their user id is a throwaway)."""
+    if event.user_id == event.self_id:
+        return False
+    if isinstance(event, GroupMessageEvent):
+        if event.sub_type == "anonymous" or event.anonymous is not None:
+            return False
+        return runtime.config.group_allowed(event.group_id)
+    return True
+
+
+def sender_name(event: MessageEvent) -> str | None:
+    """Group card first, then nickname."""
+    card = (event.sender.card or "").strip()
+    nickname = (event.sender.nickname or "").strip()
+    return card or nickname or None
+
+
+def segments_of(message: Message) -> list[dict[str, Any]]:
+    """Plain, JSON-safe dict segments of a message."""
+    raw = [{"type": seg.type, "data": dict(seg.data)} for seg in message]
+    loaded: list[dict[str, Any]] = json.loads(json.dumps(raw, ensure_ascii=False, default=str))
+    return loaded
+
+
+def event_time(event: MessageEvent, now: datetime | None = None) -> datetime | None:
+    """When the user sent it, by the platform's clock, if that clock looks sane."""
+    now = now or datetime.now(timezone.utc)
+    try:
+        sent = datetime.fromtimestamp(event.time, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    if now - _EVENT_TIME_PAST <= sent <= now + _EVENT_TIME_FUTURE:
+        return sent
+    return None
+
+
+class MemberNames:
+    """Group card / nickname of @-mentioned members, looked up once an hour at most."""
+
+    def __init__(self) -> None:
+        self._names: OrderedDict[tuple[int, str], tuple[float, str]] = OrderedDict()
+
+    async def resolve(self, bot: Bot, group_id: int, qqs: list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        now = time.monotonic()
+        missing: list[str] = []
+        for qq in qqs:
+            cached = self._names.get((group_id, qq))
+            if cached is not None and now - cached[0] < _NAME_TTL:
+                found[qq] = cached[1]
+            elif qq.isdigit():
+                missing.append(qq)
+        if missing:
+            looked_up = await asyncio.gather(*(self._lookup(bot, group_id, qq) for qq in missing))
+            for qq, name in zip(missing, looked_up, strict=False):
+                if name:
+                    found[qq] = name
+                    self._names[(group_id, qq)] = (now, name)
+                    if len(self._names) > _NAME_CACHE_MAX:
+                        self._names.popitem(last=False)
+        return found
+
+    @staticmethod
+    async def _lookup(bot: Bot, group_id: int, qq: str) -> str:
+        try:
+            info = await asyncio.wait_for(
+                bot.get_group_member_info(group_id=group_id, user_id=int(qq)),
+                _NAME_LOOKUP_TIMEOUT,
+            )
+        except (ActionFailed, NetworkError, ApiNotAvailable, asyncio.TimeoutError) as exc:
+            logger.debug(f"member name of {qq} in group {group_id} unavailable: {exc!r}")
+            return ""
+        if not isinstance(info, dict):
+            return ""
+        return str(info.get("card") or info.get("nickname") or "").strip()
+
+
+member_names = MemberNames()
+
+
+async def message_text(bot: Bot, event: MessageEvent, runtime: Runtime) -> str:
+    """The message as text: segments flattened, a quoted message as a ``[回复 …]`` prefix."""
+    segments = segments_of(event.message)
+    names: dict[str, str] = {}
+    group_id = group_id_of(event)
+    if group_id is not None and runtime.config.bot_resolve_at_names:
+        wanted = [qq for qq in at_targets(segments) if qq != str(event.self_id)]
+        wanted = [qq for qq in wanted if not _segment_has_name(segments, qq)]
+        if wanted:
+            names = await member_names.resolve(bot, group_id, wanted)
+    body = flatten_segments(
+        segments, self_id=event.self_id, self_name=runtime.bot_name, names=names
+    )
+    quote = None
+    if event.reply is not None:
+        reply = event.reply
+        if reply.sender.user_id is not None and reply.sender.user_id == event.self_id:
+            who: str | None = runtime.bot_name
+        else:
+            who = (reply.sender.card or "").strip() or (reply.sender.nickname or "").strip()
+        quoted = flatten_segments(
+            segments_of(reply.message), self_id=event.self_id, self_name=runtime.bot_name
+        )
+        quote = quote_reply(who or None, quoted)
+    return with_quote(quote, body)
+
+
+def _segment_has_name(segments: list[dict[str, Any]], qq: str) -> bool:
+    return any(
+        seg.get("type") == "at"
+        and str(seg.get("data", {}).get("qq")) == qq
+        and str(seg.get("data", {}).get("name") or "").strip()
+        for seg in segments
+    )
+
+
+async def turn_from_event(bot: Bot, event: MessageEvent, runtime: Runtime) -> TurnInput:
+    """The user turn for a message event (content may be blank: the core then refuses it)."""
+    return TurnInput(
+        user_id=event.user_id,
+        group_id=group_id_of(event),
+        self_id=int(bot.self_id),
+        role="user",
+        content=await message_text(bot, event, runtime),
+        sender_name=sender_name(event),
+        message_id=event.message_id,
+        created_at=event_time(event),
+        raw_segments=segments_of(event.original_message),
+    )
+
+
+async def accept_rule(event: MessageEvent) -> bool:
+    """Rule: a message from a real user in a chat we serve."""
+    return accepts(event, get_runtime())
+
+
+async def unaddressed_group_rule(event: MessageEvent) -> bool:
+    """Rule: a group message not addressed to the bot, and recording those is switched on."""
+    return (
+        isinstance(event, GroupMessageEvent)
+        and not event.is_tome()
+        and get_runtime().config.bot_record_unaddressed
+    )

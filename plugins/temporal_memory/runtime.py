@@ -1,0 +1,108 @@
+"""The plugin's resources: opened in ``driver.on_startup``, closed in ``on_shutdown``."""
+
+from typing import Annotated
+
+from nonebot import get_driver, get_plugin_config
+from nonebot.log import logger
+from nonebot.params import Depends
+
+from memory_core.chat import ConversationEngine
+from memory_core.llm import ChatModel, build_chat_model
+from memory_core.service import TemporalMemory, open_memory
+from memory_core.settings import MemorySettings
+
+from .config import Config, bot_name_from, memory_settings_from_config
+
+
+class Runtime:
+    """Everything a handler needs, built once at start-up.
+
+    A plain class on purpose: NoneBot checks a dependency's value against its annotation with
+    pydantic, which would try to build a schema for a dataclass's fields.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: MemorySettings,
+        config: Config,
+        memory: TemporalMemory,
+        engine: ConversationEngine,
+        chat_model: ChatModel | None,
+        bot_name: str,
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self.memory = memory
+        self.engine = engine
+        self.chat_model = chat_model
+        self.bot_name = bot_name
+
+
+class _Holder:
+    runtime: Runtime | None = None
+
+
+driver = get_driver()
+
+
+class RuntimeNotReady(RuntimeError):
+    """A handler ran before start-up finished (or after shutdown)."""
+
+
+def get_runtime() -> Runtime:
+    """The open runtime; handlers take it with ``Depends(get_runtime)``."""
+    if _Holder.runtime is None:
+        raise RuntimeNotReady("temporal_memory is not started")
+    return _Holder.runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+"""Handler parameter type that receives the open runtime."""
+
+
+@driver.on_startup
+async def open_runtime() -> None:
+    config = get_plugin_config(Config)
+    settings = memory_settings_from_config(driver.config.model_dump())
+    bot_name = bot_name_from(config.bot_name, driver.config.nickname)
+    # An unreachable database is not fatal: turns are spooled and written once it is back.
+    memory = await open_memory(settings, require_database=False)
+    try:
+        chat_model = build_chat_model(settings)
+    except BaseException:
+        await memory.aclose()
+        raise
+    engine = ConversationEngine(memory=memory, chat_model=chat_model, bot_name=bot_name)
+    _Holder.runtime = Runtime(
+        settings=settings,
+        config=config,
+        memory=memory,
+        engine=engine,
+        chat_model=chat_model,
+        bot_name=bot_name,
+    )
+    logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
+    logger.info(f"TemporalMemory database: {memory.database_description}")
+    logger.info(
+        f"TemporalMemory embeddings: {memory.embedding_model} ({memory.embedding_dim}-d, "
+        f"{settings.embedding_provider})"
+    )
+    if chat_model is None:
+        logger.warning(
+            "TemporalMemory: no chat model configured (LLM_MODEL is empty). The bot records, "
+            "recalls and answers its commands, but chat replies only say that chat is not set up."
+        )
+    else:
+        logger.info(f"TemporalMemory chat model: {settings.llm_model} at {settings.llm_base_url}")
+    logger.info(f"TemporalMemory bot name: {bot_name}; timezone: {settings.memory_timezone}")
+
+
+@driver.on_shutdown
+async def close_runtime() -> None:
+    runtime, _Holder.runtime = _Holder.runtime, None
+    if runtime is None:
+        return
+    if runtime.chat_model is not None:
+        await runtime.chat_model.aclose()
+    await runtime.memory.aclose()

@@ -1,0 +1,379 @@
+"""The conversation engine on the embedded PostgreSQL, with a recording stand-in chat model."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from memory_core.chat import (
+    APOLOGY,
+    NOT_CONFIGURED_NOTICE,
+    ConversationEngine,
+    Delivery,
+    Outcome,
+    SessionLocks,
+    split_reply,
+)
+from memory_core.errors import LLMError
+from memory_core.models import TurnInput
+from memory_core.service import open_memory
+from memory_core.settings import MemorySettings
+from tests.fakes import HashingEmbedder
+
+MEMORY_LINE = re.compile(
+    r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \((?:刚刚|\d+(?:分钟|小时|天|周|个月|年)前|昨天)\) "
+    r"(?:user|assistant)(?:\([^)]*\))?: ",
+    re.MULTILINE,
+)
+
+
+EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+class RecordingModel:
+    """A ChatModel that records every prompt and answers from a script."""
+
+    def __init__(self, answer: str = "好的，记住了。") -> None:
+        self.answer = answer
+        self.prompts: list[list[dict[str, str]]] = []
+        self.fail: Exception | None = None
+        self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str:
+        self.prompts.append([dict(m) for m in messages])
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return self.answer
+
+    async def aclose(self) -> None:
+        return None
+
+    def prompt_text(self, index: int = -1) -> str:
+        return "\n".join(m["content"] for m in self.prompts[index])
+
+
+class Outbox:
+    """The ``send`` callback: records what was sent and hands out message ids."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.next_id = 9000
+        self.refuse = False
+
+    async def __call__(self, text: str) -> Delivery | None:
+        if self.refuse:
+            return None
+        self.sent.append(text)
+        self.next_id += 1
+        return Delivery(text=text, message_id=self.next_id)
+
+
+def user_turn(
+    text: str,
+    *,
+    user: int = 1,
+    group: int | None = None,
+    message_id: int | None = None,
+    at: datetime | None = None,
+) -> TurnInput:
+    return TurnInput(
+        user_id=user,
+        group_id=group,
+        self_id=10001,
+        role="user",
+        content=text,
+        sender_name="小明",
+        message_id=message_id,
+        created_at=at,
+    )
+
+
+@pytest.fixture
+async def memory(memory_factory):
+    return await memory_factory()
+
+
+def engine_for(memory, model, **kwargs) -> ConversationEngine:
+    return ConversationEngine(memory=memory, chat_model=model, bot_name="小诗", **kwargs)
+
+
+# ---------------------------------------------------------------- the happy path
+
+
+async def test_reply_is_sent_and_stored_with_its_message_id_after_the_user_turn(memory):
+    model, outbox = RecordingModel("你好呀"), Outbox()
+    result = await engine_for(memory, model).converse(user_turn("你好", message_id=1), outbox)
+    assert result.outcome is Outcome.REPLIED
+    assert outbox.sent == ["你好呀"]
+    assert result.user_turn is not None and result.reply_turn is not None
+    assert result.reply_turn.role == "assistant"
+    assert result.reply_turn.message_id == 9001
+    assert result.reply_turn.sender_name == "小诗"
+    assert result.reply_turn.created_at > result.user_turn.created_at
+    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    assert [(t.role, t.content) for t in stored] == [("user", "你好"), ("assistant", "你好呀")]
+    # The finished exchange waits for the evaluator (which is not running in this test).
+    assert (await memory.stats()).evaluation.pending == 1
+
+
+async def test_prompt_has_current_time_and_old_facts_as_seed_format_memory_lines(memory):
+    now = datetime.now(timezone.utc)
+    await memory.add_turn(user_turn("我的猫叫咪咪，三岁了", at=now - timedelta(minutes=45)))
+    model = RecordingModel()
+    await engine_for(memory, model).converse(user_turn("我的猫叫什么名字"), Outbox())
+    system = model.prompts[-1][0]["content"]
+    local_now = now.astimezone(memory.tz)
+    assert f"当前时间：{local_now:%Y-%m-%d %H:}" in system
+    assert "Asia/Shanghai" in system
+    lines = [line for line in system.splitlines() if MEMORY_LINE.match(line)]
+    assert any(
+        re.search(r"\((4[5-6])分钟前\) user\(小明\): 我的猫叫咪咪，三岁了$", line) for line in lines
+    ), system
+    # The current message is the last user message, not a memory line.
+    assert not any("我的猫叫什么名字" in line for line in lines)
+    assert model.prompts[-1][-1]["content"].endswith("我的猫叫什么名字")
+
+
+async def test_recent_turns_are_short_term_messages_and_not_repeated_as_memory(memory):
+    model, outbox = RecordingModel("记住了"), Outbox()
+    engine = engine_for(memory, model)
+    await engine.converse(user_turn("我明天要去北京出差"), outbox)
+    await engine.converse(user_turn("出差的事你记得吗"), outbox)
+    prompt = model.prompts[-1]
+    # Short-term memory: the earlier exchange as chat messages.
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
+    assert prompt[1]["content"].endswith("我明天要去北京出差")
+    assert prompt[2]["content"] == "记住了"
+    # ...and not a second time inside the recalled memory block.
+    assert "我明天要去北京出差" not in prompt[0]["content"]
+
+
+async def test_recall_never_crosses_sessions(memory):
+    now = datetime.now(timezone.utc)
+    earlier = now - timedelta(hours=2)
+    await memory.add_turn(user_turn("我的暗号是青蛙跳", group=100, at=earlier))
+    model = RecordingModel()
+    engine = engine_for(memory, model)
+    for user, group in ((1, 200), (2, 100), (1, None)):
+        await engine.converse(user_turn("我的暗号是什么", user=user, group=group), Outbox())
+        assert "青蛙跳" not in model.prompt_text(), (user, group)
+    await engine.converse(user_turn("我的暗号是什么", user=1, group=100), Outbox())
+    assert "青蛙跳" in model.prompts[-1][0]["content"]
+
+
+async def test_recap_is_offered_after_more_than_an_hour_of_silence(memory):
+    now = datetime.now(timezone.utc)
+    await memory.add_turn(user_turn("上次聊到旅行计划", at=now - timedelta(hours=3)))
+    model = RecordingModel()
+    engine = engine_for(memory, model)
+    await engine.converse(user_turn("我回来了"), Outbox())
+    assert "上次对话在3小时前" in model.prompts[-1][0]["content"]
+    await engine.converse(user_turn("继续说"), Outbox())
+    assert "上次对话在" not in model.prompts[-1][0]["content"]
+
+
+async def test_duplicate_message_is_answered_once(memory):
+    model, outbox = RecordingModel(), Outbox()
+    engine = engine_for(memory, model)
+    first = await engine.converse(user_turn("在吗", message_id=77), outbox)
+    second = await engine.converse(user_turn("在吗", message_id=77), outbox)
+    assert (first.outcome, second.outcome) == (Outcome.REPLIED, Outcome.DUPLICATE)
+    assert len(model.prompts) == 1 and len(outbox.sent) == 1
+
+
+async def test_blank_message_is_neither_stored_nor_answered(memory):
+    model, outbox = RecordingModel(), Outbox()
+    result = await engine_for(memory, model).converse(user_turn("  \n "), outbox)
+    assert result.outcome is Outcome.EMPTY
+    assert model.prompts == [] and outbox.sent == []
+
+
+# ---------------------------------------------------------------- failures
+
+
+async def test_model_failure_sends_apology_and_keeps_the_user_turn(memory):
+    model, outbox = RecordingModel(), Outbox()
+    model.fail = LLMError("HTTP 500")
+    result = await engine_for(memory, model).converse(user_turn("帮我记一下：周五交报告"), outbox)
+    assert result.outcome is Outcome.APOLOGIZED
+    assert outbox.sent == [APOLOGY]
+    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    assert [(t.role, t.content) for t in stored] == [("user", "帮我记一下：周五交报告")]
+    assert (await memory.stats()).evaluation.pending == 0
+
+
+async def test_model_timeout_sends_apology(memory):
+    model, outbox = RecordingModel(), Outbox()
+    model.fail = asyncio.TimeoutError()
+    result = await engine_for(memory, model).converse(user_turn("你好"), outbox)
+    assert result.outcome is Outcome.APOLOGIZED and outbox.sent == [APOLOGY]
+
+
+async def test_without_model_notice_is_rate_limited_per_session_and_turns_are_recorded(memory):
+    clock = [1000.0]
+    engine = engine_for(memory, None, monotonic=lambda: clock[0])
+    outbox = Outbox()
+    first = await engine.converse(user_turn("你好"), outbox)
+    second = await engine.converse(user_turn("在吗"), outbox)
+    other = await engine.converse(user_turn("你好", user=2), outbox)
+    clock[0] += memory.settings.chat_notice_interval + 1
+    later = await engine.converse(user_turn("还在吗"), outbox)
+    assert [r.outcome for r in (first, second, other, later)] == [
+        Outcome.NOT_CONFIGURED,
+        Outcome.QUIET,
+        Outcome.NOT_CONFIGURED,
+        Outcome.NOT_CONFIGURED,
+    ]
+    assert outbox.sent == [NOT_CONFIGURED_NOTICE] * 3
+    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    assert [t.content for t in stored] == ["你好", "在吗", "还在吗"]
+
+
+async def test_undelivered_reply_is_not_stored(memory):
+    model, outbox = RecordingModel("回复"), Outbox()
+    outbox.refuse = True
+    result = await engine_for(memory, model).converse(user_turn("你好"), outbox)
+    assert result.outcome is Outcome.UNSENT
+    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    assert [t.role for t in stored] == ["user"]
+
+
+async def test_database_down_answers_without_memory_and_spools_the_turns():
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="tm-chat-down-") as data_dir:
+        settings = MemorySettings(
+            memory_dsn=SecretStr("postgresql://nobody@127.0.0.1:9/none?connect_timeout=2"),
+            memory_data_dir=Path(data_dir),
+        )
+        memory = await open_memory(
+            settings, embedder=HashingEmbedder(), require_database=False, maintenance_interval=None
+        )
+        try:
+            model, outbox = RecordingModel("没问题"), Outbox()
+            result = await engine_for(memory, model).converse(user_turn("数据库挂了吗"), outbox)
+            assert result.outcome is Outcome.REPLIED
+            assert result.spooled and not result.memory_available
+            assert outbox.sent == ["没问题"]
+            assert "当前时间" in model.prompts[-1][0]["content"]
+            spool = (Path(data_dir) / "spool.jsonl").read_text(encoding="utf-8")
+            assert "数据库挂了吗" in spool and "没问题" in spool
+        finally:
+            await memory.aclose()
+
+
+# ---------------------------------------------------------------- ordering and concurrency
+
+
+async def test_one_session_is_served_in_order_while_other_sessions_proceed(memory):
+    model = RecordingModel()
+    model.gate = asyncio.Event()
+    engine = engine_for(memory, model)
+    first = asyncio.create_task(engine.converse(user_turn("第一条"), Outbox()))
+    await asyncio.wait_for(model.started.wait(), 10)
+    second = asyncio.create_task(engine.converse(user_turn("第二条"), Outbox()))
+    await asyncio.sleep(0.2)
+    # Session 1 is held by the first message; the second waits without reaching the model.
+    assert len(model.prompts) == 1
+    # Another session gets through while session 1 is busy... up to the (gated) model.
+    other = asyncio.create_task(engine.converse(user_turn("别的会话", user=2), Outbox()))
+    for _ in range(100):
+        if len(model.prompts) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert model.prompts[-1][-1]["content"].endswith("别的会话")
+    model.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, second, other), 20)
+    assert model.prompts[-1][-1]["content"].endswith("第二条")
+    assert engine.active_sessions == 0
+
+
+async def test_session_locks_are_dropped_when_idle_and_keep_arrival_order():
+    locks = SessionLocks()
+    order: list[int] = []
+
+    async def worker(i: int) -> None:
+        async with locks.hold("s"):
+            await asyncio.sleep(0.01 * (5 - i))
+            order.append(i)
+
+    await asyncio.gather(*(worker(i) for i in range(5)))
+    assert order == [0, 1, 2, 3, 4]
+    assert len(locks) == 0
+
+
+# ---------------------------------------------------------------- splitting
+
+
+def test_split_reply_prefers_newlines_then_sentence_ends():
+    text = "第一段第一句。第一段第二句。\n第二段很长很长很长。第二段第二句！"
+    pieces = split_reply(text, 20)
+    assert pieces == ["第一段第一句。第一段第二句。", "第二段很长很长很长。第二段第二句！"]
+
+
+def test_split_reply_pieces_fit_and_lose_nothing_but_boundary_whitespace():
+    text = ("这是一句话，" * 50 + "\n") * 3 + "x" * 700
+    for limit in (50, 100, 333):
+        pieces = split_reply(text, limit)
+        assert all(0 < len(p) <= limit for p in pieces)
+        assert "".join("".join(p.split()) for p in pieces) == "".join(text.split())
+
+
+def test_split_reply_short_text_is_one_piece_and_blank_is_none():
+    assert split_reply("  你好  ", 10) == ["你好"]
+    assert split_reply("   ", 10) == []
+
+
+def test_split_reply_keeps_emoji_whole():
+    text = "a" + "😀" * 10
+    assert "".join(split_reply(text, 4)) == text
+
+
+# ---------------------------------------------------------------- bad input
+
+
+async def test_huge_message_is_stored_whole_but_cut_visibly_in_the_prompt(memory):
+    model = RecordingModel()
+    huge = "长" * 50_000
+    result = await engine_for(memory, model).converse(user_turn(huge), Outbox())
+    assert result.user_turn is not None and result.user_turn.content == huge
+    current = model.prompts[-1][-1]["content"]
+    limit = memory.settings.chat_max_input_chars
+    assert current.endswith(f"…[消息过长，其余 {50_000 - limit} 字略去]")
+    assert len(current) < limit + 100
+
+
+async def test_nul_bytes_and_broken_surrogates_reach_neither_store_nor_model_raw(memory):
+    model = RecordingModel()
+    result = await engine_for(memory, model).converse(user_turn("a\x00b \ud83d c"), Outbox())
+    assert result.outcome is Outcome.REPLIED
+    assert result.user_turn is not None and result.user_turn.content == "ab \ufffd c"
+    assert model.prompts[-1][-1]["content"].endswith("ab \ufffd c")
+
+
+async def test_holding_a_session_delays_its_messages_but_not_others(memory):
+    model = RecordingModel()
+    engine = engine_for(memory, model)
+    async with engine.session(1, None):
+        held = asyncio.create_task(engine.converse(user_turn("等一下"), Outbox()))
+        await engine.converse(user_turn("别的会话", user=2), Outbox())
+        await asyncio.sleep(0.2)
+        assert [p[-1]["content"][-4:] for p in model.prompts] == ["别的会话"]
+    await asyncio.wait_for(held, 10)
+    assert model.prompts[-1][-1]["content"].endswith("等一下")

@@ -1,0 +1,272 @@
+"""Background extraction with a scripted loopback LLM on the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from memory_core.models import TurnInput
+from tests.stub_llm import Answer, ScriptedLLM
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+GROUP_A = 1001
+
+
+def prompt_kind(text: str) -> str:
+    if "关键事实" in text:
+        return "facts"
+    if "偏好和习惯" in text:
+        return "preferences"
+    return "summary"
+
+
+def conversation_of(text: str) -> str:
+    return text.split("对话（每行开头是说话时间）：", 1)[1]
+
+
+class Distiller:
+    """Answers the three prompts from what the user said; other modes script failures."""
+
+    def __init__(self) -> None:
+        self.mode: dict[str, str] = {}
+        self.delay = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, messages: list[dict[str, str]]) -> Answer:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            return self.answer(messages[-1]["content"])
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def answer(self, prompt: str) -> Answer:
+        kind = prompt_kind(prompt)
+        mode = self.mode.get(kind, "ok")
+        if mode == "error":
+            return Answer(status=500)
+        if mode == "garbage":
+            return Answer("这段对话里用户提到了住址，但我不确定怎么整理。")
+        said = conversation_of(prompt)
+        if kind == "facts":
+            facts = []
+            if "我住在北京" in said:
+                facts.append(
+                    '{"fact": "用户住在北京", "category": "personal_info", "confidence": 0.9}'
+                )
+            if "我搬到上海了" in said:
+                known = re.search(r"\[(\d+)\] 用户住在北京", prompt)
+                replaces = f', "replaces": [{known.group(1)}]' if known else ""
+                facts.append(
+                    '{"fact": "用户住在上海", "category": "personal_info", "confidence": 0.9'
+                    + replaces
+                    + "}"
+                )
+            if "我在杭州上班" in said:
+                facts.append('{"fact": "用户在杭州上班", "category": "work"}')
+            return Answer("```json\n[" + ",\n".join(facts) + "]\n```")
+        if kind == "preferences":
+            if "简短" in said:
+                return Answer(
+                    '[{"preference": "喜欢简短的回答", "category": "communication_style",'
+                    ' "strength": 0.8, "evidence": ["请回答简短一点"]},]'
+                )
+            return Answer("[]")
+        return Answer(
+            '以下是摘要：{"summary": "用户聊了住处和工作。", "key_topics": ["住处", "工作"],'
+            ' "sentiment": "neutral", "action_items": []}'
+        )
+
+
+@pytest.fixture
+def distiller():
+    distiller = Distiller()
+    server = ScriptedLLM(distiller)
+    distiller.server = server
+    yield distiller
+    server.close()
+
+
+def llm_settings(distiller: Distiller, **extra):
+    return {
+        "extraction_base_url": distiller.server.base_url,
+        "extraction_model": "distiller",
+        "extraction_timeout": 5.0,
+        **extra,
+    }
+
+
+async def exchange(memory, text: str, at: datetime, user_id: int = 1, group_id=None):
+    user = await memory.add_turn(
+        TurnInput(user_id=user_id, group_id=group_id, role="user", content=text, created_at=at)
+    )
+    bot = await memory.add_turn(
+        TurnInput(
+            user_id=user_id,
+            group_id=group_id,
+            role="assistant",
+            content="好的，记住了。",
+            created_at=at + timedelta(seconds=5),
+        )
+    )
+    due = await memory.note_exchange(user_id, group_id, now=at + timedelta(seconds=5))
+    return user.turn, bot.turn, due
+
+
+async def turn_count(memory) -> int:
+    async with memory._pool.acquire() as conn:  # test-only
+        return int(await conn.fetchval("SELECT count(*) FROM dialogues"))
+
+
+async def test_extraction_runs_every_n_exchanges_in_the_background_never_on_note(
+    memory_factory, distiller
+):
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=2))
+    *first, due = await exchange(memory, "我住在北京", T0)
+    assert due is False
+    *second, due = await exchange(memory, "请回答简短一点", T0 + timedelta(minutes=1))
+    assert due is True
+    assert distiller.server.requests == []  # noting an exchange never calls the model
+
+    assert await memory.extract_due(T0 + timedelta(minutes=2)) == 1
+    assert {prompt_kind(p) for p in distiller.server.prompt_texts()} == {
+        "facts",
+        "preferences",
+        "summary",
+    }
+    now = T0 + timedelta(minutes=3)
+    [fact] = await memory.recall_by_type(1, None, "facts", now=now)
+    assert (fact.content, fact.category, fact.confidence) == ("用户住在北京", "personal_info", 0.9)
+    assert fact.session_key == "1" and fact.group_id is None
+    assert set(fact.source_turn_ids) == {t.id for t in (*first, *second)}
+    [preference] = await memory.recall_by_type(1, None, "preferences", now=now)
+    assert preference.evidence == ("请回答简短一点",)
+    assert await memory.extract_due(T0 + timedelta(minutes=4)) == 0  # nothing left to do
+
+
+async def test_a_session_under_n_exchanges_is_distilled_once_it_has_been_idle(
+    memory_factory, distiller
+):
+    memory = await memory_factory(**llm_settings(distiller, extraction_idle_minutes=30))
+    await exchange(memory, "我在杭州上班", T0)
+    assert await memory.extract_due(T0 + timedelta(minutes=10)) == 0
+    assert distiller.server.requests == []
+    assert await memory.extract_due(T0 + timedelta(minutes=31)) == 1
+    facts = await memory.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
+    assert [f.content for f in facts] == ["用户在杭州上班"]
+
+
+async def test_a_move_reported_later_supersedes_the_old_fact_through_extraction(
+    memory_factory, distiller
+):
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
+    await exchange(memory, "我住在北京", T0)
+    await memory.extract_due(T0 + timedelta(minutes=1))
+    moved = T0 + timedelta(days=30)
+    await exchange(memory, "我搬到上海了", moved)
+    await memory.extract_due(moved + timedelta(minutes=1))
+
+    second_facts_prompt = [p for p in distiller.server.prompt_texts() if "关键事实" in p][-1]
+    assert "[1] 用户住在北京" in second_facts_prompt  # known facts are shown, numbered
+    later = moved + timedelta(days=1)
+    found = await memory.recall_distilled(1, None, "用户住在哪里", now=later)
+    assert [h.memory.content for h in found] == ["用户住在上海"]
+    history = await memory.recall_by_type(1, None, "facts", now=later, include_history=True)
+    old = next(f for f in history if f.content == "用户住在北京")
+    assert (
+        old.valid_until == moved + timedelta(seconds=5) and old.superseded_by == found[0].memory.id
+    )
+
+
+async def test_statements_in_a_group_belong_to_that_user_in_that_group(memory_factory, distiller):
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
+    await exchange(memory, "我在杭州上班", T0, group_id=GROUP_A)
+    await memory.extract_due(T0 + timedelta(minutes=1))
+    now = T0 + timedelta(hours=1)
+    [fact] = await memory.recall_by_type(1, GROUP_A, "facts", now=now)
+    assert (fact.session_key, fact.user_id, fact.group_id) == (f"{GROUP_A}:1", 1, GROUP_A)
+    assert await memory.recall_distilled(1, None, "用户在哪上班", now=now) == []
+
+
+async def test_unreadable_answers_are_rejected_counted_and_no_turn_is_lost(
+    memory_factory, distiller
+):
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
+    distiller.mode = {"facts": "garbage"}
+    for i in range(2):
+        await exchange(memory, f"我住在北京，第{i}次说", T0 + timedelta(minutes=i))
+    report = await memory.extract_session(1, None, now=T0 + timedelta(minutes=5))
+    assert report.rejected == ("facts",) and report.saved.added == 1  # the summary
+    assert await turn_count(memory) == 4
+    stats = await memory.distilled_stats()
+    assert (stats.totals["extraction_rejected"], stats.totals["extraction_parsed"]) == (1, 2)
+    assert stats.parse_success_rate == pytest.approx(2 / 3)
+    assert any("解析成功率 66.7%" in line for line in stats.lines_zh())
+
+
+async def test_a_failing_model_is_retried_later_then_given_up_without_losing_turns(
+    memory_factory, distiller
+):
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
+    distiller.mode = {"facts": "error"}
+    await exchange(memory, "我住在北京", T0)
+    assert await memory.extract_due(T0 + timedelta(minutes=1)) == 0  # failed, postponed
+    assert await memory.extract_due(T0 + timedelta(minutes=2)) == 0  # not due yet (backoff)
+    assert await memory.extract_due(T0 + timedelta(minutes=7)) == 0  # second failure
+    assert await memory.extract_due(T0 + timedelta(minutes=30)) == 1  # third: given up
+    stats = await memory.distilled_stats()
+    assert (stats.totals["extraction_failed"], stats.totals["extraction_given_up"]) == (3, 1)
+    assert stats.waiting_sessions == 0
+    assert await turn_count(memory) == 2
+    assert await memory.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1)) == []
+
+    distiller.mode = {}  # the model is back: later turns are distilled as usual
+    await exchange(memory, "我在杭州上班", T0 + timedelta(hours=1))
+    assert await memory.extract_due(T0 + timedelta(hours=2)) == 1
+    facts = await memory.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=3))
+    assert [f.content for f in facts] == ["用户在杭州上班"]
+
+
+async def test_sessions_are_distilled_concurrently_within_the_bound(memory_factory, distiller):
+    memory = await memory_factory(
+        **llm_settings(distiller, extraction_every_turns=1, extraction_concurrency=2)
+    )
+    for user in range(1, 6):
+        await exchange(memory, "我在杭州上班", T0, user_id=user)
+    distiller.delay = 0.2
+    assert await memory.extract_due(T0 + timedelta(minutes=1)) == 5
+    assert distiller.max_in_flight == 2
+    for user in range(1, 6):
+        facts = await memory.recall_by_type(user, None, "facts", now=T0 + timedelta(hours=1))
+        assert [f.content for f in facts] == ["用户在杭州上班"]
+
+
+async def test_extraction_is_off_without_a_model_and_says_so_once(memory_factory, caplog):
+    with caplog.at_level(logging.INFO, logger="memory_core.service"):
+        memory = await memory_factory()
+    assert memory.extraction is None
+    assert [r.message for r in caplog.records if "extraction is off" in r.message] == [
+        "distilled memory extraction is off: 未配置模型（EXTRACTION_MODEL / LLM_MODEL 为空）"
+    ]
+    await exchange(memory, "我住在北京", T0)
+    assert await memory.note_exchange(1, None) is False
+    assert await memory.extract_due() == 0
+    assert any("未配置模型" in line for line in (await memory.distilled_stats()).lines_zh())
+
+
+async def test_extraction_can_be_disabled_even_with_a_model(memory_factory, distiller):
+    memory = await memory_factory(**llm_settings(distiller, extraction_enabled=False))
+    assert (
+        memory.extraction is None and memory.extraction_off == "已关闭（EXTRACTION_ENABLED=false）"
+    )

@@ -1,0 +1,97 @@
+"""nonebug set-up for the plugin: NoneBot initialised once, the plugin loaded once, and a fresh
+runtime (real memory on the embedded PostgreSQL + a recording chat model) per test.
+
+NoneBot's start-up hooks are not run here (the plugin's would open a memory from `.env.prod`);
+each test gets its runtime from the ``runtime`` fixture instead. The wire tests start the real
+``bot.py`` in a subprocess and need none of this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+from nonebug import NONEBOT_INIT_KWARGS, NONEBOT_START_LIFESPAN
+
+from tests.plugin.events import SUPERUSER_ID
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[NONEBOT_INIT_KWARGS] = {
+        "driver": "~fastapi",
+        "superusers": {str(SUPERUSER_ID)},
+        "nickname": {"小诗"},
+        "command_start": {"/"},
+        "log_level": "WARNING",
+    }
+    config.stash[NONEBOT_START_LIFESPAN] = False
+
+
+class RecordingModel:
+    """A ChatModel that records every prompt and answers with a fixed text (or fails)."""
+
+    def __init__(self, answer: str = "好的") -> None:
+        self.answer = answer
+        self.prompts: list[list[dict[str, str]]] = []
+        self.fail: Exception | None = None
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str:
+        self.prompts.append([dict(m) for m in messages])
+        if self.fail is not None:
+            raise self.fail
+        return self.answer
+
+    async def aclose(self) -> None:
+        return None
+
+    def text(self, index: int = -1) -> str:
+        return "\n".join(m["content"] for m in self.prompts[index])
+
+
+@pytest.fixture(scope="session")
+def plugin(nonebug_init: None) -> Any:
+    import nonebot
+    from nonebot.adapters.onebot.v11 import Adapter
+
+    driver = nonebot.get_driver()
+    if "OneBot V11" not in driver._adapters:
+        driver.register_adapter(Adapter)
+    loaded = nonebot.load_plugin("plugins.temporal_memory")
+    assert loaded is not None
+    return loaded
+
+
+@pytest.fixture
+def model() -> RecordingModel:
+    return RecordingModel()
+
+
+@pytest.fixture
+async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> AsyncIterator[Any]:
+    from memory_core.chat import ConversationEngine
+    from plugins.temporal_memory import commands, intake
+    from plugins.temporal_memory import runtime as runtime_module
+    from plugins.temporal_memory.config import Config
+
+    memory = await memory_factory()
+    engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗")
+    built = runtime_module.Runtime(
+        settings=memory.settings,
+        config=Config(bot_resolve_at_names=False),
+        memory=memory,
+        engine=engine,
+        chat_model=model,
+        bot_name="小诗",
+    )
+    runtime_module._Holder.runtime = built
+    intake.recent_messages.clear()
+    commands.confirmations.pending.clear()
+    yield built
+    runtime_module._Holder.runtime = None

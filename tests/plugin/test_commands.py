@@ -1,0 +1,264 @@
+"""Admin commands with nonebug: permissions, the /forget confirmation, what each one answers."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from nonebot.adapters.onebot.v11 import Adapter, Bot, Event, Message, MessageEvent, MessageSegment
+from nonebug import App
+
+from memory_core.models import TurnInput
+from tests.plugin.events import SELF_ID, SUPERUSER_ID, message_payload, text_seg
+
+EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+GROUP = 30003
+USER = 20002
+THEN = datetime.now(timezone.utc) - timedelta(hours=2)
+
+
+def event_of(value: str, *, user_id: int = USER, group_id: int | None = None) -> Event:
+    payload = message_payload([text_seg(value)], user_id=user_id, group_id=group_id)
+    event = Adapter.json_to_event(payload)
+    assert isinstance(event, MessageEvent)
+    event.to_me = group_id is None  # what the adapter sets for private chats
+    return event
+
+
+def text(value: str) -> Message:
+    return Message(MessageSegment.text(value))
+
+
+async def seed(runtime: Any) -> None:
+    """Rows in four sessions: USER in GROUP, USER private, another user in GROUP, USER in 40004."""
+    for user, group, content in (
+        (USER, GROUP, "我的猫叫咪咪"),
+        (USER, None, "我的狗叫旺财"),
+        (30001, GROUP, "我的鱼叫泡泡"),
+        (USER, 40004, "我的鸟叫啾啾"),
+    ):
+        await runtime.memory.add_turn(
+            TurnInput(
+                user_id=user,
+                group_id=group,
+                role="user",
+                content=content,
+                sender_name="小明",
+                created_at=THEN,
+            )
+        )
+
+
+async def contents(runtime: Any, user: int, group: int | None) -> list[str]:
+    return [
+        t.content for t in await runtime.memory.recent_turns(user, group, limit=50, since=EPOCH)
+    ]
+
+
+async def run(app: App, *steps: tuple[Event, str | None]) -> None:
+    """Send each event; expect the bot to answer with the given text (None: no answer)."""
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        for event, answer in steps:
+            ctx.receive_event(bot, event)
+            if answer is not None:
+                ctx.should_call_send(event, text(answer), {"message_id": 1})
+
+
+# ----------------------------------------------------------------------------- /forget
+
+
+async def test_forget_own_group_session_after_confirmation_only(app: App, runtime, model):
+    await seed(runtime)
+    prompt = (
+        "确定要删除你在本群的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
+    )
+    await run(
+        app,
+        (event_of("/forget", group_id=GROUP), prompt),
+        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆，共 1 条。"),
+    )
+    assert await contents(runtime, USER, GROUP) == []
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
+    assert await contents(runtime, 30001, GROUP) == ["我的鱼叫泡泡"]
+    assert await contents(runtime, USER, 40004) == ["我的鸟叫啾啾"]
+    # Neither the command nor the confirmation reached the chat model or the store.
+    assert model.prompts == []
+
+
+async def test_forget_in_private_chat_uses_the_chinese_alias_and_can_be_cancelled(
+    app: App, runtime
+):
+    await seed(runtime)
+    prompt = (
+        "确定要删除你在私聊中的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
+    )
+    await run(
+        app,
+        (event_of("/忘记"), prompt),
+        (event_of("取消"), "已取消，记忆保持不变。"),
+    )
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
+    await run(
+        app, (event_of("/忘记"), prompt), (event_of("确认"), "已删除你在私聊中的记忆，共 1 条。")
+    )
+    assert await contents(runtime, USER, None) == []
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪"]
+
+
+async def test_confirmation_expires(app: App, runtime, model):
+    await seed(runtime)
+    runtime.config = runtime.config.model_copy(update={"bot_confirm_timeout": 0.05})
+    await run(
+        app,
+        (
+            event_of("/forget"),
+            "确定要删除你在私聊中的全部记忆吗？删除后无法恢复。"
+            "请在 0.05 秒内回复“确认”，回复“取消”放弃。",
+        ),
+    )
+    await asyncio.sleep(0.1)
+    # Too late: "确认" is an ordinary chat message now, and nothing is deleted.
+    await run(app, (event_of("确认"), "好的"))
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财", "确认", "好的"]
+
+
+async def test_forget_other_targets_is_refused_for_ordinary_users(app: App, runtime):
+    await seed(runtime)
+    refusal = "只有超级用户可以删除其他人、整个群或全部的记忆。"
+    await run(
+        app,
+        (event_of("/forget user 30001", group_id=GROUP), refusal),
+        (event_of("/forget group 30003"), refusal),
+        (event_of("/forget all"), refusal),
+        (event_of("确认"), "好的"),  # nothing was pending: plain chat
+    )
+    assert await contents(runtime, 30001, GROUP) == ["我的鱼叫泡泡"]
+
+
+async def test_superuser_forgets_a_user_everywhere_or_a_whole_group(app: App, runtime):
+    await seed(runtime)
+    su = {"user_id": SUPERUSER_ID}
+    await run(
+        app,
+        (
+            event_of("/forget user 20002", **su),
+            "确定要删除用户 20002 在所有会话中的全部记忆吗？删除后无法恢复。"
+            "请在 60 秒内回复“确认”，回复“取消”放弃。",
+        ),
+        (event_of("确认", **su), "已删除用户 20002 在所有会话中的记忆，共 3 条。"),
+        (
+            event_of("/forget group 30003", **su),
+            "确定要删除群 30003 中所有人的全部记忆吗？删除后无法恢复。"
+            "请在 60 秒内回复“确认”，回复“取消”放弃。",
+        ),
+        (event_of("确认", **su), "已删除群 30003 中所有人的记忆，共 1 条。"),
+    )
+    assert (await runtime.memory.stats()).total_rows == 0
+
+
+async def test_confirmation_belongs_to_the_person_who_asked(app: App, runtime):
+    await seed(runtime)
+    await run(
+        app,
+        (
+            event_of("/forget all", user_id=SUPERUSER_ID, group_id=GROUP),
+            "确定要删除所有人的全部记忆吗？删除后无法恢复。"
+            "请在 60 秒内回复“确认”，回复“取消”放弃。",
+        ),
+        # Someone else saying 确认 in the same group confirms nothing (and is not addressed).
+        (event_of("确认", user_id=USER, group_id=GROUP), None),
+    )
+    assert (await runtime.memory.stats()).total_rows == 4
+
+
+def test_forget_targets_parse(plugin: Any) -> None:
+    from plugins.temporal_memory.commands import parse_forget_target
+
+    assert parse_forget_target(["all"]) == ({"everything": True}, "所有人")
+    assert parse_forget_target(["用户", "123"]) == ({"user_id": 123}, "用户 123 在所有会话中")
+    assert parse_forget_target(["群", "456"]) == ({"group_id": 456}, "群 456 中所有人")
+    assert parse_forget_target(["user", "abc"]) is None
+    assert parse_forget_target(["delete", "everything"]) is None
+
+
+# ----------------------------------------------------------------------------- /memstat
+
+
+async def test_memstat_is_for_superusers(app: App, runtime):
+    await seed(runtime)
+    await run(app, (event_of("/memstat"), "只有超级用户可以查看记忆统计。"))
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/记忆统计", user_id=SUPERUSER_ID)
+        ctx.receive_event(bot, event)
+        stats = await runtime.memory.stats()
+        lines = [*stats.lines_zh(runtime.memory.tz), f"聊天模型：{runtime.settings.llm_model}"]
+        ctx.should_call_send(event, text("\n".join(lines)), {"message_id": 1})
+    assert "记忆总数：4 条，会话 4 个" in lines[0]
+
+
+# ----------------------------------------------------------------------------- /recall
+
+
+def memory_line(runtime: Any, content: str) -> str:
+    stamp = THEN.astimezone(runtime.memory.tz).strftime("%Y-%m-%d %H:%M:%S")
+    return f"[{stamp}] (2小时前) user(小明): {content}"
+
+
+async def test_recall_shows_own_session_memory_lines(app: App, runtime):
+    await seed(runtime)
+    await run(
+        app,
+        (
+            event_of("/回忆 猫叫什么", group_id=GROUP),
+            f"与“猫叫什么”相关的记忆（群 {GROUP} · 用户 {USER}）：\n--- 相关记忆 ---\n"
+            + memory_line(runtime, "我的猫叫咪咪"),
+        ),
+    )
+
+
+async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
+    from plugins.temporal_memory.commands import RECALL_USAGE
+
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("/recall --user 30001 --group 30003 鱼"), "只有超级用户可以查看其他会话的记忆。"),
+        (event_of("/recall"), RECALL_USAGE),
+        (
+            event_of("/recall --user 30001 --group 30003 鱼", user_id=SUPERUSER_ID),
+            "与“鱼”相关的记忆（群 30003 · 用户 30001）：\n--- 相关记忆 ---\n"
+            + memory_line(runtime, "我的鱼叫泡泡"),
+        ),
+    )
+
+
+def test_recall_args_parse(plugin: Any) -> None:
+    from plugins.temporal_memory.commands import parse_recall_args
+
+    parsed = parse_recall_args("--user 5 猫 --group=7 的名字")
+    assert (parsed.query, parsed.user_id, parsed.group_id, parsed.private) == (
+        "猫 的名字",
+        5,
+        7,
+        False,
+    )
+    assert parse_recall_args("--private 狗").private
+    assert not parse_recall_args("猫--user 5").has_flags
+
+
+# ----------------------------------------------------------------------------- /remember
+
+
+async def test_remember_stores_a_note_without_expiry_and_does_not_chat(app: App, runtime, model):
+    await run(
+        app, (event_of("/记住 我的生日是五月三日", group_id=GROUP), "记住了，这条会一直保留。")
+    )
+    turns = await runtime.memory.recent_turns(USER, GROUP, limit=5, since=EPOCH)
+    assert [(t.role, t.content, t.expires_at) for t in turns] == [
+        ("user", "我的生日是五月三日", None)
+    ]
+    assert model.prompts == []
+    await run(app, (event_of("/remember"), "用法：/remember <内容>（记住）让我永久记住一条笔记。"))

@@ -1,0 +1,80 @@
+"""`.env.prod` documents every key the bot and the core read, and parses as NoneBot reads it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from dotenv import dotenv_values
+
+from memory_core.settings import MemorySettings
+
+ENV_PROD = Path(__file__).resolve().parents[2] / ".env.prod"
+NONEBOT_KEYS = {
+    "DRIVER", "HOST", "PORT", "LOG_LEVEL", "ONEBOT_ACCESS_TOKEN", "ONEBOT_WS_URLS",
+    "SUPERUSERS", "NICKNAME", "COMMAND_START", "COMMAND_SEP",
+}  # fmt: skip
+
+
+def env_values() -> dict[str, str | None]:
+    return dotenv_values(ENV_PROD)
+
+
+def nonebot_decoded(values: dict[str, str | None]) -> dict[str, object]:
+    """What NoneBot makes of each value: JSON when it parses, else the text."""
+    decoded: dict[str, object] = {}
+    for key, value in values.items():
+        try:
+            decoded[key.lower()] = json.loads(value) if value else value
+        except ValueError:
+            decoded[key.lower()] = value
+    return decoded
+
+
+def test_every_setting_is_in_env_prod_with_a_comment_above_it() -> None:
+    from plugins.temporal_memory.config import Config
+
+    values = env_values()
+    expected = (
+        {name.upper() for name in MemorySettings.model_fields}
+        | {name.upper() for name in Config.model_fields}
+        | NONEBOT_KEYS
+    )
+    assert expected - set(values) == set()
+    lines = ENV_PROD.read_text(encoding="utf-8").splitlines()
+    for index, line in enumerate(lines):
+        if re.match(r"^[A-Z_]+=", line):
+            assert lines[index - 1].startswith("#"), f"no comment above {line}"
+
+
+def test_env_prod_has_no_secrets_and_safe_defaults() -> None:
+    values = env_values()
+    for key in (
+        "LLM_API_KEY",
+        "EMBEDDING_API_KEY",
+        "EVALUATOR_API_KEY",
+        "ONEBOT_ACCESS_TOKEN",
+        "MEMORY_DSN",
+    ):
+        assert not values[key], key
+    assert values["HOST"] == "127.0.0.1" and values["PORT"] == "8080"
+    assert values["DRIVER"] == "~fastapi+~websockets"
+
+
+def test_env_prod_validates_into_the_settings() -> None:
+    from plugins.temporal_memory.config import Config, memory_settings_from_config
+
+    decoded = nonebot_decoded(env_values())
+    settings = memory_settings_from_config(decoded)
+    assert settings == MemorySettings()
+    assert Config.model_validate(decoded) == Config()
+
+
+def test_numeric_looking_secrets_stay_text() -> None:
+    from plugins.temporal_memory.config import memory_settings_from_config
+
+    settings = memory_settings_from_config({"llm_api_key": 12345, "llm_model": 7, "port": 80})
+    assert settings.llm_api_key is not None
+    assert settings.llm_api_key.get_secret_value() == "12345"
+    assert settings.llm_model == "7"

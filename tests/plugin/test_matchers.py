@@ -1,0 +1,282 @@
+"""Matcher logic with nonebug: which events are answered, recorded or ignored, and what is stored.
+
+nonebug skips the adapter's own event preparation, so ``adapt`` runs the adapter's reply / @ /
+nickname checks on each event first, as the real adapter does before dispatching it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from nonebot.adapters.onebot.v11 import (
+    ActionFailed,
+    Adapter,
+    Bot,
+    Event,
+    Message,
+    MessageEvent,
+    MessageSegment,
+)
+from nonebot.adapters.onebot.v11.bot import _check_at_me, _check_nickname, _check_reply
+from nonebug import App
+
+from memory_core.chat import APOLOGY
+from memory_core.errors import LLMError
+from tests.plugin.conftest import RecordingModel
+from tests.plugin.events import (
+    SELF_ID,
+    at_seg,
+    message_payload,
+    recall_payload,
+    reply_seg,
+    self_sent_payload,
+    text_seg,
+)
+
+EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+GROUP = 30003
+USER = 20002
+
+
+async def adapt(bot: Bot, payload: dict[str, Any]) -> Event:
+    event = Adapter.json_to_event(payload)
+    assert event is not None
+    if isinstance(event, MessageEvent):
+        await _check_reply(bot, event)
+        _check_at_me(bot, event)
+        _check_nickname(bot, event)
+    return event
+
+
+def text(value: str) -> Message:
+    return Message(MessageSegment.text(value))
+
+
+def quoted(message_id: int, value: str) -> Message:
+    return MessageSegment.reply(message_id) + text(value)
+
+
+async def stored(runtime: Any, user: int = USER, group: int | None = None) -> list[Any]:
+    return await runtime.memory.recent_turns(user, group, limit=50, since=EPOCH)
+
+
+# ----------------------------------------------------------------------------- chat
+
+
+async def test_private_message_is_answered_and_both_turns_stored(app: App, runtime, model):
+    payload = message_payload([text_seg("我叫小明")], nickname="小明")
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text("好的"), {"message_id": 555})
+    turns = await stored(runtime)
+    assert [(t.role, t.content, t.message_id) for t in turns] == [
+        ("user", "我叫小明", payload["message_id"]),
+        ("assistant", "好的", 555),
+    ]
+    assert turns[0].sender_name == "小明" and turns[1].sender_name == "小诗"
+    assert model.prompts[-1][-1]["content"].endswith("我叫小明")
+
+
+async def test_group_cq_string_at_bot_is_answered_with_quote_and_stored_without_the_at(
+    app: App, runtime
+):
+    payload = message_payload(
+        [at_seg(SELF_ID), text_seg(" 我叫小明")],
+        group_id=GROUP,
+        cq_string=True,
+        card="小明（群名片）",
+        nickname="xm",
+    )
+    assert payload["message"] == "[CQ:at,qq=10001] 我叫小明"
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, quoted(payload["message_id"], "好的"), {"message_id": 556})
+    turns = await stored(runtime, group=GROUP)
+    assert [(t.role, t.content) for t in turns] == [("user", "我叫小明"), ("assistant", "好的")]
+    assert turns[0].sender_name == "小明（群名片）"
+    assert turns[0].session_key == f"{GROUP}:{USER}"
+
+
+async def test_group_nickname_first_addresses_the_bot(app: App, runtime, model):
+    payload = message_payload([text_seg("小诗，今天星期几")], group_id=GROUP)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, quoted(payload["message_id"], "好的"), {"message_id": 1})
+    assert model.prompts[-1][-1]["content"].endswith("今天星期几")
+
+
+async def test_reply_to_the_bots_message_addresses_it_and_is_quoted(app: App, runtime, model):
+    bot_message_id = 424242
+    payload = message_payload([reply_seg(bot_message_id), text_seg("这是什么意思")], group_id=GROUP)
+    original = {
+        "time": 1760000000,
+        "message_type": "group",
+        "message_id": bot_message_id,
+        "real_id": bot_message_id,
+        "sender": {"user_id": SELF_ID, "nickname": "bot"},
+        "message": [text_seg("人生苦短\n我用Python")],
+    }
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        ctx.should_call_api("get_msg", {"message_id": bot_message_id}, original)
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, quoted(payload["message_id"], "好的"), {"message_id": 2})
+    turns = await stored(runtime, group=GROUP)
+    assert turns[0].content == "[回复 小诗: 人生苦短 我用Python] 这是什么意思"
+    assert turns[0].content in model.prompts[-1][-1]["content"]
+
+
+async def test_media_faces_and_mentions_become_text_and_raw_segments_are_kept(
+    app: App, runtime, model
+):
+    runtime.config = runtime.config.model_copy(update={"bot_resolve_at_names": True})
+    segments = [
+        at_seg(SELF_ID),
+        text_seg(" 看"),
+        {"type": "image", "data": {"summary": "", "file": "A.jpg", "url": "https://x/y"}},
+        {"type": "face", "data": {"id": "178", "raw": {"faceIndex": 178, "faceText": "/斜眼笑"}}},
+        text_seg(" "),
+        at_seg(30001),
+        text_seg(" [CQ:at,qq=all]"),
+    ]
+    payload = message_payload(segments, group_id=GROUP)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_api(
+            "get_group_member_info",
+            {"group_id": GROUP, "user_id": 30001},
+            {"group_id": GROUP, "user_id": 30001, "nickname": "bob", "card": "Bob"},
+        )
+        ctx.should_call_send(event, quoted(payload["message_id"], "好的"), {"message_id": 3})
+    turns = await stored(runtime, group=GROUP)
+    # User text that looks like CQ code stays literal text.
+    assert turns[0].content == "看[图片][表情:斜眼笑] @Bob [CQ:at,qq=all]"
+
+
+async def test_unaddressed_group_message_is_ignored_unless_recording_is_enabled(
+    app: App, runtime, model
+):
+    first = message_payload([text_seg("大家好")], group_id=GROUP)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        ctx.receive_event(bot, await adapt(bot, first))
+    assert await stored(runtime, group=GROUP) == []
+
+    runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
+    second = message_payload([text_seg("我下周去上海")], group_id=GROUP)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        ctx.receive_event(bot, await adapt(bot, second))
+    assert [t.content for t in await stored(runtime, group=GROUP)] == ["我下周去上海"]
+    assert model.prompts == []  # recorded, not answered
+
+
+async def test_denied_and_not_allowed_groups_are_ignored_entirely(app: App, runtime, model):
+    runtime.config = runtime.config.model_copy(
+        update={"bot_group_allowlist": {GROUP, 40004}, "bot_group_denylist": {40004}}
+    )
+    for group in (40004, 50005):
+        payload = message_payload([at_seg(SELF_ID), text_seg(" 你好")], group_id=group)
+        async with app.test_matcher() as ctx:
+            bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+            ctx.receive_event(bot, await adapt(bot, payload))
+        assert await stored(runtime, group=group) == []
+    assert model.prompts == []
+
+
+async def test_own_messages_and_repeated_events_are_not_input(app: App, runtime, model):
+    payload = message_payload([text_seg("在吗")])
+    own = message_payload([text_seg("我自己发的")], user_id=SELF_ID)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text("好的"), {"message_id": 7})
+        ctx.receive_event(bot, await adapt(bot, dict(payload)))  # delivered twice
+        ctx.receive_event(bot, await adapt(bot, own))
+        ctx.receive_event(bot, await adapt(bot, self_sent_payload("pong", group_id=GROUP)))
+    assert len(model.prompts) == 1
+    assert [t.role for t in await stored(runtime)] == ["user", "assistant"]
+    assert await stored(runtime, user=SELF_ID) == []
+
+
+async def test_recall_notices_delete_the_recalled_turn(app: App, runtime):
+    group_payload = message_payload([at_seg(SELF_ID), text_seg(" 密码是1234")], group_id=GROUP)
+    private_payload = message_payload([text_seg("我的银行卡号是6222")])
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        for payload, reply_id in ((group_payload, 71), (private_payload, 72)):
+            event = await adapt(bot, payload)
+            ctx.receive_event(bot, event)
+            expected = text("好的")
+            if "group_id" in payload:
+                expected = quoted(payload["message_id"], "好的")
+            ctx.should_call_send(event, expected, {"message_id": reply_id})
+        ctx.receive_event(
+            bot,
+            await adapt(
+                bot, recall_payload(group_payload["message_id"], user_id=USER, group_id=GROUP)
+            ),
+        )
+        ctx.receive_event(bot, await adapt(bot, recall_payload(72, user_id=SELF_ID)))
+    assert [t.content for t in await stored(runtime, group=GROUP)] == ["好的"]
+    assert [t.content for t in await stored(runtime)] == ["我的银行卡号是6222"]
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+async def test_model_failure_gives_apology_and_keeps_the_user_turn(app: App, runtime, model):
+    model.fail = LLMError("HTTP 503")
+    payload = message_payload([text_seg("明天提醒我交报告")])
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text(APOLOGY), {"message_id": 8})
+    assert [(t.role, t.content) for t in await stored(runtime)] == [("user", "明天提醒我交报告")]
+
+
+async def test_send_failure_is_caught_and_the_unsent_reply_not_stored(app: App, runtime):
+    payload = message_payload([text_seg("你好")])
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(
+            event, text("好的"), exception=ActionFailed(retcode=100, status="failed")
+        )
+    assert [t.role for t in await stored(runtime)] == ["user"]
+
+
+async def test_long_reply_is_split_and_stored_once_with_the_first_message_id(
+    app: App, runtime, model
+):
+    runtime.settings = runtime.settings.model_copy(update={"chat_reply_max_chars": 50})
+    model.answer = "第一段" * 10 + "\n" + "第二段" * 10
+    payload = message_payload([text_seg("讲个长故事")])
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text("第一段" * 10), {"message_id": 81})
+        ctx.should_call_send(event, text("第二段" * 10), {"message_id": 82})
+    reply = (await stored(runtime))[-1]
+    assert reply.content == model.answer and reply.message_id == 81
+
+
+def test_recording_model_is_a_chat_model() -> None:
+    from memory_core.llm import ChatModel
+
+    model: ChatModel = RecordingModel()
+    assert model is not None

@@ -1,0 +1,274 @@
+"""Over the real wire: ``bot.py`` as a subprocess, a NapCat-like OneBot v11 peer on a real
+WebSocket, a loopback HTTP stand-in for the chat LLM, and the embedded PostgreSQL.
+
+One bot process serves the whole module; each test uses its own users and groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from websockets.exceptions import InvalidStatus
+
+from memory_core.chat import APOLOGY
+from tests.plugin.events import (
+    SELF_ID,
+    SUPERUSER_ID,
+    at_seg,
+    message_payload,
+    recall_payload,
+    self_sent_payload,
+    text_seg,
+)
+from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+
+TZ = ZoneInfo("Asia/Shanghai")
+GROUP_A, GROUP_B = 30003, 40004
+
+
+@dataclass
+class Wire:
+    llm: StubLLM
+    bot: BotProcess
+    peer: OneBotPeer
+
+    async def say(
+        self,
+        segments: list[dict[str, Any]],
+        *,
+        user_id: int,
+        group_id: int | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Send a message and return the text of the bot's answer to that chat."""
+        mark = len(self.peer.calls)
+        await self.peer.send_event(
+            message_payload(segments, user_id=user_id, group_id=group_id, **kwargs)
+        )
+        call = await self.peer.wait_reply(user_id=user_id, group_id=group_id, after=mark)
+        return sent_text(call)
+
+
+@pytest.fixture(scope="module")
+async def wire() -> AsyncIterator[Wire]:
+    llm = StubLLM().start()
+    bot = await start_bot(llm_url=llm.base_url)
+    peer = None
+    try:
+        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+        await peer.send_event(
+            {
+                "time": int(time.time()),
+                "self_id": SELF_ID,
+                "post_type": "meta_event",
+                "meta_event_type": "lifecycle",
+                "sub_type": "connect",
+            }
+        )
+        yield Wire(llm=llm, bot=bot, peer=peer)
+    finally:
+        if peer is not None:
+            await peer.close()
+        await stop_bot(bot)
+        llm.stop()
+        log = bot.log_text()
+        shutil.rmtree(bot.data_dir, ignore_errors=True)
+        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+
+
+def all_text(prompt: list[dict[str, str]]) -> str:
+    return "\n".join(m["content"] for m in prompt)
+
+
+# ----------------------------------------------------------------------------- handshake
+
+
+@pytest.mark.parametrize(
+    ("token", "peer_id"),
+    [("wrong-token", SELF_ID + 1), (None, SELF_ID + 2)],
+    ids=["wrong", "missing"],
+)
+async def test_wrong_or_missing_access_token_is_refused(
+    wire: Wire, token: str | None, peer_id: int
+):
+    with pytest.raises(InvalidStatus) as refused:
+        await OneBotPeer.connect(wire.bot.ws_url, token, self_id=peer_id)
+    assert refused.value.response.status_code == 403
+    # The same peer with the right token is let in, in NapCat's and in go-cqhttp's form.
+    for scheme in ("Bearer", "Token"):
+        for _ in range(50):
+            try:
+                peer = await OneBotPeer.connect(
+                    wire.bot.ws_url, wire.bot.token, self_id=peer_id, auth_scheme=scheme
+                )
+                break
+            except InvalidStatus:  # the previous connection of this id is still being dropped
+                await asyncio.sleep(0.1)
+        else:
+            pytest.fail(f"right token refused with {scheme}")
+        await peer.close()
+
+
+# ----------------------------------------------------------------------------- memory scope
+
+
+MEMORY_LINE = re.compile(
+    r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \(4[01]分钟前\) user\(爱丽丝\): "
+    r"我的猫叫Momo，是一只橘猫$",
+    re.MULTILINE,
+)
+
+
+async def test_a_fact_stays_in_its_session_and_returns_as_a_timed_memory_line(wire: Wire):
+    alice, bob = 20002, 20003
+    told_at = time.time() - 40 * 60
+    # NapCat, segment array, @ the bot; told 40 minutes ago (beyond short-term memory).
+    await wire.say(
+        [at_seg(SELF_ID), text_seg(" 我的猫叫Momo，是一只橘猫")],
+        user_id=alice,
+        group_id=GROUP_A,
+        card="爱丽丝",
+        sent_at=told_at,
+    )
+    # The same question from the same user in another group (go-cqhttp CQ string), from
+    # another user in the same group, and in the user's private chat.
+    await wire.say(
+        [at_seg(SELF_ID), text_seg(" 我的猫叫什么名字？(B群)")],
+        user_id=alice,
+        group_id=GROUP_B,
+        card="爱丽丝",
+        cq_string=True,
+    )
+    await wire.say(
+        [at_seg(SELF_ID), text_seg(" 我的猫叫什么名字？(别人)")], user_id=bob, group_id=GROUP_A
+    )
+    await wire.say([text_seg("我的猫叫什么名字？(私聊)")], user_id=alice, cq_string=True)
+    for marker in ("(B群)", "(别人)", "(私聊)"):
+        prompt = wire.llm.last_prompt_for(f"我的猫叫什么名字？{marker}")
+        assert "Momo" not in all_text(prompt), marker
+
+    # The same user in the same group, addressing the bot by nickname.
+    now = datetime.now(TZ)
+    await wire.say(
+        [text_seg("小诗，我的猫叫什么名字？(A群)")], user_id=alice, group_id=GROUP_A, card="爱丽丝"
+    )
+    prompt = wire.llm.last_prompt_for("我的猫叫什么名字？(A群)")
+    system = prompt[0]["content"]
+    assert MEMORY_LINE.search(system), system
+    assert f"当前时间：{now:%Y-%m-%d %H:}" in system and "Asia/Shanghai" in system
+    # The only prompts that ever carried the fact are the ones for (group A, alice).
+    for carrying in wire.llm.prompts_containing("Momo"):
+        assert "(B群)" not in all_text(carrying) and "(别人)" not in all_text(carrying)
+        assert "(私聊)" not in all_text(carrying)
+
+
+# ----------------------------------------------------------------------------- intake
+
+
+async def test_duplicate_events_are_processed_once_and_own_messages_are_ignored(wire: Wire):
+    user = 20010
+    payload = message_payload([text_seg("重复投递的消息")], user_id=user)
+    mark = len(wire.peer.calls)
+    await wire.peer.send_event(payload)
+    await wire.peer.send_event(payload)  # the same event again (reconnect, HTTP + WS)
+    await wire.peer.send_event(self_sent_payload("机器人自己说的话", group_id=GROUP_A))
+    await wire.peer.send_event(
+        message_payload([text_seg("机器人自己说的话")], user_id=SELF_ID, group_id=GROUP_A)
+    )
+    await wire.peer.send_event(message_payload([text_seg("后续消息")], user_id=user))
+
+    def answers() -> list[Any]:
+        return [
+            c
+            for c in wire.peer.calls[mark:]
+            if c.action == "send_msg" and c.params.get("user_id") == user
+        ]
+
+    await wire.peer.wait_for(lambda _: len(answers()) >= 2, after=mark)
+    await asyncio.sleep(1.0)  # room for a wrong third answer to show up
+    assert len(answers()) == 2
+    answered = [p for p in wire.llm.calls if p.messages[-1]["content"].endswith("重复投递的消息")]
+    assert len(answered) == 1
+    assert wire.llm.prompts_containing("机器人自己说的话") == []
+
+
+async def test_replies_are_text_segments_so_cq_code_from_the_model_stays_literal(wire: Wire):
+    wire.llm.reply = "[CQ:at,qq=all] 大家好"
+    try:
+        mark = len(wire.peer.calls)
+        await wire.peer.send_event(message_payload([text_seg("打个招呼")], user_id=20015))
+        call = await wire.peer.wait_reply(user_id=20015, after=mark)
+    finally:
+        wire.llm.reply = "好的，我记下了。"
+    assert call.params["message"] == [{"type": "text", "data": {"text": "[CQ:at,qq=all] 大家好"}}]
+
+
+async def recall_text(wire: Wire, query: str, *, user_id: int, group_id: int | None = None) -> str:
+    return await wire.say([text_seg(f"/recall {query}")], user_id=user_id, group_id=group_id)
+
+
+async def test_recall_notices_delete_the_recalled_turn(wire: Wire):
+    user = 20011
+    private = message_payload([text_seg("我的密码是hunter2")], user_id=user)
+    group = message_payload(
+        [at_seg(SELF_ID), text_seg(" 群里说的暗号是swordfish")], user_id=user, group_id=GROUP_A
+    )
+    for payload in (private, group):
+        mark = len(wire.peer.calls)
+        await wire.peer.send_event(payload)
+        await wire.peer.wait_reply(user_id=user, group_id=payload.get("group_id"), after=mark)
+    assert "hunter2" in await recall_text(wire, "密码", user_id=user)
+    assert "swordfish" in await recall_text(wire, "暗号", user_id=user, group_id=GROUP_A)
+
+    await wire.peer.send_event(recall_payload(private["message_id"], user_id=user))
+    await wire.peer.send_event(recall_payload(group["message_id"], user_id=user, group_id=GROUP_A))
+    for _ in range(20):
+        private_left = await recall_text(wire, "密码", user_id=user)
+        group_left = await recall_text(wire, "暗号", user_id=user, group_id=GROUP_A)
+        if "hunter2" not in private_left and "swordfish" not in group_left:
+            break
+        await asyncio.sleep(0.2)
+    assert "hunter2" not in private_left and "swordfish" not in group_left
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+async def test_command_permissions_hold_over_the_wire(wire: Wire):
+    user = 20013
+    assert await wire.say([text_seg("/memstat")], user_id=user) == "只有超级用户可以查看记忆统计。"
+    assert await wire.say([text_seg("/forget all")], user_id=user) == (
+        "只有超级用户可以删除其他人、整个群或全部的记忆。"
+    )
+    assert (
+        await wire.say([text_seg("/recall --user 20002 --group 30003 猫")], user_id=user)
+        == "只有超级用户可以查看其他会话的记忆。"
+    )
+    stats = await wire.say([text_seg("/记忆统计")], user_id=SUPERUSER_ID)
+    assert stats.startswith("记忆总数：") and "聊天模型：stub-model" in stats
+    # Commands never reach the chat model.
+    assert wire.llm.prompts_containing("/memstat") == []
+    assert wire.llm.prompts_containing("/forget") == []
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+async def test_llm_down_gives_the_apology_and_keeps_the_users_turn(wire: Wire):
+    user = 20014
+    wire.llm.mode = "fail"
+    try:
+        answer = await wire.say([text_seg("今天下午三点开项目会")], user_id=user)
+    finally:
+        wire.llm.mode = "ok"
+    assert answer == APOLOGY
+    assert "今天下午三点开项目会" in await recall_text(wire, "开会", user_id=user)

@@ -1,0 +1,85 @@
+"""Over the real wire, with parts missing: no reachable database, or no chat model at all."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from memory_core.chat import NOT_CONFIGURED_NOTICE
+from tests.plugin.events import SUPERUSER_ID, message_payload, text_seg
+from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+
+
+@pytest.fixture
+async def launch() -> AsyncIterator[Callable[..., Any]]:
+    """Start a bot (and connect a peer) with the given options; everything stopped afterwards."""
+    started: list[tuple[BotProcess, OneBotPeer]] = []
+
+    async def run(**kwargs: Any) -> tuple[BotProcess, OneBotPeer]:
+        bot = await start_bot(**kwargs)
+        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+        started.append((bot, peer))
+        return bot, peer
+
+    yield run
+    for bot, peer in started:
+        await peer.close()
+        await stop_bot(bot)
+        shutil.rmtree(bot.data_dir, ignore_errors=True)
+
+
+async def say(peer: OneBotPeer, text: str, user_id: int) -> str:
+    mark = len(peer.calls)
+    await peer.send_event(message_payload([text_seg(text)], user_id=user_id))
+    return sent_text(await peer.wait_reply(user_id=user_id, after=mark))
+
+
+async def test_database_unreachable_bot_starts_answers_without_memory_and_spools(launch):
+    llm = StubLLM(reply="没问题。").start()
+    try:
+        bot, peer = await launch(
+            llm_url=llm.base_url,
+            extra_env={"MEMORY_DSN": "postgresql://nobody@127.0.0.1:9/none?connect_timeout=2"},
+        )
+        assert await say(peer, "数据库不在也要回我", user_id=20020) == "没问题。"
+        prompt = llm.last_prompt_for("数据库不在也要回我")
+        assert "当前时间：" in prompt[0]["content"]
+        assert "--- 相关记忆 ---" not in prompt[0]["content"]
+        # The reply is stored (here: spooled) right after it was sent.
+        spool = ""
+        for _ in range(50):
+            spool = (bot.data_dir / "spool.jsonl").read_text(encoding="utf-8")
+            if "没问题。" in spool:
+                break
+            await asyncio.sleep(0.1)
+        assert "数据库不在也要回我" in spool and "没问题。" in spool
+        assert await say(peer, "/memstat", user_id=SUPERUSER_ID) == (
+            "记忆数据库暂时连不上，请稍后再试。"
+        )
+        assert "memory database unreachable at start-up" in bot.log_text()
+    finally:
+        llm.stop()
+
+
+async def test_without_chat_model_bot_records_answers_commands_and_notices_once(launch):
+    bot, peer = await launch(llm_url=None)
+    user = 20021
+    assert await say(peer, "你好，我叫小红", user_id=user) == NOT_CONFIGURED_NOTICE
+    # Within the notice interval the next message gets no notice, but it is still recorded;
+    # commands still answer. (/recall does not wait for the message being stored: poll.)
+    mark = len(peer.calls)
+    await peer.send_event(message_payload([text_seg("我喜欢吃草莓")], user_id=user))
+    for _ in range(30):
+        answer = await say(peer, "/recall 草莓", user_id=user)
+        if "我喜欢吃草莓" in answer:
+            break
+        await asyncio.sleep(0.2)
+    assert "我喜欢吃草莓" in answer and "你好，我叫小红" in answer
+    after = [sent_text(c) for c in peer.sends() if peer.calls.index(c) >= mark]
+    assert NOT_CONFIGURED_NOTICE not in after
+    log = bot.log_text()
+    assert log.count("no chat model configured") == 1

@@ -1,0 +1,429 @@
+"""A real-wire harness: ``bot.py`` in a subprocess, a OneBot v11 peer on a real WebSocket, and a
+loopback HTTP server standing in for the chat LLM. Used by the wire tests and the benchmark.
+
+The peer connects the way NapCat does (reverse WebSocket to ``/onebot/v11/ws`` with
+``X-Self-ID``, ``X-Client-Role: Universal`` and ``Authorization: Bearer``) and answers every API
+call with its ``echo``, so the bot never waits 30 s for a missing answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection
+
+from tests.plugin.events import SELF_ID
+
+REPO = Path(__file__).resolve().parents[2]
+WS_PATH = "/onebot/v11/ws"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------- stand-in LLM
+
+
+@dataclass
+class LLMCall:
+    messages: list[dict[str, str]]
+    received_at: float
+    answered_at: float = 0.0
+
+
+class StubLLM:
+    """An OpenAI-compatible ``/chat/completions`` on loopback that records every prompt.
+
+    ``mode`` is ``"ok"`` (answer ``reply``, after ``delay`` seconds) or ``"fail"`` (HTTP 500).
+    """
+
+    def __init__(self, reply: str = "好的，我记下了。", delay: float = 0.0) -> None:
+        self.reply = reply
+        self.delay = delay
+        self.mode = "ok"
+        self.calls: list[LLMCall] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                call = LLMCall(messages=body.get("messages", []), received_at=time.monotonic())
+                with stub._lock:
+                    stub.calls.append(call)
+                if stub.delay:
+                    time.sleep(stub.delay)
+                if stub.mode == "fail" or not self.path.endswith("/chat/completions"):
+                    self._send(500, {"error": {"message": "stub LLM is down"}})
+                else:
+                    answer = stub.reply
+                    self._send(
+                        200,
+                        {
+                            "id": "stub",
+                            "object": "chat.completion",
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "message": {"role": "assistant", "content": answer},
+                                    "finish_reason": "stop",
+                                }
+                            ],
+                        },
+                    )
+                call.answered_at = time.monotonic()
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def start(self) -> StubLLM:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def prompts_containing(self, text: str) -> list[list[dict[str, str]]]:
+        with self._lock:
+            calls = list(self.calls)
+        return [c.messages for c in calls if any(text in m["content"] for m in c.messages)]
+
+    def last_prompt_for(self, current_text: str) -> list[dict[str, str]]:
+        """The latest prompt whose current (last) message ends with ``current_text``."""
+        with self._lock:
+            calls = list(self.calls)
+        for call in reversed(calls):
+            if call.messages and call.messages[-1]["content"].endswith(current_text):
+                return call.messages
+        raise AssertionError(f"no prompt ended with {current_text!r}")
+
+
+# ----------------------------------------------------------------------------- the bot process
+
+
+@dataclass
+class BotProcess:
+    port: int
+    token: str
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}{WS_PATH}"
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+
+def bot_environment(
+    *, port: int, token: str, llm_url: str | None, data_dir: Path, extra: dict[str, str]
+) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "ENVIRONMENT": "prod",
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "ONEBOT_ACCESS_TOKEN": token,
+            "MEMORY_DATA_DIR": str(data_dir),
+            "MEMORY_DSN": "",
+            "LLM_BASE_URL": llm_url or "http://127.0.0.1:9/v1",
+            "LLM_MODEL": "stub-model" if llm_url else "",
+            "LLM_API_KEY": "test-key",
+            "LLM_MAX_RETRIES": "0",
+            "LLM_TIMEOUT": "10",
+            "SUPERUSERS": '["99999"]',
+            "NICKNAME": '["小诗"]',
+            "LOG_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+async def start_bot(
+    *,
+    llm_url: str | None,
+    token: str = "wire-test-token",
+    extra_env: dict[str, str] | None = None,
+    startup_timeout: float = 120.0,
+) -> BotProcess:
+    """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens."""
+    port = free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
+    log_path = data_dir / "bot.log"
+    env = bot_environment(
+        port=port, token=token, llm_url=llm_url, data_dir=data_dir, extra=extra_env or {}
+    )
+    process = _spawn_bot(env, log_path)
+    bot = BotProcess(port=port, token=token, data_dir=data_dir, log_path=log_path, process=process)
+    deadline = time.monotonic() + startup_timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"bot.py exited with {process.returncode}:\n{bot.log_text()}")
+        # uvicorn binds its socket only after NoneBot's start-up hooks have finished.
+        if await _accepts_connections(port):
+            return bot
+        await asyncio.sleep(0.1)
+    await stop_bot(bot)
+    raise RuntimeError(f"bot.py did not start in {startup_timeout}s:\n{bot.log_text()}")
+
+
+async def _accepts_connections(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def _spawn_bot(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as log_file:
+        return subprocess.Popen(
+            [sys.executable, "bot.py"],
+            cwd=REPO,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
+    """SIGTERM (NoneBot shuts down and the embedded PostgreSQL stops with it); SIGKILL late."""
+    process = bot.process
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(process.wait, timeout)
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+        _stop_orphan_postgres(bot.data_dir)
+
+
+def _stop_orphan_postgres(data_dir: Path) -> None:
+    # A killed bot cannot stop the server it started; stop that one server by its own pid file.
+    pid_file = data_dir / "pg" / "postmaster.pid"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int(pid_file.read_text().splitlines()[0])
+        os.kill(pid, signal.SIGTERM)
+
+
+# ----------------------------------------------------------------------------- the OneBot peer
+
+
+@dataclass
+class ApiCall:
+    action: str
+    params: dict[str, Any]
+    echo: Any
+    at: float
+
+
+@dataclass
+class OneBotPeer:
+    """The NapCat side of the reverse WebSocket."""
+
+    ws: ClientConnection | ServerConnection
+    self_id: int = SELF_ID
+    calls: list[ApiCall] = field(default_factory=list)
+    member_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    sent_messages: dict[int, dict[str, Any]] = field(default_factory=dict)
+    on_call: Callable[[ApiCall], None] | None = None
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(700_000_000))
+    _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        token: str | None,
+        self_id: int = SELF_ID,
+        *,
+        auth_scheme: str = "Bearer",
+        **kwargs: Any,
+    ) -> OneBotPeer:
+        """NapCat's handshake (go-cqhttp sends ``Token <token>``: ``auth_scheme="Token"``)."""
+        headers = {
+            "X-Self-ID": str(self_id),
+            "X-Client-Role": "Universal",
+            "User-Agent": "OneBot/11",
+            "Authorization": f"{auth_scheme} {token}" if token else "",
+        }
+        ws = await connect(url, additional_headers=headers, max_size=None, **kwargs)
+        return cls.attach(ws, self_id=self_id)
+
+    @classmethod
+    def attach(cls, ws: Any, self_id: int = SELF_ID) -> OneBotPeer:
+        """A peer over an open connection (forward mode: the bot connected to us)."""
+        peer = cls(ws=ws, self_id=self_id)
+        peer._reader = asyncio.create_task(peer._read())
+        return peer
+
+    async def close(self) -> None:
+        await self.ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+
+    async def send_event(self, payload: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(payload, ensure_ascii=False))
+
+    async def _read(self) -> None:
+        async for raw in self.ws:
+            data = json.loads(raw)
+            call = ApiCall(
+                action=str(data.get("action")),
+                params=data.get("params") or {},
+                echo=data.get("echo"),
+                at=time.monotonic(),
+            )
+            response = self._answer(call)
+            await self.ws.send(json.dumps(response, ensure_ascii=False))
+            self.calls.append(call)
+            if self.on_call is not None:
+                self.on_call(call)
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _answer(self, call: ApiCall) -> dict[str, Any]:
+        ok: dict[str, Any] = {"status": "ok", "retcode": 0, "message": "", "wording": ""}
+        if call.action in {"send_msg", "send_private_msg", "send_group_msg"}:
+            message_id = next(self._ids)
+            self.sent_messages[message_id] = call.params
+            data: Any = {"message_id": message_id}
+            call.params = {**call.params, "_message_id": message_id}
+        elif call.action == "get_msg":
+            found = self.sent_messages.get(int(call.params.get("message_id", 0)))
+            if found is None:
+                return {
+                    "status": "failed",
+                    "retcode": 1404,
+                    "data": None,
+                    "echo": call.echo,
+                    "message": "消息不存在",
+                    "wording": "消息不存在",
+                }
+            data = {
+                "time": int(time.time()),
+                "message_type": found.get("message_type", "group"),
+                "message_id": call.params["message_id"],
+                "real_id": call.params["message_id"],
+                "sender": {"user_id": self.self_id, "nickname": "bot"},
+                "message": found.get("message", []),
+            }
+        elif call.action == "get_group_member_info":
+            key = (int(call.params["group_id"]), int(call.params["user_id"]))
+            name = self.member_names.get(key, f"成员{key[1]}")
+            data = {"group_id": key[0], "user_id": key[1], "nickname": name, "card": name}
+        else:
+            data = None
+        return {**ok, "data": data, "echo": call.echo}
+
+    # ------------------------------------------------------------------ waiting
+
+    def sends(self) -> list[ApiCall]:
+        return [
+            c for c in self.calls if c.action in {"send_msg", "send_private_msg", "send_group_msg"}
+        ]
+
+    async def wait_for(
+        self, predicate: Callable[[ApiCall], bool], *, after: int = 0, timeout: float = 30.0
+    ) -> ApiCall:
+        """The first API call from index ``after`` on that satisfies ``predicate``."""
+
+        def find() -> ApiCall | None:
+            for call in self.calls[after:]:
+                if predicate(call):
+                    return call
+            return None
+
+        async def wait() -> ApiCall:
+            async with self._changed:
+                while (found := find()) is None:
+                    await self._changed.wait()
+                return found
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def wait_reply(
+        self,
+        *,
+        user_id: int,
+        group_id: int | None = None,
+        after: int = 0,
+        timeout: float = 30.0,
+    ) -> ApiCall:
+        """The bot's next message to this private chat / group."""
+
+        def match(call: ApiCall) -> bool:
+            if call.action not in {"send_msg", "send_private_msg", "send_group_msg"}:
+                return False
+            if group_id is not None:
+                return call.params.get("group_id") == group_id
+            return call.params.get("group_id") is None and call.params.get("user_id") == user_id
+
+        return await self.wait_for(match, after=after, timeout=timeout)
+
+
+def sent_text(call: ApiCall) -> str:
+    """The text of a send call (the reply quote segment left out)."""
+    message = call.params.get("message")
+    if isinstance(message, str):
+        return message
+    return "".join(
+        seg["data"].get("text", "") for seg in message or [] if seg.get("type") == "text"
+    )
