@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -207,13 +208,18 @@ async def start_bot(
     deadline = time.monotonic() + startup_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"bot.py exited with {process.returncode}:\n{bot.log_text()}")
+            log = bot.log_text()
+            _stop_orphan_postgres(data_dir)
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise RuntimeError(f"bot.py exited with {process.returncode}:\n{log}")
         # uvicorn binds its socket only after NoneBot's start-up hooks have finished.
         if await _accepts_connections(port):
             return bot
         await asyncio.sleep(0.1)
     await stop_bot(bot)
-    raise RuntimeError(f"bot.py did not start in {startup_timeout}s:\n{bot.log_text()}")
+    log = bot.log_text()
+    shutil.rmtree(data_dir, ignore_errors=True)
+    raise RuntimeError(f"bot.py did not start in {startup_timeout}s:\n{log}")
 
 
 async def _accepts_connections(port: int) -> bool:
@@ -257,7 +263,7 @@ def _stop_orphan_postgres(data_dir: Path) -> None:
     pid_file = data_dir / "pg" / "postmaster.pid"
     with contextlib.suppress(OSError, ValueError, IndexError):
         pid = int(pid_file.read_text().splitlines()[0])
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
 
 
 # ----------------------------------------------------------------------------- the OneBot peer
