@@ -203,9 +203,11 @@ SELECT session_key, user_id, group_id, last_turn_id, pending_turns, attempts
 FROM distilled_sessions WHERE session_key = $1
 """
 
+# By id, not time: the watermark is an id, and a turn spooled during an outage (stored later,
+# with its original time) must still be read once. Turns already expired are skipped.
 SQL_UNDISTILLED_TURNS = """
 SELECT id, role, content, sender_name, created_at FROM dialogues
-WHERE session_key = $1 AND id > $2 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+WHERE session_key = $1 AND id > $2 AND (expires_at IS NULL OR expires_at > $3)
 ORDER BY id LIMIT $4
 """
 

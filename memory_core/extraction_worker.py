@@ -48,13 +48,19 @@ DISTILLED_SUPERSEDED = "distilled_superseded"
 
 @dataclass(frozen=True)
 class ExtractionReport:
-    """What distilling one session did (``skipped``: nothing new to read)."""
+    """What distilling one session did.
+
+    ``rejected``: answers that could not be read (their part of the batch is lost, the turns
+    stay); ``failed``: the model failed, retried later; ``given_up``: failed too often, the
+    batch is skipped; ``skipped``: no user turn to read.
+    """
 
     session_key: str
     turns: int = 0
     saved: SaveOutcome = field(default_factory=SaveOutcome)
     rejected: tuple[str, ...] = ()
     failed: bool = False
+    given_up: bool = False
     skipped: bool = False
 
 
@@ -285,7 +291,7 @@ class ExtractionWorker:
             await self._finish(session, batch, now)
             await store.bump(day, {EXTRACTION_FAILED: 1, EXTRACTION_GIVEN_UP: 1})
             log.warning("extraction given up after %d attempts: %s", MAX_ATTEMPTS, exc)
-            return ExtractionReport(session.session_key, failed=False, rejected=("all",))
+            return ExtractionReport(session.session_key, given_up=True)
         await store.postpone_session(
             session.session_key, now + RETRY_DELAY * (session.attempts + 1)
         )

@@ -124,6 +124,15 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
     async with memory._pool.acquire() as conn:  # bench-only: map the labels to row ids
         await conn.execute("VACUUM ANALYZE dialogues")
         rows = await conn.fetch("SELECT id, message_uuid FROM dialogues")
+        sizes = await conn.fetchrow(
+            "SELECT pg_relation_size('dialogues_keywords') AS gin, count(*) AS n, "
+            "avg(pg_column_size(keywords)) AS col FROM dialogues"
+        )
+    assert sizes is not None
+    print(
+        f"keyword channel: GIN index {sizes['gin'] / sizes['n']:.0f} bytes/row, tsvector column "
+        f"{float(sizes['col']):.0f} bytes/row on average"
+    )
     return {r["message_uuid"]: r["id"] for r in rows}
 
 
