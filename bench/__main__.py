@@ -1,0 +1,39 @@
+"""`make bench`: every benchmark in turn, each in its own process; figures go to stdout.
+
+`python -m bench` runs the standard set (about 10–20 minutes on 2 cores);
+`python -m bench --full` adds the 1M-row storage run (index build included: much longer).
+Copy the printed figures, with date and machine, into bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+STANDARD = [
+    ["bench.storage_bench", "--rows", "100000", "--dim", "384"],
+    ["bench.storage_bench", "--rows", "100000", "--dim", "1024", "--queries", "300"],
+    ["bench.e2e_bench"],
+    ["bench.retrieval"],
+    ["bench.distilled_bench"],
+    ["bench.bot_throughput", "--sessions", "200", "--messages", "3"],
+]
+FULL = [
+    ["bench.storage_bench", "--rows", "1000000", "--sessions", "1000", "--heavy-share", "0.05"],
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--full", action="store_true", help="also run the 1M-row storage bench")
+    args = parser.parse_args()
+    failed = 0
+    for module, *options in STANDARD + (FULL if args.full else []):
+        print(f"\n### python -m {module} {' '.join(options)}", flush=True)
+        failed += subprocess.run([sys.executable, "-m", module, *options]).returncode != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
