@@ -230,7 +230,10 @@ CREATE INDEX IF NOT EXISTS dialogues_embedding_hnsw_{dim} ON dialogues
 USING hnsw ((embedding::halfvec({dim})) halfvec_cosine_ops) WITH (m = 16, ef_construction = 32)
 """
 
-INDEX_BUILD_MEMORY = "512MB"
+INDEX_BUILD_MEMORY_MIN_MB = 64
+INDEX_BUILD_MEMORY_MAX_MB = 4096
+INDEX_BYTES_PER_ROW_OVERHEAD = 200  # HNSW neighbour lists and tuple headers, roughly
+SQL_ESTIMATED_ROWS = "SELECT reltuples FROM pg_class WHERE oid = 'dialogues'::regclass"
 INDEX_BUILD_TIMEOUT = 6 * 3600.0
 COPY_TIMEOUT = 600.0
 
@@ -634,8 +637,13 @@ class PgDialogueStore(PgStore):
             for record in await conn.fetch(SQL_VECTOR_INDEXES):
                 if record["indexname"] != wanted:
                     await conn.execute(f'DROP INDEX IF EXISTS "{record["indexname"]}"')
-            # Building over many rows takes minutes: more memory, no command timeout.
-            await conn.execute(f"SET maintenance_work_mem = '{INDEX_BUILD_MEMORY}'")
+            # An HNSW build is fast only while its graph fits in maintenance_work_mem; beyond
+            # that it crawls (measured: 1M rows at 384-d). Size it to the table, within bounds.
+            await conn.execute("ANALYZE dialogues")  # a fresh row estimate (samples; cheap)
+            rows = max(0.0, float(await conn.fetchval(SQL_ESTIMATED_ROWS) or 0))
+            megabytes = int(rows * (2 * dim + INDEX_BYTES_PER_ROW_OVERHEAD) * 1.3 / 2**20)
+            megabytes = min(INDEX_BUILD_MEMORY_MAX_MB, max(INDEX_BUILD_MEMORY_MIN_MB, megabytes))
+            await conn.execute(f"SET maintenance_work_mem = '{megabytes}MB'")
             await conn.execute(
                 SQL_CREATE_VECTOR_INDEX.format(dim=int(dim)), timeout=INDEX_BUILD_TIMEOUT
             )
