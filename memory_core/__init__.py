@@ -17,8 +17,9 @@ from .errors import (
     StorageError,
 )
 from .models import MemoryTurn, RecallResult, RecallWindow, TurnInput, generate_session_key
-from .service import AddOutcome, MemoryStats, TemporalMemory, open_memory
+from .service import AddOutcome, TemporalMemory, open_memory
 from .settings import MemorySettings, settings_from_mapping
+from .stats import MemoryStats
 
 __all__ = [
     "AddOutcome",

@@ -4,12 +4,18 @@ One user message goes through :meth:`ConversationEngine.converse`:
 
 1. the user turn is stored first, so nothing is lost if a later step fails;
 2. short-term memory (the session's last few turns within a few minutes) and long-term memory
-   (recalled windows, minus what short-term memory already shows) are gathered;
+   are gathered: one token budget filled with the person's preferences, the relevant facts,
+   recent summaries, then recalled dialogue windows minus what short-term memory already shows
+   (``TemporalMemory.build_context``);
 3. the system prompt carries the current time, the timezone and the time rules, and offers a
    recap when the previous turn is more than an hour old;
-4. the chat model answers; the caller's ``send`` delivers the text; what was delivered is
-   stored as the assistant turn, with the message id the chat platform gave it, and the
-   exchange is queued for evaluation (scored in the background, never delaying the reply).
+4. with the answer cache on (ANSWER_CACHE_ENABLED), a cached answer is sent instead of asking
+   the model when the question is neither time-dependent nor personal (the policy is explained
+   above ``_personal_for_lookup``);
+5. otherwise the chat model answers; the caller's ``send`` delivers the text; what was delivered
+   is stored as the assistant turn, with the message id the chat platform gave it, the exchange
+   is queued for evaluation and counted for extraction of distilled memory (both done in the
+   background, never delaying the reply), and a memory-free answer is offered to the cache.
 
 Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
 Failures never escape as exceptions: the model failing gives a short apology, no model gives
@@ -28,13 +34,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from .context import MemoryContext
 from .errors import InvalidTurnError, LLMError, MemoryCoreError
 from .llm import ChatModel
 from .models import MemoryTurn, RecallResult, TurnInput, generate_session_key
-from .prompt import MemoryBlock, build_chat_messages, build_system_prompt
+from .prompt import build_chat_messages, build_system_prompt
 from .settings import MemorySettings
 from .text import scrub
 
@@ -59,6 +67,15 @@ class StoredOutcome(Protocol):
     def spooled(self) -> bool: ...
 
 
+class CachedReply(Protocol):
+    """What ``cached_answer`` returns (``memory_core.distilled_store.CachedAnswer``)."""
+
+    @property
+    def answer(self) -> str: ...
+    @property
+    def level(self) -> str: ...
+
+
 class ConversationMemory(Protocol):
     """The part of ``TemporalMemory`` the engine uses."""
 
@@ -73,10 +90,19 @@ class ConversationMemory(Protocol):
         query: str,
         group_id: int | None = None,
         *,
-        top_n: int | None = None,
-        window_size: int | None = None,
         now: datetime | None = None,
     ) -> RecallResult: ...
+
+    async def build_context(
+        self,
+        user_id: int,
+        group_id: int | None,
+        query: str,
+        now: datetime | None = None,
+        exclude_ids: Sequence[int] = (),
+        *,
+        recall: RecallResult | None = None,
+    ) -> MemoryContext: ...
 
     async def recent_turns(
         self,
@@ -94,13 +120,29 @@ class ConversationMemory(Protocol):
 
     async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None: ...
 
-    def format_block(
+    async def note_exchange(
+        self, user_id: int, group_id: int | None = None, now: datetime | None = None
+    ) -> bool: ...
+
+    async def cached_answer(
         self,
-        result: RecallResult,
+        question: str,
+        user_id: int,
+        *,
+        personal: bool = False,
         now: datetime | None = None,
-        exclude_ids: Sequence[int] = (),
-        max_tokens: int | None = None,
-    ) -> MemoryBlock: ...
+    ) -> CachedReply | None: ...
+
+    async def cache_answer(
+        self,
+        question: str,
+        answer: str,
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -116,7 +158,7 @@ SendText = Callable[[str], Awaitable["Delivery | None"]]
 
 
 class Outcome(enum.Enum):
-    REPLIED = "replied"  # the model answered and the answer was delivered (and stored)
+    REPLIED = "replied"  # the model (or the answer cache) answered; delivered and stored
     APOLOGIZED = "apologized"  # the model failed; an apology was sent
     NOT_CONFIGURED = "not_configured"  # no model; the notice was sent
     QUIET = "quiet"  # no model; the notice was sent recently, so nothing was said
@@ -136,6 +178,49 @@ class ChatResult:
     spooled: bool = False
     memory_available: bool = True
     messages: tuple[Mapping[str, str], ...] = ()
+    from_cache: bool = False  # the reply came from the answer cache; the model was not asked
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """The model's messages and what went into them."""
+
+    messages: list[dict[str, str]]
+    question: str  # the current message as the model sees it (also the cache's key)
+    memory_ok: bool = True  # memory could be read
+    context: MemoryContext | None = None
+    recent: tuple[MemoryTurn, ...] = ()
+
+
+# The answer cache and personal memory (issue 5 §5). The cache itself refuses questions with
+# time words, first-person words or references to the conversation (answer_cache.py); the
+# engine adds what only it knows, what went into the prompt:
+#
+# * Serving: a question is personal when distilled facts or preferences about the person went
+#   into the prompt; the reply should draw on what the bot knows of them, which a cached answer
+#   cannot. ``MemoryContext.personal`` (any memory at all) is not the test: recall returns the
+#   session's nearest turns for every message and summaries are not chosen by the question, so
+#   in an active session it is nearly always true and even the operator's preloaded public
+#   answers (which hold nobody's memory) would never be served.
+# * Caching: an answer is written only when the model saw no memory of the person at all (no
+#   distilled memory, no recalled dialogue, no short-term turns), so every cached answer is a
+#   function of the question alone. Run-time entries belong to one user but are looked up in
+#   all of that user's chats; an answer shaped by one chat's memory (a private detail) could
+#   otherwise be replayed in another (a group), which recall itself never allows.
+#
+# Both keep the cache's refusals in force: a time-dependent or personal answer is never served.
+def _personal_for_lookup(prompt: _Prompt) -> bool:
+    context = prompt.context
+    return context is None or bool(context.fact_ids or context.preference_ids)
+
+
+def _personal_for_caching(prompt: _Prompt) -> bool:
+    return prompt.context is None or prompt.context.personal or bool(prompt.recent)
+
+
+def _complete(delivered: str, answer: str) -> bool:
+    """Whether all of ``answer`` was delivered (pieces are trimmed and joined by newlines)."""
+    return "".join(delivered.split()) == "".join(answer.split())
 
 
 class SessionLocks:
@@ -265,48 +350,45 @@ class ConversationEngine:
             previous_at = await self._last_turn_time(turn)
             if self._model is None:
                 stored = await self._store(turn)
-                messages: list[dict[str, str]] = []
-                memory_ok = True
+                prompt = _Prompt(messages=[], question="")
             else:
                 # Memory is read only up to just before this message, so reading it need not
                 # wait for the message to be stored; the model is asked only after both.
-                stored, (messages, memory_ok) = await asyncio.gather(
-                    self._store(turn), self._build_messages(turn, previous_at)
+                stored, prompt = await asyncio.gather(
+                    self._store(turn), self._build_prompt(turn, previous_at)
                 )
             if stored is None:
                 return ChatResult(Outcome.EMPTY)
             if stored.duplicate:
                 return ChatResult(Outcome.DUPLICATE, user_turn=stored.turn)
-            user_turn = stored.turn
             if self._model is None:
                 return await self._notice(turn, send, stored)
+            result = partial(
+                ChatResult,
+                user_turn=stored.turn,
+                spooled=stored.spooled,
+                memory_available=prompt.memory_ok,
+                messages=tuple(prompt.messages),
+            )
 
-            try:
-                answer = (await self._model.complete(messages)).strip()
-                if not answer:
-                    raise LLMError("the chat model gave an empty answer")
-            except (LLMError, asyncio.TimeoutError) as exc:
-                log.warning("chat model failed for session %s: %s", turn.session_key, exc)
-                await send(APOLOGY)
-                return ChatResult(
-                    Outcome.APOLOGIZED,
-                    user_turn=user_turn,
-                    spooled=stored.spooled,
-                    memory_available=memory_ok,
-                    messages=tuple(messages),
-                )
+            now = self._now(turn)
+            cached = await self._cached(turn, prompt, now)
+            if cached is not None:
+                answer = cached.answer
+            else:
+                try:
+                    answer = (await self._model.complete(prompt.messages)).strip()
+                    if not answer:
+                        raise LLMError("the chat model gave an empty answer")
+                except (LLMError, asyncio.TimeoutError) as exc:
+                    log.warning("chat model failed for session %s: %s", turn.session_key, exc)
+                    await send(APOLOGY)
+                    return result(Outcome.APOLOGIZED)
 
             delivery = await send(answer)
             if delivery is None or not delivery.text.strip():
                 log.warning("reply for session %s could not be delivered", turn.session_key)
-                return ChatResult(
-                    Outcome.UNSENT,
-                    user_turn=user_turn,
-                    reply_text=answer,
-                    spooled=stored.spooled,
-                    memory_available=memory_ok,
-                    messages=tuple(messages),
-                )
+                return result(Outcome.UNSENT, reply_text=answer, from_cache=cached is not None)
             reply = TurnInput(
                 user_id=turn.user_id,
                 group_id=turn.group_id,
@@ -318,16 +400,16 @@ class ConversationEngine:
                 created_at=max(self._clock(), self._after(turn)),
             )
             stored_reply = await self._store(reply)
-            if user_turn is not None and stored_reply is not None and stored_reply.turn:
-                await self._enqueue_evaluation(user_turn, stored_reply.turn)
-            return ChatResult(
+            if stored.turn is not None and stored_reply is not None and stored_reply.turn:
+                await self._enqueue_evaluation(stored.turn, stored_reply.turn)
+                await self._note_exchange(turn, reply)
+            if cached is None and _complete(delivery.text, answer):
+                await self._cache(turn, prompt, answer, now)
+            return result(
                 Outcome.REPLIED,
-                user_turn=user_turn,
                 reply_turn=stored_reply.turn if stored_reply else None,
                 reply_text=delivery.text,
-                spooled=stored.spooled,
-                memory_available=memory_ok,
-                messages=tuple(messages),
+                from_cache=cached is not None,
             )
 
     # ------------------------------------------------------------------ steps
@@ -364,6 +446,16 @@ class ConversationEngine:
                 "exchange of session %s not queued for evaluation: %s", user_turn.session_key, exc
             )
 
+    async def _note_exchange(self, turn: TurnInput, reply: TurnInput) -> None:
+        # Counts the exchange for extraction of distilled memory, which runs in the memory's
+        # background worker; this is one quick upsert.
+        try:
+            await self._memory.note_exchange(turn.user_id, turn.group_id, reply.created_at)
+        except MemoryCoreError as exc:
+            log.warning(
+                "exchange of session %s not counted for extraction: %s", turn.session_key, exc
+            )
+
     async def _last_turn_time(self, turn: TurnInput) -> datetime | None:
         try:
             return await self._memory.last_turn_time(turn.user_id, turn.group_id)
@@ -383,22 +475,35 @@ class ConversationEngine:
         await send(NOT_CONFIGURED_NOTICE)
         return ChatResult(Outcome.NOT_CONFIGURED, user_turn=stored.turn, spooled=stored.spooled)
 
-    async def _build_messages(
-        self, turn: TurnInput, previous_at: datetime | None
-    ) -> tuple[list[dict[str, str]], bool]:
-        """The chat messages for the model, and whether memory could be read for them."""
+    def _now(self, turn: TurnInput) -> datetime:
         assert turn.created_at is not None
-        now = max(self._clock(), turn.created_at)
+        return max(self._clock(), turn.created_at)
+
+    async def _build_prompt(self, turn: TurnInput, previous_at: datetime | None) -> _Prompt:
+        """The chat messages for the model and what went into them (memory may be missing)."""
+        assert turn.created_at is not None
+        now = self._now(turn)
         cutoff = turn.created_at - _JUST_BEFORE
         text = prompt_text(turn.content, self._settings.chat_max_input_chars)
         recent: list[MemoryTurn] = []
-        block_text = ""
+        context: MemoryContext | None = None
         memory_ok = True
         try:
-            recent = await self._recent(turn, now, cutoff)
-            result = await self._memory.recall(turn.user_id, text, turn.group_id, now=cutoff)
-            block = self._memory.format_block(result, now, exclude_ids=tuple(t.id for t in recent))
-            block_text = block.text
+            # Dialogue as of just before this message: it is being stored meanwhile and must
+            # not come back as its own memory. Distilled memory as of now: the platform's clock
+            # (the message's time) may lag behind the moment a fact was distilled.
+            recent, recalled = await asyncio.gather(
+                self._recent(turn, now, cutoff),
+                self._memory.recall(turn.user_id, text, turn.group_id, now=cutoff),
+            )
+            context = await self._memory.build_context(
+                turn.user_id,
+                turn.group_id,
+                text,
+                now,
+                exclude_ids=tuple(t.id for t in recent),
+                recall=recalled,
+            )
         except MemoryCoreError as exc:
             memory_ok = False
             log.warning("answering session %s without memory: %s", turn.session_key, exc)
@@ -409,8 +514,50 @@ class ConversationEngine:
             last_turn_at=previous_at,
             persona=self._settings.chat_persona or None,
         )
-        messages = build_chat_messages(system, block_text, recent, text, now, self._tz)
-        return messages, memory_ok
+        block = context.text if context is not None else ""
+        return _Prompt(
+            messages=build_chat_messages(system, block, recent, text, now, self._tz),
+            question=text,
+            memory_ok=memory_ok,
+            context=context,
+            recent=tuple(recent),
+        )
+
+    async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedReply | None:
+        """A cached answer for this message, if the cache is on and may serve it."""
+        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+            return None
+        try:
+            found = await self._memory.cached_answer(
+                prompt.question,
+                turn.user_id,
+                personal=_personal_for_lookup(prompt),
+                now=now,
+            )
+        except MemoryCoreError as exc:
+            log.warning("answer cache lookup failed for session %s: %s", turn.session_key, exc)
+            return None
+        if found is not None:
+            log.info(
+                "session %s answered from the answer cache (%s)", turn.session_key, found.level
+            )
+        return found
+
+    async def _cache(self, turn: TurnInput, prompt: _Prompt, answer: str, now: datetime) -> None:
+        # After the reply is delivered: an embedding and one upsert, off the reply's path.
+        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+            return
+        try:
+            await self._memory.cache_answer(
+                prompt.question,
+                answer,
+                turn.user_id,
+                turn.group_id,
+                personal=_personal_for_caching(prompt),
+                now=now,
+            )
+        except MemoryCoreError as exc:
+            log.warning("answer of session %s not cached: %s", turn.session_key, exc)
 
     async def _recent(self, turn: TurnInput, now: datetime, cutoff: datetime) -> list[MemoryTurn]:
         limit = self._settings.chat_recent_turns

@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
@@ -32,11 +31,10 @@ from .errors import (
     DatabaseUnavailableError,
     EmbeddingError,
     EmbeddingModelMismatchError,
-    InvalidTurnError,
     MemoryCoreError,
 )
 from .evaluation import Evaluator, build_evaluator
-from .evaluation_worker import EVALUATED, FAILED, NOT_KEPT, PURGED, EvaluationWorker, band_metric
+from .evaluation_worker import PURGED, EvaluationWorker
 from .extraction import build_extractor, extraction_off_reason
 from .extraction_worker import ExtractionReport, ExtractionWorker
 from .keeper import MaintenanceReport, MemoryKeeper
@@ -57,24 +55,21 @@ from .recall import (
 from .retention import RetentionPolicy, load_retention_policy
 from .settings import MemorySettings, RetrievalMode
 from .spool import TurnSpool
+from .stats import EvaluationFigures, MemoryStats
 from .store import (
     AnchorCandidate,
     AnchorFilters,
     NewTurnRow,
     PgDialogueStore,
     PgEvaluationStore,
-    StoreStats,
-    raw_segments_json,
 )
-from .text import clean_content, scrub
+from .text import scrub
 from .timerange import analyse_query
 from .tokens import TokenCounter, load_token_counter
+from .turn_rows import prepare_row
 
 log = logging.getLogger(__name__)
 
-BIGINT_MAX = 2**63 - 1
-ROLES = ("user", "assistant")
-SENDER_NAME_MAX = 64
 CANDIDATES_PER_ANCHOR = 4
 MIN_CANDIDATES = 20
 KEYWORD_BACKFILL_BATCH = 1000
@@ -82,8 +77,6 @@ KEYWORD_BACKFILL_BATCH = 1000
 DIVERSITY_POOL_PER_ANCHOR = 3
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
-PRIVATE_USER, PRIVATE_BOT = ("private", "user"), ("private", "assistant")
-GROUP_USER, GROUP_BOT = ("group", "user"), ("group", "assistant")
 
 
 @dataclass(frozen=True)
@@ -93,110 +86,6 @@ class AddOutcome:
     turn: MemoryTurn | None
     duplicate: bool = False
     spooled: bool = False
-
-
-@dataclass(frozen=True)
-class EvaluationFigures:
-    """Seed 003 §7.10.4 monitoring, from the daily counters (they survive restarts)."""
-
-    evaluator: str
-    totals: dict[str, int]
-    pending: int
-    band_names: tuple[str, ...]
-    purged_by_day: list[tuple[date, int]]
-
-    @property
-    def succeeded(self) -> int:
-        return self.totals.get(EVALUATED, 0)
-
-    @property
-    def failed(self) -> int:
-        return self.totals.get(FAILED, 0)
-
-    @property
-    def success_rate(self) -> float | None:
-        attempts = self.succeeded + self.failed
-        return self.succeeded / attempts if attempts else None
-
-    @property
-    def save_rate(self) -> float | None:
-        """Share of settled exchanges kept in long-term memory (failures are kept unscored)."""
-        settled = self.succeeded + self.failed
-        return (settled - self.totals.get(NOT_KEPT, 0)) / settled if settled else None
-
-    def band_counts(self) -> dict[str, int]:
-        return {name: self.totals.get(band_metric(name), 0) for name in self.band_names}
-
-    def lines_zh(self) -> list[str]:
-        def percent(value: float | None) -> str:
-            return "—" if value is None else f"{value:.1%}"
-
-        bands = "，".join(f"{name} {n}" for name, n in self.band_counts().items()) or "无"
-        purged = "，".join(f"{d:%m-%d} {n}" for d, n in self.purged_by_day) or "无"
-        return [
-            f"评估器：{self.evaluator}，待评估 {self.pending} 轮",
-            f"评估成功率：{percent(self.success_rate)}"
-            f"（成功 {self.succeeded}，失败 {self.failed}）",
-            f"评分分布：{bands}",
-            f"长期保存率：{percent(self.save_rate)}",
-            f"近 7 天清理：{purged}",
-        ]
-
-
-@dataclass(frozen=True)
-class MemoryStats:
-    evaluation: EvaluationFigures
-    store: StoreStats
-    embedding_model: str
-    embedding_dim: int
-    database: str
-    spooled_turns: int
-    embedding_cache: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def total_rows(self) -> int:
-        return sum(self.store.by_type_role.values())
-
-    def lines_zh(self, tz: Any = None) -> list[str]:
-        """Chinese lines for the /memstat command."""
-        by = self.store.by_type_role
-
-        def fmt(dt: datetime | None) -> str:
-            if dt is None:
-                return "无"
-            return (dt.astimezone(tz) if tz else dt).strftime("%Y-%m-%d %H:%M:%S")
-
-        lines = [
-            f"记忆总数：{self.total_rows} 条，会话 {self.store.sessions} 个",
-            f"私聊：用户 {by.get(PRIVATE_USER, 0)} / 助手 {by.get(PRIVATE_BOT, 0)}",
-            f"群聊：用户 {by.get(GROUP_USER, 0)} / 助手 {by.get(GROUP_BOT, 0)}",
-            f"存储占用：{self.store.total_bytes / 1024 / 1024:.1f} MB",
-            f"最早：{fmt(self.store.oldest)}，最新：{fmt(self.store.newest)}",
-            f"向量模型：{self.embedding_model}（{self.embedding_dim} 维）",
-            f"待补向量：{self.store.pending_embeddings} 条，待写入缓存：{self.spooled_turns} 条",
-        ]
-        if self.store.expired_not_purged:
-            lines.append(f"已过期待清理：{self.store.expired_not_purged} 条")
-        return lines + self.evaluation.lines_zh()
-
-
-def _check_id(name: str, value: object, *, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTurnError(f"{name} must be an integer, got {value!r}")
-    if not -BIGINT_MAX - 1 <= value <= BIGINT_MAX:
-        raise InvalidTurnError(f"{name} {value} does not fit in a 64-bit integer")
-
-
-def message_uuid_for(turn: TurnInput) -> str:
-    """A stable id for dedupe: derived from the QQ message when there is one."""
-    if turn.message_uuid:
-        return turn.message_uuid
-    if turn.message_id is not None:
-        where = f"g{turn.group_id}" if turn.group_id is not None else f"p{turn.user_id}"
-        return f"qq:{turn.self_id or 0}:{where}:{turn.role}:{turn.message_id}"
-    return f"local:{uuid.uuid4()}"
 
 
 class TemporalMemory:
@@ -356,34 +245,13 @@ class TemporalMemory:
     # ----------------------------------------------------------------- writing
 
     def _prepare(self, turn: TurnInput, embedding: np.ndarray | None, now: datetime) -> NewTurnRow:
-        if turn.role not in ROLES:
-            raise InvalidTurnError(f"role must be 'user' or 'assistant', got {turn.role!r}")
-        _check_id("user_id", turn.user_id, optional=False)
-        _check_id("group_id", turn.group_id, optional=True)
-        _check_id("self_id", turn.self_id, optional=True)
-        _check_id("message_id", turn.message_id, optional=True)
-        created_at = turn.created_at or now
-        if created_at.tzinfo is None:
-            raise InvalidTurnError("created_at must carry a timezone offset")
-        content = clean_content(turn.content, self.settings.memory_max_content_chars)
-        sender = scrub(turn.sender_name)[:SENDER_NAME_MAX] if turn.sender_name else None
-        return NewTurnRow(
-            message_uuid=message_uuid_for(turn),
-            self_id=turn.self_id,
-            session_key=turn.session_key,
-            user_id=turn.user_id,
-            group_id=turn.group_id,
-            chat_type=turn.chat_type,
-            role=turn.role,
-            content=content,
-            sender_name=sender or None,
-            qq_message_id=turn.message_id,
-            raw_segments=raw_segments_json(turn.raw_segments),
+        return prepare_row(
+            turn,
+            now=now,
+            max_chars=self.settings.memory_max_content_chars,
+            token_counter=self.token_counter,
             embedding=embedding,
-            embedding_model=self.embedding_model if embedding is not None else None,
-            token_count=self.token_counter.count(content),
-            created_at=created_at,
-            keywords=document_terms(content),
+            embedding_model=self.embedding_model,
         )
 
     def check_turn(self, turn: TurnInput) -> None:

@@ -26,6 +26,7 @@ from bench.common import bench_data_dir, machine_line, percentiles
 from bench.retrieval.generate import NOW, Dataset, Question, build
 from memory_core.embedding import build_embedder
 from memory_core.models import RecallResult, TurnInput
+from memory_core.recall import DecayPolicy
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
@@ -33,6 +34,7 @@ BUDGETS = (5, 15)
 MODES = ("keyword", "vector", "hybrid")
 WINDOWS = (0, 2)
 VECTOR_CACHE = Path("/tmp/tm-bench-retrieval-vectors")
+DEFAULT_DECAY = DecayPolicy()  # the shipped MEMORY_DECAY_* defaults
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Config:
     window: int
     time_aware: bool = True
     diversity: bool = True
+    decay: bool = True
 
     @property
     def label(self) -> str:
@@ -49,6 +52,8 @@ class Config:
             parts.append("no time")
         if not self.diversity:
             parts.append("no diversity")
+        if not self.decay:
+            parts.append("no time decay")
         return ", ".join(parts)
 
 
@@ -146,6 +151,8 @@ async def evaluate(
     memory.settings = memory.settings.model_copy(
         update={"memory_anchor_diversity": config.diversity}
     )
+    # bench-only: swap the decay policy (MEMORY_DECAY_MIN_WEIGHT=1 turns it off)
+    memory._decay = DEFAULT_DECAY if config.decay else DecayPolicy(min_weight=1.0)
     by_category: dict[str, list[Scores]] = defaultdict(list)
     latencies = []
     for q in questions:
@@ -177,6 +184,7 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
     print("\nrecall latency at the defaults (top_n 3, window 2), ms, query embedding included:")
     print("| mode | p50 | p95 |\n|---|---|---|")
     memory.settings = memory.settings.model_copy(update={"memory_anchor_diversity": True})
+    memory._decay = DEFAULT_DECAY
     for mode, time_aware in (
         ("vector", False),
         ("keyword", True),
@@ -230,6 +238,8 @@ async def run(limit: int | None) -> None:
             per_category: dict[tuple[str, int], dict[str, list[Scores]]] = {}
             configs = [Config(m, w) for w in WINDOWS for m in MODES]
             configs.append(Config("hybrid", 2, diversity=False))
+            configs.append(Config("hybrid", 2, decay=False))
+            configs.append(Config("vector", 2, decay=False))
             configs.append(Config("vector", 2, time_aware=False, diversity=False))
             for config in configs:
                 cells = []

@@ -225,11 +225,12 @@ async def handle_memstat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> 
         return
     try:
         stats = await runtime.memory.stats()
+        distilled = await runtime.memory.distilled_stats()
     except MemoryCoreError as exc:
         logger.warning(f"/memstat failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
         return
-    lines = stats.lines_zh(runtime.memory.tz)
+    lines = stats.lines_zh(runtime.memory.tz) + distilled.lines_zh()
     model = runtime.settings.llm_model if runtime.chat_model is not None else "未配置"
     lines.append(f"聊天模型：{model}")
     await reply(bot, event, runtime, "\n".join(lines))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -20,11 +21,15 @@ from memory_core.chat import (
     SessionLocks,
     split_reply,
 )
+from memory_core.context import FACTS_HEADER, PREFERENCES_HEADER
+from memory_core.distilled import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
+from memory_core.prompt import MEMORY_HEADER
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.fakes import HashingEmbedder
+from tests.stub_llm import Answer, ScriptedLLM
 
 MEMORY_LINE = re.compile(
     r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \((?:刚刚|\d+(?:分钟|小时|天|周|个月|年)前|昨天)\) "
@@ -377,3 +382,166 @@ async def test_holding_a_session_delays_its_messages_but_not_others(memory):
         assert [p[-1]["content"][-4:] for p in model.prompts] == ["别的会话"]
     await asyncio.wait_for(held, 10)
     assert model.prompts[-1][-1]["content"].endswith("等一下")
+
+
+# ---------------------------------------------------------------- distilled memory and the cache
+
+
+def distill(messages: list[dict[str, str]]) -> Answer:
+    """The extraction model: a fact and a preference from what the user said, nothing else."""
+    prompt = messages[-1]["content"]
+    said = prompt.split("对话（每行开头是说话时间）：", 1)[-1]
+    if "关键事实" in prompt and "我在杭州当咖啡师" in said:
+        return Answer('[{"fact": "用户是杭州的一名咖啡师", "category": "work", "confidence": 0.9}]')
+    if "偏好和习惯" in prompt and "简短" in said:
+        return Answer('[{"preference": "喜欢简短的回答", "category": "communication_style"}]')
+    return Answer("无")
+
+
+@pytest.fixture
+def extraction_llm():
+    server = ScriptedLLM(distill)
+    yield server
+    server.close()
+
+
+def preload(tmp_path: Path, *pairs: tuple[str, str]) -> Path:
+    path = tmp_path / "preload.jsonl"
+    lines = [json.dumps({"question": q, "answer": a}, ensure_ascii=False) for q, a in pairs]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+PUBLIC_QUESTION, PUBLIC_ANSWER = "HTTP 404 是什么意思", "404 表示服务器找不到请求的资源。"
+GENERAL_QUESTION = "Docker 和虚拟机有什么区别"
+
+
+@pytest.fixture
+async def cached_memory(memory_factory, tmp_path):
+    return await memory_factory(
+        answer_cache_enabled=True,
+        answer_cache_preload_file=preload(tmp_path, (PUBLIC_QUESTION, PUBLIC_ANSWER)),
+    )
+
+
+async def test_distilled_preference_and_fact_come_before_dialogue_and_stay_in_their_session(
+    memory_factory, extraction_llm
+):
+    memory = await memory_factory(
+        extraction_base_url=extraction_llm.base_url,
+        extraction_model="distiller",
+        extraction_every_turns=1,
+    )
+    model = RecordingModel("好的")
+    engine = engine_for(memory, model)
+    told_at = datetime.now(timezone.utc) - timedelta(hours=2)  # beyond short-term memory
+    await engine.converse(
+        user_turn("我在杭州当咖啡师，回答请简短一点", group=100, at=told_at), Outbox()
+    )
+    # Extraction never runs on the reply path: the exchange was only counted, and is now due.
+    assert extraction_llm.requests == []
+    assert await memory.extract_due() == 1
+
+    await engine.converse(user_turn("推荐一款适合手冲的咖啡豆", group=100), Outbox())
+    system = model.prompts[-1][0]["content"]
+    preference = system.index(f"{PREFERENCES_HEADER}\n")
+    fact = system.index(f"{FACTS_HEADER}\n")
+    dialogue = system.index(f"{MEMORY_HEADER}\n")
+    assert preference < fact < dialogue, system
+    assert re.search(r"\) 偏好\(沟通风格\): 喜欢简短的回答$", system[preference:fact], re.M)
+    assert re.search(r"\) 事实\(工作\): 用户是杭州的一名咖啡师$", system[fact:dialogue], re.M)
+    assert "user(小明): 我在杭州当咖啡师，回答请简短一点" in system[dialogue:]
+
+    # The same person in another group: nothing of what was distilled in group 100.
+    await engine.converse(user_turn("推荐一款适合手冲的咖啡豆", group=200), Outbox())
+    other = model.prompt_text()
+    assert "咖啡师" not in other and "简短" not in other
+    assert FACTS_HEADER not in other and PREFERENCES_HEADER not in other
+
+
+async def test_cache_serves_a_repeated_general_question_without_the_model(cached_memory):
+    model, outbox = RecordingModel("容器共享宿主机内核，虚拟机各有完整系统。"), Outbox()
+    engine = engine_for(cached_memory, model)
+    first = await engine.converse(user_turn(GENERAL_QUESTION, user=11), outbox)
+    again = await engine.converse(user_turn(GENERAL_QUESTION + "？", user=11), outbox)
+    public = await engine.converse(user_turn(PUBLIC_QUESTION, user=12, group=300), outbox)
+    assert len(model.prompts) == 1  # only the first question reached the model
+    assert (first.from_cache, again.from_cache, public.from_cache) == (False, True, True)
+    assert outbox.sent == [model.answer, model.answer, PUBLIC_ANSWER]
+    # A cached reply is stored like any other, and the exchange still goes to the evaluator.
+    assert again.outcome is Outcome.REPLIED and again.reply_turn is not None
+    stored = await cached_memory.recent_turns(11, None, limit=10, since=EPOCH)
+    assert [t.content for t in stored][-2:] == [GENERAL_QUESTION + "？", model.answer]
+    assert (await cached_memory.stats()).evaluation.pending == 3
+    lines = (await cached_memory.distilled_stats()).lines_zh()
+    assert any("用户精确 1，公共精确 1" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("question", ["今天星期几", "现在几点了", "我的猫叫什么名字"])
+async def test_cache_never_serves_a_time_dependent_or_first_person_question(
+    cached_memory, question
+):
+    model = RecordingModel("答案")
+    engine = engine_for(cached_memory, model)
+    for _ in range(2):
+        result = await engine.converse(user_turn(question, user=13), Outbox())
+        assert not result.from_cache
+    assert len(model.prompts) == 2
+
+
+async def test_cache_never_serves_someone_the_bot_knows_facts_about_in_this_chat(cached_memory):
+    await cached_memory.save_distilled(
+        [ExtractedMemory(kind="facts", content="用户在做一个网站项目", category="work")],
+        14,
+        400,
+        stated_at=datetime.now(timezone.utc),
+    )
+    model = RecordingModel("答案")
+    engine = engine_for(cached_memory, model)
+    known = await engine.converse(user_turn(PUBLIC_QUESTION, user=14, group=400), Outbox())
+    elsewhere = await engine.converse(user_turn(PUBLIC_QUESTION, user=14, group=500), Outbox())
+    assert not known.from_cache and len(model.prompts) == 1
+    assert "用户在做一个网站项目" in model.prompts[0][0]["content"]
+    assert elsewhere.from_cache  # no facts about them in group 500: the public answer serves
+
+
+async def test_an_answer_given_with_memory_in_the_prompt_is_never_cached(cached_memory):
+    model = RecordingModel("你在看三体的话，可以试试《球状闪电》。")
+    engine = engine_for(cached_memory, model)
+    await engine.converse(user_turn("我最近在看三体", user=15), Outbox())
+    shaped = await engine.converse(user_turn("推荐一本书", user=15), Outbox())
+    assert not shaped.from_cache
+    assert (await cached_memory.answer_cache.entry_counts()).get("user", 0) == 0
+    # So it is served neither in this chat nor, above all, in a group, where it would tell
+    # what was said in private.
+    for group in (None, 600):
+        result = await engine.converse(user_turn("推荐一本书", user=15, group=group), Outbox())
+        assert not result.from_cache
+    assert len(model.prompts) == 4
+
+
+async def test_forget_removes_distilled_memories_and_cached_answers(cached_memory):
+    model = RecordingModel("容器共享宿主机内核。")
+    engine = engine_for(cached_memory, model)
+    await engine.converse(user_turn(GENERAL_QUESTION, user=16), Outbox())
+    await cached_memory.save_distilled(
+        [ExtractedMemory(kind="facts", content="用户养了一只橘猫", category="habit")],
+        16,
+        None,
+        stated_at=datetime.now(timezone.utc),
+    )
+    await cached_memory.forget(user_id=16, private_only=True)
+
+    after = await engine.converse(user_turn(GENERAL_QUESTION, user=16), Outbox())
+    assert not after.from_cache and len(model.prompts) == 2
+    assert "橘猫" not in model.prompt_text()
+
+
+async def test_cache_lookup_failure_falls_back_to_the_model(cached_memory):
+    model = RecordingModel("答案")
+    engine = engine_for(cached_memory, model)
+    await engine.converse(user_turn(GENERAL_QUESTION, user=17), Outbox())
+    cached_memory.embedder.fail = True  # the embedding is needed for a semantic lookup
+    result = await engine.converse(user_turn(GENERAL_QUESTION + "呢", user=17), Outbox())
+    assert result.outcome is Outcome.REPLIED and not result.from_cache
+    assert len(model.prompts) == 2

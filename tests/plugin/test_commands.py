@@ -9,6 +9,7 @@ from typing import Any
 from nonebot.adapters.onebot.v11 import Adapter, Bot, Event, Message, MessageEvent, MessageSegment
 from nonebug import App
 
+from memory_core.distilled import ExtractedMemory
 from memory_core.models import TurnInput
 from tests.plugin.events import SELF_ID, SUPERUSER_ID, message_payload, text_seg
 
@@ -85,6 +86,25 @@ async def test_forget_own_group_session_after_confirmation_only(app: App, runtim
     assert await contents(runtime, USER, 40004) == ["我的鸟叫啾啾"]
     # Neither the command nor the confirmation reached the chat model or the store.
     assert model.prompts == []
+
+
+async def test_forget_also_removes_the_sessions_distilled_memories(app: App, runtime):
+    await seed(runtime)
+    for group, fact in ((GROUP, "用户是老师"), (None, "用户养了一条狗")):
+        await runtime.memory.save_distilled(
+            [ExtractedMemory(kind="facts", content=fact)], USER, group, stated_at=THEN
+        )
+    prompt = (
+        "确定要删除你在本群的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
+    )
+    await run(
+        app,
+        (event_of("/forget", group_id=GROUP), prompt),
+        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆，共 1 条。"),
+    )
+    assert await runtime.memory.recall_by_type(USER, GROUP, "facts") == []
+    [kept] = await runtime.memory.recall_by_type(USER, None, "facts")
+    assert kept.content == "用户养了一条狗"
 
 
 async def test_forget_in_private_chat_uses_the_chinese_alias_and_can_be_cancelled(
@@ -194,9 +214,16 @@ async def test_memstat_is_for_superusers(app: App, runtime):
         event = event_of("/记忆统计", user_id=SUPERUSER_ID)
         ctx.receive_event(bot, event)
         stats = await runtime.memory.stats()
-        lines = [*stats.lines_zh(runtime.memory.tz), f"聊天模型：{runtime.settings.llm_model}"]
+        distilled = await runtime.memory.distilled_stats()
+        lines = [
+            *stats.lines_zh(runtime.memory.tz),
+            *distilled.lines_zh(),
+            f"聊天模型：{runtime.settings.llm_model}",
+        ]
         ctx.should_call_send(event, text("\n".join(lines)), {"message_id": 1})
     assert "记忆总数：4 条，会话 4 个" in lines[0]
+    assert any(line.startswith("提炼记忆：") for line in lines)
+    assert "语义缓存：未开启" in lines
 
 
 # ----------------------------------------------------------------------------- /recall

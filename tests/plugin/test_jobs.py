@@ -1,4 +1,4 @@
-"""The scheduled purge: what it deletes and when it is scheduled."""
+"""The scheduled jobs: what the purge deletes, the distilled upkeep, when each is scheduled."""
 
 from __future__ import annotations
 
@@ -55,3 +55,44 @@ async def test_purge_is_scheduled_daily_at_the_configured_time_and_soon_after_st
     finally:
         unschedule_purge()
     assert scheduler.get_job(PURGE_JOB_ID) is None
+
+
+async def test_distilled_maintenance_runs_and_is_scheduled_daily_after_the_purge(
+    runtime: Any,
+) -> None:
+    from nonebot_plugin_apscheduler import scheduler
+
+    from memory_core.distilled import ExtractedMemory
+    from plugins.temporal_memory.jobs import (
+        MAINTENANCE_JOB_ID,
+        maintain_distilled_memory,
+        schedule_maintenance,
+        unschedule_maintenance,
+    )
+
+    await runtime.memory.save_distilled(
+        [ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")], 1
+    )
+    assert await maintain_distilled_memory() is True
+
+    settings = runtime.settings.model_copy(update={"memory_purge_time": "23:50"})
+    schedule_maintenance(settings)
+    try:
+        job = scheduler.get_job(MAINTENANCE_JOB_ID)
+        assert job is not None
+        fields = {f.name: str(f) for f in job.trigger.fields}
+        assert (fields["hour"], fields["minute"]) == ("0", "5")
+        assert str(job.trigger.timezone) == "Asia/Shanghai"
+    finally:
+        unschedule_maintenance()
+    assert scheduler.get_job(MAINTENANCE_JOB_ID) is None
+
+
+async def test_distilled_maintenance_is_postponed_when_the_database_is_down(runtime: Any) -> None:
+    from plugins.temporal_memory.jobs import maintain_distilled_memory
+
+    pool, runtime.memory._pool = runtime.memory._pool, None  # as if the connection were lost
+    try:
+        assert await maintain_distilled_memory() is False
+    finally:
+        runtime.memory._pool = pool

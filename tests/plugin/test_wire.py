@@ -1,5 +1,6 @@
 """Over the real wire: ``bot.py`` as a subprocess, a NapCat-like OneBot v11 peer on a real
-WebSocket, a loopback HTTP stand-in for the chat LLM, and the embedded PostgreSQL.
+WebSocket, loopback HTTP stand-ins for the chat LLM and the extraction LLM, and the embedded
+PostgreSQL.
 
 One bot process serves the whole module; each test uses its own users and groups.
 """
@@ -30,6 +31,7 @@ from tests.plugin.events import (
     text_seg,
 )
 from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+from tests.stub_llm import Answer, ScriptedLLM
 
 TZ = ZoneInfo("Asia/Shanghai")
 GROUP_A, GROUP_B = 30003, 40004
@@ -38,6 +40,7 @@ GROUP_A, GROUP_B = 30003, 40004
 @dataclass
 class Wire:
     llm: StubLLM
+    extractor: ScriptedLLM
     bot: BotProcess
     peer: OneBotPeer
 
@@ -58,10 +61,31 @@ class Wire:
         return sent_text(call)
 
 
+def distill(messages: list[dict[str, str]]) -> Answer:
+    """The extraction model: one fact from the statement about 拉花, nothing from anything else."""
+    prompt = messages[-1]["content"]
+    said = prompt.split("对话（每行开头是说话时间）：", 1)[-1]
+    if "关键事实" in prompt and "拉花" in said:
+        return Answer('[{"fact": "用户是一名咖啡师", "category": "work", "confidence": 0.9}]')
+    return Answer("无")
+
+
 @pytest.fixture(scope="module")
 async def wire() -> AsyncIterator[Wire]:
     llm = StubLLM().start()
-    bot = await start_bot(llm_url=llm.base_url)
+    extractor = ScriptedLLM(distill)
+    # Every exchange is distilled in the background, by its own stand-in model.
+    extraction = {
+        "EXTRACTION_BASE_URL": extractor.base_url,
+        "EXTRACTION_MODEL": "stub-extractor",
+        "EXTRACTION_EVERY_TURNS": "1",
+    }
+    try:
+        bot = await start_bot(llm_url=llm.base_url, extra_env=extraction)
+    except BaseException:
+        extractor.close()
+        llm.stop()
+        raise
     peer = None
     try:
         peer = await OneBotPeer.connect(bot.ws_url, bot.token)
@@ -74,12 +98,13 @@ async def wire() -> AsyncIterator[Wire]:
                 "sub_type": "connect",
             }
         )
-        yield Wire(llm=llm, bot=bot, peer=peer)
+        yield Wire(llm=llm, extractor=extractor, bot=bot, peer=peer)
     finally:
         if peer is not None:
             await peer.close()
         await stop_bot(bot)
         llm.stop()
+        extractor.close()
         log = bot.log_text()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
         assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
@@ -169,6 +194,35 @@ async def test_a_fact_stays_in_its_session_and_returns_as_a_timed_memory_line(wi
     for carrying in wire.llm.prompts_containing("Momo"):
         assert "(B群)" not in all_text(carrying) and "(别人)" not in all_text(carrying)
         assert "(私聊)" not in all_text(carrying)
+
+
+async def test_a_fact_distilled_in_group_a_reaches_later_prompts_there_but_not_in_group_b(
+    wire: Wire,
+):
+    carol = 20020
+    await wire.say(
+        [at_seg(SELF_ID), text_seg(" 我的工作是在西湖边的咖啡馆拉花")],
+        user_id=carol,
+        group_id=GROUP_A,
+    )
+    # The exchange is distilled in the background; /memstat counts what was distilled.
+    for _ in range(150):
+        stats = await wire.say([text_seg("/memstat")], user_id=SUPERUSER_ID)
+        if "提炼记忆：事实 1" in stats:
+            break
+        await asyncio.sleep(0.2)
+    else:
+        pytest.fail(f"nothing distilled: {stats}")
+    assert any("拉花" in text for text in wire.extractor.prompt_texts())
+
+    for group, marker in ((GROUP_B, "(B群)"), (GROUP_A, "(A群)")):
+        await wire.say(
+            [at_seg(SELF_ID), text_seg(f" 给我一点职业建议{marker}")], user_id=carol, group_id=group
+        )
+    in_a = wire.llm.last_prompt_for("给我一点职业建议(A群)")[0]["content"]
+    assert re.search(r"\) 事实\(工作\): 用户是一名咖啡师$", in_a, re.MULTILINE), in_a
+    in_b = all_text(wire.llm.last_prompt_for("给我一点职业建议(B群)"))
+    assert "咖啡师" not in in_b and "拉花" not in in_b
 
 
 # ----------------------------------------------------------------------------- intake

@@ -1,0 +1,98 @@
+"""Figures for ``/memstat`` and ``python -m memory_core stats``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from .evaluation_worker import EVALUATED, FAILED, NOT_KEPT, band_metric
+from .store import StoreStats
+
+PRIVATE_USER, PRIVATE_BOT = ("private", "user"), ("private", "assistant")
+GROUP_USER, GROUP_BOT = ("group", "user"), ("group", "assistant")
+
+
+@dataclass(frozen=True)
+class EvaluationFigures:
+    """Seed 003 §7.10.4 monitoring, from the daily counters (they survive restarts)."""
+
+    evaluator: str
+    totals: dict[str, int]
+    pending: int
+    band_names: tuple[str, ...]
+    purged_by_day: list[tuple[date, int]]
+
+    @property
+    def succeeded(self) -> int:
+        return self.totals.get(EVALUATED, 0)
+
+    @property
+    def failed(self) -> int:
+        return self.totals.get(FAILED, 0)
+
+    @property
+    def success_rate(self) -> float | None:
+        attempts = self.succeeded + self.failed
+        return self.succeeded / attempts if attempts else None
+
+    @property
+    def save_rate(self) -> float | None:
+        """Share of settled exchanges kept in long-term memory (failures are kept unscored)."""
+        settled = self.succeeded + self.failed
+        return (settled - self.totals.get(NOT_KEPT, 0)) / settled if settled else None
+
+    def band_counts(self) -> dict[str, int]:
+        return {name: self.totals.get(band_metric(name), 0) for name in self.band_names}
+
+    def lines_zh(self) -> list[str]:
+        def percent(value: float | None) -> str:
+            return "—" if value is None else f"{value:.1%}"
+
+        bands = "，".join(f"{name} {n}" for name, n in self.band_counts().items()) or "无"
+        purged = "，".join(f"{d:%m-%d} {n}" for d, n in self.purged_by_day) or "无"
+        return [
+            f"评估器：{self.evaluator}，待评估 {self.pending} 轮",
+            f"评估成功率：{percent(self.success_rate)}"
+            f"（成功 {self.succeeded}，失败 {self.failed}）",
+            f"评分分布：{bands}",
+            f"长期保存率：{percent(self.save_rate)}",
+            f"近 7 天清理：{purged}",
+        ]
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    evaluation: EvaluationFigures
+    store: StoreStats
+    embedding_model: str
+    embedding_dim: int
+    database: str
+    spooled_turns: int
+    embedding_cache: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.store.by_type_role.values())
+
+    def lines_zh(self, tz: Any = None) -> list[str]:
+        """Chinese lines for the /memstat command."""
+        by = self.store.by_type_role
+
+        def fmt(dt: datetime | None) -> str:
+            if dt is None:
+                return "无"
+            return (dt.astimezone(tz) if tz else dt).strftime("%Y-%m-%d %H:%M:%S")
+
+        lines = [
+            f"记忆总数：{self.total_rows} 条，会话 {self.store.sessions} 个",
+            f"私聊：用户 {by.get(PRIVATE_USER, 0)} / 助手 {by.get(PRIVATE_BOT, 0)}",
+            f"群聊：用户 {by.get(GROUP_USER, 0)} / 助手 {by.get(GROUP_BOT, 0)}",
+            f"存储占用：{self.store.total_bytes / 1024 / 1024:.1f} MB",
+            f"最早：{fmt(self.store.oldest)}，最新：{fmt(self.store.newest)}",
+            f"向量模型：{self.embedding_model}（{self.embedding_dim} 维）",
+            f"待补向量：{self.store.pending_embeddings} 条，待写入缓存：{self.spooled_turns} 条",
+        ]
+        if self.store.expired_not_purged:
+            lines.append(f"已过期待清理：{self.store.expired_not_purged} 条")
+        return lines + self.evaluation.lines_zh()
