@@ -109,6 +109,10 @@ class Channel:
     name: str
     candidates: Sequence[AnchorCandidate]
     weight: float = 1.0
+    # Optional per-candidate strength in [0, 1] (e.g. how much of the query a keyword hit
+    # matches): scales that candidate's contribution, so a channel that only matched filler
+    # words cannot outvote the others.
+    strengths: Mapping[int, float] | None = None
 
 
 def decayed_order(
@@ -150,7 +154,9 @@ def fuse_channels(
         for rank, candidate in enumerate(channel.candidates, start=1):
             if within is not None and not within[0] <= candidate.created_at < within[1]:
                 continue
-            scores[candidate.id] = scores.get(candidate.id, 0.0) + channel.weight / (rrf_k + rank)
+            strength = 1.0 if channel.strengths is None else channel.strengths[candidate.id]
+            share = channel.weight * strength / (rrf_k + rank)
+            scores[candidate.id] = scores.get(candidate.id, 0.0) + share
             known = best.get(candidate.id)
             if known is None or candidate.similarity > known.similarity:
                 best[candidate.id] = candidate

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -75,6 +75,7 @@ MIN_CANDIDATES = 20
 KEYWORD_BACKFILL_BATCH = 1000
 # Diversity looks at this many fused candidates per anchor wanted.
 DIVERSITY_POOL_PER_ANCHOR = 3
+_NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
 
@@ -457,67 +458,85 @@ class TemporalMemory:
             roles=tuple(roles) if roles else None,
             phrases=tuple(required_phrases(keywords)) if keywords else None,
         )
-        vector: np.ndarray | None = None
-        if mode != "keyword":
-            try:
-                vector = await self.embedder.embed_query(text)
-            except EmbeddingError as exc:
-                if mode == "vector":
-                    log.warning("query could not be embedded, recalling nothing: %s", exc)
-                    return RecallResult(query=query)
-                log.warning("query could not be embedded, recalling by keywords only: %s", exc)
+        # The query's embedding and the session's size are independent: fetch both at once.
+        embedded, size = await asyncio.gather(
+            self._embed_for_recall(text, mode), store.session_size(session_key)
+        )
+        if embedded is _NO_VECTOR:
+            return RecallResult(query=query)
+        vector = embedded if isinstance(embedded, np.ndarray) else None
         limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
-        size = await store.session_size(session_key)
-        search = dict(session_key=session_key, model=self.embedding_model, now=now, limit=limit)
-        channels: list[Channel] = []
+        search: dict[str, Any] = dict(
+            session_key=session_key, model=self.embedding_model, now=now, limit=limit
+        )
+        searches: dict[str, Awaitable[list[Any]]] = {}
         if vector is not None:
-            found = await self._anchor_candidates(store, vector, filters, size, **search)
-            floor = self.settings.memory_similarity_floor
-            if floor is not None:
-                found = [c for c in found if c.similarity >= floor]
-            ordered = decayed_order(
-                found, [c.similarity for c in found], now=now, decay=self._decay
-            )
-            channels.append(Channel("vector", ordered))
+            searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
         if mode != "vector":
-            hits = await store.keyword_candidates(
+            searches["keyword"] = store.keyword_candidates(
                 terms=query_terms(text),
                 session_rows=size,
                 query_vector=vector,
                 filters=filters,
-                **search,  # type: ignore[arg-type]
+                **search,
             )
+        within = None
+        if when is not None:
+            in_range = dataclasses.replace(filters, start=when.range.start, end=when.range.end)
+            if when.range.recent or vector is None:  # newest first
+                searches["time"] = store.latest_candidates(
+                    query_vector=vector, filters=in_range, **search
+                )
+            else:  # by meaning, inside the range (exact: the range bounds the rows read)
+                searches["time"] = store.anchor_candidates(
+                    query_vector=vector, filters=in_range, **search
+                )
+            if when.time_only:
+                within = (when.range.start, when.range.end)
+        found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
+        channels: list[Channel] = []
+        if "vector" in found:
+            floor = self.settings.memory_similarity_floor
+            near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
+            ordered = decayed_order(near, [c.similarity for c in near], now=now, decay=self._decay)
+            channels.append(Channel("vector", ordered))
+        if "keyword" in found:
+            hits = found["keyword"]
             keyed = decayed_order(
                 [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
                 [h.score for h in hits],
                 now=now,
                 decay=self._decay,
             )
-            channels.append(Channel("keyword", keyed, self.settings.memory_keyword_weight))
-        within = None
-        if when is not None:
-            in_range = dataclasses.replace(filters, start=when.range.start, end=when.range.end)
-            if when.range.recent or vector is None:  # newest first
-                timed = await store.latest_candidates(
-                    query_vector=vector,
-                    filters=in_range,
-                    **search,  # type: ignore[arg-type]
-                )
-            else:  # by meaning, inside the range (exact: the range bounds the rows read)
-                timed = await store.anchor_candidates(
-                    query_vector=vector,
-                    filters=in_range,
-                    **search,  # type: ignore[arg-type]
-                )
-            channels.append(Channel("time", timed, self.settings.memory_time_weight))
-            if when.time_only:
-                within = (when.range.start, when.range.end)
+            # Beside the vector list, a hit counts in proportion to how much of the query it
+            # matches: a keyword list that only matched filler words ("最近") must not outvote
+            # it. Alone (keyword mode), the keyword ranking stands as it is.
+            strengths = {h.id: h.coverage for h in hits} if vector is not None else None
+            channels.append(
+                Channel("keyword", keyed, self.settings.memory_keyword_weight, strengths)
+            )
+        if "time" in found:
+            channels.append(Channel("time", found["time"], self.settings.memory_time_weight))
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
             ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
         else:
             ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
         return await self._assemble(store, session_key, query, ranked, top_n, window, now)
+
+    async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
+        """The query vector; None to go on without it (keyword mode, or hybrid falling back
+        to keywords); ``_NO_VECTOR`` when vector recall cannot proceed."""
+        if mode == "keyword":
+            return None
+        try:
+            return await self.embedder.embed_query(text)
+        except EmbeddingError as exc:
+            if mode == "vector":
+                log.warning("query could not be embedded, recalling nothing: %s", exc)
+                return _NO_VECTOR
+            log.warning("query could not be embedded, recalling by keywords only: %s", exc)
+            return None
 
     async def _assemble(
         self,

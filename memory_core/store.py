@@ -114,11 +114,10 @@ ORDER BY embedding::halfvec({dim}) <=> $4::halfvec({dim}) LIMIT $5
 # terms $5), ranked by BM25 without term frequency (messages rarely repeat a word): the sum of
 # the matched terms' IDF, with the session ($10 rows) as the collection, damped for long
 # messages. The filters apply after the document frequencies, which describe the whole
-# session. The cosine to $11 (NULL: none) comes along for rows of the model $2.
+# session. Only the $12 best rows are read again for their cosine to $11 (NULL: none).
 SQL_KEYWORD_CANDIDATES = f"""
 WITH matches AS MATERIALIZED (
-    SELECT id, created_at, role, content, embedding, embedding_model,
-           tsvector_to_array(keywords) AS terms
+    SELECT id, created_at, role, content, tsvector_to_array(keywords) AS terms
     FROM dialogues
     WHERE session_key = $1 AND keywords @@ $4::tsquery
       AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
@@ -132,14 +131,25 @@ scored AS (
     FROM (SELECT id, unnest(terms) AS term FROM matches) t JOIN df USING (term)
     GROUP BY t.id
 ),
-average AS (SELECT greatest(avg(cardinality(terms)), 1)::float8 AS len FROM matches)
-SELECT id, created_at,
-       s.idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * cardinality(terms) / a.len)) AS score,
-       CASE WHEN embedding_model = $2 AND $11::halfvec IS NOT NULL
-            THEN 1 - (embedding <=> $11::halfvec) END AS similarity
-FROM scored s JOIN matches USING (id) CROSS JOIN average a
-WHERE true {_ANCHOR_FILTERS}
-ORDER BY score DESC, created_at DESC, id DESC LIMIT $12
+average AS (SELECT greatest(avg(cardinality(terms)), 1)::float8 AS len FROM matches),
+-- The IDF mass of the whole query (terms found nowhere weigh the most).
+query AS (
+    SELECT sum(ln(1 + ($10::float8 - coalesce(df.n, 0) + 0.5) / (coalesce(df.n, 0) + 0.5)))
+           AS idf
+    FROM unnest($5::text[]) AS q(term) LEFT JOIN df USING (term)
+),
+best AS (
+    SELECT id, created_at, s.idf / greatest(q.idf, 1e-9) AS coverage,
+           s.idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * cardinality(terms) / a.len)) AS score
+    FROM scored s JOIN matches USING (id) CROSS JOIN average a CROSS JOIN query q
+    WHERE true {_ANCHOR_FILTERS}
+    ORDER BY score DESC, created_at DESC, id DESC LIMIT $12
+)
+SELECT b.id, b.created_at, b.score, b.coverage,
+       CASE WHEN d.embedding_model = $2 AND $11::halfvec IS NOT NULL
+            THEN 1 - (d.embedding <=> $11::halfvec) END AS similarity
+FROM best b JOIN dialogues d ON d.id = b.id
+ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
 
 # The session's latest live turns (for "刚才"), newest first, with the cosine to $4 if given.
@@ -308,12 +318,14 @@ NO_FILTERS = AnchorFilters()
 
 @dataclass(frozen=True)
 class KeywordCandidate:
-    """A keyword hit: its BM25-like score, and its cosine to the query when one was given."""
+    """A keyword hit: its BM25-like score, the share of the query it matches, and its cosine
+    to the query when one was given."""
 
     id: int
     created_at: datetime
     score: float
     similarity: float | None
+    coverage: float = 1.0  # share of the query's IDF mass this turn matches (0-1)
 
 
 @dataclass(frozen=True)
@@ -474,6 +486,7 @@ class PgDialogueStore(PgStore):
                 r["created_at"],
                 float(r["score"]),
                 None if r["similarity"] is None else float(r["similarity"]),
+                float(r["coverage"]),
             )
             for r in records
         ]

@@ -81,6 +81,18 @@ def test_reciprocal_rank_fusion_rewards_turns_found_by_both_channels():
     assert [r.candidate.id for r in heavier] == [4, 1]
 
 
+def test_a_keyword_hit_matching_little_of_the_query_cannot_outvote_the_vector_channel():
+    def cand(i: int) -> AnchorCandidate:
+        return AnchorCandidate(i, NOW - timedelta(days=1), 0.8)
+
+    vector = Channel("vector", [cand(1), cand(2)])
+    weak = Channel("keyword", [cand(2), cand(3)], strengths={2: 1.0, 3: 0.1})
+    assert [r.candidate.id for r in fuse_channels([vector, weak])][:2] == [2, 1]
+    filler_only = Channel("keyword", [cand(3), cand(2)], strengths={3: 0.1, 2: 0.1})
+    assert [r.candidate.id for r in fuse_channels([vector, filler_only])][:2] == [2, 1]
+    assert fuse_channels([vector, filler_only])[-1].candidate.id == 3
+
+
 def test_time_decay_orders_each_channel_and_fusion_can_keep_only_a_time_range():
     old = AnchorCandidate(1, NOW - timedelta(days=200), 0.9)
     new = AnchorCandidate(2, NOW - timedelta(days=1), 0.9)
