@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -39,43 +39,25 @@ from .extraction import build_extractor, extraction_off_reason
 from .extraction_worker import ExtractionReport, ExtractionWorker
 from .keeper import MaintenanceReport, MemoryKeeper
 from .keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
-from .keywords import document_terms, query_terms, required_phrases
+from .keywords import document_terms
 from .models import MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
 from .prompt import MemoryBlock, build_memory_block
-from .recall import (
-    Channel,
-    DecayPolicy,
-    RankedAnchor,
-    assemble_windows,
-    decayed_order,
-    diversify,
-    fuse_channels,
-    rank_anchors,
-)
 from .retention import RetentionPolicy, load_retention_policy
+from .retrieval import Retriever
 from .settings import MemorySettings, RetrievalMode
 from .spool import TurnSpool
 from .stats import EvaluationFigures, MemoryStats
 from .store import (
-    AnchorCandidate,
-    AnchorFilters,
     NewTurnRow,
     PgDialogueStore,
     PgEvaluationStore,
 )
-from .text import scrub
-from .timerange import analyse_query
 from .tokens import TokenCounter, load_token_counter
 from .turn_rows import prepare_row
 
 log = logging.getLogger(__name__)
 
-CANDIDATES_PER_ANCHOR = 4
-MIN_CANDIDATES = 20
 KEYWORD_BACKFILL_BATCH = 1000
-# Diversity looks at this many fused candidates per anchor wanted.
-DIVERSITY_POOL_PER_ANCHOR = 3
-_NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
 
@@ -130,11 +112,7 @@ class TemporalMemory:
             else None
         )
         self._pool: Any = None
-        self._decay = DecayPolicy(
-            after_days=settings.memory_decay_after_days,
-            half_life_days=settings.memory_decay_half_life_days,
-            min_weight=settings.memory_decay_min_weight,
-        )
+        self._retriever = Retriever(settings=settings, embedder=embedder)
         self._maintenance: asyncio.Task[None] | None = None
         self._backfill_needed = asyncio.Event()
         self._connect_lock = asyncio.Lock()
@@ -440,155 +418,19 @@ class TemporalMemory:
         If the query cannot be embedded, hybrid recall falls back to keywords and vector
         recall returns nothing (logged); it is never an error.
         """
-        store = self._require_store()
-        now = now or datetime.now(timezone.utc)
-        top_n = self.settings.memory_top_n if top_n is None else top_n
-        window = self.settings.memory_window_size if window_size is None else window_size
-        query = scrub(query) if isinstance(query, str) else ""
-        if top_n <= 0 or not query.strip():
-            return RecallResult(query=query)
-        session_key = generate_session_key(user_id, group_id)
-        mode = mode or self.settings.memory_retrieval_mode
-        if time_aware is None:
-            time_aware = self.settings.memory_time_understanding
-        when = analyse_query(query, now, self.tz) if time_aware else None
-        # The time expression has done its work once it is a range; the rest is the topic.
-        text = when.rest if when is not None and when.rest.strip() else query
-        filters = AnchorFilters(
-            roles=tuple(roles) if roles else None,
-            phrases=tuple(required_phrases(keywords)) if keywords else None,
-        )
-        # The query's embedding and the session's size are independent: fetch both at once.
-        embedded, size = await asyncio.gather(
-            self._embed_for_recall(text, mode), store.session_size(session_key)
-        )
-        if embedded is _NO_VECTOR:
-            return RecallResult(query=query)
-        vector = embedded if isinstance(embedded, np.ndarray) else None
-        limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
-        search: dict[str, Any] = dict(
-            session_key=session_key, model=self.embedding_model, now=now, limit=limit
-        )
-        searches: dict[str, Awaitable[list[Any]]] = {}
-        if vector is not None:
-            searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
-        if mode != "vector":
-            searches["keyword"] = store.keyword_candidates(
-                terms=query_terms(text),
-                session_rows=size,
-                query_vector=vector,
-                filters=filters,
-                **search,
-            )
-        within = None
-        if when is not None:
-            in_range = dataclasses.replace(filters, start=when.range.start, end=when.range.end)
-            if when.range.recent or vector is None:  # newest first
-                searches["time"] = store.latest_candidates(
-                    query_vector=vector, filters=in_range, **search
-                )
-            else:  # by meaning, inside the range (exact: the range bounds the rows read)
-                searches["time"] = store.anchor_candidates(
-                    query_vector=vector, filters=in_range, **search
-                )
-            if when.time_only:
-                within = (when.range.start, when.range.end)
-        found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
-        channels: list[Channel] = []
-        if "vector" in found:
-            floor = self.settings.memory_similarity_floor
-            near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
-            ordered = decayed_order(near, [c.similarity for c in near], now=now, decay=self._decay)
-            channels.append(Channel("vector", ordered))
-        if "keyword" in found:
-            hits = found["keyword"]
-            keyed = decayed_order(
-                [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
-                [h.score for h in hits],
-                now=now,
-                decay=self._decay,
-            )
-            # Beside the vector list, a hit counts in proportion to how much of the query it
-            # matches: a keyword list that only matched filler words ("最近") must not outvote
-            # it. Alone (keyword mode), the keyword ranking stands as it is.
-            strengths = {h.id: h.coverage for h in hits} if vector is not None else None
-            channels.append(
-                Channel("keyword", keyed, self.settings.memory_keyword_weight, strengths)
-            )
-        if "time" in found:
-            channels.append(Channel("time", found["time"], self.settings.memory_time_weight))
-        if [c.name for c in channels] == ["vector"]:
-            # Vector only: similarity times decay, as before fusion existed.
-            ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
-        else:
-            ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
-        return await self._assemble(store, session_key, query, ranked, top_n, window, now)
-
-    async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
-        """The query vector; None to go on without it (keyword mode, or hybrid falling back
-        to keywords); ``_NO_VECTOR`` when vector recall cannot proceed."""
-        if mode == "keyword":
-            return None
-        try:
-            return await self.embedder.embed_query(text)
-        except EmbeddingError as exc:
-            if mode == "vector":
-                log.warning("query could not be embedded, recalling nothing: %s", exc)
-                return _NO_VECTOR
-            log.warning("query could not be embedded, recalling by keywords only: %s", exc)
-            return None
-
-    async def _assemble(
-        self,
-        store: PgDialogueStore,
-        session_key: str,
-        query: str,
-        ranked: Sequence[RankedAnchor],
-        top_n: int,
-        window: int,
-        now: datetime,
-    ) -> RecallResult:
-        """Choose the anchors (diverse unless disabled) and read their windows."""
-        diverse = self.settings.memory_anchor_diversity
-        pool = list(ranked[: top_n * DIVERSITY_POOL_PER_ANCHOR] if diverse else ranked[:top_n])
-        # Diversity needs each candidate's neighbours, even when no window is returned.
-        reach = max(window, 1) if diverse else window
-        rows = await store.windows(
-            session_key=session_key,
-            anchors=[a.candidate for a in pool],
-            window_size=reach,
+        return await self._retriever.recall(
+            self._require_store(),
+            user_id,
+            query,
+            group_id,
+            top_n=top_n,
+            window_size=window_size,
             now=now,
+            roles=roles,
+            keywords=keywords,
+            mode=mode,
+            time_aware=time_aware,
         )
-        if not diverse:
-            return assemble_windows(query, pool, rows)
-        neighbours: dict[int, set[int]] = {}
-        contents: dict[int, str] = {}
-        for anchor_id, turn in rows:
-            neighbours.setdefault(anchor_id, set()).add(turn.id)
-            contents[turn.id] = turn.content
-        terms = {a.candidate.id: document_terms(contents.get(a.candidate.id, "")) for a in pool}
-        anchors = diversify(pool, neighbours, terms, top_n)
-        chosen = {a.candidate.id for a in anchors}
-        kept = [(a, t) for a, t in rows if a in chosen and (window > 0 or t.id == a)]
-        return assemble_windows(query, anchors, kept)
-
-    async def _anchor_candidates(
-        self,
-        store: PgDialogueStore,
-        vector: np.ndarray,
-        filters: AnchorFilters,
-        session_rows: int,
-        **search: Any,
-    ) -> list[AnchorCandidate]:
-        if session_rows <= self.settings.memory_exact_search_max_rows:
-            return await store.anchor_candidates(query_vector=vector, filters=filters, **search)
-        found = await store.anchor_candidates(
-            query_vector=vector, filters=filters, index_dim=self.embedding_dim, **search
-        )
-        if len(found) < search["limit"]:
-            # The index scan may stop early (pgvector's scan limits); exact search is complete.
-            found = await store.anchor_candidates(query_vector=vector, filters=filters, **search)
-        return found
 
     async def get_contextual_memory(
         self,

@@ -152,7 +152,7 @@ async def evaluate(
         update={"memory_anchor_diversity": config.diversity}
     )
     # bench-only: swap the decay policy (MEMORY_DECAY_MIN_WEIGHT=1 turns it off)
-    memory._decay = DEFAULT_DECAY if config.decay else DecayPolicy(min_weight=1.0)
+    memory._retriever._decay = DEFAULT_DECAY if config.decay else DecayPolicy(min_weight=1.0)
     by_category: dict[str, list[Scores]] = defaultdict(list)
     latencies = []
     for q in questions:
@@ -184,7 +184,7 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
     print("\nrecall latency at the defaults (top_n 3, window 2), ms, query embedding included:")
     print("| mode | p50 | p95 |\n|---|---|---|")
     memory.settings = memory.settings.model_copy(update={"memory_anchor_diversity": True})
-    memory._decay = DEFAULT_DECAY
+    memory._retriever._decay = DEFAULT_DECAY
     for mode, time_aware in (
         ("vector", False),
         ("keyword", True),
