@@ -440,6 +440,8 @@ class PgDialogueStore(PgStore):
                 async with conn.transaction():
                     await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
                     await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, 2 * limit)}")
+                    # Steer the planner to the HNSW scan: a sort of the whole session is slower.
+                    await conn.execute("SET LOCAL enable_sort = off")
                     records = await conn.fetch(
                         SQL_ANCHORS_INDEX.format(dim=int(index_dim)),
                         session_key,
