@@ -160,7 +160,8 @@ async def make_embedder(server: EmbeddingServer) -> AsyncIterator[EmbedderFactor
     def factory(*, timeout: float = 5.0, base_url: str | None = None, **kwargs: Any) -> ApiEmbedder:
         client = httpx.AsyncClient(
             base_url=base_url or server.url,
-            timeout=timeout,
+            # Only reads are made short: a loaded CI machine may take longer to connect.
+            timeout=httpx.Timeout(timeout, connect=max(timeout, 5.0)),
             headers={"Authorization": f"Bearer {API_KEY}"},
             trust_env=False,
         )

@@ -162,7 +162,7 @@ async def make_model(server: StubServer) -> AsyncIterator[ModelFactory]:
         client = httpx.AsyncClient(
             base_url=base_url or f"{server.url}/v1",
             headers={"Authorization": f"Bearer {API_KEY}"},
-            timeout=timeout,
+            timeout=httpx.Timeout(timeout, connect=max(timeout, 5.0)),  # CI may connect slowly
             trust_env=False,
         )
         model = OpenAIChatModel(
