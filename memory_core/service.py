@@ -405,19 +405,8 @@ class TemporalMemory:
         mode: RetrievalMode | None = None,
         time_aware: bool | None = None,
     ) -> RecallResult:
-        """Top-N anchors of this session by meaning, keywords and time, each widened by
-        ±window turns.
-
-        Only this session's live turns (not expired, not after ``now``) are considered.
-        ``mode`` (default: the setting) picks the channels: ``vector`` (meaning), ``keyword``
-        (terms, see ``memory_core.keywords``) or ``hybrid`` (both, reciprocal rank fusion).
-        A time expression in the query (昨天, 上周三, 刚才…, see ``memory_core.timerange``)
-        adds that range's turns as candidates, or keeps only them when the query asks nothing
-        else; ``time_aware=False`` ignores it. ``roles`` limits anchors to those roles and
-        ``keywords`` to turns containing every one of them (windows stay whole).
-        If the query cannot be embedded, hybrid recall falls back to keywords and vector
-        recall returns nothing (logged); it is never an error.
-        """
+        """Top-N anchors of this session, each widened by ±window turns; see
+        :meth:`memory_core.retrieval.Retriever.recall` for the channels and filters."""
         return await self._retriever.recall(
             self._require_store(),
             user_id,
