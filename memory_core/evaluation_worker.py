@@ -8,13 +8,13 @@ enqueues. A backlog is scored several exchanges per model call; concurrency is b
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from .errors import DatabaseUnavailableError, LLMError, StorageError
+from .background import RoundLoop
+from .errors import LLMError
 from .evaluation import Evaluator, Exchange
 from .retention import RetentionPolicy
 from .store import PendingEvaluation, PgEvaluationStore
@@ -54,39 +54,20 @@ class EvaluationWorker:
         self._batch_size = batch_size
         self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = RoundLoop(self.run_once, interval=IDLE_INTERVAL, name="memory evaluation")
         self._round_lock = asyncio.Lock()
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop())
-            self._wake.set()  # resume whatever a previous run left in the queue
+        self._rounds.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.stop()
         await self.evaluator.aclose()
 
     async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
         """Durably queue one exchange and wake the worker; returns at once."""
         await self._store().enqueue(user_turn_id, assistant_turn_id)
-        self._wake.set()
-
-    async def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=IDLE_INTERVAL)
-            self._wake.clear()
-            try:
-                await self.run_once()
-            except (DatabaseUnavailableError, StorageError) as exc:
-                log.warning("evaluation postponed: %s", exc)
-            except Exception:  # keep the worker alive; the queue is durable
-                log.exception("evaluation round failed")
+        self._rounds.wake()
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Score every exchange that is due; returns how many were settled (scored or failed)."""

@@ -11,16 +11,16 @@ batch is skipped (counted as given up). Sessions are distilled concurrently, bou
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+from .background import RoundLoop
 from .distilled import SaveOutcome
 from .distilled_store import PgDistilledStore, SessionDue
-from .errors import DatabaseUnavailableError, EmbeddingError, LLMError, StorageError
+from .errors import EmbeddingError, LLMError
 from .extraction import Extractor
 from .keeper import MemoryKeeper
 from .models import generate_session_key
@@ -93,36 +93,17 @@ class ExtractionWorker:
         self._slots = asyncio.Semaphore(concurrency)
         self._concurrency = concurrency
         self._running: set[str] = set()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = RoundLoop(self.run_once, interval=CHECK_INTERVAL, name="memory extraction")
         self._round_lock = asyncio.Lock()
 
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop())
-            self._wake.set()  # catch up with whatever became due while stopped
+        self._rounds.start()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.stop()
         await self.extractor.aclose()
-
-    async def _loop(self) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=CHECK_INTERVAL)
-            self._wake.clear()
-            try:
-                await self.run_once()
-            except (DatabaseUnavailableError, StorageError) as exc:
-                log.warning("memory extraction postponed: %s", exc)
-            except Exception:  # keep the worker alive; the bookkeeping is durable
-                log.exception("memory extraction round failed")
 
     # ---------------------------------------------------------------- the public calls
 
@@ -135,7 +116,7 @@ class ExtractionWorker:
         key = generate_session_key(user_id, group_id)
         pending = await self._store().note_exchange(key, user_id, group_id, now)
         if pending >= self.every_turns:
-            self._wake.set()
+            self._rounds.wake()
             return True
         return False
 
