@@ -68,6 +68,7 @@ def synthetic_turns(
     """``count`` turns spread over ``sessions`` (group and private), one a second."""
     turns = []
     for i in range(start, start + count):
+        group: int | None
         if heavy_share and rng.random() < heavy_share:
             user, group = 1, 999_999  # one very chatty group session
         else:

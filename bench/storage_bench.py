@@ -33,25 +33,21 @@ CHUNK = 20_000
 
 async def bulk_import(
     memory: TemporalMemory, rows: int, sessions: int, dim: int, heavy_share: float
-) -> tuple[float, float]:
-    """Returns (COPY rows/s, index build seconds)."""
+) -> float:
+    """Returns COPY rows/s."""
     rng = np.random.default_rng(1)
     copy_seconds = 0.0
-    async with memory.vector_index_deferred():
-        for start in range(0, rows, CHUNK):
-            count = min(CHUNK, rows - start)
-            turns = synthetic_turns(start, count, sessions, rng, heavy_share)
-            vectors = unit_vectors(count, dim, rng)
-            started = time.perf_counter()
-            await memory.add_dialogues(turns, embeddings=vectors, batch_size=CHUNK)
-            copy_seconds += time.perf_counter() - started
-            done = start + count
-            print(
-                f"\r  imported {done}/{rows} ({done / copy_seconds:.0f} rows/s)", end="", flush=True
-            )
-        print()
-        index_started = time.perf_counter()
-    return rows / copy_seconds, time.perf_counter() - index_started
+    for start in range(0, rows, CHUNK):
+        count = min(CHUNK, rows - start)
+        turns = synthetic_turns(start, count, sessions, rng, heavy_share)
+        vectors = unit_vectors(count, dim, rng)
+        started = time.perf_counter()
+        await memory.add_dialogues(turns, embeddings=vectors, batch_size=CHUNK)
+        copy_seconds += time.perf_counter() - started
+        done = start + count
+        print(f"\r  imported {done}/{rows} ({done / copy_seconds:.0f} rows/s)", end="", flush=True)
+    print()
+    return rows / copy_seconds
 
 
 async def recall_latency(
@@ -61,6 +57,7 @@ async def recall_latency(
     rnd = random.Random(3)
     samples = []
     for _ in range(queries):
+        group: int | None
         if heavy:
             user, group = 1, 999_999
         else:
@@ -105,39 +102,57 @@ async def bytes_per_row(memory: TemporalMemory) -> tuple[float, dict[str, int]]:
     return total / max(rows, 1), parts
 
 
+async def insert_and_size(memory: TemporalMemory, label: str) -> None:
+    seq = await online_inserts(memory, 1000, 1)
+    conc = await online_inserts(memory, 2000, 8)
+    print(
+        f"online single inserts {label}: {seq:.0f} rows/s sequential, "
+        f"{conc:.0f} rows/s with 8 concurrent"
+    )
+    per_row, parts = await bytes_per_row(memory)
+    print(f"bytes per row {label} (table + TOAST + indexes): {per_row:.0f}")
+    for name, size in parts.items():
+        print(f"    {name}: {size / 1024 / 1024:.1f} MB")
+
+
 async def run(rows: int, sessions: int, dim: int, queries: int, heavy_share: float) -> None:
     print(f"== storage bench: {rows} rows, {sessions} sessions, {dim}-d ({machine_line()})")
     with bench_data_dir("storage") as data_dir:
-        settings = MemorySettings(
-            memory_data_dir=data_dir, embedding_dim=dim, embedding_provider="api"
-        )
-        memory = await open_memory(
-            settings, embedder=RandomQueryEmbedder(dim), maintenance_interval=None
-        )
-        try:
-            rate, index_seconds = await bulk_import(memory, rows, sessions, dim, heavy_share)
-            print(
-                f"bulk import (COPY, pre-embedded, index deferred): {rate:.0f} rows/s; "
-                f"HNSW index build afterwards: {index_seconds:.1f} s"
+
+        async def opened(index_mode: str) -> TemporalMemory:
+            settings = MemorySettings(
+                memory_data_dir=data_dir,
+                embedding_dim=dim,
+                embedding_provider="api",
+                memory_vector_index=index_mode,  # type: ignore[arg-type]
             )
+            return await open_memory(
+                settings, embedder=RandomQueryEmbedder(dim), maintenance_interval=None
+            )
+
+        # Phase 1: no HNSW index (MEMORY_VECTOR_INDEX=auto while no session needs one).
+        memory = await opened("never")
+        try:
+            rate = await bulk_import(memory, rows, sessions, dim, heavy_share)
+            print(f"bulk import (COPY, pre-embedded, no HNSW index): {rate:.0f} rows/s")
             async with memory._pool.acquire() as conn:
                 await conn.execute("VACUUM ANALYZE dialogues")
             await recall_latency(memory, rows, sessions, 50, heavy=False)  # warm-up
             normal = await recall_latency(memory, rows, sessions, queries, heavy=False)
             print(f"recall top_n=3 window=2, ~{rows // sessions} rows/session: {fmt(normal)}")
+            await insert_and_size(memory, "without the HNSW index")
+        finally:
+            await memory.aclose()
+
+        # Phase 2: with the index, as once a session passes MEMORY_EXACT_SEARCH_MAX_ROWS.
+        started = time.perf_counter()
+        memory = await opened("always")
+        try:
+            print(f"HNSW index build: {time.perf_counter() - started:.1f} s")
             if heavy_share:
                 big = await recall_latency(memory, rows, sessions, max(50, queries // 5), True)
                 print(f"recall in the heavy session (~{int(rows * heavy_share)} rows): {fmt(big)}")
-            seq = await online_inserts(memory, 1000, 1)
-            conc = await online_inserts(memory, 2000, 8)
-            print(
-                f"online single inserts with the index: {seq:.0f} rows/s sequential, "
-                f"{conc:.0f} rows/s with 8 concurrent"
-            )
-            per_row, parts = await bytes_per_row(memory)
-            print(f"bytes per row (table + TOAST + indexes): {per_row:.0f}")
-            for name, size in parts.items():
-                print(f"    {name}: {size / 1024 / 1024:.1f} MB")
+            await insert_and_size(memory, "with the HNSW index")
             print(f"peak RSS of this process: {peak_rss_mb():.0f} MB")
         finally:
             await memory.aclose()

@@ -30,6 +30,7 @@ from .settings import MemorySettings, RetrievalMode
 from .store import AnchorCandidate, AnchorFilters, PgDialogueStore
 from .text import scrub
 from .timerange import analyse_query
+from .vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,11 @@ _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing t
 class Retriever:
     """Finds a session's anchors and their windows; holds no connection of its own."""
 
-    def __init__(self, *, settings: MemorySettings, embedder: Embedder) -> None:
+    def __init__(
+        self, *, settings: MemorySettings, embedder: Embedder, vector_index: VectorIndex
+    ) -> None:
         self.settings = settings
+        self.vector_index = vector_index
         self.tz = settings.tz
         self.embedder = embedder
         self.embedding_model = embedder.model
@@ -222,7 +226,9 @@ class Retriever:
         session_rows: int,
         **search: Any,
     ) -> list[AnchorCandidate]:
-        if session_rows <= self.settings.memory_exact_search_max_rows:
+        if not self.vector_index.serves(session_rows):
+            if session_rows > self.settings.memory_exact_search_max_rows:
+                self.vector_index.request(store)  # exact until the index is built
             return await store.anchor_candidates(query_vector=vector, filters=filters, **search)
         found = await store.anchor_candidates(
             query_vector=vector, filters=filters, index_dim=self.embedding_dim, **search

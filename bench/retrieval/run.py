@@ -201,8 +201,8 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
                 top_n=3,
                 window_size=2,
                 now=NOW,
-                mode=mode,
-                time_aware=time_aware,  # type: ignore[arg-type]
+                mode=mode,  # type: ignore[arg-type]
+                time_aware=time_aware,
             )
             samples.append((time.perf_counter() - started) * 1000)
         p = percentiles(samples)

@@ -40,7 +40,9 @@ def ago(**delta: float) -> datetime:
 async def test_fusion_never_leaks_other_sessions_with_100x_more_matching_rows(
     memory_factory, mode, exact_max_rows
 ):
-    memory = await memory_factory(memory_exact_search_max_rows=exact_max_rows)
+    memory = await memory_factory(
+        memory_exact_search_max_rows=exact_max_rows, memory_vector_index="always"
+    )
     mine = [
         said(f"订单ORD777的快递到了上海 {i}", ago(days=3, minutes=-i), group=500) for i in range(4)
     ]

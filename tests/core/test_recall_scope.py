@@ -38,7 +38,9 @@ NOW = T0 + timedelta(days=1)
 async def test_session_gets_min_top_n_anchors_and_only_its_rows_among_100x_more(
     memory_factory, exact_max_rows
 ):
-    memory = await memory_factory(memory_exact_search_max_rows=exact_max_rows)
+    memory = await memory_factory(
+        memory_exact_search_max_rows=exact_max_rows, memory_vector_index="always"
+    )
     # The asked session has 5 turns; 100x more rows in other sessions say the same thing.
     mine = [turn(1, f"我喜欢吃苹果和香蕉 {i}", i, group=500) for i in range(5)]
     others = [
