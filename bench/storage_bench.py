@@ -70,17 +70,22 @@ async def recall_latency(
     return percentiles(samples)
 
 
-async def online_inserts(memory: TemporalMemory, count: int, concurrency: int) -> float:
+async def online_inserts(
+    memory: TemporalMemory, count: int, concurrency: int, first_message_id: int
+) -> float:
+    """New turns one by one (message ids from ``first_message_id``: none may exist yet)."""
+
     async def one(i: int) -> None:
-        await memory.add_turn(
+        outcome = await memory.add_turn(
             TurnInput(
                 user_id=42,
                 role="user",
                 content=f"在线插入 {i}",
-                message_id=10**9 + concurrency * 10**6 + i,
+                message_id=first_message_id + i,
                 self_id=1,
             )
         )
+        assert outcome.turn is not None, "a duplicate: the figure would time no insert"
 
     started = time.perf_counter()
     for start in range(0, count, concurrency):
@@ -102,9 +107,9 @@ async def bytes_per_row(memory: TemporalMemory) -> tuple[float, dict[str, int]]:
     return total / max(rows, 1), parts
 
 
-async def insert_and_size(memory: TemporalMemory, label: str) -> None:
-    seq = await online_inserts(memory, 1000, 1)
-    conc = await online_inserts(memory, 2000, 8)
+async def insert_and_size(memory: TemporalMemory, label: str, first_message_id: int) -> None:
+    seq = await online_inserts(memory, 1000, 1, first_message_id)
+    conc = await online_inserts(memory, 2000, 8, first_message_id + 1000)
     print(
         f"online single inserts {label}: {seq:.0f} rows/s sequential, "
         f"{conc:.0f} rows/s with 8 concurrent"
@@ -140,7 +145,7 @@ async def run(rows: int, sessions: int, dim: int, queries: int, heavy_share: flo
             await recall_latency(memory, rows, sessions, 50, heavy=False)  # warm-up
             normal = await recall_latency(memory, rows, sessions, queries, heavy=False)
             print(f"recall top_n=3 window=2, ~{rows // sessions} rows/session: {fmt(normal)}")
-            await insert_and_size(memory, "without the HNSW index")
+            await insert_and_size(memory, "without the HNSW index", 10**9)
         finally:
             await memory.aclose()
 
@@ -152,7 +157,7 @@ async def run(rows: int, sessions: int, dim: int, queries: int, heavy_share: flo
             if heavy_share:
                 big = await recall_latency(memory, rows, sessions, max(50, queries // 5), True)
                 print(f"recall in the heavy session (~{int(rows * heavy_share)} rows): {fmt(big)}")
-            await insert_and_size(memory, "with the HNSW index")
+            await insert_and_size(memory, "with the HNSW index", 2 * 10**9)
             print(f"peak RSS of this process: {peak_rss_mb():.0f} MB")
         finally:
             await memory.aclose()
