@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import math
 import time
 from collections import defaultdict
@@ -43,7 +44,7 @@ class Config:
     window: int
     time_aware: bool = True
     diversity: bool = True
-    decay: bool = True
+    decay_floor: float | None = None  # MEMORY_DECAY_MIN_WEIGHT; None: the shipped default
 
     @property
     def label(self) -> str:
@@ -52,8 +53,10 @@ class Config:
             parts.append("no time")
         if not self.diversity:
             parts.append("no diversity")
-        if not self.decay:
+        if self.decay_floor == 1.0:
             parts.append("no time decay")
+        elif self.decay_floor is not None:
+            parts.append(f"decay floor {self.decay_floor:g}")
         return ", ".join(parts)
 
 
@@ -152,7 +155,11 @@ async def evaluate(
         update={"memory_anchor_diversity": config.diversity}
     )
     # bench-only: swap the decay policy (MEMORY_DECAY_MIN_WEIGHT=1 turns it off)
-    memory._retriever._decay = DEFAULT_DECAY if config.decay else DecayPolicy(min_weight=1.0)
+    memory._retriever._decay = (
+        DEFAULT_DECAY
+        if config.decay_floor is None
+        else dataclasses.replace(DEFAULT_DECAY, min_weight=config.decay_floor)
+    )
     by_category: dict[str, list[Scores]] = defaultdict(list)
     latencies = []
     for q in questions:
@@ -210,7 +217,7 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
         print(f"| {label} | {p['p50']:.1f} | {p['p95']:.1f} |")
 
 
-async def run(limit: int | None) -> None:
+async def run(limit: int | None, decay_floors: Sequence[float] = ()) -> None:
     data = build()
     questions = data.questions[:limit] if limit else data.questions
     print(f"== retrieval bench ({machine_line()})")
@@ -238,9 +245,16 @@ async def run(limit: int | None) -> None:
             per_category: dict[tuple[str, int], dict[str, list[Scores]]] = {}
             configs = [Config(m, w) for w in WINDOWS for m in MODES]
             configs.append(Config("hybrid", 2, diversity=False))
-            configs.append(Config("hybrid", 2, decay=False))
-            configs.append(Config("vector", 2, decay=False))
+            configs.append(Config("hybrid", 2, decay_floor=1.0))
+            configs.append(Config("vector", 2, decay_floor=1.0))
             configs.append(Config("vector", 2, time_aware=False, diversity=False))
+            if decay_floors:  # only the decay comparison
+                configs = [
+                    Config(m, w, decay_floor=f)
+                    for f in decay_floors
+                    for w in WINDOWS
+                    for m in ("vector", "hybrid")
+                ]
             for config in configs:
                 cells = []
                 latency: list[float] = []
@@ -278,6 +292,8 @@ async def run(limit: int | None) -> None:
                     + " |"
                 )
 
+            if decay_floors:
+                return
             timed = [q for q in questions if q.category == "time"]
             print(f"\ntime questions ({len(timed)}): with and without time-range understanding")
             print("| channels | " + " | ".join(f"R@{b} any | NDCG@{b}" for b in BUDGETS) + " |")
@@ -309,8 +325,14 @@ def _counts(questions: Sequence[Question]) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--limit", type=int, default=None, help="ask only the first N questions")
+    parser.add_argument(
+        "--decay-floors",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=[],
+        help="only compare these MEMORY_DECAY_MIN_WEIGHT values, e.g. 0.9,0.97,1",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(run(args.limit))
+    asyncio.run(run(args.limit, args.decay_floors))
 
 
 if __name__ == "__main__":
