@@ -45,7 +45,7 @@ from .prompt import MemoryBlock, build_memory_block
 from .retention import RetentionPolicy, load_retention_policy
 from .retrieval import Retriever
 from .settings import MemorySettings, RetrievalMode
-from .spool import TurnSpool
+from .spool import RecalledMessage, TurnSpool
 from .stats import EvaluationFigures, MemoryStats
 from .store import (
     NewTurnRow,
@@ -351,13 +351,26 @@ class TemporalMemory:
             await self.vector_index.settle(store, check_sessions=True)
 
     async def flush_spool(self) -> int:
-        """Write spooled turns to the database; returns how many were new."""
-        turns, lines = await self._spool.read()
-        if lines == 0:
+        """Write spooled turns to the database, then forget the messages recalled meanwhile;
+        returns how many turns were new."""
+        spooled = await self._spool.read()
+        if spooled.lines == 0:
             return 0
-        written = await self.add_dialogues(turns) if turns else 0
-        await self._spool.remove_first(lines)
-        log.info("flushed %d spooled turn(s) to the database (%d new)", len(turns), written)
+        written = await self.add_dialogues(spooled.turns) if spooled.turns else 0
+        deleted = 0
+        for recalled in spooled.recalled:  # after the turns: a recalled one may be among them
+            deleted += await self._require_store().delete_qq_message(
+                recalled.self_id, recalled.message_id
+            )
+        await self._spool.remove_first(spooled.lines)
+        log.info(
+            "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
+            "forgotten (%d turn(s) deleted)",
+            len(spooled.turns),
+            written,
+            len(spooled.recalled),
+            deleted,
+        )
         return written
 
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
@@ -489,9 +502,16 @@ class TemporalMemory:
 
     # ----------------------------------------------------------------- deleting
 
-    async def delete_message(self, self_id: int | None, message_id: int) -> int:
-        """Delete the turn of a recalled QQ message; returns rows deleted."""
-        return await self._require_store().delete_qq_message(self_id, message_id)
+    async def delete_message(self, self_id: int | None, message_id: int) -> int | None:
+        """Delete the turn of a recalled QQ message; returns rows deleted, or ``None`` when
+        the database is unreachable: the deletion is then spooled and done on reconnection."""
+        try:
+            return await self._require_store().delete_qq_message(self_id, message_id)
+        except DatabaseUnavailableError as exc:
+            log.warning("database unreachable, recall of message %d spooled: %s", message_id, exc)
+            await self._spool.append_recall(RecalledMessage(self_id, message_id))
+            self._backfill_needed.set()
+            return None
 
     async def forget(
         self,

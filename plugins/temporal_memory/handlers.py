@@ -61,4 +61,7 @@ async def handle_recall(
     except MemoryCoreError as exc:
         logger.warning(f"recalled message {event.message_id} could not be forgotten: {exc}")
         return
-    logger.info(f"recalled message {event.message_id}: {deleted} stored turn(s) deleted")
+    if deleted is None:
+        logger.info(f"recalled message {event.message_id}: forgotten once the database is back")
+    else:
+        logger.info(f"recalled message {event.message_id}: {deleted} stored turn(s) deleted")

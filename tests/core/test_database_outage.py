@@ -58,6 +58,33 @@ async def test_turns_arriving_during_an_outage_are_spooled_then_written(
         await memory.aclose()
 
 
+async def test_a_message_recalled_during_an_outage_is_forgotten_on_reconnection(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
+    )
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    try:
+        await memory.add_turn(said("停电之前发错的消息", 1))
+        await memory.add_turn(said("停电之前留下的消息", 2))
+        await proxy.stop()
+        await memory.add_turn(said("停电期间发错又撤回的消息", 3))
+        # Both recalls arrive while the database is down: one stored before, one spooled.
+        assert await memory.delete_message(1, 1) is None
+        assert await memory.delete_message(1, 3) is None
+        await proxy.start()
+        assert await memory.flush_spool() == 1  # the turn is written, then deleted
+        turns = await memory.get_contextual_memory(
+            7, "消息", top_n=5, now=datetime.now(timezone.utc)
+        )
+        assert [t.content for t in turns] == ["停电之前留下的消息"]
+        assert await memory.delete_message(1, 2) == 1  # connected: deleted at once
+        assert await memory.flush_spool() == 0
+    finally:
+        await memory.aclose()
+
+
 async def test_memory_started_without_a_database_connects_by_itself_later(
     proxy, fresh_dsn, tmp_data_dir, hashing_embedder
 ):
