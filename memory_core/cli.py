@@ -223,6 +223,7 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
             "spooled_turns": stats.spooled_turns,
             "embedding_model": stats.embedding_model,
             "embedding_dim": stats.embedding_dim,
+            "vector_index": stats.vector_index,
             "database": stats.database,
             "evaluation": {
                 "evaluator": stats.evaluation.evaluator,

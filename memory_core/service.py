@@ -556,6 +556,8 @@ class TemporalMemory:
             database=self.database_description,
             spooled_turns=self._spool.pending(),
             embedding_cache=cache_stats() if callable(cache_stats) else {},
+            vector_index=self.vector_index.state,
+            exact_search_max_rows=self.settings.memory_exact_search_max_rows,
         )
 
     async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None:

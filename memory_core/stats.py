@@ -70,6 +70,8 @@ class MemoryStats:
     database: str
     spooled_turns: int
     embedding_cache: dict[str, int] = field(default_factory=dict)
+    vector_index: str = "none"  # VectorIndex.state
+    exact_search_max_rows: int = 0
 
     @property
     def total_rows(self) -> int:
@@ -91,8 +93,17 @@ class MemoryStats:
             f"存储占用：{self.store.total_bytes / 1024 / 1024:.1f} MB",
             f"最早：{fmt(self.store.oldest)}，最新：{fmt(self.store.newest)}",
             f"向量模型：{self.embedding_model}（{self.embedding_dim} 维）",
+            f"向量索引：{self._vector_index_zh()}",
             f"待补向量：{self.store.pending_embeddings} 条，待写入缓存：{self.spooled_turns} 条",
         ]
         if self.store.expired_not_purged:
             lines.append(f"已过期待清理：{self.store.expired_not_purged} 条")
         return lines + self.evaluation.lines_zh()
+
+    def _vector_index_zh(self) -> str:
+        exact = f"会话不超过 {self.exact_search_max_rows} 条时精确检索"
+        return {
+            "ready": f"已建立（{exact}）",
+            "building": "后台建立中（期间精确检索）",
+            "off": "已关闭，全部精确检索",
+        }.get(self.vector_index, f"未建立，暂不需要（{exact}）")

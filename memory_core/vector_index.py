@@ -90,6 +90,13 @@ class VectorIndex:
         self._build = asyncio.create_task(self._build_concurrently(store))
 
     @property
+    def state(self) -> str:
+        """``ready``, ``building``, ``none`` (no session needs it yet) or ``off`` (never)."""
+        if self.mode == "never":
+            return "off"
+        return "ready" if self.ready else "building" if self.building else "none"
+
+    @property
     def building(self) -> bool:
         return self._build is not None and not self._build.done()
 

@@ -51,14 +51,19 @@ async def test_auto_builds_the_index_when_a_recall_meets_a_large_session(memory_
     await memory.add_dialogues(turns(2, 5))  # a small session: exact, no build
     await memory.recall(2, "火锅", 700, now=NOW)
     assert not memory.vector_index.building and await index_state(fresh_dsn) == {}
+    stats = await memory.stats()
+    assert stats.vector_index == "none"
+    assert "向量索引：未建立，暂不需要（会话不超过 10 条时精确检索）" in stats.lines_zh()
 
     await memory.add_dialogues(turns(1, 40))
     exact = await anchor_ids(memory, "编号 1-31 的那次")
     assert len(exact) == 3
-    assert memory.vector_index.building  # requested by that recall, which searched exactly
+    # That recall searched exactly and asked for the index (a small build may be done already).
+    assert memory.vector_index.building or memory.vector_index.ready
     await memory.vector_index.wait_built()
     assert memory.vector_index.ready and memory.vector_index.serves(40)
     assert list((await index_state(fresh_dsn)).values()) == [True]
+    assert (await memory.stats()).vector_index == "ready"
     # Through the index: three anchors again, the best one the same as the exact search's.
     through_index = await anchor_ids(memory, "编号 1-31 的那次")
     assert len(through_index) == 3 and through_index[0] == exact[0]
@@ -112,6 +117,7 @@ async def test_never_drops_the_index_and_searches_large_sessions_exactly(memory_
     found = await anchor_ids(memory, "编号 1-20 的那次")
     assert len(found) == 3 and found[0] == expected[0]
     assert not memory.vector_index.building and not memory.vector_index.ready
+    assert (await memory.stats()).vector_index == "off"
 
 
 async def test_bulk_import_builds_the_index_only_when_a_session_needs_it(memory_factory, fresh_dsn):
