@@ -108,8 +108,10 @@ async def calibration(memory: TemporalMemory) -> None:
 
 async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> None:
     for i in range(entries):
-        await memory.cache_answer(f"第{i}个问题：如何配置服务{i}", f"答案{i}", 10 + i % 50, now=T0)
-    await memory.cached_answer("预热", 10, now=T0)
+        await memory.distilled.cache_answer(
+            f"第{i}个问题：如何配置服务{i}", f"答案{i}", 10 + i % 50, now=T0
+        )
+    await memory.distilled.cached_answer("预热", 10, now=T0)
     samples: dict[str, list[float]] = {"exact": [], "semantic or miss": [], "refused": []}
     for i in range(lookups):
         user = 10 + i % 50
@@ -120,7 +122,7 @@ async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> N
         )
         for name, question in cases:
             started = time.perf_counter()
-            await memory.cached_answer(question, user, now=T0)
+            await memory.distilled.cached_answer(question, user, now=T0)
             samples[name].append((time.perf_counter() - started) * 1000)
     for name, values in samples.items():
         print(f"cache lookup, {name} ({entries} entries): {fmt(percentiles(values))}")
@@ -147,7 +149,7 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
         ExtractedMemory(kind="summary", content=f"第{i}次对话聊了{topics[i]}", score=0.7)
         for i in range(10)
     ]
-    await memory.save_distilled(items, 1, stated_at=T0)
+    await memory.distilled.save(items, 1, stated_at=T0)
     await memory.add_dialogues(
         [
             TurnInput(

@@ -76,6 +76,34 @@ class CachedReply(Protocol):
     def level(self) -> str: ...
 
 
+class ConversationDistilled(Protocol):
+    """The part of ``TemporalMemory.distilled`` the engine uses."""
+
+    async def note_exchange(
+        self, user_id: int, group_id: int | None = None, now: datetime | None = None
+    ) -> bool: ...
+
+    async def cached_answer(
+        self,
+        question: str,
+        user_id: int,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> CachedReply | None: ...
+
+    async def cache_answer(
+        self,
+        question: str,
+        answer: str,
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> bool: ...
+
+
 class ConversationMemory(Protocol):
     """The part of ``TemporalMemory`` the engine uses."""
 
@@ -120,29 +148,8 @@ class ConversationMemory(Protocol):
 
     async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None: ...
 
-    async def note_exchange(
-        self, user_id: int, group_id: int | None = None, now: datetime | None = None
-    ) -> bool: ...
-
-    async def cached_answer(
-        self,
-        question: str,
-        user_id: int,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> CachedReply | None: ...
-
-    async def cache_answer(
-        self,
-        question: str,
-        answer: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> bool: ...
+    @property
+    def distilled(self) -> ConversationDistilled: ...
 
 
 @dataclass(frozen=True)
@@ -450,7 +457,9 @@ class ConversationEngine:
         # Counts the exchange for extraction of distilled memory, which runs in the memory's
         # background worker; this is one quick upsert.
         try:
-            await self._memory.note_exchange(turn.user_id, turn.group_id, reply.created_at)
+            await self._memory.distilled.note_exchange(
+                turn.user_id, turn.group_id, reply.created_at
+            )
         except MemoryCoreError as exc:
             log.warning(
                 "exchange of session %s not counted for extraction: %s", turn.session_key, exc
@@ -528,7 +537,7 @@ class ConversationEngine:
         if not (self._settings.answer_cache_enabled and prompt.memory_ok):
             return None
         try:
-            found = await self._memory.cached_answer(
+            found = await self._memory.distilled.cached_answer(
                 prompt.question,
                 turn.user_id,
                 personal=_personal_for_lookup(prompt),
@@ -548,7 +557,7 @@ class ConversationEngine:
         if not (self._settings.answer_cache_enabled and prompt.memory_ok):
             return
         try:
-            await self._memory.cache_answer(
+            await self._memory.distilled.cache_answer(
                 prompt.question,
                 answer,
                 turn.user_id,

@@ -13,19 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from .answer_cache import AnswerCache, cache_threshold
 from .context import ContextBuilder, MemoryContext
 from .database import DatabaseLocation, create_pool, locate_database, prepare_database
-from .distilled import (
-    DistilledHit,
-    DistilledKind,
-    DistilledMemory,
-    ExtractedMemory,
-    SaveOutcome,
-    dedupe_threshold,
-)
-from .distilled_stats import DistilledStats
-from .distilled_store import CachedAnswer, PgAnswerCacheStore, PgDistilledStore
+from .distilled_service import DistilledService
 from .embedding import Embedder, build_embedder
 from .errors import (
     DatabaseUnavailableError,
@@ -35,9 +25,6 @@ from .errors import (
 )
 from .evaluation import Evaluator, build_evaluator
 from .evaluation_worker import PURGED, EvaluationWorker
-from .extraction import build_extractor, extraction_off_reason
-from .extraction_worker import ExtractionReport, ExtractionWorker
-from .keeper import MaintenanceReport, MemoryKeeper
 from .keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .keywords import document_terms
 from .models import MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
@@ -121,6 +108,17 @@ class TemporalMemory:
         self._retriever = Retriever(
             settings=settings, embedder=embedder, vector_index=self.vector_index
         )
+        # Distilled memory, its background extraction and the answer cache (issue 5).
+        self.distilled = DistilledService(
+            settings=settings, embedder=embedder, tz=self.tz, pool=lambda: self._pool
+        )
+        self._context_builder = ContextBuilder(
+            settings=settings,
+            keeper=self.distilled.keeper,
+            recall=self.recall,
+            counter=token_counter,
+            tz=self.tz,
+        )
         self._maintenance: asyncio.Task[None] | None = None
         self._backfill_needed = asyncio.Event()
         self._connect_lock = asyncio.Lock()
@@ -202,7 +200,7 @@ class TemporalMemory:
                 await asyncio.sleep(interval)
 
     async def aclose(self) -> None:
-        await self._close_distilled()
+        await self.distilled.aclose()
         if self.evaluations is not None:
             await self.evaluations.aclose()
         if self._maintenance is not None:
@@ -528,7 +526,7 @@ class TemporalMemory:
         deleted = await self._require_store().delete_scope(
             user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
         )
-        await self.forget_distilled(
+        await self.distilled.forget(
             user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
         )
         return deleted
@@ -609,119 +607,11 @@ class TemporalMemory:
             last_id = rows[-1][0]
             if progress is not None:
                 progress(done, total)
-        done += await self._reembed_distilled(batch_size)
+        done += await self.distilled.reembed(batch_size)
         await self.vector_index.settle(store, check_sessions=True)
         return done
 
-    # ------------------------------------------- distilled memory, context, answer cache (issue 5)
-    # Built by open_memory; see memory_core.keeper, .extraction_worker, .answer_cache, .context.
-
-    keeper: MemoryKeeper | None = None
-    extraction: ExtractionWorker | None = None
-    extraction_off: str | None = None  # why extraction is off, or None
-    answer_cache: AnswerCache | None = None
-    context_builder: ContextBuilder | None = None
-    _distilled_stores: tuple[Any, PgDistilledStore, PgAnswerCacheStore] | None = None
-
-    def _stores_of_pool(self) -> tuple[PgDistilledStore, PgAnswerCacheStore]:
-        if self._pool is None:
-            raise DatabaseUnavailableError("the memory database is not connected")
-        if self._distilled_stores is None or self._distilled_stores[0] is not self._pool:
-            stores = (PgDistilledStore(pool=self._pool), PgAnswerCacheStore(pool=self._pool))
-            self._distilled_stores = (self._pool, *stores)
-        return self._distilled_stores[1], self._distilled_stores[2]
-
-    def distilled_store(self) -> PgDistilledStore:
-        """The distilled-memory store of the current pool (``DatabaseUnavailableError`` if none)."""
-        return self._stores_of_pool()[0]
-
-    def answer_cache_store(self) -> PgAnswerCacheStore:
-        return self._stores_of_pool()[1]
-
-    def _require_keeper(self) -> MemoryKeeper:
-        if self.keeper is None:
-            raise DatabaseUnavailableError("distilled memory is not set up (use open_memory)")
-        return self.keeper
-
-    async def note_exchange(
-        self, user_id: int, group_id: int | None = None, now: datetime | None = None
-    ) -> bool:
-        """Call after each stored exchange: counts it for extraction, which runs in the
-        background every EXTRACTION_EVERY_TURNS exchanges or once the session is idle.
-        Returns whether the session became due; a no-op (False) when extraction is off."""
-        if self.extraction is None:
-            return False
-        return await self.extraction.note_exchange(user_id, group_id, now)
-
-    async def extract_due(self, now: datetime | None = None) -> int:
-        """Distil every due session now (N exchanges noted, or idle with exchanges waiting);
-        the background task does this too, a scheduler may call it. Returns sessions done."""
-        if self.extraction is None:
-            return 0
-        return await self.extraction.run_once(now)
-
-    async def extract_session(
-        self, user_id: int, group_id: int | None = None, now: datetime | None = None
-    ) -> ExtractionReport | None:
-        """Distil one session's undistilled turns now; ``None`` when extraction is off."""
-        if self.extraction is None:
-            return None
-        return await self.extraction.extract_session(user_id, group_id, now)
-
-    async def save_distilled(
-        self,
-        items: Sequence[ExtractedMemory],
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        source_turn_ids: Sequence[int] = (),
-        stated_at: datetime | None = None,
-    ) -> SaveOutcome:
-        """Store distilled items directly (deduplicated, merged, superseding as extracted)."""
-        return await self._require_keeper().save(
-            items,
-            user_id=user_id,
-            group_id=group_id,
-            source_turn_ids=source_turn_ids,
-            stated_at=stated_at or datetime.now(timezone.utc),
-        )
-
-    async def recall_distilled(
-        self,
-        user_id: int,
-        group_id: int | None,
-        query: str,
-        *,
-        kinds: Sequence[DistilledKind] = ("facts", "preferences"),
-        top_k: int | None = None,
-        now: datetime | None = None,
-    ) -> list[DistilledHit]:
-        """Current distilled memories for ``query`` ranked by similarity, time decay,
-        importance and use (seed 000 ``recall``), in this session or the user scope."""
-        return await self._require_keeper().recall(
-            user_id,
-            group_id,
-            query,
-            kinds=kinds,
-            top_k=self.settings.memory_distilled_facts if top_k is None else top_k,
-            now=now,
-        )
-
-    async def recall_by_type(
-        self,
-        user_id: int,
-        group_id: int | None,
-        kind: DistilledKind,
-        *,
-        limit: int = 20,
-        now: datetime | None = None,
-        include_history: bool = False,
-    ) -> list[DistilledMemory]:
-        """Seed 000 ``recall_by_type``: latest memories of one kind, no vector search;
-        ``include_history`` adds superseded ones (with ``valid_until`` / ``superseded_by``)."""
-        return await self._require_keeper().recall_by_type(
-            user_id, group_id, kind, limit=limit, now=now, include_history=include_history
-        )
+    # ------------------------------------------------------------------ prompt context
 
     async def build_context(
         self,
@@ -737,14 +627,7 @@ class TemporalMemory:
         """The memory text for a reply within MEMORY_MAX_TOKENS: preferences, relevant facts,
         recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
         already in the messages). Pass ``recall`` to reuse a recall already made."""
-        builder = self.context_builder or ContextBuilder(
-            settings=self.settings,
-            keeper=self.keeper,
-            recall=self.recall,
-            counter=self.token_counter,
-            tz=self.tz,
-        )
-        return await builder.build(
+        return await self._context_builder.build(
             user_id,
             group_id,
             query,
@@ -753,98 +636,6 @@ class TemporalMemory:
             recall=recall,
             max_tokens=max_tokens,
         )
-
-    async def maintain_distilled(self, now: datetime | None = None) -> MaintenanceReport:
-        """Daily upkeep: merge near-duplicate memories, refresh importance, embed what is
-        missing, drop expired cached answers."""
-        report = await self._require_keeper().maintain()
-        if self.answer_cache is not None:
-            purged = await self.answer_cache.purge_expired(now)
-            log.info("answer cache: %d expired entr(ies) removed", purged)
-        return report
-
-    async def forget_distilled(
-        self,
-        *,
-        user_id: int | None = None,
-        group_id: int | None = None,
-        private_only: bool = False,
-        everything: bool = False,
-    ) -> int:
-        """Delete a /forget scope's distilled memories and cached answers (``forget`` does this
-        too); returns the distilled memories deleted."""
-        scope = dict(
-            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-        )
-        deleted = await self.distilled_store().delete_scope(**scope)
-        cached = await self.answer_cache_store().delete_scope(**scope)
-        log.info("forgot %d distilled memor(ies) and %d cached answer(s)", deleted, cached)
-        return deleted
-
-    async def cached_answer(
-        self,
-        question: str,
-        user_id: int,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> CachedAnswer | None:
-        """The cached answer (ANSWER_CACHE_ENABLED) or ``None``. Pass ``personal=True`` when
-        recall found memory of this person (``MemoryContext.personal``): nothing is served."""
-        if self.answer_cache is None:
-            return None
-        return await self.answer_cache.lookup(question, user_id, personal=personal, now=now)
-
-    async def cache_answer(
-        self,
-        question: str,
-        answer: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> bool:
-        """Cache a delivered answer for this user; refused for time-dependent or personal
-        questions and when the cache is off. Returns whether it was stored."""
-        if self.answer_cache is None:
-            return False
-        return await self.answer_cache.store(
-            question, answer, user_id, group_id, personal=personal, now=now
-        )
-
-    async def preload_answer_cache(self, now: datetime | None = None) -> int:
-        """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
-        if self.answer_cache is None:
-            return 0
-        path = self.settings.config_file(
-            self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
-        )
-        return await self.answer_cache.preload(path, now)
-
-    async def distilled_stats(self, now: datetime | None = None) -> DistilledStats:
-        """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
-        store = self.distilled_store()
-        cache = self.answer_cache
-        return DistilledStats(
-            counts=await store.counts(),
-            totals=await store.metric_totals(date.min),
-            extraction="开启" if self.extraction is not None else (self.extraction_off or "关闭"),
-            waiting_sessions=await store.waiting_sessions(),
-            cache_enabled=cache is not None,
-            cache_entries=await cache.entry_counts(now) if cache is not None else {},
-        )
-
-    async def _reembed_distilled(self, batch_size: int) -> int:
-        done = await self.keeper.reembed(batch_size=batch_size) if self.keeper else 0
-        if self.answer_cache is not None:
-            done += await self.answer_cache.reembed(batch_size=batch_size)
-        return done
-
-    async def _close_distilled(self) -> None:
-        if self.extraction is not None:
-            await self.extraction.aclose()
-            self.extraction = None
 
 
 def _with_uuid(turn: TurnInput, message_uuid: str, created_at: datetime) -> TurnInput:
@@ -885,45 +676,6 @@ async def open_memory(
         evaluator=chosen_evaluator,
         retention=retention,
     )
-    # Distilled memory, its background extraction, the answer cache, prompt assembly (issue 5).
-    memory.keeper = MemoryKeeper(
-        store=memory.distilled_store,
-        embedder=chosen_embedder,
-        scope=settings.memory_distilled_scope,
-        dedupe_threshold=dedupe_threshold(chosen_embedder.model, settings.memory_dedupe_threshold),
-    )
-    extractor = build_extractor(settings, memory.tz) if settings.memory_distilled_enabled else None
-    memory.extraction_off = (
-        extraction_off_reason(settings) if settings.memory_distilled_enabled else "已关闭"
-    )
-    if extractor is not None:
-        memory.extraction = ExtractionWorker(
-            store=memory.distilled_store,
-            keeper=memory.keeper,
-            extractor=extractor,
-            tz=memory.tz,
-            every_turns=settings.extraction_every_turns,
-            idle_minutes=settings.extraction_idle_minutes,
-            concurrency=settings.extraction_concurrency,
-            max_turns=settings.extraction_max_turns,
-        )
-    else:
-        log.info("distilled memory extraction is off: %s", memory.extraction_off)
-    if settings.answer_cache_enabled:
-        memory.answer_cache = AnswerCache(
-            store=memory.answer_cache_store,
-            embedder=chosen_embedder,
-            threshold=cache_threshold(chosen_embedder.model, settings.answer_cache_threshold),
-            ttl=timedelta(hours=settings.answer_cache_ttl_hours),
-            tz=memory.tz,
-        )
-    memory.context_builder = ContextBuilder(
-        settings=settings,
-        keeper=memory.keeper,
-        recall=memory.recall,
-        counter=counter,
-        tz=memory.tz,
-    )
     try:
         await memory.connect(allow_model_change=allow_model_change)
     except DatabaseUnavailableError as exc:
@@ -934,15 +686,14 @@ async def open_memory(
     except BaseException:
         await chosen_embedder.aclose()
         raise
-    if memory.answer_cache is not None and memory.connected:
+    if memory.distilled.answer_cache is not None and memory.connected:
         try:
-            await memory.preload_answer_cache()
+            await memory.distilled.preload_answer_cache()
         except MemoryCoreError as exc:  # a bad preload file must not stop the bot
             log.error("answer cache preload failed: %s", exc)
     if maintenance_interval is not None:
         memory.start_maintenance(maintenance_interval)
         if memory.evaluations is not None:
             memory.evaluations.start()
-        if memory.extraction is not None:
-            memory.extraction.start()
+        memory.distilled.start()
     return memory

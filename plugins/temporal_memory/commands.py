@@ -225,7 +225,7 @@ async def handle_memstat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> 
         return
     try:
         stats = await runtime.memory.stats()
-        distilled = await runtime.memory.distilled_stats()
+        distilled = await runtime.memory.distilled.stats()
     except MemoryCoreError as exc:
         logger.warning(f"/memstat failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)

@@ -440,7 +440,7 @@ async def test_distilled_preference_and_fact_come_before_dialogue_and_stay_in_th
     )
     # Extraction never runs on the reply path: the exchange was only counted, and is now due.
     assert extraction_llm.requests == []
-    assert await memory.extract_due() == 1
+    assert await memory.distilled.extract_due() == 1
 
     await engine.converse(user_turn("推荐一款适合手冲的咖啡豆", group=100), Outbox())
     system = model.prompts[-1][0]["content"]
@@ -473,7 +473,7 @@ async def test_cache_serves_a_repeated_general_question_without_the_model(cached
     stored = await cached_memory.recent_turns(11, None, limit=10, since=EPOCH)
     assert [t.content for t in stored][-2:] == [GENERAL_QUESTION + "？", model.answer]
     assert (await cached_memory.stats()).evaluation.pending == 3
-    lines = (await cached_memory.distilled_stats()).lines_zh()
+    lines = (await cached_memory.distilled.stats()).lines_zh()
     assert any("用户精确 1，公共精确 1" in line for line in lines), lines
 
 
@@ -490,7 +490,7 @@ async def test_cache_never_serves_a_time_dependent_or_first_person_question(
 
 
 async def test_cache_never_serves_someone_the_bot_knows_facts_about_in_this_chat(cached_memory):
-    await cached_memory.save_distilled(
+    await cached_memory.distilled.save(
         [ExtractedMemory(kind="facts", content="用户在做一个网站项目", category="work")],
         14,
         400,
@@ -511,7 +511,7 @@ async def test_an_answer_given_with_memory_in_the_prompt_is_never_cached(cached_
     await engine.converse(user_turn("我最近在看三体", user=15), Outbox())
     shaped = await engine.converse(user_turn("推荐一本书", user=15), Outbox())
     assert not shaped.from_cache
-    assert (await cached_memory.answer_cache.entry_counts()).get("user", 0) == 0
+    assert (await cached_memory.distilled.answer_cache.entry_counts()).get("user", 0) == 0
     # So it is served neither in this chat nor, above all, in a group, where it would tell
     # what was said in private.
     for group in (None, 600):
@@ -524,7 +524,7 @@ async def test_forget_removes_distilled_memories_and_cached_answers(cached_memor
     model = RecordingModel("容器共享宿主机内核。")
     engine = engine_for(cached_memory, model)
     await engine.converse(user_turn(GENERAL_QUESTION, user=16), Outbox())
-    await cached_memory.save_distilled(
+    await cached_memory.distilled.save(
         [ExtractedMemory(kind="facts", content="用户养了一只橘猫", category="habit")],
         16,
         None,

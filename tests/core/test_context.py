@@ -25,7 +25,7 @@ STAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \(")
 
 
 async def seed(memory, group_id=None):
-    await memory.save_distilled(
+    await memory.distilled.save(
         [
             ExtractedMemory(
                 kind="preferences",
@@ -164,7 +164,7 @@ async def test_only_the_memories_that_went_in_count_as_used(memory_factory):
     context = await memory.build_context(1, None, QUERY, now=NOW, max_tokens=count(prefs_only))
     by_kind = {}
     for kind in ("preferences", "facts"):
-        by_kind[kind] = await memory.recall_by_type(1, None, kind, now=NOW)
+        by_kind[kind] = await memory.distilled.recall_by_type(1, None, kind, now=NOW)
     assert {m.id: m.access_count for m in by_kind["preferences"]} == {
         i: 2 for i in context.preference_ids
     }
@@ -182,7 +182,7 @@ async def test_with_distilled_memory_disabled_only_dialogue_is_assembled(memory_
     await seed(memory)
     context = await memory.build_context(1, None, QUERY, now=NOW)
     assert sections(context.text) == [MEMORY_HEADER]
-    assert memory.extraction is None
+    assert memory.distilled.extraction is None
 
 
 def test_a_distilled_line_is_one_line_with_absolute_and_relative_time():

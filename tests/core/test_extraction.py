@@ -120,7 +120,7 @@ async def exchange(memory, text: str, at: datetime, user_id: int = 1, group_id=N
             created_at=at + timedelta(seconds=5),
         )
     )
-    due = await memory.note_exchange(user_id, group_id, now=at + timedelta(seconds=5))
+    due = await memory.distilled.note_exchange(user_id, group_id, now=at + timedelta(seconds=5))
     return user.turn, bot.turn, due
 
 
@@ -139,20 +139,20 @@ async def test_extraction_runs_every_n_exchanges_in_the_background_never_on_note
     assert due is True
     assert distiller.server.requests == []  # noting an exchange never calls the model
 
-    assert await memory.extract_due(T0 + timedelta(minutes=2)) == 1
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=2)) == 1
     assert {prompt_kind(p) for p in distiller.server.prompt_texts()} == {
         "facts",
         "preferences",
         "summary",
     }
     now = T0 + timedelta(minutes=3)
-    [fact] = await memory.recall_by_type(1, None, "facts", now=now)
+    [fact] = await memory.distilled.recall_by_type(1, None, "facts", now=now)
     assert (fact.content, fact.category, fact.confidence) == ("用户住在北京", "personal_info", 0.9)
     assert fact.session_key == "1" and fact.group_id is None
     assert set(fact.source_turn_ids) == {t.id for t in (*first, *second)}
-    [preference] = await memory.recall_by_type(1, None, "preferences", now=now)
+    [preference] = await memory.distilled.recall_by_type(1, None, "preferences", now=now)
     assert preference.evidence == ("请回答简短一点",)
-    assert await memory.extract_due(T0 + timedelta(minutes=4)) == 0  # nothing left to do
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=4)) == 0  # nothing left to do
 
 
 async def test_a_session_under_n_exchanges_is_distilled_once_it_has_been_idle(
@@ -160,10 +160,10 @@ async def test_a_session_under_n_exchanges_is_distilled_once_it_has_been_idle(
 ):
     memory = await memory_factory(**llm_settings(distiller, extraction_idle_minutes=30))
     await exchange(memory, "我在杭州上班", T0)
-    assert await memory.extract_due(T0 + timedelta(minutes=10)) == 0
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=10)) == 0
     assert distiller.server.requests == []
-    assert await memory.extract_due(T0 + timedelta(minutes=31)) == 1
-    facts = await memory.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=31)) == 1
+    facts = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
     assert [f.content for f in facts] == ["用户在杭州上班"]
 
 
@@ -172,17 +172,19 @@ async def test_a_move_reported_later_supersedes_the_old_fact_through_extraction(
 ):
     memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     await exchange(memory, "我住在北京", T0)
-    await memory.extract_due(T0 + timedelta(minutes=1))
+    await memory.distilled.extract_due(T0 + timedelta(minutes=1))
     moved = T0 + timedelta(days=30)
     await exchange(memory, "我搬到上海了", moved)
-    await memory.extract_due(moved + timedelta(minutes=1))
+    await memory.distilled.extract_due(moved + timedelta(minutes=1))
 
     second_facts_prompt = [p for p in distiller.server.prompt_texts() if "关键事实" in p][-1]
     assert "[1] 用户住在北京" in second_facts_prompt  # known facts are shown, numbered
     later = moved + timedelta(days=1)
-    found = await memory.recall_distilled(1, None, "用户住在哪里", now=later)
+    found = await memory.distilled.recall(1, None, "用户住在哪里", now=later)
     assert [h.memory.content for h in found] == ["用户住在上海"]
-    history = await memory.recall_by_type(1, None, "facts", now=later, include_history=True)
+    history = await memory.distilled.recall_by_type(
+        1, None, "facts", now=later, include_history=True
+    )
     old = next(f for f in history if f.content == "用户住在北京")
     assert (
         old.valid_until == moved + timedelta(seconds=5) and old.superseded_by == found[0].memory.id
@@ -192,11 +194,11 @@ async def test_a_move_reported_later_supersedes_the_old_fact_through_extraction(
 async def test_statements_in_a_group_belong_to_that_user_in_that_group(memory_factory, distiller):
     memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     await exchange(memory, "我在杭州上班", T0, group_id=GROUP_A)
-    await memory.extract_due(T0 + timedelta(minutes=1))
+    await memory.distilled.extract_due(T0 + timedelta(minutes=1))
     now = T0 + timedelta(hours=1)
-    [fact] = await memory.recall_by_type(1, GROUP_A, "facts", now=now)
+    [fact] = await memory.distilled.recall_by_type(1, GROUP_A, "facts", now=now)
     assert (fact.session_key, fact.user_id, fact.group_id) == (f"{GROUP_A}:1", 1, GROUP_A)
-    assert await memory.recall_distilled(1, None, "用户在哪上班", now=now) == []
+    assert await memory.distilled.recall(1, None, "用户在哪上班", now=now) == []
 
 
 async def test_unreadable_answers_are_rejected_counted_and_no_turn_is_lost(
@@ -206,10 +208,10 @@ async def test_unreadable_answers_are_rejected_counted_and_no_turn_is_lost(
     distiller.mode = {"facts": "garbage"}
     for i in range(2):
         await exchange(memory, f"我住在北京，第{i}次说", T0 + timedelta(minutes=i))
-    report = await memory.extract_session(1, None, now=T0 + timedelta(minutes=5))
+    report = await memory.distilled.extract_session(1, None, now=T0 + timedelta(minutes=5))
     assert report.rejected == ("facts",) and report.saved.added == 1  # the summary
     assert await turn_count(memory) == 4
-    stats = await memory.distilled_stats()
+    stats = await memory.distilled.stats()
     assert (stats.totals["extraction_rejected"], stats.totals["extraction_parsed"]) == (1, 2)
     assert stats.parse_success_rate == pytest.approx(2 / 3)
     assert any("解析成功率 66.7%" in line for line in stats.lines_zh())
@@ -221,20 +223,24 @@ async def test_a_failing_model_is_retried_later_then_given_up_without_losing_tur
     memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     distiller.mode = {"facts": "error"}
     await exchange(memory, "我住在北京", T0)
-    assert await memory.extract_due(T0 + timedelta(minutes=1)) == 0  # failed, postponed
-    assert await memory.extract_due(T0 + timedelta(minutes=2)) == 0  # not due yet (backoff)
-    assert await memory.extract_due(T0 + timedelta(minutes=7)) == 0  # second failure
-    assert await memory.extract_due(T0 + timedelta(minutes=30)) == 1  # third: given up
-    stats = await memory.distilled_stats()
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=1)) == 0  # failed, postponed
+    assert (
+        await memory.distilled.extract_due(T0 + timedelta(minutes=2)) == 0
+    )  # not due yet (backoff)
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=7)) == 0  # second failure
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=30)) == 1  # third: given up
+    stats = await memory.distilled.stats()
     assert (stats.totals["extraction_failed"], stats.totals["extraction_given_up"]) == (3, 1)
     assert stats.waiting_sessions == 0
     assert await turn_count(memory) == 2
-    assert await memory.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1)) == []
+    assert (
+        await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1)) == []
+    )
 
     distiller.mode = {}  # the model is back: later turns are distilled as usual
     await exchange(memory, "我在杭州上班", T0 + timedelta(hours=1))
-    assert await memory.extract_due(T0 + timedelta(hours=2)) == 1
-    facts = await memory.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=3))
+    assert await memory.distilled.extract_due(T0 + timedelta(hours=2)) == 1
+    facts = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=3))
     assert [f.content for f in facts] == ["用户在杭州上班"]
 
 
@@ -245,28 +251,31 @@ async def test_sessions_are_distilled_concurrently_within_the_bound(memory_facto
     for user in range(1, 6):
         await exchange(memory, "我在杭州上班", T0, user_id=user)
     distiller.delay = 0.2
-    assert await memory.extract_due(T0 + timedelta(minutes=1)) == 5
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=1)) == 5
     assert distiller.max_in_flight == 2
     for user in range(1, 6):
-        facts = await memory.recall_by_type(user, None, "facts", now=T0 + timedelta(hours=1))
+        facts = await memory.distilled.recall_by_type(
+            user, None, "facts", now=T0 + timedelta(hours=1)
+        )
         assert [f.content for f in facts] == ["用户在杭州上班"]
 
 
 async def test_extraction_is_off_without_a_model_and_says_so_once(memory_factory, caplog):
-    with caplog.at_level(logging.INFO, logger="memory_core.service"):
+    with caplog.at_level(logging.INFO, logger="memory_core.distilled_service"):
         memory = await memory_factory()
-    assert memory.extraction is None
+    assert memory.distilled.extraction is None
     assert [r.message for r in caplog.records if "extraction is off" in r.message] == [
         "distilled memory extraction is off: 未配置模型（EXTRACTION_MODEL / LLM_MODEL 为空）"
     ]
     await exchange(memory, "我住在北京", T0)
-    assert await memory.note_exchange(1, None) is False
-    assert await memory.extract_due() == 0
-    assert any("未配置模型" in line for line in (await memory.distilled_stats()).lines_zh())
+    assert await memory.distilled.note_exchange(1, None) is False
+    assert await memory.distilled.extract_due() == 0
+    assert any("未配置模型" in line for line in (await memory.distilled.stats()).lines_zh())
 
 
 async def test_extraction_can_be_disabled_even_with_a_model(memory_factory, distiller):
     memory = await memory_factory(**llm_settings(distiller, extraction_enabled=False))
     assert (
-        memory.extraction is None and memory.extraction_off == "已关闭（EXTRACTION_ENABLED=false）"
+        memory.distilled.extraction is None
+        and memory.distilled.extraction_off == "已关闭（EXTRACTION_ENABLED=false）"
     )

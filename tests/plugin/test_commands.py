@@ -91,7 +91,7 @@ async def test_forget_own_group_session_after_confirmation_only(app: App, runtim
 async def test_forget_also_removes_the_sessions_distilled_memories(app: App, runtime):
     await seed(runtime)
     for group, fact in ((GROUP, "用户是老师"), (None, "用户养了一条狗")):
-        await runtime.memory.save_distilled(
+        await runtime.memory.distilled.save(
             [ExtractedMemory(kind="facts", content=fact)], USER, group, stated_at=THEN
         )
     prompt = (
@@ -102,8 +102,8 @@ async def test_forget_also_removes_the_sessions_distilled_memories(app: App, run
         (event_of("/forget", group_id=GROUP), prompt),
         (event_of("确认", group_id=GROUP), "已删除你在本群的记忆，共 1 条。"),
     )
-    assert await runtime.memory.recall_by_type(USER, GROUP, "facts") == []
-    [kept] = await runtime.memory.recall_by_type(USER, None, "facts")
+    assert await runtime.memory.distilled.recall_by_type(USER, GROUP, "facts") == []
+    [kept] = await runtime.memory.distilled.recall_by_type(USER, None, "facts")
     assert kept.content == "用户养了一条狗"
 
 
@@ -214,7 +214,7 @@ async def test_memstat_is_for_superusers(app: App, runtime):
         event = event_of("/记忆统计", user_id=SUPERUSER_ID)
         ctx.receive_event(bot, event)
         stats = await runtime.memory.stats()
-        distilled = await runtime.memory.distilled_stats()
+        distilled = await runtime.memory.distilled.stats()
         lines = [
             *stats.lines_zh(runtime.memory.tz),
             *distilled.lines_zh(),
