@@ -278,19 +278,6 @@ class AnswerCache:
     async def purge_expired(self, now: datetime | None = None) -> int:
         return await self._store().purge(now or datetime.now(timezone.utc))
 
-    async def forget(
-        self,
-        *,
-        user_id: int | None = None,
-        group_id: int | None = None,
-        private_only: bool = False,
-        everything: bool = False,
-    ) -> int:
-        """Delete the per-user entries of a /forget scope."""
-        return await self._store().delete_scope(
-            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-        )
-
     async def entry_counts(self, now: datetime | None = None) -> dict[str, int]:
         """Live entries by scope (``public``, ``user``)."""
         return await self._store().counts(now or datetime.now(timezone.utc))

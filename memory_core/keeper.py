@@ -298,19 +298,6 @@ class MemoryKeeper:
         )
         return MaintenanceReport(merged=merged, importance_refreshed=refreshed, embedded=embedded)
 
-    async def forget(
-        self,
-        *,
-        user_id: int | None = None,
-        group_id: int | None = None,
-        private_only: bool = False,
-        everything: bool = False,
-    ) -> int:
-        """Delete the distilled memories of a /forget scope (same scopes as turns)."""
-        return await self._store().delete_scope(
-            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-        )
-
     async def reembed(self, *, batch_size: int = 256) -> int:
         """Re-embed every distilled row not embedded by the current model."""
         store = self._store()
