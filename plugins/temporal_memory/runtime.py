@@ -88,6 +88,11 @@ async def open_runtime() -> None:
         f"TemporalMemory embeddings: {memory.embedding_model} ({memory.embedding_dim}-d, "
         f"{settings.embedding_provider})"
     )
+    logger.info(
+        f"TemporalMemory vector index: {memory.vector_index.state} "
+        f"(MEMORY_VECTOR_INDEX={settings.memory_vector_index}; sessions up to "
+        f"{settings.memory_exact_search_max_rows} turns are searched exactly)"
+    )
     if chat_model is None:
         logger.warning(
             "TemporalMemory: no chat model configured (LLM_MODEL is empty). The bot records, "
