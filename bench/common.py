@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
 import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -130,8 +132,14 @@ def machine_line() -> str:
 
 @contextmanager
 def bench_data_dir(prefix: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix=f"tm-bench-{prefix}-") as path:
-        yield Path(path)
+    """A scratch data directory, removed when the process exits.
+
+    Not earlier: the embedded PostgreSQL inside it runs until its own exit handler stops it,
+    and that handler, registered later, runs first.
+    """
+    path = Path(tempfile.mkdtemp(prefix=f"tm-bench-{prefix}-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    yield path
 
 
 @contextmanager
