@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 STANDARD = [
-    ["bench.storage_bench", "--rows", "100000", "--dim", "384"],
-    ["bench.storage_bench", "--rows", "100000", "--dim", "1024", "--queries", "300"],
+    ["bench.storage_bench", "--rows", "100000", "--dim", "384", "--heavy-share", "0.25"],
+    ["bench.storage_bench", "--rows", "100000", "--dim", "1024", "--heavy-share", "0.25"],
     ["bench.e2e_bench"],
     ["bench.retrieval"],
     ["bench.distilled_bench"],

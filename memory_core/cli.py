@@ -100,7 +100,7 @@ async def run_import(memory: TemporalMemory, path: Path, out: TextIO, err: TextI
     with path.open("rb") as handle:
         lines = sum(1 for _ in handle)
     if lines >= DEFER_INDEX_LINES:
-        print(f"{lines} lines: the vector index is rebuilt once at the end", file=err)
+        print(f"{lines} lines: vector indexes are rebuilt once at the end", file=err)
         async with memory.vector_index_deferred():
             return await _import_lines(memory, path, out, err)
     return await _import_lines(memory, path, out, err)
@@ -223,7 +223,11 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
             "spooled_turns": stats.spooled_turns,
             "embedding_model": stats.embedding_model,
             "embedding_dim": stats.embedding_dim,
-            "vector_index": stats.vector_index,
+            "vector_index": {
+                "mode": stats.vector_index,
+                "indexed_sessions": stats.indexed_sessions,
+                "building": stats.indexing_sessions,
+            },
             "database": stats.database,
             "evaluation": {
                 "evaluator": stats.evaluation.evaluator,

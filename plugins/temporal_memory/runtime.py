@@ -89,9 +89,9 @@ async def open_runtime() -> None:
         f"{settings.embedding_provider})"
     )
     logger.info(
-        f"TemporalMemory vector index: {memory.vector_index.state} "
-        f"(MEMORY_VECTOR_INDEX={settings.memory_vector_index}; sessions up to "
-        f"{settings.memory_exact_search_max_rows} turns are searched exactly)"
+        f"TemporalMemory vector index: MEMORY_VECTOR_INDEX={settings.memory_vector_index}, "
+        f"{len(memory.vector_index.indexed)} session(s) indexed; sessions up to "
+        f"{settings.memory_exact_search_max_rows} turns are searched exactly"
     )
     if chat_model is None:
         logger.warning(

@@ -40,9 +40,7 @@ def ago(**delta: float) -> datetime:
 async def test_fusion_never_leaks_other_sessions_with_100x_more_matching_rows(
     memory_factory, mode, exact_max_rows
 ):
-    memory = await memory_factory(
-        memory_exact_search_max_rows=exact_max_rows, memory_vector_index="always"
-    )
+    memory = await memory_factory(memory_exact_search_max_rows=exact_max_rows)
     mine = [
         said(f"订单ORD777的快递到了上海 {i}", ago(days=3, minutes=-i), group=500) for i in range(4)
     ]
@@ -57,7 +55,10 @@ async def test_fusion_never_leaks_other_sessions_with_100x_more_matching_rows(
     ]
     # The asked user's private chat also matches, and is another session too.
     others.append(said("订单ORD777的快递到了上海", ago(hours=1), user=1))
-    await memory.add_dialogues(others + mine)
+    # A bulk import builds the index of every session above the limit (all, for index-query).
+    async with memory.vector_index_deferred():
+        await memory.add_dialogues(others + mine)
+    assert memory.vector_index.serves("500:1", 5) == (exact_max_rows == 0)
     for query in ("ORD777 快递", "三天前的快递到哪了", "刚才说的订单"):
         result = await memory.recall(1, query, 500, top_n=8, window_size=2, mode=mode, now=NOW)
         assert result.turns, query

@@ -38,16 +38,17 @@ NOW = T0 + timedelta(days=1)
 async def test_session_gets_min_top_n_anchors_and_only_its_rows_among_100x_more(
     memory_factory, exact_max_rows
 ):
-    memory = await memory_factory(
-        memory_exact_search_max_rows=exact_max_rows, memory_vector_index="always"
-    )
+    memory = await memory_factory(memory_exact_search_max_rows=exact_max_rows)
     # The asked session has 5 turns; 100x more rows in other sessions say the same thing.
     mine = [turn(1, f"我喜欢吃苹果和香蕉 {i}", i, group=500) for i in range(5)]
     others = [
         turn(2 + i % 50, f"我喜欢吃苹果和香蕉 {i}", i, group=500 if i % 2 else None)
         for i in range(500)
     ]
-    await memory.add_dialogues(others + mine)
+    # A bulk import builds the index of every session above the limit (all, for index-query).
+    async with memory.vector_index_deferred():
+        await memory.add_dialogues(others + mine)
+    assert memory.vector_index.serves("500:1", 5) == (exact_max_rows == 0)
     for top_n in (1, 3, 5, 8):
         result = await memory.recall(1, "苹果香蕉", 500, top_n=top_n, window_size=0, now=NOW)
         assert len(result.windows) == min(top_n, 5)

@@ -1,12 +1,19 @@
-"""MEMORY_VECTOR_INDEX: when the HNSW index exists, and that recall is right either way."""
+"""MEMORY_VECTOR_INDEX: large sessions get HNSW indexes of their own; recall is right."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
 import asyncpg
+import numpy as np
+from pgvector.asyncpg import register_vector
 
 from memory_core.models import TurnInput
+from memory_core.store import (
+    SQL_ANCHORS_INDEX,
+    parse_session_index_name,
+    session_index_name,
+)
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(days=1)
@@ -21,7 +28,7 @@ def turns(user: int, count: int, group: int | None = 700) -> list[TurnInput]:
             group_id=group,
             role="user",
             content=f"第{i}条：我们聊了{topics[i % len(topics)]}，编号 {user}-{i}",
-            message_id=user * 10_000 + i,
+            message_id=user * 10_000 + i + (0 if group is None else 5_000),
             created_at=T0 + timedelta(minutes=i),
         )
         for i in range(count)
@@ -33,41 +40,51 @@ async def index_state(dsn: str) -> dict[str, bool]:
     try:
         records = await conn.fetch(
             "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
-            "ON c.oid = i.indexrelid WHERE c.relname LIKE 'dialogues_embedding_hnsw_%'"
+            "ON c.oid = i.indexrelid WHERE c.relname ~ '^dialogues_(embedding_)?hnsw_'"
         )
     finally:
         await conn.close()
     return {r["relname"]: r["indisvalid"] for r in records}
 
 
-async def anchor_ids(memory, query: str) -> list[int]:
-    result = await memory.recall(1, query, 700, top_n=3, window_size=0, now=NOW)
+async def anchor_ids(memory, query: str, user: int = 1, group: int | None = 700) -> list[int]:
+    result = await memory.recall(user, query, group, top_n=3, window_size=0, now=NOW)
     return [w.anchor_id for w in result.windows]
 
 
-async def test_auto_builds_the_index_when_a_recall_meets_a_large_session(memory_factory, fresh_dsn):
+def test_index_names_carry_the_dimension_and_session():
+    assert session_index_name(384, "123456:789") == "dialogues_hnsw_384_s123456_789"
+    assert session_index_name(1024, "789") == "dialogues_hnsw_1024_s789"
+    assert parse_session_index_name("dialogues_hnsw_384_s123456_789") == (384, "123456:789")
+    assert parse_session_index_name("dialogues_hnsw_1024_s789") == (1024, "789")
+    # Anything else is no session index, and no key but a generated one is written into SQL.
+    assert parse_session_index_name("dialogues_embedding_hnsw_384") is None
+    assert session_index_name(384, "1'; DROP TABLE dialogues; --") is None
+
+
+async def test_auto_indexes_a_session_the_first_time_a_recall_meets_it_above_the_limit(
+    memory_factory, fresh_dsn
+):
     memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
-    assert await index_state(fresh_dsn) == {}  # nothing needs it yet
-    await memory.add_dialogues(turns(2, 5))  # a small session: exact, no build
-    await memory.recall(2, "火锅", 700, now=NOW)
+    await memory.add_dialogues(turns(2, 5) + turns(1, 40))
+    await memory.recall(2, "火锅", 700, now=NOW)  # a small session: exact, nothing to build
     assert not memory.vector_index.building and await index_state(fresh_dsn) == {}
     stats = await memory.stats()
-    assert stats.vector_index == "none"
-    assert "向量索引：未建立，暂不需要（会话不超过 10 条时精确检索）" in stats.lines_zh()
+    assert "向量索引：暂不需要（不超过 10 条的会话精确检索）" in stats.lines_zh()
 
-    await memory.add_dialogues(turns(1, 40))
     exact = await anchor_ids(memory, "编号 1-31 的那次")
     assert len(exact) == 3
     # That recall searched exactly and asked for the index (a small build may be done already).
-    assert memory.vector_index.building or memory.vector_index.ready
     await memory.vector_index.wait_built()
-    assert memory.vector_index.ready and memory.vector_index.serves(40)
-    assert list((await index_state(fresh_dsn)).values()) == [True]
-    assert (await memory.stats()).vector_index == "ready"
-    # Through the index: three anchors again, the best one the same as the exact search's.
+    assert memory.vector_index.serves("700:1", 40)
+    assert await index_state(fresh_dsn) == {"dialogues_hnsw_384_s700_1": True}
+    assert (
+        "向量索引：1 个大会话已建立（不超过 10 条的会话精确检索）"
+        in (await memory.stats()).lines_zh()
+    )
     through_index = await anchor_ids(memory, "编号 1-31 的那次")
     assert len(through_index) == 3 and through_index[0] == exact[0]
-    # Writes go on with the index in place, and the new row is found.
+    # Writes go on with the index in place, and the new row is found through it.
     await memory.add_turn(
         TurnInput(
             user_id=1,
@@ -82,58 +99,86 @@ async def test_auto_builds_the_index_when_a_recall_meets_a_large_session(memory_
     assert [t.content for t in result.turns] == ["我最爱的火锅是毛肚火锅"]
 
 
-async def test_auto_keeps_an_existing_index_and_drops_a_broken_one(memory_factory, fresh_dsn):
-    first = await memory_factory(memory_exact_search_max_rows=LIMIT, memory_vector_index="always")
-    await first.add_dialogues(turns(1, 20))
-    await first.aclose()
-    again = await memory_factory(memory_exact_search_max_rows=LIMIT)
-    assert again.vector_index.ready
-    assert list((await index_state(fresh_dsn)).values()) == [True]
-    await again.aclose()
-
-    # An interrupted CREATE INDEX CONCURRENTLY leaves an invalid index: it is not trusted.
+async def test_the_planner_searches_a_large_session_through_its_own_index(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
+    async with memory.vector_index_deferred():
+        await memory.add_dialogues(turns(1, 200) + turns(2, 200) + turns(1, 8, group=None))
+    assert memory.vector_index.indexed == {"700:1", "700:2"}  # not the 8-turn private chat
     conn = await asyncpg.connect(fresh_dsn)
+    try:
+        await register_vector(conn)
+        vector = np.ones(memory.embedding_dim, dtype=np.float32) / memory.embedding_dim**0.5
+        async with conn.transaction():
+            # The settings of PgDialogueStore.anchor_candidates' index path.
+            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+            await conn.execute("SET LOCAL enable_sort = off")
+            statement = await conn.prepare(
+                "EXPLAIN " + SQL_ANCHORS_INDEX.format(dim=memory.embedding_dim)
+            )
+            for _ in range(7):  # past the five custom plans a cached statement starts with
+                plan = "\n".join(
+                    r[0]
+                    for r in await statement.fetch(
+                        "700:2", memory.embedding_model, NOW, vector, 12, None, [], None, None
+                    )
+                )
+    finally:
+        await conn.close()
+    assert "Index Scan using dialogues_hnsw_384_s700_2" in plan
+
+
+async def test_opening_keeps_valid_indexes_and_drops_broken_and_old_ones(memory_factory, fresh_dsn):
+    first = await memory_factory(memory_exact_search_max_rows=LIMIT)
+    async with first.vector_index_deferred():
+        await first.add_dialogues(turns(1, 20) + turns(2, 20))
+    await first.aclose()
+    conn = await asyncpg.connect(fresh_dsn)
+    # An interrupted CREATE INDEX CONCURRENTLY leaves an invalid index: it is not trusted.
     await conn.execute(
-        "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
-        "(SELECT oid FROM pg_class WHERE relname LIKE 'dialogues_embedding_hnsw_%')"
+        "UPDATE pg_index SET indisvalid = false "
+        "WHERE indexrelid = 'dialogues_hnsw_384_s700_2'::regclass"
+    )
+    # The table-wide index of earlier versions is replaced by per-session ones.
+    await conn.execute(
+        "CREATE INDEX dialogues_embedding_hnsw_384 ON dialogues "
+        "USING hnsw ((embedding::halfvec(384)) halfvec_cosine_ops)"
     )
     await conn.close()
-    third = await memory_factory(memory_exact_search_max_rows=LIMIT)
-    assert not third.vector_index.ready
-    assert await index_state(fresh_dsn) == {}
-    assert len(await anchor_ids(third, "火锅")) == 3  # exact meanwhile
-    await third.vector_index.wait_built()
-    assert third.vector_index.ready
-    assert list((await index_state(fresh_dsn)).values()) == [True]
+    again = await memory_factory(memory_exact_search_max_rows=LIMIT)
+    assert again.vector_index.indexed == {"700:1"}
+    assert await index_state(fresh_dsn) == {"dialogues_hnsw_384_s700_1": True}
+    assert len(await anchor_ids(again, "火锅", user=2)) == 3  # exact meanwhile
+    await again.vector_index.wait_built()
+    assert again.vector_index.indexed == {"700:1", "700:2"}
+    assert set((await index_state(fresh_dsn)).values()) == {True}
 
 
-async def test_never_drops_the_index_and_searches_large_sessions_exactly(memory_factory, fresh_dsn):
-    first = await memory_factory(memory_exact_search_max_rows=LIMIT, memory_vector_index="always")
-    await first.add_dialogues(turns(1, 30))
+async def test_never_drops_the_indexes_and_searches_large_sessions_exactly(
+    memory_factory, fresh_dsn
+):
+    first = await memory_factory(memory_exact_search_max_rows=LIMIT)
+    async with first.vector_index_deferred():
+        await first.add_dialogues(turns(1, 30))
     expected = await anchor_ids(first, "编号 1-20 的那次")
     await first.aclose()
     memory = await memory_factory(memory_exact_search_max_rows=LIMIT, memory_vector_index="never")
     assert await index_state(fresh_dsn) == {}
     found = await anchor_ids(memory, "编号 1-20 的那次")
     assert len(found) == 3 and found[0] == expected[0]
-    assert not memory.vector_index.building and not memory.vector_index.ready
-    assert (await memory.stats()).vector_index == "off"
+    assert not memory.vector_index.building and not memory.vector_index.indexed
+    assert "向量索引：已关闭，全部精确检索" in (await memory.stats()).lines_zh()
 
 
-async def test_bulk_import_builds_the_index_only_when_a_session_needs_it(memory_factory, fresh_dsn):
+async def test_bulk_import_indexes_only_the_sessions_above_the_limit(memory_factory, fresh_dsn):
     memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
     async with memory.vector_index_deferred():
         await memory.add_dialogues(turns(1, 8) + turns(2, 8, group=None))
-    assert await index_state(fresh_dsn) == {} and not memory.vector_index.ready
+    assert await index_state(fresh_dsn) == {} and not memory.vector_index.indexed
     async with memory.vector_index_deferred():
-        await memory.add_dialogues(turns(3, 12))
-    assert list((await index_state(fresh_dsn)).values()) == [True]
-    assert memory.vector_index.ready
-
-
-async def test_always_builds_the_index_on_opening_an_empty_memory(memory_factory, fresh_dsn):
-    memory = await memory_factory(memory_vector_index="always")
-    assert memory.vector_index.ready
-    assert list(await index_state(fresh_dsn)) == [
-        f"dialogues_embedding_hnsw_{memory.embedding_dim}"
-    ]
+        await memory.add_dialogues(turns(3, 12) + turns(4, 12, group=None))
+    assert await index_state(fresh_dsn) == {
+        "dialogues_hnsw_384_s700_3": True,
+        "dialogues_hnsw_384_s4": True,
+    }
