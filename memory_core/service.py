@@ -335,11 +335,12 @@ class TemporalMemory:
 
     @contextlib.asynccontextmanager
     async def vector_index_deferred(self) -> AsyncIterator[None]:
-        """Drop the HNSW index for a bulk import; afterwards put it back if it is wanted.
+        """Drop the sessions' HNSW indexes for a bulk import; afterwards (even on error) build
+        the index of every session above MEMORY_EXACT_SEARCH_MAX_ROWS.
 
-        Inserting into a live HNSW index costs ~1 ms a row; one build at the end is far faster.
-        Recall stays correct meanwhile: sessions are searched exactly when the index is absent.
-        See ``memory_core.vector_index`` for when the index is wanted.
+        Inserting into a live HNSW index costs up to ~10 ms a row; one build at the end is far
+        faster. Recall stays correct meanwhile: sessions without an index are searched exactly.
+        See ``memory_core.vector_index``.
         """
         store = self._require_store()
         await self.vector_index.suspend(store)
