@@ -251,6 +251,8 @@ SQL_LARGE_SESSIONS = """
 SELECT session_key, count(*) AS n FROM dialogues GROUP BY session_key HAVING count(*) > $1
 """
 
+# Sessions above this size get a plan made for their own key and terms (planning costs ~1 ms).
+CUSTOM_PLAN_MIN_ROWS = 2_000
 INDEX_BUILD_MEMORY_MIN_MB = 64
 INDEX_BUILD_MEMORY_MAX_MB = 4096
 INDEX_BYTES_PER_ROW_OVERHEAD = 200  # HNSW neighbour lists and tuple headers, roughly
@@ -502,19 +504,28 @@ class PgDialogueStore(PgStore):
         query = tsquery_any(terms)
         if query is None or limit <= 0:
             return []
+        args = (
+            session_key,
+            model,
+            now,
+            query,
+            list(terms),
+            *filters.args(),
+            float(max(session_rows, 1)),
+            query_vector,
+            limit,
+        )
         async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_KEYWORD_CANDIDATES,
-                session_key,
-                model,
-                now,
-                query,
-                list(terms),
-                *filters.args(),
-                float(max(session_rows, 1)),
-                query_vector,
-                limit,
-            )
+            if session_rows <= CUSTOM_PLAN_MIN_ROWS:
+                records = await conn.fetch(SQL_KEYWORD_CANDIDATES, *args)
+            else:
+                async with conn.transaction():
+                    # A plan for these very terms and session: a generic plan (after five
+                    # calls of a prepared statement) guesses the session small and the terms
+                    # common, and reads a large session row by row instead of looking its
+                    # terms up (measured: 30 ms instead of 3 in a 25,000-turn session).
+                    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                    records = await conn.fetch(SQL_KEYWORD_CANDIDATES, *args)
         return [
             KeywordCandidate(
                 r["id"],

@@ -219,3 +219,16 @@ async def test_hybrid_recall_falls_back_to_keywords_when_the_query_cannot_be_emb
     result = await memory.recall(1, "京A12345", now=NOW)
     assert [t.content for t in result.turns] == ["我的车牌号是京A12345"]
     assert (await memory.recall(1, "京A12345", mode="vector", now=NOW)).turns == ()
+
+
+async def test_keyword_search_of_a_large_session_finds_its_one_rare_term(memory_factory):
+    # Above CUSTOM_PLAN_MIN_ROWS the keyword query is planned for this session and term.
+    chatter = [said(f"今天也在摸鱼聊天 {i}", ago(days=2, minutes=i)) for i in range(2_100)]
+    rare = said("快递单号是 SF1234567890", ago(days=3))
+    others = [said("快递单号是 SF1234567890", ago(days=1), user=2)]
+    memory = await memory_factory()
+    await memory.add_dialogues([*chatter, rare, *others])
+    for _ in range(7):  # past the five custom plans of a prepared statement
+        result = await memory.recall(1, "SF1234567890", top_n=1, window_size=0, mode="keyword")
+        assert [t.content for t in result.turns] == ["快递单号是 SF1234567890"]
+        assert {t.user_id for t in result.turns} == {1}
