@@ -21,7 +21,7 @@ class DecayPolicy:
 
     after_days: float = 7.0
     half_life_days: float = 30.0
-    min_weight: float = 0.9
+    min_weight: float = 0.97
 
     def weight(self, age_days: float) -> float:
         excess = age_days - self.after_days

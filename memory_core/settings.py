@@ -47,7 +47,7 @@ class MemorySettings(BaseModel):
     memory_token_encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
     memory_decay_after_days: float = Field(default=7.0, ge=0)
     memory_decay_half_life_days: float = Field(default=30.0, gt=0)
-    memory_decay_min_weight: float = Field(default=0.9, ge=0, le=1)
+    memory_decay_min_weight: float = Field(default=0.97, ge=0, le=1)
     memory_similarity_floor: float | None = None
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
