@@ -103,7 +103,9 @@ async def run_import(memory: TemporalMemory, path: Path, out: TextIO, err: TextI
         print(f"{lines} lines: vector indexes are rebuilt once at the end", file=err)
         async with memory.vector_index_deferred():
             return await _import_lines(memory, path, out, err)
-    return await _import_lines(memory, path, out, err)
+    code = await _import_lines(memory, path, out, err)
+    await memory.index_large_sessions()  # sessions this import took past the limit
+    return code
 
 
 async def _import_lines(memory: TemporalMemory, path: Path, out: TextIO, err: TextIO) -> int:

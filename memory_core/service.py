@@ -349,6 +349,11 @@ class TemporalMemory:
         finally:
             await self.vector_index.settle(store, check_sessions=True)
 
+    async def index_large_sessions(self) -> None:
+        """Build now the HNSW index of every session above MEMORY_EXACT_SEARCH_MAX_ROWS that
+        lacks one (recall would start it in the background; a scan of the session index)."""
+        await self.vector_index.settle(self._require_store(), check_sessions=True)
+
     async def flush_spool(self) -> int:
         """Write spooled turns to the database, then forget the messages recalled meanwhile;
         returns how many turns were new."""

@@ -216,3 +216,16 @@ def test_purge_deletes_expired_rows_at_the_given_time(imported):
     stats = json.loads(run_cli("stats", "--json", dsn=dsn, data_dir=data_dir).stdout)
     assert stats["rows"] == 3
     assert stats["evaluation"]["purged_total"] == 1
+
+
+def test_import_indexes_the_sessions_it_takes_past_the_exact_search_limit(
+    fresh_dsn: str, tmp_data_dir: Path
+):
+    path = tmp_data_dir / "turns.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in TURNS), encoding="utf-8")
+    limit = {"MEMORY_EXACT_SEARCH_MAX_ROWS": "1"}  # only user 1's private chat holds 2 rows
+    result = run_cli("import", str(path), dsn=fresh_dsn, data_dir=tmp_data_dir, **limit)
+    assert result.returncode == 0, result.stderr
+    result = run_cli("stats", "--json", dsn=fresh_dsn, data_dir=tmp_data_dir, **limit)
+    index = json.loads(result.stdout)["vector_index"]
+    assert index == {"mode": "auto", "indexed_sessions": 1, "building": 0}
