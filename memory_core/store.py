@@ -233,10 +233,19 @@ ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
 # The HNSW indexes on the dialogues and whether each is usable (an interrupted CREATE INDEX
 # CONCURRENTLY leaves an invalid one). Matches this version's per-session indexes and the
 # table-wide index of earlier versions (dialogues_embedding_hnsw_<dim>), which is dropped.
+# Indexes another connection is building right now (invalid until done) are left out.
 SQL_VECTOR_INDEXES = """
 SELECT c.relname AS name, i.indisvalid AS valid
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 WHERE i.indrelid = 'dialogues'::regclass AND c.relname ~ '^dialogues_(embedding_)?hnsw_'
+  AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_create_index p
+                  WHERE p.index_relid = i.indexrelid)
+"""
+SQL_INDEX_BUILD_RUNNING = """
+SELECT EXISTS (SELECT 1 FROM pg_stat_progress_create_index WHERE relid = 'dialogues'::regclass)
+"""
+SQL_INDEX_VALID = """
+SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1
 """
 # One partial HNSW index per large session: only that session's inserts pay for the graph,
 # and a search in it needs no filtering. The session key is checked (digits and a colon)
@@ -694,6 +703,11 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             return {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
 
+    async def index_build_running(self) -> bool:
+        """Whether some connection is building an index on the dialogue table right now."""
+        async with self._connection() as conn:
+            return bool(await conn.fetchval(SQL_INDEX_BUILD_RUNNING))
+
     async def large_sessions(self, more_than: int) -> dict[str, int]:
         """Sessions holding more than ``more_than`` rows, with their sizes (a full scan)."""
         async with self._connection() as conn:
@@ -730,6 +744,9 @@ class PgDialogueStore(PgStore):
                 ),
                 timeout=INDEX_BUILD_TIMEOUT,
             )
+            # IF NOT EXISTS also returns at once while another connection is building it.
+            if not await conn.fetchval(SQL_INDEX_VALID, name):
+                raise StorageError(f"the vector index {name} is being built elsewhere")
 
     async def drop_vector_indexes(self, names: Sequence[str] | None = None) -> None:
         """Drop these HNSW indexes (default: all of them)."""

@@ -30,6 +30,9 @@ from .store import PgDialogueStore, parse_session_index_name, session_index_name
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_FAILURE = 600.0  # seconds before a failed background build is tried again
+# Two concurrent builds on one table deadlock (each waits for the other's transaction), so a
+# build waits while another connection (another bot or CLI process) is building.
+RETRY_WHILE_BUSY = 60.0
 
 
 class VectorIndex:
@@ -128,6 +131,10 @@ class VectorIndex:
     async def _build(self, store: PgDialogueStore, session_key: str) -> None:
         started = time.perf_counter()
         try:
+            if await store.index_build_running():
+                self._retry_at[session_key] = time.monotonic() + RETRY_WHILE_BUSY
+                log.info("another index build is running; session %s waits its turn", session_key)
+                return
             await store.create_session_vector_index(self.dim, session_key, concurrently=True)
         except (StorageError, asyncio.TimeoutError) as exc:
             self._retry_at[session_key] = time.monotonic() + RETRY_AFTER_FAILURE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 import asyncpg
@@ -182,3 +183,41 @@ async def test_bulk_import_indexes_only_the_sessions_above_the_limit(memory_fact
         "dialogues_hnsw_384_s700_3": True,
         "dialogues_hnsw_384_s4": True,
     }
+
+
+async def test_an_index_another_connection_is_building_is_neither_dropped_nor_used(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
+    await memory.add_dialogues(turns(1, 20))
+    writer = await asyncpg.connect(fresh_dsn)
+    watcher = await asyncpg.connect(fresh_dsn)
+    try:
+        # An open writing transaction holds a concurrent build in its waiting phase, while
+        # the index already exists in the catalogue, invalid.
+        transaction = writer.transaction()
+        await transaction.start()
+        await writer.execute("LOCK TABLE dialogues IN ROW EXCLUSIVE MODE")
+        await anchor_ids(memory, "火锅")  # starts the background build
+        for _ in range(200):  # bounded wait for the build to register, not a timing assertion
+            if await watcher.fetchval("SELECT count(*) FROM pg_stat_progress_create_index"):
+                break
+            await asyncio.sleep(0.05)
+        assert list(await index_state(fresh_dsn)) == ["dialogues_hnsw_384_s700_1"]
+
+        # Another process opening the same memory neither drops nor trusts it ...
+        other = await memory_factory(memory_exact_search_max_rows=LIMIT)
+        assert other.vector_index.indexed == set()
+        assert len(await anchor_ids(other, "火锅")) == 3  # ... searches exactly, and does
+        await other.vector_index.wait_built()  # not start a second build (they would deadlock)
+        assert other.vector_index.indexed == set()
+
+        await transaction.commit()
+        await memory.vector_index.wait_built()
+    finally:
+        await writer.close()
+        await watcher.close()
+    assert memory.vector_index.indexed == {"700:1"}
+    assert await index_state(fresh_dsn) == {"dialogues_hnsw_384_s700_1": True}
+    await other.index_large_sessions()  # what its retry a minute later comes to
+    assert other.vector_index.indexed == {"700:1"}
