@@ -45,6 +45,7 @@ class VectorIndex:
         self.indexed: set[str] = set()  # session keys whose index exists and is valid
         self._builds: dict[str, asyncio.Task[None]] = {}
         self._retry_at: dict[str, float] = {}
+        self._one_build_at_a_time = asyncio.Lock()  # two concurrent builds would deadlock
 
     def serves(self, session_key: str, session_rows: int) -> bool:
         """Whether this session is searched through its index (else: exactly)."""
@@ -129,9 +130,13 @@ class VectorIndex:
         self._builds.clear()
 
     async def _build(self, store: PgDialogueStore, session_key: str) -> None:
+        async with self._one_build_at_a_time:
+            await self._build_now(store, session_key)
+
+    async def _build_now(self, store: PgDialogueStore, session_key: str) -> None:
         started = time.perf_counter()
         try:
-            if await store.index_build_running():
+            if await store.index_build_running():  # by another process
                 self._retry_at[session_key] = time.monotonic() + RETRY_WHILE_BUSY
                 log.info("another index build is running; session %s waits its turn", session_key)
                 return

@@ -221,3 +221,15 @@ async def test_an_index_another_connection_is_building_is_neither_dropped_nor_us
     assert await index_state(fresh_dsn) == {"dialogues_hnsw_384_s700_1": True}
     await other.index_large_sessions()  # what its retry a minute later comes to
     assert other.vector_index.indexed == {"700:1"}
+
+
+async def test_two_large_sessions_met_at_once_are_both_indexed(memory_factory, fresh_dsn):
+    memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
+    await memory.add_dialogues(turns(1, 20) + turns(2, 20))
+    found = await asyncio.gather(
+        anchor_ids(memory, "火锅", user=1), anchor_ids(memory, "火锅", user=2)
+    )
+    assert [len(ids) for ids in found] == [3, 3]
+    await memory.vector_index.wait_built()  # one build after the other: together they deadlock
+    assert memory.vector_index.indexed == {"700:1", "700:2"}
+    assert set((await index_state(fresh_dsn)).values()) == {True}
