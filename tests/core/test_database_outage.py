@@ -6,6 +6,7 @@ import asyncio
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 
 from memory_core.errors import DatabaseUnavailableError
@@ -107,4 +108,43 @@ async def test_memory_started_without_a_database_connects_by_itself_later(
         turns = await memory.get_contextual_memory(7, "数据库", now=datetime.now(timezone.utc))
         assert [t.content for t in turns] == ["数据库还没起来"]
     finally:
+        await memory.aclose()
+
+
+async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database_is_back(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)),
+        memory_data_dir=tmp_data_dir,
+        memory_exact_search_max_rows=10,
+    )
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    writer = await asyncpg.connect(fresh_dsn)  # directly, not through the proxy
+    try:
+        await memory.add_dialogues([said(f"第{i}句：今天吃了火锅", 100 + i) for i in range(20)])
+        # An open writing transaction keeps the concurrent build waiting ...
+        transaction = writer.transaction()
+        await transaction.start()
+        await writer.execute("LOCK TABLE dialogues IN ROW EXCLUSIVE MODE")
+        assert (await memory.recall(7, "火锅")).windows  # exact; starts the build
+        for _ in range(200):  # bounded wait for the build to register, not a timing assertion
+            if await writer.fetchval("SELECT count(*) FROM pg_stat_progress_create_index"):
+                break
+            await asyncio.sleep(0.05)
+        await proxy.stop()  # ... until the connection is cut under it
+        await memory.vector_index.wait_built()
+        assert memory.vector_index.indexed == set()  # failed, retried later
+        await transaction.commit()
+        await proxy.start()
+        assert (await memory.recall(7, "火锅")).windows  # still answered, exactly
+        await memory.index_large_sessions()  # what the retry comes to
+        assert memory.vector_index.indexed == {"7"}
+        valid = await writer.fetchval(
+            "SELECT bool_and(indisvalid) FROM pg_index WHERE indexrelid = "
+            "'dialogues_hnsw_384_s7'::regclass"
+        )
+        assert valid
+    finally:
+        await writer.close()
         await memory.aclose()
