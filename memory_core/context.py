@@ -256,7 +256,10 @@ class ContextBuilder:
                 self._recall(user_id, query, group_id, now=now),
             )
         else:
-            preferences, facts, summaries = await self._distilled(user_id, group_id, query, now)
+            # The recall's search text (the query less its time words) has just been embedded:
+            # searching facts with it costs no second embedding.
+            text = recall.search_text or query
+            preferences, facts, summaries = await self._distilled(user_id, group_id, text, now)
             recalled = recall
         context = assemble_context(
             preferences=preferences,

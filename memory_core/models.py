@@ -77,6 +77,8 @@ class RecallResult:
     query: str
     windows: tuple[RecallWindow, ...] = ()
     turns: tuple[MemoryTurn, ...] = field(default=())
+    # What the search looked for: the query less a time expression it understood ("" = query).
+    search_text: str = ""
 
     @property
     def anchor_ids(self) -> tuple[int, ...]:

@@ -168,7 +168,8 @@ class Retriever:
             ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
         else:
             ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
-        return await self._assemble(store, session_key, query, ranked, top_n, window, now)
+        result = await self._assemble(store, session_key, query, ranked, top_n, window, now)
+        return dataclasses.replace(result, search_text=text)
 
     async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
         """The query vector; None to go on without it (keyword mode, or hybrid falling back

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import SecretStr
 
@@ -23,6 +24,7 @@ from memory_core.chat import (
 )
 from memory_core.context import FACTS_HEADER, PREFERENCES_HEADER
 from memory_core.distilled import ExtractedMemory
+from memory_core.embedding import CachedEmbedder
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
 from memory_core.prompt import MEMORY_HEADER
@@ -545,3 +547,23 @@ async def test_cache_lookup_failure_falls_back_to_the_model(cached_memory):
     result = await engine.converse(user_turn(GENERAL_QUESTION + "呢", user=17), Outbox())
     assert result.outcome is Outcome.REPLIED and not result.from_cache
     assert len(model.prompts) == 2
+
+
+async def test_answering_a_message_with_a_time_word_embeds_its_query_once(memory_factory):
+    class CountingQueries(HashingEmbedder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.queries: list[str] = []
+
+        async def embed_query(self, text: str) -> np.ndarray:
+            self.queries.append(text)
+            return await super().embed_query(text)
+
+    inner = CountingQueries()
+    memory = await memory_factory(embedder=CachedEmbedder(inner, 100))
+    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户喜欢在雨天看书")], 1)
+    model = RecordingModel("那就在家看书吧")
+    await engine_for(memory, model).converse(user_turn("今天下雨了，做点什么好"), Outbox())
+    # Dialogue and facts were both searched with the query less its time word, embedded once.
+    assert inner.queries == ["下雨了,做点什么好"]
+    assert "用户喜欢在雨天看书" in model.prompt_text()
