@@ -381,6 +381,10 @@ def parse_session_index_name(name: str) -> tuple[int, str] | None:
     return int(dim), first if second is None else f"{first}:{second}"
 
 
+async def _vector_indexes(conn: PoolConnectionProxy[asyncpg.Record]) -> dict[str, bool]:
+    return {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
+
+
 def _turn(record: asyncpg.Record) -> MemoryTurn:
     return MemoryTurn(
         id=record["id"],
@@ -701,7 +705,7 @@ class PgDialogueStore(PgStore):
     async def vector_indexes(self) -> dict[str, bool]:
         """The HNSW indexes of the dialogue table, by name: valid (usable) or not."""
         async with self._connection() as conn:
-            return {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
+            return await _vector_indexes(conn)
 
     async def index_build_running(self) -> bool:
         """Whether some connection is building an index on the dialogue table right now."""
@@ -725,8 +729,7 @@ class PgDialogueStore(PgStore):
         if name is None:
             raise StorageError(f"no vector index for the session key {session_key!r}")
         async with self._connection() as conn:
-            indexes = {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
-            if indexes.get(name) is False:
+            if (await _vector_indexes(conn)).get(name) is False:
                 await conn.execute(f'DROP INDEX IF EXISTS "{name}"')
             # An HNSW build is fast only while its graph fits in maintenance_work_mem; beyond
             # that it crawls (measured: 1M rows at 384-d). Size it to the session, within bounds.
@@ -752,7 +755,7 @@ class PgDialogueStore(PgStore):
         """Drop these HNSW indexes (default: all of them)."""
         async with self._connection() as conn:
             if names is None:
-                names = [r["name"] for r in await conn.fetch(SQL_VECTOR_INDEXES)]
+                names = list(await _vector_indexes(conn))
             for name in names:
                 await conn.execute(f'DROP INDEX IF EXISTS "{name}"')
 
