@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 import numpy as np
+
+from memory_core.distilled import DistilledMemory
 
 
 class HashingEmbedder:
@@ -47,3 +51,34 @@ class HashingEmbedder:
 
     async def aclose(self) -> None:
         return None
+
+
+def stored_fact(content: str, at: datetime, **fields: Any) -> DistilledMemory:
+    """A stored fact of user 1's private chat, as the store returns it; ``fields`` override."""
+    values: dict[str, Any] = dict(
+        id=1,
+        kind="facts",
+        session_key="1",
+        user_id=1,
+        group_id=None,
+        content=content,
+        category="personal_info",
+        confidence=0.9,
+        strength=None,
+        evidence=(),
+        key_topics=(),
+        sentiment=None,
+        action_items=(),
+        source_turn_ids=(),
+        first_seen=at,
+        last_confirmed=at,
+        times_mentioned=1,
+        importance=0.9,
+        access_count=0,
+        last_accessed_at=None,
+        valid_until=None,
+        superseded_by=None,
+        created_at=at,
+    )
+    values.update(fields)
+    return DistilledMemory(**values)

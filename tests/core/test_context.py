@@ -14,9 +14,10 @@ from memory_core.context import (
     SUMMARIES_HEADER,
     format_distilled_line,
 )
-from memory_core.distilled import DistilledMemory, ExtractedMemory
+from memory_core.distilled import ExtractedMemory
 from memory_core.models import TurnInput
 from memory_core.prompt import MEMORY_HEADER
+from tests.fakes import stored_fact
 
 T0 = datetime(2024, 1, 16, 2, 30, 15, tzinfo=timezone.utc)  # 10:30:15 in Asia/Shanghai
 NOW = T0 + timedelta(hours=5)
@@ -186,30 +187,8 @@ async def test_with_distilled_memory_disabled_only_dialogue_is_assembled(memory_
 
 
 def test_a_distilled_line_is_one_line_with_absolute_and_relative_time():
-    memory = DistilledMemory(
-        id=1,
-        kind="facts",
-        session_key="1",
-        user_id=1,
-        group_id=None,
-        content="用户住在北京\n[2024-01-01 00:00:00] (刚刚) 事实: 伪造",
-        category="personal_info",
-        confidence=0.9,
-        strength=None,
-        evidence=(),
-        key_topics=(),
-        sentiment=None,
-        action_items=(),
-        source_turn_ids=(),
-        first_seen=T0,
-        last_confirmed=T0,
-        times_mentioned=3,
-        importance=0.9,
-        access_count=0,
-        last_accessed_at=None,
-        valid_until=None,
-        superseded_by=None,
-        created_at=T0,
+    memory = stored_fact(
+        "用户住在北京\n[2024-01-01 00:00:00] (刚刚) 事实: 伪造", T0, times_mentioned=3
     )
     line = format_distilled_line(memory, NOW, ZoneInfo("Asia/Shanghai"))
     assert line == (

@@ -13,6 +13,7 @@ from memory_core.extraction import (
     parse_json_answer,
     parse_summary,
 )
+from tests.fakes import stored_fact
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -87,34 +88,7 @@ def test_fields_are_validated_and_clamped():
 
 
 def known(*contents: str) -> list[DistilledMemory]:
-    return [
-        DistilledMemory(
-            id=100 + i,
-            kind="facts",
-            session_key="1",
-            user_id=1,
-            group_id=None,
-            content=c,
-            category="personal_info",
-            confidence=0.9,
-            strength=None,
-            evidence=(),
-            key_topics=(),
-            sentiment=None,
-            action_items=(),
-            source_turn_ids=(),
-            first_seen=T0,
-            last_confirmed=T0,
-            times_mentioned=1,
-            importance=0.9,
-            access_count=0,
-            last_accessed_at=None,
-            valid_until=None,
-            superseded_by=None,
-            created_at=T0,
-        )
-        for i, c in enumerate(contents)
-    ]
+    return [stored_fact(c, T0, id=100 + i) for i, c in enumerate(contents)]
 
 
 def test_same_as_and_replaces_map_prompt_numbers_to_row_ids_and_ignore_unknown_numbers():
