@@ -14,10 +14,10 @@ from datetime import timedelta
 import numpy as np
 
 from bench.common import T0, bench_data_dir, fmt, machine_line, percentiles
-from memory_core.answer_cache import cache_threshold
-from memory_core.distilled import ExtractedMemory, dedupe_threshold, restates
-from memory_core.embedding import build_embedder
+from memory_core.answer_cache.cache import cache_threshold
+from memory_core.distill.memory import ExtractedMemory, dedupe_threshold, restates
 from memory_core.models import TurnInput
+from memory_core.providers.embedding import build_embedder
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 

@@ -13,35 +13,32 @@ from typing import Any
 
 import numpy as np
 
-from .context import ContextBuilder, MemoryContext
-from .database import DatabaseLocation, create_pool, locate_database, prepare_database
-from .distilled_service import DistilledService
-from .embedding import Embedder, build_embedder
+from .conversation.context import ContextBuilder, MemoryContext
+from .conversation.prompt import MemoryBlock, build_memory_block
+from .distill.service import DistilledService
 from .errors import (
     DatabaseUnavailableError,
     EmbeddingError,
     EmbeddingModelMismatchError,
     MemoryCoreError,
 )
-from .evaluation import Evaluator, build_evaluator
-from .evaluation_worker import PURGED, EvaluationWorker
-from .keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
-from .keywords import document_terms
+from .evaluation.evaluator import Evaluator, build_evaluator
+from .evaluation.retention import RetentionPolicy, load_retention_policy
+from .evaluation.store import PgEvaluationStore
+from .evaluation.worker import PURGED, EvaluationWorker
+from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
+from .lang.keywords import document_terms
+from .lang.tokens import TokenCounter, load_token_counter
 from .models import MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
-from .prompt import MemoryBlock, build_memory_block
-from .retention import RetentionPolicy, load_retention_policy
-from .retrieval import Retriever
+from .providers.embedding import Embedder, build_embedder
+from .recall.retriever import Retriever
 from .settings import MemorySettings, RetrievalMode
-from .spool import RecalledMessage, TurnSpool
 from .stats import EvaluationFigures, MemoryStats
-from .store import (
-    NewTurnRow,
-    PgDialogueStore,
-    PgEvaluationStore,
-)
-from .tokens import TokenCounter, load_token_counter
-from .turn_rows import prepare_row
-from .vector_index import VectorIndex
+from .storage.database import DatabaseLocation, create_pool, locate_database, prepare_database
+from .storage.dialogue_store import NewTurnRow, PgDialogueStore
+from .storage.spool import RecalledMessage, TurnSpool
+from .storage.turn_rows import prepare_row
+from .storage.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +337,7 @@ class TemporalMemory:
 
         Inserting into a live HNSW index costs up to ~10 ms a row; one build at the end is far
         faster. Recall stays correct meanwhile: sessions without an index are searched exactly.
-        See ``memory_core.vector_index``.
+        See ``memory_core.storage.vector_index``.
         """
         store = self._require_store()
         await self.vector_index.suspend(store)
@@ -433,7 +430,7 @@ class TemporalMemory:
         time_aware: bool | None = None,
     ) -> RecallResult:
         """Top-N anchors of this session, each widened by ±window turns; see
-        :meth:`memory_core.retrieval.Retriever.recall` for the channels and filters."""
+        :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and filters."""
         return await self._retriever.recall(
             self._require_store(),
             user_id,
@@ -590,7 +587,7 @@ class TemporalMemory:
             total += deleted
             if deleted < self.settings.memory_purge_batch_size:
                 break
-        await store.bump(now.astimezone(self.tz).date(), PURGED, total)
+        await store.bump(now.astimezone(self.tz).date(), {PURGED: total})
         log.info("purged %d expired memory row(s)", total)
         return total
 

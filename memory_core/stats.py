@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from .evaluation_worker import EVALUATED, FAILED, NOT_KEPT, band_metric
-from .store import StoreStats
+from .evaluation.worker import EVALUATED, FAILED, NOT_KEPT, band_metric
+from .storage.dialogue_store import StoreStats
 
 PRIVATE_USER, PRIVATE_BOT = ("private", "user"), ("private", "assistant")
 GROUP_USER, GROUP_BOT = ("group", "user"), ("group", "assistant")

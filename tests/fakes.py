@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_core.distilled import DistilledMemory
+from memory_core.distill.memory import DistilledMemory
 
 
 class HashingEmbedder:

@@ -25,9 +25,9 @@ import numpy as np
 
 from bench.common import bench_data_dir, machine_line, percentiles
 from bench.retrieval.generate import NOW, Dataset, Question, build
-from memory_core.embedding import build_embedder
 from memory_core.models import RecallResult, TurnInput
-from memory_core.recall import DecayPolicy
+from memory_core.providers.embedding import build_embedder
+from memory_core.recall.ranking import DecayPolicy
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 

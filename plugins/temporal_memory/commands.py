@@ -20,11 +20,11 @@ from nonebot.rule import Rule
 
 from memory_core.errors import MemoryCoreError
 from memory_core.models import TurnInput
-from memory_core.segments import flatten_segments
 
 from .intake import accept_rule, group_id_of, segments_of, sender_name
 from .messaging import send_text
 from .runtime import Runtime, RuntimeDep
+from .segments import flatten_segments
 
 COMMAND_PRIORITY = 5
 CONFIRM_PRIORITY = 1

@@ -26,9 +26,9 @@ from nonebot.log import logger
 from nonebot.message import event_preprocessor
 
 from memory_core.models import TurnInput
-from memory_core.segments import at_targets, flatten_segments, quote_reply, with_quote
 
 from .runtime import Runtime, get_runtime
+from .segments import at_targets, flatten_segments, quote_reply, with_quote
 
 # A platform timestamp further off than this from our clock is not trusted as the turn's time.
 _EVENT_TIME_PAST = timedelta(days=1)

@@ -6,8 +6,8 @@ from nonebot import get_driver, get_plugin_config
 from nonebot.log import logger
 from nonebot.params import Depends
 
-from memory_core.chat import ConversationEngine
-from memory_core.llm import ChatModel, build_chat_model
+from memory_core.conversation.engine import ConversationEngine
+from memory_core.providers.llm import ChatModel, build_chat_model
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 

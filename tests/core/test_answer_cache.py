@@ -8,10 +8,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memory_core.answer_cache import cache_threshold, refusal_reason
-from memory_core.distilled import normalize_content
+from memory_core.answer_cache.cache import cache_threshold, refusal_reason
 from memory_core.errors import ConfigError
-from memory_core.settings import CONFIG_DIR, LOCAL_EMBEDDING_MODEL
+from memory_core.lang.text import normalize_content
+from memory_core.resources import DEFAULTS_DIR
+from memory_core.settings import LOCAL_EMBEDDING_MODEL
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 GROUP_A, GROUP_B = 1001, 1002
@@ -210,7 +211,7 @@ async def test_a_malformed_preload_line_is_named_and_does_not_stop_start_up(
 async def test_the_shipped_preload_example_loads(memory_factory):
     memory = await memory_factory(answer_cache_enabled=True)
     assert await memory.distilled.answer_cache.entry_counts() == {"public": 4}
-    lines = (CONFIG_DIR / "answer_cache_preload.jsonl").read_text(encoding="utf-8").splitlines()
+    lines = (DEFAULTS_DIR / "answer_cache_preload.jsonl").read_text(encoding="utf-8").splitlines()
     assert sum(1 for line in lines if line.startswith("{")) == 4
 
 

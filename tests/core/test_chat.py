@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from pydantic import SecretStr
 
-from memory_core.chat import (
+from memory_core.conversation.context import FACTS_HEADER, PREFERENCES_HEADER
+from memory_core.conversation.engine import (
     APOLOGY,
     NOT_CONFIGURED_NOTICE,
     ConversationEngine,
@@ -22,12 +23,11 @@ from memory_core.chat import (
     SessionLocks,
     split_reply,
 )
-from memory_core.context import FACTS_HEADER, PREFERENCES_HEADER
-from memory_core.distilled import ExtractedMemory
-from memory_core.embedding import CachedEmbedder
+from memory_core.conversation.prompt import MEMORY_HEADER
+from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
-from memory_core.prompt import MEMORY_HEADER
+from memory_core.providers.embedding import CachedEmbedder
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.fakes import HashingEmbedder

@@ -8,15 +8,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.context import (
+from memory_core.conversation.context import (
     FACTS_HEADER,
     PREFERENCES_HEADER,
     SUMMARIES_HEADER,
     format_distilled_line,
 )
-from memory_core.distilled import ExtractedMemory
+from memory_core.conversation.prompt import MEMORY_HEADER
+from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
-from memory_core.prompt import MEMORY_HEADER
 from tests.fakes import stored_fact
 
 T0 = datetime(2024, 1, 16, 2, 30, 15, tzinfo=timezone.utc)  # 10:30:15 in Asia/Shanghai

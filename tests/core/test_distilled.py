@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memory_core.distilled import ExtractedMemory, dedupe_threshold, memory_score
+from memory_core.distill.memory import ExtractedMemory, dedupe_threshold, memory_score
 from memory_core.service import open_memory
 from memory_core.settings import LOCAL_EMBEDDING_MODEL, MemorySettings
 from tests.fakes import HashingEmbedder
@@ -55,7 +55,7 @@ async def test_near_duplicates_merge_but_a_changed_place_does_not_even_when_the_
 ):
     # The hashing embedder puts these pairs at cosine ~0.77 and ~0.60; 0.55 lets both through,
     # so what keeps the move apart is the restatement test, as it must be with e5 (see
-    # memory_core.distilled: e5 puts 住在北京 / 住在上海 at 0.979).
+    # memory_core.distill.memory: e5 puts 住在北京 / 住在上海 at 0.979).
     memory = await memory_factory(memory_dedupe_threshold=0.55)
     await memory.distilled.save([fact("用户喜欢喝咖啡"), fact("用户住在北京")], 1, stated_at=T0)
     outcome = await memory.distilled.save(

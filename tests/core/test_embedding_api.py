@@ -16,9 +16,9 @@ import httpx
 import numpy as np
 import pytest
 
-from memory_core.embedding import ApiEmbedder, CachedEmbedder, build_embedder
-from memory_core.embedding.api import QWEN3_QUERY_PREFIX, build_api_embedder
 from memory_core.errors import ConfigError, EmbeddingError
+from memory_core.providers.embedding import ApiEmbedder, CachedEmbedder, build_embedder
+from memory_core.providers.embedding.api import QWEN3_QUERY_PREFIX, build_api_embedder
 from memory_core.settings import MemorySettings
 
 DIM = 8

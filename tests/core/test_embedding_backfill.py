@@ -11,9 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from memory_core.embedding import ApiEmbedder
 from memory_core.errors import EmbeddingModelMismatchError
 from memory_core.models import TurnInput
+from memory_core.providers.embedding import ApiEmbedder
 from tests.fakes import HashingEmbedder
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from memory_core.embedding import CachedEmbedder
 from memory_core.errors import EmbeddingError
+from memory_core.providers.embedding import CachedEmbedder
 
 DIM = 4
 

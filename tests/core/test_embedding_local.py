@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core.embedding import CachedEmbedder, LocalE5Embedder, build_embedder
-from memory_core.embedding.local import E5_MAX_TOKENS
 from memory_core.errors import ConfigError, EmbeddingError
+from memory_core.providers.embedding import CachedEmbedder, LocalE5Embedder, build_embedder
+from memory_core.providers.embedding.local import E5_MAX_TOKENS
 from memory_core.settings import LOCAL_EMBEDDING_MODEL, MemorySettings
 
 

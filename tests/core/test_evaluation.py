@@ -9,10 +9,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.errors import ConfigError
-from memory_core.evaluation import Exchange, heuristic_score, parse_batch_scores, parse_score
+from memory_core.evaluation.evaluator import (
+    Exchange,
+    heuristic_score,
+    parse_batch_scores,
+    parse_score,
+)
+from memory_core.evaluation.retention import load_retention_policy, policy_from_bands
 from memory_core.models import TurnInput
-from memory_core.retention import load_retention_policy, policy_from_bands
-from memory_core.settings import CONFIG_DIR
+from memory_core.resources import DEFAULTS_DIR
 from tests.stub_llm import Answer, ScriptedLLM
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -42,7 +47,7 @@ def test_batch_answers_map_by_number_and_missing_ones_fail():
 
 
 def test_shipped_bands_map_scores_to_the_seed_retention():
-    policy = load_retention_policy(CONFIG_DIR / "retention.toml")
+    policy = load_retention_policy(DEFAULTS_DIR / "retention.toml")
     expected = {
         0: timedelta(0),
         20: timedelta(0),

@@ -261,7 +261,7 @@ async def test_sessions_are_distilled_concurrently_within_the_bound(memory_facto
 
 
 async def test_extraction_is_off_without_a_model_and_says_so_once(memory_factory, caplog):
-    with caplog.at_level(logging.INFO, logger="memory_core.distilled_service"):
+    with caplog.at_level(logging.INFO, logger="memory_core.distill.service"):
         memory = await memory_factory()
     assert memory.distilled.extraction is None
     assert [r.message for r in caplog.records if "extraction is off" in r.message] == [

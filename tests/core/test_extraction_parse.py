@@ -6,13 +6,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memory_core.distilled import DistilledMemory, restates
-from memory_core.extraction import (
+from memory_core.distill.extraction import (
     ExtractionParseError,
     parse_items,
     parse_json_answer,
     parse_summary,
 )
+from memory_core.distill.memory import DistilledMemory, restates
 from tests.fakes import stored_fact
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)

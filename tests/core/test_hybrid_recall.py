@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.models import TurnInput
-from memory_core.recall import Channel, DecayPolicy, decayed_order, fuse_channels
-from memory_core.store import AnchorCandidate
+from memory_core.recall.ranking import Channel, DecayPolicy, decayed_order, fuse_channels
+from memory_core.storage.dialogue_store import AnchorCandidate
 
 SH = timezone(timedelta(hours=8))
 # Monday 2024-01-15 10:00 in Shanghai.

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import asyncpg
 
-from memory_core.keywords import (
+from memory_core.lang.keywords import (
     ANALYZER_VERSION,
     MAX_DOCUMENT_TERMS,
     document_terms,

@@ -17,7 +17,7 @@ import pytest
 from pydantic import SecretStr
 
 from memory_core.errors import ConfigError, LLMError
-from memory_core.llm import ChatModel, OpenAIChatModel, build_chat_model, strip_reasoning
+from memory_core.providers.llm import ChatModel, OpenAIChatModel, build_chat_model, strip_reasoning
 from memory_core.settings import MemorySettings
 
 API_KEY = "sk-test-secret-0123456789"

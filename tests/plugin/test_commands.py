@@ -9,7 +9,7 @@ from typing import Any
 from nonebot.adapters.onebot.v11 import Adapter, Bot, Event, Message, MessageEvent, MessageSegment
 from nonebug import App
 
-from memory_core.distilled import ExtractedMemory
+from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
 from tests.plugin.events import SELF_ID, SUPERUSER_ID, message_payload, text_seg
 

@@ -62,7 +62,7 @@ async def test_distilled_maintenance_runs_and_is_scheduled_daily_after_the_purge
 ) -> None:
     from nonebot_plugin_apscheduler import scheduler
 
-    from memory_core.distilled import ExtractedMemory
+    from memory_core.distill.memory import ExtractedMemory
     from plugins.temporal_memory.jobs import (
         MAINTENANCE_JOB_ID,
         maintain_distilled_memory,

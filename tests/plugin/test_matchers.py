@@ -21,7 +21,7 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.adapters.onebot.v11.bot import _check_at_me, _check_nickname, _check_reply
 from nonebug import App
 
-from memory_core.chat import APOLOGY
+from memory_core.conversation.engine import APOLOGY
 from memory_core.errors import LLMError
 from tests.plugin.conftest import RecordingModel
 from tests.plugin.events import (
@@ -276,7 +276,7 @@ async def test_long_reply_is_split_and_stored_once_with_the_first_message_id(
 
 
 def test_recording_model_is_a_chat_model() -> None:
-    from memory_core.llm import ChatModel
+    from memory_core.providers.llm import ChatModel
 
     model: ChatModel = RecordingModel()
     assert model is not None

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from memory_core.chat import APOLOGY
+from memory_core.conversation.engine import APOLOGY
 from tests.plugin.events import (
     SELF_ID,
     SUPERUSER_ID,

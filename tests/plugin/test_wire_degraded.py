@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memory_core.chat import NOT_CONFIGURED_NOTICE
+from memory_core.conversation.engine import NOT_CONFIGURED_NOTICE
 from tests.plugin.events import SUPERUSER_ID, message_payload, text_seg
 from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
 

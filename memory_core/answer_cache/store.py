@@ -1,0 +1,186 @@
+"""All SQL of the answer cache table (migration 004), behind ``PgAnswerCacheStore``.
+
+Vector search here is exact (``ORDER BY embedding <=> q`` over a user's and the public entries):
+the set is small, and an HNSW index would post-filter it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+import numpy as np
+
+from ..storage.counters import PgCounterStore
+from ..storage.pg import rows_affected
+from ..storage.scopes import scope_delete
+
+SQL_CACHE_UPSERT = """
+INSERT INTO answer_cache (scope, user_id, group_id, question, question_norm, answer, source,
+                          embedding, embedding_model, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (scope, coalesce(user_id, 0), question_norm) DO UPDATE SET
+    group_id = EXCLUDED.group_id, question = EXCLUDED.question, answer = EXCLUDED.answer,
+    source = EXCLUDED.source, embedding = EXCLUDED.embedding,
+    embedding_model = EXCLUDED.embedding_model, created_at = EXCLUDED.created_at,
+    expires_at = EXCLUDED.expires_at, hits = 0
+RETURNING id
+"""
+
+# This user's entry first, else the public one (both read through the unique key's index).
+SQL_CACHE_EXACT = """
+SELECT id, scope, question, answer FROM answer_cache
+WHERE question_norm = $2 AND (expires_at IS NULL OR expires_at > $3)
+  AND ((scope = 'user' AND coalesce(user_id, 0) = $1)
+       OR (scope = 'public' AND coalesce(user_id, 0) = 0))
+ORDER BY scope = 'user' DESC LIMIT 1
+"""
+
+SQL_CACHE_NEAREST = """
+WITH candidates AS MATERIALIZED (
+    SELECT id, scope, question, answer, embedding FROM answer_cache
+    WHERE (scope = 'public' OR user_id = $1) AND embedding_model = $2 AND embedding IS NOT NULL
+      AND (expires_at IS NULL OR expires_at > $3)
+)
+SELECT id, scope, question, answer, 1 - (embedding <=> $4) AS similarity
+FROM candidates ORDER BY embedding <=> $4, id LIMIT 1
+"""
+
+# A hit is counted on the entry and in the daily counters in one round trip.
+SQL_CACHE_HIT = """
+WITH entry AS (UPDATE answer_cache SET hits = hits + 1 WHERE id = $1)
+INSERT INTO memory_daily_stats (day, metric, value) VALUES ($2, $3, 1)
+ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + 1
+"""
+SQL_CACHE_PURGE = "DELETE FROM answer_cache WHERE expires_at IS NOT NULL AND expires_at <= $1"
+SQL_CACHE_DROP_STALE_PRELOAD = """
+DELETE FROM answer_cache WHERE source = 'preload' AND NOT (question_norm = ANY($1::text[]))
+"""
+SQL_CACHE_COUNTS = """
+SELECT scope, count(*) AS n FROM answer_cache
+WHERE expires_at IS NULL OR expires_at > $1 GROUP BY scope
+"""
+SQL_CACHE_NEEDING_REEMBED = """
+SELECT id, question_norm FROM answer_cache
+WHERE id > $2 AND (embedding_model IS DISTINCT FROM $1 OR embedding IS NULL)
+ORDER BY id LIMIT $3
+"""
+SQL_CACHE_SET_EMBEDDING = """
+UPDATE answer_cache SET embedding = $2, embedding_model = $3 WHERE id = $1
+"""
+
+
+@dataclass(frozen=True)
+class CachedAnswer:
+    """A cache entry found for a question; ``level`` says how it was found."""
+
+    id: int
+    scope: str
+    question: str
+    answer: str
+    level: str = ""
+    similarity: float = 1.0
+
+
+class PgAnswerCacheStore(PgCounterStore):
+    """The semantic answer cache table."""
+
+    async def upsert(
+        self,
+        *,
+        scope: str,
+        user_id: int | None,
+        group_id: int | None,
+        question: str,
+        question_norm: str,
+        answer: str,
+        source: str,
+        embedding: np.ndarray | None,
+        model: str | None,
+        now: datetime,
+        expires_at: datetime | None,
+    ) -> int:
+        async with self._connection() as conn:
+            return int(
+                await conn.fetchval(
+                    SQL_CACHE_UPSERT,
+                    scope,
+                    user_id,
+                    group_id,
+                    question,
+                    question_norm,
+                    answer,
+                    source,
+                    embedding,
+                    model,
+                    now,
+                    expires_at,
+                )
+            )
+
+    async def exact(
+        self, *, user_id: int, question_norm: str, now: datetime
+    ) -> CachedAnswer | None:
+        """This user's live entry for the question, else the public one."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_CACHE_EXACT, user_id, question_norm, now)
+        if record is None:
+            return None
+        return CachedAnswer(record["id"], record["scope"], record["question"], record["answer"])
+
+    async def nearest(
+        self, *, user_id: int, model: str, vector: np.ndarray, now: datetime
+    ) -> CachedAnswer | None:
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_CACHE_NEAREST, user_id, model, now, vector)
+        if record is None:
+            return None
+        return CachedAnswer(
+            record["id"],
+            record["scope"],
+            record["question"],
+            record["answer"],
+            similarity=float(record["similarity"]),
+        )
+
+    async def hit(self, entry_id: int, day: date, metric: str) -> None:
+        """Count a hit on the entry and in the daily counter ``metric``."""
+        async with self._connection() as conn:
+            await conn.execute(SQL_CACHE_HIT, entry_id, day, metric)
+
+    async def purge(self, now: datetime) -> int:
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_CACHE_PURGE, now)
+        return rows_affected(status)
+
+    async def drop_stale_preload(self, kept_norms: Sequence[str]) -> int:
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_CACHE_DROP_STALE_PRELOAD, list(kept_norms))
+        return rows_affected(status)
+
+    async def delete_scope(self, **scope: Any) -> int:
+        """Delete the per-user entries of a /forget scope (public entries are nobody's)."""
+        sql, args = scope_delete("answer_cache", extra="scope = 'user'", **scope)
+        async with self._connection() as conn:
+            status = await conn.execute(sql, *args)
+        return rows_affected(status)
+
+    async def counts(self, now: datetime) -> dict[str, int]:
+        async with self._connection() as conn:
+            return {r["scope"]: r["n"] for r in await conn.fetch(SQL_CACHE_COUNTS, now)}
+
+    async def rows_needing_reembed(
+        self, model: str, after_id: int, limit: int
+    ) -> list[tuple[int, str]]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_CACHE_NEEDING_REEMBED, model, after_id, limit)
+        return [(r["id"], r["question_norm"]) for r in records]
+
+    async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(
+                SQL_CACHE_SET_EMBEDDING,
+                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
+            )

@@ -1,0 +1,277 @@
+"""Prompt assembly within one token budget (issue 5 §3).
+
+The budget (MEMORY_MAX_TOKENS, counted with the core's ``TokenCounter`` on the whole text) is
+filled in a fixed priority: the user's preferences, the facts relevant to the message, recent
+conversation summaries, then recalled dialogue windows (``prompt.build_memory_block`` with what
+is left). Every line carries its time like a dialogue line::
+
+    --- 用户偏好 ---
+    [2024-01-16 10:30:15] (5小时前) 偏好(沟通风格): 喜欢简洁的回复
+
+Nothing appears twice: a memory already shown (same kind and content, e.g. from two chats in
+the user scope) is skipped, and dialogue turns in ``exclude_ids`` (the short-term turns the
+chat engine puts in the messages) are left out of the recalled windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+from ..distill.keeper import MemoryKeeper
+from ..distill.memory import CATEGORY_ZH, DistilledMemory, content_hash, flatten
+from ..lang.timefmt import format_absolute, relative_time_zh
+from ..lang.tokens import TokenCounter
+from ..models import RecallResult, RecallWindow
+from ..settings import MemorySettings
+from .prompt import build_memory_block
+
+PREFERENCES_HEADER = "--- 用户偏好 ---"
+FACTS_HEADER = "--- 关于用户的事实 ---"
+SUMMARIES_HEADER = "--- 近期对话摘要 ---"
+_LABELS = {"preferences": "偏好", "facts": "事实", "summary": "摘要"}
+
+Recall = Callable[..., Awaitable[RecallResult]]
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """The memory text for the prompt and what went into it.
+
+    ``tokens`` is the count of ``text`` (never above the budget); ``dropped`` counts the
+    distilled lines and dialogue windows that did not fit.
+    """
+
+    text: str
+    tokens: int
+    preference_ids: tuple[int, ...] = ()
+    fact_ids: tuple[int, ...] = ()
+    summary_ids: tuple[int, ...] = ()
+    turn_ids: tuple[int, ...] = ()
+    dropped: int = 0
+
+    @property
+    def distilled_ids(self) -> tuple[int, ...]:
+        return self.preference_ids + self.fact_ids + self.summary_ids
+
+    @property
+    def personal(self) -> bool:
+        """Whether any memory of this person went in (then the answer cache must not serve)."""
+        return bool(self.distilled_ids or self.turn_ids)
+
+
+def format_distilled_line(memory: DistilledMemory, now: datetime, tz: ZoneInfo) -> str:
+    """``[2024-01-16 10:30:15] (5小时前) 事实(个人信息): 用户住在北京（提到 3 次）``.
+
+    The time is when the memory was last confirmed; the text is kept on one line.
+    """
+    label = _LABELS[memory.kind]
+    if memory.category:
+        label = f"{label}({CATEGORY_ZH.get(memory.category, memory.category)})"
+    text = flatten(memory.content)
+    if memory.kind == "summary":
+        if memory.key_topics:
+            text += f"（主题：{'、'.join(flatten(t) for t in memory.key_topics)}）"
+        if memory.action_items:
+            text += f"（待办：{'；'.join(flatten(a) for a in memory.action_items)}）"
+    elif memory.times_mentioned > 1:
+        text += f"（提到 {memory.times_mentioned} 次）"
+    stamp = format_absolute(memory.last_confirmed, tz)
+    return f"[{stamp}] ({relative_time_zh(memory.last_confirmed, now, tz)}) {label}: {text}"
+
+
+def assemble_context(
+    *,
+    preferences: Sequence[DistilledMemory],
+    facts: Sequence[DistilledMemory],
+    summaries: Sequence[DistilledMemory],
+    windows: Sequence[RecallWindow],
+    now: datetime,
+    tz: ZoneInfo,
+    counter: TokenCounter,
+    max_tokens: int,
+    exclude_ids: Collection[int] = (),
+) -> MemoryContext:
+    """Fill ``max_tokens`` in priority order (see the module docstring); pure.
+
+    Each section takes its items in the given order (best first) while they fit; an item that
+    does not fit is skipped and a shorter later one may still fit. The dialogue block gets
+    what is left.
+    """
+    if max_tokens <= 0:
+        everything = len(preferences) + len(facts) + len(summaries) + len(windows)
+        return MemoryContext(text="", tokens=0, dropped=everything)
+    accepted: list[tuple[str, DistilledMemory, str]] = []  # (header, memory, line)
+    seen: set[tuple[str, str]] = set()
+    dropped = 0
+    used = 0  # tokens of the text so far
+    last: str | None = None  # its last line
+
+    def appended(used: int, last: str | None, line: str) -> int:
+        # The tokens of a text of ``used`` tokens ending in ``last`` once "\n" + line is added.
+        # Pre-tokenisation never joins a line end to the next line's start ("[" or "-"), so
+        # only the last line's end is recounted; the whole text is counted exactly below.
+        if last is None:
+            return counter.count(line)
+        return used - counter.count(last) + counter.count(last + "\n") + counter.count(line)
+
+    sections = (
+        (PREFERENCES_HEADER, preferences),
+        (FACTS_HEADER, facts),
+        (SUMMARIES_HEADER, summaries),
+    )
+    for header, memories in sections:
+        opened = False
+        for memory in memories:
+            key = (memory.kind, content_hash(memory.content))
+            if key in seen:
+                continue
+            line = format_distilled_line(memory, now, tz)
+            total = used if opened else appended(used, last, header)
+            total = appended(total, last if opened else header, line)
+            if total > max_tokens:
+                dropped += 1
+                continue
+            used, last, opened = total, line, True
+            seen.add(key)
+            accepted.append((header, memory, line))
+
+    def render(entries: Sequence[tuple[str, DistilledMemory, str]]) -> str:
+        out: list[str] = []
+        current = None
+        for header, _, line in entries:
+            if header != current:
+                out.append(header)
+                current = header
+            out.append(line)
+        return "\n".join(out)
+
+    prefix = render(accepted)
+    while accepted and counter.count(prefix) > max_tokens:  # never in practice; kept as a guard
+        accepted.pop()
+        dropped += 1
+        prefix = render(accepted)
+    chosen: dict[str, list[int]] = {"preferences": [], "facts": [], "summary": []}
+    for _, memory, _ in accepted:
+        chosen[memory.kind].append(memory.id)
+
+    prefix_tokens = counter.count(prefix)
+    budget = max_tokens - (counter.count(prefix + "\n") if prefix else 0)
+    block = build_memory_block(windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids)
+    text = f"{prefix}\n{block.text}" if prefix and block.text else prefix or block.text
+    tokens = counter.count(text)
+    # Joining may merge tokens at the seam; shrink the dialogue until the whole text fits.
+    while tokens > max_tokens and block.text:
+        budget -= tokens - max_tokens
+        block = build_memory_block(
+            windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids
+        )
+        text = f"{prefix}\n{block.text}" if prefix and block.text else prefix or block.text
+        tokens = counter.count(text)
+    if not block.text:
+        text, tokens = prefix, prefix_tokens
+    return MemoryContext(
+        text=text,
+        tokens=tokens,
+        preference_ids=tuple(chosen["preferences"]),
+        fact_ids=tuple(chosen["facts"]),
+        summary_ids=tuple(chosen["summary"]),
+        turn_ids=block.turn_ids,
+        dropped=dropped + block.dropped_windows,
+    )
+
+
+class ContextBuilder:
+    """Gathers preferences, relevant facts, recent summaries and recalled dialogue for one
+    message and assembles them (``assemble_context``); what went in counts as used."""
+
+    def __init__(
+        self,
+        *,
+        settings: MemorySettings,
+        keeper: MemoryKeeper | None,
+        recall: Recall,
+        counter: TokenCounter,
+        tz: ZoneInfo,
+    ) -> None:
+        self._settings = settings
+        self._keeper = keeper
+        self._recall = recall
+        self._counter = counter
+        self._tz = tz
+
+    async def _distilled(
+        self, user_id: int, group_id: int | None, query: str, now: datetime
+    ) -> tuple[list[DistilledMemory], list[DistilledMemory], list[DistilledMemory]]:
+        keeper, s = self._keeper, self._settings
+        if keeper is None or not s.memory_distilled_enabled:
+            return [], [], []
+        preferences, hits, summaries = await asyncio.gather(
+            keeper.recall_by_type(
+                user_id,
+                group_id,
+                "preferences",
+                limit=s.memory_distilled_preferences,
+                now=now,
+                by_importance=True,
+            ),
+            keeper.recall(
+                user_id,
+                group_id,
+                query,
+                kinds=("facts",),
+                top_k=s.memory_distilled_facts,
+                now=now,
+                touch=False,
+            ),
+            keeper.recall_by_type(
+                user_id, group_id, "summary", limit=s.memory_distilled_summaries, now=now
+            ),
+        )
+        return preferences, [hit.memory for hit in hits], summaries
+
+    async def build(
+        self,
+        user_id: int,
+        group_id: int | None,
+        query: str,
+        *,
+        now: datetime | None = None,
+        exclude_ids: Collection[int] = (),
+        recall: RecallResult | None = None,
+        max_tokens: int | None = None,
+    ) -> MemoryContext:
+        """The memory context for ``query`` in this session (see ``assemble_context``).
+
+        ``recall``: dialogue already recalled by the caller (else recalled here up to ``now``).
+        """
+        now = now or datetime.now(timezone.utc)
+        budget = self._settings.memory_max_tokens if max_tokens is None else max_tokens
+        if recall is None:
+            (preferences, facts, summaries), recalled = await asyncio.gather(
+                self._distilled(user_id, group_id, query, now),
+                self._recall(user_id, query, group_id, now=now),
+            )
+        else:
+            # The recall's search text (the query less its time words) has just been embedded:
+            # searching facts with it costs no second embedding.
+            text = recall.search_text or query
+            preferences, facts, summaries = await self._distilled(user_id, group_id, text, now)
+            recalled = recall
+        context = assemble_context(
+            preferences=preferences,
+            facts=facts,
+            summaries=summaries,
+            windows=recalled.windows,
+            now=now,
+            tz=self._tz,
+            counter=self._counter,
+            max_tokens=budget,
+            exclude_ids=exclude_ids,
+        )
+        if self._keeper is not None and context.distilled_ids:
+            await self._keeper.touch(context.distilled_ids, now)
+        return context

@@ -1,0 +1,588 @@
+"""The conversation engine (seed 003 ``chat_with_temporal_memory``), free of any bot framework.
+
+One user message goes through :meth:`ConversationEngine.converse`:
+
+1. the user turn is stored first, so nothing is lost if a later step fails;
+2. short-term memory (the session's last few turns within a few minutes) and long-term memory
+   are gathered: one token budget filled with the person's preferences, the relevant facts,
+   recent summaries, then recalled dialogue windows minus what short-term memory already shows
+   (``TemporalMemory.build_context``);
+3. the system prompt carries the current time, the timezone and the time rules, and offers a
+   recap when the previous turn is more than an hour old;
+4. with the answer cache on (ANSWER_CACHE_ENABLED), a cached answer is sent instead of asking
+   the model when the question is neither time-dependent nor personal (the policy is explained
+   above ``_personal_for_lookup``);
+5. otherwise the chat model answers; the caller's ``send`` delivers the text; what was delivered
+   is stored as the assistant turn, with the message id the chat platform gave it, the exchange
+   is queued for evaluation and counted for extraction of distilled memory (both done in the
+   background, never delaying the reply), and a memory-free answer is offered to the cache.
+
+Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
+Failures never escape as exceptions: the model failing gives a short apology, no model gives
+a rate-limited notice, and the database being down gives an answer without memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import partial
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from ..errors import InvalidTurnError, LLMError, MemoryCoreError
+from ..lang.text import scrub
+from ..models import MemoryTurn, RecallResult, TurnInput, generate_session_key
+from ..providers.llm import ChatModel
+from ..settings import MemorySettings
+from .context import MemoryContext
+from .prompt import build_chat_messages, build_system_prompt
+
+log = logging.getLogger(__name__)
+
+APOLOGY = "抱歉，我这边暂时没法回答，请稍后再试。"
+NOT_CONFIGURED_NOTICE = "聊天模型还没有配置，暂时不能聊天；你说的话我先记下了。"
+INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
+# The current message is excluded from its own recall by cutting recall off just before it.
+_JUST_BEFORE = timedelta(microseconds=1)
+_NOTICE_TABLE_MAX = 4096
+
+
+class StoredOutcome(Protocol):
+    """What ``add_turn`` returns (``memory_core.service.AddOutcome``)."""
+
+    @property
+    def turn(self) -> MemoryTurn | None: ...
+    @property
+    def duplicate(self) -> bool: ...
+    @property
+    def spooled(self) -> bool: ...
+
+
+class CachedReply(Protocol):
+    """What ``cached_answer`` returns (``memory_core.distill.store.CachedAnswer``)."""
+
+    @property
+    def answer(self) -> str: ...
+    @property
+    def level(self) -> str: ...
+
+
+class ConversationDistilled(Protocol):
+    """The part of ``TemporalMemory.distilled`` the engine uses."""
+
+    async def note_exchange(
+        self, user_id: int, group_id: int | None = None, now: datetime | None = None
+    ) -> bool: ...
+
+    async def cached_answer(
+        self,
+        question: str,
+        user_id: int,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> CachedReply | None: ...
+
+    async def cache_answer(
+        self,
+        question: str,
+        answer: str,
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> bool: ...
+
+
+class ConversationMemory(Protocol):
+    """The part of ``TemporalMemory`` the engine uses."""
+
+    settings: MemorySettings
+    tz: ZoneInfo
+
+    async def add_turn(self, turn: TurnInput) -> StoredOutcome: ...
+
+    async def recall(
+        self,
+        user_id: int,
+        query: str,
+        group_id: int | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> RecallResult: ...
+
+    async def build_context(
+        self,
+        user_id: int,
+        group_id: int | None,
+        query: str,
+        now: datetime | None = None,
+        exclude_ids: Sequence[int] = (),
+        *,
+        recall: RecallResult | None = None,
+    ) -> MemoryContext: ...
+
+    async def recent_turns(
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime | None = None,
+    ) -> list[MemoryTurn]: ...
+
+    async def last_turn_time(
+        self, user_id: int, group_id: int | None, now: datetime | None = None
+    ) -> datetime | None: ...
+
+    async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None: ...
+
+    @property
+    def distilled(self) -> ConversationDistilled: ...
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What actually reached the chat: the text sent and the platform's id of its message."""
+
+    text: str
+    message_id: int | None = None
+
+
+SendText = Callable[[str], Awaitable["Delivery | None"]]
+"""Delivers a reply; returns ``None`` when nothing reached the chat. Must not raise."""
+
+
+class Outcome(enum.Enum):
+    REPLIED = "replied"  # the model (or the answer cache) answered; delivered and stored
+    APOLOGIZED = "apologized"  # the model failed; an apology was sent
+    NOT_CONFIGURED = "not_configured"  # no model; the notice was sent
+    QUIET = "quiet"  # no model; the notice was sent recently, so nothing was said
+    DUPLICATE = "duplicate"  # this message was already stored: handled before
+    UNSENT = "unsent"  # the reply could not be delivered
+    EMPTY = "empty"  # nothing storable in the message (blank text)
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """What one ``converse`` call did."""
+
+    outcome: Outcome
+    user_turn: MemoryTurn | None = None
+    reply_turn: MemoryTurn | None = None
+    reply_text: str | None = None
+    spooled: bool = False
+    memory_available: bool = True
+    messages: tuple[Mapping[str, str], ...] = ()
+    from_cache: bool = False  # the reply came from the answer cache; the model was not asked
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """The model's messages and what went into them."""
+
+    messages: list[dict[str, str]]
+    question: str  # the current message as the model sees it (also the cache's key)
+    memory_ok: bool = True  # memory could be read
+    context: MemoryContext | None = None
+    recent: tuple[MemoryTurn, ...] = ()
+
+
+# The answer cache and personal memory (issue 5 §5). The cache itself refuses questions with
+# time words, first-person words or references to the conversation (answer_cache.py); the
+# engine adds what only it knows, what went into the prompt:
+#
+# * Serving: a question is personal when distilled facts or preferences about the person went
+#   into the prompt; the reply should draw on what the bot knows of them, which a cached answer
+#   cannot. ``MemoryContext.personal`` (any memory at all) is not the test: recall returns the
+#   session's nearest turns for every message and summaries are not chosen by the question, so
+#   in an active session it is nearly always true and even the operator's preloaded public
+#   answers (which hold nobody's memory) would never be served.
+# * Caching: an answer is written only when the model saw no memory of the person at all (no
+#   distilled memory, no recalled dialogue, no short-term turns), so every cached answer is a
+#   function of the question alone. Run-time entries belong to one user but are looked up in
+#   all of that user's chats; an answer shaped by one chat's memory (a private detail) could
+#   otherwise be replayed in another (a group), which recall itself never allows.
+#
+# Both keep the cache's refusals in force: a time-dependent or personal answer is never served.
+def _personal_for_lookup(prompt: _Prompt) -> bool:
+    context = prompt.context
+    return context is None or bool(context.fact_ids or context.preference_ids)
+
+
+def _personal_for_caching(prompt: _Prompt) -> bool:
+    return prompt.context is None or prompt.context.personal or bool(prompt.recent)
+
+
+def _complete(delivered: str, answer: str) -> bool:
+    """Whether all of ``answer`` was delivered (pieces are trimmed and joined by newlines)."""
+    return "".join(delivered.split()) == "".join(answer.split())
+
+
+class SessionLocks:
+    """One ``asyncio.Lock`` per session, dropped as soon as nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = (asyncio.Lock(), [0])
+            self._locks[key] = entry
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:  # asyncio.Lock wakes waiters in FIFO order: arrival order is kept
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0 and self._locks.get(key) is entry:
+                del self._locks[key]
+
+
+_SPLIT_PREFERENCE = (
+    re.compile(r"\n\s*\n"),  # paragraph
+    re.compile(r"\n"),  # line
+    re.compile(r"(?<=[。！？!?；;…])"),  # sentence end
+    re.compile(r"(?<=[，,、：:])|(?<=\s)"),  # clause or word boundary
+)
+
+
+def split_reply(text: str, max_chars: int) -> list[str]:
+    """Cut ``text`` into pieces of at most ``max_chars``, preferring paragraph, line, sentence
+    and clause boundaries (in that order) in the second half of each piece; hard cut otherwise.
+    Pieces are trimmed; empty pieces are dropped."""
+    if max_chars < 1:
+        raise ValueError("max_chars must be >= 1")
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > max_chars:
+        window = rest[: max_chars + 1]
+        cut = 0
+        for pattern in _SPLIT_PREFERENCE:
+            ends = [m.end() if m.end() > m.start() else m.start() for m in pattern.finditer(window)]
+            ends = [end for end in ends if max_chars // 2 <= end <= max_chars]
+            if ends:
+                cut = ends[-1]
+                break
+        if cut == 0:
+            cut = max_chars
+            # never cut a surrogate pair or a "\r\n" in two
+            if rest[cut - 1 : cut + 1] == "\r\n" or "\ud800" <= rest[cut - 1] <= "\udbff":
+                cut -= 1
+        piece = rest[:cut].strip()
+        if piece:
+            pieces.append(piece)
+        rest = rest[cut:].strip()
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+def prompt_text(content: str, max_chars: int) -> str:
+    """The current message as the model gets it: storable text, cut (visibly) when very long."""
+    text = scrub(content)
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + INPUT_CUT_MARK.format(dropped=len(text) - max_chars)
+
+
+class ConversationEngine:
+    """Turns one user message into one reply, with memory (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        memory: ConversationMemory,
+        chat_model: ChatModel | None,
+        bot_name: str | None = None,
+        clock: Callable[[], datetime] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._memory = memory
+        self._model = chat_model
+        self._settings = memory.settings
+        self._tz = memory.tz
+        self._bot_name = bot_name
+        self._clock = clock or (lambda: datetime.now(timezone.utc))
+        self._monotonic = monotonic
+        self._locks = SessionLocks()
+        self._last_notice: dict[str, float] = {}
+
+    @property
+    def chat_configured(self) -> bool:
+        return self._model is not None
+
+    @property
+    def active_sessions(self) -> int:
+        """Sessions with a message being handled or waiting (their locks exist only then)."""
+        return len(self._locks)
+
+    @asynccontextmanager
+    async def session(self, user_id: int, group_id: int | None) -> AsyncIterator[None]:
+        """Hold a session: what runs inside comes after the session's earlier messages are
+        handled and before its later ones (for commands that read or delete its memory)."""
+        async with self._locks.hold(generate_session_key(user_id, group_id)):
+            yield
+
+    async def record(self, turn: TurnInput) -> StoredOutcome | None:
+        """Store a turn without answering (unaddressed group messages, notes).
+
+        Kept in order with the session's conversation. Returns ``None`` when the turn cannot be
+        stored (blank text) or storing failed (logged).
+        """
+        async with self._locks.hold(turn.session_key):
+            return await self._store(self._stamped(turn))
+
+    async def converse(self, turn: TurnInput, send: SendText) -> ChatResult:
+        """Store ``turn`` (a user message), answer it through ``send``, store the answer."""
+        async with self._locks.hold(turn.session_key):
+            turn = self._stamped(turn)
+            previous_at = await self._last_turn_time(turn)
+            if self._model is None:
+                stored = await self._store(turn)
+                prompt = _Prompt(messages=[], question="")
+            else:
+                # Memory is read only up to just before this message, so reading it need not
+                # wait for the message to be stored; the model is asked only after both.
+                stored, prompt = await asyncio.gather(
+                    self._store(turn), self._build_prompt(turn, previous_at)
+                )
+            if stored is None:
+                return ChatResult(Outcome.EMPTY)
+            if stored.duplicate:
+                return ChatResult(Outcome.DUPLICATE, user_turn=stored.turn)
+            if self._model is None:
+                return await self._notice(turn, send, stored)
+            result = partial(
+                ChatResult,
+                user_turn=stored.turn,
+                spooled=stored.spooled,
+                memory_available=prompt.memory_ok,
+                messages=tuple(prompt.messages),
+            )
+
+            now = self._now(turn)
+            cached = await self._cached(turn, prompt, now)
+            if cached is not None:
+                answer = cached.answer
+            else:
+                try:
+                    answer = (await self._model.complete(prompt.messages)).strip()
+                    if not answer:
+                        raise LLMError("the chat model gave an empty answer")
+                except (LLMError, asyncio.TimeoutError) as exc:
+                    log.warning("chat model failed for session %s: %s", turn.session_key, exc)
+                    await send(APOLOGY)
+                    return result(Outcome.APOLOGIZED)
+
+            delivery = await send(answer)
+            if delivery is None or not delivery.text.strip():
+                log.warning("reply for session %s could not be delivered", turn.session_key)
+                return result(Outcome.UNSENT, reply_text=answer, from_cache=cached is not None)
+            reply = TurnInput(
+                user_id=turn.user_id,
+                group_id=turn.group_id,
+                self_id=turn.self_id,
+                role="assistant",
+                content=delivery.text,
+                sender_name=self._bot_name,
+                message_id=delivery.message_id,
+                created_at=max(self._clock(), self._after(turn)),
+            )
+            stored_reply = await self._store(reply)
+            if stored.turn is not None and stored_reply is not None and stored_reply.turn:
+                await self._enqueue_evaluation(stored.turn, stored_reply.turn)
+                await self._note_exchange(turn, reply)
+            if cached is None and _complete(delivery.text, answer):
+                await self._cache(turn, prompt, answer, now)
+            return result(
+                Outcome.REPLIED,
+                reply_turn=stored_reply.turn if stored_reply else None,
+                reply_text=delivery.text,
+                from_cache=cached is not None,
+            )
+
+    # ------------------------------------------------------------------ steps
+
+    def _stamped(self, turn: TurnInput) -> TurnInput:
+        if turn.created_at is not None:
+            return turn
+        return dataclasses.replace(turn, created_at=self._clock())
+
+    @staticmethod
+    def _after(turn: TurnInput) -> datetime:
+        # The reply is stored after the message it answers even if the message's own time
+        # (taken from the chat platform) is a little ahead of this machine's clock.
+        assert turn.created_at is not None
+        return turn.created_at + _JUST_BEFORE
+
+    async def _store(self, turn: TurnInput) -> StoredOutcome | None:
+        try:
+            return await self._memory.add_turn(turn)
+        except InvalidTurnError as exc:
+            log.info("turn of session %s not stored: %s", turn.session_key, exc)
+            return None
+        except MemoryCoreError as exc:
+            log.error("turn of session %s could not be stored: %s", turn.session_key, exc)
+            # Treat as stored-nowhere but keep the conversation going without memory.
+            return _Unstored()
+
+    async def _enqueue_evaluation(self, user_turn: MemoryTurn, reply_turn: MemoryTurn) -> None:
+        # Scoring runs in the memory's background worker; queueing is one quick insert.
+        try:
+            await self._memory.enqueue_evaluation(user_turn.id, reply_turn.id)
+        except MemoryCoreError as exc:
+            log.warning(
+                "exchange of session %s not queued for evaluation: %s", user_turn.session_key, exc
+            )
+
+    async def _note_exchange(self, turn: TurnInput, reply: TurnInput) -> None:
+        # Counts the exchange for extraction of distilled memory, which runs in the memory's
+        # background worker; this is one quick upsert.
+        try:
+            await self._memory.distilled.note_exchange(
+                turn.user_id, turn.group_id, reply.created_at
+            )
+        except MemoryCoreError as exc:
+            log.warning(
+                "exchange of session %s not counted for extraction: %s", turn.session_key, exc
+            )
+
+    async def _last_turn_time(self, turn: TurnInput) -> datetime | None:
+        try:
+            return await self._memory.last_turn_time(turn.user_id, turn.group_id)
+        except MemoryCoreError as exc:
+            log.warning("last turn time unavailable for %s: %s", turn.session_key, exc)
+            return None
+
+    async def _notice(self, turn: TurnInput, send: SendText, stored: StoredOutcome) -> ChatResult:
+        interval = self._settings.chat_notice_interval
+        now = self._monotonic()
+        last = self._last_notice.get(turn.session_key)
+        if last is not None and now - last < interval:
+            return ChatResult(Outcome.QUIET, user_turn=stored.turn, spooled=stored.spooled)
+        if len(self._last_notice) >= _NOTICE_TABLE_MAX:
+            self._last_notice = {k: t for k, t in self._last_notice.items() if now - t < interval}
+        self._last_notice[turn.session_key] = now
+        await send(NOT_CONFIGURED_NOTICE)
+        return ChatResult(Outcome.NOT_CONFIGURED, user_turn=stored.turn, spooled=stored.spooled)
+
+    def _now(self, turn: TurnInput) -> datetime:
+        assert turn.created_at is not None
+        return max(self._clock(), turn.created_at)
+
+    async def _build_prompt(self, turn: TurnInput, previous_at: datetime | None) -> _Prompt:
+        """The chat messages for the model and what went into them (memory may be missing)."""
+        assert turn.created_at is not None
+        now = self._now(turn)
+        cutoff = turn.created_at - _JUST_BEFORE
+        text = prompt_text(turn.content, self._settings.chat_max_input_chars)
+        recent: list[MemoryTurn] = []
+        context: MemoryContext | None = None
+        memory_ok = True
+        try:
+            # Dialogue as of just before this message: it is being stored meanwhile and must
+            # not come back as its own memory. Distilled memory as of now: the platform's clock
+            # (the message's time) may lag behind the moment a fact was distilled.
+            recent, recalled = await asyncio.gather(
+                self._recent(turn, now, cutoff),
+                self._memory.recall(turn.user_id, text, turn.group_id, now=cutoff),
+            )
+            context = await self._memory.build_context(
+                turn.user_id,
+                turn.group_id,
+                text,
+                now,
+                exclude_ids=tuple(t.id for t in recent),
+                recall=recalled,
+            )
+        except MemoryCoreError as exc:
+            memory_ok = False
+            log.warning("answering session %s without memory: %s", turn.session_key, exc)
+        system = build_system_prompt(
+            now,
+            self._tz,
+            bot_name=self._bot_name,
+            last_turn_at=previous_at,
+            persona=self._settings.chat_persona or None,
+        )
+        block = context.text if context is not None else ""
+        return _Prompt(
+            messages=build_chat_messages(system, block, recent, text, now, self._tz),
+            question=text,
+            memory_ok=memory_ok,
+            context=context,
+            recent=tuple(recent),
+        )
+
+    async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedReply | None:
+        """A cached answer for this message, if the cache is on and may serve it."""
+        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+            return None
+        try:
+            found = await self._memory.distilled.cached_answer(
+                prompt.question,
+                turn.user_id,
+                personal=_personal_for_lookup(prompt),
+                now=now,
+            )
+        except MemoryCoreError as exc:
+            log.warning("answer cache lookup failed for session %s: %s", turn.session_key, exc)
+            return None
+        if found is not None:
+            log.info(
+                "session %s answered from the answer cache (%s)", turn.session_key, found.level
+            )
+        return found
+
+    async def _cache(self, turn: TurnInput, prompt: _Prompt, answer: str, now: datetime) -> None:
+        # After the reply is delivered: an embedding and one upsert, off the reply's path.
+        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+            return
+        try:
+            await self._memory.distilled.cache_answer(
+                prompt.question,
+                answer,
+                turn.user_id,
+                turn.group_id,
+                personal=_personal_for_caching(prompt),
+                now=now,
+            )
+        except MemoryCoreError as exc:
+            log.warning("answer of session %s not cached: %s", turn.session_key, exc)
+
+    async def _recent(self, turn: TurnInput, now: datetime, cutoff: datetime) -> list[MemoryTurn]:
+        limit = self._settings.chat_recent_turns
+        minutes = self._settings.chat_recent_minutes
+        if limit <= 0 or minutes <= 0:
+            return []
+        since = now - timedelta(minutes=minutes)
+        return await self._memory.recent_turns(
+            turn.user_id, turn.group_id, limit=limit, since=since, now=cutoff
+        )
+
+
+@dataclass(frozen=True)
+class _Unstored:
+    """Stand-in outcome when storing failed outright (not spooled, not a duplicate)."""
+
+    turn: MemoryTurn | None = None
+    duplicate: bool = False
+    spooled: bool = False

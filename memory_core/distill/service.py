@@ -1,0 +1,290 @@
+"""``TemporalMemory.distilled``: distilled memory, its extraction and the answer cache (issue 5).
+
+One object over the parts that live beside the dialogue turns, on the memory's database pool:
+facts, preferences and summaries (``keeper``), their background extraction (``extraction``,
+``None`` when off) and the opt-in answer cache (``answer_cache``, ``None`` when off).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from ..answer_cache.cache import AnswerCache, cache_threshold
+from ..answer_cache.store import CachedAnswer, PgAnswerCacheStore
+from ..errors import DatabaseUnavailableError
+from ..providers.embedding import Embedder
+from ..settings import MemorySettings
+from .extraction import build_extractor, extraction_off_reason
+from .keeper import MaintenanceReport, MemoryKeeper
+from .memory import (
+    DistilledHit,
+    DistilledKind,
+    DistilledMemory,
+    ExtractedMemory,
+    SaveOutcome,
+    dedupe_threshold,
+)
+from .stats import DistilledStats
+from .store import PgDistilledStore
+from .worker import ExtractionReport, ExtractionWorker
+
+log = logging.getLogger(__name__)
+
+
+class DistilledService:
+    """Facts, preferences, summaries and cached answers, scoped like the dialogue turns."""
+
+    def __init__(
+        self,
+        *,
+        settings: MemorySettings,
+        embedder: Embedder,
+        tz: ZoneInfo,
+        pool: Callable[[], Any],
+    ) -> None:
+        self.settings = settings
+        self._pool = pool  # the memory's current pool (None while disconnected)
+        self._stores: tuple[Any, PgDistilledStore, PgAnswerCacheStore] | None = None
+        self.keeper = MemoryKeeper(
+            store=self.store,
+            embedder=embedder,
+            scope=settings.memory_distilled_scope,
+            dedupe_threshold=dedupe_threshold(embedder.model, settings.memory_dedupe_threshold),
+        )
+        self.extraction: ExtractionWorker | None = None
+        self.extraction_off: str | None = None  # why extraction is off, or None
+        extractor = build_extractor(settings, tz) if settings.memory_distilled_enabled else None
+        if extractor is not None:
+            self.extraction = ExtractionWorker(
+                store=self.store,
+                keeper=self.keeper,
+                extractor=extractor,
+                tz=tz,
+                every_turns=settings.extraction_every_turns,
+                idle_minutes=settings.extraction_idle_minutes,
+                concurrency=settings.extraction_concurrency,
+                max_turns=settings.extraction_max_turns,
+            )
+        else:
+            self.extraction_off = (
+                extraction_off_reason(settings) if settings.memory_distilled_enabled else "已关闭"
+            )
+            log.info("distilled memory extraction is off: %s", self.extraction_off)
+        self.answer_cache = (
+            AnswerCache(
+                store=self.cache_store,
+                embedder=embedder,
+                threshold=cache_threshold(embedder.model, settings.answer_cache_threshold),
+                ttl=timedelta(hours=settings.answer_cache_ttl_hours),
+                tz=tz,
+            )
+            if settings.answer_cache_enabled
+            else None
+        )
+
+    # ------------------------------------------------------------------ stores
+
+    def _stores_of_pool(self) -> tuple[PgDistilledStore, PgAnswerCacheStore]:
+        pool = self._pool()
+        if pool is None:
+            raise DatabaseUnavailableError("the memory database is not connected")
+        if self._stores is None or self._stores[0] is not pool:
+            self._stores = (pool, PgDistilledStore(pool=pool), PgAnswerCacheStore(pool=pool))
+        return self._stores[1], self._stores[2]
+
+    def store(self) -> PgDistilledStore:
+        """The distilled-memory store of the current pool (``DatabaseUnavailableError`` if none)."""
+        return self._stores_of_pool()[0]
+
+    def cache_store(self) -> PgAnswerCacheStore:
+        return self._stores_of_pool()[1]
+
+    # ------------------------------------------------------------------ extraction
+
+    def start(self) -> None:
+        """Start the background extraction (when it is on)."""
+        if self.extraction is not None:
+            self.extraction.start()
+
+    async def note_exchange(
+        self, user_id: int, group_id: int | None = None, now: datetime | None = None
+    ) -> bool:
+        """Call after each stored exchange: counts it for extraction, which runs in the
+        background every EXTRACTION_EVERY_TURNS exchanges or once the session is idle.
+        Returns whether the session became due; a no-op (False) when extraction is off."""
+        if self.extraction is None:
+            return False
+        return await self.extraction.note_exchange(user_id, group_id, now)
+
+    async def extract_due(self, now: datetime | None = None) -> int:
+        """Distil every due session now (N exchanges noted, or idle with exchanges waiting);
+        the background task does this too, a scheduler may call it. Returns sessions done."""
+        if self.extraction is None:
+            return 0
+        return await self.extraction.run_once(now)
+
+    async def extract_session(
+        self, user_id: int, group_id: int | None = None, now: datetime | None = None
+    ) -> ExtractionReport | None:
+        """Distil one session's undistilled turns now; ``None`` when extraction is off."""
+        if self.extraction is None:
+            return None
+        return await self.extraction.extract_session(user_id, group_id, now)
+
+    # ------------------------------------------------------------------ memories
+
+    async def save(
+        self,
+        items: Sequence[ExtractedMemory],
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        source_turn_ids: Sequence[int] = (),
+        stated_at: datetime | None = None,
+    ) -> SaveOutcome:
+        """Store distilled items directly (deduplicated, merged, superseding as extracted)."""
+        return await self.keeper.save(
+            items,
+            user_id=user_id,
+            group_id=group_id,
+            source_turn_ids=source_turn_ids,
+            stated_at=stated_at or datetime.now(timezone.utc),
+        )
+
+    async def recall(
+        self,
+        user_id: int,
+        group_id: int | None,
+        query: str,
+        *,
+        kinds: Sequence[DistilledKind] = ("facts", "preferences"),
+        top_k: int | None = None,
+        now: datetime | None = None,
+    ) -> list[DistilledHit]:
+        """Current distilled memories for ``query`` ranked by similarity, time decay,
+        importance and use (seed 000 ``recall``), in this session or the user scope."""
+        return await self.keeper.recall(
+            user_id,
+            group_id,
+            query,
+            kinds=kinds,
+            top_k=self.settings.memory_distilled_facts if top_k is None else top_k,
+            now=now,
+        )
+
+    async def recall_by_type(
+        self,
+        user_id: int,
+        group_id: int | None,
+        kind: DistilledKind,
+        *,
+        limit: int = 20,
+        now: datetime | None = None,
+        include_history: bool = False,
+    ) -> list[DistilledMemory]:
+        """Seed 000 ``recall_by_type``: latest memories of one kind, no vector search;
+        ``include_history`` adds superseded ones (with ``valid_until`` / ``superseded_by``)."""
+        return await self.keeper.recall_by_type(
+            user_id, group_id, kind, limit=limit, now=now, include_history=include_history
+        )
+
+    async def maintain(self, now: datetime | None = None) -> MaintenanceReport:
+        """Daily upkeep: merge near-duplicate memories, refresh importance, embed what is
+        missing, drop expired cached answers."""
+        report = await self.keeper.maintain()
+        if self.answer_cache is not None:
+            purged = await self.answer_cache.purge_expired(now)
+            log.info("answer cache: %d expired entr(ies) removed", purged)
+        return report
+
+    async def forget(
+        self,
+        *,
+        user_id: int | None = None,
+        group_id: int | None = None,
+        private_only: bool = False,
+        everything: bool = False,
+    ) -> int:
+        """Delete a /forget scope's distilled memories and cached answers (``forget`` of the
+        memory does this too); returns the distilled memories deleted."""
+        scope = dict(
+            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+        )
+        deleted = await self.store().delete_scope(**scope)
+        cached = await self.cache_store().delete_scope(**scope)
+        log.info("forgot %d distilled memor(ies) and %d cached answer(s)", deleted, cached)
+        return deleted
+
+    # ------------------------------------------------------------------ answer cache
+
+    async def cached_answer(
+        self,
+        question: str,
+        user_id: int,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> CachedAnswer | None:
+        """The cached answer (ANSWER_CACHE_ENABLED) or ``None``. Pass ``personal=True`` when
+        recall found memory of this person (``MemoryContext.personal``): nothing is served."""
+        if self.answer_cache is None:
+            return None
+        return await self.answer_cache.lookup(question, user_id, personal=personal, now=now)
+
+    async def cache_answer(
+        self,
+        question: str,
+        answer: str,
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> bool:
+        """Cache a delivered answer for this user; refused for time-dependent or personal
+        questions and when the cache is off. Returns whether it was stored."""
+        if self.answer_cache is None:
+            return False
+        return await self.answer_cache.store(
+            question, answer, user_id, group_id, personal=personal, now=now
+        )
+
+    async def preload_answer_cache(self, now: datetime | None = None) -> int:
+        """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
+        if self.answer_cache is None:
+            return 0
+        path = self.settings.config_file(
+            self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
+        )
+        return await self.answer_cache.preload(path, now)
+
+    # ------------------------------------------------------------------ upkeep
+
+    async def stats(self, now: datetime | None = None) -> DistilledStats:
+        """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
+        store = self.store()
+        cache = self.answer_cache
+        return DistilledStats(
+            counts=await store.counts(),
+            totals=await store.metric_totals(date.min),
+            extraction="开启" if self.extraction is not None else (self.extraction_off or "关闭"),
+            waiting_sessions=await store.waiting_sessions(),
+            cache_enabled=cache is not None,
+            cache_entries=await cache.entry_counts(now) if cache is not None else {},
+        )
+
+    async def reembed(self, batch_size: int) -> int:
+        """Re-embed memories and cached questions embedded by another model."""
+        done = await self.keeper.reembed(batch_size=batch_size)
+        if self.answer_cache is not None:
+            done += await self.answer_cache.reembed(batch_size=batch_size)
+        return done
+
+    async def aclose(self) -> None:
+        if self.extraction is not None:
+            await self.extraction.aclose()
+            self.extraction = None

@@ -1,0 +1,543 @@
+"""All SQL of distilled memory and extraction bookkeeping (migration 004).
+
+Rows leave as frozen dataclasses (``DistilledMemory``, ``SessionDue``). Vector search here is
+exact (``ORDER BY embedding <=> q`` over a session's or a user's rows, read through ordinary
+indexes): those sets are small, and an HNSW index would post-filter them (a filtered HNSW scan
+can return fewer than k rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from ..storage.counters import PgCounterStore
+from ..storage.pg import rows_affected
+from ..storage.scopes import scope_delete
+from .memory import DistilledKind, DistilledMemory, ExtractedMemory
+
+DISTILLED_COLUMNS = (
+    "id, kind, session_key, user_id, group_id, content, category, confidence, strength, "
+    "evidence, key_topics, sentiment, action_items, source_turn_ids, first_seen, "
+    "last_confirmed, times_mentioned, importance, access_count, last_accessed_at, valid_until, "
+    "superseded_by, created_at, embedding_model"
+)
+
+
+def _importance(base: str, accesses: str, mentions: str) -> str:
+    """The one importance formula (seed 000 §7, made idempotent): the extraction's base value,
+    raised by use (+0.02 an access, up to 10) and by repetition (+0.05 a repeat, up to 4)."""
+    return f"least(1.0, {base} + 0.02 * least({accesses}, 10) + 0.05 * least({mentions} - 1, 4))"
+
+
+# Arrays merged in first-seen order without repeats; evidence is capped at 10 items.
+_UNION_TURNS = "ARRAY(SELECT DISTINCT t FROM unnest({a} || {b}) AS t ORDER BY t)"
+_UNION_TEXT = (
+    "ARRAY(SELECT e FROM unnest({a} || {b}) WITH ORDINALITY AS x(e, n) "
+    "GROUP BY e ORDER BY min(n) LIMIT 10)"
+)
+
+# Insert, or confirm the current row with the same normalised content (exact duplicate).
+SQL_UPSERT_DISTILLED = f"""
+INSERT INTO distilled_memories AS d (
+    kind, session_key, user_id, group_id, content, content_hash, category, confidence, strength,
+    evidence, key_topics, sentiment, action_items, source_turn_ids, first_seen, last_confirmed,
+    base_importance, importance, embedding, embedding_model)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, $16, $17, $18)
+ON CONFLICT (session_key, kind, content_hash) WHERE valid_until IS NULL DO UPDATE SET
+    times_mentioned = d.times_mentioned + 1,
+    last_confirmed = greatest(d.last_confirmed, EXCLUDED.last_confirmed),
+    source_turn_ids = {_UNION_TURNS.format(a="d.source_turn_ids", b="EXCLUDED.source_turn_ids")},
+    evidence = {_UNION_TEXT.format(a="d.evidence", b="EXCLUDED.evidence")},
+    confidence = greatest(d.confidence, EXCLUDED.confidence),
+    strength = greatest(d.strength, EXCLUDED.strength),
+    base_importance = greatest(d.base_importance, EXCLUDED.base_importance),
+    importance = {
+    _importance(
+        "greatest(d.base_importance, EXCLUDED.base_importance)",
+        "d.access_count",
+        "d.times_mentioned + 1",
+    )
+},
+    updated_at = now()
+RETURNING {DISTILLED_COLUMNS}, (xmax = 0) AS inserted
+"""
+
+# Confirm a current row (a restatement or near-duplicate of it was extracted again).
+SQL_CONFIRM = f"""
+UPDATE distilled_memories SET
+    times_mentioned = times_mentioned + 1,
+    last_confirmed = greatest(last_confirmed, $2),
+    source_turn_ids = {_UNION_TURNS.format(a="source_turn_ids", b="$3::bigint[]")},
+    evidence = {_UNION_TEXT.format(a="evidence", b="$4::text[]")},
+    confidence = greatest(confidence, $5),
+    strength = greatest(strength, $6),
+    base_importance = greatest(base_importance, $7),
+    importance = {
+    _importance("greatest(base_importance, $7)", "access_count", "times_mentioned + 1")
+},
+    updated_at = now()
+WHERE id = $1 AND user_id = $8 AND valid_until IS NULL
+RETURNING {DISTILLED_COLUMNS}
+"""
+
+# The old memories stop being true when the new one was stated; only one user's rows.
+SQL_SUPERSEDE = """
+UPDATE distilled_memories SET valid_until = $2, superseded_by = $3, updated_at = now()
+WHERE id = ANY($1::bigint[]) AND id <> $3 AND user_id = $4 AND valid_until IS NULL
+"""
+
+# Rows visible to a scope: the session ($2), or every chat of the user ($3; NULL = session only).
+_SCOPE = "kind = $1 AND (session_key = $2 OR user_id = $3::bigint)"
+_CURRENT_AT = "first_seen <= $4 AND (valid_until IS NULL OR valid_until > $4)"
+
+SQL_NEAREST = f"""
+WITH candidates AS MATERIALIZED (
+    SELECT {DISTILLED_COLUMNS}, embedding FROM distilled_memories
+    WHERE {_SCOPE} AND {_CURRENT_AT} AND embedding_model = $5 AND embedding IS NOT NULL
+)
+SELECT {DISTILLED_COLUMNS}, 1 - (embedding <=> $6) AS similarity
+FROM candidates ORDER BY embedding <=> $6, id LIMIT $7
+"""
+
+SQL_BY_KIND = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories
+WHERE {_SCOPE} AND first_seen <= $4 AND ($5 OR valid_until IS NULL OR valid_until > $4)
+ORDER BY CASE WHEN $6 THEN importance END DESC NULLS LAST, last_confirmed DESC, id DESC
+LIMIT $7
+"""
+
+SQL_BY_IDS = f"SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE id = ANY($1::bigint[])"
+
+SQL_TOUCH = f"""
+UPDATE distilled_memories SET access_count = access_count + 1,
+    last_accessed_at = greatest(last_accessed_at, $2),
+    importance = {_importance("base_importance", "access_count + 1", "times_mentioned")}
+WHERE id = ANY($1::bigint[])
+"""
+
+_FORMULA = _importance("base_importance", "access_count", "times_mentioned")
+SQL_REFRESH_IMPORTANCE = f"""
+UPDATE distilled_memories SET importance = {_FORMULA}
+WHERE importance IS DISTINCT FROM {_FORMULA}
+"""
+
+# Pairs of current facts/preferences of one session closer than $2 (maintenance).
+SQL_DUPLICATE_PAIRS = """
+SELECT a.id AS keep_id, b.id AS drop_id, a.content AS keep_content, b.content AS drop_content
+FROM distilled_memories a
+JOIN distilled_memories b ON b.session_key = a.session_key AND b.kind = a.kind AND b.id > a.id
+WHERE a.kind IN ('facts', 'preferences') AND a.valid_until IS NULL AND b.valid_until IS NULL
+  AND a.embedding_model = $1 AND b.embedding_model = $1
+  AND 1 - (a.embedding <=> b.embedding) >= $2
+ORDER BY a.id, b.id
+"""
+
+SQL_MERGE_INTO = f"""
+UPDATE distilled_memories k SET
+    times_mentioned = k.times_mentioned + d.times_mentioned,
+    first_seen = least(k.first_seen, d.first_seen),
+    last_confirmed = greatest(k.last_confirmed, d.last_confirmed),
+    source_turn_ids = {_UNION_TURNS.format(a="k.source_turn_ids", b="d.source_turn_ids")},
+    evidence = {_UNION_TEXT.format(a="k.evidence", b="d.evidence")},
+    confidence = greatest(k.confidence, d.confidence),
+    strength = greatest(k.strength, d.strength),
+    base_importance = greatest(k.base_importance, d.base_importance),
+    access_count = k.access_count + d.access_count,
+    importance = {
+    _importance(
+        "greatest(k.base_importance, d.base_importance)",
+        "k.access_count + d.access_count",
+        "k.times_mentioned + d.times_mentioned",
+    )
+},
+    updated_at = now()
+FROM distilled_memories d
+WHERE k.id = $1 AND d.id = $2 AND k.valid_until IS NULL AND d.valid_until IS NULL
+"""
+SQL_REPOINT_HISTORY = "UPDATE distilled_memories SET superseded_by = $1 WHERE superseded_by = $2"
+SQL_DELETE_DISTILLED = "DELETE FROM distilled_memories WHERE id = $1"
+
+SQL_PENDING_DISTILLED_EMBEDDINGS = """
+SELECT id, kind, content, key_topics FROM distilled_memories
+WHERE embedding IS NULL ORDER BY id LIMIT $1
+"""
+SQL_DISTILLED_NEEDING_REEMBED = """
+SELECT id, kind, content, key_topics FROM distilled_memories
+WHERE id > $2 AND (embedding_model IS DISTINCT FROM $1 OR embedding IS NULL)
+ORDER BY id LIMIT $3
+"""
+SQL_SET_DISTILLED_EMBEDDING = """
+UPDATE distilled_memories SET embedding = $2, embedding_model = $3 WHERE id = $1
+"""
+
+SQL_DISTILLED_COUNTS = """
+SELECT kind, count(*) FILTER (WHERE valid_until IS NULL) AS current,
+       count(*) FILTER (WHERE valid_until IS NOT NULL) AS history
+FROM distilled_memories GROUP BY kind
+"""
+
+# ------------------------------------------------------------------ extraction bookkeeping
+
+SQL_NOTE_EXCHANGE = """
+INSERT INTO distilled_sessions (session_key, user_id, group_id, pending_turns, last_activity_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (session_key) DO UPDATE SET
+    pending_turns = distilled_sessions.pending_turns + EXCLUDED.pending_turns,
+    last_activity_at = greatest(distilled_sessions.last_activity_at, EXCLUDED.last_activity_at)
+RETURNING pending_turns
+"""
+
+SQL_DUE_SESSIONS = """
+SELECT session_key, user_id, group_id, last_turn_id, pending_turns, attempts
+FROM distilled_sessions
+WHERE pending_turns > 0 AND not_before <= $1 AND (pending_turns >= $2 OR last_activity_at <= $3)
+ORDER BY last_activity_at, session_key LIMIT $4
+"""
+
+SQL_SESSION_STATE = """
+SELECT session_key, user_id, group_id, last_turn_id, pending_turns, attempts
+FROM distilled_sessions WHERE session_key = $1
+"""
+
+# By id, not time: the watermark is an id, and a turn spooled during an outage (stored later,
+# with its original time) must still be read once. Turns already expired are skipped.
+SQL_UNDISTILLED_TURNS = """
+SELECT id, role, content, sender_name, created_at FROM dialogues
+WHERE session_key = $1 AND id > $2 AND (expires_at IS NULL OR expires_at > $3)
+ORDER BY id LIMIT $4
+"""
+
+SQL_FINISH_SESSION = """
+UPDATE distilled_sessions SET
+    last_turn_id = greatest(last_turn_id, $2),
+    pending_turns = CASE WHEN $3 THEN greatest(pending_turns, $4)
+                         ELSE greatest(pending_turns - $5, 0) END,
+    last_extracted_at = $6, attempts = 0, not_before = '-infinity'
+WHERE session_key = $1
+"""
+
+SQL_POSTPONE_SESSION = """
+UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE session_key = $1
+"""
+
+SQL_COUNT_WAITING_SESSIONS = "SELECT count(*) FROM distilled_sessions WHERE pending_turns > 0"
+
+
+def _distilled(record: asyncpg.Record) -> DistilledMemory:
+    return DistilledMemory(
+        id=record["id"],
+        kind=record["kind"],
+        session_key=record["session_key"],
+        user_id=record["user_id"],
+        group_id=record["group_id"],
+        content=record["content"],
+        category=record["category"],
+        confidence=record["confidence"],
+        strength=record["strength"],
+        evidence=tuple(record["evidence"]),
+        key_topics=tuple(record["key_topics"]),
+        sentiment=record["sentiment"],
+        action_items=tuple(record["action_items"]),
+        source_turn_ids=tuple(record["source_turn_ids"]),
+        first_seen=record["first_seen"],
+        last_confirmed=record["last_confirmed"],
+        times_mentioned=record["times_mentioned"],
+        importance=float(record["importance"]),
+        access_count=record["access_count"],
+        last_accessed_at=record["last_accessed_at"],
+        valid_until=record["valid_until"],
+        superseded_by=record["superseded_by"],
+        created_at=record["created_at"],
+        embedding_model=record["embedding_model"],
+    )
+
+
+@dataclass(frozen=True)
+class NewDistilled:
+    """A distilled row ready to insert (see ``SQL_UPSERT_DISTILLED``)."""
+
+    item: ExtractedMemory
+    session_key: str
+    user_id: int
+    group_id: int | None
+    content_hash: str
+    source_turn_ids: tuple[int, ...]
+    stated_at: datetime
+    embedding: np.ndarray | None
+    embedding_model: str | None
+
+    def values(self) -> tuple[Any, ...]:
+        item = self.item
+        return (
+            item.kind,
+            self.session_key,
+            self.user_id,
+            self.group_id,
+            item.content,
+            self.content_hash,
+            item.category,
+            item.score if item.kind == "facts" else None,
+            item.score if item.kind == "preferences" else None,
+            list(item.evidence),
+            list(item.key_topics),
+            item.sentiment,
+            list(item.action_items),
+            list(self.source_turn_ids),
+            self.stated_at,
+            item.score,
+            self.embedding,
+            self.embedding_model,
+        )
+
+
+@dataclass(frozen=True)
+class SessionDue:
+    """A session's extraction state (a row of ``distilled_sessions``)."""
+
+    session_key: str
+    user_id: int
+    group_id: int | None
+    last_turn_id: int
+    pending_turns: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class SourceTurn:
+    """A turn as the extraction reads it."""
+
+    id: int
+    role: str
+    content: str
+    sender_name: str | None
+    created_at: datetime
+
+
+def _session(record: asyncpg.Record) -> SessionDue:
+    return SessionDue(
+        record["session_key"],
+        record["user_id"],
+        record["group_id"],
+        record["last_turn_id"],
+        record["pending_turns"],
+        record["attempts"],
+    )
+
+
+class PgDistilledStore(PgCounterStore):
+    """Distilled memories, extraction bookkeeping and the daily counters they bump."""
+
+    # ---------------------------------------------------------------- writing
+
+    async def upsert(self, row: NewDistilled) -> tuple[DistilledMemory, bool]:
+        """Insert, or confirm the current row with the same content; ``(row, inserted)``."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_UPSERT_DISTILLED, *row.values())
+        assert record is not None  # INSERT … ON CONFLICT DO UPDATE always returns the row
+        return _distilled(record), bool(record["inserted"])
+
+    async def confirm(self, memory_id: int, row: NewDistilled) -> DistilledMemory | None:
+        """Count ``row`` as another mention of the current memory ``memory_id`` (of the same
+        user); ``None`` if there is no such memory."""
+        item = row.item
+        async with self._connection() as conn:
+            record = await conn.fetchrow(
+                SQL_CONFIRM,
+                memory_id,
+                row.stated_at,
+                list(row.source_turn_ids),
+                list(item.evidence),
+                item.score if item.kind == "facts" else None,
+                item.score if item.kind == "preferences" else None,
+                item.score,
+                row.user_id,
+            )
+        return _distilled(record) if record is not None else None
+
+    async def supersede(
+        self, old_ids: Sequence[int], *, new_id: int, user_id: int, at: datetime
+    ) -> int:
+        """Make ``old_ids`` history: no longer true from ``at``, replaced by ``new_id``."""
+        if not old_ids:
+            return 0
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_SUPERSEDE, list(old_ids), at, new_id, user_id)
+        return rows_affected(status)
+
+    async def touch(self, ids: Sequence[int], now: datetime) -> None:
+        """Count one use of each memory (raises its importance, see ``_importance``)."""
+        if ids:
+            async with self._connection() as conn:
+                await conn.execute(SQL_TOUCH, list(ids), now)
+
+    # ---------------------------------------------------------------- reading
+
+    async def nearest(
+        self,
+        *,
+        kind: DistilledKind,
+        session_key: str,
+        user_id: int | None,
+        now: datetime,
+        model: str,
+        vector: np.ndarray,
+        limit: int,
+    ) -> list[tuple[DistilledMemory, float]]:
+        """The current memories of a scope closest to ``vector``, with their cosine."""
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_NEAREST, kind, session_key, user_id, now, model, vector, limit
+            )
+        return [(_distilled(r), float(r["similarity"])) for r in records]
+
+    async def by_kind(
+        self,
+        *,
+        kind: DistilledKind,
+        session_key: str,
+        user_id: int | None,
+        now: datetime,
+        limit: int,
+        by_importance: bool = False,
+        include_history: bool = False,
+    ) -> list[DistilledMemory]:
+        """A scope's memories of one kind: latest confirmed first (or most important first)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_BY_KIND,
+                kind,
+                session_key,
+                user_id,
+                now,
+                include_history,
+                by_importance,
+                limit,
+            )
+        return [_distilled(r) for r in records]
+
+    async def by_ids(self, ids: Sequence[int]) -> list[DistilledMemory]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_BY_IDS, list(ids))
+        return [_distilled(r) for r in records]
+
+    # ---------------------------------------------------------------- maintenance
+
+    async def refresh_importance(self) -> int:
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_REFRESH_IMPORTANCE)
+        return rows_affected(status)
+
+    async def duplicate_pairs(
+        self, model: str, threshold: float
+    ) -> list[tuple[int, int, str, str]]:
+        """``(keep_id, drop_id, keep_content, drop_content)`` of close current pairs."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DUPLICATE_PAIRS, model, threshold)
+        return [(r["keep_id"], r["drop_id"], r["keep_content"], r["drop_content"]) for r in records]
+
+    async def merge(self, keep_id: int, drop_id: int) -> bool:
+        """Fold ``drop_id`` into ``keep_id`` (mentions, sources, evidence) and delete it."""
+        async with self._connection() as conn, conn.transaction():
+            status = await conn.execute(SQL_MERGE_INTO, keep_id, drop_id)
+            if status.split()[-1] == "0":
+                return False  # one of them was merged or superseded meanwhile
+            await conn.execute(SQL_REPOINT_HISTORY, keep_id, drop_id)
+            await conn.execute(SQL_DELETE_DISTILLED, drop_id)
+        return True
+
+    async def pending_embeddings(self, limit: int) -> list[tuple[int, str, str, list[str]]]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_PENDING_DISTILLED_EMBEDDINGS, limit)
+        return [(r["id"], r["kind"], r["content"], list(r["key_topics"])) for r in records]
+
+    async def rows_needing_reembed(
+        self, model: str, after_id: int, limit: int
+    ) -> list[tuple[int, str, str, list[str]]]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DISTILLED_NEEDING_REEMBED, model, after_id, limit)
+        return [(r["id"], r["kind"], r["content"], list(r["key_topics"])) for r in records]
+
+    async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(
+                SQL_SET_DISTILLED_EMBEDDING,
+                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
+            )
+
+    async def delete_scope(self, **scope: Any) -> int:
+        """Delete a /forget scope's distilled memories and extraction bookkeeping."""
+        memories, args = scope_delete("distilled_memories", **scope)
+        sessions, _ = scope_delete("distilled_sessions", **scope)
+        async with self._connection() as conn, conn.transaction():
+            status = await conn.execute(memories, *args)
+            await conn.execute(sessions, *args)
+        return rows_affected(status)
+
+    async def counts(self) -> dict[str, tuple[int, int]]:
+        """``{kind: (current, history)}``."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DISTILLED_COUNTS)
+        return {r["kind"]: (r["current"], r["history"]) for r in records}
+
+    # ---------------------------------------------------------------- extraction bookkeeping
+
+    async def note_exchange(
+        self, session_key: str, user_id: int, group_id: int | None, now: datetime, turns: int = 1
+    ) -> int:
+        """Count ``turns`` new exchanges of a session; returns how many wait for extraction."""
+        async with self._connection() as conn:
+            return int(
+                await conn.fetchval(SQL_NOTE_EXCHANGE, session_key, user_id, group_id, turns, now)
+            )
+
+    async def due_sessions(
+        self, *, now: datetime, every: int, idle_before: datetime, limit: int
+    ) -> list[SessionDue]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DUE_SESSIONS, now, every, idle_before, limit)
+        return [_session(r) for r in records]
+
+    async def session_state(self, session_key: str) -> SessionDue | None:
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_SESSION_STATE, session_key)
+        return _session(record) if record is not None else None
+
+    async def undistilled_turns(
+        self, session_key: str, after_id: int, now: datetime, limit: int
+    ) -> list[SourceTurn]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_UNDISTILLED_TURNS, session_key, after_id, now, limit)
+        return [
+            SourceTurn(r["id"], r["role"], r["content"], r["sender_name"], r["created_at"])
+            for r in records
+        ]
+
+    async def finish_session(
+        self,
+        session_key: str,
+        *,
+        last_turn_id: int,
+        taken: int,
+        more: bool,
+        every: int,
+        now: datetime,
+    ) -> None:
+        """Move the watermark; ``more``: turns remain beyond it, so the session stays due."""
+        async with self._connection() as conn:
+            await conn.execute(
+                SQL_FINISH_SESSION, session_key, last_turn_id, more, every, taken, now
+            )
+
+    async def postpone_session(self, session_key: str, not_before: datetime) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_POSTPONE_SESSION, session_key, not_before)
+
+    async def waiting_sessions(self) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_WAITING_SESSIONS))

@@ -1,0 +1,111 @@
+"""All SQL of the evaluation queue (migration 002), behind ``PgEvaluationStore``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from ..storage.counters import SQL_BUMP_METRIC, PgCounterStore
+from ..storage.pg import rows_affected
+
+SQL_ENQUEUE_EVALUATION = """
+INSERT INTO evaluation_queue (assistant_turn_id, user_turn_id) VALUES ($1, $2)
+ON CONFLICT (assistant_turn_id) DO NOTHING
+"""
+
+SQL_DUE_EVALUATIONS = """
+SELECT q.assistant_turn_id, q.user_turn_id, q.attempts,
+       u.content AS user_text, a.content AS assistant_text, a.created_at
+FROM evaluation_queue q
+JOIN dialogues u ON u.id = q.user_turn_id
+JOIN dialogues a ON a.id = q.assistant_turn_id
+WHERE q.not_before <= $1
+ORDER BY q.enqueued_at, q.assistant_turn_id
+LIMIT $2
+"""
+
+SQL_COUNT_EVALUATIONS = "SELECT count(*) FROM evaluation_queue"
+
+SQL_SET_SCORE = """
+UPDATE dialogues SET score = $3, expires_at = $4 WHERE id = $1 OR id = $2
+"""
+
+SQL_DEQUEUE_EVALUATION = "DELETE FROM evaluation_queue WHERE assistant_turn_id = $1"
+
+SQL_POSTPONE_EVALUATION = """
+UPDATE evaluation_queue SET attempts = attempts + 1, not_before = $2 WHERE assistant_turn_id = $1
+"""
+
+SQL_PURGE_BATCH = """
+DELETE FROM dialogues WHERE id IN (
+    SELECT id FROM dialogues WHERE expires_at IS NOT NULL AND expires_at <= $1
+    ORDER BY expires_at LIMIT $2
+)
+"""
+
+
+@dataclass(frozen=True)
+class PendingEvaluation:
+    assistant_turn_id: int
+    user_turn_id: int
+    attempts: int
+    user_text: str
+    assistant_text: str
+    created_at: datetime
+
+
+class PgEvaluationStore(PgCounterStore):
+    """The evaluation queue, score/expiry updates of evaluated turns, and the purge."""
+
+    async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_ENQUEUE_EVALUATION, assistant_turn_id, user_turn_id)
+
+    async def due(self, now: datetime, limit: int) -> list[PendingEvaluation]:
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DUE_EVALUATIONS, now, limit)
+        return [
+            PendingEvaluation(
+                r["assistant_turn_id"],
+                r["user_turn_id"],
+                r["attempts"],
+                r["user_text"],
+                r["assistant_text"],
+                r["created_at"],
+            )
+            for r in records
+        ]
+
+    async def pending_count(self) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_EVALUATIONS))
+
+    async def finish(
+        self,
+        item: PendingEvaluation,
+        *,
+        score: int | None,
+        expires_at: datetime | None,
+        metrics: dict[str, int],
+        day: date,
+    ) -> None:
+        """Record the outcome (score and expiry of both turns, or none) and count it."""
+        async with self._connection() as conn, conn.transaction():
+            if score is not None:
+                await conn.execute(
+                    SQL_SET_SCORE, item.user_turn_id, item.assistant_turn_id, score, expires_at
+                )
+            await conn.execute(SQL_DEQUEUE_EVALUATION, item.assistant_turn_id)
+            await conn.executemany(
+                SQL_BUMP_METRIC, [(day, name, value) for name, value in metrics.items()]
+            )
+
+    async def postpone(self, item: PendingEvaluation, not_before: datetime) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_POSTPONE_EVALUATION, item.assistant_turn_id, not_before)
+
+    async def purge_batch(self, now: datetime, limit: int) -> int:
+        """Delete up to ``limit`` expired rows in one short transaction."""
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_PURGE_BATCH, now, limit)
+        return rows_affected(status)

@@ -1,0 +1,132 @@
+"""Scores finished exchanges in the background and sets how long they are kept.
+
+The queue lives in the database (``evaluation_queue``), so exchanges waiting at a shutdown or a
+crash are scored after the restart. Nothing here runs on the reply path: the chat flow only
+enqueues. A backlog is scored several exchanges per model call; concurrency is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+from ..background import RoundLoop
+from ..errors import LLMError
+from .evaluator import Evaluator, Exchange
+from .retention import RetentionPolicy
+from .store import PendingEvaluation, PgEvaluationStore
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+RETRY_DELAY = timedelta(minutes=1)
+IDLE_INTERVAL = 60.0
+
+# Names of the daily counters (table memory_daily_stats).
+EVALUATED = "evaluation_ok"
+FAILED = "evaluation_failed"
+NOT_KEPT = "not_kept"
+PURGED = "purged"
+
+
+def band_metric(name: str) -> str:
+    return f"band_{name}"
+
+
+class EvaluationWorker:
+    def __init__(
+        self,
+        *,
+        store: Callable[[], PgEvaluationStore],
+        evaluator: Evaluator,
+        policy: RetentionPolicy,
+        tz: ZoneInfo,
+        concurrency: int,
+        batch_size: int,
+    ) -> None:
+        self._store = store
+        self.evaluator = evaluator
+        self.policy = policy
+        self._tz = tz
+        self._batch_size = batch_size
+        self._concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency)
+        self._rounds = RoundLoop(self.run_once, interval=IDLE_INTERVAL, name="memory evaluation")
+        self._round_lock = asyncio.Lock()
+
+    def start(self) -> None:
+        self._rounds.start()
+
+    async def aclose(self) -> None:
+        await self._rounds.stop()
+        await self.evaluator.aclose()
+
+    async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
+        """Durably queue one exchange and wake the worker; returns at once."""
+        await self._store().enqueue(user_turn_id, assistant_turn_id)
+        self._rounds.wake()
+
+    async def run_once(self, now: datetime | None = None) -> int:
+        """Score every exchange that is due; returns how many were settled (scored or failed)."""
+        async with self._round_lock:
+            settled = 0
+            while True:
+                moment = now or datetime.now(timezone.utc)
+                due = await self._store().due(moment, self._batch_size * self._concurrency)
+                if not due:
+                    return settled
+                # One exchange a call when there is no backlog, batches when there is.
+                size = 1 if len(due) <= self._concurrency else self._batch_size
+                chunks = [due[i : i + size] for i in range(0, len(due), size)]
+                results = await asyncio.gather(*(self._settle(c, moment) for c in chunks))
+                settled += sum(results)
+                if sum(results) == 0:
+                    return settled  # everything was postponed; try again later
+
+    async def _settle(self, chunk: Sequence[PendingEvaluation], now: datetime) -> int:
+        async with self._slots:
+            exchanges = [Exchange(item.user_text, item.assistant_text) for item in chunk]
+            try:
+                scores = await self.evaluator.score(exchanges)
+            except LLMError as exc:
+                return await self._failed_call(chunk, now, exc)
+        store = self._store()
+        day = now.astimezone(self._tz).date()
+        scores = (list(scores) + [None] * len(chunk))[: len(chunk)]  # a short answer is a failure
+        for item, score in zip(chunk, scores, strict=True):
+            if score is None:
+                log.warning("evaluation unreadable; exchange kept without a score")
+                await store.finish(item, score=None, expires_at=None, metrics={FAILED: 1}, day=day)
+                continue
+            band = self.policy.band_for(score)
+            expires_at = self.policy.expires_at(score, item.created_at)
+            metrics = {EVALUATED: 1, band_metric(band.name): 1}
+            if not band.kept:
+                metrics[NOT_KEPT] = 1
+            await store.finish(item, score=score, expires_at=expires_at, metrics=metrics, day=day)
+            log.info("memory evaluation: %d -> %s", score, band.name)
+        return len(chunk)
+
+    async def _failed_call(
+        self, chunk: Sequence[PendingEvaluation], now: datetime, exc: Exception
+    ) -> int:
+        store = self._store()
+        day = now.astimezone(self._tz).date()
+        settled = 0
+        for item in chunk:
+            if item.attempts + 1 >= MAX_ATTEMPTS:
+                # The seed's fallback: keep the exchange without a score, and count it.
+                await store.finish(item, score=None, expires_at=None, metrics={FAILED: 1}, day=day)
+                settled += 1
+            else:
+                await store.postpone(item, now + RETRY_DELAY * (item.attempts + 1))
+        log.warning(
+            "evaluator failed for %d exchange(s) (%d given up, kept unscored): %s",
+            len(chunk),
+            settled,
+            exc,
+        )
+        return settled

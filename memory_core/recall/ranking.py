@@ -1,0 +1,207 @@
+"""Ranking anchors and assembling their windows; pure functions, no I/O."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..models import MemoryTurn, RecallResult, RecallWindow
+from ..storage.dialogue_store import AnchorCandidate
+
+# Near-identical turns this close together count as one burst (see ``diversify``).
+BURST_GAP = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class DecayPolicy:
+    """Older turns weigh less: full weight up to ``after_days``, then an exponential fall with
+    ``half_life_days`` towards ``min_weight`` (the weight multiplies the cosine similarity)."""
+
+    after_days: float = 7.0
+    half_life_days: float = 30.0
+    min_weight: float = 0.97
+
+    def weight(self, age_days: float) -> float:
+        excess = age_days - self.after_days
+        if excess <= 0:
+            return 1.0
+        return self.min_weight + (1.0 - self.min_weight) * math.pow(
+            0.5, excess / self.half_life_days
+        )
+
+
+@dataclass(frozen=True)
+class RankedAnchor:
+    candidate: AnchorCandidate
+    score: float
+
+
+def rank_anchors(
+    candidates: Sequence[AnchorCandidate],
+    *,
+    now: datetime,
+    decay: DecayPolicy,
+    top_n: int,
+    similarity_floor: float | None = None,
+) -> list[RankedAnchor]:
+    """Apply the similarity floor and time decay, keep the best ``top_n`` (best first)."""
+    ranked = []
+    for candidate in candidates:
+        if similarity_floor is not None and candidate.similarity < similarity_floor:
+            continue
+        age_days = max(0.0, (now - candidate.created_at).total_seconds() / 86400)
+        ranked.append(RankedAnchor(candidate, candidate.similarity * decay.weight(age_days)))
+    ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
+    return ranked[:top_n]
+
+
+def assemble_windows(
+    query: str,
+    anchors: Sequence[RankedAnchor],
+    window_rows: Sequence[tuple[int, MemoryTurn]],
+) -> RecallResult:
+    """Group window rows by anchor, merge windows that share a turn, order everything.
+
+    Windows come out in rank order (a merged window takes its best anchor's place and score);
+    ``turns`` is every distinct turn in time order.
+    """
+    turns_by_anchor: dict[int, dict[int, MemoryTurn]] = {a.candidate.id: {} for a in anchors}
+    for anchor_id, turn in window_rows:
+        turns_by_anchor.setdefault(anchor_id, {})[turn.id] = turn
+
+    merged: list[tuple[RankedAnchor, dict[int, MemoryTurn]]] = []
+    for anchor in anchors:  # best first, so a merged group keeps its best anchor
+        turns = dict(turns_by_anchor.get(anchor.candidate.id, {}))
+        overlapping = [group for group in merged if group[1].keys() & turns.keys()]
+        if not overlapping:
+            merged.append((anchor, turns))
+            continue
+        keeper = overlapping[0]
+        for other in overlapping[1:]:
+            keeper[1].update(other[1])
+            merged.remove(other)
+        keeper[1].update(turns)
+
+    def time_order(turn: MemoryTurn) -> tuple[datetime, int]:
+        return (turn.created_at, turn.id)
+
+    windows = tuple(
+        RecallWindow(
+            anchor_id=anchor.candidate.id,
+            score=anchor.score,
+            similarity=anchor.candidate.similarity,
+            turns=tuple(sorted(turns.values(), key=time_order)),
+        )
+        for anchor, turns in merged
+    )
+    every_turn = {turn.id: turn for window in windows for turn in window.turns}
+    return RecallResult(
+        query=query, windows=windows, turns=tuple(sorted(every_turn.values(), key=time_order))
+    )
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One ranked candidate list (best first) and its weight in the fusion."""
+
+    name: str
+    candidates: Sequence[AnchorCandidate]
+    weight: float = 1.0
+    # Optional per-candidate strength in [0, 1] (e.g. how much of the query a keyword hit
+    # matches): scales that candidate's contribution, so a channel that only matched filler
+    # words cannot outvote the others.
+    strengths: Mapping[int, float] | None = None
+
+
+def decayed_order(
+    candidates: Sequence[AnchorCandidate],
+    scores: Sequence[float],
+    *,
+    now: datetime,
+    decay: DecayPolicy,
+) -> list[AnchorCandidate]:
+    """One channel's candidates ordered by its own score times the time-decay weight.
+
+    Decay acts inside each channel, on the channel's score, as in vector-only recall: applied
+    after fusion it would swamp the fused score (one rank apart is ~1.6% in RRF, while the
+    decay weight goes down to ``min_weight``)."""
+
+    def key(pair: tuple[AnchorCandidate, float]) -> tuple[float, float, int]:
+        candidate, value = pair
+        age_days = max(0.0, (now - candidate.created_at).total_seconds() / 86400)
+        weighted = value * decay.weight(age_days)
+        return (-weighted, -candidate.created_at.timestamp(), -candidate.id)
+
+    return [candidate for candidate, _ in sorted(zip(candidates, scores, strict=True), key=key)]
+
+
+def fuse_channels(
+    channels: Sequence[Channel],
+    *,
+    rrf_k: float = 60.0,
+    within: tuple[datetime, datetime] | None = None,
+) -> list[RankedAnchor]:
+    """Reciprocal rank fusion of ranked channels, best first (ties: the more recent first).
+
+    A turn found by several channels adds up ``weight / (rrf_k + rank)`` from each. With
+    ``within=(start, end)`` only turns inside that range are kept (a pure time question).
+    """
+    scores: dict[int, float] = {}
+    best: dict[int, AnchorCandidate] = {}
+    for channel in channels:
+        for rank, candidate in enumerate(channel.candidates, start=1):
+            if within is not None and not within[0] <= candidate.created_at < within[1]:
+                continue
+            strength = 1.0 if channel.strengths is None else channel.strengths[candidate.id]
+            share = channel.weight * strength / (rrf_k + rank)
+            scores[candidate.id] = scores.get(candidate.id, 0.0) + share
+            known = best.get(candidate.id)
+            if known is None or candidate.similarity > known.similarity:
+                best[candidate.id] = candidate
+    ranked = [RankedAnchor(best[turn_id], score) for turn_id, score in scores.items()]
+    ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
+    return ranked
+
+
+def near_duplicate(a: Collection[str], b: Collection[str], threshold: float = 0.5) -> bool:
+    """Two turns say nearly the same thing: their search terms overlap by ``threshold``
+    (Jaccard), or both have none (emoji, stickers) and so cannot be told apart."""
+    if not a and not b:
+        return True
+    union = len(set(a) | set(b))
+    return union > 0 and len(set(a) & set(b)) / union >= threshold
+
+
+def diversify(
+    ranked: Sequence[RankedAnchor],
+    neighbours: Mapping[int, Collection[int]],
+    terms: Mapping[int, Collection[str]],
+    top_n: int,
+    burst_gap: timedelta = BURST_GAP,
+) -> list[RankedAnchor]:
+    """Pick ``top_n`` anchors, passing over a near-duplicate of an already picked anchor that
+    lies inside its window or within ``burst_gap`` of it (``neighbours[id]``: the turn ids of
+    an anchor's window; ``terms[id]``: a turn's search terms), so one burst of near-identical
+    turns cannot take every anchor. Passed-over anchors fill up, in rank order, only when
+    nothing else is left."""
+    chosen: list[RankedAnchor] = []
+    passed: list[RankedAnchor] = []
+    for anchor in ranked:
+        if len(chosen) == top_n:
+            break
+        turn_id = anchor.candidate.id
+        mine = terms.get(turn_id, ())
+        if any(
+            (
+                turn_id in neighbours.get(other.candidate.id, ())
+                or abs(anchor.candidate.created_at - other.candidate.created_at) <= burst_gap
+            )
+            and near_duplicate(mine, terms.get(other.candidate.id, ()))
+            for other in chosen
+        ):
+            passed.append(anchor)
+            continue
+        chosen.append(anchor)
+    return chosen + passed[: top_n - len(chosen)]

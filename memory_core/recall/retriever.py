@@ -1,0 +1,241 @@
+"""Session-scoped recall: vector and keyword channels, time ranges, fusion, diverse anchors,
+windows. ``TemporalMemory.recall`` delegates here; ranking maths lives in ``recall.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from ..errors import EmbeddingError
+from ..lang.keywords import document_terms, query_terms, required_phrases
+from ..lang.text import scrub
+from ..lang.timerange import analyse_query
+from ..models import RecallResult, Role, generate_session_key
+from ..providers.embedding import Embedder
+from ..settings import MemorySettings, RetrievalMode
+from ..storage.dialogue_store import AnchorCandidate, AnchorFilters, PgDialogueStore
+from ..storage.vector_index import VectorIndex
+from .ranking import (
+    Channel,
+    DecayPolicy,
+    RankedAnchor,
+    assemble_windows,
+    decayed_order,
+    diversify,
+    fuse_channels,
+    rank_anchors,
+)
+
+log = logging.getLogger(__name__)
+
+CANDIDATES_PER_ANCHOR = 4
+MIN_CANDIDATES = 20
+# Diversity looks at this many fused candidates per anchor wanted.
+DIVERSITY_POOL_PER_ANCHOR = 3
+_NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
+
+
+class Retriever:
+    """Finds a session's anchors and their windows; holds no connection of its own."""
+
+    def __init__(
+        self, *, settings: MemorySettings, embedder: Embedder, vector_index: VectorIndex
+    ) -> None:
+        self.settings = settings
+        self.vector_index = vector_index
+        self.tz = settings.tz
+        self.embedder = embedder
+        self.embedding_model = embedder.model
+        self.embedding_dim = embedder.dim
+        self._decay = DecayPolicy(
+            after_days=settings.memory_decay_after_days,
+            half_life_days=settings.memory_decay_half_life_days,
+            min_weight=settings.memory_decay_min_weight,
+        )
+
+    async def recall(
+        self,
+        store: PgDialogueStore,
+        user_id: int,
+        query: str,
+        group_id: int | None = None,
+        *,
+        top_n: int | None = None,
+        window_size: int | None = None,
+        now: datetime | None = None,
+        roles: Sequence[Role] | None = None,
+        keywords: Sequence[str] | None = None,
+        mode: RetrievalMode | None = None,
+        time_aware: bool | None = None,
+    ) -> RecallResult:
+        """Top-N anchors of this session by meaning, keywords and time, each widened by
+        ±window turns.
+
+        Only this session's live turns (not expired, not after ``now``) are considered.
+        ``mode`` (default: the setting) picks the channels: ``vector`` (meaning), ``keyword``
+        (terms, see ``memory_core.lang.keywords``) or ``hybrid`` (both, reciprocal rank fusion).
+        A time expression in the query (昨天, 上周三, 刚才…, see ``memory_core.lang.timerange``)
+        adds that range's turns as candidates, or keeps only them when the query asks nothing
+        else; ``time_aware=False`` ignores it. ``roles`` limits anchors to those roles and
+        ``keywords`` to turns containing every one of them (windows stay whole).
+        If the query cannot be embedded, hybrid recall falls back to keywords and vector
+        recall returns nothing (logged); it is never an error.
+        """
+        now = now or datetime.now(timezone.utc)
+        top_n = self.settings.memory_top_n if top_n is None else top_n
+        window = self.settings.memory_window_size if window_size is None else window_size
+        query = scrub(query) if isinstance(query, str) else ""
+        if top_n <= 0 or not query.strip():
+            return RecallResult(query=query)
+        session_key = generate_session_key(user_id, group_id)
+        mode = mode or self.settings.memory_retrieval_mode
+        if time_aware is None:
+            time_aware = self.settings.memory_time_understanding
+        when = analyse_query(query, now, self.tz) if time_aware else None
+        # The time expression has done its work once it is a range; the rest is the topic.
+        text = when.rest if when is not None and when.rest.strip() else query
+        filters = AnchorFilters(
+            roles=tuple(roles) if roles else None,
+            phrases=tuple(required_phrases(keywords)) if keywords else None,
+        )
+        # The query's embedding and the session's size are independent: fetch both at once.
+        embedded, size = await asyncio.gather(
+            self._embed_for_recall(text, mode), store.session_size(session_key)
+        )
+        if embedded is _NO_VECTOR:
+            return RecallResult(query=query)
+        vector = embedded if isinstance(embedded, np.ndarray) else None
+        limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
+        search: dict[str, Any] = dict(
+            session_key=session_key, model=self.embedding_model, now=now, limit=limit
+        )
+        searches: dict[str, Awaitable[list[Any]]] = {}
+        if vector is not None:
+            searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
+        if mode != "vector":
+            searches["keyword"] = store.keyword_candidates(
+                terms=query_terms(text),
+                session_rows=size,
+                query_vector=vector,
+                filters=filters,
+                **search,
+            )
+        within = None
+        if when is not None:
+            in_range = dataclasses.replace(filters, start=when.range.start, end=when.range.end)
+            if when.range.recent or vector is None:  # newest first
+                searches["time"] = store.latest_candidates(
+                    query_vector=vector, filters=in_range, **search
+                )
+            else:  # by meaning, inside the range (exact: the range bounds the rows read)
+                searches["time"] = store.anchor_candidates(
+                    query_vector=vector, filters=in_range, **search
+                )
+            if when.time_only:
+                within = (when.range.start, when.range.end)
+        found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
+        channels: list[Channel] = []
+        if "vector" in found:
+            floor = self.settings.memory_similarity_floor
+            near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
+            ordered = decayed_order(near, [c.similarity for c in near], now=now, decay=self._decay)
+            channels.append(Channel("vector", ordered))
+        if "keyword" in found:
+            hits = found["keyword"]
+            keyed = decayed_order(
+                [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
+                [h.score for h in hits],
+                now=now,
+                decay=self._decay,
+            )
+            # Beside the vector list, a hit counts in proportion to how much of the query it
+            # matches: a keyword list that only matched filler words ("最近") must not outvote
+            # it. Alone (keyword mode), the keyword ranking stands as it is.
+            strengths = {h.id: h.coverage for h in hits} if vector is not None else None
+            channels.append(
+                Channel("keyword", keyed, self.settings.memory_keyword_weight, strengths)
+            )
+        if "time" in found:
+            channels.append(Channel("time", found["time"], self.settings.memory_time_weight))
+        if [c.name for c in channels] == ["vector"]:
+            # Vector only: similarity times decay, as before fusion existed.
+            ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
+        else:
+            ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
+        result = await self._assemble(store, session_key, query, ranked, top_n, window, now)
+        return dataclasses.replace(result, search_text=text)
+
+    async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
+        """The query vector; None to go on without it (keyword mode, or hybrid falling back
+        to keywords); ``_NO_VECTOR`` when vector recall cannot proceed."""
+        if mode == "keyword":
+            return None
+        try:
+            return await self.embedder.embed_query(text)
+        except EmbeddingError as exc:
+            if mode == "vector":
+                log.warning("query could not be embedded, recalling nothing: %s", exc)
+                return _NO_VECTOR
+            log.warning("query could not be embedded, recalling by keywords only: %s", exc)
+            return None
+
+    async def _assemble(
+        self,
+        store: PgDialogueStore,
+        session_key: str,
+        query: str,
+        ranked: Sequence[RankedAnchor],
+        top_n: int,
+        window: int,
+        now: datetime,
+    ) -> RecallResult:
+        """Choose the anchors (diverse unless disabled) and read their windows."""
+        diverse = self.settings.memory_anchor_diversity
+        pool = list(ranked[: top_n * DIVERSITY_POOL_PER_ANCHOR] if diverse else ranked[:top_n])
+        # Diversity needs each candidate's neighbours, even when no window is returned.
+        reach = max(window, 1) if diverse else window
+        rows = await store.windows(
+            session_key=session_key,
+            anchors=[a.candidate for a in pool],
+            window_size=reach,
+            now=now,
+        )
+        if not diverse:
+            return assemble_windows(query, pool, rows)
+        neighbours: dict[int, set[int]] = {}
+        contents: dict[int, str] = {}
+        for anchor_id, turn in rows:
+            neighbours.setdefault(anchor_id, set()).add(turn.id)
+            contents[turn.id] = turn.content
+        terms = {a.candidate.id: document_terms(contents.get(a.candidate.id, "")) for a in pool}
+        anchors = diversify(pool, neighbours, terms, top_n)
+        chosen = {a.candidate.id for a in anchors}
+        kept = [(a, t) for a, t in rows if a in chosen and (window > 0 or t.id == a)]
+        return assemble_windows(query, anchors, kept)
+
+    async def _anchor_candidates(
+        self,
+        store: PgDialogueStore,
+        vector: np.ndarray,
+        filters: AnchorFilters,
+        session_rows: int,
+        **search: Any,
+    ) -> list[AnchorCandidate]:
+        session_key = search["session_key"]
+        if not self.vector_index.serves(session_key, session_rows):
+            if session_rows > self.settings.memory_exact_search_max_rows:
+                self.vector_index.request(store, session_key)  # exact until it is built
+            return await store.anchor_candidates(query_vector=vector, filters=filters, **search)
+        found = await store.anchor_candidates(
+            query_vector=vector, filters=filters, index_dim=self.embedding_dim, **search
+        )
+        if len(found) < search["limit"]:
+            # The index scan may stop early (pgvector's scan limits); exact search is complete.
+            found = await store.anchor_candidates(query_vector=vector, filters=filters, **search)
+        return found

@@ -1,0 +1,22 @@
+"""Where the files shipped with the core are: migrations and the operator-editable defaults.
+
+In this repository they are the top-level ``migrations/`` and ``config/`` folders; the package
+build maps them to ``memory_core.migrations`` and ``memory_core.defaults`` (see
+``pyproject.toml``), so an installed wheel finds them the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+
+def _package_dir(name: str) -> Path:
+    module = importlib.import_module(name)
+    if module.__file__ is None:
+        raise RuntimeError(f"{name} is not a folder on disk")
+    return Path(module.__file__).resolve().parent
+
+
+MIGRATIONS_DIR = _package_dir("memory_core.migrations")
+DEFAULTS_DIR = _package_dir("memory_core.defaults")

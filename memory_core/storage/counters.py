@@ -1,0 +1,40 @@
+"""The daily counters (``memory_daily_stats``): features bump them, ``/memstat`` reads them."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from .pg import PgStore
+
+SQL_BUMP_METRIC = """
+INSERT INTO memory_daily_stats (day, metric, value) VALUES ($1, $2, $3)
+ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + EXCLUDED.value
+"""
+
+SQL_METRIC_TOTALS = """
+SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats WHERE day >= $1 GROUP BY metric
+"""
+
+SQL_METRIC_BY_DAY = """
+SELECT day, value FROM memory_daily_stats WHERE metric = $1 AND day >= $2 ORDER BY day
+"""
+
+
+class PgCounterStore(PgStore):
+    """A store that also bumps and reads the daily counters."""
+
+    async def bump(self, day: date, metrics: dict[str, int]) -> None:
+        values = [(day, name, value) for name, value in metrics.items() if value]
+        if values:
+            async with self._connection() as conn:
+                await conn.executemany(SQL_BUMP_METRIC, values)
+
+    async def metric_totals(self, since: date) -> dict[str, int]:
+        async with self._connection() as conn:
+            return {r["metric"]: r["value"] for r in await conn.fetch(SQL_METRIC_TOTALS, since)}
+
+    async def metric_by_day(self, metric: str, since: date) -> list[tuple[date, int]]:
+        async with self._connection() as conn:
+            return [
+                (r["day"], r["value"]) for r in await conn.fetch(SQL_METRIC_BY_DAY, metric, since)
+            ]

