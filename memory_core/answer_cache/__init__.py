@@ -1,0 +1,1 @@
+"""The optional semantic answer cache: lookup by exact and near question, and its table."""

@@ -1,0 +1,1 @@
+"""Distilled memory: facts, preferences and summaries extracted from dialogue, kept and recalled."""

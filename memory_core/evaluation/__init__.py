@@ -1,0 +1,1 @@
+"""Scoring finished exchanges, the retention bands they fall in, the queue and the purge."""

@@ -1,0 +1,1 @@
+"""Language helpers: text clean-up, keyword terms, time ranges in queries, time stamps, tokens."""

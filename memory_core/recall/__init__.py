@@ -1,0 +1,1 @@
+"""Recall of dialogue turns: the retriever (vector, keyword, time channels, fusion) and ranking."""

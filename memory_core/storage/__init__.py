@@ -1,0 +1,1 @@
+"""PostgreSQL: the database and its migrations, the dialogue store, vector indexes, the spool."""
