@@ -8,6 +8,7 @@ can validate ``.env.prod`` + environment into it. The core itself never reads ``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -24,6 +25,24 @@ LOCAL_EMBEDDING_DIM = 384
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """Where one model is served: an OpenAI-compatible base URL, key, model name and timeout.
+
+    ``setting_prefix`` names the keys the URL came from (``LLM`` or ``EVALUATOR`` …), for errors.
+    """
+
+    setting_prefix: str
+    base_url: str
+    api_key: SecretStr | None
+    model: str
+    timeout: float
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.model) and bool(self.base_url)
 
 
 class MemorySettings(BaseModel):
@@ -77,6 +96,7 @@ class MemorySettings(BaseModel):
     llm_model: str = ""
     llm_timeout: float = Field(default=60.0, gt=0)
     llm_max_retries: int = Field(default=2, ge=0, le=10)
+    llm_reply_deadline: float = Field(default=25.0, gt=0)
     llm_max_reply_tokens: int = Field(default=1024, ge=1)
     llm_temperature: float = Field(default=0.7, ge=0, le=2)
 
@@ -179,19 +199,52 @@ class MemorySettings(BaseModel):
         return LOCAL_EMBEDDING_DIM if self.embedding_provider == "local" else 1024
 
     @property
-    def llm_configured(self) -> bool:
-        return bool(self.llm_model) and bool(self.llm_base_url)
-
-    @property
-    def evaluator_llm_configured(self) -> bool:
-        return bool(self.evaluator_model or self.llm_model) and bool(
-            self.evaluator_base_url or self.llm_base_url
+    def chat_endpoint(self) -> ModelEndpoint:
+        """The chat model (``LLM_*``)."""
+        return ModelEndpoint(
+            "LLM", self.llm_base_url, self.llm_api_key, self.llm_model, self.llm_timeout
         )
 
     @property
-    def extraction_llm_configured(self) -> bool:
-        return bool(self.extraction_model or self.llm_model) and bool(
-            self.extraction_base_url or self.llm_base_url
+    def evaluator_endpoint(self) -> ModelEndpoint:
+        """The evaluator's model: ``EVALUATOR_*``, each empty key falling back to ``LLM_*``."""
+        return self._endpoint_over_chat(
+            "EVALUATOR",
+            self.evaluator_base_url,
+            self.evaluator_api_key,
+            self.evaluator_model,
+            self.evaluator_timeout,
+        )
+
+    @property
+    def extraction_endpoint(self) -> ModelEndpoint:
+        """The extractor's model: ``EXTRACTION_*``, each empty key falling back to ``LLM_*``."""
+        return self._endpoint_over_chat(
+            "EXTRACTION",
+            self.extraction_base_url,
+            self.extraction_api_key,
+            self.extraction_model,
+            self.extraction_timeout,
+        )
+
+    @property
+    def llm_configured(self) -> bool:
+        return self.chat_endpoint.configured
+
+    def _endpoint_over_chat(
+        self,
+        prefix: str,
+        base_url: str,
+        api_key: SecretStr | None,
+        model: str,
+        timeout: float,
+    ) -> ModelEndpoint:
+        return ModelEndpoint(
+            prefix if base_url else "LLM",
+            base_url or self.llm_base_url,
+            api_key or self.llm_api_key,
+            model or self.llm_model,
+            timeout,
         )
 
     def config_file(self, configured: Path | None, default_name: str) -> Path:

@@ -411,18 +411,14 @@ class Extractor:
 def build_extractor(settings: MemorySettings, tz: ZoneInfo) -> Extractor | None:
     """The extractor over the EXTRACTION_* model (falling back to LLM_*); ``None`` when
     extraction is disabled or no model is configured."""
-    if not settings.extraction_enabled or not settings.extraction_llm_configured:
+    if not settings.extraction_enabled or not settings.extraction_endpoint.configured:
         return None
     templates = load_templates(settings)
     model = build_openai_model(
-        base_url=settings.extraction_base_url or settings.llm_base_url,
-        api_key=settings.extraction_api_key or settings.llm_api_key,
-        model=settings.extraction_model or settings.llm_model,
-        timeout=settings.extraction_timeout,
+        settings.extraction_endpoint,
         max_retries=1,
         max_tokens=EXTRACTION_MAX_TOKENS,
         temperature=0.0,
-        setting_prefix="EXTRACTION" if settings.extraction_base_url else "LLM",
     )
     return Extractor(model=model, templates=templates, tz=tz)
 
@@ -431,6 +427,6 @@ def extraction_off_reason(settings: MemorySettings) -> str | None:
     """Why extraction is off (for the one log line at start-up and /memstat), or ``None``."""
     if not settings.extraction_enabled:
         return "已关闭（EXTRACTION_ENABLED=false）"
-    if not settings.extraction_llm_configured:
+    if not settings.extraction_endpoint.configured:
         return "未配置模型（EXTRACTION_MODEL / LLM_MODEL 为空）"
     return None

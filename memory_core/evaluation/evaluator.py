@@ -187,7 +187,7 @@ def build_evaluator(settings: MemorySettings) -> Evaluator | None:
     """The LLM evaluator when a model is configured, else the heuristic; None if disabled."""
     if not settings.evaluator_enabled:
         return None
-    if not settings.evaluator_llm_configured:
+    if not settings.evaluator_endpoint.configured:
         return HeuristicEvaluator()
     prompt = _read_template(
         settings.config_file(settings.evaluator_prompt_file, "evaluator_prompt.txt"),
@@ -198,13 +198,6 @@ def build_evaluator(settings: MemorySettings) -> Evaluator | None:
         ("{count}", "{exchanges}"),
     )
     model = build_openai_model(
-        base_url=settings.evaluator_base_url or settings.llm_base_url,
-        api_key=settings.evaluator_api_key or settings.llm_api_key,
-        model=settings.evaluator_model or settings.llm_model,
-        timeout=settings.evaluator_timeout,
-        max_retries=1,
-        max_tokens=16,
-        temperature=0.0,
-        setting_prefix="EVALUATOR" if settings.evaluator_base_url else "LLM",
+        settings.evaluator_endpoint, max_retries=1, max_tokens=16, temperature=0.0
     )
     return LLMEvaluator(model=model, prompt=prompt, batch_prompt=batch_prompt)

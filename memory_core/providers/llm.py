@@ -1,30 +1,21 @@
 """The chat model seam: a small protocol and an OpenAI-compatible HTTP implementation.
 
-Any ``/chat/completions`` endpoint works (SiliconFlow, DeepSeek, OpenAI, Ollama, vLLM). Failures
-worth another try (timeouts, connection errors, HTTP 429 and 5xx) are retried a bounded number
-of times with exponential backoff; everything else becomes ``LLMError`` at once.
+Any ``/chat/completions`` endpoint works (SiliconFlow, DeepSeek, OpenAI, Ollama, vLLM); the
+HTTP rules (retries, backoff, ``Retry-After``, key masking) are ``openai_api``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
-import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import httpx
-from pydantic import SecretStr
 
-from ..errors import ConfigError, LLMError
-from ..settings import MemorySettings
+from ..errors import LLMError
+from ..settings import MemorySettings, ModelEndpoint
+from .openai_api import OpenAIEndpoint, open_http_client
 
-logger = logging.getLogger(__name__)
-
-_EXCERPT_CHARS = 200
-_JSON_HEADERS = {"Content-Type": "application/json"}
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
@@ -64,31 +55,25 @@ def strip_reasoning(text: str) -> str:
 class OpenAIChatModel:
     """``ChatModel`` over ``POST {base_url}/chat/completions`` of an OpenAI-compatible API.
 
-    Takes ownership of ``client`` (its base URL, auth header and timeouts are the caller's
-    choice) and closes it in ``aclose``. ``max_tokens`` / ``temperature`` given here are defaults
-    for every call; a call's own arguments win; ``None`` leaves the field out of the request.
+    Takes ownership of ``endpoint`` and closes it in ``aclose``. ``max_tokens`` / ``temperature``
+    given here are defaults for every call; a call's own arguments win; ``None`` leaves the field
+    out of the request. ``deadline`` bounds each call, retries included.
     """
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        endpoint: OpenAIEndpoint,
         model: str,
-        max_retries: int,
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
-        backoff_base: float = 0.5,
-        backoff_max: float = 8.0,
+        deadline: float | None = None,
     ) -> None:
-        if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
-        self._client = client
+        self._endpoint = endpoint
         self._model = model
-        self._max_retries = max_retries
         self._max_tokens = max_tokens
         self._temperature = temperature
-        self._backoff_base = backoff_base
-        self._backoff_max = backoff_max
+        self._deadline = deadline
 
     async def complete(
         self,
@@ -109,84 +94,26 @@ class OpenAIChatModel:
             payload["max_tokens"] = max_tokens
         if temperature is not None:
             payload["temperature"] = temperature
-        response = await self._post(payload)
+        response = await self._endpoint.post("chat/completions", payload, deadline=self._deadline)
         return self._answer(response)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
-
-    async def _post(self, payload: dict[str, Any]) -> httpx.Response:
-        body = _json_body(payload)
-        attempts = self._max_retries + 1
-        for attempt in range(1, attempts + 1):
-            retry_after: float | None = None
-            cause: Exception | None = None
-            try:
-                response = await self._client.post(
-                    "chat/completions", content=body, headers=_JSON_HEADERS
-                )
-            except httpx.UnsupportedProtocol as exc:
-                raise LLMError(f"chat model URL is not usable: {exc}") from exc
-            except httpx.TimeoutException as exc:
-                failure, cause = f"timed out ({type(exc).__name__})", exc
-            except httpx.TransportError as exc:
-                failure, cause = f"connection failed ({type(exc).__name__})", exc
-            except httpx.HTTPError as exc:
-                raise LLMError(f"chat model request failed: {type(exc).__name__}") from exc
-            else:
-                status = response.status_code
-                if response.is_success:
-                    return response
-                if status != 429 and status < 500:
-                    raise LLMError(
-                        f"chat model answered HTTP {status}: {self._excerpt(response.text)}"
-                    )
-                failure = f"HTTP {status}: {self._excerpt(response.text)}"
-                retry_after = _retry_after_seconds(response)
-
-            if attempt == attempts:
-                raise LLMError(f"chat model failed after {attempts} attempt(s): {failure}") from (
-                    cause
-                )
-            delay = self._backoff(attempt, retry_after)
-            logger.warning(
-                "chat model attempt %d/%d failed (%s), retrying in %.2fs",
-                attempt,
-                attempts,
-                failure.split(":", 1)[0],
-                delay,
-            )
-            await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), self._backoff_max)
-        delay = min(self._backoff_base * 2 ** (attempt - 1), self._backoff_max)
-        # Jitter so that many sessions hitting one rate limit do not retry in lockstep.
-        return delay * random.uniform(0.5, 1.0)
-
-    def _excerpt(self, body: str) -> str:
-        """A short one-line piece of an error body, with our API key masked if echoed back."""
-        text = " ".join(body.split())[:_EXCERPT_CHARS]
-        secret = _bearer_token(self._client)
-        if secret:
-            text = text.replace(secret, "***")
-        return text or "(empty body)"
+        await self._endpoint.aclose()
 
     def _answer(self, response: httpx.Response) -> str:
         try:
             data = response.json()
         except ValueError as exc:
             raise LLMError(
-                f"chat model answered with invalid JSON: {self._excerpt(response.text)}"
+                f"chat model answered with invalid JSON: {self._endpoint.excerpt(response.text)}"
             ) from exc
         try:
             choice = data["choices"][0]
             content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError) as exc:
             raise LLMError(
-                f"chat model answer has no choices[0].message: {self._excerpt(response.text)}"
+                "chat model answer has no choices[0].message: "
+                f"{self._endpoint.excerpt(response.text)}"
             ) from exc
         if not isinstance(content, str):
             raise LLMError(f"chat model answer content is {type(content).__name__}, not text")
@@ -197,65 +124,28 @@ class OpenAIChatModel:
         return text
 
 
-def _json_body(payload: dict[str, Any]) -> bytes:
-    text = json.dumps(payload, ensure_ascii=False)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Chat text can carry unpaired surrogates (broken emoji from clients); they cannot be
-        # sent as UTF-8. Re-pair what forms a pair and replace the rest with U+FFFD.
-        repaired = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return repaired.encode("utf-8")
-
-
-def _bearer_token(client: httpx.AsyncClient) -> str | None:
-    value = client.headers.get("authorization", "")
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
-
-
-def _retry_after_seconds(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None  # an HTTP date; plain backoff is good enough
-
-
 def build_openai_model(
+    endpoint: ModelEndpoint,
     *,
-    base_url: str,
-    api_key: SecretStr | None,
-    model: str,
-    timeout: float,
     max_retries: int,
     max_tokens: int | None,
     temperature: float | None,
-    setting_prefix: str,
+    deadline: float | None = None,
 ) -> OpenAIChatModel:
-    """An ``OpenAIChatModel`` owning its one ``httpx.AsyncClient`` (base URL, bearer, timeout)."""
-    base_url = base_url.strip()
-    if not base_url.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"{setting_prefix}_BASE_URL must start with http:// or https://, got {base_url!r}"
-        )
-    headers = {}
-    if api_key is not None:
-        key = api_key.get_secret_value().strip()
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-    client = httpx.AsyncClient(
-        base_url=base_url,
-        headers=headers,
-        timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-        limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
+    """An ``OpenAIChatModel`` for ``endpoint``, owning its one HTTP client."""
+    client = open_http_client(
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key,
+        timeout=endpoint.timeout,
+        setting_prefix=endpoint.setting_prefix,
+        max_connections=20,
     )
     return OpenAIChatModel(
-        client, model, max_retries, max_tokens=max_tokens, temperature=temperature
+        OpenAIEndpoint(client, label="chat model", error=LLMError, max_retries=max_retries),
+        endpoint.model,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        deadline=deadline,
     )
 
 
@@ -267,12 +157,9 @@ def build_chat_model(settings: MemorySettings) -> ChatModel | None:
     if not settings.llm_configured:
         return None
     return build_openai_model(
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key,
-        model=settings.llm_model,
-        timeout=settings.llm_timeout,
+        settings.chat_endpoint,
         max_retries=settings.llm_max_retries,
         max_tokens=settings.llm_max_reply_tokens,
         temperature=settings.llm_temperature,
-        setting_prefix="LLM",
+        deadline=settings.llm_reply_deadline,
     )

@@ -19,6 +19,7 @@ import pytest
 from memory_core.errors import ConfigError, EmbeddingError
 from memory_core.providers.embedding import ApiEmbedder, CachedEmbedder, build_embedder
 from memory_core.providers.embedding.api import QWEN3_QUERY_PREFIX, build_api_embedder
+from memory_core.providers.openai_api import OpenAIEndpoint
 from memory_core.settings import MemorySettings
 
 DIM = 8
@@ -166,9 +167,14 @@ async def make_embedder(server: EmbeddingServer) -> AsyncIterator[EmbedderFactor
             trust_env=False,
         )
         clients.append(client)
-        options: dict[str, Any] = {"model": "test/embed", "dim": DIM, "sleep": SleepRecorder()}
+        retry: dict[str, Any] = {"max_retries": 3, "max_delay": 20.0, "sleep": SleepRecorder()}
+        retry.update(
+            {k: kwargs.pop(k) for k in ("max_retries", "backoff_base", "max_delay") if k in kwargs}
+        )
+        endpoint = OpenAIEndpoint(client, label="embedding API", error=EmbeddingError, **retry)
+        options: dict[str, Any] = {"model": "test/embed", "dim": DIM}
         options.update(kwargs)
-        return ApiEmbedder(client=client, **options)
+        return ApiEmbedder(endpoint=endpoint, **options)
 
     yield factory
     for client in clients:
@@ -176,7 +182,7 @@ async def make_embedder(server: EmbeddingServer) -> AsyncIterator[EmbedderFactor
 
 
 def sleeps_of(embedder: ApiEmbedder) -> list[float]:
-    recorder = embedder._sleep
+    recorder = embedder._endpoint._sleep
     assert isinstance(recorder, SleepRecorder)
     return recorder.delays
 
@@ -573,7 +579,7 @@ def test_api_defaults_are_siliconflow_qwen3_1024() -> None:
     embedder = build_api_embedder(MemorySettings(embedding_provider="api"))
 
     assert (embedder.model, embedder.dim) == ("Qwen/Qwen3-Embedding-0.6B", 1024)
-    assert str(embedder._client.base_url) == "https://api.siliconflow.cn/v1/"
+    assert str(embedder._endpoint._client.base_url) == "https://api.siliconflow.cn/v1/"
 
 
 @pytest.mark.parametrize("bad_url", ["ftp://example.com/v1", "api.siliconflow.cn/v1", "http://"])

@@ -11,9 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from memory_core.errors import EmbeddingModelMismatchError
+from memory_core.errors import EmbeddingError, EmbeddingModelMismatchError
 from memory_core.models import TurnInput
 from memory_core.providers.embedding import ApiEmbedder
+from memory_core.providers.openai_api import OpenAIEndpoint
 from tests.fakes import HashingEmbedder
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -86,9 +87,10 @@ async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factor
     import httpx
 
     client = httpx.AsyncClient(base_url=flaky_server.base_url, timeout=5)
-    embedder = ApiEmbedder(
-        client=client, model="test-embed", dim=64, batch_size=8, max_retries=1, backoff_base=0.01
+    endpoint = OpenAIEndpoint(
+        client, label="embedding API", error=EmbeddingError, max_retries=1, backoff_base=0.01
     )
+    embedder = ApiEmbedder(endpoint=endpoint, model="test-embed", dim=64, batch_size=8)
     memory = await memory_factory(embedder=embedder, embedding_provider="api", embedding_dim=64)
     outcomes = [await memory.add_turn(said(f"我的第{i}个爱好是下棋", i)) for i in range(5)]
     assert all(o.turn is not None for o in outcomes)

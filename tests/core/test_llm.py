@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from memory_core.errors import ConfigError, LLMError
 from memory_core.providers.llm import ChatModel, OpenAIChatModel, build_chat_model, strip_reasoning
+from memory_core.providers.openai_api import OpenAIEndpoint
 from memory_core.settings import MemorySettings
 
 API_KEY = "sk-test-secret-0123456789"
@@ -157,7 +158,12 @@ async def make_model(server: StubServer) -> AsyncIterator[ModelFactory]:
     made: list[OpenAIChatModel] = []
 
     def factory(
-        *, max_retries: int = 2, timeout: float = 5.0, base_url: str | None = None, **kwargs: Any
+        *,
+        max_retries: int = 2,
+        timeout: float = 5.0,
+        base_url: str | None = None,
+        max_delay: float = 0.05,
+        **kwargs: Any,
     ) -> OpenAIChatModel:
         client = httpx.AsyncClient(
             base_url=base_url or f"{server.url}/v1",
@@ -165,9 +171,11 @@ async def make_model(server: StubServer) -> AsyncIterator[ModelFactory]:
             timeout=httpx.Timeout(timeout, connect=max(timeout, 5.0)),  # CI may connect slowly
             trust_env=False,
         )
-        model = OpenAIChatModel(
-            client, "test-model", max_retries, backoff_base=0.01, backoff_max=0.05, **kwargs
-        )
+        endpoint = OpenAIEndpoint(
+            client, label="chat model", error=LLMError, max_retries=max_retries,
+            backoff_base=0.01, max_delay=max_delay,
+        )  # fmt: skip
+        model = OpenAIChatModel(endpoint, "test-model", **kwargs)
         made.append(model)
         return model
 
@@ -292,6 +300,25 @@ async def test_timeout_is_retried_then_raises_llm_error(
         await make_model(max_retries=1, timeout=0.2).complete(MESSAGES)
     assert isinstance(caught.value.__cause__, httpx.TimeoutException)
     assert len(server.requests) == 2
+
+
+async def test_deadline_bounds_the_whole_call_when_the_model_hangs(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    # Each attempt alone may take 5 s and three are allowed; the deadline cuts the call at 0.3 s.
+    server.reset(hang(), hang(), hang())
+    with pytest.raises(LLMError, match=r"no answer within 0\.3s"):
+        await make_model(max_retries=2, timeout=5.0, deadline=0.3).complete(MESSAGES)
+    assert len(server.requests) == 1
+
+
+async def test_no_retry_is_started_that_the_deadline_cannot_wait_for(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(send_json(503, {}, headers={"Retry-After": "30"}), ok())
+    with pytest.raises(LLMError, match="deadline leaves no time to retry"):
+        await make_model(max_retries=2, max_delay=60.0, deadline=2.0).complete(MESSAGES)
+    assert len(server.requests) == 1
 
 
 async def test_timeout_then_success_returns_the_answer(
