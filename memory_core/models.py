@@ -83,3 +83,18 @@ class RecallResult:
     @property
     def anchor_ids(self) -> tuple[int, ...]:
         return tuple(window.anchor_id for window in self.windows)
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What one forget removed, by kind (a /forget answer names each)."""
+
+    dialogues: int = 0
+    facts: int = 0
+    preferences: int = 0
+    summaries: int = 0
+    cached_answers: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.dialogues + self.facts + self.preferences + self.summaries + self.cached_answers

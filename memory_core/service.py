@@ -29,7 +29,7 @@ from .evaluation.worker import PURGED, EvaluationWorker
 from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .lang.keywords import document_terms
 from .lang.tokens import TokenCounter, load_token_counter
-from .models import MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
+from .models import Forgotten, MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
 from .providers.embedding import Embedder, build_embedder
 from .recall.retriever import Retriever
 from .settings import MemorySettings, RetrievalMode
@@ -521,18 +521,28 @@ class TemporalMemory:
         group_id: int | None = None,
         private_only: bool = False,
         everything: bool = False,
-    ) -> int:
+    ) -> Forgotten:
         """Delete memories: a group session (user+group), a user's private chat
         (user+private_only), all of a user's rows (user), a whole group (group) or everything.
 
-        Returns the turns deleted; the scope's distilled memories and cached answers go too."""
+        The scope's turns, distilled memories and cached answers all go; returns how many of
+        each."""
         deleted = await self._require_store().delete_scope(
             user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
         )
-        await self.distilled.forget(
+        distilled = await self.distilled.forget(
             user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
         )
-        return deleted
+        forgotten = dataclasses.replace(distilled, dialogues=deleted)
+        log.info(
+            "forgot %d turn(s), %d fact(s), %d preference(s), %d summar(ies), %d cached answer(s)",
+            forgotten.dialogues,
+            forgotten.facts,
+            forgotten.preferences,
+            forgotten.summaries,
+            forgotten.cached_answers,
+        )
+        return forgotten
 
     # ----------------------------------------------------------------- admin
 

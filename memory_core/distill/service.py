@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from ..answer_cache.cache import AnswerCache, cache_threshold
 from ..answer_cache.store import CachedAnswer, PgAnswerCacheStore
 from ..errors import DatabaseUnavailableError
+from ..models import Forgotten
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
 from .extraction import build_extractor, extraction_off_reason
@@ -208,16 +209,20 @@ class DistilledService:
         group_id: int | None = None,
         private_only: bool = False,
         everything: bool = False,
-    ) -> int:
+    ) -> Forgotten:
         """Delete a /forget scope's distilled memories and cached answers (``forget`` of the
-        memory does this too); returns the distilled memories deleted."""
+        memory does this too); returns what was deleted, dialogue turns left at 0."""
         scope = dict(
             user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
         )
-        deleted = await self.store().delete_scope(**scope)
+        by_kind = await self.store().delete_scope(**scope)
         cached = await self.cache_store().delete_scope(**scope)
-        log.info("forgot %d distilled memor(ies) and %d cached answer(s)", deleted, cached)
-        return deleted
+        return Forgotten(
+            facts=by_kind.get("facts", 0),
+            preferences=by_kind.get("preferences", 0),
+            summaries=by_kind.get("summary", 0),
+            cached_answers=cached,
+        )
 
     # ------------------------------------------------------------------ answer cache
 

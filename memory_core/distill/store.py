@@ -470,14 +470,15 @@ class PgDistilledStore(PgCounterStore):
                 [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
             )
 
-    async def delete_scope(self, **scope: Any) -> int:
-        """Delete a /forget scope's distilled memories and extraction bookkeeping."""
+    async def delete_scope(self, **scope: Any) -> dict[str, int]:
+        """Delete a /forget scope's distilled memories and extraction bookkeeping; returns the
+        memories deleted by kind (history rows included)."""
         memories, args = scope_delete("distilled_memories", **scope)
         sessions, _ = scope_delete("distilled_sessions", **scope)
         async with self._connection() as conn, conn.transaction():
-            status = await conn.execute(memories, *args)
+            kinds = [r["kind"] for r in await conn.fetch(memories + " RETURNING kind", *args)]
             await conn.execute(sessions, *args)
-        return rows_affected(status)
+        return {kind: kinds.count(kind) for kind in set(kinds)}
 
     async def counts(self) -> dict[str, tuple[int, int]]:
         """``{kind: (current, history)}``."""

@@ -19,7 +19,7 @@ from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 
 from memory_core.errors import MemoryCoreError
-from memory_core.models import TurnInput
+from memory_core.models import Forgotten, TurnInput
 
 from .intake import accept_rule, group_id_of, segments_of, sender_name
 from .messaging import send_text
@@ -28,10 +28,22 @@ from .segments import flatten_segments
 
 COMMAND_PRIORITY = 5
 CONFIRM_PRIORITY = 1
-CONFIRM_WORDS = frozenset({"确认", "确定", "confirm", "yes"})
-CANCEL_WORDS = frozenset({"取消", "算了", "cancel", "no"})
+# Said alone (punctuation and spaces aside) these confirm; deleting is never guessed further.
+CONFIRM_WORDS = frozenset(
+    {"确认", "确定", "确认删除", "确定删除", "删", "删吧", "删除", "好", "好的", "是", "是的", "对",
+     "嗯", "可以", "ok", "okay", "y", "yes", "confirm"}
+)  # fmt: skip
+# These cancel alone or at the start of a sentence ("算了，我再想想").
+CANCEL_WORDS = frozenset(
+    {"取消", "算了", "不", "不了", "不要", "不用", "别", "别删", "否", "n", "no"}
+)
+CANCEL_OPENINGS = ("取消", "算了", "不了", "不要", "不用", "别删", "先不", "还是不", "cancel")
+# A late answer to a /forget still gets a word (that it expired) for this long.
+LATE_ANSWER_GRACE = 600.0
+_ANSWER_NOISE = re.compile(r"[\s。.!！?？~～、,，…]+")
 
 DB_DOWN = "记忆数据库暂时连不上，请稍后再试。"
+FORGET_TOO_LATE = "确认已超时，未删除任何记忆。如仍要删除，请重新发送 /forget。"
 NOT_SUPERUSER = "只有超级用户可以{action}。"
 
 FORGET_USAGE = (
@@ -85,20 +97,25 @@ class PendingForget:
 
 @dataclass
 class Confirmations:
-    """Pending /forget requests, one per person per chat, each valid until its deadline."""
+    """Pending /forget requests, one per person per chat. Each is valid until its deadline;
+    an answer that comes later, within ``LATE_ANSWER_GRACE``, is told it came too late."""
 
     pending: dict[tuple[Any, ...], PendingForget] = field(default_factory=dict)
 
     def ask(self, key: tuple[Any, ...], request: PendingForget) -> None:
         now = time.monotonic()
-        self.pending = {k: p for k, p in self.pending.items() if p.deadline > now}
+        self.pending = {
+            k: p for k, p in self.pending.items() if p.deadline + LATE_ANSWER_GRACE > now
+        }
         self.pending[key] = request
 
     def waiting(self, key: tuple[Any, ...]) -> bool:
+        """A request in this chat that an answer may still refer to (on time or late)."""
         request = self.pending.get(key)
-        return request is not None and request.deadline > time.monotonic()
+        return request is not None and request.deadline + LATE_ANSWER_GRACE > time.monotonic()
 
     def take(self, key: tuple[Any, ...]) -> PendingForget | None:
+        """The request if it is still on time, else ``None``; either way it is settled."""
         request = self.pending.pop(key, None)
         if request is None or request.deadline <= time.monotonic():
             return None
@@ -112,15 +129,21 @@ def confirmation_key(event: MessageEvent) -> tuple[Any, ...]:
     return (event.self_id, group_id_of(event), event.user_id)
 
 
-def _answer_word(event: MessageEvent) -> str:
-    return event.get_plaintext().strip().lower()
+def answer_kind(text: str) -> str | None:
+    """``"yes"``, ``"no"`` or ``None`` for the reply to a /forget question."""
+    word = _ANSWER_NOISE.sub("", text).lower()
+    if word in CONFIRM_WORDS:
+        return "yes"
+    if word in CANCEL_WORDS or word.startswith(CANCEL_OPENINGS):
+        return "no"
+    return None
 
 
 async def answers_pending_forget(event: MessageEvent) -> bool:
-    """Rule: "确认" / "取消" from someone whose /forget is waiting in this chat."""
+    """Rule: a yes or no from someone whose /forget is waiting in this chat."""
     if not confirmations.waiting(confirmation_key(event)):
         return False
-    return _answer_word(event) in CONFIRM_WORDS | CANCEL_WORDS
+    return answer_kind(event.get_plaintext()) is not None
 
 
 confirm = on_message(
@@ -128,28 +151,46 @@ confirm = on_message(
 )
 
 
+def describe_forgotten(forgotten: Forgotten) -> str:
+    """``对话 12 条、事实 3 条、…`` naming only the kinds that had something."""
+    parts = [
+        (forgotten.dialogues, "对话"),
+        (forgotten.facts, "事实"),
+        (forgotten.preferences, "偏好"),
+        (forgotten.summaries, "摘要"),
+        (forgotten.cached_answers, "缓存回答"),
+    ]
+    return "、".join(f"{name} {count} 条" for count, name in parts if count)
+
+
 @confirm.handle()
 async def handle_confirm(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
     request = confirmations.take(confirmation_key(event))
     if request is None:
-        await reply(bot, event, runtime, "确认已超时，未删除任何记忆。")
+        await reply(
+            bot, event, runtime, "确认已超时，未删除任何记忆。如仍要删除，请重新发送 /forget。"
+        )
         return
-    if _answer_word(event) in CANCEL_WORDS:
+    if answer_kind(event.get_plaintext()) == "no":
         await reply(bot, event, runtime, "已取消，记忆保持不变。")
         return
     try:
         if request.own_session:
             # After this person's messages still being answered, so none survives the forget.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                deleted = await runtime.memory.forget(**request.scope)
+                forgotten = await runtime.memory.forget(**request.scope)
         else:
-            deleted = await runtime.memory.forget(**request.scope)
+            forgotten = await runtime.memory.forget(**request.scope)
     except MemoryCoreError as exc:
         logger.warning(f"/forget failed: {exc}")
-        await reply(bot, event, runtime, DB_DOWN)
+        await reply(bot, event, runtime, DB_DOWN + "这次没有删除任何记忆。")
         return
-    logger.info(f"/forget by {event.user_id}: {request.description}, {deleted} row(s) deleted")
-    await reply(bot, event, runtime, f"已删除{request.description}的记忆，共 {deleted} 条。")
+    logger.info(f"/forget by {event.user_id}: {request.description}, {forgotten}")
+    if not forgotten.total:
+        text = f"{request.description}没有可删除的记忆，什么也没有删。"
+    else:
+        text = f"已删除{request.description}的记忆：{describe_forgotten(forgotten)}。"
+    await reply(bot, event, runtime, text)
 
 
 # ----------------------------------------------------------------------------- /forget

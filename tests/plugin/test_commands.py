@@ -78,7 +78,7 @@ async def test_forget_own_group_session_after_confirmation_only(app: App, runtim
     await run(
         app,
         (event_of("/forget", group_id=GROUP), prompt),
-        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆，共 1 条。"),
+        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条。"),
     )
     assert await contents(runtime, USER, GROUP) == []
     assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
@@ -100,7 +100,7 @@ async def test_forget_also_removes_the_sessions_distilled_memories(app: App, run
     await run(
         app,
         (event_of("/forget", group_id=GROUP), prompt),
-        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆，共 1 条。"),
+        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条、事实 1 条。"),
     )
     assert await runtime.memory.distilled.recall_by_type(USER, GROUP, "facts") == []
     [kept] = await runtime.memory.distilled.recall_by_type(USER, None, "facts")
@@ -121,7 +121,7 @@ async def test_forget_in_private_chat_uses_the_chinese_alias_and_can_be_cancelle
     )
     assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
     await run(
-        app, (event_of("/忘记"), prompt), (event_of("确认"), "已删除你在私聊中的记忆，共 1 条。")
+        app, (event_of("/忘记"), prompt), (event_of("确认"), "已删除你在私聊中的记忆：对话 1 条。")
     )
     assert await contents(runtime, USER, None) == []
     assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪"]
@@ -139,9 +139,51 @@ async def test_confirmation_expires(app: App, runtime, model):
         ),
     )
     await asyncio.sleep(0.1)
-    # Too late: "确认" is an ordinary chat message now, and nothing is deleted.
+    # Too late: nothing is deleted, and the bot says so instead of chatting about "确认".
+    await run(
+        app, (event_of("确认"), "确认已超时，未删除任何记忆。如仍要删除，请重新发送 /forget。")
+    )
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
+    assert model.prompts == []
+    # The late answer settled the request: the next 确认 is ordinary chat again.
     await run(app, (event_of("确认"), "好的"))
-    assert await contents(runtime, USER, None) == ["我的狗叫旺财", "确认", "好的"]
+
+
+PRIVATE_PROMPT = (
+    "确定要删除你在私聊中的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
+)
+
+
+async def test_forget_accepts_the_usual_ways_of_saying_yes(app: App, runtime, model):
+    for yes in ("确认。", "确定", "好的！", " OK ", "是的"):
+        await seed(runtime)
+        await run(
+            app,
+            (event_of("/forget"), PRIVATE_PROMPT),
+            (event_of(yes), "已删除你在私聊中的记忆：对话 1 条。"),
+        )
+        assert await contents(runtime, USER, None) == [], yes
+    assert model.prompts == []
+
+
+async def test_forget_accepts_the_usual_ways_of_saying_no(app: App, runtime, model):
+    await seed(runtime)
+    for no in ("算了，我再想想", "不了", "取消。", "别删"):
+        await run(
+            app,
+            (event_of("/forget"), PRIVATE_PROMPT),
+            (event_of(no), "已取消，记忆保持不变。"),
+        )
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
+    assert model.prompts == []
+
+
+async def test_forget_with_nothing_stored_says_nothing_was_deleted(app: App, runtime):
+    await run(
+        app,
+        (event_of("/forget"), PRIVATE_PROMPT),
+        (event_of("确认"), "你在私聊中没有可删除的记忆，什么也没有删。"),
+    )
 
 
 async def test_forget_other_targets_is_refused_for_ordinary_users(app: App, runtime):
@@ -167,13 +209,13 @@ async def test_superuser_forgets_a_user_everywhere_or_a_whole_group(app: App, ru
             "确定要删除用户 20002 在所有会话中的全部记忆吗？删除后无法恢复。"
             "请在 60 秒内回复“确认”，回复“取消”放弃。",
         ),
-        (event_of("确认", **su), "已删除用户 20002 在所有会话中的记忆，共 3 条。"),
+        (event_of("确认", **su), "已删除用户 20002 在所有会话中的记忆：对话 3 条。"),
         (
             event_of("/forget group 30003", **su),
             "确定要删除群 30003 中所有人的全部记忆吗？删除后无法恢复。"
             "请在 60 秒内回复“确认”，回复“取消”放弃。",
         ),
-        (event_of("确认", **su), "已删除群 30003 中所有人的记忆，共 1 条。"),
+        (event_of("确认", **su), "已删除群 30003 中所有人的记忆：对话 1 条。"),
     )
     assert (await runtime.memory.stats()).total_rows == 0
 
