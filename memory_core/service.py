@@ -486,7 +486,8 @@ class TemporalMemory:
         since: datetime,
         now: datetime | None = None,
     ) -> list[MemoryTurn]:
-        """The session's latest live turns since ``since`` (at most ``limit``), in time order."""
+        """The session's latest turns since ``since`` (at most ``limit``), in time order — the
+        short-term context, so expired ("not kept") turns of that window are included."""
         return await self._require_store().recent_turns(
             generate_session_key(user_id, group_id),
             since=since,
@@ -588,12 +589,17 @@ class TemporalMemory:
         return await self.evaluations.run_once(now)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
-        """Delete expired rows in short batches; returns how many, and counts them per day."""
+        """Delete expired rows in short batches; returns how many, and counts them per day.
+
+        A row is deleted once it has been expired for the short-term window
+        (``CHAT_RECENT_MINUTES``): until then a "not kept" turn, gone from recall, still
+        belongs to the conversation the model sees."""
         store = self._require_evaluation_store()
         now = now or datetime.now(timezone.utc)
+        expired_before = now - timedelta(minutes=self.settings.chat_recent_minutes)
         total = 0
         while True:
-            deleted = await store.purge_batch(now, self.settings.memory_purge_batch_size)
+            deleted = await store.purge_batch(expired_before, self.settings.memory_purge_batch_size)
             total += deleted
             if deleted < self.settings.memory_purge_batch_size:
                 break

@@ -180,11 +180,12 @@ CROSS JOIN LATERAL (
 ) w
 """
 
+# The short-term context: whatever the evaluator made of a turn, the conversation of the last
+# minutes stays (expired rows outlive their expiry by that window, see ``purge_expired``).
 SQL_RECENT = f"""
 SELECT * FROM (
     SELECT {TURN_COLUMNS} FROM dialogues
     WHERE session_key = $1 AND created_at >= $2 AND created_at <= $3
-      AND (expires_at IS NULL OR expires_at > $3)
     ORDER BY created_at DESC, id DESC LIMIT $4
 ) recent ORDER BY created_at, id
 """

@@ -249,13 +249,18 @@ async def test_purge_deletes_exactly_the_expired_rows(memory_factory, fresh_dsn)
         await conn.executemany(
             "UPDATE dialogues SET expires_at = $2 WHERE id = $1", list(expiries.items())
         )
+    # A row goes once it has been expired for the short-term window (it may still be part of
+    # the conversation the model sees until then).
+    window = timedelta(minutes=memory.settings.chat_recent_minutes)
     clock = T0 + timedelta(days=2)
-    expected_gone = {i for i, e in expiries.items() if e is not None and e <= clock}
+    expected_gone = {i for i, e in expiries.items() if e is not None and e <= clock - window}
     assert await memory.purge_expired(now=clock) == len(expected_gone)
     async with memory._pool.acquire() as conn:
         left = {r["id"] for r in await conn.fetch("SELECT id FROM dialogues")}
     assert left == set(expiries) - expected_gone
     assert await memory.purge_expired(now=clock) == 0
+    due_now = {i for i, e in expiries.items() if e is not None and clock - window < e <= clock}
+    assert due_now and await memory.purge_expired(now=clock + window) == len(due_now)
 
 
 async def test_pending_evaluations_and_figures_survive_a_restart(memory_factory, judge):

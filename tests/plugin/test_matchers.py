@@ -64,6 +64,30 @@ async def stored(runtime: Any, user: int = USER, group: int | None = None) -> li
 # ----------------------------------------------------------------------------- chat
 
 
+async def test_small_talk_scored_not_kept_stays_in_the_next_prompt(app: App, runtime, model):
+    model.answer = "是啊，要多穿点"
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, message_payload([text_seg("今天天气好冷啊")]))
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text("是啊，要多穿点"), {"message_id": 601})
+    # The evaluator's verdict "not kept" (score 5): both turns expire at once, as the "none"
+    # band of config/retention.toml makes them.
+    async with runtime.memory._pool.acquire() as conn:
+        assert await conn.execute("UPDATE dialogues SET score = 5, expires_at = created_at") == (
+            "UPDATE 2"
+        )
+    recalled = await runtime.memory.recall(USER, "天气好冷", top_n=5, window_size=0)
+    assert recalled.turns == ()  # gone from long-term recall at once
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, message_payload([text_seg("你那边冷不冷")]))
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text("是啊，要多穿点"), {"message_id": 602})
+    # ... but the conversation of the last minutes still reaches the model.
+    assert "今天天气好冷啊" in model.text() and "是啊，要多穿点" in model.text()
+
+
 async def test_private_message_is_answered_and_both_turns_stored(app: App, runtime, model):
     payload = message_payload([text_seg("我叫小明")], nickname="小明")
     async with app.test_matcher() as ctx:
