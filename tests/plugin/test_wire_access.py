@@ -1,5 +1,6 @@
 """Every way into the real bot is authenticated: the WebSocket by ``ONEBOT_ACCESS_TOKEN``, events
-sent as HTTP POST only when ``ONEBOT_SECRET`` is set (and then only when signed).
+sent as HTTP POST only when ``ONEBOT_SECRET`` is set (and then only when signed), and a listen
+address other machines can reach only with a token.
 
 Two bots serve the module: one as shipped (no secret) and one with ``ONEBOT_SECRET``; each has a
 NapCat-like peer connected over the WebSocket with the right token, so a forged event that got
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -18,9 +20,11 @@ import pytest
 from tests.plugin.events import SUPERUSER_ID, message_payload, text_seg
 from tests.plugin.wire import (
     EVENT_POST_PATHS,
+    WS_PATH,
     BotProcess,
     OneBotPeer,
     post_event,
+    run_bot_until_exit,
     sent_text,
     start_bot,
     stop_bot,
@@ -142,6 +146,16 @@ async def test_the_websocket_with_the_right_token_still_carries_events(unsigned:
     assert "经由WebSocket的笔记" in await unsigned.say("/recall 笔记", user_id=user)
 
 
+def test_start_up_line_names_the_napcat_address_the_token_and_that_posts_are_refused(
+    unsigned: Connected,
+):
+    url = f"ws://127.0.0.1:{unsigned.bot.port}{WS_PATH}"
+    lines = [line for line in unsigned.bot.log_text().splitlines() if url in line]
+    assert len(lines) == 1, lines
+    assert "access token required" in lines[0]
+    assert "HTTP POST events refused (set ONEBOT_SECRET" in lines[0]
+
+
 # ----------------------------------------------------------------------------- with a secret
 
 
@@ -181,3 +195,32 @@ async def test_unsigned_or_wrongly_signed_posts_are_refused_when_onebot_secret_i
         # The adapter's own signature check refused it.
         assert (response.status_code, response.text) == (status, reason), path
     await assert_never_stored_or_answered(signed, markers, user_id=user, after=mark)
+
+
+def test_start_up_line_says_signed_posts_are_accepted_when_onebot_secret_is_set(
+    signed: Connected,
+):
+    url = f"ws://127.0.0.1:{signed.bot.port}{WS_PATH}"
+    lines = [line for line in signed.bot.log_text().splitlines() if url in line]
+    assert len(lines) == 1, lines
+    assert "HTTP POST events accepted only when signed with ONEBOT_SECRET" in lines[0]
+    assert SECRET not in signed.bot.log_text()
+
+
+# ----------------------------------------------------------------------------- listen address
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+async def test_start_up_on_a_non_loopback_host_without_a_token_fails_before_the_database_starts(
+    host: str,
+):
+    started = time.monotonic()
+    exited = await run_bot_until_exit(extra_env={"HOST": host, "ONEBOT_ACCESS_TOKEN": ""})
+    assert exited.returncode != 0, exited.log
+    assert time.monotonic() - started < 30, exited.log
+    refusals = [line for line in exited.log.splitlines() if "refuses to start" in line]
+    assert len(refusals) == 1, exited.log
+    assert "[ERROR]" in refusals[0] and f"HOST={host}" in refusals[0]
+    assert "Set ONEBOT_ACCESS_TOKEN" in refusals[0]
+    # The check runs before the embedded PostgreSQL starts: no server was ever left behind.
+    assert not exited.database_started, exited.log

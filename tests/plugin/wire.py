@@ -262,6 +262,40 @@ async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
         _stop_orphan_postgres(bot.data_dir)
 
 
+@dataclass
+class ExitedBot:
+    returncode: int
+    log: str
+    database_started: bool
+
+
+async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 60.0) -> ExitedBot:
+    """Start ``bot.py`` expecting it to exit by itself; one that starts listening or still runs
+    after ``timeout`` is stopped and fails the caller. Reports whether it started its embedded
+    PostgreSQL."""
+    port = free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
+    log_path = data_dir / "bot.log"
+    env = bot_environment(port=port, token="", llm_url=None, data_dir=data_dir, extra=extra_env)
+    process = _spawn_bot(env, log_path)
+    bot = BotProcess(port=port, token="", data_dir=data_dir, log_path=log_path, process=process)
+    try:
+        deadline = time.monotonic() + timeout
+        while process.poll() is None:
+            if time.monotonic() > deadline or await _accepts_connections(port):
+                await stop_bot(bot)
+                raise AssertionError(f"bot.py did not exit:\n{bot.log_text()}")
+            await asyncio.sleep(0.2)
+        return ExitedBot(
+            returncode=process.returncode,
+            log=bot.log_text(),
+            database_started=(data_dir / "pg").exists(),
+        )
+    finally:
+        _stop_orphan_postgres(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def _stop_orphan_postgres(data_dir: Path) -> None:
     # A killed bot cannot stop the server it started; stop that one server by its own pid file.
     pid_file = data_dir / "pg" / "postmaster.pid"
