@@ -23,4 +23,4 @@ __plugin_meta__ = PluginMetadata(
     supported_adapters={"~onebot.v11"},
 )
 
-from . import commands, handlers, intake, jobs, runtime  # noqa: E402, F401
+from . import commands, handlers, http_event_guard, intake, jobs, runtime  # noqa: E402, F401

@@ -12,6 +12,7 @@ from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
 from .config import Config, bot_name_from, memory_settings_from_config
+from .listener import check_listener
 
 
 class Runtime:
@@ -63,6 +64,8 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 @driver.on_startup
 async def open_runtime() -> None:
+    # First: an unsafe listen address must stop the start before the database server starts.
+    check_listener(driver)
     config = get_plugin_config(Config)
     settings = memory_settings_from_config(driver.config.model_dump())
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)

@@ -12,8 +12,8 @@ from memory_core.settings import MemorySettings
 
 ENV_PROD = Path(__file__).resolve().parents[2] / ".env.prod"
 NONEBOT_KEYS = {
-    "DRIVER", "HOST", "PORT", "LOG_LEVEL", "ONEBOT_ACCESS_TOKEN", "ONEBOT_WS_URLS",
-    "SUPERUSERS", "NICKNAME", "COMMAND_START", "COMMAND_SEP",
+    "DRIVER", "HOST", "PORT", "LOG_LEVEL", "ONEBOT_ACCESS_TOKEN", "ONEBOT_SECRET",
+    "ONEBOT_WS_URLS", "SUPERUSERS", "NICKNAME", "COMMAND_START", "COMMAND_SEP",
 }  # fmt: skip
 
 
@@ -55,6 +55,7 @@ def test_env_prod_has_no_secrets_and_safe_defaults() -> None:
         "EMBEDDING_API_KEY",
         "EVALUATOR_API_KEY",
         "ONEBOT_ACCESS_TOKEN",
+        "ONEBOT_SECRET",
         "MEMORY_DSN",
     ):
         assert not values[key], key

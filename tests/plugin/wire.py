@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import json
 import os
@@ -27,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection
 
@@ -34,6 +36,8 @@ from tests.plugin.events import SELF_ID
 
 REPO = Path(__file__).resolve().parents[2]
 WS_PATH = "/onebot/v11/ws"
+EVENT_POST_PATHS = ("/onebot/v11/", "/onebot/v11/http", "/onebot/v11/http/")
+"""Where the OneBot v11 adapter takes events sent as HTTP POST."""
 
 
 def free_port() -> int:
@@ -258,12 +262,73 @@ async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
         _stop_orphan_postgres(bot.data_dir)
 
 
+@dataclass
+class ExitedBot:
+    returncode: int
+    log: str
+    database_started: bool
+
+
+async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 60.0) -> ExitedBot:
+    """Start ``bot.py`` expecting it to exit by itself; one that starts listening or still runs
+    after ``timeout`` is stopped and fails the caller. Reports whether it started its embedded
+    PostgreSQL."""
+    port = free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
+    log_path = data_dir / "bot.log"
+    env = bot_environment(port=port, token="", llm_url=None, data_dir=data_dir, extra=extra_env)
+    process = _spawn_bot(env, log_path)
+    bot = BotProcess(port=port, token="", data_dir=data_dir, log_path=log_path, process=process)
+    try:
+        deadline = time.monotonic() + timeout
+        while process.poll() is None:
+            if time.monotonic() > deadline or await _accepts_connections(port):
+                await stop_bot(bot)
+                raise AssertionError(f"bot.py did not exit:\n{bot.log_text()}")
+            await asyncio.sleep(0.2)
+        return ExitedBot(
+            returncode=process.returncode,
+            log=bot.log_text(),
+            database_started=(data_dir / "pg").exists(),
+        )
+    finally:
+        _stop_orphan_postgres(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
 def _stop_orphan_postgres(data_dir: Path) -> None:
     # A killed bot cannot stop the server it started; stop that one server by its own pid file.
     pid_file = data_dir / "pg" / "postmaster.pid"
     with contextlib.suppress(OSError, ValueError, IndexError):
         pid = int(pid_file.read_text().splitlines()[0])
         os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown
+
+
+# ----------------------------------------------------------------------------- HTTP POST events
+
+
+async def post_event(
+    bot: BotProcess,
+    payload: dict[str, Any],
+    *,
+    path: str,
+    self_id: int = SELF_ID,
+    secret: str | None = None,
+    token: str | None = None,
+) -> httpx.Response:
+    """Send an event the way a OneBot client's HTTP reporting does: ``X-Self-ID``, a JSON body,
+    ``X-Signature: sha1=<HMAC of the body>`` when ``secret`` is given, a bearer ``token``."""
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    headers = {"Content-Type": "application/json", "X-Self-ID": str(self_id)}
+    if secret is not None:
+        digest = hmac.new(secret.encode("utf-8"), body, "sha1").hexdigest()
+        headers["X-Signature"] = f"sha1={digest}"
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{bot.port}", trust_env=False
+    ) as client:
+        return await client.post(path, content=body, headers=headers)
 
 
 # ----------------------------------------------------------------------------- the OneBot peer

@@ -1,0 +1,87 @@
+"""Where the bot listens for its QQ client, and who may connect there.
+
+``check_listener`` runs first at start-up (before the database opens): it refuses a listen
+address other machines can reach when no ``ONEBOT_ACCESS_TOKEN`` is set, and otherwise logs the
+one line an operator needs — the WebSocket address for NapCat, whether it takes a token, and
+whether events over HTTP POST are accepted (only with ``ONEBOT_SECRET``, see
+``http_event_guard``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from nonebot import get_plugin_config
+from nonebot.adapters.onebot.v11.config import Config as OneBotConfig
+from nonebot.drivers import ASGIMixin, Driver
+from nonebot.log import logger
+
+WS_PATH = "/onebot/v11/ws"
+
+
+class UnsafeListenerError(RuntimeError):
+    """The bot would listen beyond loopback with no access token."""
+
+
+def _ip(host: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(str(host).strip().strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def is_loopback(host: Any) -> bool:
+    """Whether ``host`` (NoneBot's ``HOST``) is reachable from this machine only."""
+    if str(host).strip().lower() == "localhost":
+        return True
+    address = _ip(host)
+    return address is not None and address.is_loopback  # a host name may resolve to anything
+
+
+def websocket_url(host: Any, port: int) -> str:
+    text = str(host)
+    if ":" in text and not text.startswith("["):
+        text = f"[{text}]"  # an IPv6 address in a URL
+    return f"ws://{text}:{port}{WS_PATH}"
+
+
+def check_listener(driver: Driver) -> None:
+    """Refuse to start on a non-loopback ``HOST`` without a token; else log how to connect.
+
+    Raises ``UnsafeListenerError`` (after logging what to set); NoneBot's start-up then fails
+    before uvicorn binds the socket.
+    """
+    if not isinstance(driver, ASGIMixin):
+        logger.info("TemporalMemory OneBot: no server (the driver only dials out)")
+        return
+    host, port = driver.config.host, driver.config.port
+    onebot = get_plugin_config(OneBotConfig)
+    if not onebot.onebot_access_token and not is_loopback(host):
+        # The clear line for the operator; uvicorn follows it with the exception's traceback.
+        logger.error(
+            f"TemporalMemory refuses to start: HOST={host} lets other machines connect, but "
+            f"ONEBOT_ACCESS_TOKEN is empty, so anyone reaching port {port} could act as the QQ "
+            "client. Set ONEBOT_ACCESS_TOKEN (the same token in NapCat), or HOST=127.0.0.1 "
+            "when the client runs on this machine."
+        )
+        raise UnsafeListenerError(f"HOST={host} without ONEBOT_ACCESS_TOKEN (see the error above)")
+    token = "access token required" if onebot.onebot_access_token else "no access token"
+    address = _ip(host)
+    where = (
+        f" ({host} means every interface: use this machine's address)"
+        if address is not None and address.is_unspecified
+        else ""
+    )
+    posts = (
+        "accepted only when signed with ONEBOT_SECRET"
+        if onebot.onebot_secret
+        else "refused (set ONEBOT_SECRET to accept signed ones)"
+    )
+    logger.info(
+        f"TemporalMemory OneBot: connect NapCat's WebSocket client to {websocket_url(host, port)}"
+        f"{where}, {token}; HTTP POST events {posts}"
+    )
