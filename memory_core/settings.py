@@ -140,6 +140,7 @@ class MemorySettings(BaseModel):
     extraction_idle_minutes: float = Field(default=30.0, gt=0)
     extraction_concurrency: int = Field(default=2, ge=1, le=32)
     extraction_max_turns: int = Field(default=40, ge=2, le=500)
+    extraction_settle_seconds: float = Field(default=120.0, ge=0)
     extraction_facts_prompt_file: Path | None = None
     extraction_preferences_prompt_file: Path | None = None
     extraction_summary_prompt_file: Path | None = None

@@ -69,6 +69,7 @@ class DistilledService:
                 idle_minutes=settings.extraction_idle_minutes,
                 concurrency=settings.extraction_concurrency,
                 max_turns=settings.extraction_max_turns,
+                settle_seconds=settings.extraction_settle_seconds,
             )
         else:
             self.extraction_off = (

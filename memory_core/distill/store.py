@@ -222,6 +222,7 @@ UPDATE distilled_sessions SET
 WHERE session_key = $1
 """
 
+SQL_DEFER_SESSION = "UPDATE distilled_sessions SET not_before = $2 WHERE session_key = $1"
 SQL_POSTPONE_SESSION = """
 UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE session_key = $1
 """
@@ -534,6 +535,11 @@ class PgDistilledStore(PgCounterStore):
             await conn.execute(
                 SQL_FINISH_SESSION, session_key, last_turn_id, more, every, taken, now
             )
+
+    async def defer_session(self, session_key: str, not_before: datetime) -> None:
+        """Make a due session wait until ``not_before`` (no failed attempt is counted)."""
+        async with self._connection() as conn:
+            await conn.execute(SQL_DEFER_SESSION, session_key, not_before)
 
     async def postpone_session(self, session_key: str, not_before: datetime) -> None:
         async with self._connection() as conn:

@@ -23,7 +23,7 @@ from ..models import generate_session_key
 from .extraction import Extractor
 from .keeper import MemoryKeeper
 from .memory import SaveOutcome
-from .store import PgDistilledStore, SessionDue
+from .store import PgDistilledStore, SessionDue, SourceTurn
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class ExtractionWorker:
         idle_minutes: float,
         concurrency: int,
         max_turns: int,
+        settle_seconds: float = 0.0,
     ) -> None:
         self._store = store
         self.keeper = keeper
@@ -90,6 +91,9 @@ class ExtractionWorker:
         self.every_turns = every_turns
         self.idle = timedelta(minutes=idle_minutes)
         self._max_turns = max_turns
+        # A turn younger than this may still be recalled (撤回) by its sender: it is not
+        # distilled yet, so a quick 撤回 leaves nothing behind.
+        self.settle = timedelta(seconds=settle_seconds)
         self._slots = asyncio.Semaphore(concurrency)
         self._concurrency = concurrency
         self._running: set[str] = set()
@@ -177,13 +181,18 @@ class ExtractionWorker:
         turns = await store.undistilled_turns(
             session.session_key, session.last_turn_id, now, self._max_turns + 1
         )
-        more = len(turns) > self._max_turns
+        settled_before = now - self.settle
+        unsettled = [t for t in turns if t.created_at > settled_before]
+        if unsettled:
+            turns = [t for t in turns if t.id < min(u.id for u in unsettled)]
+        more = len(turns) > self._max_turns or bool(unsettled)
         turns = turns[: self._max_turns]
         user_turns = sum(1 for t in turns if t.role == "user")
         last_id = max((t.id for t in turns), default=session.last_turn_id)
         batch = _Batch(last_id, more)
         if user_turns == 0:
             await self._finish(session, batch, now)
+            await self._wait_for_settling(session, unsettled)
             return ExtractionReport(session.session_key, skipped=True)
 
         known_facts = await self.keeper.recall_by_type(
@@ -222,6 +231,7 @@ class ExtractionWorker:
         except EmbeddingError as exc:  # the keeper stores unembedded rows; this is a safety net
             return await self._failed(session, now, exc, batch)
         await self._finish(session, batch, now)
+        await self._wait_for_settling(session, unsettled)
         answers = 3 if len(turns) >= MIN_TURNS_FOR_SUMMARY else 2
         await store.bump(
             day,
@@ -251,6 +261,12 @@ class ExtractionWorker:
         return ExtractionReport(
             session.session_key, turns=len(turns), saved=saved, rejected=extraction.rejected
         )
+
+    async def _wait_for_settling(self, session: SessionDue, unsettled: list[SourceTurn]) -> None:
+        """Keep the session due, but not before its oldest held-back turn has settled."""
+        if unsettled:
+            oldest = min(t.created_at for t in unsettled)
+            await self._store().defer_session(session.session_key, oldest + self.settle)
 
     async def _finish(self, session: SessionDue, batch: _Batch, now: datetime) -> None:
         await self._store().finish_session(

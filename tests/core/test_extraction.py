@@ -103,6 +103,9 @@ def llm_settings(distiller: Distiller, **extra):
         "extraction_base_url": distiller.server.base_url,
         "extraction_model": "distiller",
         "extraction_timeout": 5.0,
+        # Turns are distilled as soon as they are due here; the wait for QQ's 撤回 window
+        # (EXTRACTION_SETTLE_SECONDS) has tests of its own below.
+        "extraction_settle_seconds": 0,
         **extra,
     }
 
@@ -279,3 +282,36 @@ async def test_extraction_can_be_disabled_even_with_a_model(memory_factory, dist
         memory.distilled.extraction is None
         and memory.distilled.extraction_off == "已关闭（EXTRACTION_ENABLED=false）"
     )
+
+
+async def test_a_fresh_turn_waits_out_the_recall_window_before_it_is_distilled(
+    memory_factory, distiller
+):
+    memory = await memory_factory(
+        **llm_settings(distiller, extraction_every_turns=1, extraction_settle_seconds=120)
+    )
+    first = await exchange(memory, "我住在北京", T0)
+    # Due at once (one exchange), but the turns are 30 s old: nothing is sent to the model.
+    await memory.distilled.extract_due(T0 + timedelta(seconds=30))
+    assert distiller.server.requests == []
+    # The session is deferred, not dropped: once the turns are two minutes old they are distilled.
+    assert await memory.distilled.extract_due(T0 + timedelta(seconds=100)) == 0
+    assert await memory.distilled.extract_due(T0 + timedelta(seconds=126)) == 1
+    [fact] = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(minutes=3))
+    assert set(fact.source_turn_ids) == {t.id for t in first[:2]}
+
+
+async def test_only_settled_turns_are_distilled_and_the_rest_follow(memory_factory, distiller):
+    memory = await memory_factory(
+        **llm_settings(distiller, extraction_every_turns=1, extraction_settle_seconds=120)
+    )
+    old = await exchange(memory, "我住在北京", T0)
+    fresh = await exchange(memory, "请回答简短一点", T0 + timedelta(minutes=5))
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=6)) == 1
+    [fact] = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(minutes=6))
+    assert set(fact.source_turn_ids) == {t.id for t in old[:2]}  # the fresh exchange waits
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=8)) == 1
+    [preference] = await memory.distilled.recall_by_type(
+        1, None, "preferences", now=T0 + timedelta(minutes=8)
+    )
+    assert set(preference.source_turn_ids) == {t.id for t in fresh[:2]}

@@ -79,6 +79,7 @@ async def wire() -> AsyncIterator[Wire]:
         "EXTRACTION_BASE_URL": extractor.base_url,
         "EXTRACTION_MODEL": "stub-extractor",
         "EXTRACTION_EVERY_TURNS": "1",
+        "EXTRACTION_SETTLE_SECONDS": "0",  # distil at once; the 2-minute wait has its own tests
     }
     try:
         bot = await start_bot(llm_url=llm.base_url, extra_env=extraction)
