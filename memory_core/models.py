@@ -98,3 +98,15 @@ class Forgotten:
     @property
     def total(self) -> int:
         return self.dialogues + self.facts + self.preferences + self.summaries + self.cached_answers
+
+
+@dataclass(frozen=True)
+class RecalledMessage:
+    """A QQ message its sender recalled (撤回), in the chat the notice names: a group
+    (``group_id``), or a private chat (``group_id`` None, with ``user_id``). ``None`` for
+    ``self_id`` / ``user_id`` matches any (spool lines written before they were recorded)."""
+
+    self_id: int | None
+    message_id: int
+    group_id: int | None = None
+    user_id: int | None = None

@@ -29,14 +29,22 @@ from .evaluation.worker import PURGED, EvaluationWorker
 from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .lang.keywords import document_terms
 from .lang.tokens import TokenCounter, load_token_counter
-from .models import Forgotten, MemoryTurn, RecallResult, Role, TurnInput, generate_session_key
+from .models import (
+    Forgotten,
+    MemoryTurn,
+    RecalledMessage,
+    RecallResult,
+    Role,
+    TurnInput,
+    generate_session_key,
+)
 from .providers.embedding import Embedder, build_embedder
 from .recall.retriever import Retriever
 from .settings import MemorySettings, RetrievalMode
 from .stats import EvaluationFigures, MemoryStats
 from .storage.database import DatabaseLocation, create_pool, locate_database, prepare_database
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
-from .storage.spool import RecalledMessage, TurnSpool
+from .storage.spool import TurnSpool
 from .storage.turn_rows import prepare_row
 from .storage.vector_index import VectorIndex
 
@@ -360,9 +368,7 @@ class TemporalMemory:
         written = await self.add_dialogues(spooled.turns) if spooled.turns else 0
         deleted = 0
         for recalled in spooled.recalled:  # after the turns: a recalled one may be among them
-            deleted += await self._require_store().delete_qq_message(
-                recalled.self_id, recalled.message_id
-            )
+            deleted += (await self._forget_recalled(recalled)).dialogues
         await self._spool.remove_first(spooled.lines)
         log.info(
             "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
@@ -504,16 +510,25 @@ class TemporalMemory:
 
     # ----------------------------------------------------------------- deleting
 
-    async def delete_message(self, self_id: int | None, message_id: int) -> int | None:
-        """Delete the turn of a recalled QQ message; returns rows deleted, or ``None`` when
-        the database is unreachable: the deletion is then spooled and done on reconnection."""
+    async def delete_message(self, message: RecalledMessage) -> Forgotten | None:
+        """Forget a recalled (撤回) QQ message: its turn, the bot's reply to it, the distilled
+        memories drawn from either and the sender's answers cached since. Returns what went,
+        or ``None`` when the database is unreachable: the recall is then spooled and done on
+        reconnection."""
         try:
-            return await self._require_store().delete_qq_message(self_id, message_id)
+            return await self._forget_recalled(message)
         except DatabaseUnavailableError as exc:
-            log.warning("database unreachable, recall of message %d spooled: %s", message_id, exc)
-            await self._spool.append_recall(RecalledMessage(self_id, message_id))
+            log.warning(
+                "database unreachable, recall of message %d spooled: %s", message.message_id, exc
+            )
+            await self._spool.append_recall(message)
             self._backfill_needed.set()
             return None
+
+    async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
+        turns = await self._require_store().delete_recalled(message)
+        distilled = await self.distilled.forget_turns(turns)
+        return dataclasses.replace(distilled, dialogues=len(turns))
 
     async def forget(
         self,

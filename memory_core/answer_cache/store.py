@@ -54,6 +54,9 @@ WITH entry AS (UPDATE answer_cache SET hits = hits + 1 WHERE id = $1)
 INSERT INTO memory_daily_stats (day, metric, value) VALUES ($2, $3, 1)
 ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + 1
 """
+SQL_CACHE_DROP_USER_SINCE = """
+DELETE FROM answer_cache WHERE scope = 'user' AND user_id = $1 AND created_at >= $2
+"""
 SQL_CACHE_PURGE = "DELETE FROM answer_cache WHERE expires_at IS NOT NULL AND expires_at <= $1"
 SQL_CACHE_DROP_STALE_PRELOAD = """
 DELETE FROM answer_cache WHERE source = 'preload' AND NOT (question_norm = ANY($1::text[]))
@@ -165,6 +168,13 @@ class PgAnswerCacheStore(PgCounterStore):
         sql, args = scope_delete("answer_cache", extra="scope = 'user'", **scope)
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
+        return rows_affected(status)
+
+    async def delete_user_since(self, user_id: int, since: datetime) -> int:
+        """Delete the user's own entries cached at or after ``since`` (any of them may repeat
+        something the user has since recalled)."""
+        async with self._connection() as conn:
+            status = await conn.execute(SQL_CACHE_DROP_USER_SINCE, user_id, since)
         return rows_affected(status)
 
     async def counts(self, now: datetime) -> dict[str, int]:

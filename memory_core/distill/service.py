@@ -19,6 +19,7 @@ from ..errors import DatabaseUnavailableError
 from ..models import Forgotten
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
+from ..storage.dialogue_store import DeletedTurn
 from .extraction import build_extractor, extraction_off_reason
 from .keeper import MaintenanceReport, MemoryKeeper
 from .memory import (
@@ -218,6 +219,23 @@ class DistilledService:
         )
         by_kind = await self.store().delete_scope(**scope)
         cached = await self.cache_store().delete_scope(**scope)
+        return Forgotten(
+            facts=by_kind.get("facts", 0),
+            preferences=by_kind.get("preferences", 0),
+            summaries=by_kind.get("summary", 0),
+            cached_answers=cached,
+        )
+
+    async def forget_turns(self, turns: Sequence[DeletedTurn]) -> Forgotten:
+        """Forget what deleted turns fed: distilled memories drawn from them, and the cached
+        answers of their users since the earliest of them."""
+        if not turns:
+            return Forgotten()
+        by_kind = await self.store().delete_from_sources([t.id for t in turns])
+        cached = 0
+        for user_id in {t.user_id for t in turns}:
+            since = min(t.created_at for t in turns if t.user_id == user_id)
+            cached += await self.cache_store().delete_user_since(user_id, since)
         return Forgotten(
             facts=by_kind.get("facts", 0),
             preferences=by_kind.get("preferences", 0),

@@ -222,6 +222,9 @@ UPDATE distilled_sessions SET
 WHERE session_key = $1
 """
 
+SQL_DELETE_FROM_SOURCES = """
+DELETE FROM distilled_memories WHERE source_turn_ids && $1::bigint[] RETURNING kind
+"""
 SQL_DEFER_SESSION = "UPDATE distilled_sessions SET not_before = $2 WHERE session_key = $1"
 SQL_POSTPONE_SESSION = """
 UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE session_key = $1
@@ -479,6 +482,13 @@ class PgDistilledStore(PgCounterStore):
         async with self._connection() as conn, conn.transaction():
             kinds = [r["kind"] for r in await conn.fetch(memories + " RETURNING kind", *args)]
             await conn.execute(sessions, *args)
+        return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    async def delete_from_sources(self, turn_ids: Sequence[int]) -> dict[str, int]:
+        """Delete every distilled memory drawn from any of these turns (history included);
+        returns how many of each kind."""
+        async with self._connection() as conn:
+            kinds = [r["kind"] for r in await conn.fetch(SQL_DELETE_FROM_SOURCES, list(turn_ids))]
         return {kind: kinds.count(kind) for kind in set(kinds)}
 
     async def counts(self) -> dict[str, tuple[int, int]]:

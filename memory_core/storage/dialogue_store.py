@@ -15,7 +15,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import StorageError
 from ..lang.keywords import tsquery_any
-from ..models import MemoryTurn
+from ..models import MemoryTurn, RecalledMessage
 from .pg import PgStore, rows_affected
 from .scopes import scope_delete
 
@@ -221,8 +221,29 @@ UPDATE dialogues SET keywords = array_to_tsvector($2::text[]) WHERE id = $1
 """
 SQL_RESET_KEYWORDS = "UPDATE dialogues SET keywords = NULL WHERE keywords IS NOT NULL"
 
-SQL_DELETE_QQ_MESSAGE = """
-DELETE FROM dialogues WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
+# A recalled (撤回) QQ message: its turns in the chat the notice names (a group, or a private
+# chat with that user — or any private chat of the bot, when the bot recalled its own message),
+# and for a user's message the bot's reply to it: the assistant turns of the session after it,
+# up to the session's next user turn.
+SQL_DELETE_RECALLED = """
+WITH recalled AS (
+    DELETE FROM dialogues
+    WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
+      AND CASE WHEN $3::bigint IS NOT NULL THEN group_id = $3
+               ELSE group_id IS NULL AND ($4::bigint IS NULL OR $4 IN (user_id, self_id)) END
+    RETURNING id, session_key, role, user_id, created_at
+), replies AS (
+    DELETE FROM dialogues d USING recalled r
+    WHERE r.role = 'user' AND d.session_key = r.session_key AND d.role = 'assistant'
+      AND d.id > r.id
+      AND d.id < coalesce(
+          (SELECT min(n.id) FROM dialogues n
+           WHERE n.session_key = r.session_key AND n.role = 'user' AND n.id > r.id),
+          9223372036854775807)
+    RETURNING d.id, d.user_id, d.created_at
+)
+SELECT id, user_id, created_at FROM recalled
+UNION ALL SELECT id, user_id, created_at FROM replies
 """
 
 SQL_ANY_EMBEDDED = "SELECT EXISTS (SELECT 1 FROM dialogues WHERE embedding IS NOT NULL)"
@@ -304,6 +325,15 @@ class NewTurnRow:
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, column) for column in INSERT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class DeletedTurn:
+    """A turn deleted because its message was recalled (what depended on it goes next)."""
+
+    id: int
+    user_id: int
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -637,10 +667,17 @@ class PgDialogueStore(PgStore):
             status = await conn.execute(SQL_RESET_KEYWORDS, timeout=INDEX_BUILD_TIMEOUT)
         return rows_affected(status)
 
-    async def delete_qq_message(self, self_id: int | None, message_id: int) -> int:
+    async def delete_recalled(self, message: RecalledMessage) -> list[DeletedTurn]:
+        """Delete a recalled message's turns and the bot's reply to it (``SQL_DELETE_RECALLED``)."""
         async with self._connection() as conn:
-            status = await conn.execute(SQL_DELETE_QQ_MESSAGE, message_id, self_id)
-        return rows_affected(status)
+            records = await conn.fetch(
+                SQL_DELETE_RECALLED,
+                message.message_id,
+                message.self_id,
+                message.group_id,
+                message.user_id,
+            )
+        return [DeletedTurn(r["id"], r["user_id"], r["created_at"]) for r in records]
 
     async def delete_scope(
         self,

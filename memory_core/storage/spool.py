@@ -12,17 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ..models import TurnInput
+from ..models import RecalledMessage, TurnInput
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RecalledMessage:
-    """A QQ message withdrawn while the database was down (its turn is deleted on flush)."""
-
-    self_id: int | None
-    message_id: int
 
 
 @dataclass

@@ -16,6 +16,7 @@ from nonebot.log import logger
 from nonebot.rule import Rule, to_me
 
 from memory_core.errors import MemoryCoreError
+from memory_core.models import RecalledMessage
 
 from .intake import accept_rule, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
@@ -56,12 +57,20 @@ async def handle_recall(
     event: GroupRecallNoticeEvent | FriendRecallNoticeEvent,
     runtime: RuntimeDep,
 ) -> None:
+    # Only in the chat the notice names: message ids are not unique across chats.
+    group_id = event.group_id if isinstance(event, GroupRecallNoticeEvent) else None
+    recalled = RecalledMessage(
+        self_id=int(bot.self_id),
+        message_id=event.message_id,
+        group_id=group_id,
+        user_id=event.user_id,
+    )
     try:
-        deleted = await runtime.memory.delete_message(int(bot.self_id), event.message_id)
+        forgotten = await runtime.memory.delete_message(recalled)
     except MemoryCoreError as exc:
         logger.warning(f"recalled message {event.message_id} could not be forgotten: {exc}")
         return
-    if deleted is None:
+    if forgotten is None:
         logger.info(f"recalled message {event.message_id}: forgotten once the database is back")
     else:
-        logger.info(f"recalled message {event.message_id}: {deleted} stored turn(s) deleted")
+        logger.info(f"recalled message {event.message_id}: forgotten ({forgotten})")

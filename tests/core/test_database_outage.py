@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from memory_core.errors import DatabaseUnavailableError
-from memory_core.models import TurnInput
+from memory_core.models import RecalledMessage, TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
@@ -72,15 +72,16 @@ async def test_a_message_recalled_during_an_outage_is_forgotten_on_reconnection(
         await proxy.stop()
         await memory.add_turn(said("停电期间发错又撤回的消息", 3))
         # Both recalls arrive while the database is down: one stored before, one spooled.
-        assert await memory.delete_message(1, 1) is None
-        assert await memory.delete_message(1, 3) is None
+        assert await memory.delete_message(RecalledMessage(1, 1, user_id=7)) is None
+        assert await memory.delete_message(RecalledMessage(1, 3, user_id=7)) is None
         await proxy.start()
         assert await memory.flush_spool() == 1  # the turn is written, then deleted
         turns = await memory.get_contextual_memory(
             7, "消息", top_n=5, now=datetime.now(timezone.utc)
         )
         assert [t.content for t in turns] == ["停电之前留下的消息"]
-        assert await memory.delete_message(1, 2) == 1  # connected: deleted at once
+        forgotten = await memory.delete_message(RecalledMessage(1, 2, user_id=7))
+        assert forgotten is not None and forgotten.dialogues == 1  # connected: deleted at once
         assert await memory.flush_spool() == 0
     finally:
         await memory.aclose()

@@ -6,6 +6,7 @@ nickname checks on each event first, as the real adapter does before dispatching
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,6 +23,7 @@ from nonebot.adapters.onebot.v11.bot import _check_at_me, _check_nickname, _chec
 from nonebug import App
 
 from memory_core.conversation.engine import APOLOGY
+from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from tests.plugin.conftest import RecordingModel
 from tests.plugin.events import (
@@ -68,7 +70,9 @@ async def test_small_talk_scored_not_kept_stays_in_the_next_prompt(app: App, run
     model.answer = "是啊，要多穿点"
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
-        event = await adapt(bot, message_payload([text_seg("今天天气好冷啊")]))
+        # QQ stamps messages to the second; this one was sent a few seconds ago.
+        said = message_payload([text_seg("今天天气好冷啊")], sent_at=time.time() - 5)
+        event = await adapt(bot, said)
         ctx.receive_event(bot, event)
         ctx.should_call_send(event, text("是啊，要多穿点"), {"message_id": 601})
     # The evaluator's verdict "not kept" (score 5): both turns expire at once, as the "none"
@@ -81,7 +85,10 @@ async def test_small_talk_scored_not_kept_stays_in_the_next_prompt(app: App, run
     assert recalled.turns == ()  # gone from long-term recall at once
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
-        event = await adapt(bot, message_payload([text_seg("你那边冷不冷")]))
+        # The answer comes two seconds after the bot's reply (stored just now).
+        event = await adapt(
+            bot, message_payload([text_seg("你那边冷不冷")], sent_at=time.time() + 2)
+        )
         ctx.receive_event(bot, event)
         ctx.should_call_send(event, text("是啊，要多穿点"), {"message_id": 602})
     # ... but the conversation of the last minutes still reaches the model.
@@ -234,7 +241,7 @@ async def test_own_messages_and_repeated_events_are_not_input(app: App, runtime,
     assert await stored(runtime, user=SELF_ID) == []
 
 
-async def test_recall_notices_delete_the_recalled_turn(app: App, runtime):
+async def test_recall_notices_delete_the_recalled_exchange(app: App, runtime):
     group_payload = message_payload([at_seg(SELF_ID), text_seg(" 密码是1234")], group_id=GROUP)
     private_payload = message_payload([text_seg("我的银行卡号是6222")])
     async with app.test_matcher() as ctx:
@@ -253,8 +260,38 @@ async def test_recall_notices_delete_the_recalled_turn(app: App, runtime):
             ),
         )
         ctx.receive_event(bot, await adapt(bot, recall_payload(72, user_id=SELF_ID)))
-    assert [t.content for t in await stored(runtime, group=GROUP)] == ["好的"]
+    # The user's group message goes with the bot's reply to it; the bot's own recalled private
+    # reply goes alone.
+    assert [t.content for t in await stored(runtime, group=GROUP)] == []
     assert [t.content for t in await stored(runtime)] == ["我的银行卡号是6222"]
+
+
+async def test_a_recalled_secret_never_reaches_a_later_prompt(app: App, runtime, model):
+    model.answer = "好的，记住啦：你的银行卡密码是778899。"
+    secret = message_payload(
+        [text_seg("我的银行卡密码是778899，别告诉别人")], sent_at=time.time() - 9
+    )
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, secret)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text(model.answer), {"message_id": 611})
+    # Distilled from the exchange (as the extraction worker would have, had it run already).
+    source_ids = [t.id for t in await stored(runtime)]
+    await runtime.memory.distilled.save(
+        [ExtractedMemory(kind="facts", content="用户的银行卡密码是778899")],
+        USER,
+        source_turn_ids=source_ids,
+    )
+    model.answer = "我不知道呢"
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        ctx.receive_event(bot, await adapt(bot, recall_payload(secret["message_id"], user_id=USER)))
+        question = await adapt(bot, message_payload([text_seg("我的银行卡密码是多少？")]))
+        ctx.receive_event(bot, question)
+        ctx.should_call_send(question, text("我不知道呢"), {"message_id": 612})
+    assert "778899" not in model.text()
+    assert await runtime.memory.distilled.recall_by_type(USER, None, "facts") == []
 
 
 # ----------------------------------------------------------------------------- failures
