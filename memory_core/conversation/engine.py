@@ -44,7 +44,7 @@ from ..models import MemoryTurn, RecallResult, TurnInput, generate_session_key
 from ..providers.llm import ChatModel
 from ..settings import MemorySettings
 from .context import MemoryContext
-from .prompt import build_chat_messages, build_system_prompt
+from .prompt import ChatPlace, build_chat_messages, build_system_prompt
 
 log = logging.getLogger(__name__)
 
@@ -350,8 +350,12 @@ class ConversationEngine:
         async with self._locks.hold(turn.session_key):
             return await self._store(self._stamped(turn))
 
-    async def converse(self, turn: TurnInput, send: SendText) -> ChatResult:
-        """Store ``turn`` (a user message), answer it through ``send``, store the answer."""
+    async def converse(
+        self, turn: TurnInput, send: SendText, *, group_name: str | None = None
+    ) -> ChatResult:
+        """Store ``turn`` (a user message), answer it through ``send``, store the answer.
+
+        ``group_name`` (looked up by the caller) tells the model which group it is in."""
         async with self._locks.hold(turn.session_key):
             turn = self._stamped(turn)
             previous_at = await self._last_turn_time(turn)
@@ -362,7 +366,7 @@ class ConversationEngine:
                 # Memory is read only up to just before this message, so reading it need not
                 # wait for the message to be stored; the model is asked only after both.
                 stored, prompt = await asyncio.gather(
-                    self._store(turn), self._build_prompt(turn, previous_at)
+                    self._store(turn), self._build_prompt(turn, previous_at, group_name)
                 )
             if stored is None:
                 return ChatResult(Outcome.EMPTY)
@@ -488,7 +492,9 @@ class ConversationEngine:
         assert turn.created_at is not None
         return max(self._clock(), turn.created_at)
 
-    async def _build_prompt(self, turn: TurnInput, previous_at: datetime | None) -> _Prompt:
+    async def _build_prompt(
+        self, turn: TurnInput, previous_at: datetime | None, group_name: str | None = None
+    ) -> _Prompt:
         """The chat messages for the model and what went into them (memory may be missing)."""
         assert turn.created_at is not None
         now = self._now(turn)
@@ -522,10 +528,13 @@ class ConversationEngine:
             bot_name=self._bot_name,
             last_turn_at=previous_at,
             persona=self._settings.chat_persona or None,
+            place=ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name),
         )
         block = context.text if context is not None else ""
         return _Prompt(
-            messages=build_chat_messages(system, block, recent, text, now, self._tz),
+            messages=build_chat_messages(
+                system, block, recent, text, now, self._tz, sender_name=turn.sender_name
+            ),
             question=text,
             memory_ok=memory_ok,
             context=context,

@@ -132,6 +132,33 @@ def build_memory_block(
     )
 
 
+@dataclass(frozen=True)
+class ChatPlace:
+    """Who speaks to the bot and where: a private chat, or a member in a (named) group."""
+
+    user_id: int
+    sender_name: str | None = None
+    group_id: int | None = None
+    group_name: str | None = None
+
+    def describe(self) -> str:
+        """One Chinese sentence for the system prompt."""
+        who = (
+            f"{self.sender_name}（QQ {self.user_id}）" if self.sender_name else f"QQ {self.user_id}"
+        )
+        if self.group_id is None:
+            return f"这是与{who}的私聊。"
+        group = (
+            f"「{self.group_name}」（群号 {self.group_id}）"
+            if self.group_name
+            else (f"（群号 {self.group_id}）")
+        )
+        return (
+            f"这是群聊{group}，现在对你说话的是群成员{who}。群里有很多人：只回应这位成员，"
+            "不要把其他成员说过的话当成这位成员的。"
+        )
+
+
 def build_system_prompt(
     now: datetime,
     tz: ZoneInfo,
@@ -139,8 +166,10 @@ def build_system_prompt(
     bot_name: str | None = None,
     last_turn_at: datetime | None = None,
     persona: str | None = None,
+    place: ChatPlace | None = None,
 ) -> str:
-    """The Chinese system prompt: persona, current time with zone and weekday, time rules.
+    """The Chinese system prompt: persona, who speaks where, current time with zone and
+    weekday, time rules.
 
     The recap instruction appears only when ``last_turn_at`` is more than an hour before
     ``now``, and then names the gap (``上次对话在5小时前（…）``).
@@ -150,6 +179,8 @@ def build_system_prompt(
         parts.append(f"你是{bot_name}。")
     if persona and persona.strip():
         parts.append(persona.strip())
+    if place is not None:
+        parts.append(place.describe())
     parts.append(f"当前时间：{format_absolute(now, tz)}（{tz.key or tz}，{weekday_zh(now, tz)}）")
     parts.append(
         "回答时注意：\n"
@@ -180,6 +211,8 @@ def build_chat_messages(
     user_text: str,
     now: datetime,
     tz: ZoneInfo,
+    *,
+    sender_name: str | None = None,
 ) -> list[dict[str, str]]:
     """OpenAI chat messages for one reply.
 
@@ -188,7 +221,8 @@ def build_chat_messages(
     ``user`` / ``assistant`` messages, then the current message as the last ``user`` message.
 
     - User turns are prefixed with their time: ``[HH:MM:SS]`` when on today's date in ``tz``,
-      else the full ``[YYYY-MM-DD HH:MM:SS]``. The current message gets ``now``'s stamp.
+      else the full ``[YYYY-MM-DD HH:MM:SS]``, and their sender's name when known
+      (``[10:30:15] 小明: …``). The current message gets ``now``'s stamp and ``sender_name``.
       Assistant turns are not prefixed, so the model does not learn to start its replies with
       a stamp.
     - Consecutive turns of the same role are merged into one message, one turn per line, and
@@ -201,10 +235,11 @@ def build_chat_messages(
     entries: list[tuple[str, str]] = []
     for turn in sorted(recent, key=_time_key):
         if turn.role == "user":
-            entries.append(("user", f"[{_recent_stamp(turn.created_at, now, tz)}] {turn.content}"))
+            stamp = _recent_stamp(turn.created_at, now, tz)
+            entries.append(("user", f"[{stamp}] {_said_by(turn.sender_name, turn.content)}"))
         elif entries:  # an assistant turn before any user turn is dropped
             entries.append(("assistant", turn.content))
-    entries.append(("user", f"[{_recent_stamp(now, now, tz)}] {user_text}"))
+    entries.append(("user", f"[{_recent_stamp(now, now, tz)}] {_said_by(sender_name, user_text)}"))
 
     for role, content in entries:
         last = messages[-1]
@@ -213,3 +248,7 @@ def build_chat_messages(
         else:
             messages.append({"role": role, "content": content})
     return messages
+
+
+def _said_by(sender_name: str | None, text: str) -> str:
+    return f"{sender_name}: {text}" if sender_name else text

@@ -20,6 +20,7 @@ class Config(BaseModel):
     bot_group_reply_quote: bool = True
     bot_confirm_timeout: float = Field(default=60.0, gt=0)
     bot_resolve_at_names: bool = True
+    bot_resolve_group_names: bool = True
     bot_name: str = ""
 
     def group_allowed(self, group_id: int) -> bool:

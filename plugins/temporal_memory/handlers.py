@@ -18,7 +18,7 @@ from nonebot.rule import Rule, to_me
 from memory_core.errors import MemoryCoreError
 from memory_core.models import RecalledMessage
 
-from .intake import accept_rule, turn_from_event, unaddressed_group_rule
+from .intake import accept_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
 from .runtime import RuntimeDep
 
@@ -41,7 +41,10 @@ async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> Non
         max_chars=runtime.settings.chat_reply_max_chars,
         quote=isinstance(event, GroupMessageEvent) and runtime.config.bot_group_reply_quote,
     )
-    result = await runtime.engine.converse(turn, send)
+    group_name = None
+    if isinstance(event, GroupMessageEvent) and runtime.config.bot_resolve_group_names:
+        group_name = await group_names.name(bot, event.group_id)
+    result = await runtime.engine.converse(turn, send, group_name=group_name)
     logger.debug(f"message {event.message_id} in session {turn.session_key}: {result.outcome}")
 
 

@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
+from collections.abc import Hashable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -127,20 +128,38 @@ def event_time(event: MessageEvent, now: datetime | None = None) -> datetime | N
     return None
 
 
+class NameCache:
+    """Names looked up from the QQ client, each kept for an hour, the oldest dropped first."""
+
+    def __init__(self) -> None:
+        self._names: OrderedDict[Hashable, tuple[float, str]] = OrderedDict()
+
+    def get(self, key: Hashable) -> str | None:
+        cached = self._names.get(key)
+        if cached is None or time.monotonic() - cached[0] >= _NAME_TTL:
+            return None
+        return cached[1]
+
+    def put(self, key: Hashable, name: str) -> None:
+        self._names[key] = (time.monotonic(), name)
+        self._names.move_to_end(key)
+        if len(self._names) > _NAME_CACHE_MAX:
+            self._names.popitem(last=False)
+
+
 class MemberNames:
     """Group card / nickname of @-mentioned members, looked up once an hour at most."""
 
     def __init__(self) -> None:
-        self._names: OrderedDict[tuple[int, str], tuple[float, str]] = OrderedDict()
+        self._cache = NameCache()
 
     async def resolve(self, bot: Bot, group_id: int, qqs: list[str]) -> dict[str, str]:
         found: dict[str, str] = {}
-        now = time.monotonic()
         missing: list[str] = []
         for qq in qqs:
-            cached = self._names.get((group_id, qq))
-            if cached is not None and now - cached[0] < _NAME_TTL:
-                found[qq] = cached[1]
+            cached = self._cache.get((group_id, qq))
+            if cached is not None:
+                found[qq] = cached
             elif qq.isdigit():
                 missing.append(qq)
         if missing:
@@ -148,9 +167,7 @@ class MemberNames:
             for qq, name in zip(missing, looked_up, strict=False):
                 if name:
                     found[qq] = name
-                    self._names[(group_id, qq)] = (now, name)
-                    if len(self._names) > _NAME_CACHE_MAX:
-                        self._names.popitem(last=False)
+                    self._cache.put((group_id, qq), name)
         return found
 
     @staticmethod
@@ -168,7 +185,36 @@ class MemberNames:
         return str(info.get("card") or info.get("nickname") or "").strip()
 
 
+class GroupNames:
+    """A group's name for the prompt, looked up once an hour at most (a client that cannot
+    answer is not asked again within the hour either)."""
+
+    def __init__(self) -> None:
+        self._cache = NameCache()
+
+    async def name(self, bot: Bot, group_id: int) -> str | None:
+        cached = self._cache.get(group_id)
+        if cached is None:
+            cached = await self._lookup(bot, group_id)
+            self._cache.put(group_id, cached)
+        return cached or None
+
+    @staticmethod
+    async def _lookup(bot: Bot, group_id: int) -> str:
+        try:
+            info = await asyncio.wait_for(
+                bot.get_group_info(group_id=group_id), _NAME_LOOKUP_TIMEOUT
+            )
+        except (ActionFailed, NetworkError, ApiNotAvailable, asyncio.TimeoutError) as exc:
+            logger.debug(f"name of group {group_id} unavailable: {exc!r}")
+            return ""
+        if not isinstance(info, dict):
+            return ""
+        return str(info.get("group_name") or "").strip()
+
+
 member_names = MemberNames()
+group_names = GroupNames()
 
 
 async def message_text(bot: Bot, event: MessageEvent, runtime: Runtime) -> str:

@@ -84,7 +84,7 @@ async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> As
     engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗")
     built = runtime_module.Runtime(
         settings=memory.settings,
-        config=Config(bot_resolve_at_names=False),
+        config=Config(bot_resolve_at_names=False, bot_resolve_group_names=False),
         memory=memory,
         engine=engine,
         chat_model=model,

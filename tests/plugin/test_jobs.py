@@ -22,7 +22,7 @@ async def test_purge_job_deletes_exactly_the_expired_rows(runtime: Any, fresh_ds
         now = datetime.now(timezone.utc)
         await conn.execute(
             "UPDATE dialogues SET expires_at = $1 WHERE content = '过期的话'",
-            now - timedelta(minutes=1),
+            now - timedelta(hours=1),  # expired longer ago than the short-term window
         )
         await conn.execute(
             "UPDATE dialogues SET expires_at = $1 WHERE content = '没过期的话'",

@@ -294,6 +294,41 @@ async def test_a_recalled_secret_never_reaches_a_later_prompt(app: App, runtime,
     assert await runtime.memory.distilled.recall_by_type(USER, None, "facts") == []
 
 
+async def test_the_prompt_says_who_speaks_in_which_group(app: App, runtime, model):
+    from plugins.temporal_memory.intake import group_names
+
+    runtime.config = runtime.config.model_copy(update={"bot_resolve_group_names": True})
+    group_names._cache = type(group_names._cache)()
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        for i, said in enumerate(("周五的周会改到下午三点", "记一下")):
+            payload = message_payload(
+                [at_seg(SELF_ID), text_seg(f" {said}")], group_id=GROUP, card="小明"
+            )
+            event = await adapt(bot, payload)
+            ctx.receive_event(bot, event)
+            if i == 0:  # looked up once, then cached
+                ctx.should_call_api(
+                    "get_group_info",
+                    {"group_id": GROUP},
+                    {"group_id": GROUP, "group_name": "读书会"},
+                )
+            ctx.should_call_send(event, quoted(payload["message_id"], "好的"), {"message_id": 9})
+    system = model.prompts[-1][0]["content"]
+    assert "这是群聊「读书会」（群号 30003），现在对你说话的是群成员小明（QQ 20002）" in system
+    assert model.prompts[-1][-1]["content"].endswith("小明: 记一下")
+
+
+async def test_the_prompt_says_a_private_chat_is_private(app: App, runtime, model):
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = await adapt(bot, message_payload([text_seg("在吗")], nickname="阿强"))
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text("好的"), {"message_id": 10})
+    assert "这是与阿强（QQ 20002）的私聊。" in model.prompts[-1][0]["content"]
+    assert model.prompts[-1][-1]["content"].endswith("阿强: 在吗")
+
+
 # ----------------------------------------------------------------------------- failures
 
 
