@@ -51,7 +51,7 @@ FORGET_USAGE = (
     "超级用户可用 /forget user <QQ号>、/forget group <群号>、/forget all。"
 )
 RECALL_USAGE = (
-    "用法：/recall <内容>（回忆）查看会被想起的记忆；"
+    "用法：/recall <内容>（回忆）查看会被想起的记忆，加 --full 看完整上下文；"
     "超级用户可加 --user <QQ号>、--group <群号> 或 --private。"
 )
 REMEMBER_USAGE = "用法：/remember <内容>（记住）让我永久记住一条笔记。"
@@ -279,7 +279,10 @@ async def handle_memstat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> 
 
 # ----------------------------------------------------------------------------- /recall
 
-_FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private)(?!\S)")
+_FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private|full)(?!\S)")
+RECALL_ITEMS = 5
+RECALL_LINE_CHARS = 60
+CIRCLED = "①②③④⑤⑥⑦⑧⑨⑩"
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,7 @@ class RecallRequest:
     user_id: int | None = None
     group_id: int | None = None
     private: bool = False
+    full: bool = False
 
     @property
     def has_flags(self) -> bool:
@@ -295,19 +299,24 @@ class RecallRequest:
 
 
 def parse_recall_args(text: str) -> RecallRequest:
-    """``--user N``, ``--group N`` and ``--private`` anywhere; the rest is the query."""
+    """``--user N``, ``--group N``, ``--private`` and ``--full`` anywhere; the rest is the
+    query."""
     user_id: int | None = None
     group_id: int | None = None
-    private = False
+    private = full = False
     for match in _FLAG.finditer(text):
-        if match.group(3):
+        if match.group(3) == "private":
             private = True
+        elif match.group(3) == "full":
+            full = True
         elif match.group(1) == "user":
             user_id = int(match.group(2))
         else:
             group_id = int(match.group(2))
     query = " ".join(_FLAG.sub(" ", text).split())
-    return RecallRequest(query=query, user_id=user_id, group_id=group_id, private=private)
+    return RecallRequest(
+        query=query, user_id=user_id, group_id=group_id, private=private, full=full
+    )
 
 
 @recall_cmd.handle()
@@ -335,17 +344,49 @@ async def handle_recall(
         # Inside the session: the messages sent before this command are stored by now.
         async with runtime.engine.session(user_id, group_id):
             now = datetime.now(timezone.utc)
-            result = await runtime.memory.recall(user_id, request.query, group_id, now=now)
+            # The short list: the best anchors alone; --full: what the prompt would get.
+            top_n, window = (None, None) if request.full else (RECALL_ITEMS, 0)
+            result = await runtime.memory.recall(
+                user_id, request.query, group_id, top_n=top_n, window_size=window, now=now
+            )
+            facts = await runtime.memory.distilled.recall(user_id, group_id, request.query, now=now)
     except MemoryCoreError as exc:
         logger.warning(f"/recall failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
         return
-    block = runtime.memory.format_block(result, now)
-    where = f"私聊 {user_id}" if group_id is None else f"群 {group_id} · 用户 {user_id}"
-    if not block.text:
+    where = "私聊" if group_id is None else f"群 {group_id}"
+    if user_id != event.user_id:
+        where += f" · 用户 {user_id}"
+    if not result.windows and not facts:
         await reply(bot, event, runtime, f"在{where}中没有找到与“{request.query}”相关的记忆。")
         return
-    await reply(bot, event, runtime, f"与“{request.query}”相关的记忆（{where}）：\n{block.text}")
+    if request.full:
+        block = runtime.memory.format_block(result, now)
+        await reply(
+            bot, event, runtime, f"与“{request.query}”相关的对话（{where}，完整）：\n{block.text}"
+        )
+        return
+    speaker = "你" if user_id == event.user_id else "TA"
+    lines = [_one_line("", f"与“{request.query}”相关的记忆（{where}）：")]
+    anchors = [a for w in result.windows for a in w.turns if a.id == w.anchor_id]
+    for number, turn in zip(CIRCLED, anchors[:RECALL_ITEMS], strict=False):
+        who = speaker if turn.role == "user" else runtime.bot_name
+        stamp = turn.created_at.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
+        lines.append(_one_line(f"{number} {stamp} {who}：", turn.content))
+    if facts:
+        lines.append("事实（会提供给模型）：")
+        lines.extend(_one_line("· ", hit.memory.content) for hit in facts[:RECALL_ITEMS])
+    lines.append("加 --full 查看带上下文的完整记忆。")
+    await reply(bot, event, runtime, "\n".join(lines))
+
+
+def _one_line(head: str, text: str) -> str:
+    """``head`` and ``text`` on one line of at most ``RECALL_LINE_CHARS`` characters."""
+    text = " ".join(text.split())
+    room = RECALL_LINE_CHARS - len(head)
+    if len(text) > room:
+        text = text[: room - 1] + "…"
+    return head + text
 
 
 # ----------------------------------------------------------------------------- /remember
