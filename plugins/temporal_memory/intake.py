@@ -237,8 +237,11 @@ async def message_text(bot: Bot, event: MessageEvent, runtime: Runtime) -> str:
             who: str | None = runtime.bot_name
         else:
             who = (reply.sender.card or "").strip() or (reply.sender.nickname or "").strip()
+        # The quoted message's own quote (the bot quotes what it answers) is left out: one
+        # level is what the reader needs, "[回复 小诗: [回复]…]" is noise.
+        quoted_segments = [seg for seg in segments_of(reply.message) if seg.get("type") != "reply"]
         quoted = flatten_segments(
-            segments_of(reply.message), self_id=event.self_id, self_name=runtime.bot_name
+            quoted_segments, self_id=event.self_id, self_name=runtime.bot_name
         )
         quote = quote_reply(who or None, quoted)
     return with_quote(quote, body)

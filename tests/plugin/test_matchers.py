@@ -152,7 +152,8 @@ async def test_reply_to_the_bots_message_addresses_it_and_is_quoted(app: App, ru
         "message_id": bot_message_id,
         "real_id": bot_message_id,
         "sender": {"user_id": SELF_ID, "nickname": "bot"},
-        "message": [text_seg("人生苦短\n我用Python")],
+        # The bot's message quoted the one it answered, as group replies do.
+        "message": [reply_seg(424241), text_seg("人生苦短\n我用Python")],
     }
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
