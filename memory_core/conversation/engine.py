@@ -43,6 +43,7 @@ from ..lang.text import scrub
 from ..models import MemoryTurn, RecallResult, TurnInput, generate_session_key
 from ..providers.llm import ChatModel
 from ..settings import MemorySettings
+from ..storage.turn_rows import message_uuid_for
 from .context import MemoryContext
 from .prompt import ChatPlace, build_chat_messages, build_system_prompt
 
@@ -53,6 +54,8 @@ NOT_CONFIGURED_NOTICE = "聊天模型还没有配置，暂时不能聊天；你�
 INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
 # The current message is excluded from its own recall by cutting recall off just before it.
 _JUST_BEFORE = timedelta(microseconds=1)
+# The same message delivered twice (HTTP + WebSocket, a reconnect) arrives within minutes.
+REDELIVERY_WINDOW = timedelta(minutes=10)
 _NOTICE_TABLE_MAX = 4096
 
 
@@ -370,7 +373,14 @@ class ConversationEngine:
                 )
             if stored is None:
                 return ChatResult(Outcome.EMPTY)
+            if stored.duplicate and _reused_message_id(stored.turn, turn):
+                stored = await self._store(_as_new_message(turn)) or stored
             if stored.duplicate:
+                log.info(
+                    "message %s of session %s was delivered again; answered before, ignored",
+                    turn.message_id,
+                    turn.session_key,
+                )
                 return ChatResult(Outcome.DUPLICATE, user_turn=stored.turn)
             if self._model is None:
                 return await self._notice(turn, send, stored)
@@ -586,6 +596,23 @@ class ConversationEngine:
         return await self._memory.recent_turns(
             turn.user_id, turn.group_id, limit=limit, since=since, now=cutoff
         )
+
+
+def _reused_message_id(stored: MemoryTurn | None, turn: TurnInput) -> bool:
+    """Whether a "duplicate" is a new message whose id the platform reused: its text differs,
+    or it came long after the stored one (a re-delivery comes within minutes)."""
+    if stored is None or turn.created_at is None:
+        return False
+    return (
+        stored.content != turn.content
+        or abs(turn.created_at - stored.created_at) > REDELIVERY_WINDOW
+    )
+
+
+def _as_new_message(turn: TurnInput) -> TurnInput:
+    assert turn.created_at is not None
+    key = f"{message_uuid_for(turn)}:{turn.created_at.isoformat()}"
+    return dataclasses.replace(turn, message_uuid=key)
 
 
 @dataclass(frozen=True)

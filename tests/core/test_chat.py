@@ -204,6 +204,19 @@ async def test_duplicate_message_is_answered_once(memory):
     assert len(model.prompts) == 1 and len(outbox.sent) == 1
 
 
+async def test_a_reused_message_id_is_a_new_message_not_a_duplicate(memory):
+    model, outbox = RecordingModel(), Outbox()
+    engine = engine_for(memory, model)
+    long_ago = datetime.now(timezone.utc) - timedelta(days=30)
+    first = await engine.converse(user_turn("在吗", message_id=78, at=long_ago), outbox)
+    # QQ reused the id: another text, or the same text a month later, is answered and stored.
+    other = await engine.converse(user_turn("今天吃什么", message_id=78), outbox)
+    again = await engine.converse(user_turn("在吗", message_id=78), outbox)
+    assert [r.outcome for r in (first, other, again)] == [Outcome.REPLIED] * 3
+    assert len(model.prompts) == 3
+    assert (await memory.stats()).total_rows == 6
+
+
 async def test_blank_message_is_neither_stored_nor_answered(memory):
     model, outbox = RecordingModel(), Outbox()
     result = await engine_for(memory, model).converse(user_turn("  \n "), outbox)
