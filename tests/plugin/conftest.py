@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "driver": "~fastapi",
         "superusers": {str(SUPERUSER_ID)},
         "nickname": {"小诗"},
-        "command_start": {"/"},
+        "command_start": {"/", "／", "、"},  # as .env.prod sets them
         "log_level": "WARNING",
     }
     config.stash[NONEBOT_START_LIFESPAN] = False

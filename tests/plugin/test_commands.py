@@ -178,6 +178,17 @@ async def test_forget_accepts_the_usual_ways_of_saying_no(app: App, runtime, mod
     assert model.prompts == []
 
 
+async def test_commands_also_start_with_a_full_width_slash_or_the_chinese_ime_mark(
+    app: App, runtime
+):
+    for prefix in ("／", "、"):
+        await run(
+            app,
+            (event_of(f"{prefix}forget"), PRIVATE_PROMPT),
+            (event_of("取消"), "已取消，记忆保持不变。"),
+        )
+
+
 async def test_forget_with_nothing_stored_says_nothing_was_deleted(app: App, runtime):
     await run(
         app,
