@@ -194,7 +194,7 @@ async def test_confirmation_belongs_to_the_person_who_asked(app: App, runtime):
 
 
 def test_forget_targets_parse(plugin: Any) -> None:
-    from plugins.temporal_memory.commands import parse_forget_target
+    from nonebot_plugin_temporal_memory.commands import parse_forget_target
 
     assert parse_forget_target(["all"]) == ({"everything": True}, "所有人")
     assert parse_forget_target(["用户", "123"]) == ({"user_id": 123}, "用户 123 在所有会话中")
@@ -247,7 +247,7 @@ async def test_recall_shows_own_session_memory_lines(app: App, runtime):
 
 
 async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
-    from plugins.temporal_memory.commands import RECALL_USAGE
+    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
 
     await seed(runtime)
     await run(
@@ -263,7 +263,7 @@ async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
 
 
 def test_recall_args_parse(plugin: Any) -> None:
-    from plugins.temporal_memory.commands import parse_recall_args
+    from nonebot_plugin_temporal_memory.commands import parse_recall_args
 
     parsed = parse_recall_args("--user 5 猫 --group=7 的名字")
     assert (parsed.query, parsed.user_id, parsed.group_id, parsed.private) == (

@@ -33,7 +33,7 @@ def nonebot_decoded(values: dict[str, str | None]) -> dict[str, object]:
 
 
 def test_every_setting_is_in_env_prod_with_a_comment_above_it() -> None:
-    from plugins.temporal_memory.config import Config
+    from nonebot_plugin_temporal_memory.config import Config
 
     values = env_values()
     expected = (
@@ -63,7 +63,7 @@ def test_env_prod_has_no_secrets_and_safe_defaults() -> None:
 
 
 def test_env_prod_validates_into_the_settings() -> None:
-    from plugins.temporal_memory.config import Config, memory_settings_from_config
+    from nonebot_plugin_temporal_memory.config import Config, memory_settings_from_config
 
     decoded = nonebot_decoded(env_values())
     settings = memory_settings_from_config(decoded)
@@ -72,7 +72,7 @@ def test_env_prod_validates_into_the_settings() -> None:
 
 
 def test_numeric_looking_secrets_stay_text() -> None:
-    from plugins.temporal_memory.config import memory_settings_from_config
+    from nonebot_plugin_temporal_memory.config import memory_settings_from_config
 
     settings = memory_settings_from_config({"llm_api_key": 12345, "llm_model": 7, "port": 80})
     assert settings.llm_api_key is not None
