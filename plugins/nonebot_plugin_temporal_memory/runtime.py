@@ -1,11 +1,14 @@
 """The plugin's resources: opened in ``driver.on_startup``, closed in ``on_shutdown``."""
 
+from pathlib import Path
 from typing import Annotated
 
 from nonebot import get_driver, get_plugin_config
 from nonebot.log import logger
 from nonebot.params import Depends
+from nonebot_plugin_localstore import get_plugin_data_dir
 
+import memory_core
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.providers.llm import ChatModel, build_chat_model
 from memory_core.service import TemporalMemory, open_memory
@@ -45,6 +48,10 @@ class _Holder:
 
 driver = get_driver()
 
+# Named in the start-up log: which installed copy runs (a wheel in site-packages, or a checkout).
+PLUGIN_DIR = Path(__file__).resolve().parent
+CORE_DIR = Path(memory_core.__path__[0]).resolve()
+
 
 class RuntimeNotReady(RuntimeError):
     """A handler ran before start-up finished (or after shutdown)."""
@@ -64,7 +71,12 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 @driver.on_startup
 async def open_runtime() -> None:
     config = get_plugin_config(Config)
-    settings = memory_settings_from_config(driver.config.model_dump())
+    # Without MEMORY_DATA_DIR: localstore's folder for this plugin (~/.local/share/nonebot2/...).
+    # Run as root that is under /root, and the core then keeps the embedded PostgreSQL cluster
+    # out of it (memory_core.storage.database.embedded_cluster_dir).
+    settings = memory_settings_from_config(
+        driver.config.model_dump(), default_data_dir=get_plugin_data_dir
+    )
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)
     # An unreachable database is not fatal: turns are spooled and written once it is back.
     memory = await open_memory(settings, require_database=False)
@@ -82,6 +94,7 @@ async def open_runtime() -> None:
         chat_model=chat_model,
         bot_name=bot_name,
     )
+    logger.info(f"TemporalMemory plugin from {PLUGIN_DIR}, core from {CORE_DIR}")
     logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
     logger.info(f"TemporalMemory database: {memory.database_description}")
     logger.info(
