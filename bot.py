@@ -1,9 +1,7 @@
 """Start the bot: `python bot.py` (or `make run`). Settings come from `.env.prod` + environment."""
 
 import logging
-import signal
 from pathlib import Path
-from types import FrameType
 
 import nonebot
 from nonebot.adapters.onebot.v11 import Adapter as OneBotV11Adapter
@@ -20,14 +18,7 @@ driver.register_adapter(OneBotV11Adapter)
 
 nonebot.load_from_toml(str(Path(__file__).with_name("pyproject.toml")))
 
-
-def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
-    # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal. With the default
-    # handler the process would die without running atexit hooks, which is where the embedded
-    # PostgreSQL is stopped; exiting normally lets it stop.
-    raise SystemExit(0)
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _exit_cleanly)
+    # SIGTERM ends the bot normally (so the embedded PostgreSQL stops): the plugin sees to that,
+    # in any NoneBot project (nonebot_plugin_temporal_memory.runtime.exit_normally_on_sigterm).
     nonebot.run()

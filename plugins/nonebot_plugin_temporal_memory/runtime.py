@@ -1,6 +1,9 @@
 """The plugin's resources: opened in ``driver.on_startup``, closed in ``on_shutdown``."""
 
+import signal
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 from nonebot import get_driver, get_plugin_config
@@ -51,6 +54,28 @@ driver = get_driver()
 # Named in the start-up log: which installed copy runs (a wheel in site-packages, or a checkout).
 PLUGIN_DIR = Path(__file__).resolve().parent
 CORE_DIR = Path(memory_core.__path__[0]).resolve()
+
+
+def _exit_normally(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def exit_normally_on_sigterm() -> None:
+    """Let SIGTERM end the process normally, so the embedded PostgreSQL stops with it.
+
+    The embedded server is stopped by an exit hook (``atexit``). On SIGTERM uvicorn shuts NoneBot
+    down gracefully, then raises the signal again under the handler it found when it started;
+    the default one kills the process before exit hooks run and leaves ``postgres`` running,
+    orphaned. So this must happen while the plugin loads, before ``nonebot.run()``; a handler
+    the project set itself is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_normally)
+
+
+exit_normally_on_sigterm()
 
 
 class RuntimeNotReady(RuntimeError):
