@@ -1,5 +1,6 @@
 """The plugin's resources: opened in ``driver.on_startup``, closed in ``on_shutdown``."""
 
+import logging
 import signal
 import threading
 from pathlib import Path
@@ -7,7 +8,7 @@ from types import FrameType
 from typing import Annotated
 
 from nonebot import get_driver, get_plugin_config
-from nonebot.log import logger
+from nonebot.log import LoguruHandler, logger
 from nonebot.params import Depends
 from nonebot_plugin_localstore import get_plugin_data_dir
 
@@ -75,7 +76,17 @@ def exit_normally_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _exit_normally)
 
 
+def show_core_logs() -> None:
+    """Show the core's log (stdlib ``logging``: migrations, purges, index builds, outages) in
+    NoneBot's, at INFO, unless the project already configured the ``memory_core`` logger."""
+    core_log = logging.getLogger("memory_core")
+    if not core_log.handlers:
+        core_log.addHandler(LoguruHandler())
+        core_log.setLevel(logging.INFO)
+
+
 exit_normally_on_sigterm()
+show_core_logs()
 
 
 class RuntimeNotReady(RuntimeError):
