@@ -9,10 +9,12 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Two distributions, both editable: the core (pyproject.toml) and the NoneBot plugin
+# (plugins/pyproject.toml), which depends on the core and brings NoneBot.
+$(STAMP): pyproject.toml plugins/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev]" -e ./plugins
 	touch $(STAMP)
 
 run: $(STAMP)

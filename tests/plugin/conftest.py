@@ -63,7 +63,7 @@ def plugin(nonebug_init: None) -> Any:
     driver = nonebot.get_driver()
     if "OneBot V11" not in driver._adapters:
         driver.register_adapter(Adapter)
-    loaded = nonebot.load_plugin("plugins.temporal_memory")
+    loaded = nonebot.load_plugin("nonebot_plugin_temporal_memory")
     assert loaded is not None
     return loaded
 
@@ -76,9 +76,9 @@ def model() -> RecordingModel:
 @pytest.fixture
 async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> AsyncIterator[Any]:
     from memory_core.conversation.engine import ConversationEngine
-    from plugins.temporal_memory import commands, intake
-    from plugins.temporal_memory import runtime as runtime_module
-    from plugins.temporal_memory.config import Config
+    from nonebot_plugin_temporal_memory import commands, intake
+    from nonebot_plugin_temporal_memory import runtime as runtime_module
+    from nonebot_plugin_temporal_memory.config import Config
 
     memory = await memory_factory()
     engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗")

@@ -247,7 +247,7 @@ async def test_confirmation_belongs_to_the_person_who_asked(app: App, runtime):
 
 
 def test_forget_targets_parse(plugin: Any) -> None:
-    from plugins.temporal_memory.commands import parse_forget_target
+    from nonebot_plugin_temporal_memory.commands import parse_forget_target
 
     assert parse_forget_target(["all"]) == ({"everything": True}, "所有人")
     assert parse_forget_target(["用户", "123"]) == ({"user_id": 123}, "用户 123 在所有会话中")
@@ -328,7 +328,7 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
 
 
 async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
-    from plugins.temporal_memory.commands import RECALL_USAGE
+    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
 
     await seed(runtime)
     stamp = THEN.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
@@ -364,7 +364,7 @@ ANY_TEXT = _AnyText()
 
 
 def test_recall_args_parse(plugin: Any) -> None:
-    from plugins.temporal_memory.commands import parse_recall_args
+    from nonebot_plugin_temporal_memory.commands import parse_recall_args
 
     parsed = parse_recall_args("--user 5 猫 --group=7 的名字")
     assert (parsed.query, parsed.user_id, parsed.group_id, parsed.private) == (

@@ -6,9 +6,11 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from dotenv import dotenv_values
 
 from memory_core.settings import MemorySettings
+from memory_core.storage import database
 
 ENV_PROD = Path(__file__).resolve().parents[2] / ".env.prod"
 NONEBOT_KEYS = {
@@ -33,7 +35,7 @@ def nonebot_decoded(values: dict[str, str | None]) -> dict[str, object]:
 
 
 def test_every_setting_is_in_env_prod_with_a_comment_above_it() -> None:
-    from plugins.temporal_memory.config import Config
+    from nonebot_plugin_temporal_memory.config import Config
 
     values = env_values()
     expected = (
@@ -63,19 +65,69 @@ def test_env_prod_has_no_secrets_and_safe_defaults() -> None:
     assert values["DRIVER"] == "~fastapi+~websockets"
 
 
+def no_default_dir() -> Path:
+    raise AssertionError("MEMORY_DATA_DIR was set; no default data dir should be asked for")
+
+
 def test_env_prod_validates_into_the_settings() -> None:
-    from plugins.temporal_memory.config import Config, memory_settings_from_config
+    from nonebot_plugin_temporal_memory.config import Config, memory_settings_from_config
 
     decoded = nonebot_decoded(env_values())
-    settings = memory_settings_from_config(decoded)
+    settings = memory_settings_from_config(decoded, default_data_dir=no_default_dir)
     assert settings == MemorySettings()
     assert Config.model_validate(decoded) == Config()
 
 
 def test_numeric_looking_secrets_stay_text() -> None:
-    from plugins.temporal_memory.config import memory_settings_from_config
+    from nonebot_plugin_temporal_memory.config import memory_settings_from_config
 
-    settings = memory_settings_from_config({"llm_api_key": 12345, "llm_model": 7, "port": 80})
+    settings = memory_settings_from_config(
+        {"llm_api_key": 12345, "llm_model": 7, "port": 80, "memory_data_dir": "data"},
+        default_data_dir=no_default_dir,
+    )
     assert settings.llm_api_key is not None
     assert settings.llm_api_key.get_secret_value() == "12345"
     assert settings.llm_model == "7"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"memory_data_dir": ""}, {"MEMORY_DATA_DIR": "  "}, {"memory_data_dir": None}],
+    ids=["missing", "blank", "spaces", "key-only"],
+)
+def test_without_memory_data_dir_the_data_lives_in_the_default_dir(
+    values: dict[str, object], tmp_path: Path
+) -> None:
+    from nonebot_plugin_temporal_memory.config import memory_settings_from_config
+
+    asked: list[Path] = []
+
+    def localstore_dir() -> Path:
+        asked.append(tmp_path / "nonebot2" / "nonebot_plugin_temporal_memory")
+        return asked[-1]
+
+    settings = memory_settings_from_config(values, default_data_dir=localstore_dir)
+    assert settings.memory_data_dir == tmp_path / "nonebot2" / "nonebot_plugin_temporal_memory"
+    assert len(asked) == 1
+
+
+def test_a_set_memory_data_dir_is_used_as_given() -> None:
+    from nonebot_plugin_temporal_memory.config import memory_settings_from_config
+
+    settings = memory_settings_from_config(
+        {"MEMORY_DATA_DIR": "/srv/bot/data"}, default_data_dir=no_default_dir
+    )
+    assert settings.memory_data_dir == Path("/srv/bot/data")
+
+
+def test_localstores_default_dir_as_root_keeps_the_database_cluster_out_of_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Run as root, localstore's data dir is /root/.local/share/nonebot2/<plugin>; the embedded
+    # server would open every parent of its cluster to other users, so the cluster moves.
+    monkeypatch.setattr(database.os, "geteuid", lambda: 0)
+    root_default = Path("/root/.local/share/nonebot2/nonebot_plugin_temporal_memory")
+    cluster = database.embedded_cluster_dir(root_default)
+    assert not cluster.is_relative_to("/root")
+    assert cluster.parent == Path("/var/lib/temporal-memory")
+    assert database.embedded_cluster_dir(Path("/srv/bot/data")) == Path("/srv/bot/data/pg")

@@ -13,7 +13,7 @@ EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 
 async def test_purge_job_deletes_exactly_the_expired_rows(runtime: Any, fresh_dsn: str) -> None:
-    from plugins.temporal_memory.jobs import purge_expired_memory
+    from nonebot_plugin_temporal_memory.jobs import purge_expired_memory
 
     for text in ("过期的话", "没过期的话", "永久的话"):
         await runtime.memory.add_turn(TurnInput(user_id=1, role="user", content=text))
@@ -40,7 +40,7 @@ async def test_purge_is_scheduled_daily_at_the_configured_time_and_soon_after_st
 ) -> None:
     from nonebot_plugin_apscheduler import scheduler
 
-    from plugins.temporal_memory.jobs import PURGE_JOB_ID, schedule_purge, unschedule_purge
+    from nonebot_plugin_temporal_memory.jobs import PURGE_JOB_ID, schedule_purge, unschedule_purge
 
     settings = runtime.settings.model_copy(update={"memory_purge_time": "03:30"})
     schedule_purge(settings)
@@ -63,7 +63,7 @@ async def test_distilled_maintenance_runs_and_is_scheduled_daily_after_the_purge
     from nonebot_plugin_apscheduler import scheduler
 
     from memory_core.distill.memory import ExtractedMemory
-    from plugins.temporal_memory.jobs import (
+    from nonebot_plugin_temporal_memory.jobs import (
         MAINTENANCE_JOB_ID,
         maintain_distilled_memory,
         schedule_maintenance,
@@ -89,7 +89,7 @@ async def test_distilled_maintenance_runs_and_is_scheduled_daily_after_the_purge
 
 
 async def test_distilled_maintenance_is_postponed_when_the_database_is_down(runtime: Any) -> None:
-    from plugins.temporal_memory.jobs import maintain_distilled_memory
+    from nonebot_plugin_temporal_memory.jobs import maintain_distilled_memory
 
     pool, runtime.memory._pool = runtime.memory._pool, None  # as if the connection were lost
     try:

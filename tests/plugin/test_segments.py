@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture
 def seg(plugin: Any) -> ModuleType:
     """The plugin's segments module (importing the plugin needs NoneBot initialised)."""
-    from plugins.temporal_memory import segments
+    from nonebot_plugin_temporal_memory import segments
 
     return segments
 

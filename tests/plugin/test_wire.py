@@ -115,6 +115,15 @@ def all_text(prompt: list[dict[str, str]]) -> str:
     return "\n".join(m["content"] for m in prompt)
 
 
+# ----------------------------------------------------------------------------- loading
+
+
+async def test_bot_py_loads_the_installed_plugin_once_by_its_package_name(wire: Wire):
+    log = wire.bot.log_text()
+    assert log.count('Succeeded to load plugin "nonebot_plugin_temporal_memory"') == 1, log
+    assert "Legacy project format" not in log
+
+
 # ----------------------------------------------------------------------------- handshake
 
 

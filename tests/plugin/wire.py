@@ -203,27 +203,59 @@ async def start_bot(
     """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens."""
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
-    log_path = data_dir / "bot.log"
     env = bot_environment(
         port=port, token=token, llm_url=llm_url, data_dir=data_dir, extra=extra_env or {}
     )
-    process = _spawn_bot(env, log_path)
+    try:
+        return await launch_bot(
+            env=env,
+            port=port,
+            token=token,
+            data_dir=data_dir,
+            log_path=data_dir / "bot.log",
+            startup_timeout=startup_timeout,
+        )
+    except BaseException:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise
+
+
+async def launch_bot(
+    *,
+    env: dict[str, str],
+    port: int,
+    token: str,
+    data_dir: Path,
+    log_path: Path,
+    python: Path | None = None,
+    cwd: Path = REPO,
+    startup_timeout: float = 120.0,
+) -> BotProcess:
+    """Start ``bot.py`` in ``cwd`` (this repository's, or another NoneBot project) under
+    ``python`` and wait until it listens on ``port``. ``data_dir`` is where its embedded
+    PostgreSQL lives. A bot that exits or does not listen in time is stopped, and the error
+    carries its log."""
+    process = _spawn_bot(env, log_path, python=python, cwd=cwd)
     bot = BotProcess(port=port, token=token, data_dir=data_dir, log_path=log_path, process=process)
-    deadline = time.monotonic() + startup_timeout
+    try:
+        await _wait_until_listening(bot, startup_timeout)
+    except BaseException:
+        await stop_bot(bot)
+        _stop_orphan_postgres(data_dir)
+        raise
+    return bot
+
+
+async def _wait_until_listening(bot: BotProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log = bot.log_text()
-            _stop_orphan_postgres(data_dir)
-            shutil.rmtree(data_dir, ignore_errors=True)
-            raise RuntimeError(f"bot.py exited with {process.returncode}:\n{log}")
+        if bot.process.poll() is not None:
+            raise RuntimeError(f"bot.py exited with {bot.process.returncode}:\n{bot.log_text()}")
         # uvicorn binds its socket only after NoneBot's start-up hooks have finished.
-        if await _accepts_connections(port):
-            return bot
+        if await _accepts_connections(bot.port):
+            return
         await asyncio.sleep(0.1)
-    await stop_bot(bot)
-    log = bot.log_text()
-    shutil.rmtree(data_dir, ignore_errors=True)
-    raise RuntimeError(f"bot.py did not start in {startup_timeout}s:\n{log}")
+    raise RuntimeError(f"bot.py did not start in {timeout}s:\n{bot.log_text()}")
 
 
 async def _accepts_connections(port: int) -> bool:
@@ -237,11 +269,13 @@ async def _accepts_connections(port: int) -> bool:
     return True
 
 
-def _spawn_bot(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def _spawn_bot(
+    env: dict[str, str], log_path: Path, *, python: Path | None = None, cwd: Path = REPO
+) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as log_file:
         return subprocess.Popen(
-            [sys.executable, "bot.py"],
-            cwd=REPO,
+            [str(python or sys.executable), "bot.py"],
+            cwd=cwd,
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

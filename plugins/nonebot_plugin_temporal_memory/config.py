@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr
@@ -33,8 +35,14 @@ def _accepts_text_only(annotation: Any) -> bool:
     return annotation in (str, SecretStr, str | None, SecretStr | None)
 
 
-def memory_settings_from_config(values: dict[str, Any]) -> MemorySettings:
+def memory_settings_from_config(
+    values: dict[str, Any], *, default_data_dir: Callable[[], Path]
+) -> MemorySettings:
     """Build the core settings from NoneBot's global config (``driver.config.model_dump()``).
+
+    ``MEMORY_DATA_DIR`` is used as given (this repository's ``.env.prod`` sets ``data``); when it
+    is missing or blank, as in a NoneBot project that only installed the plugin, the data
+    directory is ``default_data_dir()`` (the plugin passes localstore's plugin data dir).
 
     NoneBot decodes every value of ``.env.prod`` as JSON when it can, so ``LLM_API_KEY=123``
     arrives as an int; text-only fields get their text back before validation.
@@ -53,6 +61,9 @@ def memory_settings_from_config(values: dict[str, Any]) -> MemorySettings:
         ):
             value = str(value)
         prepared[name] = value
+    configured_dir = prepared.get("memory_data_dir")
+    if configured_dir is None or str(configured_dir).strip() == "":
+        prepared["memory_data_dir"] = default_data_dir()
     return settings_from_mapping(prepared)
 
 

@@ -1,11 +1,18 @@
 """The plugin's resources: opened in ``driver.on_startup``, closed in ``on_shutdown``."""
 
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 from nonebot import get_driver, get_plugin_config
-from nonebot.log import logger
+from nonebot.log import LoguruHandler, logger
 from nonebot.params import Depends
+from nonebot_plugin_localstore import get_plugin_data_dir
 
+import memory_core
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.providers.llm import ChatModel, build_chat_model
 from memory_core.service import TemporalMemory, open_memory
@@ -46,6 +53,42 @@ class _Holder:
 
 driver = get_driver()
 
+# Named in the start-up log: which installed copy runs (a wheel in site-packages, or a checkout).
+PLUGIN_DIR = Path(__file__).resolve().parent
+CORE_DIR = Path(memory_core.__path__[0]).resolve()
+
+
+def _exit_normally(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def exit_normally_on_sigterm() -> None:
+    """Let SIGTERM end the process normally, so the embedded PostgreSQL stops with it.
+
+    The embedded server is stopped by an exit hook (``atexit``). On SIGTERM uvicorn shuts NoneBot
+    down gracefully, then raises the signal again under the handler it found when it started;
+    the default one kills the process before exit hooks run and leaves ``postgres`` running,
+    orphaned. So this must happen while the plugin loads, before ``nonebot.run()``; a handler
+    the project set itself is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_normally)
+
+
+def show_core_logs() -> None:
+    """Show the core's log (stdlib ``logging``: migrations, purges, index builds, outages) in
+    NoneBot's, at INFO, unless the project already configured the ``memory_core`` logger."""
+    core_log = logging.getLogger("memory_core")
+    if not core_log.handlers:
+        core_log.addHandler(LoguruHandler())
+        core_log.setLevel(logging.INFO)
+
+
+exit_normally_on_sigterm()
+show_core_logs()
+
 
 class RuntimeNotReady(RuntimeError):
     """A handler ran before start-up finished (or after shutdown)."""
@@ -67,7 +110,12 @@ async def open_runtime() -> None:
     # First: an unsafe listen address must stop the start before the database server starts.
     check_listener(driver)
     config = get_plugin_config(Config)
-    settings = memory_settings_from_config(driver.config.model_dump())
+    # Without MEMORY_DATA_DIR: localstore's folder for this plugin (~/.local/share/nonebot2/...).
+    # Run as root that is under /root, and the core then keeps the embedded PostgreSQL cluster
+    # out of it (memory_core.storage.database.embedded_cluster_dir).
+    settings = memory_settings_from_config(
+        driver.config.model_dump(), default_data_dir=get_plugin_data_dir
+    )
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)
     # An unreachable database is not fatal: turns are spooled and written once it is back.
     memory = await open_memory(settings, require_database=False)
@@ -85,6 +133,7 @@ async def open_runtime() -> None:
         chat_model=chat_model,
         bot_name=bot_name,
     )
+    logger.info(f"TemporalMemory plugin from {PLUGIN_DIR}, core from {CORE_DIR}")
     logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
     logger.info(f"TemporalMemory database: {memory.database_description}")
     logger.info(

@@ -4,8 +4,12 @@ from nonebot import require
 from nonebot.plugin import PluginMetadata
 
 require("nonebot_plugin_apscheduler")
+require("nonebot_plugin_localstore")
 
 from .config import Config  # noqa: E402
+
+HOMEPAGE = "https://github.com/temporal-memory/temporal-memory"
+"""The project page named in the NoneBot store and in ``plugins/pyproject.toml``."""
 
 __plugin_meta__ = PluginMetadata(
     name="TemporalMemory",
@@ -18,7 +22,7 @@ __plugin_meta__ = PluginMetadata(
         "/memstat（记忆统计）记忆统计（超级用户）"
     ),
     type="application",
-    homepage="https://github.com/",
+    homepage=HOMEPAGE,
     config=Config,
     supported_adapters={"~onebot.v11"},
 )
