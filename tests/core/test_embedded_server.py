@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -23,8 +24,10 @@ from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import TurnInput
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
+from memory_core.storage.embedded_server import EmbeddedServer
 from tests.fakes import HashingEmbedder
 from tests.pg_processes import (
+    kill_postmaster,
     postgres_processes,
     postmaster_pid,
     stop_leftover_server,
@@ -93,6 +96,58 @@ async def stored_contents(memory: TemporalMemory, expected_rows: int) -> list[st
         await asyncio.sleep(0.1)
     turns = await memory.recent_turns(7, None, limit=10, since=LONG_AGO)
     return [turn.content for turn in turns]
+
+
+async def test_a_killed_embedded_server_is_started_again_and_the_turn_spooled_meanwhile_is_stored(
+    open_embedded, cluster
+):
+    memory = await open_embedded()
+    assert (await memory.add_turn(said("崩溃之前说的话", 1))).turn is not None
+    dead = await kill_postmaster(cluster)
+    outcome = await memory.add_turn(said("崩溃期间说的话", 2))
+    assert outcome.spooled and outcome.turn is None
+    memory.start_maintenance(interval=0.1)
+    assert await stored_contents(memory, 2) == ["崩溃之前说的话", "崩溃期间说的话"]
+    assert postmaster_pid(cluster) != dead
+    assert (await memory.stats()).spooled_turns == 0
+
+
+async def test_after_a_crash_and_a_restart_closing_the_memory_leaves_no_postgres_running(
+    open_embedded, cluster
+):
+    memory = await open_embedded()
+    dead = await kill_postmaster(cluster)
+    assert (await memory.add_turn(said("重启期间", 1))).spooled
+    memory.start_maintenance(interval=0.1)
+    assert await stored_contents(memory, 1) == ["重启期间"]
+    assert postmaster_pid(cluster) != dead
+    assert postgres_processes(cluster)
+    await memory.aclose()
+    assert postgres_processes(cluster) == []
+    assert not (cluster / "postmaster.pid").exists()
+
+
+def test_a_server_that_cannot_start_is_retried_with_doubling_waits_and_comes_back_once_fixed(
+    cluster, caplog
+):
+    config = cluster / "postgresql.conf"
+    good = config.read_text()
+    config.write_text(good + "this line is no setting\n")  # PostgreSQL refuses to start
+    server = EmbeddedServer(cluster)
+    try:
+        with caplog.at_level(logging.INFO, logger="memory_core"):
+            assert [server.restart_if_dead() for _ in range(4)] == [1.0, 2.0, 4.0, 8.0]
+            assert not server.running()
+            config.write_text(good)
+            assert server.restart_if_dead() is None
+            assert server.running()
+            assert server.restart_if_dead() is None  # running: nothing to do, nothing logged
+        lines = [r.getMessage() for r in caplog.records if r.name.startswith("memory_core")]
+        assert len(lines) == 1 + 4 + 1  # found down, each failed attempt, back
+        assert "is back (attempt 5)" in lines[-1]
+    finally:
+        server.stop()
+    assert postgres_processes(cluster) == []
 
 
 @contextlib.contextmanager
