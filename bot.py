@@ -22,9 +22,10 @@ nonebot.load_from_toml(str(Path(__file__).with_name("pyproject.toml")))
 
 
 def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
-    # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal. With the default
-    # handler the process would die without running atexit hooks, which is where the embedded
-    # PostgreSQL is stopped; exiting normally lets it stop.
+    # uvicorn shuts down gracefully on SIGTERM (the memory's shutdown hook stops the embedded
+    # PostgreSQL) and then re-raises the signal. With the default handler the process would die
+    # without running atexit hooks, the embedded server's last chance to stop when a shutdown
+    # hook failed; exiting normally runs them.
     raise SystemExit(0)
 
 
