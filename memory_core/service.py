@@ -190,11 +190,11 @@ class TemporalMemory:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._backfill_needed.wait(), timeout=interval)
-            retry_in = await self._restart_dead_server()
-            if retry_in is not None:
-                await asyncio.sleep(retry_in)
-                continue
             try:
+                retry_in = await self._restart_dead_server()
+                if retry_in is not None:
+                    await asyncio.sleep(retry_in)
+                    continue
                 await self.connect()
                 await self.flush_spool()
                 if self._backfill_needed.is_set():

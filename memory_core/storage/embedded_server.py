@@ -254,7 +254,7 @@ def _option(command: list[str], flag: str) -> str | None:
     return None
 
 
-def postgres_processes_of(cluster: Path) -> list[int]:
+def _postgres_processes_of(cluster: Path) -> list[int]:
     """PIDs of the PostgreSQL processes (postmaster and children) working in ``cluster``."""
     found = []
     for process in psutil.process_iter(["name"]):
@@ -285,7 +285,7 @@ def _remove_stale_lock_file(cluster: Path) -> None:
         )
     # After a crash the postmaster's children exit a moment after it; starting meanwhile
     # would share the folder with them.
-    leftovers = postgres_processes_of(cluster)
+    leftovers = _postgres_processes_of(cluster)
     if leftovers:
         raise DatabaseUnavailableError(
             f"PostgreSQL process(es) {leftovers} of the dead server in {cluster} still run"
