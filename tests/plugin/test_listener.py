@@ -24,13 +24,13 @@ import pytest
     ],
 )
 def test_only_loopback_addresses_may_listen_without_a_token(plugin: Any, host: Any, loopback: bool):
-    from plugins.temporal_memory.listener import is_loopback
+    from nonebot_plugin_temporal_memory.listener import is_loopback
 
     assert is_loopback(host) is loopback
 
 
 def test_the_napcat_address_brackets_ipv6_hosts(plugin: Any):
-    from plugins.temporal_memory.listener import websocket_url
+    from nonebot_plugin_temporal_memory.listener import websocket_url
 
     assert websocket_url(ip_address("127.0.0.1"), 8080) == "ws://127.0.0.1:8080/onebot/v11/ws"
     assert websocket_url(ip_address("::1"), 8080) == "ws://[::1]:8080/onebot/v11/ws"

@@ -296,7 +296,7 @@ async def test_a_recalled_secret_never_reaches_a_later_prompt(app: App, runtime,
 
 
 async def test_the_prompt_says_who_speaks_in_which_group(app: App, runtime, model):
-    from plugins.temporal_memory.intake import group_names
+    from nonebot_plugin_temporal_memory.intake import group_names
 
     runtime.config = runtime.config.model_copy(update={"bot_resolve_group_names": True})
     group_names._cache = type(group_names._cache)()

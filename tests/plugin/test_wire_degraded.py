@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from memory_core.conversation.engine import NOT_CONFIGURED_NOTICE
+from tests.pg_processes import kill_postmaster, postgres_processes
 from tests.plugin.events import SUPERUSER_ID, message_payload, text_seg
 from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
 
@@ -83,3 +84,23 @@ async def test_without_chat_model_bot_records_answers_commands_and_notices_once(
     assert NOT_CONFIGURED_NOTICE not in after
     log = bot.log_text()
     assert log.count("no chat model configured") == 1
+
+
+async def test_embedded_database_killed_under_the_bot_comes_back_with_the_message_said_meanwhile(
+    launch,
+):
+    bot, peer = await launch(llm_url=None)
+    cluster = bot.data_dir / "pg"
+    user = 20022
+    await kill_postmaster(cluster)  # kill -9, as the OOM killer would
+    await peer.send_event(message_payload([text_seg("数据库挂掉的时候我说了这句")], user_id=user))
+    answer = ""
+    for _ in range(120):  # bounded wait for the restart and the spool flush, not a timing check
+        answer = await say(peer, "/recall 挂掉的时候", user_id=user)
+        if "数据库挂掉的时候我说了这句" in answer:
+            break
+        await asyncio.sleep(0.5)
+    assert "数据库挂掉的时候我说了这句" in answer
+    assert "is back" in bot.log_text()
+    await stop_bot(bot)  # SIGTERM: a clean stop
+    assert postgres_processes(cluster) == []
