@@ -37,7 +37,7 @@ from .stats import EvaluationFigures, MemoryStats
 from .storage.database import DatabaseLocation, create_pool, locate_database, prepare_database
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
 from .storage.spool import RecalledMessage, TurnSpool
-from .storage.turn_rows import prepare_row
+from .storage.turn_rows import prepare_row, scrubbed
 from .storage.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -252,9 +252,12 @@ class TemporalMemory:
     async def add_turn(self, turn: TurnInput) -> AddOutcome:
         """Store one turn (embedded now, or later if the embedder fails).
 
-        Raises ``InvalidTurnError`` for input that cannot be stored. When the database is
-        unreachable the turn is spooled locally and ``AddOutcome.spooled`` is true.
+        Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
+        stored, spooled and embedded is the same. Raises ``InvalidTurnError`` for input that
+        cannot be stored. When the database is unreachable the turn is spooled locally and
+        ``AddOutcome.spooled`` is true.
         """
+        turn = scrubbed(turn)
         now = datetime.now(timezone.utc)
         row = self._prepare(turn, None, now)  # validate before spending an embedding
         if turn.message_uuid is None:

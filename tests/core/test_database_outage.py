@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
+from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
+from tests.core.test_bad_input import ODD_TEXTS
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 
@@ -147,4 +151,79 @@ async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database
         assert valid
     finally:
         await writer.close()
+        await memory.aclose()
+
+
+class FixedAnswer:
+    """A chat model that always answers the same."""
+
+    answer = "收到。"
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str:
+        return self.answer
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_down(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
+    )
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    sent: list[str] = []
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    expected: dict[int, str] = {}
+    try:
+        for down in (False, True):
+            if down:
+                await proxy.stop()
+            for number, (_, text, cleaned) in enumerate(ODD_TEXTS):
+                message_id = 100 * down + number
+                turn = TurnInput(
+                    user_id=7,
+                    self_id=1,
+                    role="user",
+                    content=text,
+                    sender_name=text,
+                    message_id=message_id,
+                    raw_segments=[{"type": "text", "data": {"text": text}}],
+                )
+                result = await engine.converse(turn, send)
+                assert result.outcome is Outcome.REPLIED and result.spooled is down
+                expected[message_id] = cleaned
+        assert sent == [FixedAnswer.answer] * len(expected)
+        await proxy.start()
+        await memory.flush_spool()
+        reader = await asyncpg.connect(fresh_dsn)
+        try:
+            rows = await reader.fetch(
+                "SELECT qq_message_id, content, sender_name, raw_segments FROM dialogues "
+                "WHERE role = 'user'"
+            )
+            replies = await reader.fetchval(
+                "SELECT count(*) FROM dialogues WHERE role = 'assistant'"
+            )
+        finally:
+            await reader.close()
+        assert {r["qq_message_id"]: r["content"] for r in rows} == expected
+        for row in rows:
+            cleaned = expected[row["qq_message_id"]]
+            assert row["sender_name"] == cleaned
+            assert json.loads(row["raw_segments"]) == [{"type": "text", "data": {"text": cleaned}}]
+        assert replies == len(expected)
+    finally:
         await memory.aclose()
