@@ -356,26 +356,30 @@ class TemporalMemory:
 
     async def flush_spool(self) -> int:
         """Write spooled turns to the database, then forget the messages recalled meanwhile;
-        returns how many turns were new."""
-        spooled = await self._spool.read()
-        if spooled.lines == 0:
-            return 0
-        written = await self.add_dialogues(spooled.turns) if spooled.turns else 0
-        deleted = 0
-        for recalled in spooled.recalled:  # after the turns: a recalled one may be among them
-            deleted += await self._require_store().delete_qq_message(
-                recalled.self_id, recalled.message_id
+        returns how many turns were new.
+
+        Each item on its own terms (``memory_core.storage.spool``): a bad one goes to the
+        dead-letter file, the others are written. When the database is lost or refuses writes,
+        what was done is kept and the failure (``StorageError``) is raised; the rest waits.
+        """
+        report = await self._spool.drain(self.add_dialogues, self._forget_spooled)
+        if report.turns or report.recalled or report.dead:
+            log.info(
+                "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
+                "forgotten (%d turn(s) deleted); %d item(s) dead-lettered; %d left",
+                report.turns,
+                report.new,
+                report.recalled,
+                report.deleted,
+                report.dead,
+                report.left,
             )
-        await self._spool.remove_first(spooled.lines)
-        log.info(
-            "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
-            "forgotten (%d turn(s) deleted)",
-            len(spooled.turns),
-            written,
-            len(spooled.recalled),
-            deleted,
-        )
-        return written
+        if report.stopped is not None:
+            raise report.stopped
+        return report.new
+
+    async def _forget_spooled(self, recalled: RecalledMessage) -> int:
+        return await self._require_store().delete_qq_message(recalled.self_id, recalled.message_id)
 
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
         """Embed turns stored without an embedding; returns how many were embedded."""
@@ -559,6 +563,8 @@ class TemporalMemory:
             embedding_dim=self.embedding_dim,
             database=self.database_description,
             spooled_turns=self._spool.pending(),
+            dead_letters=self._spool.dead_letters(),
+            dead_letter_file=str(self._spool.dead_path),
             embedding_cache=cache_stats() if callable(cache_stats) else {},
             vector_index=self.settings.memory_vector_index,
             indexed_sessions=len(self.vector_index.indexed),

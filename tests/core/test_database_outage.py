@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
+from memory_core.storage.spool import TurnSpool
 from tests.core.test_bad_input import ODD_TEXTS
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
@@ -34,6 +36,48 @@ async def proxy(fresh_dsn):
 
 def database_name(dsn: str) -> str:
     return urlsplit(dsn).path.lstrip("/")
+
+
+async def open_via_proxy(proxy, fresh_dsn, tmp_data_dir, embedder):
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
+    )
+    return await open_memory(settings, embedder=embedder, maintenance_interval=None)
+
+
+async def refuse_inserts(dsn: str, sqlstate: str, when: str = "true") -> None:
+    """A trigger that makes PostgreSQL refuse inserts of dialogue rows matching ``when`` with
+    the error ``sqlstate`` (as a full disk, a data error... would)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f"""
+            CREATE OR REPLACE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF {when} THEN
+                    RAISE EXCEPTION 'refused by the test' USING ERRCODE = '{sqlstate}';
+                END IF;
+                RETURN NEW;
+            END $$;
+            CREATE OR REPLACE TRIGGER refuse_insert BEFORE INSERT ON dialogues
+                FOR EACH ROW EXECUTE FUNCTION refuse_insert();
+            """
+        )
+    finally:
+        await conn.close()
+
+
+async def stored_contents(dsn: str) -> list[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [r["content"] for r in await conn.fetch("SELECT content FROM dialogues ORDER BY id")]
+    finally:
+        await conn.close()
+
+
+def dead_letters(memory) -> list[dict]:
+    path = memory._spool.dead_path
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
 
 
 async def test_turns_arriving_during_an_outage_are_spooled_then_written(
@@ -227,3 +271,82 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
         assert replies == len(expected)
     finally:
         await memory.aclose()
+
+
+async def test_bad_items_spooled_during_an_outage_never_block_the_good_ones_around_them(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        await proxy.stop()
+        await memory.add_turn(said("停电时的第一句", 1))
+        await memory.add_turn(said("半个\ud83d表情\x00", 2))  # stored cleaned
+        await memory.add_turn(said("数据库拒收这一句", 3))  # refused for its value, below
+        # A line an older version could spool: content that is nothing but NUL.
+        with memory._spool.path.open("a", encoding="utf-8") as spool:
+            spool.write(json.dumps({"user_id": 7, "role": "user", "content": "\x00\x00"}) + "\n")
+        await memory.add_turn(said("停电时的最后一句", 4))
+        await refuse_inserts(fresh_dsn, "22023", "NEW.content LIKE '%拒收%'")
+        await proxy.start()
+        assert await memory.flush_spool() == 3
+        assert await stored_contents(fresh_dsn) == [
+            "停电时的第一句",
+            "半个\ufffd表情",
+            "停电时的最后一句",
+        ]
+        letters = dead_letters(memory)
+        assert [letter["item"]["content"] for letter in letters] == ["数据库拒收这一句", "\x00\x00"]
+        assert letters[0]["error"].startswith("InvalidParameterValueError [22023]")
+        assert letters[1]["error"].startswith("InvalidTurnError")
+        stats = await memory.stats()
+        assert (stats.spooled_turns, stats.dead_letters) == (0, 2)
+        assert f"无法写入的消息：2 条，已移至 {memory._spool.dead_path}" in stats.lines_zh()
+        assert await memory.flush_spool() == 0
+    finally:
+        await memory.aclose()
+
+
+async def test_a_torn_last_line_is_skipped_with_a_warning_and_the_turns_around_it_are_written(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder, caplog
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        await proxy.stop()
+        await memory.add_turn(said("崩溃之前的话", 1))
+        # A crash in the middle of writing a line: cut inside a Chinese character, no newline.
+        line = json.dumps({"user_id": 7, "role": "user", "content": "写了一半"}, ensure_ascii=False)
+        with memory._spool.path.open("ab") as spool:
+            spool.write(line.encode("utf-8")[:-4])
+        await memory.add_turn(said("重启之后的话", 2))
+        await proxy.start()
+        with caplog.at_level(logging.WARNING, logger="memory_core.storage.spool"):
+            assert await memory.flush_spool() == 2
+        assert await stored_contents(fresh_dsn) == ["崩溃之前的话", "重启之后的话"]
+        assert any("spool line 2 is skipped" in r.message for r in caplog.records)
+        assert [letter["error"].split(":")[0] for letter in dead_letters(memory)] == [
+            "unreadable line"
+        ]
+        assert memory._spool.pending() == 0
+    finally:
+        await memory.aclose()
+
+
+async def test_items_spooled_while_a_flush_runs_stay_for_the_next_one(tmp_data_dir):
+    spool = TurnSpool(tmp_data_dir / "spool.jsonl")
+    for number in (1, 2):
+        await spool.append(said(f"第{number}句", number))
+    written: list[str] = []
+
+    async def write_turns(turns):
+        if not written:
+            await spool.append(said("写入期间到的", 3))  # a live turn spooled meanwhile
+        written.extend(turn.content for turn in turns)
+        return len(turns)
+
+    async def forget(recalled):
+        return 0
+
+    report = await spool.drain(write_turns, forget)
+    assert (report.turns, report.left) == (2, 0) and written == ["第1句", "第2句"]
+    entries, _ = await spool.read()
+    assert [entry.item.content for entry in entries] == ["写入期间到的"]
