@@ -21,6 +21,7 @@ from .errors import (
     EmbeddingError,
     EmbeddingModelMismatchError,
     MemoryCoreError,
+    StorageError,
 )
 from .evaluation.evaluator import Evaluator, build_evaluator
 from .evaluation.retention import RetentionPolicy, load_retention_policy
@@ -36,7 +37,7 @@ from .settings import MemorySettings, RetrievalMode
 from .stats import EvaluationFigures, MemoryStats
 from .storage.database import DatabaseLocation, create_pool, locate_database, prepare_database
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
-from .storage.spool import RecalledMessage, TurnSpool
+from .storage.spool import RecalledMessage, TurnSpool, failure_text, is_bad_item
 from .storage.turn_rows import prepare_row, scrubbed
 from .storage.vector_index import VectorIndex
 
@@ -49,18 +50,21 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class AddOutcome:
-    """What ``add_turn`` did: stored (``turn``), found a duplicate, or spooled it."""
+    """What ``add_turn`` did: stored (``turn``), found a duplicate, spooled it (to be written
+    later), or dead-lettered it (the database refused its values; see ``storage.spool``)."""
 
     turn: MemoryTurn | None
     duplicate: bool = False
     spooled: bool = False
+    dead_lettered: bool = False
 
 
 class TemporalMemory:
     """Store, embed and recall a QQ bot's turns, session by session.
 
-    Built by :func:`open_memory`. While the database is unreachable, new turns go to a local
-    spool and are written once it is back; turns whose embedding failed are embedded later.
+    Built by :func:`open_memory`. While the database is unreachable or refuses writes, new
+    turns go to a local spool and are written once it takes them again (``storage.spool`` says
+    which failures those are); turns whose embedding failed are embedded later.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class TemporalMemory:
         self._maintenance: asyncio.Task[None] | None = None
         self._backfill_needed = asyncio.Event()
         self._connect_lock = asyncio.Lock()
+        self._write_trouble: str | None = None  # why writes go to the spool, while they do
 
     generate_session_key = staticmethod(generate_session_key)
 
@@ -192,6 +197,9 @@ class TemporalMemory:
             except (DatabaseUnavailableError, EmbeddingError) as exc:
                 log.warning("memory maintenance postponed: %s", exc)
                 await asyncio.sleep(interval)
+            except StorageError as exc:  # writes refused: said once, by _writes_failing
+                log.debug("memory maintenance postponed: %s", exc)
+                await asyncio.sleep(interval)
             except Exception:  # keep the loop alive; the next round retries
                 log.exception("memory maintenance failed")
                 await asyncio.sleep(interval)
@@ -214,6 +222,12 @@ class TemporalMemory:
     @property
     def connected(self) -> bool:
         return self._store is not None
+
+    @property
+    def write_trouble(self) -> str | None:
+        """Why turns go to the spool instead of the database right now; ``None`` when writes
+        work."""
+        return self._write_trouble
 
     def _require_store(self) -> PgDialogueStore:
         if self._store is None:
@@ -254,8 +268,9 @@ class TemporalMemory:
 
         Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
         stored, spooled and embedded is the same. Raises ``InvalidTurnError`` for input that
-        cannot be stored. When the database is unreachable the turn is spooled locally and
-        ``AddOutcome.spooled`` is true.
+        cannot be stored. When the database is unreachable or refuses writes the turn is
+        spooled locally and ``AddOutcome.spooled`` is true; ``StorageError`` only if the spool
+        cannot be written either.
         """
         turn = scrubbed(turn)
         now = datetime.now(timezone.utc)
@@ -268,14 +283,47 @@ class TemporalMemory:
         try:
             store = self._require_store()
             stored = await store.insert_turn(row)
-            if stored is None:
-                return AddOutcome(turn=await store.turn_by_uuid(row.message_uuid), duplicate=True)
-            return AddOutcome(turn=stored)
-        except DatabaseUnavailableError as exc:
-            log.warning("database unreachable, turn spooled locally: %s", exc)
-            await self._spool.append(turn)
-            self._backfill_needed.set()
-            return AddOutcome(turn=None, spooled=True)
+            outcome = (
+                AddOutcome(turn=stored)
+                if stored is not None
+                else AddOutcome(turn=await store.turn_by_uuid(row.message_uuid), duplicate=True)
+            )
+        except Exception as exc:
+            if not isinstance(exc, StorageError) and not is_bad_item(exc):
+                raise
+            return await self._keep_unwritten(turn, exc)
+        self._spool.note_accepted()
+        self._writes_work()
+        return outcome
+
+    async def _keep_unwritten(self, turn: TurnInput, exc: Exception) -> AddOutcome:
+        """A turn the database did not take: dead-lettered if its values were refused,
+        spooled otherwise."""
+        if is_bad_item(exc):
+            await self._spool.dead_letter(turn, exc)
+            return AddOutcome(turn=None, dead_lettered=True)
+        self._writes_failing(exc)
+        await self._spool.append(turn)
+        self._backfill_needed.set()
+        return AddOutcome(turn=None, spooled=True)
+
+    def _writes_failing(self, exc: BaseException) -> None:
+        if self._write_trouble is None:
+            log.warning(
+                "memory writes fail (%s); turns are kept in %s until the database takes them",
+                failure_text(exc),
+                self._spool.path,
+            )
+        self._write_trouble = failure_text(exc)
+
+    def _writes_work(self) -> None:
+        if self._write_trouble is not None:
+            log.info(
+                "memory writes work again (they failed with %s); %d spooled item(s) to write",
+                self._write_trouble,
+                self._spool.pending(),
+            )
+            self._write_trouble = None
 
     async def add_dialogue(
         self,
@@ -375,7 +423,9 @@ class TemporalMemory:
                 report.left,
             )
         if report.stopped is not None:
+            self._writes_failing(report.stopped)
             raise report.stopped
+        self._writes_work()
         return report.new
 
     async def _forget_spooled(self, recalled: RecalledMessage) -> int:
@@ -512,11 +562,14 @@ class TemporalMemory:
 
     async def delete_message(self, self_id: int | None, message_id: int) -> int | None:
         """Delete the turn of a recalled QQ message; returns rows deleted, or ``None`` when
-        the database is unreachable: the deletion is then spooled and done on reconnection."""
+        the database is unreachable or refuses writes: the deletion is then spooled and done
+        once it takes them again."""
         try:
             return await self._require_store().delete_qq_message(self_id, message_id)
-        except DatabaseUnavailableError as exc:
-            log.warning("database unreachable, recall of message %d spooled: %s", message_id, exc)
+        except StorageError as exc:
+            if is_bad_item(exc):
+                raise
+            self._writes_failing(exc)
             await self._spool.append_recall(RecalledMessage(self_id, message_id))
             self._backfill_needed.set()
             return None
@@ -565,6 +618,7 @@ class TemporalMemory:
             spooled_turns=self._spool.pending(),
             dead_letters=self._spool.dead_letters(),
             dead_letter_file=str(self._spool.dead_path),
+            write_trouble=self._write_trouble,
             embedding_cache=cache_stats() if callable(cache_stats) else {},
             vector_index=self.settings.memory_vector_index,
             indexed_sessions=len(self.vector_index.indexed),

@@ -22,10 +22,11 @@ Which write failures mean "try later" and which mean "this item is bad" is decid
 
 Flushing (:meth:`TurnSpool.drain`) takes each item on its own terms: turns are written in
 batches, a batch that fails is retried item by item, a bad item is dead-lettered and the next
-one tried. A "try later" failure stops the flush and keeps the rest for the next one, with one
-exception so that nothing can jam the spool: when an item is refused but the item after it is
-written, the refusal was about that item; it is retried once at the end of the flush and
-dead-lettered if refused again.
+one tried. A lost connection stops the flush; so do two "try later" refusals with no write
+going through between them (the database refuses writes), and the rest waits for the next
+flush. So that an error this list does not foresee cannot jam the spool either, an item
+refused twice while other writes went through between the two refusals was refused for
+itself: it is dead-lettered too.
 
 Every write to the spool and to the dead-letter file is flushed and fsynced. A line that cannot
 be read — the last line torn by a crash in the middle of a write, say — is skipped with a
@@ -182,6 +183,15 @@ class TurnSpool:
         self.dead_path = path.with_name(f"{path.stem}.dead{path.suffix}")
         self._lock = asyncio.Lock()  # one writer of the spool file at a time
         self._drain_lock = asyncio.Lock()  # one flush at a time
+        # Writes the database took (the core's and the flushes'), and for each spooled line
+        # refused with a "try later" error (by its hash), how many had been taken then.
+        self._accepted = 0
+        self._refusals: dict[int, int] = {}
+
+    def note_accepted(self) -> None:
+        """Count a write the database took (tells an item refused for itself from a database
+        refusing every write)."""
+        self._accepted += 1
 
     # ----------------------------------------------------------------- writing
 
@@ -283,7 +293,7 @@ class TurnSpool:
         terms, as the module docstring says; what is done leaves the spool."""
         async with self._drain_lock:
             entries, read_size = await self.read()
-            drain = _Drain(write_turns, forget)
+            drain = _Drain(self, write_turns, forget)
             try:
                 await drain.run(entries)
             finally:
@@ -292,8 +302,21 @@ class TurnSpool:
                 if drain.done:
                     kept = [entry for entry in entries if entry.number not in drain.done]
                     await self._keep_only(kept, read_size)
+                    self._refusals = {
+                        hash(entry.raw): self._refusals[hash(entry.raw)]
+                        for entry in kept
+                        if hash(entry.raw) in self._refusals
+                    }
                 drain.report.left = len(entries) - len(drain.done)
             return drain.report
+
+    def _refused_before(self, entry: SpoolEntry) -> bool:
+        """Note a "try later" refusal of ``entry``; whether it was refused before, with other
+        writes going through since (then it is refused for itself)."""
+        key = hash(entry.raw)
+        before = self._refusals.get(key)
+        self._refusals[key] = self._accepted
+        return before is not None and self._accepted > before
 
 
 def _turn(entry: SpoolEntry) -> TurnInput:
@@ -313,14 +336,13 @@ class _Stop(Exception):
 class _Drain:
     """One flush of a spool snapshot (the rules are in the module docstring)."""
 
+    spool: TurnSpool
     write_turns: WriteTurns
     forget: Forget
     report: DrainReport = field(default_factory=DrainReport)
     done: set[int] = field(default_factory=set)  # entries written, forgotten or buried
     dead: list[tuple[Any, str]] = field(default_factory=list)  # (item, error) to bury
-    # The last entry refused while no write after it has succeeded yet, and why.
-    refused: tuple[SpoolEntry, BaseException] | None = None
-    suspects: list[SpoolEntry] = field(default_factory=list)  # refused, then others written
+    refused: BaseException | None = None  # a refusal no write has gone through since
 
     async def run(self, entries: Sequence[SpoolEntry]) -> None:
         turns: list[SpoolEntry] = []
@@ -341,18 +363,11 @@ class _Drain:
                 size = 1 if start == 0 or self.refused is not None else FLUSH_BATCH
                 await self._write_batch(turns[start : start + size])
                 start += size
-            if self.refused is not None:  # nothing after it showed that writes go through
-                raise _Stop(self.refused[1])
-            for entry in self.suspects:
-                failure = await self._write(entry)
-                if failure is not None:
-                    reason = f"refused again while others were written: {failure_text(failure)}"
-                    self._bury(entry, _encode(_turn(entry)), reason)
             # After the turns: a recalled message may be among them.
             for entry in recalls:
-                failure = await self._write(entry)
-                if failure is not None:
-                    raise _Stop(failure)
+                await self._write(entry)
+            if self.refused is not None:  # no write has gone through since the last refusal
+                raise _Stop(self.refused)
         except _Stop as stop:
             self.report.stopped = stop.failure
 
@@ -369,42 +384,45 @@ class _Drain:
                 self._written(batch, new)
                 return
         for entry in batch:  # one by one, to find the bad ones
-            failure = await self._write(entry)
-            if failure is None:
-                continue
-            if self.refused is not None:  # two refusals in a row: writes are refused
-                raise _Stop(failure)
-            self.refused = (entry, failure)
+            await self._write(entry)
 
-    async def _write(self, entry: SpoolEntry) -> BaseException | None:
-        """Write one entry (a bad one is buried); the "try later" failure if it was refused.
-        A lost connection ends the drain."""
+    async def _write(self, entry: SpoolEntry) -> None:
+        """Write one entry. A bad one is buried; a lost connection, or a second refusal with
+        no write gone through since the first, ends the drain."""
         item = entry.item if isinstance(entry.item, RecalledMessage) else _turn(entry)
         try:
             if isinstance(item, RecalledMessage):
                 self.report.deleted += await self.forget(item)
                 self.report.recalled += 1
                 self.done.add(entry.number)
+                self._accepted()
             else:
                 self._written([entry], await self.write_turns([item]))
         except Exception as exc:
             if is_bad_item(exc):
                 self._bury(entry, _encode(item), failure_text(exc))
-                return None
+                return
             if isinstance(exc, DatabaseUnavailableError):
                 raise _Stop(exc) from exc
             if not isinstance(exc, StorageError):
                 raise
-            return exc
-        return None
+            if self.spool._refused_before(entry):
+                reason = f"refused twice while other writes went through: {failure_text(exc)}"
+                self._bury(entry, _encode(item), reason)
+            elif self.refused is not None:  # two refusals in a row: writes are refused
+                raise _Stop(exc) from exc
+            else:
+                self.refused = exc
 
     def _written(self, entries: Sequence[SpoolEntry], new: int) -> None:
         self.done.update(entry.number for entry in entries)
         self.report.turns += len(entries)
         self.report.new += new
-        if self.refused is not None:  # a write went through: that refusal was the item's
-            self.suspects.append(self.refused[0])
-            self.refused = None
+        self._accepted()
+
+    def _accepted(self) -> None:
+        self.spool.note_accepted()
+        self.refused = None
 
     def _bury(self, entry: SpoolEntry, item: Any, error: str) -> None:
         self.dead.append((item, error))

@@ -1,4 +1,5 @@
-"""The database going away and coming back: turns are spooled, then written; nothing is lost."""
+"""The database going away, or refusing writes, and coming back: turns are spooled, then
+written; a bad item is dead-lettered and never blocks the others; nothing is lost."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import asyncpg
 import pytest
 
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
-from memory_core.errors import DatabaseUnavailableError
+from memory_core.errors import DatabaseUnavailableError, StorageError
 from memory_core.models import TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
@@ -350,3 +351,160 @@ async def test_items_spooled_while_a_flush_runs_stay_for_the_next_one(tmp_data_d
     assert (report.turns, report.left) == (2, 0) and written == ["第1句", "第2句"]
     entries, _ = await spool.read()
     assert [entry.item.content for entry in entries] == ["写入期间到的"]
+
+
+class ReadOnlyDatabase:
+    """``default_transaction_read_only`` for the database (new sessions get it)."""
+
+    label = "ReadOnlySQLTransactionError [25006]"
+
+    async def apply(self, dsn: str, memory) -> None:
+        await self._set(dsn, memory, "on")
+
+    async def lift(self, dsn: str, memory) -> None:
+        await self._set(dsn, memory, "off")
+
+    @staticmethod
+    async def _set(dsn: str, memory, value: str) -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("SET default_transaction_read_only = off")  # this session
+            await conn.execute(
+                f'ALTER DATABASE "{database_name(dsn)}" SET default_transaction_read_only = {value}'
+            )
+        finally:
+            await conn.close()
+        await memory._pool.expire_connections()  # the pool's sessions are replaced
+
+
+class RefusingTrigger:
+    """Every dialogue insert fails with ``sqlstate``, as with a full disk or a lock timeout."""
+
+    def __init__(self, sqlstate: str, label: str) -> None:
+        self.sqlstate, self.label = sqlstate, label
+
+    async def apply(self, dsn: str, memory) -> None:
+        await refuse_inserts(dsn, self.sqlstate)
+
+    async def lift(self, dsn: str, memory) -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("DROP TRIGGER refuse_insert ON dialogues")
+        finally:
+            await conn.close()
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        ReadOnlyDatabase(),
+        RefusingTrigger("53100", "DiskFullError [53100]"),
+        RefusingTrigger("55P03", "LockNotAvailableError [55P03]"),
+    ],
+    ids=["read-only", "disk-full", "lock-timeout"],
+)
+async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_drained(
+    memory_factory, fresh_dsn, caplog, refusal
+):
+    memory = await memory_factory()
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    sent: list[str] = []
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    await memory.add_turn(said("一切正常时说的", 1))
+    await refusal.apply(fresh_dsn, memory)
+    with caplog.at_level(logging.INFO, logger="memory_core.service"):
+        for number in (2, 3, 4):
+            result = await engine.converse(said(f"写不进去时说的第{number}句", number), send)
+            assert result.outcome is Outcome.REPLIED and result.spooled
+        assert sent == [FixedAnswer.answer] * 3
+        assert memory.write_trouble is not None and memory.write_trouble.startswith(refusal.label)
+        stats = await memory.stats()  # reading still works
+        assert stats.spooled_turns == 6
+        assert any(line.startswith("记忆写入受阻") for line in stats.lines_zh())
+        with pytest.raises(StorageError):
+            await memory.flush_spool()  # still refused: kept for later
+        assert memory._spool.pending() == 6
+        await refusal.lift(fresh_dsn, memory)
+        assert await memory.flush_spool() == 6
+    assert memory.write_trouble is None
+    contents = await stored_contents(fresh_dsn)
+    assert len(contents) == 7 and contents.count(FixedAnswer.answer) == 3
+    stats = await memory.stats()
+    assert stats.spooled_turns == 0 and stats.dead_letters == 0
+    assert not any(line.startswith("记忆写入受阻") for line in stats.lines_zh())
+    said_when = [r.message for r in caplog.records if r.message.startswith("memory writes")]
+    assert len(said_when) == 2  # one line when writes start failing, one when they work again
+    assert said_when[0].startswith(f"memory writes fail ({refusal.label}")
+    assert said_when[1].startswith("memory writes work again")
+
+
+async def test_a_message_recalled_while_writes_are_refused_is_forgotten_once_they_work(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory()
+    await memory.add_turn(said("发错了的消息", 1))
+    read_only = ReadOnlyDatabase()
+    await read_only.apply(fresh_dsn, memory)
+    assert await memory.delete_message(1, 1) is None  # refused: spooled
+    await read_only.lift(fresh_dsn, memory)
+    await memory.flush_spool()
+    assert await stored_contents(fresh_dsn) == []
+
+
+async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_the_spool(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        # An outage's backlog with an item the database refuses with an error that does not
+        # say "bad data" (XX000, internal error: try later).
+        await proxy.stop()
+        for number, text in enumerate(["停电时的第一句", "有毒的一句", "停电时的最后一句"]):
+            await memory.add_turn(said(text, number))
+        await refuse_inserts(fresh_dsn, "XX000", "NEW.content LIKE '%有毒%'")
+        await proxy.start()
+        assert await memory.flush_spool() == 2  # the others are written; it waits
+        assert await memory.flush_spool() == 0  # refused again, others went through: buried
+        assert await stored_contents(fresh_dsn) == ["停电时的第一句", "停电时的最后一句"]
+        # The same alone, arriving live: spooled; once other writes go through, buried.
+        assert (await memory.add_turn(said("又一句有毒的", 10))).spooled
+        with pytest.raises(StorageError):
+            await memory.flush_spool()  # alone and refused: cannot tell yet
+        assert (await memory.add_turn(said("之后的正常一句", 11))).turn is not None
+        assert await memory.flush_spool() == 0
+        letters = dead_letters(memory)
+        assert [letter["item"]["content"] for letter in letters] == ["有毒的一句", "又一句有毒的"]
+        assert all(
+            letter["error"].startswith(
+                "refused twice while other writes went through: InternalServerError [XX000]"
+            )
+            for letter in letters
+        )
+        assert memory._spool.pending() == 0 and memory.write_trouble is None
+    finally:
+        await memory.aclose()
+
+
+async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_and_answered(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory()
+    await refuse_inserts(fresh_dsn, "22023", "NEW.content LIKE '%拒收%'")
+    sent: list[str] = []
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    result = await engine.converse(said("数据库拒收这一句", 1), send)
+    assert result.outcome is Outcome.REPLIED and result.user_turn is None
+    assert sent == [FixedAnswer.answer]
+    assert await stored_contents(fresh_dsn) == [FixedAnswer.answer]
+    assert [letter["item"]["content"] for letter in dead_letters(memory)] == ["数据库拒收这一句"]
+    assert memory.write_trouble is None and memory._spool.pending() == 0
+    assert (await memory.stats()).dead_letters == 1
