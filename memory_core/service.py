@@ -225,8 +225,8 @@ class TemporalMemory:
 
     @property
     def write_trouble(self) -> str | None:
-        """Why turns go to the spool instead of the database right now; ``None`` when writes
-        work."""
+        """Why turns went to the spool instead of the database, until a flush has written them;
+        ``None`` when writes work."""
         return self._write_trouble
 
     def _require_store(self) -> PgDialogueStore:
@@ -293,7 +293,6 @@ class TemporalMemory:
                 raise
             return await self._keep_unwritten(turn, exc)
         self._spool.note_accepted()
-        self._writes_work()
         return outcome
 
     async def _keep_unwritten(self, turn: TurnInput, exc: Exception) -> AddOutcome:
@@ -307,6 +306,8 @@ class TemporalMemory:
         self._backfill_needed.set()
         return AddOutcome(turn=None, spooled=True)
 
+    # Memory is degraded from the first write that goes to the spool until a flush empties it
+    # (a full disk lets a small write through now and then: that is no recovery).
     def _writes_failing(self, exc: BaseException) -> None:
         if self._write_trouble is None:
             log.warning(
@@ -319,9 +320,8 @@ class TemporalMemory:
     def _writes_work(self) -> None:
         if self._write_trouble is not None:
             log.info(
-                "memory writes work again (they failed with %s); %d spooled item(s) to write",
+                "memory writes work again, spooled turns written (failed with %s)",
                 self._write_trouble,
-                self._spool.pending(),
             )
             self._write_trouble = None
 

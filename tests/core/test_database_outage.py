@@ -456,7 +456,7 @@ async def test_a_message_recalled_while_writes_are_refused_is_forgotten_once_the
 
 
 async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_the_spool(
-    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder, caplog
 ):
     memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
     try:
@@ -471,11 +471,19 @@ async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_
         assert await memory.flush_spool() == 0  # refused again, others went through: buried
         assert await stored_contents(fresh_dsn) == ["停电时的第一句", "停电时的最后一句"]
         # The same alone, arriving live: spooled; once other writes go through, buried.
-        assert (await memory.add_turn(said("又一句有毒的", 10))).spooled
-        with pytest.raises(StorageError):
-            await memory.flush_spool()  # alone and refused: cannot tell yet
-        assert (await memory.add_turn(said("之后的正常一句", 11))).turn is not None
-        assert await memory.flush_spool() == 0
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="memory_core.service"):
+            assert (await memory.add_turn(said("又一句有毒的", 10))).spooled
+            with pytest.raises(StorageError):
+                await memory.flush_spool()  # alone and refused: cannot tell yet
+            assert (await memory.add_turn(said("之后的正常一句", 11))).turn is not None
+            assert memory.write_trouble is not None  # degraded until the spool is written
+            assert await memory.flush_spool() == 0
+        said_when = [r.message for r in caplog.records if r.message.startswith("memory writes")]
+        assert [m.split(" (")[0].split(",")[0] for m in said_when] == [
+            "memory writes fail",
+            "memory writes work again",
+        ]
         letters = dead_letters(memory)
         assert [letter["item"]["content"] for letter in letters] == ["有毒的一句", "又一句有毒的"]
         assert all(
