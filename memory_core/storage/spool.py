@@ -2,7 +2,7 @@
 messages recalled (withdrawn) by their senders, whose turns must then be deleted.
 
 Which write failures mean "try later" and which mean "this item is bad" is decided here, by
-:func:`is_bad_item`, and nowhere else:
+:func:`is_bad_item` and :func:`is_passing_refusal`, and nowhere else:
 
 * **This item is bad** — the write failed because of the item's values, so writing it again
   would fail again: ``InvalidTurnError``; PostgreSQL data exceptions (SQLSTATE class 22, e.g.
@@ -12,21 +12,22 @@ Which write failures mean "try later" and which mean "this item is bad" is decid
   ``ValueError``, ``TypeError``). Such an item goes to the dead-letter file beside the spool
   (``<spool>.dead.jsonl``: one JSON line with the item, the error and the time) and is counted
   in the stats; the turns around it are written.
-* **Try later** — everything else the database says: it cannot be reached
-  (``DatabaseUnavailableError``), or it refuses writes for now: disk full and other resource
-  shortages (class 53), a read-only database or transaction (25006), operator intervention and
-  statement or lock timeouts (class 57, 55P03), serialisation failures and deadlocks (class 40),
-  system and internal errors (classes 58, XX), and statement errors that are not about the data
-  (e.g. 42xxx after a schema change). The turn is spooled like during an outage and written once
-  the database takes writes again.
+* **Try later** — the database cannot be reached (``DatabaseUnavailableError``), or refuses
+  writes for now: connection errors (class 08), disk full and other resource shortages (53),
+  a read-only database or transaction (25), serialisation failures and deadlocks (40), lock
+  and statement timeouts (55, 57), operator intervention (57), system errors (58). The turn
+  is spooled like during an outage and written once the database takes writes again, however
+  long that takes. (A nearly full disk lets a small write through now and then; that proves
+  nothing about the turns it refuses.)
+* **Unforeseen** — any other error (internal errors, class XX; statement errors, 42, after a
+  schema change; a trigger's own exception, P0001...). Treated as "try later", except that an
+  item refused twice with such an error, while other writes went through between the two
+  refusals, was refused for itself: it is dead-lettered, so that it cannot jam the spool.
 
 Flushing (:meth:`TurnSpool.drain`) takes each item on its own terms: turns are written in
 batches, a batch that fails is retried item by item, a bad item is dead-lettered and the next
-one tried. A lost connection stops the flush; so do two "try later" refusals with no write
-going through between them (the database refuses writes), and the rest waits for the next
-flush. So that an error this list does not foresee cannot jam the spool either, an item
-refused twice while other writes went through between the two refusals was refused for
-itself: it is dead-lettered too.
+one tried. A lost connection stops the flush; so do two refusals with no write going through
+between them (the database refuses writes), and the rest waits for the next flush.
 
 Every write to the spool and to the dead-letter file is flushed and fsynced. A line that cannot
 be read — the last line torn by a crash in the middle of a write, say — is skipped with a
@@ -53,9 +54,24 @@ from ..models import TurnInput
 
 log = logging.getLogger(__name__)
 
-# SQLSTATE classes whose errors are about the values written (see the module docstring).
+# SQLSTATE classes of errors about the values written, and of errors that say the database
+# refuses writes for now (see the module docstring).
 _BAD_DATA_CLASSES = ("22", "23", "54")
+_PASSING_CLASSES = ("08", "25", "40", "53", "55", "57", "58")
 FLUSH_BATCH = 500
+
+
+def _driver_error(exc: BaseException) -> BaseException | None:
+    cause: BaseException | None = exc
+    while isinstance(cause, StorageError):  # the store wraps the driver's error
+        cause = cause.__cause__
+    return cause
+
+
+def _sqlstate_class(error: BaseException | None) -> str | None:
+    if isinstance(error, asyncpg.PostgresError):
+        return str(getattr(error, "sqlstate", "") or "")[:2]
+    return None
 
 
 def is_bad_item(exc: BaseException) -> bool:
@@ -65,12 +81,18 @@ def is_bad_item(exc: BaseException) -> bool:
         return True
     if isinstance(exc, DatabaseUnavailableError):
         return False
-    cause: BaseException | None = exc
-    while isinstance(cause, StorageError):  # the store wraps the driver's error
-        cause = cause.__cause__
-    if isinstance(cause, asyncpg.PostgresError):
-        return str(getattr(cause, "sqlstate", "") or "")[:2] in _BAD_DATA_CLASSES
-    return isinstance(cause, (UnicodeError, ValueError, TypeError))
+    error = _driver_error(exc)
+    if isinstance(error, asyncpg.PostgresError):
+        return _sqlstate_class(error) in _BAD_DATA_CLASSES
+    return isinstance(error, (UnicodeError, ValueError, TypeError))
+
+
+def is_passing_refusal(exc: BaseException) -> bool:
+    """Whether a "try later" failure says the database refuses writes for now (unreachable,
+    disk full, read-only...), as opposed to an unforeseen error (see the module docstring)."""
+    if isinstance(exc, DatabaseUnavailableError):
+        return True
+    return _sqlstate_class(_driver_error(exc)) in _PASSING_CLASSES
 
 
 def failure_text(exc: BaseException) -> str:
@@ -184,7 +206,7 @@ class TurnSpool:
         self._lock = asyncio.Lock()  # one writer of the spool file at a time
         self._drain_lock = asyncio.Lock()  # one flush at a time
         # Writes the database took (the core's and the flushes'), and for each spooled line
-        # refused with a "try later" error (by its hash), how many had been taken then.
+        # refused with an unforeseen error (by its hash), how many had been taken then.
         self._accepted = 0
         self._refusals: dict[int, int] = {}
 
@@ -406,7 +428,7 @@ class _Drain:
                 raise _Stop(exc) from exc
             if not isinstance(exc, StorageError):
                 raise
-            if self.spool._refused_before(entry):
+            if not is_passing_refusal(exc) and self.spool._refused_before(entry):
                 reason = f"refused twice while other writes went through: {failure_text(exc)}"
                 self._bury(entry, _encode(item), reason)
             elif self.refused is not None:  # two refusals in a row: writes are refused

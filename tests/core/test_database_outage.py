@@ -516,3 +516,20 @@ async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_a
     assert [letter["item"]["content"] for letter in dead_letters(memory)] == ["数据库拒收这一句"]
     assert memory.write_trouble is None and memory._spool.pending() == 0
     assert (await memory.stats()).dead_letters == 1
+
+
+async def test_a_nearly_full_disk_letting_small_writes_through_never_dead_letters_a_turn(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory()
+    await refuse_inserts(fresh_dsn, "53100", "length(NEW.content) > 5")  # big rows do not fit
+    assert (await memory.add_turn(said("这一句太长了写不进去", 1))).spooled
+    with pytest.raises(StorageError):
+        await memory.flush_spool()
+    assert (await memory.add_turn(said("短句", 2))).turn is not None  # a small one fits
+    with pytest.raises(StorageError):
+        await memory.flush_spool()  # refused again, others went through: still only waits
+    assert (memory._spool.pending(), memory._spool.dead_letters()) == (1, 0)
+    await RefusingTrigger("53100", "").lift(fresh_dsn, memory)
+    assert await memory.flush_spool() == 1
+    assert await stored_contents(fresh_dsn) == ["短句", "这一句太长了写不进去"]
