@@ -223,6 +223,8 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
             "newest": stats.store.newest.isoformat() if stats.store.newest else None,
             "pending_embeddings": stats.store.pending_embeddings,
             "spooled_turns": stats.spooled_turns,
+            "dead_letters": stats.dead_letters,
+            "write_trouble": stats.write_trouble,
             "embedding_model": stats.embedding_model,
             "embedding_dim": stats.embedding_dim,
             "vector_index": {

@@ -21,6 +21,7 @@ from .errors import (
     EmbeddingError,
     EmbeddingModelMismatchError,
     MemoryCoreError,
+    StorageError,
 )
 from .evaluation.evaluator import Evaluator, build_evaluator
 from .evaluation.retention import RetentionPolicy, load_retention_policy
@@ -51,8 +52,8 @@ from .storage.database import (
 )
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
 from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
-from .storage.spool import TurnSpool
-from .storage.turn_rows import prepare_row
+from .storage.spool import TurnSpool, failure_text, is_bad_item
+from .storage.turn_rows import prepare_row, scrubbed
 from .storage.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
@@ -64,19 +65,22 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class AddOutcome:
-    """What ``add_turn`` did: stored (``turn``), found a duplicate, or spooled it."""
+    """What ``add_turn`` did: stored (``turn``), found a duplicate, spooled it (to be written
+    later), or dead-lettered it (the database refused its values; see ``storage.spool``)."""
 
     turn: MemoryTurn | None
     duplicate: bool = False
     spooled: bool = False
+    dead_lettered: bool = False
 
 
 class TemporalMemory:
     """Store, embed and recall a QQ bot's turns, session by session.
 
-    Built by :func:`open_memory`. While the database is unreachable, new turns go to a local
-    spool and are written once it is back; turns whose embedding failed are embedded later.
-    An ``embedded_server`` that dies is started again by the maintenance loop.
+    Built by :func:`open_memory`. While the database is unreachable or refuses writes, new
+    turns go to a local spool and are written once it takes them again (``storage.spool`` says
+    which failures those are); turns whose embedding failed are embedded later. An
+    ``embedded_server`` that dies is started again by the maintenance loop.
     """
 
     def __init__(
@@ -138,6 +142,7 @@ class TemporalMemory:
         self._maintenance: asyncio.Task[None] | None = None
         self._backfill_needed = asyncio.Event()
         self._connect_lock = asyncio.Lock()
+        self._write_trouble: str | None = None  # why writes go to the spool, while they do
 
     generate_session_key = staticmethod(generate_session_key)
 
@@ -212,6 +217,9 @@ class TemporalMemory:
             except (DatabaseUnavailableError, EmbeddingError) as exc:
                 log.warning("memory maintenance postponed: %s", exc)
                 await asyncio.sleep(interval)
+            except StorageError as exc:  # writes refused: said once, by _writes_failing
+                log.debug("memory maintenance postponed: %s", exc)
+                await asyncio.sleep(interval)
             except Exception:  # keep the loop alive; the next round retries
                 log.exception("memory maintenance failed")
                 await asyncio.sleep(interval)
@@ -262,6 +270,12 @@ class TemporalMemory:
     def connected(self) -> bool:
         return self._store is not None
 
+    @property
+    def write_trouble(self) -> str | None:
+        """Why turns went to the spool instead of the database, until a flush has written them;
+        ``None`` when writes work."""
+        return self._write_trouble
+
     def _require_store(self) -> PgDialogueStore:
         if self._store is None:
             raise DatabaseUnavailableError("the memory database is not connected")
@@ -299,9 +313,13 @@ class TemporalMemory:
     async def add_turn(self, turn: TurnInput) -> AddOutcome:
         """Store one turn (embedded now, or later if the embedder fails).
 
-        Raises ``InvalidTurnError`` for input that cannot be stored. When the database is
-        unreachable the turn is spooled locally and ``AddOutcome.spooled`` is true.
+        Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
+        stored, spooled and embedded is the same. Raises ``InvalidTurnError`` for input that
+        cannot be stored. When the database is unreachable or refuses writes the turn is
+        spooled locally and ``AddOutcome.spooled`` is true; ``StorageError`` only if the spool
+        cannot be written either.
         """
+        turn = scrubbed(turn)
         now = datetime.now(timezone.utc)
         row = self._prepare(turn, None, now)  # validate before spending an embedding
         if turn.message_uuid is None:
@@ -312,14 +330,47 @@ class TemporalMemory:
         try:
             store = self._require_store()
             stored = await store.insert_turn(row)
-            if stored is None:
-                return AddOutcome(turn=await store.turn_by_uuid(row.message_uuid), duplicate=True)
-            return AddOutcome(turn=stored)
-        except DatabaseUnavailableError as exc:
-            log.warning("database unreachable, turn spooled locally: %s", exc)
-            await self._spool.append(turn)
-            self._backfill_needed.set()
-            return AddOutcome(turn=None, spooled=True)
+            outcome = (
+                AddOutcome(turn=stored)
+                if stored is not None
+                else AddOutcome(turn=await store.turn_by_uuid(row.message_uuid), duplicate=True)
+            )
+        except Exception as exc:
+            if not isinstance(exc, StorageError) and not is_bad_item(exc):
+                raise
+            return await self._keep_unwritten(turn, exc)
+        self._spool.note_accepted()
+        return outcome
+
+    async def _keep_unwritten(self, turn: TurnInput, exc: Exception) -> AddOutcome:
+        """A turn the database did not take: dead-lettered if its values were refused,
+        spooled otherwise."""
+        if is_bad_item(exc):
+            await self._spool.dead_letter(turn, exc)
+            return AddOutcome(turn=None, dead_lettered=True)
+        self._writes_failing(exc)
+        await self._spool.append(turn)
+        self._backfill_needed.set()
+        return AddOutcome(turn=None, spooled=True)
+
+    # Memory is degraded from the first write that goes to the spool until a flush empties it
+    # (a full disk lets a small write through now and then: that is no recovery).
+    def _writes_failing(self, exc: BaseException) -> None:
+        if self._write_trouble is None:
+            log.warning(
+                "memory writes fail (%s); turns are kept in %s until the database takes them",
+                failure_text(exc),
+                self._spool.path,
+            )
+        self._write_trouble = failure_text(exc)
+
+    def _writes_work(self) -> None:
+        if self._write_trouble is not None:
+            log.info(
+                "memory writes work again, spooled turns written (failed with %s)",
+                self._write_trouble,
+            )
+            self._write_trouble = None
 
     async def add_dialogue(
         self,
@@ -400,24 +451,32 @@ class TemporalMemory:
 
     async def flush_spool(self) -> int:
         """Write spooled turns to the database, then forget the messages recalled meanwhile;
-        returns how many turns were new."""
-        spooled = await self._spool.read()
-        if spooled.lines == 0:
-            return 0
-        written = await self.add_dialogues(spooled.turns) if spooled.turns else 0
-        deleted = 0
-        for recalled in spooled.recalled:  # after the turns: a recalled one may be among them
-            deleted += (await self._forget_recalled(recalled)).dialogues
-        await self._spool.remove_first(spooled.lines)
-        log.info(
-            "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
-            "forgotten (%d turn(s) deleted)",
-            len(spooled.turns),
-            written,
-            len(spooled.recalled),
-            deleted,
-        )
-        return written
+        returns how many turns were new.
+
+        Each item on its own terms (``memory_core.storage.spool``): a bad one goes to the
+        dead-letter file, the others are written. When the database is lost or refuses writes,
+        what was done is kept and the failure (``StorageError``) is raised; the rest waits.
+        """
+        report = await self._spool.drain(self.add_dialogues, self._forget_spooled)
+        if report.turns or report.recalled or report.dead:
+            log.info(
+                "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
+                "forgotten (%d turn(s) deleted); %d item(s) dead-lettered; %d left",
+                report.turns,
+                report.new,
+                report.recalled,
+                report.deleted,
+                report.dead,
+                report.left,
+            )
+        if report.stopped is not None:
+            self._writes_failing(report.stopped)
+            raise report.stopped
+        self._writes_work()
+        return report.new
+
+    async def _forget_spooled(self, recalled: RecalledMessage) -> int:
+        return (await self._forget_recalled(recalled)).dialogues
 
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
         """Embed turns stored without an embedding; returns how many were embedded."""
@@ -552,14 +611,14 @@ class TemporalMemory:
     async def delete_message(self, message: RecalledMessage) -> Forgotten | None:
         """Forget a recalled (撤回) QQ message: its turn, the bot's reply to it, the distilled
         memories drawn from either and the sender's answers cached since. Returns what went,
-        or ``None`` when the database is unreachable: the recall is then spooled and done on
-        reconnection."""
+        or ``None`` when the database is unreachable or refuses writes: the recall is then
+        spooled and done once it takes them again."""
         try:
             return await self._forget_recalled(message)
-        except DatabaseUnavailableError as exc:
-            log.warning(
-                "database unreachable, recall of message %d spooled: %s", message.message_id, exc
-            )
+        except StorageError as exc:
+            if is_bad_item(exc):
+                raise
+            self._writes_failing(exc)
             await self._spool.append_recall(message)
             self._backfill_needed.set()
             return None
@@ -621,6 +680,9 @@ class TemporalMemory:
             embedding_dim=self.embedding_dim,
             database=self.database_description,
             spooled_turns=self._spool.pending(),
+            dead_letters=self._spool.dead_letters(),
+            dead_letter_file=str(self._spool.dead_path),
+            write_trouble=self._write_trouble,
             embedding_cache=cache_stats() if callable(cache_stats) else {},
             vector_index=self.settings.memory_vector_index,
             indexed_sessions=len(self.vector_index.indexed),

@@ -74,6 +74,9 @@ class MemoryStats:
     indexed_sessions: int = 0  # sessions with their own HNSW index
     indexing_sessions: int = 0  # ... being built
     exact_search_max_rows: int = 0
+    dead_letters: int = 0  # items the database can never take (storage.spool)
+    dead_letter_file: str = ""
+    write_trouble: str | None = None  # why turns go to the spool now; None: writes work
 
     @property
     def total_rows(self) -> int:
@@ -98,6 +101,10 @@ class MemoryStats:
             f"向量索引：{self._vector_index_zh()}",
             f"待补向量：{self.store.pending_embeddings} 条，待写入缓存：{self.spooled_turns} 条",
         ]
+        if self.write_trouble is not None:
+            lines.append(f"记忆写入受阻，新消息暂存本地，恢复后自动写入（{self.write_trouble}）")
+        if self.dead_letters:
+            lines.append(f"无法写入的消息：{self.dead_letters} 条，已移至 {self.dead_letter_file}")
         if self.store.expired_not_purged:
             lines.append(f"已过期待清理：{self.store.expired_not_purged} 条")
         return lines + self.evaluation.lines_zh()

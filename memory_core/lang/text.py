@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
+from typing import Any
 
 from ..errors import InvalidTurnError
 
@@ -21,6 +23,23 @@ def scrub(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def scrub_json(value: object) -> Any:
+    """``value`` as plain JSON data (dicts, lists, str, int, finite float, bool, None) whose every
+    string, keys included, went through :func:`scrub`; any other leaf, and a NaN or infinite
+    float (JSON has none), becomes its scrubbed ``str``."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {scrub(str(key)): scrub_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_json(item) for item in value]
+    return scrub(str(value))
 
 
 def clean_content(text: object, max_chars: int) -> str:

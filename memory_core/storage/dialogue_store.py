@@ -439,7 +439,8 @@ def _turn(record: asyncpg.Record) -> MemoryTurn:
 def raw_segments_json(segments: Sequence[dict[str, Any]] | None) -> str | None:
     if segments is None:
         return None
-    return json.dumps(list(segments), ensure_ascii=False, default=str).replace("\\u0000", "")
+    # Segments arrive scrubbed (turn_rows.scrubbed): no NUL, which jsonb refuses, is left.
+    return json.dumps(list(segments), ensure_ascii=False, default=str)
 
 
 class PgDialogueStore(PgStore):

@@ -1,5 +1,38 @@
-"""A local file of what arrived while the database was unreachable: turns to store, and QQ
-messages recalled (withdrawn) by their senders, whose turns must then be deleted."""
+"""A local file of what could not be written to the database yet: turns to store, and QQ
+messages recalled (withdrawn) by their senders, whose turns must then be deleted.
+
+Which write failures mean "try later" and which mean "this item is bad" is decided here, by
+:func:`is_bad_item` and :func:`is_passing_refusal`, and nowhere else:
+
+* **This item is bad** — the write failed because of the item's values, so writing it again
+  would fail again: ``InvalidTurnError``; PostgreSQL data exceptions (SQLSTATE class 22, e.g.
+  ``UntranslatableCharacterError``, ``InvalidTextRepresentationError``), integrity violations
+  (class 23) and program limits (class 54, e.g. a value too large for an index or a tsvector);
+  values the driver cannot encode (asyncpg's client-side ``DataError``, ``UnicodeError``,
+  ``ValueError``, ``TypeError``). Such an item goes to the dead-letter file beside the spool
+  (``<spool>.dead.jsonl``: one JSON line with the item, the error and the time) and is counted
+  in the stats; the turns around it are written.
+* **Try later** — the database cannot be reached (``DatabaseUnavailableError``), or refuses
+  writes for now: connection errors (class 08), disk full and other resource shortages (53),
+  a read-only database or transaction (25), serialisation failures and deadlocks (40), lock
+  and statement timeouts (55, 57), operator intervention (57), system errors (58). The turn
+  is spooled like during an outage and written once the database takes writes again, however
+  long that takes. (A nearly full disk lets a small write through now and then; that proves
+  nothing about the turns it refuses.)
+* **Unforeseen** — any other error (internal errors, class XX; statement errors, 42, after a
+  schema change; a trigger's own exception, P0001...). Treated as "try later", except that an
+  item refused twice with such an error, while other writes went through between the two
+  refusals, was refused for itself: it is dead-lettered, so that it cannot jam the spool.
+
+Flushing (:meth:`TurnSpool.drain`) takes each item on its own terms: turns are written in
+batches, a batch that fails is retried item by item, a bad item is dead-lettered and the next
+one tried. A lost connection stops the flush; so do two refusals with no write going through
+between them (the database refuses writes), and the rest waits for the next flush.
+
+Every write to the spool and to the dead-letter file is flushed and fsynced. A line that cannot
+be read — the last line torn by a crash in the middle of a write, say — is skipped with a
+warning and moved to the dead-letter file as it was.
+"""
 
 from __future__ import annotations
 
@@ -8,36 +41,151 @@ import dataclasses
 import json
 import logging
 import os
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+import asyncpg
+
+from ..errors import DatabaseUnavailableError, InvalidTurnError, StorageError
 from ..models import RecalledMessage, TurnInput
 
 log = logging.getLogger(__name__)
 
+# SQLSTATE classes of errors about the values written, and of errors that say the database
+# refuses writes for now (see the module docstring).
+_BAD_DATA_CLASSES = ("22", "23", "54")
+_PASSING_CLASSES = ("08", "25", "40", "53", "55", "57", "58")
+FLUSH_BATCH = 500
+
+
+def _driver_error(exc: BaseException) -> BaseException | None:
+    cause: BaseException | None = exc
+    while isinstance(cause, StorageError):  # the store wraps the driver's error
+        cause = cause.__cause__
+    return cause
+
+
+def _sqlstate_class(error: BaseException | None) -> str | None:
+    if isinstance(error, asyncpg.PostgresError):
+        return str(getattr(error, "sqlstate", "") or "")[:2]
+    return None
+
+
+def is_bad_item(exc: BaseException) -> bool:
+    """Whether writing failed because of the item itself (see the module docstring); any other
+    failure means "try later"."""
+    if isinstance(exc, InvalidTurnError):
+        return True
+    if isinstance(exc, DatabaseUnavailableError):
+        return False
+    error = _driver_error(exc)
+    if isinstance(error, asyncpg.PostgresError):
+        return _sqlstate_class(error) in _BAD_DATA_CLASSES
+    return isinstance(error, (UnicodeError, ValueError, TypeError))
+
+
+def is_passing_refusal(exc: BaseException) -> bool:
+    """Whether a "try later" failure says the database refuses writes for now (unreachable,
+    disk full, read-only...), as opposed to an unforeseen error (see the module docstring)."""
+    if isinstance(exc, DatabaseUnavailableError):
+        return True
+    return _sqlstate_class(_driver_error(exc)) in _PASSING_CLASSES
+
+
+def failure_text(exc: BaseException) -> str:
+    """The error as one line: its class, the SQLSTATE when the database gave one, its text."""
+    cause: BaseException = exc
+    while isinstance(cause, StorageError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
+    state = f" [{sqlstate}]" if isinstance(sqlstate, str) else ""
+    return f"{type(cause).__name__}{state}: {' '.join(str(cause).split())}"
+
+
+@dataclass(frozen=True)
+class SpoolEntry:
+    """One line of the spool as read: its item, or why it could not be read."""
+
+    number: int  # 0-based among the lines read
+    raw: bytes
+    item: TurnInput | RecalledMessage | None
+    error: str = ""
+
 
 @dataclass
-class SpoolContents:
-    turns: list[TurnInput] = field(default_factory=list)
-    recalled: list[RecalledMessage] = field(default_factory=list)
-    lines: int = 0  # lines read, unreadable ones included
+class DrainReport:
+    """What one flush did."""
+
+    turns: int = 0  # spooled turns written (duplicates included)
+    new: int = 0  # ... of which were not stored yet
+    recalled: int = 0  # recalled messages forgotten
+    deleted: int = 0  # ... turns deleted for them
+    dead: int = 0  # items moved to the dead-letter file
+    stopped: BaseException | None = None  # the "try later" failure that stopped it
+    left: int = 0  # items left in the spool
 
 
-def _encode(turn: TurnInput) -> str:
-    data = dataclasses.asdict(turn)
-    if turn.created_at is not None:
-        data["created_at"] = turn.created_at.isoformat()
-    return json.dumps(data, ensure_ascii=False)
+def _json_line(data: Any) -> bytes:
+    # Text reaching the spool is scrubbed; backslashreplace only keeps a stray lone surrogate
+    # from making the write fail (it comes back as a JSON escape and is scrubbed on flush).
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+def _encode(item: TurnInput | RecalledMessage) -> dict[str, Any]:
+    if isinstance(item, RecalledMessage):
+        return {"recalled": dataclasses.asdict(item)}
+    data = dataclasses.asdict(item)
+    if item.created_at is not None:
+        data["created_at"] = item.created_at.isoformat()
+    return data
 
 
 def _decode(line: str) -> TurnInput | RecalledMessage:
     data = json.loads(line)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
     if "recalled" in data:
         return RecalledMessage(**data["recalled"])
     if data.get("created_at"):
         data["created_at"] = datetime.fromisoformat(data["created_at"])
     return TurnInput(**data)
+
+
+def _parse(number: int, raw: bytes) -> SpoolEntry:
+    try:
+        return SpoolEntry(number, raw, _decode(raw.decode("utf-8", "replace")))
+    except (ValueError, TypeError, KeyError) as exc:
+        return SpoolEntry(number, raw, None, f"unreadable line: {exc}")
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in data.split(b"\n") if line.strip())
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+WriteTurns = Callable[[Sequence[TurnInput]], Awaitable[int]]
+Forget = Callable[[RecalledMessage], Awaitable[int]]
 
 
 class TurnSpool:
@@ -46,64 +194,251 @@ class TurnSpool:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = asyncio.Lock()
+        self.dead_path = path.with_name(f"{path.stem}.dead{path.suffix}")
+        self._lock = asyncio.Lock()  # one writer of the spool file at a time
+        self._drain_lock = asyncio.Lock()  # one flush at a time
+        # Writes the database took (the core's and the flushes'), and for each spooled line
+        # refused with an unforeseen error (by its hash), how many had been taken then.
+        self._accepted = 0
+        self._refusals: dict[int, int] = {}
+
+    def note_accepted(self) -> None:
+        """Count a write the database took (tells an item refused for itself from a database
+        refusing every write)."""
+        self._accepted += 1
+
+    # ----------------------------------------------------------------- writing
 
     async def append(self, turn: TurnInput) -> None:
-        async with self._lock:
-            await asyncio.to_thread(self._append_sync, _encode(turn))
+        """Keep ``turn`` for later; ``StorageError`` if the spool file cannot be written."""
+        await self._append(_json_line(_encode(turn)))
 
     async def append_recall(self, recalled: RecalledMessage) -> None:
-        line = json.dumps({"recalled": dataclasses.asdict(recalled)})
-        async with self._lock:
-            await asyncio.to_thread(self._append_sync, line)
+        await self._append(_json_line(_encode(recalled)))
 
-    def _append_sync(self, line: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+    async def _append(self, line: bytes) -> None:
+        async with self._lock:
+            try:
+                await asyncio.to_thread(self._append_sync, self.path, line)
+            except OSError as exc:
+                raise StorageError(f"cannot write the spool {self.path}: {exc}") from exc
+
+    @staticmethod
+    def _append_sync(path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a+b") as handle:
+            # A line torn by a crash has no newline; the next line must not be glued to it.
+            if handle.tell() > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    data = b"\n" + data
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
 
+    async def dead_letter(self, item: TurnInput | RecalledMessage, error: BaseException) -> None:
+        """Move an item that can never be written to the dead-letter file (logged at WARNING)."""
+        await self._bury([(_encode(item), failure_text(error))])
+
+    async def _bury(self, letters: Sequence[tuple[Any, str]]) -> None:
+        if not letters:
+            return
+        at = datetime.now(timezone.utc).isoformat()
+        data = b"".join(
+            _json_line({"item": item, "error": error, "at": at}) for item, error in letters
+        )
+        async with self._lock:
+            try:
+                await asyncio.to_thread(self._append_sync, self.dead_path, data)
+            except OSError as exc:
+                raise StorageError(f"cannot write {self.dead_path}: {exc}") from exc
+        log.warning(
+            "%d item(s) that can never be written were moved to %s (%s)",
+            len(letters),
+            self.dead_path,
+            "; ".join(sorted({error.split(":")[0] for _, error in letters})),
+        )
+
+    # ----------------------------------------------------------------- reading
+
     def pending(self) -> int:
         """How many entries wait in the spool (counts lines; cheap for a spool's size)."""
-        if not self.path.exists():
-            return 0
-        with self.path.open(encoding="utf-8") as handle:
-            return sum(1 for line in handle if line.strip())
+        return _count_lines(self.path)
 
-    async def read(self) -> SpoolContents:
-        """What the spool holds (unreadable lines are logged and skipped)."""
+    def dead_letters(self) -> int:
+        """How many items were moved to the dead-letter file, ever (until it is removed)."""
+        return _count_lines(self.dead_path)
+
+    async def read(self) -> tuple[list[SpoolEntry], int]:
+        """The entries of the spool and the size in bytes they were read from."""
         async with self._lock:
-            if not self.path.exists():
-                return SpoolContents()
-            text = await asyncio.to_thread(self.path.read_text, "utf-8")
-        lines = [line for line in text.splitlines() if line.strip()]
-        contents = SpoolContents(lines=len(lines))
-        for number, line in enumerate(lines, start=1):
             try:
-                entry = _decode(line)
-            except (ValueError, TypeError) as exc:
-                log.error(
-                    "spool %s line %d is unreadable and is skipped: %s", self.path, number, exc
-                )
-                continue
-            if isinstance(entry, RecalledMessage):
-                contents.recalled.append(entry)
-            else:
-                contents.turns.append(entry)
-        return contents
+                data = await asyncio.to_thread(self.path.read_bytes)
+            except FileNotFoundError:
+                return [], 0
+        lines = [line for line in data.split(b"\n") if line.strip()]
+        return [_parse(number, raw) for number, raw in enumerate(lines)], len(data)
 
-    async def remove_first(self, count: int) -> None:
-        """Drop the first ``count`` lines (those just written to the database)."""
+    async def _keep_only(self, kept: Sequence[SpoolEntry], read_size: int) -> None:
+        """Rewrite the spool as ``kept`` plus whatever was appended after the read."""
         async with self._lock:
-            if not self.path.exists():
-                return
-            lines = [line for line in self.path.read_text("utf-8").splitlines() if line.strip()][
-                count:
-            ]
-            if lines:
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text("".join(line + "\n" for line in lines), "utf-8")
-                tmp.replace(self.path)
+            try:
+                await asyncio.to_thread(self._keep_only_sync, kept, read_size)
+            except OSError as exc:
+                raise StorageError(f"cannot rewrite the spool {self.path}: {exc}") from exc
+
+    def _keep_only_sync(self, kept: Sequence[SpoolEntry], read_size: int) -> None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        rest = data[read_size:]
+        lines = [entry.raw for entry in kept] + [line for line in rest.split(b"\n") if line.strip()]
+        if lines:
+            _write_durably(self.path, b"".join(line + b"\n" for line in lines))
+        elif data:
+            self.path.unlink()
+
+    # ----------------------------------------------------------------- flushing
+
+    async def drain(self, write_turns: WriteTurns, forget: Forget) -> DrainReport:
+        """Write the spooled turns with ``write_turns`` (returns how many were new), then forget
+        the recalled messages with ``forget`` (returns turns deleted). Each item on its own
+        terms, as the module docstring says; what is done leaves the spool."""
+        async with self._drain_lock:
+            entries, read_size = await self.read()
+            drain = _Drain(self, write_turns, forget)
+            try:
+                await drain.run(entries)
+            finally:
+                # Dead letters first: an item leaves the spool only once it is kept elsewhere.
+                await self._bury(drain.dead)
+                if drain.done:
+                    kept = [entry for entry in entries if entry.number not in drain.done]
+                    await self._keep_only(kept, read_size)
+                    self._refusals = {
+                        hash(entry.raw): self._refusals[hash(entry.raw)]
+                        for entry in kept
+                        if hash(entry.raw) in self._refusals
+                    }
+                drain.report.left = len(entries) - len(drain.done)
+            return drain.report
+
+    def _refused_before(self, entry: SpoolEntry) -> bool:
+        """Note a "try later" refusal of ``entry``; whether it was refused before, with other
+        writes going through since (then it is refused for itself)."""
+        key = hash(entry.raw)
+        before = self._refusals.get(key)
+        self._refusals[key] = self._accepted
+        return before is not None and self._accepted > before
+
+
+def _turn(entry: SpoolEntry) -> TurnInput:
+    assert isinstance(entry.item, TurnInput)
+    return entry.item
+
+
+class _Stop(Exception):
+    """Ends a drain: the database is unreachable or refuses writes; the rest waits."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+@dataclass
+class _Drain:
+    """One flush of a spool snapshot (the rules are in the module docstring)."""
+
+    spool: TurnSpool
+    write_turns: WriteTurns
+    forget: Forget
+    report: DrainReport = field(default_factory=DrainReport)
+    done: set[int] = field(default_factory=set)  # entries written, forgotten or buried
+    dead: list[tuple[Any, str]] = field(default_factory=list)  # (item, error) to bury
+    refused: BaseException | None = None  # a refusal no write has gone through since
+
+    async def run(self, entries: Sequence[SpoolEntry]) -> None:
+        turns: list[SpoolEntry] = []
+        recalls: list[SpoolEntry] = []
+        for entry in entries:
+            if isinstance(entry.item, TurnInput):
+                turns.append(entry)
+            elif isinstance(entry.item, RecalledMessage):
+                recalls.append(entry)
             else:
-                self.path.unlink()
+                log.warning("spool line %d is skipped: %s", entry.number + 1, entry.error)
+                self._bury(entry, entry.raw.decode("utf-8", "replace"), entry.error)
+        try:
+            start = 0
+            while start < len(turns):
+                # The first turn, and the turn after a refusal, go alone: while the database
+                # refuses writes, a flush costs two attempts (and embeddings), not a batch's.
+                size = 1 if start == 0 or self.refused is not None else FLUSH_BATCH
+                await self._write_batch(turns[start : start + size])
+                start += size
+            # After the turns: a recalled message may be among them.
+            for entry in recalls:
+                await self._write(entry)
+            if self.refused is not None:  # no write has gone through since the last refusal
+                raise _Stop(self.refused)
+        except _Stop as stop:
+            self.report.stopped = stop.failure
+
+    async def _write_batch(self, batch: Sequence[SpoolEntry]) -> None:
+        if len(batch) > 1:
+            try:
+                new = await self.write_turns([_turn(entry) for entry in batch])
+            except Exception as exc:
+                if isinstance(exc, DatabaseUnavailableError):
+                    raise _Stop(exc) from exc
+                if not isinstance(exc, StorageError) and not is_bad_item(exc):
+                    raise
+            else:
+                self._written(batch, new)
+                return
+        for entry in batch:  # one by one, to find the bad ones
+            await self._write(entry)
+
+    async def _write(self, entry: SpoolEntry) -> None:
+        """Write one entry. A bad one is buried; a lost connection, or a second refusal with
+        no write gone through since the first, ends the drain."""
+        item = entry.item if isinstance(entry.item, RecalledMessage) else _turn(entry)
+        try:
+            if isinstance(item, RecalledMessage):
+                self.report.deleted += await self.forget(item)
+                self.report.recalled += 1
+                self.done.add(entry.number)
+                self._accepted()
+            else:
+                self._written([entry], await self.write_turns([item]))
+        except Exception as exc:
+            if is_bad_item(exc):
+                self._bury(entry, _encode(item), failure_text(exc))
+                return
+            if isinstance(exc, DatabaseUnavailableError):
+                raise _Stop(exc) from exc
+            if not isinstance(exc, StorageError):
+                raise
+            if not is_passing_refusal(exc) and self.spool._refused_before(entry):
+                reason = f"refused twice while other writes went through: {failure_text(exc)}"
+                self._bury(entry, _encode(item), reason)
+            elif self.refused is not None:  # two refusals in a row: writes are refused
+                raise _Stop(exc) from exc
+            else:
+                self.refused = exc
+
+    def _written(self, entries: Sequence[SpoolEntry], new: int) -> None:
+        self.done.update(entry.number for entry in entries)
+        self.report.turns += len(entries)
+        self.report.new += new
+        self._accepted()
+
+    def _accepted(self) -> None:
+        self.spool.note_accepted()
+        self.refused = None
+
+    def _bury(self, entry: SpoolEntry, item: Any, error: str) -> None:
+        self.dead.append((item, error))
+        self.done.add(entry.number)
+        self.report.dead += 1

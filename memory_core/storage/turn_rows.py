@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from ..errors import InvalidTurnError
 from ..lang.keywords import document_terms
-from ..lang.text import clean_content, scrub
+from ..lang.text import clean_content, scrub, scrub_json
 from ..lang.tokens import TokenCounter
 from ..models import TurnInput
 from .dialogue_store import NewTurnRow, raw_segments_json
@@ -38,6 +39,16 @@ def message_uuid_for(turn: TurnInput) -> str:
     return f"local:{uuid.uuid4()}"
 
 
+def scrubbed(turn: TurnInput) -> TurnInput:
+    """``turn`` with its text made storable by ``lang.text.scrub``: content, sender name and raw
+    segments (keys and values). Applied where a turn enters the core, so that the row stored,
+    the line spooled and the text embedded are the same text."""
+    content = scrub(turn.content) if isinstance(turn.content, str) else turn.content
+    sender = None if turn.sender_name is None else scrub(str(turn.sender_name))
+    segments = None if turn.raw_segments is None else scrub_json(turn.raw_segments)
+    return dataclasses.replace(turn, content=content, sender_name=sender, raw_segments=segments)
+
+
 def prepare_row(
     turn: TurnInput,
     *,
@@ -47,7 +58,9 @@ def prepare_row(
     embedding: np.ndarray | None,
     embedding_model: str,
 ) -> NewTurnRow:
-    """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row."""
+    """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row from its
+    :func:`scrubbed` text."""
+    turn = scrubbed(turn)
     if turn.role not in ROLES:
         raise InvalidTurnError(f"role must be 'user' or 'assistant', got {turn.role!r}")
     _check_id("user_id", turn.user_id, optional=False)
@@ -58,7 +71,7 @@ def prepare_row(
     if created_at.tzinfo is None:
         raise InvalidTurnError("created_at must carry a timezone offset")
     content = clean_content(turn.content, max_chars)
-    sender = scrub(turn.sender_name)[:SENDER_NAME_MAX] if turn.sender_name else None
+    sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
     return NewTurnRow(
         message_uuid=message_uuid_for(turn),
         self_id=turn.self_id,

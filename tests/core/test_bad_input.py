@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
+import asyncpg
 import pytest
 
 from memory_core.errors import InvalidTurnError
@@ -98,3 +100,43 @@ async def test_huge_raw_segments_and_nul_in_segments_are_stored(memory_factory):
     segments = [{"type": "text", "data": {"text": "a\x00b"}}, {"type": "image", "data": {}}]
     outcome = await memory.add_turn(user_turn("带原始消息段", raw_segments=segments))
     assert outcome.turn is not None
+
+
+# Text a user can send that PostgreSQL or UTF-8 cannot take as is, and what is stored instead.
+# The last one also holds a backslash-u-0000 typed as text, which must stay as typed.
+ODD_TEXTS = [
+    ("nul", "a\x00b", "ab"),
+    ("high-surrogate", "高\ud83d位", "高\ufffd位"),
+    ("low-surrogate", "低\ude00位", "低\ufffd位"),
+    ("mixed", "混\x00合\ud83d😀\ude00 C:\\u0000", "混合\ufffd😀\ufffd C:\\u0000"),
+]
+
+
+async def stored_row(dsn: str, message_uuid: str) -> asyncpg.Record:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchrow(
+            "SELECT content, sender_name, raw_segments FROM dialogues WHERE message_uuid = $1",
+            message_uuid,
+        )
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize(
+    "text,cleaned", [(t, c) for _, t, c in ODD_TEXTS], ids=[n for n, *_ in ODD_TEXTS]
+)
+async def test_odd_text_in_sender_name_and_raw_segments_is_stored_cleaned(
+    memory_factory, fresh_dsn, text, cleaned
+):
+    memory = await memory_factory()
+    segments = [{"type": "text", "data": {"text": text, text: [text, 1.5, None]}}]
+    outcome = await memory.add_turn(
+        user_turn(text, sender_name=text, raw_segments=segments, message_id=5)
+    )
+    assert outcome.turn is not None
+    row = await stored_row(fresh_dsn, outcome.turn.message_uuid)
+    assert row["content"] == cleaned and row["sender_name"] == cleaned
+    assert json.loads(row["raw_segments"]) == [
+        {"type": "text", "data": {"text": cleaned, cleaned: [cleaned, 1.5, None]}}
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -58,6 +59,14 @@ async def test_database_unreachable_bot_starts_answers_without_memory_and_spools
                 break
             await asyncio.sleep(0.1)
         assert "数据库不在也要回我" in spool and "没问题。" in spool
+        # A lone surrogate and a NUL, escaped in the event's JSON as a real client sends them:
+        # answered, and spooled cleaned (writing it raw to the spool used to kill the handler).
+        mark = len(peer.calls)
+        odd = message_payload([text_seg("半个\ud83d表情\x00")], user_id=20020)
+        await peer.ws.send(json.dumps(odd))
+        assert sent_text(await peer.wait_reply(user_id=20020, after=mark)) == "没问题。"
+        spool = (bot.data_dir / "spool.jsonl").read_text(encoding="utf-8")
+        assert "半个\ufffd表情" in spool
         assert await say(peer, "/memstat", user_id=SUPERUSER_ID) == (
             "记忆数据库暂时连不上，请稍后再试。"
         )

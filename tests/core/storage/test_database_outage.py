@@ -1,18 +1,25 @@
-"""The database going away and coming back: turns are spooled, then written; nothing is lost."""
+"""The database going away, or refusing writes, and coming back: turns are spooled, then
+written; a bad item is dead-lettered and never blocks the others; nothing is lost."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
-from memory_core.errors import DatabaseUnavailableError
+from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
+from memory_core.errors import DatabaseUnavailableError, StorageError
 from memory_core.models import RecalledMessage, TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
+from memory_core.storage.spool import TurnSpool
+from tests.core.test_bad_input import ODD_TEXTS
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 
@@ -30,6 +37,48 @@ async def proxy(fresh_dsn):
 
 def database_name(dsn: str) -> str:
     return urlsplit(dsn).path.lstrip("/")
+
+
+async def open_via_proxy(proxy, fresh_dsn, tmp_data_dir, embedder):
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
+    )
+    return await open_memory(settings, embedder=embedder, maintenance_interval=None)
+
+
+async def refuse_inserts(dsn: str, sqlstate: str, when: str = "true") -> None:
+    """A trigger that makes PostgreSQL refuse inserts of dialogue rows matching ``when`` with
+    the error ``sqlstate`` (as a full disk, a data error... would)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f"""
+            CREATE OR REPLACE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF {when} THEN
+                    RAISE EXCEPTION 'refused by the test' USING ERRCODE = '{sqlstate}';
+                END IF;
+                RETURN NEW;
+            END $$;
+            CREATE OR REPLACE TRIGGER refuse_insert BEFORE INSERT ON dialogues
+                FOR EACH ROW EXECUTE FUNCTION refuse_insert();
+            """
+        )
+    finally:
+        await conn.close()
+
+
+async def stored_contents(dsn: str) -> list[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [r["content"] for r in await conn.fetch("SELECT content FROM dialogues ORDER BY id")]
+    finally:
+        await conn.close()
+
+
+def dead_letters(memory) -> list[dict]:
+    path = memory._spool.dead_path
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
 
 
 async def test_turns_arriving_during_an_outage_are_spooled_then_written(
@@ -149,3 +198,339 @@ async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database
     finally:
         await writer.close()
         await memory.aclose()
+
+
+class FixedAnswer:
+    """A chat model that always answers the same."""
+
+    answer = "收到。"
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str:
+        return self.answer
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_down(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
+    )
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    sent: list[str] = []
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    expected: dict[int, str] = {}
+    try:
+        for down in (False, True):
+            if down:
+                await proxy.stop()
+            for number, (_, text, cleaned) in enumerate(ODD_TEXTS):
+                message_id = 100 * down + number
+                turn = TurnInput(
+                    user_id=7,
+                    self_id=1,
+                    role="user",
+                    content=text,
+                    sender_name=text,
+                    message_id=message_id,
+                    raw_segments=[{"type": "text", "data": {"text": text}}],
+                )
+                result = await engine.converse(turn, send)
+                assert result.outcome is Outcome.REPLIED and result.spooled is down
+                expected[message_id] = cleaned
+        assert sent == [FixedAnswer.answer] * len(expected)
+        await proxy.start()
+        await memory.flush_spool()
+        reader = await asyncpg.connect(fresh_dsn)
+        try:
+            rows = await reader.fetch(
+                "SELECT qq_message_id, content, sender_name, raw_segments FROM dialogues "
+                "WHERE role = 'user'"
+            )
+            replies = await reader.fetchval(
+                "SELECT count(*) FROM dialogues WHERE role = 'assistant'"
+            )
+        finally:
+            await reader.close()
+        assert {r["qq_message_id"]: r["content"] for r in rows} == expected
+        for row in rows:
+            cleaned = expected[row["qq_message_id"]]
+            assert row["sender_name"] == cleaned
+            assert json.loads(row["raw_segments"]) == [{"type": "text", "data": {"text": cleaned}}]
+        assert replies == len(expected)
+    finally:
+        await memory.aclose()
+
+
+async def test_bad_items_spooled_during_an_outage_never_block_the_good_ones_around_them(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        await proxy.stop()
+        await memory.add_turn(said("停电时的第一句", 1))
+        await memory.add_turn(said("半个\ud83d表情\x00", 2))  # stored cleaned
+        await memory.add_turn(said("数据库拒收这一句", 3))  # refused for its value, below
+        # A line an older version could spool: content that is nothing but NUL.
+        with memory._spool.path.open("a", encoding="utf-8") as spool:
+            spool.write(json.dumps({"user_id": 7, "role": "user", "content": "\x00\x00"}) + "\n")
+        await memory.add_turn(said("停电时的最后一句", 4))
+        await refuse_inserts(fresh_dsn, "22023", "NEW.content LIKE '%拒收%'")
+        await proxy.start()
+        assert await memory.flush_spool() == 3
+        assert await stored_contents(fresh_dsn) == [
+            "停电时的第一句",
+            "半个\ufffd表情",
+            "停电时的最后一句",
+        ]
+        letters = dead_letters(memory)
+        assert [letter["item"]["content"] for letter in letters] == ["数据库拒收这一句", "\x00\x00"]
+        assert letters[0]["error"].startswith("InvalidParameterValueError [22023]")
+        assert letters[1]["error"].startswith("InvalidTurnError")
+        stats = await memory.stats()
+        assert (stats.spooled_turns, stats.dead_letters) == (0, 2)
+        assert f"无法写入的消息：2 条，已移至 {memory._spool.dead_path}" in stats.lines_zh()
+        assert await memory.flush_spool() == 0
+    finally:
+        await memory.aclose()
+
+
+async def test_a_torn_last_line_is_skipped_with_a_warning_and_the_turns_around_it_are_written(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder, caplog
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        await proxy.stop()
+        await memory.add_turn(said("崩溃之前的话", 1))
+        # A crash in the middle of writing a line: cut inside a Chinese character, no newline.
+        line = json.dumps({"user_id": 7, "role": "user", "content": "写了一半"}, ensure_ascii=False)
+        with memory._spool.path.open("ab") as spool:
+            spool.write(line.encode("utf-8")[:-4])
+        await memory.add_turn(said("重启之后的话", 2))
+        await proxy.start()
+        with caplog.at_level(logging.WARNING, logger="memory_core.storage.spool"):
+            assert await memory.flush_spool() == 2
+        assert await stored_contents(fresh_dsn) == ["崩溃之前的话", "重启之后的话"]
+        assert any("spool line 2 is skipped" in r.message for r in caplog.records)
+        assert [letter["error"].split(":")[0] for letter in dead_letters(memory)] == [
+            "unreadable line"
+        ]
+        assert memory._spool.pending() == 0
+    finally:
+        await memory.aclose()
+
+
+async def test_items_spooled_while_a_flush_runs_stay_for_the_next_one(tmp_data_dir):
+    spool = TurnSpool(tmp_data_dir / "spool.jsonl")
+    for number in (1, 2):
+        await spool.append(said(f"第{number}句", number))
+    written: list[str] = []
+
+    async def write_turns(turns):
+        if not written:
+            await spool.append(said("写入期间到的", 3))  # a live turn spooled meanwhile
+        written.extend(turn.content for turn in turns)
+        return len(turns)
+
+    async def forget(recalled):
+        return 0
+
+    report = await spool.drain(write_turns, forget)
+    assert (report.turns, report.left) == (2, 0) and written == ["第1句", "第2句"]
+    entries, _ = await spool.read()
+    assert [entry.item.content for entry in entries] == ["写入期间到的"]
+
+
+class ReadOnlyDatabase:
+    """``default_transaction_read_only`` for the database (new sessions get it)."""
+
+    label = "ReadOnlySQLTransactionError [25006]"
+
+    async def apply(self, dsn: str, memory) -> None:
+        await self._set(dsn, memory, "on")
+
+    async def lift(self, dsn: str, memory) -> None:
+        await self._set(dsn, memory, "off")
+
+    @staticmethod
+    async def _set(dsn: str, memory, value: str) -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("SET default_transaction_read_only = off")  # this session
+            await conn.execute(
+                f'ALTER DATABASE "{database_name(dsn)}" SET default_transaction_read_only = {value}'
+            )
+        finally:
+            await conn.close()
+        await memory._pool.expire_connections()  # the pool's sessions are replaced
+
+
+class RefusingTrigger:
+    """Every dialogue insert fails with ``sqlstate``, as with a full disk or a lock timeout."""
+
+    def __init__(self, sqlstate: str, label: str) -> None:
+        self.sqlstate, self.label = sqlstate, label
+
+    async def apply(self, dsn: str, memory) -> None:
+        await refuse_inserts(dsn, self.sqlstate)
+
+    async def lift(self, dsn: str, memory) -> None:
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute("DROP TRIGGER refuse_insert ON dialogues")
+        finally:
+            await conn.close()
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        ReadOnlyDatabase(),
+        RefusingTrigger("53100", "DiskFullError [53100]"),
+        RefusingTrigger("55P03", "LockNotAvailableError [55P03]"),
+    ],
+    ids=["read-only", "disk-full", "lock-timeout"],
+)
+async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_drained(
+    memory_factory, fresh_dsn, caplog, refusal
+):
+    memory = await memory_factory()
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    sent: list[str] = []
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    await memory.add_turn(said("一切正常时说的", 1))
+    await refusal.apply(fresh_dsn, memory)
+    with caplog.at_level(logging.INFO, logger="memory_core.service"):
+        for number in (2, 3, 4):
+            result = await engine.converse(said(f"写不进去时说的第{number}句", number), send)
+            assert result.outcome is Outcome.REPLIED and result.spooled
+        assert sent == [FixedAnswer.answer] * 3
+        assert memory.write_trouble is not None and memory.write_trouble.startswith(refusal.label)
+        stats = await memory.stats()  # reading still works
+        assert stats.spooled_turns == 6
+        assert any(line.startswith("记忆写入受阻") for line in stats.lines_zh())
+        with pytest.raises(StorageError):
+            await memory.flush_spool()  # still refused: kept for later
+        assert memory._spool.pending() == 6
+        await refusal.lift(fresh_dsn, memory)
+        assert await memory.flush_spool() == 6
+    assert memory.write_trouble is None
+    contents = await stored_contents(fresh_dsn)
+    assert len(contents) == 7 and contents.count(FixedAnswer.answer) == 3
+    stats = await memory.stats()
+    assert stats.spooled_turns == 0 and stats.dead_letters == 0
+    assert not any(line.startswith("记忆写入受阻") for line in stats.lines_zh())
+    said_when = [r.message for r in caplog.records if r.message.startswith("memory writes")]
+    assert len(said_when) == 2  # one line when writes start failing, one when they work again
+    assert said_when[0].startswith(f"memory writes fail ({refusal.label}")
+    assert said_when[1].startswith("memory writes work again")
+
+
+async def test_a_message_recalled_while_writes_are_refused_is_forgotten_once_they_work(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory()
+    await memory.add_turn(said("发错了的消息", 1))
+    read_only = ReadOnlyDatabase()
+    await read_only.apply(fresh_dsn, memory)
+    assert await memory.delete_message(1, 1) is None  # refused: spooled
+    await read_only.lift(fresh_dsn, memory)
+    await memory.flush_spool()
+    assert await stored_contents(fresh_dsn) == []
+
+
+async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_the_spool(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder, caplog
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        # An outage's backlog with an item the database refuses with an error that does not
+        # say "bad data" (XX000, internal error: try later).
+        await proxy.stop()
+        for number, text in enumerate(["停电时的第一句", "有毒的一句", "停电时的最后一句"]):
+            await memory.add_turn(said(text, number))
+        await refuse_inserts(fresh_dsn, "XX000", "NEW.content LIKE '%有毒%'")
+        await proxy.start()
+        assert await memory.flush_spool() == 2  # the others are written; it waits
+        assert await memory.flush_spool() == 0  # refused again, others went through: buried
+        assert await stored_contents(fresh_dsn) == ["停电时的第一句", "停电时的最后一句"]
+        # The same alone, arriving live: spooled; once other writes go through, buried.
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="memory_core.service"):
+            assert (await memory.add_turn(said("又一句有毒的", 10))).spooled
+            with pytest.raises(StorageError):
+                await memory.flush_spool()  # alone and refused: cannot tell yet
+            assert (await memory.add_turn(said("之后的正常一句", 11))).turn is not None
+            assert memory.write_trouble is not None  # degraded until the spool is written
+            assert await memory.flush_spool() == 0
+        said_when = [r.message for r in caplog.records if r.message.startswith("memory writes")]
+        assert [m.split(" (")[0].split(",")[0] for m in said_when] == [
+            "memory writes fail",
+            "memory writes work again",
+        ]
+        letters = dead_letters(memory)
+        assert [letter["item"]["content"] for letter in letters] == ["有毒的一句", "又一句有毒的"]
+        assert all(
+            letter["error"].startswith(
+                "refused twice while other writes went through: InternalServerError [XX000]"
+            )
+            for letter in letters
+        )
+        assert memory._spool.pending() == 0 and memory.write_trouble is None
+    finally:
+        await memory.aclose()
+
+
+async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_and_answered(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory()
+    await refuse_inserts(fresh_dsn, "22023", "NEW.content LIKE '%拒收%'")
+    sent: list[str] = []
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    result = await engine.converse(said("数据库拒收这一句", 1), send)
+    assert result.outcome is Outcome.REPLIED and result.user_turn is None
+    assert sent == [FixedAnswer.answer]
+    assert await stored_contents(fresh_dsn) == [FixedAnswer.answer]
+    assert [letter["item"]["content"] for letter in dead_letters(memory)] == ["数据库拒收这一句"]
+    assert memory.write_trouble is None and memory._spool.pending() == 0
+    assert (await memory.stats()).dead_letters == 1
+
+
+async def test_a_nearly_full_disk_letting_small_writes_through_never_dead_letters_a_turn(
+    memory_factory, fresh_dsn
+):
+    memory = await memory_factory()
+    await refuse_inserts(fresh_dsn, "53100", "length(NEW.content) > 5")  # big rows do not fit
+    assert (await memory.add_turn(said("这一句太长了写不进去", 1))).spooled
+    with pytest.raises(StorageError):
+        await memory.flush_spool()
+    assert (await memory.add_turn(said("短句", 2))).turn is not None  # a small one fits
+    with pytest.raises(StorageError):
+        await memory.flush_spool()  # refused again, others went through: still only waits
+    assert (memory._spool.pending(), memory._spool.dead_letters()) == (1, 0)
+    await RefusingTrigger("53100", "").lift(fresh_dsn, memory)
+    assert await memory.flush_spool() == 1
+    assert await stored_contents(fresh_dsn) == ["短句", "这一句太长了写不进去"]
