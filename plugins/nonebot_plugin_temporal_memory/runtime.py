@@ -153,6 +153,11 @@ async def open_runtime() -> None:
     else:
         logger.info(f"TemporalMemory chat model: {settings.llm_model} at {settings.llm_base_url}")
     logger.info(f"TemporalMemory bot name: {bot_name}; timezone: {settings.memory_timezone}")
+    if not driver.config.superusers:
+        logger.warning(
+            "TemporalMemory: SUPERUSERS is empty, so /memstat, /forget for others and every other "
+            'admin command are refused; set SUPERUSERS=["your QQ number"] in .env.prod'
+        )
 
 
 @driver.on_shutdown

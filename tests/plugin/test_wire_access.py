@@ -78,7 +78,8 @@ async def unsigned() -> AsyncIterator[Connected]:
 
 @pytest.fixture(scope="module")
 async def signed() -> AsyncIterator[Connected]:
-    async for connected in connected_bot({"ONEBOT_SECRET": SECRET}):
+    # Also started without superusers, which the start-up log must warn about.
+    async for connected in connected_bot({"ONEBOT_SECRET": SECRET, "SUPERUSERS": "[]"}):
         yield connected
 
 
@@ -154,6 +155,12 @@ def test_start_up_line_names_the_napcat_address_the_token_and_that_posts_are_ref
     assert len(lines) == 1, lines
     assert "access token required" in lines[0]
     assert "HTTP POST events refused (set ONEBOT_SECRET" in lines[0]
+    assert "SUPERUSERS is empty" not in unsigned.bot.log_text()
+
+
+def test_start_up_warns_that_admin_commands_are_refused_without_superusers(signed: Connected):
+    [line] = [x for x in signed.bot.log_text().splitlines() if "SUPERUSERS is empty" in x]
+    assert "[WARNING]" in line and "admin command" in line
 
 
 # ----------------------------------------------------------------------------- with a secret
