@@ -10,7 +10,7 @@ import pytest
 from dotenv import dotenv_values
 
 from memory_core.settings import MemorySettings
-from memory_core.storage import database
+from memory_core.storage import embedded_server
 
 ENV_PROD = Path(__file__).resolve().parents[2] / ".env.prod"
 NONEBOT_KEYS = {
@@ -125,9 +125,9 @@ def test_localstores_default_dir_as_root_keeps_the_database_cluster_out_of_root(
 ) -> None:
     # Run as root, localstore's data dir is /root/.local/share/nonebot2/<plugin>; the embedded
     # server would open every parent of its cluster to other users, so the cluster moves.
-    monkeypatch.setattr(database.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(embedded_server.os, "geteuid", lambda: 0)
     root_default = Path("/root/.local/share/nonebot2/nonebot_plugin_temporal_memory")
-    cluster = database.embedded_cluster_dir(root_default)
+    cluster = embedded_server.embedded_cluster_dir(root_default)
     assert not cluster.is_relative_to("/root")
     assert cluster.parent == Path("/var/lib/temporal-memory")
-    assert database.embedded_cluster_dir(Path("/srv/bot/data")) == Path("/srv/bot/data/pg")
+    assert embedded_server.embedded_cluster_dir(Path("/srv/bot/data")) == Path("/srv/bot/data/pg")

@@ -450,7 +450,7 @@ async def test_a_message_recalled_while_writes_are_refused_is_forgotten_once_the
     await memory.add_turn(said("发错了的消息", 1))
     read_only = ReadOnlyDatabase()
     await read_only.apply(fresh_dsn, memory)
-    assert await memory.delete_message(1, 1) is None  # refused: spooled
+    assert await memory.delete_message(RecalledMessage(1, 1, user_id=7)) is None  # spooled
     await read_only.lift(fresh_dsn, memory)
     await memory.flush_spool()
     assert await stored_contents(fresh_dsn) == []
