@@ -164,6 +164,18 @@ async def test_a_pure_time_question_keeps_only_anchors_inside_the_range(memory_f
     assert [t.content for t in blind.turns] == ["我们昨天聊了很多关于旅行的事"]
 
 
+async def test_a_pure_time_question_with_nothing_in_its_range_falls_back_to_any_time(
+    memory_factory,
+):
+    memory = await memory_factory()
+    await memory.add_dialogues(
+        [said("我们聊了很多关于旅行的事", ago(days=5)), said("刚才在看电影", ago(minutes=10))]
+    )
+    # Nothing was said yesterday: the best matches of any time, not "nothing found".
+    result = await memory.recall(1, "昨天我们聊了什么", top_n=2, window_size=0, now=NOW)
+    assert {t.content for t in result.turns} == {"我们聊了很多关于旅行的事", "刚才在看电影"}
+
+
 async def test_a_time_expression_with_a_topic_boosts_the_range(memory_factory):
     memory = await memory_factory()
     await memory.add_dialogues(
