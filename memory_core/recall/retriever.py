@@ -82,7 +82,8 @@ class Retriever:
         (terms, see ``memory_core.lang.keywords``) or ``hybrid`` (both, reciprocal rank fusion).
         A time expression in the query (昨天, 上周三, 刚才…, see ``memory_core.lang.timerange``)
         adds that range's turns as candidates, or keeps only them when the query asks nothing
-        else; ``time_aware=False`` ignores it. ``roles`` limits anchors to those roles and
+        else (and the range holds a turn; else the best matches anywhere); ``time_aware=False``
+        ignores it. ``roles`` limits anchors to those roles and
         ``keywords`` to turns containing every one of them (windows stay whole).
         If the query cannot be embedded, hybrid recall falls back to keywords and vector
         recall returns nothing (logged); it is never an error.
@@ -168,6 +169,10 @@ class Retriever:
             ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
         else:
             ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
+            if within is not None and not ranked:
+                # Nothing was said in that time: answer with what matches best instead of
+                # nothing (the user may misremember when).
+                ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
         result = await self._assemble(store, session_key, query, ranked, top_n, window, now)
         return dataclasses.replace(result, search_text=text)
 

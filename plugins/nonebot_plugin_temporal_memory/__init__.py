@@ -27,12 +27,4 @@ __plugin_meta__ = PluginMetadata(
     supported_adapters={"~onebot.v11"},
 )
 
-from . import (  # noqa: E402, F401
-    commands,
-    handlers,
-    http_event_guard,
-    intake,
-    jobs,
-    runtime,
-    ws_frame_guard,
-)
+from . import commands, handlers, http_event_guard, intake, jobs, runtime  # noqa: E402, F401
