@@ -88,6 +88,7 @@ class MemorySettings(BaseModel):
     embedding_batch_size: int = Field(default=32, ge=1, le=2048)
     embedding_timeout: float = Field(default=15.0, gt=0)
     embedding_max_retries: int = Field(default=3, ge=0, le=10)
+    embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_cache_size: int = Field(default=4096, ge=0)
 
     # chat model

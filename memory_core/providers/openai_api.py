@@ -9,6 +9,9 @@ The rules, the same for each service:
   ``max_delay``, with jitter so many sessions do not retry in lockstep) or the server's
   ``Retry-After`` (seconds or an HTTP date, also capped); any other answer fails at once;
 * an optional ``deadline`` bounds the whole call, retries and waits included;
+* a circuit breaker stops hammering a dead endpoint: after ``breaker_failures`` calls in a row
+  failed for a "try again" reason, calls fail at once for ``breaker_cooldown`` seconds; then one
+  call is let through, and its success closes the breaker again;
 * error texts carry a short excerpt of the body with the API key masked, never the key.
 """
 
@@ -79,9 +82,13 @@ class OpenAIEndpoint:
         backoff_base: float = 0.5,
         max_delay: float = 8.0,
         sleep: Sleep = asyncio.sleep,
+        breaker_failures: int = 5,
+        breaker_cooldown: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        self._breaker = CircuitBreaker(breaker_failures, breaker_cooldown, clock)
         self._client = client
         self._label = label
         self._error = error
@@ -98,15 +105,26 @@ class OpenAIEndpoint:
         self, path: str, payload: dict[str, Any], *, deadline: float | None = None
     ) -> httpx.Response:
         """The successful response; ``deadline`` (seconds) bounds the call, retries included."""
-        body = json_body(payload)
-        if deadline is None:
-            return await self._post_with_retries(path, body, None)
-        try:
-            return await asyncio.wait_for(
-                self._post_with_retries(path, body, time.monotonic() + deadline), deadline
+        if not self._breaker.allows():
+            raise self._error(
+                f"{self._label} is failing; not asked again for {self._breaker.cooldown:g}s"
             )
+        body = json_body(payload)
+        try:
+            if deadline is None:
+                response = await self._post_with_retries(path, body, None)
+            else:
+                response = await asyncio.wait_for(
+                    self._post_with_retries(path, body, time.monotonic() + deadline), deadline
+                )
         except asyncio.TimeoutError as exc:
+            self._breaker.failed()
             raise self._error(f"{self._label} gave no answer within {deadline:g}s") from exc
+        except _Unavailable as exc:
+            self._breaker.failed()
+            raise exc.error from exc.error.__cause__
+        self._breaker.succeeded()
+        return response
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -152,14 +170,20 @@ class OpenAIEndpoint:
             if attempt == attempts:
                 what = "unreachable" if cause is not None else "failed"
                 plural = "s" if attempts > 1 else ""
-                raise self._error(
-                    f"{self._label} {what} after {attempts} attempt{plural}: {failure}"
-                ) from cause
+                raise _Unavailable(
+                    self._error(
+                        f"{self._label} {what} after {attempts} attempt{plural}: {failure}"
+                    ),
+                    cause,
+                )
             delay = self._delay(attempt, retry_after)
             if ends_at is not None and time.monotonic() + delay >= ends_at:
-                raise self._error(
-                    f"{self._label} failed ({failure}) and its deadline leaves no time to retry"
-                ) from cause
+                raise _Unavailable(
+                    self._error(
+                        f"{self._label} failed ({failure}) and its deadline leaves no time to retry"
+                    ),
+                    cause,
+                )
             logger.warning(
                 "%s: attempt %d/%d failed (%s), retrying in %.2fs",
                 self._label,
@@ -177,6 +201,47 @@ class OpenAIEndpoint:
         ceiling = min(self._backoff_base * 2 ** (attempt - 1), self._max_delay)
         # At least half the step, so retries never bunch up at zero.
         return ceiling * random.uniform(0.5, 1.0)
+
+
+class CircuitBreaker:
+    """Counts calls that failed in a row; open (refusing) for ``cooldown`` seconds after
+    ``failures`` of them, then lets one call through to find out."""
+
+    def __init__(self, failures: int, cooldown: float, clock: Callable[[], float]) -> None:
+        self.failures = failures
+        self.cooldown = cooldown
+        self._clock = clock
+        self._in_a_row = 0
+        self._open_until = float("-inf")
+
+    def allows(self) -> bool:
+        return self._in_a_row < self.failures or self._clock() >= self._open_until
+
+    def failed(self) -> None:
+        self._in_a_row += 1
+        if self._in_a_row >= self.failures:
+            if self._in_a_row == self.failures:
+                logger.warning(
+                    "an endpoint failed %d times in a row: not asked for %gs",
+                    self.failures,
+                    self.cooldown,
+                )
+            self._open_until = self._clock() + self.cooldown
+
+    def succeeded(self) -> None:
+        if self._in_a_row >= self.failures:
+            logger.info("an endpoint answers again after %d failed calls", self._in_a_row)
+        self._in_a_row = 0
+        self._open_until = float("-inf")
+
+
+class _Unavailable(Exception):
+    """The endpoint failed for a "try again" reason (the breaker counts these)."""
+
+    def __init__(self, error: MemoryCoreError, cause: BaseException | None) -> None:
+        super().__init__(str(error))
+        error.__cause__ = cause
+        self.error = error
 
 
 def json_body(payload: dict[str, Any]) -> bytes:

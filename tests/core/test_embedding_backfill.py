@@ -87,8 +87,15 @@ async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factor
     import httpx
 
     client = httpx.AsyncClient(base_url=flaky_server.base_url, timeout=5)
+    # No cooldown: the breaker lets the first call after recovery through at once (its own
+    # test, in tests/core/providers, covers the wait).
     endpoint = OpenAIEndpoint(
-        client, label="embedding API", error=EmbeddingError, max_retries=1, backoff_base=0.01
+        client,
+        label="embedding API",
+        error=EmbeddingError,
+        max_retries=1,
+        backoff_base=0.01,
+        breaker_cooldown=0.0,
     )
     embedder = ApiEmbedder(endpoint=endpoint, model="test-embed", dim=64, batch_size=8)
     memory = await memory_factory(embedder=embedder, embedding_provider="api", embedding_dim=64)

@@ -50,6 +50,7 @@ class ApiEmbedder:
         batch_size: int = 32,
         max_chars: int = API_MAX_CHARS,
         query_prefix: str | None = None,
+        query_deadline: float | None = None,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"embedding batch size must be at least 1, got {batch_size}")
@@ -59,6 +60,9 @@ class ApiEmbedder:
         self._batch_size = batch_size
         self._max_chars = max_chars
         self._query_prefix = default_query_prefix(model) if query_prefix is None else query_prefix
+        # A query is embedded while someone waits for a reply: past this, recall goes on by
+        # keywords alone rather than keep them waiting.
+        self._query_deadline = query_deadline
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed stored turns, ``batch_size`` texts per request; shape ``(n, dim)``."""
@@ -73,7 +77,9 @@ class ApiEmbedder:
 
     async def embed_query(self, text: str) -> np.ndarray:
         """Embed a search query (with the model's query instruction); shape ``(dim,)``."""
-        vectors = await self._embed_batch([self._query_prefix + self._prepare(text)])
+        vectors = await self._embed_batch(
+            [self._query_prefix + self._prepare(text)], deadline=self._query_deadline
+        )
         return vectors[0]
 
     async def aclose(self) -> None:
@@ -82,9 +88,9 @@ class ApiEmbedder:
     def _prepare(self, text: str) -> str:
         return sanitize_text(text, self._max_chars) or " "
 
-    async def _embed_batch(self, batch: list[str]) -> np.ndarray:
+    async def _embed_batch(self, batch: list[str], deadline: float | None = None) -> np.ndarray:
         body = {"model": self.model, "input": batch, "encoding_format": "float"}
-        response = await self._endpoint.post("embeddings", body)
+        response = await self._endpoint.post("embeddings", body, deadline=deadline)
         return self._parse(response, expected=len(batch))
 
     def _parse(self, response: httpx.Response, *, expected: int) -> np.ndarray:
@@ -143,4 +149,5 @@ def build_api_embedder(settings: MemorySettings) -> ApiEmbedder:
         model=settings.effective_embedding_model,
         dim=settings.effective_embedding_dim,
         batch_size=settings.embedding_batch_size,
+        query_deadline=settings.embedding_query_deadline,
     )

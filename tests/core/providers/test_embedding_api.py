@@ -168,9 +168,9 @@ async def make_embedder(server: EmbeddingServer) -> AsyncIterator[EmbedderFactor
         )
         clients.append(client)
         retry: dict[str, Any] = {"max_retries": 3, "max_delay": 20.0, "sleep": SleepRecorder()}
-        retry.update(
-            {k: kwargs.pop(k) for k in ("max_retries", "backoff_base", "max_delay") if k in kwargs}
-        )
+        endpoint_options = ("max_retries", "backoff_base", "max_delay", "breaker_failures")
+        endpoint_options += ("breaker_cooldown", "clock")
+        retry.update({k: kwargs.pop(k) for k in endpoint_options if k in kwargs})
         endpoint = OpenAIEndpoint(client, label="embedding API", error=EmbeddingError, **retry)
         options: dict[str, Any] = {"model": "test/embed", "dim": DIM}
         options.update(kwargs)
@@ -586,3 +586,44 @@ def test_api_defaults_are_siliconflow_qwen3_1024() -> None:
 def test_build_api_embedder_rejects_a_base_url_that_is_not_http(bad_url: str) -> None:
     with pytest.raises(ConfigError, match="EMBEDDING_BASE_URL"):
         build_api_embedder(MemorySettings(embedding_provider="api", embedding_base_url=bad_url))
+
+
+# --- a dead endpoint and a waiting user -------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_dead_endpoint_is_not_asked_again_until_its_cooldown_has_passed(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    clock = FakeClock()
+    embedder = make_embedder(max_retries=0, breaker_failures=3, breaker_cooldown=30.0, clock=clock)
+    server.plan = [Step(status=503) for _ in range(3)]
+    for _ in range(3):
+        with pytest.raises(EmbeddingError, match="HTTP 503"):
+            await embedder.embed_passages(["x"])
+    # Open: the next calls fail at once, without a request.
+    with pytest.raises(EmbeddingError, match="is failing; not asked again for 30s"):
+        await embedder.embed_query("x")
+    assert len(server.received) == 3
+    # After the cooldown one call goes through; it succeeds, and the breaker closes.
+    clock.now += 31
+    assert (await embedder.embed_query("x")).shape == (DIM,)
+    assert (await embedder.embed_query("y")).shape == (DIM,)
+    assert len(server.received) == 5
+
+
+async def test_a_query_embedding_gives_up_at_its_deadline_whatever_the_retries(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    server.plan = [Step(delay=2.0) for _ in range(4)]
+    embedder = make_embedder(timeout=5.0, max_retries=3, query_deadline=0.3)
+    with pytest.raises(EmbeddingError, match=r"no answer within 0\.3s"):
+        await embedder.embed_query("我的猫叫什么")
+    assert len(server.received) == 1
