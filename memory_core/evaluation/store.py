@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from ..storage.counters import SQL_BUMP_METRIC, PgCounterStore
 from ..storage.pg import rows_affected
@@ -13,16 +13,29 @@ INSERT INTO evaluation_queue (assistant_turn_id, user_turn_id) VALUES ($1, $2)
 ON CONFLICT (assistant_turn_id) DO NOTHING
 """
 
-SQL_DUE_EVALUATIONS = """
-SELECT q.assistant_turn_id, q.user_turn_id, q.attempts,
+# Claims due items for one worker: rows another process is claiming are skipped, and claimed
+# ones are leased (not due again until $3) so that two bots on one database never score the
+# same exchange; a worker that dies mid-way leaves them due again when the lease ends.
+SQL_CLAIM_EVALUATIONS = """
+WITH due AS (
+    SELECT assistant_turn_id FROM evaluation_queue
+    WHERE not_before <= $1
+    ORDER BY enqueued_at, assistant_turn_id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE evaluation_queue q SET not_before = $3
+    FROM due WHERE q.assistant_turn_id = due.assistant_turn_id
+    RETURNING q.assistant_turn_id, q.user_turn_id, q.attempts, q.enqueued_at
+)
+SELECT c.assistant_turn_id, c.user_turn_id, c.attempts,
        u.content AS user_text, a.content AS assistant_text, a.created_at
-FROM evaluation_queue q
-JOIN dialogues u ON u.id = q.user_turn_id
-JOIN dialogues a ON a.id = q.assistant_turn_id
-WHERE q.not_before <= $1
-ORDER BY q.enqueued_at, q.assistant_turn_id
-LIMIT $2
+FROM claimed c
+JOIN dialogues u ON u.id = c.user_turn_id
+JOIN dialogues a ON a.id = c.assistant_turn_id
+ORDER BY c.enqueued_at, c.assistant_turn_id
 """
+CLAIM_LEASE = timedelta(minutes=10)
 
 SQL_COUNT_EVALUATIONS = "SELECT count(*) FROM evaluation_queue"
 
@@ -61,9 +74,11 @@ class PgEvaluationStore(PgCounterStore):
         async with self._connection() as conn:
             await conn.execute(SQL_ENQUEUE_EVALUATION, assistant_turn_id, user_turn_id)
 
-    async def due(self, now: datetime, limit: int) -> list[PendingEvaluation]:
+    async def claim_due(self, now: datetime, limit: int) -> list[PendingEvaluation]:
+        """Up to ``limit`` due items, claimed for this worker (see ``SQL_CLAIM_EVALUATIONS``);
+        each is then finished or postponed."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DUE_EVALUATIONS, now, limit)
+            records = await conn.fetch(SQL_CLAIM_EVALUATIONS, now, limit, now + CLAIM_LEASE)
         return [
             PendingEvaluation(
                 r["assistant_turn_id"],

@@ -75,7 +75,7 @@ class EvaluationWorker:
             settled = 0
             while True:
                 moment = now or datetime.now(timezone.utc)
-                due = await self._store().due(moment, self._batch_size * self._concurrency)
+                due = await self._store().claim_due(moment, self._batch_size * self._concurrency)
                 if not due:
                     return settled
                 # One exchange a call when there is no backlog, batches when there is.

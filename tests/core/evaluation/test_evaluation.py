@@ -297,3 +297,26 @@ async def test_evaluation_can_be_switched_off(memory_factory):
     user, _ = await exchange(memory, "你好", "你好！", T0)
     assert await memory.evaluate_pending(now=T0) == 0
     assert (await turn_row(memory, user.id))["score"] is None
+
+
+async def test_two_bots_on_one_database_never_score_the_same_exchange(memory_factory, judge):
+    first = await memory_factory(**llm_settings(judge, evaluator_batch_size=1))
+    second = await memory_factory(**llm_settings(judge, evaluator_batch_size=1))
+    for i in range(12):
+        await exchange(first, f"第{i}个问题：书", "好的", T0 + timedelta(minutes=i))
+    now = T0 + timedelta(hours=1)
+    done = await asyncio.gather(first.evaluate_pending(now=now), second.evaluate_pending(now=now))
+    assert sum(done) == 12
+    assert len(judge.server.requests) == 12  # each exchange asked about once
+    assert (await first.stats(now=now)).evaluation.pending == 0
+
+
+async def test_an_item_claimed_by_a_worker_that_died_is_due_again_after_its_lease(
+    memory_factory, judge
+):
+    memory = await memory_factory(**llm_settings(judge))
+    await exchange(memory, "书放在哪了", "在书架上", T0)
+    store = memory._require_evaluation_store()
+    assert len(await store.claim_due(T0, 10)) == 1  # claimed, then the worker "dies"
+    assert await memory.evaluate_pending(now=T0 + timedelta(minutes=1)) == 0  # still leased
+    assert await memory.evaluate_pending(now=T0 + timedelta(minutes=11)) == 1
