@@ -16,6 +16,7 @@ STANDARD = [
     ["bench.storage_bench", "--rows", "100000", "--dim", "1024", "--heavy-share", "0.25"],
     ["bench.e2e_bench"],
     ["bench.retrieval"],
+    ["bench.public"],
     ["bench.distilled_bench"],
     ["bench.bot_throughput", "--sessions", "200", "--messages", "3"],
 ]
