@@ -13,8 +13,11 @@ The data set has no recall questions, so this module builds one, deterministical
   message groups (a group: one sender's consecutive messages);
 * pairs: the ``pairs`` pairs of senders with the most such conversations (ties by sender id);
   of each pair, the sender with the smaller id is the *user*, the other the *assistant*;
-* stored: every message of the pair's conversations, as the user's private turns at their own
-  times; a conversation is one *unit*;
+* stored: the first ``STORED_GROUPS`` message groups of each of the pair's conversations, one
+  turn a group (its messages joined by spaces, at its first message's time; a QQ user's burst
+  of short messages), as the user's private turns; a conversation is one *unit*. The cap keeps
+  a run to ~5,000 embeddings (the five most frequent pairs' conversations are 100–180 groups
+  long) and keeps the part where the prompt, the suggested opener, is talked about;
 * cases: every conversation whose prompt was also the prompt of an earlier conversation of the
   same pair. It is recalled at the moment the conversation starts (so only earlier
   conversations are visible), with its opening as the query: when a topic comes back, recall
@@ -47,6 +50,7 @@ PACKAGE = "chitchat_dataset"
 DEFAULT_PAIRS = 5
 MIN_MESSAGES = 10
 OPENING = 6
+STORED_GROUPS = 40
 CONTEXT_CHARS = 1500
 UNITS_PER_PAIR = 10_000
 NAMES = {"user": "User", "assistant": "Friend"}
@@ -160,10 +164,9 @@ def task(*, pairs: int = DEFAULT_PAIRS, tz: tzinfo | None = None) -> Task:
         by_prompt: dict[str, list[int]] = defaultdict(list)
         for index, conversation in enumerate(history):
             unit = number * UNITS_PER_PAIR + index
-            for group in conversation.groups:
-                for message in group:
-                    role = "user" if message.sender == user else "assistant"
-                    items.append(Item(number, role, message.text, message.at, unit, NAMES[role]))
+            for group in conversation.groups[:STORED_GROUPS]:
+                role = "user" if group[0].sender == user else "assistant"
+                items.append(Item(number, role, _group_text(group), group[0].at, unit, NAMES[role]))
             earlier = by_prompt[conversation.prompt]
             queries = opening_queries(conversation, user)
             if earlier and queries:
@@ -180,8 +183,9 @@ def task(*, pairs: int = DEFAULT_PAIRS, tz: tzinfo | None = None) -> Task:
     return Task(
         name="Chit-Chat (constructed: a topic comes back)",
         about=(
-            f"{len(items)} messages of {pairs} pairs' {len({i.unit for i in items})} "
-            f"conversations stored as one user's private turns (window 0); {len(cases)} "
+            f"{len(items)} message groups (at most {STORED_GROUPS} a conversation) of {pairs} "
+            f"pairs' {len({i.unit for i in items})} conversations stored as the user's private "
+            f"turns (window 0); {len(cases)} "
             "conversations whose prompt an earlier one of the pair had; a case counts when a "
             "turn of such an earlier conversation is recalled "
             f"({sum(len(c.relevant) for c in cases) / max(len(cases), 1):.1f} relevant "
