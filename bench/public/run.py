@@ -71,7 +71,7 @@ def load_tasks(args: argparse.Namespace, settings: MemorySettings) -> list[Task]
         tasks.append(madial.task(data, settings.tz))
     if "chitchat" in args.sets:
         try:
-            tasks.append(chitchat.task(pairs=args.chitchat_pairs, tz=settings.tz))
+            tasks.append(chitchat.task(people=args.chitchat_people, tz=settings.tz))
         except chitchat.NotInstalledError as exc:
             print(f"Chit-Chat: skipped, {exc}")
     if args.limit:
@@ -143,7 +143,8 @@ async def passage_vectors(memory: TemporalMemory, texts: Sequence[str]) -> np.nd
             f"embedded {len(missing)} new texts with {memory.embedding_model} in {seconds:.1f} s "
             f"({len(missing) / seconds:.0f}/s)"
         )
-    print(f"{len(set(texts)) - len(missing)} distinct texts from {cache}")
+    if len(missing) < len(set(texts)):
+        print(f"{len(set(texts)) - len(missing)} distinct texts' vectors read from {cache}")
     return np.stack([known[t] for t in texts])
 
 
@@ -153,6 +154,7 @@ async def evaluate(
     base: int,
     units: dict[int, int],
     misses: list[dict[str, Any]] | None,
+    time_aware: bool | None = None,
 ) -> None:
     """Recall every case in every mode and form at every k; print the set's table."""
     found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -168,7 +170,13 @@ async def evaluate(
             for mode in MODES:
                 for k in AT_K:
                     result = await memory.recall(
-                        user, query, top_n=k, window_size=0, now=case.now, mode=mode
+                        user,
+                        query,
+                        top_n=k,
+                        window_size=0,
+                        now=case.now,
+                        mode=mode,
+                        time_aware=time_aware,
                     )
                     calls += 1
                     assert all(t.user_id == user and t.group_id is None for t in result.turns)
@@ -226,6 +234,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run every set; returns the misses at k=5 (empty unless ``--misses``)."""
     started = time.perf_counter()
     print(f"== public recall bench ({machine_line()})")
+    if args.time_aware is False:
+        print("time words in queries ignored (--no-time-words; not the shipped default)")
     with bench_data_dir("public") as data_dir:
         settings = MemorySettings(memory_data_dir=data_dir)  # the shipped defaults
         tasks = load_tasks(args, settings)
@@ -241,7 +251,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 base = number * USERS_PER_SET
                 units = await store(memory, task, base, first_id)
                 first_id += len(task.items)
-                await evaluate(memory, task, base, units, misses)
+                await evaluate(memory, task, base, units, misses, args.time_aware)
         finally:
             await memory.aclose()
     print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
@@ -261,13 +271,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"MADial-Bench folder (default: ${MADIAL_ENV}, else {DEFAULT_MADIAL})",
     )
     parser.add_argument(
-        "--chitchat-pairs",
+        "--chitchat-people",
         type=int,
-        default=chitchat.DEFAULT_PAIRS,
-        help="how many of the most frequent Chit-Chat pairs to use",
+        default=chitchat.DEFAULT_PEOPLE,
+        help="how many Chit-Chat people's histories to use",
     )
     parser.add_argument("--limit", type=int, default=None, help="only the first N cases a set")
     parser.add_argument("--misses", help="write every miss at k=5 to this JSON-lines file")
+    parser.add_argument(
+        "--no-time-words",
+        dest="time_aware",
+        action="store_const",
+        const=False,
+        default=None,
+        help="diagnosis: recall with time_aware=False (MEMORY_TIME_UNDERSTANDING off)",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.sets) - set(SETS))
     if unknown:

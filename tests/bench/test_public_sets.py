@@ -96,3 +96,17 @@ def test_chitchat_context_keeps_the_last_lines_that_fit() -> None:
     assert context.startswith("User: what's your favorite smell?\nFriend: yyy")
     assert context.endswith("User: coffee, for sure")
     assert len(context) <= chitchat.CONTEXT_CHARS
+
+
+def test_chitchat_people_are_the_most_frequent_below_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t0 = datetime(2018, 5, 1, tzinfo=timezone.utc)
+
+    def chat(a: str, b: str) -> chitchat.Conversation:
+        groups = ((chitchat.Message(a, "hi", t0),), (chitchat.Message(b, "hello", t0),))
+        return chitchat.Conversation(f"{a}{b}", "Mozart or Beethoven?", t0, groups)
+
+    monkeypatch.setattr(chitchat, "MAX_CONVERSATIONS", 2)
+    found = [chat("a", "b"), chat("a", "c"), chat("a", "d"), chat("b", "c")]
+    assert chitchat.top_people(found, 2) == ["b", "c"]  # "a" (3) is above the cap
