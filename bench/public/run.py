@@ -19,6 +19,7 @@ import os
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -155,6 +156,7 @@ async def evaluate(
     units: dict[int, int],
     misses: list[dict[str, Any]] | None,
     time_aware: bool | None = None,
+    later: timedelta = timedelta(0),
 ) -> None:
     """Recall every case in every mode and form at every k; print the set's table."""
     found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -174,7 +176,7 @@ async def evaluate(
                         query,
                         top_n=k,
                         window_size=0,
-                        now=case.now,
+                        now=case.now + later,
                         mode=mode,
                         time_aware=time_aware,
                     )
@@ -236,6 +238,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     print(f"== public recall bench ({machine_line()})")
     if args.time_aware is False:
         print("time words in queries ignored (--no-time-words; not the shipped default)")
+    if args.later_days:
+        print(f"every recall {args.later_days} days after its case's moment (--later-days)")
     with bench_data_dir("public") as data_dir:
         settings = MemorySettings(memory_data_dir=data_dir)  # the shipped defaults
         tasks = load_tasks(args, settings)
@@ -251,7 +255,8 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 base = number * USERS_PER_SET
                 units = await store(memory, task, base, first_id)
                 first_id += len(task.items)
-                await evaluate(memory, task, base, units, misses, args.time_aware)
+                later = timedelta(days=args.later_days)
+                await evaluate(memory, task, base, units, misses, args.time_aware, later)
         finally:
             await memory.aclose()
     print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
@@ -285,6 +290,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         const=False,
         default=None,
         help="diagnosis: recall with time_aware=False (MEMORY_TIME_UNDERSTANDING off)",
+    )
+    parser.add_argument(
+        "--later-days",
+        type=float,
+        default=0.0,
+        help="diagnosis: recall this many days later (7300: every memory at the decay floor)",
     )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.sets) - set(SETS))
