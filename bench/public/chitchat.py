@@ -46,11 +46,11 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
-from bench.public.scoring import Case, Item, Task
+from bench.public.scoring import Case, Item, Role, Task
 
 PACKAGE = "chitchat_dataset"
 DEFAULT_PEOPLE = 4
@@ -150,8 +150,10 @@ def _group_text(group: Sequence[Message]) -> str:
 def opening_queries(conversation: Conversation, user: str) -> dict[str, str] | None:
     """The two query forms of a conversation's opening; None if the user says nothing in it."""
     opening = conversation.groups[:OPENING]
-    role = {True: "user", False: "assistant"}
-    lines = [f"{NAMES[role[g[0].sender == user]]}: {_group_text(g)}" for g in opening]
+    lines = [
+        f"{NAMES['user' if g[0].sender == user else 'assistant']}: {_group_text(g)}"
+        for g in opening
+    ]
     own = [_group_text(g) for g in opening if g[0].sender == user]
     if not own:
         return None
@@ -163,9 +165,9 @@ def opening_queries(conversation: Conversation, user: str) -> dict[str, str] | N
     return {"last user line": own[-1], "dialogue context": "\n".join(kept)}
 
 
-def task(*, people: int = DEFAULT_PEOPLE, tz: tzinfo | None = None) -> Task:
-    """The Chit-Chat recall task over ``people`` people's histories (``tz`` is unused:
-    messages carry their own UTC times)."""
+def task(*, people: int = DEFAULT_PEOPLE) -> Task:
+    """The Chit-Chat recall task over ``people`` people's histories (times are the messages'
+    own, in UTC)."""
     found = conversations(read_dataset())
     items: list[Item] = []
     cases: list[Case] = []
@@ -175,7 +177,7 @@ def task(*, people: int = DEFAULT_PEOPLE, tz: tzinfo | None = None) -> Task:
         for index, conversation in enumerate(history):
             unit = number * UNITS_PER_PERSON + index
             for group in conversation.groups[:STORED_GROUPS]:
-                role = "user" if group[0].sender == user else "assistant"
+                role: Role = "user" if group[0].sender == user else "assistant"
                 items.append(Item(number, role, _group_text(group), group[0].at, unit, NAMES[role]))
             earlier = by_prompt[conversation.prompt]
             queries = opening_queries(conversation, user)

@@ -25,11 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 from pathlib import Path
-from typing import Literal
 
-from bench.public.scoring import Case, Item, Task, figures_from_rankings
+from bench.public.scoring import Case, Item, Role, Task, figures_from_rankings
 
-Role = Literal["user", "assistant"]
 LANGUAGES = {"zh": "ch", "en": "en"}  # set name -> folder name under data/
 NAMES = {1: "Bart", 2: "Lisa"}
 # Query forms: the user's last line before the test turn, and the whole history before it.

@@ -13,7 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
+Role = Literal["user", "assistant"]
 AT_K = (1, 3, 5, 10)
 ALL_AT_K = (5, 10)
 COLUMNS = tuple(f"any@{k}" for k in AT_K) + tuple(f"all@{k}" for k in ALL_AT_K)
@@ -24,7 +26,7 @@ class Item:
     """One turn to store in ``user``'s private session."""
 
     user: int
-    role: str  # "user" or "assistant"
+    role: Role
     text: str
     created_at: datetime
     unit: int
