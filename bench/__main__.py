@@ -1,6 +1,7 @@
 """`make bench`: every benchmark in turn, each in its own process; figures go to stdout.
 
-`python -m bench` runs the standard set (about 10–20 minutes on 2 cores);
+`python -m bench` runs the standard set (about 25–35 minutes on 2 cores; the first run of
+`bench.public` also embeds ~6,600 texts of the public sets, cached in /tmp afterwards);
 `python -m bench --full` adds the 1M-row storage run (index build included: much longer).
 Copy the printed figures, with date and machine, into bench/RESULTS.md.
 """

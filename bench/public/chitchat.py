@@ -18,7 +18,7 @@ The data set has no recall questions, so this module builds one, deterministical
 * stored: the first ``STORED_GROUPS`` message groups of each of the person's conversations, one
   turn a group (its messages joined by spaces, at its first message's time: a QQ user's burst
   of short messages), as the user's private turns; a conversation is one *unit*. The cap keeps
-  a run near 5,000 embeddings and keeps the part where the prompt, the suggested opener, is
+  a run near 7,000 embeddings and keeps the part where the prompt, the suggested opener, is
   talked about, if anywhere;
 * cases: every conversation whose prompt was also the prompt of an earlier conversation of the
   same person. It is recalled one second before the conversation's first message, so only
