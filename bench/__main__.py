@@ -1,6 +1,7 @@
 """`make bench`: every benchmark in turn, each in its own process; figures go to stdout.
 
-`python -m bench` runs the standard set (about 10–20 minutes on 2 cores);
+`python -m bench` runs the standard set (about 25–35 minutes on 2 cores; the first run of
+`bench.public` also embeds ~6,600 texts of the public sets, cached in /tmp afterwards);
 `python -m bench --full` adds the 1M-row storage run (index build included: much longer).
 Copy the printed figures, with date and machine, into bench/RESULTS.md.
 """
@@ -16,6 +17,7 @@ STANDARD = [
     ["bench.storage_bench", "--rows", "100000", "--dim", "1024", "--heavy-share", "0.25"],
     ["bench.e2e_bench"],
     ["bench.retrieval"],
+    ["bench.public"],
     ["bench.distilled_bench"],
     ["bench.bot_throughput", "--sessions", "200", "--messages", "3"],
 ]

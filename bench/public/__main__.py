@@ -1,0 +1,3 @@
+from bench.public.run import main
+
+main()

@@ -1,0 +1,308 @@
+"""Recall quality on public, human-written conversation sets, through the bot's own recall.
+
+Each set (see ``bench.public.madial`` and ``bench.public.chitchat``) is stored in a throwaway
+embedded database through ``TemporalMemory`` with the shipped defaults and the local embedder,
+then every case is recalled in its user's private session with ``top_n = k`` and window 0, for
+every retrieval mode (``MEMORY_RETRIEVAL_MODE``) and query form. Nothing here changes a default:
+the figures are what a bot with ``MEMORY_TOP_N=k`` would recall.
+
+    python -m bench.public                    # every set found
+    python -m bench.public --sets zh --limit 20 --misses /tmp/misses.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from bench.common import bench_data_dir, machine_line
+from bench.public import chitchat, madial
+from bench.public.scoring import (
+    ALL_AT_K,
+    AT_K,
+    Task,
+    chance_figures,
+    format_table,
+    hits,
+)
+from memory_core import MemorySettings, RecallResult, TemporalMemory, TurnInput, open_memory
+
+Mode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
+SETS = ("zh", "en", "chitchat")
+REPO = Path(__file__).resolve().parents[2]
+MADIAL_ENV = "TM_MADIAL_DIR"
+DEFAULT_MADIAL = REPO.parent / "shared" / "data" / "madial-bench"
+BOT_ID = 10_000
+USERS_PER_SET = 100_000  # set number * this + the set's own user id: sets never share a user
+VECTOR_CACHE = Path("/tmp/tm-bench-public-vectors")
+EMBED_CHUNK = 256
+
+
+def madial_root(flag: str | None) -> Path:
+    """``--madial-dir``, else ``$TM_MADIAL_DIR``, else ``../shared/data/madial-bench``."""
+    return Path(flag or os.environ.get(MADIAL_ENV) or DEFAULT_MADIAL)
+
+
+def load_tasks(args: argparse.Namespace, settings: MemorySettings) -> list[Task]:
+    """Every set asked for that can be read; a missing one is named and skipped."""
+    tasks: list[Task] = []
+    root = madial_root(args.madial_dir)
+    for name in ("zh", "en"):
+        if name not in args.sets:
+            continue
+        try:
+            data = madial.load(root, name)
+        except FileNotFoundError as exc:
+            print(
+                f"MADial-Bench {name}: skipped, {exc.filename} not found "
+                f"(point --madial-dir or ${MADIAL_ENV} at the data set's folder)"
+            )
+            continue
+        tasks.append(madial.task(data, settings.tz))
+    if "chitchat" in args.sets:
+        try:
+            tasks.append(chitchat.task(people=args.chitchat_people))
+        except chitchat.NotInstalledError as exc:
+            print(f"Chit-Chat: skipped, {exc}")
+    if args.limit:
+        tasks = [_limited(t, args.limit) for t in tasks]
+    return tasks
+
+
+def _limited(task: Task, limit: int) -> Task:
+    print(f"{task.name}: only its first {limit} of {len(task.cases)} cases (--limit)")
+    return replace(task, cases=task.cases[:limit])
+
+
+def ranked_units(result: RecallResult, units: dict[int, int]) -> list[int]:
+    """The units of the anchors, in rank order (window 0: one turn a window)."""
+    by_id = {t.id: t for t in result.turns}
+    ranked = []
+    for window in result.windows:
+        turn = by_id[window.anchor_id]
+        assert turn.message_id is not None
+        ranked.append(units[turn.message_id])
+    return ranked
+
+
+async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) -> dict[int, int]:
+    """Insert the set's items (embedded by the memory's embedder); message id -> unit."""
+    turns = []
+    units: dict[int, int] = {}
+    for number, item in enumerate(task.items):
+        message_id = first_id + number
+        units[message_id] = item.unit
+        turns.append(
+            TurnInput(
+                user_id=base + item.user,
+                role=item.role,
+                content=item.text,
+                sender_name=item.speaker,
+                message_id=message_id,
+                created_at=item.created_at,
+                self_id=BOT_ID,
+            )
+        )
+    started = time.perf_counter()
+    vectors = await passage_vectors(memory, [t.content for t in turns])
+    inserted = await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
+    print(f"stored {inserted} turns in {time.perf_counter() - started:.1f} s")
+    return units
+
+
+async def passage_vectors(memory: TemporalMemory, texts: Sequence[str]) -> np.ndarray:
+    """The texts' passage embeddings by the memory's own embedder, kept between runs in a
+    cache file by text (a cold run embeds ~6,600 texts: minutes on 2 busy cores)."""
+    cache = VECTOR_CACHE.with_name(
+        f"{VECTOR_CACHE.name}-{memory.embedding_model.replace('/', '_')}.npz"
+    )
+    known: dict[str, np.ndarray] = {}
+    if cache.exists():
+        stored = np.load(cache, allow_pickle=False)
+        known = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
+    missing = sorted({t for t in texts if t not in known})
+    if missing:
+        started = time.perf_counter()
+        for start in range(0, len(missing), EMBED_CHUNK):
+            chunk = missing[start : start + EMBED_CHUNK]
+            known.update(zip(chunk, await memory.embedder.embed_passages(chunk), strict=True))
+        np.savez(cache, texts=np.array(list(known)), vectors=np.stack(list(known.values())))
+        seconds = time.perf_counter() - started
+        print(
+            f"embedded {len(missing)} new texts with {memory.embedding_model} in {seconds:.1f} s "
+            f"({len(missing) / seconds:.0f}/s)"
+        )
+    if len(missing) < len(set(texts)):
+        print(f"{len(set(texts)) - len(missing)} distinct texts' vectors read from {cache}")
+    return np.stack([known[t] for t in texts])
+
+
+async def evaluate(
+    memory: TemporalMemory,
+    task: Task,
+    base: int,
+    units: dict[int, int],
+    misses: list[dict[str, Any]] | None,
+    time_aware: bool | None = None,
+    later: timedelta = timedelta(0),
+) -> None:
+    """Recall every case in every mode and form at every k; print the set's table."""
+    found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    timed: Counter[str] = Counter()
+    texts: dict[int, list[str]] = defaultdict(list)
+    for item in task.items:
+        texts[item.unit].append(item.text)
+    started = time.perf_counter()
+    calls = 0
+    for case in task.cases:
+        user = base + case.user
+        for form, query in case.queries.items():
+            for mode in MODES:
+                for k in AT_K:
+                    result = await memory.recall(
+                        user,
+                        query,
+                        top_n=k,
+                        window_size=0,
+                        now=case.now + later,
+                        mode=mode,
+                        time_aware=time_aware,
+                    )
+                    calls += 1
+                    assert all(t.user_id == user and t.group_id is None for t in result.turns)
+                    ranked = ranked_units(result, units)
+                    any_hit, all_hit = hits(ranked, case.relevant, k)
+                    found[(form, mode)][f"any@{k}"].append(any_hit)
+                    if k in ALL_AT_K:
+                        found[(form, mode)][f"all@{k}"].append(all_hit)
+                    if mode == "hybrid" and k == AT_K[0] and result.search_text != query:
+                        timed[form] += 1
+                    if misses is not None and k == 5 and not any_hit:
+                        misses.append(
+                            {
+                                "set": task.name,
+                                "case": case.label,
+                                "form": form,
+                                "mode": mode,
+                                "query": query,
+                                "search_text": result.search_text,
+                                "relevant": [texts[u][0][:200] for u in sorted(case.relevant)],
+                                "recalled": [
+                                    texts[u][0][:200] if len(texts[u]) == 1 else f"unit {u}"
+                                    for u in ranked
+                                ],
+                            }
+                        )
+    elapsed = time.perf_counter() - started
+    figures = {key: {c: sum(v) / len(v) for c, v in cols.items()} for key, cols in found.items()}
+    rows = [(form, mode, values) for (form, mode), values in figures.items()]
+    rows += [("published", label, dict(values)) for label, values in task.published.items()]
+    rows.append(("random order", "chance", chance_figures(task)))
+    print(f"\n#### {task.name}\n")
+    print(task.about + ".")
+    print("Query forms: " + "; ".join(f"*{f}*: {how}" for f, how in task.forms.items()) + ".")
+    if task.published_note:
+        print(task.published_note[0].upper() + task.published_note[1:] + ".")
+    print()
+    print(format_table(rows))
+    print()
+    for form in task.forms:
+        best = max(("vector", "keyword"), key=lambda m: figures[(form, m)]["any@5"])
+        gap = figures[(form, "hybrid")]["any@5"] - figures[(form, best)]["any@5"]
+        print(
+            f"{form}: best single channel by any@5 is {best}; hybrid {gap:+.3f} against it "
+            f"({'≥' if gap >= 0 else '<'} best single). Time words understood in "
+            f"{timed[form]} of {len(task.cases)} queries."
+        )
+    print(
+        f"{calls} recalls in {elapsed:.1f} s ({elapsed / max(calls, 1) * 1000:.1f} ms each, "
+        "query embedding included, repeated queries served by the embedding cache)"
+    )
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run every set; returns the misses at k=5 (empty unless ``--misses``)."""
+    started = time.perf_counter()
+    print(f"== public recall bench ({machine_line()})")
+    if args.time_aware is False:
+        print("time words in queries ignored (--no-time-words; not the shipped default)")
+    if args.later_days:
+        print(f"every recall {args.later_days} days after its case's moment (--later-days)")
+    with bench_data_dir("public") as data_dir:
+        settings = MemorySettings(memory_data_dir=data_dir)  # the shipped defaults
+        tasks = load_tasks(args, settings)
+        if not tasks:
+            print("no set to run")
+            return []
+        memory = await open_memory(settings, maintenance_interval=None)
+        misses: list[dict[str, Any]] | None = [] if args.misses else None
+        try:
+            first_id = 1
+            for number, task in enumerate(tasks, 1):
+                print(f"\n--- {task.name}")
+                base = number * USERS_PER_SET
+                units = await store(memory, task, base, first_id)
+                first_id += len(task.items)
+                later = timedelta(days=args.later_days)
+                await evaluate(memory, task, base, units, misses, args.time_aware, later)
+        finally:
+            await memory.aclose()
+    print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
+    return misses or []
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--sets",
+        type=lambda text: [s for s in text.split(",") if s],
+        default=list(SETS),
+        help=f"comma-separated, of {', '.join(SETS)} (default: all)",
+    )
+    parser.add_argument(
+        "--madial-dir",
+        help=f"MADial-Bench folder (default: ${MADIAL_ENV}, else {DEFAULT_MADIAL})",
+    )
+    parser.add_argument(
+        "--chitchat-people",
+        type=int,
+        default=chitchat.DEFAULT_PEOPLE,
+        help="how many Chit-Chat people's histories to use",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="only the first N cases a set")
+    parser.add_argument("--misses", help="write every miss at k=5 to this JSON-lines file")
+    parser.add_argument(
+        "--no-time-words",
+        dest="time_aware",
+        action="store_const",
+        const=False,
+        default=None,
+        help="diagnosis: recall with time_aware=False (MEMORY_TIME_UNDERSTANDING off)",
+    )
+    parser.add_argument(
+        "--later-days",
+        type=float,
+        default=0.0,
+        help="diagnosis: recall this many days later (7300: every memory at the decay floor)",
+    )
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.sets) - set(SETS))
+    if unknown:
+        parser.error(f"unknown sets {unknown}; choose from {', '.join(SETS)}")
+    misses = asyncio.run(run(args))
+    if args.misses:
+        lines = [json.dumps(miss, ensure_ascii=False) + "\n" for miss in misses]
+        Path(args.misses).write_text("".join(lines), encoding="utf-8")
+        print(f"{len(misses)} misses at k=5 written to {args.misses}")
