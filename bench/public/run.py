@@ -240,8 +240,14 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print("time words in queries ignored (--no-time-words; not the shipped default)")
     if args.later_days:
         print(f"every recall {args.later_days} days after its case's moment (--later-days)")
+    if args.decay_floor is not None:
+        print(f"MEMORY_DECAY_MIN_WEIGHT={args.decay_floor:g} (--decay-floor; not the default)")
     with bench_data_dir("public") as data_dir:
-        settings = MemorySettings(memory_data_dir=data_dir)  # the shipped defaults
+        overrides: dict[str, Any] = {}
+        if args.decay_floor is not None:
+            overrides["memory_decay_min_weight"] = args.decay_floor
+        # The shipped defaults, but for a --decay-floor being compared.
+        settings = MemorySettings(memory_data_dir=data_dir, **overrides)
         tasks = load_tasks(args, settings)
         if not tasks:
             print("no set to run")
@@ -290,6 +296,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         const=False,
         default=None,
         help="diagnosis: recall with time_aware=False (MEMORY_TIME_UNDERSTANDING off)",
+    )
+    parser.add_argument(
+        "--decay-floor",
+        type=float,
+        default=None,
+        help="compare a MEMORY_DECAY_MIN_WEIGHT (1 = no time decay) with the shipped one",
     )
     parser.add_argument(
         "--later-days",
