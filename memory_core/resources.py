@@ -8,7 +8,10 @@ build maps them to ``memory_core.migrations`` and ``memory_core.defaults`` (see
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
+
+from .errors import ConfigError
 
 
 def _package_dir(name: str) -> Path:
@@ -20,3 +23,16 @@ def _package_dir(name: str) -> Path:
 
 MIGRATIONS_DIR = _package_dir("memory_core.migrations")
 DEFAULTS_DIR = _package_dir("memory_core.defaults")
+
+
+def read_prompt_template(path: Path, placeholders: Sequence[str], what: str) -> str:
+    """A prompt template's text; ``ConfigError`` naming ``what`` (e.g. "the evaluator prompt")
+    when it cannot be read or lacks one of ``placeholders``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc}") from exc
+    missing = [p for p in placeholders if p not in text]
+    if missing:
+        raise ConfigError(f"{what} {path} lacks {', '.join(missing)}")
+    return text

@@ -20,13 +20,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from ..errors import ConfigError
 from ..lang.timefmt import format_absolute
 from ..providers.llm import ChatModel, build_openai_model, strip_reasoning
+from ..resources import read_prompt_template
 from ..settings import MemorySettings
 from .memory import (
     FACT_CATEGORIES,
@@ -287,31 +286,23 @@ class ExtractionTemplates:
     summary: str
 
 
-def _read_template(path: Path, placeholders: Sequence[str]) -> str:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the extraction prompt {path}: {exc}") from exc
-    missing = [p for p in placeholders if p not in text]
-    if missing:
-        raise ConfigError(f"the extraction prompt {path} lacks {', '.join(missing)}")
-    return text
-
-
 def load_templates(settings: MemorySettings) -> ExtractionTemplates:
     """The three prompt templates (configured files, else the ``config/`` copies)."""
     return ExtractionTemplates(
-        facts=_read_template(
+        facts=read_prompt_template(
             settings.config_file(settings.extraction_facts_prompt_file, FACTS_PROMPT),
             ("{conversation}", "{known_facts}"),
+            "the extraction prompt",
         ),
-        preferences=_read_template(
+        preferences=read_prompt_template(
             settings.config_file(settings.extraction_preferences_prompt_file, PREFERENCES_PROMPT),
             ("{conversation}", "{known_preferences}"),
+            "the extraction prompt",
         ),
-        summary=_read_template(
+        summary=read_prompt_template(
             settings.config_file(settings.extraction_summary_prompt_file, SUMMARY_PROMPT),
             ("{conversation}",),
+            "the extraction prompt",
         ),
     )
 

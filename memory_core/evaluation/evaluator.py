@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
-from ..errors import ConfigError
 from ..providers.llm import ChatModel, build_openai_model, strip_reasoning
+from ..resources import read_prompt_template
 from ..settings import MemorySettings
 
 TURN_CHARS_IN_PROMPT = 2000
@@ -172,30 +171,21 @@ class HeuristicEvaluator:
         return None
 
 
-def _read_template(path: Path, placeholders: Sequence[str]) -> str:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read the evaluator prompt {path}: {exc}") from exc
-    missing = [p for p in placeholders if p not in text]
-    if missing:
-        raise ConfigError(f"the evaluator prompt {path} lacks {', '.join(missing)}")
-    return text
-
-
 def build_evaluator(settings: MemorySettings) -> Evaluator | None:
     """The LLM evaluator when a model is configured, else the heuristic; None if disabled."""
     if not settings.evaluator_enabled:
         return None
     if not settings.evaluator_endpoint.configured:
         return HeuristicEvaluator()
-    prompt = _read_template(
+    prompt = read_prompt_template(
         settings.config_file(settings.evaluator_prompt_file, "evaluator_prompt.txt"),
         ("{user}", "{assistant}"),
+        "the evaluator prompt",
     )
-    batch_prompt = _read_template(
+    batch_prompt = read_prompt_template(
         settings.config_file(settings.evaluator_batch_prompt_file, "evaluator_batch_prompt.txt"),
         ("{count}", "{exchanges}"),
+        "the evaluator prompt",
     )
     model = build_openai_model(
         settings.evaluator_endpoint, max_retries=1, max_tokens=16, temperature=0.0
