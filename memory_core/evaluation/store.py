@@ -15,7 +15,7 @@ ON CONFLICT (assistant_turn_id) DO NOTHING
 
 SQL_DUE_EVALUATIONS = """
 SELECT q.assistant_turn_id, q.user_turn_id, q.attempts,
-       u.content AS user_text, a.content AS assistant_text, a.created_at
+       u.content AS user_text, a.content AS assistant_text, a.created_at, a.session_key
 FROM evaluation_queue q
 JOIN dialogues u ON u.id = q.user_turn_id
 JOIN dialogues a ON a.id = q.assistant_turn_id
@@ -52,6 +52,7 @@ class PendingEvaluation:
     user_text: str
     assistant_text: str
     created_at: datetime
+    session_key: str = ""  # named in the log lines of its evaluation
 
 
 class PgEvaluationStore(PgCounterStore):
@@ -72,6 +73,7 @@ class PgEvaluationStore(PgCounterStore):
                 r["user_text"],
                 r["assistant_text"],
                 r["created_at"],
+                r["session_key"],
             )
             for r in records
         ]
