@@ -218,7 +218,7 @@ async def test_a_fact_distilled_in_group_a_reaches_later_prompts_there_but_not_i
     # The exchange is distilled in the background; /memstat counts what was distilled.
     for _ in range(150):
         stats = await wire.say([text_seg("/memstat")], user_id=SUPERUSER_ID)
-        if "提炼记忆：事实 1" in stats:
+        if "现有：事实 1" in stats:
             break
         await asyncio.sleep(0.2)
     else:
