@@ -318,7 +318,7 @@ async def test_command_permissions_hold_over_the_wire(wire: Wire):
         == "只有超级用户可以查看其他会话的记忆。"
     )
     stats = await wire.say([text_seg("/记忆统计")], user_id=SUPERUSER_ID)
-    assert stats.startswith("记忆总数：") and "聊天模型：stub-model" in stats
+    assert stats.startswith("📊 记忆统计（截至 ") and "聊天模型：stub-model" in stats
     # Commands never reach the chat model.
     assert wire.llm.prompts_containing("/memstat") == []
     assert wire.llm.prompts_containing("/forget") == []
