@@ -99,7 +99,8 @@ class MemoryStats:
             f"最早：{fmt(self.store.oldest)}，最新：{fmt(self.store.newest)}",
             f"向量模型：{self.embedding_model}（{self.embedding_dim} 维）",
             f"向量索引：{self._vector_index_zh()}",
-            f"待补向量：{self.store.pending_embeddings} 条，待写入缓存：{self.spooled_turns} 条",
+            f"待补向量：{self.store.pending_embeddings} 条",
+            f"待写入（数据库不可用时暂存）：{self.spooled_turns} 条",
         ]
         if self.write_trouble is not None:
             lines.append(f"记忆写入受阻，新消息暂存本地，恢复后自动写入（{self.write_trouble}）")

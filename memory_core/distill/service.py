@@ -76,7 +76,14 @@ class DistilledService:
             self.extraction_off = (
                 extraction_off_reason(settings) if settings.memory_distilled_enabled else "已关闭"
             )
-            log.info("distilled memory extraction is off: %s", self.extraction_off)
+            # The reason above is for /memstat, in Chinese; the log says it in English.
+            if not settings.memory_distilled_enabled:
+                why = "MEMORY_DISTILLED_ENABLED=false"
+            elif not settings.extraction_enabled:
+                why = "EXTRACTION_ENABLED=false"
+            else:
+                why = "no model: EXTRACTION_MODEL and LLM_MODEL are empty"
+            log.info("distilled memory extraction is off (%s)", why)
         self.answer_cache = (
             AnswerCache(
                 store=self.cache_store,

@@ -29,7 +29,7 @@ WITH due AS (
     RETURNING q.assistant_turn_id, q.user_turn_id, q.attempts, q.enqueued_at
 )
 SELECT c.assistant_turn_id, c.user_turn_id, c.attempts,
-       u.content AS user_text, a.content AS assistant_text, a.created_at
+       u.content AS user_text, a.content AS assistant_text, a.created_at, a.session_key
 FROM claimed c
 JOIN dialogues u ON u.id = c.user_turn_id
 JOIN dialogues a ON a.id = c.assistant_turn_id
@@ -65,6 +65,7 @@ class PendingEvaluation:
     user_text: str
     assistant_text: str
     created_at: datetime
+    session_key: str = ""  # named in the log lines of its evaluation
 
 
 class PgEvaluationStore(PgCounterStore):
@@ -87,6 +88,7 @@ class PgEvaluationStore(PgCounterStore):
                 r["user_text"],
                 r["assistant_text"],
                 r["created_at"],
+                r["session_key"],
             )
             for r in records
         ]

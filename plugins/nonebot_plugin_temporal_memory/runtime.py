@@ -3,6 +3,7 @@
 import logging
 import signal
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -45,6 +46,7 @@ class Runtime:
         self.engine = engine
         self.chat_model = chat_model
         self.bot_name = bot_name
+        self.started_at = datetime.now(timezone.utc)  # the uptime /memstat shows
 
 
 class _Holder:

@@ -6,6 +6,7 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
 from nonebot.adapters.onebot.v11 import Adapter, Bot, Event, Message, MessageEvent, MessageSegment
 from nonebug import App
 
@@ -259,24 +260,94 @@ def test_forget_targets_parse(plugin: Any) -> None:
 # ----------------------------------------------------------------------------- /memstat
 
 
-async def test_memstat_is_for_superusers(app: App, runtime):
+MEMSTAT_NOW = datetime(2026, 11, 30, 14, 5, tzinfo=timezone.utc)  # 22:05 in Shanghai
+
+
+@pytest.fixture
+def stopped_clock(runtime, monkeypatch):
+    from nonebot_plugin_temporal_memory import commands
+
+    monkeypatch.setattr(commands, "now_utc", lambda: MEMSTAT_NOW)
+    runtime.started_at = MEMSTAT_NOW - timedelta(hours=3, minutes=7)
+
+
+async def expected_dashboard(runtime: Any) -> str:
+    from memory_core.dashboard import Connection, DatabaseState, dashboard_zh
+
+    connection = Connection(
+        database=DatabaseState.CONNECTED,
+        embedded=runtime.settings.memory_dsn is None,
+        chat_model=runtime.settings.llm_model,
+        uptime=timedelta(hours=3, minutes=7),
+    )
+    return dashboard_zh(
+        await runtime.memory.stats(MEMSTAT_NOW),
+        await runtime.memory.distilled.stats(MEMSTAT_NOW),
+        connection,
+        now=MEMSTAT_NOW,
+        tz=runtime.memory.tz,
+    )
+
+
+async def test_memstat_is_for_superusers_and_answers_a_private_chat_with_the_dashboard(
+    app: App, runtime, stopped_clock
+):
     await seed(runtime)
     await run(app, (event_of("/memstat"), "只有超级用户可以查看记忆统计。"))
+    dashboard = await expected_dashboard(runtime)
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
         event = event_of("/记忆统计", user_id=SUPERUSER_ID)
         ctx.receive_event(bot, event)
-        stats = await runtime.memory.stats()
-        distilled = await runtime.memory.distilled.stats()
-        lines = [
-            *stats.lines_zh(runtime.memory.tz),
-            *distilled.lines_zh(),
-            f"聊天模型：{runtime.settings.llm_model}",
-        ]
-        ctx.should_call_send(event, text("\n".join(lines)), {"message_id": 1})
-    assert "记忆总数：4 条，会话 4 个" in lines[0]
-    assert any(line.startswith("提炼记忆：") for line in lines)
-    assert "语义缓存：未开启" in lines
+        ctx.should_call_send(event, text(dashboard), {"message_id": 1})
+    lines = dashboard.split("\n")
+    assert lines[0].endswith("（截至 22:05）")
+    assert "【存储】" in lines and "【连接】" in lines
+    assert lines[2].startswith("对话 4 条 · 会话 4 个")
+    assert "已运行：3 小时 7 分" in lines
+    assert "回答缓存：未开启" in lines
+
+
+async def test_memstat_in_a_group_goes_privately_to_the_superuser(app: App, runtime, stopped_clock):
+    await seed(runtime)
+    dashboard = await expected_dashboard(runtime)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/memstat", user_id=SUPERUSER_ID, group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_api(
+            "send_private_msg",
+            {"user_id": SUPERUSER_ID, "message": text(dashboard)},
+            {"message_id": 5},
+        )
+        ctx.should_call_send(
+            event,
+            MessageSegment.reply(event.message_id) + text("记忆统计已私聊发给你。"),
+            {"message_id": 6},
+        )
+
+
+async def test_memstat_in_a_group_says_so_when_the_private_message_fails(
+    app: App, runtime, stopped_clock
+):
+    from nonebot.adapters.onebot.v11 import ActionFailed
+
+    dashboard = await expected_dashboard(runtime)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/memstat", user_id=SUPERUSER_ID, group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_api(
+            "send_private_msg",
+            {"user_id": SUPERUSER_ID, "message": text(dashboard)},
+            exception=ActionFailed(retcode=100, msg="not a friend"),
+        )
+        ctx.should_call_send(
+            event,
+            MessageSegment.reply(event.message_id)
+            + text("记忆统计没能私聊发给你（可先加机器人为好友），为保护数据不在群里公布。"),
+            {"message_id": 6},
+        )
 
 
 # ----------------------------------------------------------------------------- /recall

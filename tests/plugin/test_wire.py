@@ -218,7 +218,7 @@ async def test_a_fact_distilled_in_group_a_reaches_later_prompts_there_but_not_i
     # The exchange is distilled in the background; /memstat counts what was distilled.
     for _ in range(150):
         stats = await wire.say([text_seg("/memstat")], user_id=SUPERUSER_ID)
-        if "提炼记忆：事实 1" in stats:
+        if "现有：事实 1" in stats:
             break
         await asyncio.sleep(0.2)
     else:
@@ -318,7 +318,7 @@ async def test_command_permissions_hold_over_the_wire(wire: Wire):
         == "只有超级用户可以查看其他会话的记忆。"
     )
     stats = await wire.say([text_seg("/记忆统计")], user_id=SUPERUSER_ID)
-    assert stats.startswith("记忆总数：") and "聊天模型：stub-model" in stats
+    assert stats.startswith("📊 记忆统计（截至 ") and "聊天模型：stub-model" in stats
     # Commands never reach the chat model.
     assert wire.llm.prompts_containing("/memstat") == []
     assert wire.llm.prompts_containing("/forget") == []

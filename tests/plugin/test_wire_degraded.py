@@ -67,9 +67,11 @@ async def test_database_unreachable_bot_starts_answers_without_memory_and_spools
         assert sent_text(await peer.wait_reply(user_id=20020, after=mark)) == "没问题。"
         spool = (bot.data_dir / "spool.jsonl").read_text(encoding="utf-8")
         assert "半个\ufffd表情" in spool
-        assert await say(peer, "/memstat", user_id=SUPERUSER_ID) == (
-            "记忆数据库暂时连不上，请稍后再试。"
-        )
+        # /memstat still shows what it can: the title, the outage, the connection.
+        memstat = (await say(peer, "/memstat", user_id=SUPERUSER_ID)).split("\n")
+        assert memstat[0].startswith("📊 记忆统计（截至 ")
+        assert "记忆数据库暂时连不上，请稍后再试。" in memstat
+        assert "数据库：连不上（外部 PostgreSQL）" in memstat
         assert "memory database unreachable at start-up" in bot.log_text()
     finally:
         llm.stop()

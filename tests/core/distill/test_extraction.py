@@ -268,7 +268,7 @@ async def test_extraction_is_off_without_a_model_and_says_so_once(memory_factory
         memory = await memory_factory()
     assert memory.distilled.extraction is None
     assert [r.message for r in caplog.records if "extraction is off" in r.message] == [
-        "distilled memory extraction is off: 未配置模型（EXTRACTION_MODEL / LLM_MODEL 为空）"
+        "distilled memory extraction is off (no model: EXTRACTION_MODEL and LLM_MODEL are empty)"
     ]
     await exchange(memory, "我住在北京", T0)
     assert await memory.distilled.note_exchange(1, None) is False
