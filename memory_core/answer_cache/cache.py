@@ -1,7 +1,8 @@
 """The semantic answer cache (seed 004 §5.7): opt-in (ANSWER_CACHE_ENABLED), off by default.
 
-Lookup order: this user's exact question → a public exact question → the nearest question by
-embedding (public or this user's) over the model's calibrated threshold. Questions are
+Lookup order: this user's exact question in this chat → a public exact question → the nearest
+question by embedding (public, or this user's in this chat) over the model's calibrated
+threshold. Questions are
 normalised first (NFKC, lower case, spaces collapsed, trailing punctuation dropped).
 
 Never served from (nor written to) the cache: a question that depends on time (今天, 明天,
@@ -10,8 +11,10 @@ the conversation (他/她/上次/之前/继续…) or on memory (记得…), and
 recall found personal memory (the caller's ``personal`` flag). A semantic hit must also carry
 the same numbers as the question (``HTTP 404`` is not ``HTTP 500``).
 
-Public entries are preloaded from ``config/answer_cache_preload.jsonl`` and never expire; the
-entries written at run time belong to one user and expire after ANSWER_CACHE_TTL_HOURS.
+Public entries are preloaded from ``config/answer_cache_preload.jsonl``, never expire and are
+served in every chat. The entries written at run time belong to one user in one chat (the
+private chat or one group): they are served only there, since the question may itself carry
+what was said there, and expire after ANSWER_CACHE_TTL_HOURS.
 ``/forget`` deletes a user's entries. Hits and misses are counted per level, per day.
 """
 
@@ -165,11 +168,13 @@ class AnswerCache:
         self,
         question: str,
         user_id: int,
+        group_id: int | None = None,
         *,
         personal: bool = False,
         now: datetime | None = None,
     ) -> CachedAnswer | None:
-        """The cached answer to ``question`` for ``user_id``, or ``None`` (counted by level).
+        """The cached answer to ``question`` for ``user_id`` in this chat (``group_id``,
+        ``None`` for the private chat), or ``None`` (counted by level).
 
         ``personal``: recall found personal memory for this question; then nothing is served.
         """
@@ -180,11 +185,13 @@ class AnswerCache:
         if personal or refusal_reason(norm) is not None:
             await self._count(now, CACHE_REFUSED)
             return None
-        found = await self._store().exact(user_id=user_id, question_norm=norm, now=now)
+        found = await self._store().exact(
+            user_id=user_id, group_id=group_id, question_norm=norm, now=now
+        )
         if found is not None:
             level = LEVEL_USER_EXACT if found.scope == "user" else LEVEL_PUBLIC_EXACT
         else:
-            found = await self._nearest(norm, user_id, now)
+            found = await self._nearest(norm, user_id, group_id, now)
             level = LEVEL_SEMANTIC
         if found is None:
             await self._count(now, CACHE_MISS)
@@ -192,14 +199,16 @@ class AnswerCache:
         await self._store().hit(found.id, now.astimezone(self._tz).date(), hit_metric(level))
         return replace(found, level=level)
 
-    async def _nearest(self, norm: str, user_id: int, now: datetime) -> CachedAnswer | None:
+    async def _nearest(
+        self, norm: str, user_id: int, group_id: int | None, now: datetime
+    ) -> CachedAnswer | None:
         try:
             vector = await self.embedder.embed_query(norm)
         except EmbeddingError as exc:
             log.warning("answer cache: question not embedded, exact matches only: %s", exc)
             return None
         found = await self._store().nearest(
-            user_id=user_id, model=self.embedder.model, vector=vector, now=now
+            user_id=user_id, group_id=group_id, model=self.embedder.model, vector=vector, now=now
         )
         if found is None or found.similarity < self.threshold:
             return None
@@ -217,8 +226,8 @@ class AnswerCache:
         personal: bool = False,
         now: datetime | None = None,
     ) -> bool:
-        """Cache ``answer`` for this user (expires after the TTL); refused for time-dependent,
-        personal or contextual questions. Returns whether it was stored."""
+        """Cache ``answer`` for this user in this chat (expires after the TTL); refused for
+        time-dependent, personal or contextual questions. Returns whether it was stored."""
         now = now or datetime.now(timezone.utc)
         norm = normalize_content(question)[:MAX_QUESTION_CHARS]
         answer = answer.replace("\x00", "").strip()

@@ -1,7 +1,9 @@
-"""All SQL of the answer cache table (migration 004), behind ``PgAnswerCacheStore``.
+"""All SQL of the answer cache table (migrations 004, 005), behind ``PgAnswerCacheStore``.
 
-Vector search here is exact (``ORDER BY embedding <=> q`` over a user's and the public entries):
-the set is small, and an HNSW index would post-filter it.
+A user's entry belongs to the chat it was cached in (``group_id``, NULL for the private chat)
+and is read only there; public entries are read everywhere. Vector search here is exact
+(``ORDER BY embedding <=> q`` over one chat's and the public entries): the set is small, and an
+HNSW index would post-filter it.
 """
 
 from __future__ import annotations
@@ -21,27 +23,29 @@ SQL_CACHE_UPSERT = """
 INSERT INTO answer_cache (scope, user_id, group_id, question, question_norm, answer, source,
                           embedding, embedding_model, created_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (scope, coalesce(user_id, 0), question_norm) DO UPDATE SET
-    group_id = EXCLUDED.group_id, question = EXCLUDED.question, answer = EXCLUDED.answer,
+ON CONFLICT (scope, coalesce(user_id, 0), coalesce(group_id, 0), question_norm) DO UPDATE SET
+    question = EXCLUDED.question, answer = EXCLUDED.answer,
     source = EXCLUDED.source, embedding = EXCLUDED.embedding,
     embedding_model = EXCLUDED.embedding_model, created_at = EXCLUDED.created_at,
     expires_at = EXCLUDED.expires_at, hits = 0
 RETURNING id
 """
 
-# This user's entry first, else the public one (both read through the unique key's index).
+# This user's entry in this chat first, else the public one (both read through the unique
+# key's index; $2 is the group, 0 for the private chat).
 SQL_CACHE_EXACT = """
 SELECT id, scope, question, answer FROM answer_cache
-WHERE question_norm = $2 AND (expires_at IS NULL OR expires_at > $3)
-  AND ((scope = 'user' AND coalesce(user_id, 0) = $1)
-       OR (scope = 'public' AND coalesce(user_id, 0) = 0))
+WHERE question_norm = $3 AND (expires_at IS NULL OR expires_at > $4)
+  AND ((scope = 'user' AND coalesce(user_id, 0) = $1 AND coalesce(group_id, 0) = $2)
+       OR (scope = 'public' AND coalesce(user_id, 0) = 0 AND coalesce(group_id, 0) = 0))
 ORDER BY scope = 'user' DESC LIMIT 1
 """
 
 SQL_CACHE_NEAREST = """
 WITH candidates AS MATERIALIZED (
     SELECT id, scope, question, answer, embedding FROM answer_cache
-    WHERE (scope = 'public' OR user_id = $1) AND embedding_model = $2 AND embedding IS NOT NULL
+    WHERE (scope = 'public' OR (user_id = $1 AND coalesce(group_id, 0) = $5))
+      AND embedding_model = $2 AND embedding IS NOT NULL
       AND (expires_at IS NULL OR expires_at > $3)
 )
 SELECT id, scope, question, answer, 1 - (embedding <=> $4) AS similarity
@@ -124,20 +128,31 @@ class PgAnswerCacheStore(PgCounterStore):
             )
 
     async def exact(
-        self, *, user_id: int, question_norm: str, now: datetime
+        self, *, user_id: int, group_id: int | None, question_norm: str, now: datetime
     ) -> CachedAnswer | None:
-        """This user's live entry for the question, else the public one."""
+        """This user's live entry for the question in this chat, else the public one."""
         async with self._connection() as conn:
-            record = await conn.fetchrow(SQL_CACHE_EXACT, user_id, question_norm, now)
+            record = await conn.fetchrow(
+                SQL_CACHE_EXACT, user_id, group_id or 0, question_norm, now
+            )
         if record is None:
             return None
         return CachedAnswer(record["id"], record["scope"], record["question"], record["answer"])
 
     async def nearest(
-        self, *, user_id: int, model: str, vector: np.ndarray, now: datetime
+        self,
+        *,
+        user_id: int,
+        group_id: int | None,
+        model: str,
+        vector: np.ndarray,
+        now: datetime,
     ) -> CachedAnswer | None:
+        """The live entry closest to ``vector``: public, or this user's in this chat."""
         async with self._connection() as conn:
-            record = await conn.fetchrow(SQL_CACHE_NEAREST, user_id, model, now, vector)
+            record = await conn.fetchrow(
+                SQL_CACHE_NEAREST, user_id, model, now, vector, group_id or 0
+            )
         if record is None:
             return None
         return CachedAnswer(

@@ -90,6 +90,7 @@ class ConversationDistilled(Protocol):
         self,
         question: str,
         user_id: int,
+        group_id: int | None = None,
         *,
         personal: bool = False,
         now: datetime | None = None,
@@ -214,9 +215,9 @@ class _Prompt:
 #   answers (which hold nobody's memory) would never be served.
 # * Caching: an answer is written only when the model saw no memory of the person at all (no
 #   distilled memory, no recalled dialogue, no short-term turns), so every cached answer is a
-#   function of the question alone. Run-time entries belong to one user but are looked up in
-#   all of that user's chats; an answer shaped by one chat's memory (a private detail) could
-#   otherwise be replayed in another (a group), which recall itself never allows.
+#   function of the question alone. Yet the question itself can carry a private detail (the
+#   first message of a private chat), so run-time entries belong to one user in one chat and
+#   are looked up only there, as recall never lets one chat's words reach another.
 #
 # Both keep the cache's refusals in force: a time-dependent or personal answer is never served.
 def _personal_for_lookup(prompt: _Prompt) -> bool:
@@ -559,6 +560,7 @@ class ConversationEngine:
             found = await self._memory.distilled.cached_answer(
                 prompt.question,
                 turn.user_id,
+                turn.group_id,
                 personal=_personal_for_lookup(prompt),
                 now=now,
             )

@@ -99,28 +99,38 @@ class MemoryKeeper:
         group_id: int | None,
         source_turn_ids: Sequence[int],
         stated_at: datetime,
+        sources_must_exist: bool = False,
     ) -> SaveOutcome:
-        """Store extracted items of one session, deduplicated, merged or superseding."""
+        """Store extracted items of one session, deduplicated, merged or superseding, all in
+        one transaction.
+
+        ``sources_must_exist`` (items just extracted from those turns): when any of
+        ``source_turn_ids`` no longer exists (a /forget or 撤回 came while the items were
+        extracted), nothing is stored and the outcome says ``discarded``.
+        """
         items = [item for item in items if item.content.strip()]
         if not items:
             return SaveOutcome()
-        store = self._store()
         session_key = generate_session_key(user_id, group_id)
         vectors = await self._embed([item.embedding_text for item in items])
         outcome = SaveOutcome()
-        for index, item in enumerate(items):
-            row = NewDistilled(
-                item=item,
-                session_key=session_key,
-                user_id=user_id,
-                group_id=group_id,
-                content_hash=content_hash(item.content),
-                source_turn_ids=tuple(source_turn_ids),
-                stated_at=stated_at,
-                embedding=vectors[index] if vectors is not None else None,
-                embedding_model=self.embedder.model if vectors is not None else None,
-            )
-            outcome += await self._save_one(store, row)
+        locked = source_turn_ids if sources_must_exist else ()
+        async with self._store().saving(locked) as store:
+            if store is None:
+                return SaveOutcome(discarded=True)
+            for index, item in enumerate(items):
+                row = NewDistilled(
+                    item=item,
+                    session_key=session_key,
+                    user_id=user_id,
+                    group_id=group_id,
+                    content_hash=content_hash(item.content),
+                    source_turn_ids=tuple(source_turn_ids),
+                    stated_at=stated_at,
+                    embedding=vectors[index] if vectors is not None else None,
+                    embedding_model=self.embedder.model if vectors is not None else None,
+                )
+                outcome += await self._save_one(store, row)
         return outcome
 
     async def _save_one(self, store: PgDistilledStore, row: NewDistilled) -> SaveOutcome:

@@ -209,6 +209,8 @@ class SaveOutcome:
     merged: int = 0  # near-duplicates by embedding
     superseded: int = 0  # older memories made history
     ids: tuple[int, ...] = ()
+    # nothing was saved: a source turn was deleted (/forget, 撤回) while the batch was distilled
+    discarded: bool = False
 
     def __add__(self, other: SaveOutcome) -> SaveOutcome:
         return SaveOutcome(
@@ -217,4 +219,5 @@ class SaveOutcome:
             self.merged + other.merged,
             self.superseded + other.superseded,
             self.ids + other.ids,
+            self.discarded or other.discarded,
         )

@@ -256,15 +256,19 @@ class DistilledService:
         self,
         question: str,
         user_id: int,
+        group_id: int | None = None,
         *,
         personal: bool = False,
         now: datetime | None = None,
     ) -> CachedAnswer | None:
-        """The cached answer (ANSWER_CACHE_ENABLED) or ``None``. Pass ``personal=True`` when
-        recall found memory of this person (``MemoryContext.personal``): nothing is served."""
+        """The cached answer (ANSWER_CACHE_ENABLED) for this user in this chat (``group_id``,
+        ``None`` for the private chat), or ``None``. Pass ``personal=True`` when recall found
+        memory of this person (``MemoryContext.personal``): nothing is served."""
         if self.answer_cache is None:
             return None
-        return await self.answer_cache.lookup(question, user_id, personal=personal, now=now)
+        return await self.answer_cache.lookup(
+            question, user_id, group_id, personal=personal, now=now
+        )
 
     async def cache_answer(
         self,
@@ -276,8 +280,8 @@ class DistilledService:
         personal: bool = False,
         now: datetime | None = None,
     ) -> bool:
-        """Cache a delivered answer for this user; refused for time-dependent or personal
-        questions and when the cache is off. Returns whether it was stored."""
+        """Cache a delivered answer for this user in this chat; refused for time-dependent or
+        personal questions and when the cache is off. Returns whether it was stored."""
         if self.answer_cache is None:
             return False
         return await self.answer_cache.store(

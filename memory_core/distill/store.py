@@ -8,7 +8,8 @@ can return fewer than k rows).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -222,6 +223,14 @@ UPDATE distilled_sessions SET
 WHERE session_key = $1
 """
 
+# The turns a batch was distilled from, locked against deletion until the saving transaction
+# ends (KEY SHARE: other updates of the turns, such as their embedding, are not held up).
+SQL_LOCK_SOURCE_TURNS = """
+SELECT count(*) FROM (
+    SELECT 1 FROM dialogues WHERE id = ANY($1::bigint[]) FOR KEY SHARE
+) AS kept
+"""
+
 SQL_DELETE_FROM_SOURCES = """
 DELETE FROM distilled_memories WHERE source_turn_ids && $1::bigint[] RETURNING kind
 """
@@ -338,6 +347,24 @@ class PgDistilledStore(PgCounterStore):
     """Distilled memories, extraction bookkeeping and the daily counters they bump."""
 
     # ---------------------------------------------------------------- writing
+
+    @asynccontextmanager
+    async def saving(
+        self, source_turn_ids: Sequence[int]
+    ) -> AsyncIterator[PgDistilledStore | None]:
+        """One transaction to save what was distilled from ``source_turn_ids``: a store on it,
+        or ``None`` when any of those turns is gone (forgotten or recalled while the model read
+        them), and nothing drawn from them may be kept.
+
+        The turns stay locked against deletion until the transaction ends: a /forget or 撤回
+        arriving meanwhile waits for it, then deletes what was saved with the turns.
+        """
+        wanted = sorted(set(source_turn_ids))
+        async with self._connection() as conn, conn.transaction():
+            kept = await conn.fetchval(SQL_LOCK_SOURCE_TURNS, wanted) if wanted else 0
+            yield (
+                PgDistilledStore(pool=self._pool, connection=conn) if kept == len(wanted) else None
+            )
 
     async def upsert(self, row: NewDistilled) -> tuple[DistilledMemory, bool]:
         """Insert, or confirm the current row with the same content; ``(row, inserted)``."""

@@ -52,7 +52,8 @@ class ExtractionReport:
 
     ``rejected``: answers that could not be read (their part of the batch is lost, the turns
     stay); ``failed``: the model failed, retried later; ``given_up``: failed too often, the
-    batch is skipped; ``skipped``: no user turn to read.
+    batch is skipped; ``skipped``: no user turn to read; ``discarded``: some of the turns were
+    deleted while they were distilled, so nothing was saved (the rest are read again).
     """
 
     session_key: str
@@ -62,6 +63,7 @@ class ExtractionReport:
     failed: bool = False
     given_up: bool = False
     skipped: bool = False
+    discarded: bool = False
 
 
 @dataclass(frozen=True)
@@ -227,9 +229,16 @@ class ExtractionWorker:
                 group_id=session.group_id,
                 source_turn_ids=[t.id for t in turns],
                 stated_at=max(t.created_at for t in turns),
+                sources_must_exist=True,
             )
         except EmbeddingError as exc:  # the keeper stores unembedded rows; this is a safety net
             return await self._failed(session, now, exc, batch)
+        if saved.discarded:
+            # A /forget or 撤回 took some of these turns while the model read them: nothing
+            # drawn from the batch is kept, and the watermark stays, so the turns that are left
+            # (none after /forget, which also drops this bookkeeping) are read again.
+            log.info("extraction of a session discarded: its turns were deleted meanwhile")
+            return ExtractionReport(session.session_key, discarded=True)
         await self._finish(session, batch, now)
         await self._wait_for_settling(session, unsettled)
         answers = 3 if len(turns) >= MIN_TURNS_FOR_SUMMARY else 2

@@ -19,14 +19,27 @@ def rows_affected(status: str) -> int:
 
 
 class PgStore:
-    """A pool, and the one place where database failures become core errors."""
+    """A pool, and the one place where database failures become core errors.
 
-    def __init__(self, *, pool: asyncpg.Pool) -> None:
+    ``connection``: run every statement on that connection (inside a transaction its owner
+    holds) instead of taking one from the pool for each.
+    """
+
+    def __init__(
+        self,
+        *,
+        pool: asyncpg.Pool,
+        connection: PoolConnectionProxy[asyncpg.Record] | None = None,
+    ) -> None:
         self._pool = pool
+        self._bound = connection
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         try:
+            if self._bound is not None:
+                yield self._bound
+                return
             async with self._pool.acquire() as conn:
                 yield conn
         except CONNECTION_ERRORS as exc:

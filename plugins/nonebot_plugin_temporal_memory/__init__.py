@@ -27,4 +27,12 @@ __plugin_meta__ = PluginMetadata(
     supported_adapters={"~onebot.v11"},
 )
 
-from . import commands, handlers, http_event_guard, intake, jobs, runtime  # noqa: E402, F401
+from . import (  # noqa: E402, F401
+    commands,
+    handlers,
+    http_event_guard,
+    intake,
+    jobs,
+    runtime,
+    ws_frame_guard,
+)

@@ -37,6 +37,10 @@ _EVENT_TIME_FUTURE = timedelta(minutes=5)
 _NAME_TTL = 3600.0
 _NAME_LOOKUP_TIMEOUT = 3.0
 _NAME_CACHE_MAX = 4096
+# One message may @ thousands of members: only the first few unknown ones are looked up (the
+# rest keep their number), a few at a time.
+_NAME_LOOKUPS_PER_MESSAGE = 10
+_NAME_LOOKUPS_AT_ONCE = 4
 
 
 class RecentMessages:
@@ -148,7 +152,8 @@ class NameCache:
 
 
 class MemberNames:
-    """Group card / nickname of @-mentioned members, looked up once an hour at most."""
+    """Group card / nickname of @-mentioned members, looked up once an hour at most; per
+    message, at most ``_NAME_LOOKUPS_PER_MESSAGE`` members, ``_NAME_LOOKUPS_AT_ONCE`` at a time."""
 
     def __init__(self) -> None:
         self._cache = NameCache()
@@ -156,14 +161,17 @@ class MemberNames:
     async def resolve(self, bot: Bot, group_id: int, qqs: list[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         missing: list[str] = []
-        for qq in qqs:
+        for qq in dict.fromkeys(qqs):
             cached = self._cache.get((group_id, qq))
             if cached is not None:
                 found[qq] = cached
-            elif qq.isdigit():
+            elif qq.isdigit() and len(missing) < _NAME_LOOKUPS_PER_MESSAGE:
                 missing.append(qq)
         if missing:
-            looked_up = await asyncio.gather(*(self._lookup(bot, group_id, qq) for qq in missing))
+            slots = asyncio.Semaphore(_NAME_LOOKUPS_AT_ONCE)
+            looked_up = await asyncio.gather(
+                *(self._lookup(bot, group_id, qq, slots) for qq in missing)
+            )
             for qq, name in zip(missing, looked_up, strict=False):
                 if name:
                     found[qq] = name
@@ -171,12 +179,13 @@ class MemberNames:
         return found
 
     @staticmethod
-    async def _lookup(bot: Bot, group_id: int, qq: str) -> str:
+    async def _lookup(bot: Bot, group_id: int, qq: str, slots: asyncio.Semaphore) -> str:
         try:
-            info = await asyncio.wait_for(
-                bot.get_group_member_info(group_id=group_id, user_id=int(qq)),
-                _NAME_LOOKUP_TIMEOUT,
-            )
+            async with slots:
+                info = await asyncio.wait_for(
+                    bot.get_group_member_info(group_id=group_id, user_id=int(qq)),
+                    _NAME_LOOKUP_TIMEOUT,
+                )
         except (ActionFailed, NetworkError, ApiNotAvailable, asyncio.TimeoutError) as exc:
             logger.debug(f"member name of {qq} in group {group_id} unavailable: {exc!r}")
             return ""

@@ -265,6 +265,16 @@ async def test_duplicate_events_are_processed_once_and_own_messages_are_ignored(
     assert wire.llm.prompts_containing("机器人自己说的话") == []
 
 
+async def test_unreadable_frames_are_dropped_and_the_websocket_stays_open(wire: Wire):
+    # Each of these used to end the adapter's receive loop and close the connection.
+    deep = "[" * 100_000 + "]" * 100_000  # json.loads: RecursionError
+    for frame in ("{not json", b"\xff\xfe\x00\x81 not json", deep, ""):
+        await wire.peer.ws.send(frame)
+    answer = await wire.say([text_seg("坏帧之后还能聊吗")], user_id=20016)
+    assert answer == wire.llm.reply
+    assert "dropped an unreadable text WebSocket frame on /onebot/v11/ws" in wire.bot.log_text()
+
+
 async def test_replies_are_text_segments_so_cq_code_from_the_model_stays_literal(wire: Wire):
     wire.llm.reply = "[CQ:at,qq=all] 大家好"
     try:

@@ -66,6 +66,33 @@ async def test_one_users_cached_answer_is_never_served_to_another(cached):
     assert await memory.distilled.cached_answer("如何配置Nginx反向代理", 2, now=T0) is None
 
 
+async def test_a_users_cached_answer_is_served_only_in_the_chat_it_was_cached_in(cached):
+    memory = cached
+    question = "张伟的手机号13812345678怎么校验格式"
+    private = "张伟的手机号13812345678是11位，以1开头，格式正确。"
+    assert await memory.distilled.cache_answer(question, private, 1, now=T0)
+
+    # Neither the exact question nor a paraphrase reaches the same person's groups.
+    for group in (GROUP_A, GROUP_B):
+        assert await memory.distilled.cached_answer(question, 1, group, now=T0) is None
+        assert await memory.distilled.cached_answer(question + "呢", 1, group, now=T0) is None
+    mine = await memory.distilled.cached_answer(question, 1, now=T0)
+    assert (mine.answer, mine.level) == (private, "user_exact")
+    near = await memory.distilled.cached_answer(question + "呢", 1, now=T0)
+    assert (near.answer, near.level) == (private, "semantic")
+
+    # Cached again in a group, it is that group's own entry; the private one stays.
+    assert await memory.distilled.cache_answer(question, "群A的答案", 1, GROUP_A, now=T0)
+    in_a = await memory.distilled.cached_answer(question, 1, GROUP_A, now=T0)
+    assert in_a.answer == "群A的答案"
+    assert await memory.distilled.cached_answer(question, 1, GROUP_B, now=T0) is None
+    assert (await memory.distilled.cached_answer(question, 1, now=T0)).answer == private
+    # Public entries are served in every chat.
+    for group in (None, GROUP_A, GROUP_B):
+        found = await memory.distilled.cached_answer(DOCKER, 1, group, now=T0)
+        assert found.level == "public_exact"
+
+
 TIME_OR_PERSONAL = [
     "今天天气怎么样",
     "明天会下雨吗",
@@ -140,16 +167,17 @@ async def test_forget_deletes_the_users_cached_answers_and_keeps_public_ones(cac
     await memory.distilled.cache_answer("如何写单元测试", "用户2的答案", 2, GROUP_A, now=T0)
 
     await memory.forget(user_id=1, group_id=GROUP_A)
-    assert await memory.distilled.cached_answer("如何配置Nginx", 1, now=T0) is None
-    assert (await memory.distilled.cached_answer("如何学习Rust", 1, now=T0)).answer == "群B里的答案"
+    assert await memory.distilled.cached_answer("如何配置Nginx", 1, GROUP_A, now=T0) is None
+    rust = await memory.distilled.cached_answer("如何学习Rust", 1, GROUP_B, now=T0)
+    assert rust.answer == "群B里的答案"
     await memory.forget(user_id=1)
-    assert await memory.distilled.cached_answer("如何学习Rust", 1, now=T0) is None
+    assert await memory.distilled.cached_answer("如何学习Rust", 1, GROUP_B, now=T0) is None
     assert (
-        await memory.distilled.cached_answer("如何写单元测试", 2, now=T0)
+        await memory.distilled.cached_answer("如何写单元测试", 2, GROUP_A, now=T0)
     ).answer == "用户2的答案"
     assert (await memory.distilled.cached_answer(DOCKER, 1, now=T0)).level == "public_exact"
     await memory.forget(everything=True)
-    assert await memory.distilled.cached_answer("如何写单元测试", 2, now=T0) is None
+    assert await memory.distilled.cached_answer("如何写单元测试", 2, GROUP_A, now=T0) is None
     assert (await memory.distilled.cached_answer(DOCKER, 2, now=T0)).level == "public_exact"
 
 

@@ -535,6 +535,26 @@ async def test_an_answer_given_with_memory_in_the_prompt_is_never_cached(cached_
     assert len(model.prompts) == 4
 
 
+async def test_an_answer_cached_in_private_is_never_served_in_the_same_persons_groups(
+    cached_memory,
+):
+    # The first private message: no memory in the prompt, so its answer is cached, yet the
+    # question and the answer carry what was said in private.
+    secret = "张伟的手机号13812345678怎么校验格式"
+    model = RecordingModel("13812345678 是 11 位、以 1 开头的号码，格式正确。")
+    engine = engine_for(cached_memory, model)
+    first = await engine.converse(user_turn(secret, user=18), Outbox())
+    assert not first.from_cache
+    assert (await cached_memory.distilled.answer_cache.entry_counts()).get("user") == 1
+
+    for group in (700, 800):
+        asked = await engine.converse(user_turn(secret, user=18, group=group), Outbox())
+        assert not asked.from_cache
+    assert len(model.prompts) == 3  # both groups asked the model
+    again = await engine.converse(user_turn(secret, user=18), Outbox())
+    assert again.from_cache and len(model.prompts) == 3  # still served in private
+
+
 async def test_forget_removes_distilled_memories_and_cached_answers(cached_memory):
     model = RecordingModel("容器共享宿主机内核。")
     engine = engine_for(cached_memory, model)

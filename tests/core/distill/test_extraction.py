@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memory_core.models import TurnInput
+from memory_core.models import RecalledMessage, TurnInput
 from tests.stub_llm import Answer, ScriptedLLM
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -35,6 +36,7 @@ class Distiller:
     def __init__(self) -> None:
         self.mode: dict[str, str] = {}
         self.delay = 0.0
+        self.gate: threading.Event | None = None  # when set up, every answer waits for it
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -46,6 +48,8 @@ class Distiller:
         try:
             if self.delay:
                 time.sleep(self.delay)
+            if self.gate is not None:
+                self.gate.wait(timeout=30)
             return self.answer(messages[-1]["content"])
         finally:
             with self._lock:
@@ -110,9 +114,18 @@ def llm_settings(distiller: Distiller, **extra):
     }
 
 
-async def exchange(memory, text: str, at: datetime, user_id: int = 1, group_id=None):
+async def exchange(
+    memory, text: str, at: datetime, user_id: int = 1, group_id=None, message_id=None
+):
     user = await memory.add_turn(
-        TurnInput(user_id=user_id, group_id=group_id, role="user", content=text, created_at=at)
+        TurnInput(
+            user_id=user_id,
+            group_id=group_id,
+            role="user",
+            content=text,
+            created_at=at,
+            message_id=message_id,
+        )
     )
     bot = await memory.add_turn(
         TurnInput(
@@ -130,6 +143,25 @@ async def exchange(memory, text: str, at: datetime, user_id: int = 1, group_id=N
 async def turn_count(memory) -> int:
     async with memory._pool.acquire() as conn:  # test-only
         return int(await conn.fetchval("SELECT count(*) FROM dialogues"))
+
+
+async def distilled_contents(memory) -> list[str]:
+    """Every distilled row, current or history, of every session."""
+    async with memory._pool.acquire() as conn:  # test-only
+        return [r["content"] for r in await conn.fetch("SELECT content FROM distilled_memories")]
+
+
+async def held_extraction(memory, distiller: Distiller, now: datetime) -> asyncio.Task[int]:
+    """Start distilling the due sessions and return once the model is reading them; its
+    answers wait until ``distiller.gate`` is set."""
+    distiller.gate = threading.Event()
+    task = asyncio.create_task(memory.distilled.extract_due(now))
+    for _ in range(500):
+        if distiller.in_flight:
+            return task
+        await asyncio.sleep(0.01)
+    distiller.gate.set()
+    raise AssertionError("the extraction never reached the model")
 
 
 async def test_extraction_runs_every_n_exchanges_in_the_background_never_on_note(
@@ -315,3 +347,43 @@ async def test_only_settled_turns_are_distilled_and_the_rest_follow(memory_facto
         1, None, "preferences", now=T0 + timedelta(minutes=8)
     )
     assert set(preference.source_turn_ids) == {t.id for t in fresh[:2]}
+
+
+async def test_a_forget_while_the_model_reads_the_turns_leaves_no_distilled_memory(
+    memory_factory, distiller
+):
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
+    await exchange(memory, "我住在北京，回答请简短一点", T0)
+    extraction = await held_extraction(memory, distiller, T0 + timedelta(minutes=1))
+    try:
+        forgotten = await memory.forget(user_id=1, private_only=True)  # /forget + 确认
+        assert forgotten.dialogues == 2
+    finally:
+        distiller.gate.set()
+    await extraction
+    assert distiller.server.requests  # the model did answer, and its answer was dropped
+    assert await distilled_contents(memory) == []
+    assert await memory.distilled.extract_due(T0 + timedelta(hours=1)) == 0
+
+
+async def test_a_recall_while_the_model_reads_the_turns_drops_the_batch_and_the_rest_follow(
+    memory_factory, distiller
+):
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
+    await exchange(memory, "我住在北京", T0, message_id=501)
+    await exchange(memory, "我在杭州上班", T0 + timedelta(minutes=1), message_id=502)
+    extraction = await held_extraction(memory, distiller, T0 + timedelta(minutes=2))
+    try:
+        recalled = RecalledMessage(self_id=None, message_id=501, user_id=1)  # 撤回
+        assert (await memory.delete_message(recalled)).dialogues == 2  # and the reply
+    finally:
+        distiller.gate.set()
+    await extraction
+    assert await distilled_contents(memory) == []
+
+    # The turns left are still due, and read again without the recalled one.
+    distiller.gate = None
+    assert await memory.distilled.extract_due(T0 + timedelta(minutes=3)) == 1
+    assert "用户住在北京" not in await distilled_contents(memory)
+    facts = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
+    assert [f.content for f in facts] == ["用户在杭州上班"]
