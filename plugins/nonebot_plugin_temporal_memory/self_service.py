@@ -1,0 +1,248 @@
+"""Self-service for every user: /我的记忆 (mymem), /忘记 <编号|词语>, /忘记我.
+
+Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
+confirmation (``commands.Confirmations``). ``/忘记`` alone (this chat) and the superuser
+targets (``/forget user <QQ号>`` …) keep their meaning in ``commands.py``; a number or any
+other word after ``/忘记`` names items of the person's own memory in this chat.
+"""
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from nonebot import on_command
+from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
+from nonebot.log import logger
+from nonebot.params import CommandArg
+from nonebot.rule import Rule
+
+from memory_core.distill.memory import DistilledMemory
+from memory_core.errors import MemoryCoreError
+from memory_core.models import Forgotten
+from memory_core.personal import forget_memories, known_about
+
+from .commands import (
+    COMMAND_PRIORITY,
+    DB_DOWN,
+    PendingForget,
+    confirmation_key,
+    confirmations,
+    reply,
+)
+from .intake import accept_rule, group_id_of
+from .runtime import Runtime, RuntimeDep
+
+PAGE_SIZE = 10
+LINE_CHARS = 60
+KIND_ZH = {"facts": "事实", "preferences": "偏好", "summary": "摘要"}
+# First words after /forget that belong to the superuser targets of commands.py.
+SUPERUSER_WORDS = frozenset({"user", "用户", "group", "群", "all", "全部", "所有"})
+
+NOTHING_KNOWN = "我还没有记住关于你的事实或偏好。多聊几句，我会慢慢记住的。"
+LIST_FIRST = "请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。"
+MYMEM_USAGE = "用法：/我的记忆 [页码]（mymem）查看我记得的关于你的事实和偏好。"
+
+mymem_cmd = on_command(
+    "我的记忆", aliases={"mymem"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+@mymem_cmd.handle()
+async def handle_mymem(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    word = args.extract_plain_text().strip()
+    if word and not word.isdigit():
+        await reply(bot, event, runtime, MYMEM_USAGE)
+        return
+    page = max(int(word), 1) if word else 1
+    try:
+        memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
+    except MemoryCoreError as exc:
+        logger.warning(f"/我的记忆 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    listings.remember(confirmation_key(event), memories)
+    await reply(bot, event, runtime, listing_text(memories, page, runtime))
+
+
+def listing_text(memories: list[DistilledMemory], page: int, runtime: Runtime) -> str:
+    if not memories:
+        return NOTHING_KNOWN
+    pages = (len(memories) + PAGE_SIZE - 1) // PAGE_SIZE
+    page = min(page, pages)
+    first = (page - 1) * PAGE_SIZE
+    lines = [f"我记得关于你的 {len(memories)} 条（第 {page}/{pages} 页，新的在前）："]
+    for number, memory in enumerate(memories[first : first + PAGE_SIZE], start=first + 1):
+        lines.append(item_line(number, memory, runtime))
+    if page < pages:
+        lines.append(f"发送 /我的记忆 {page + 1} 看下一页。")
+    lines.append("删除一条：/忘记 <编号> 或 /忘记 <词语>。")
+    return "\n".join(lines)
+
+
+def item_line(number: int, memory: DistilledMemory, runtime: Runtime) -> str:
+    """``3. [事实 11-30] 用户是老师``, cut with … to ``LINE_CHARS`` characters."""
+    day = memory.last_confirmed.astimezone(runtime.memory.tz).strftime("%m-%d")
+    head = f"{number}. [{KIND_ZH.get(memory.kind, memory.kind)} {day}] "
+    return head + shorten(memory.content, LINE_CHARS - len(head))
+
+
+def shorten(text: str, room: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+class Listings:
+    """The last /我的记忆 of each person in each chat: what its numbers mean."""
+
+    def __init__(self) -> None:
+        self.shown: dict[tuple[Any, ...], list[DistilledMemory]] = {}
+
+    def remember(self, key: tuple[Any, ...], memories: list[DistilledMemory]) -> None:
+        self.shown[key] = memories
+
+    def get(self, key: tuple[Any, ...]) -> list[DistilledMemory] | None:
+        return self.shown.get(key)
+
+
+listings = Listings()
+
+
+# ----------------------------------------------------------------------------- /忘记 <item>
+
+
+async def names_items(args: Annotated[Message, CommandArg()]) -> bool:
+    """Rule: ``/忘记`` followed by something that is not a superuser target."""
+    words = args.extract_plain_text().split()
+    return bool(words) and words[0].lower() not in SUPERUSER_WORDS
+
+
+forget_item_cmd = on_command(
+    "forget",
+    aliases={"忘记"},
+    rule=Rule(accept_rule, names_items),
+    priority=COMMAND_PRIORITY - 1,  # before commands.forget_cmd, which answers the rest
+    block=True,
+)
+
+
+@forget_item_cmd.handle()
+async def handle_forget_item(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    words = " ".join(args.extract_plain_text().split())
+    if words == "我":
+        await ask_forget_me(bot, event, runtime)
+        return
+    await ask_forget_items(bot, event, runtime, words)
+
+
+async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, words: str) -> None:
+    if words.isdigit():
+        shown = listings.get(confirmation_key(event))
+        if shown is None:
+            await reply(bot, event, runtime, LIST_FIRST)
+            return
+        number = int(words)
+        if not 1 <= number <= len(shown):
+            await reply(bot, event, runtime, f"没有第 {number} 条。{LIST_FIRST}")
+            return
+        chosen = [shown[number - 1]]
+        description = f"“{shorten(chosen[0].content, 30)}”"
+    else:
+        try:
+            memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
+        except MemoryCoreError as exc:
+            logger.warning(f"/忘记 <词语> failed: {exc}")
+            await reply(bot, event, runtime, DB_DOWN)
+            return
+        needle = words.casefold()
+        chosen = [m for m in memories if needle in m.content.casefold()]
+        if not chosen:
+            await reply(bot, event, runtime, f"没有找到包含“{words}”的记忆，什么也没有删。")
+            return
+        description = f"包含“{words}”"
+    ids = [m.id for m in chosen]
+    user_id, group_id = event.user_id, group_id_of(event)
+
+    async def delete(runtime: Runtime) -> Forgotten:
+        return await forget_memories(runtime.memory, user_id, group_id, ids)
+
+    lines = [f"确定要删除这 {len(chosen)} 条记忆吗？"]
+    lines.extend(
+        f"· [{KIND_ZH.get(m.kind, m.kind)}] {shorten(m.content, LINE_CHARS - 7)}"
+        for m in chosen[:PAGE_SIZE]
+    )
+    if len(chosen) > PAGE_SIZE:
+        lines.append(f"…… 共 {len(chosen)} 条")
+    await ask(bot, event, runtime, description, delete, "\n".join(lines) + "\n")
+
+
+async def ask(
+    bot: Bot,
+    event: MessageEvent,
+    runtime: Runtime,
+    description: str,
+    action: Callable[[Runtime], Awaitable[Forgotten]] | None,
+    question: str,
+    scope: dict[str, Any] | None = None,
+) -> None:
+    """Put a delete to the person through the /forget confirmation."""
+    timeout = runtime.config.bot_confirm_timeout
+    confirmations.ask(
+        confirmation_key(event),
+        PendingForget(
+            scope=scope or {},
+            description=description,
+            deadline=time.monotonic() + timeout,
+            action=action,
+        ),
+    )
+    await reply(
+        bot,
+        event,
+        runtime,
+        f"{question}删除后无法恢复。请在 {timeout:g} 秒内回复“确认”，回复“取消”放弃。",
+    )
+
+
+# ----------------------------------------------------------------------------- /忘记我
+
+forget_me_cmd = on_command(
+    "忘记我", aliases={"forgetme"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+@forget_me_cmd.handle()
+async def handle_forget_me(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    rest = " ".join(args.extract_plain_text().split())
+    if rest:
+        # "/忘记我的猫": the longest command wins, but this is a word to look for.
+        await ask_forget_items(bot, event, runtime, "我" + rest)
+        return
+    await ask_forget_me(bot, event, runtime)
+
+
+async def ask_forget_me(bot: Bot, event: MessageEvent, runtime: Runtime) -> None:
+    await ask(
+        bot,
+        event,
+        runtime,
+        "你在所有会话中",
+        None,
+        "确定要删除你在所有会话（私聊和所有群）中的全部记忆吗？"
+        "包括对话、事实、偏好、摘要和缓存的回答。",
+        scope={"user_id": event.user_id},
+    )
