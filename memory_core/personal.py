@@ -6,12 +6,17 @@ person's rows only. Forgetting a person everywhere is ``TemporalMemory.forget(us
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from .answer_cache.store import OwnCachedAnswer
 from .distill.memory import DistilledKind, DistilledMemory
-from .models import Forgotten, generate_session_key
+from .models import Forgotten, MemoryTurn, generate_session_key
 
 if TYPE_CHECKING:
     from .service import TemporalMemory
@@ -56,4 +61,86 @@ async def forget_memories(
         facts=by_kind.get("facts", 0),
         preferences=by_kind.get("preferences", 0),
         summaries=by_kind.get("summary", 0),
+    )
+
+
+@dataclass(frozen=True)
+class PersonalExport:
+    """Everything stored about one person (/导出我的记忆): turns of every chat, distilled
+    memories (superseded ones included) and their cached answers, each oldest first."""
+
+    user_id: int
+    exported_at: datetime
+    turns: tuple[MemoryTurn, ...]
+    memories: tuple[DistilledMemory, ...]
+    cached_answers: tuple[OwnCachedAnswer, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.turns or self.memories or self.cached_answers)
+
+    def as_json(self) -> dict[str, Any]:
+        """The export as plain JSON data (times in ISO 8601 with their offset)."""
+        return {
+            "user_id": self.user_id,
+            "exported_at": self.exported_at.isoformat(),
+            "turns": [
+                {
+                    "time": t.created_at.isoformat(),
+                    "chat": _chat(t.group_id),
+                    "role": t.role,
+                    "content": t.content,
+                }
+                for t in self.turns
+            ],
+            "memories": [
+                {
+                    "kind": m.kind,
+                    "chat": _chat(m.group_id),
+                    "content": m.content,
+                    "category": m.category,
+                    "first_seen": m.first_seen.isoformat(),
+                    "last_confirmed": m.last_confirmed.isoformat(),
+                    "times_mentioned": m.times_mentioned,
+                    "current": m.current,
+                }
+                for m in self.memories
+            ],
+            "cached_answers": [
+                {
+                    "time": c.created_at.isoformat(),
+                    "chat": _chat(c.group_id),
+                    "question": c.question,
+                    "answer": c.answer,
+                }
+                for c in self.cached_answers
+            ],
+        }
+
+    async def write(self, directory: Path) -> Path:
+        """Write the export as ``temporal-memory-<QQ>.json`` under ``directory`` (readable by
+        a QQ client on this machine); the caller deletes it once sent."""
+        path = directory / f"temporal-memory-{self.user_id}.json"
+        text = json.dumps(self.as_json(), ensure_ascii=False, indent=1)
+        await asyncio.to_thread(_write_private, path, text)
+        return path
+
+
+def _chat(group_id: int | None) -> str:
+    return "private" if group_id is None else f"group:{group_id}"
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:
+    """Everything stored about ``user_id`` (see ``PersonalExport``)."""
+    return PersonalExport(
+        user_id=user_id,
+        exported_at=datetime.now(timezone.utc),
+        turns=tuple(await memory._require_store().user_turns(user_id)),
+        memories=tuple(await memory.distilled.store().by_user(user_id)),
+        cached_answers=tuple(await memory.distilled.cache_store().by_user(user_id)),
     )

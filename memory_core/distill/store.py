@@ -231,6 +231,9 @@ DELETE FROM distilled_memories
 WHERE id = ANY($1::bigint[]) AND user_id = $2 AND session_key = $3
 RETURNING kind
 """
+SQL_BY_USER = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 ORDER BY created_at, id
+"""
 SQL_DEFER_SESSION = "UPDATE distilled_sessions SET not_before = $2 WHERE session_key = $1"
 SQL_POSTPONE_SESSION = """
 UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE session_key = $1
@@ -506,6 +509,12 @@ class PgDistilledStore(PgCounterStore):
             records = await conn.fetch(SQL_DELETE_OWN, list(ids), user_id, session_key)
         kinds = [r["kind"] for r in records]
         return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    async def by_user(self, user_id: int) -> list[DistilledMemory]:
+        """Every distilled memory about ``user_id``, every chat, history included."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_BY_USER, user_id)
+        return [_distilled(r) for r in records]
 
     async def counts(self) -> dict[str, tuple[int, int]]:
         """``{kind: (current, history)}``."""

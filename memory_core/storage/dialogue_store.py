@@ -190,6 +190,9 @@ SELECT * FROM (
 ) recent ORDER BY created_at, id
 """
 
+# Everything stored of one person, every chat, oldest first (/导出我的记忆).
+SQL_USER_TURNS = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE user_id = $1 ORDER BY created_at, id"
+
 SQL_LAST_TURN_AT = """
 SELECT max(created_at) FROM dialogues WHERE session_key = $1 AND created_at <= $2
 """
@@ -618,6 +621,12 @@ class PgDialogueStore(PgStore):
     ) -> list[MemoryTurn]:
         async with self._connection() as conn:
             records = await conn.fetch(SQL_RECENT, session_key, since, now, limit)
+        return [_turn(r) for r in records]
+
+    async def user_turns(self, user_id: int) -> list[MemoryTurn]:
+        """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_USER_TURNS, user_id)
         return [_turn(r) for r in records]
 
     async def last_turn_time(self, session_key: str, now: datetime) -> datetime | None:

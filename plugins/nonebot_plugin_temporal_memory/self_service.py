@@ -1,4 +1,4 @@
-"""Self-service for every user: /我的记忆 (mymem), /忘记 <编号|词语>, /忘记我.
+"""Self-service for every user: /我的记忆 (mymem), /忘记 <编号|词语>, /忘记我, /导出我的记忆.
 
 Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
 confirmation (``commands.Confirmations``). ``/忘记`` alone (this chat) and the superuser
@@ -11,7 +11,15 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from nonebot import on_command
-from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
+from nonebot.adapters.onebot.v11 import (
+    ActionFailed,
+    Bot,
+    Message,
+    MessageEvent,
+    MessageSegment,
+    NetworkError,
+)
+from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.log import logger
 from nonebot.params import CommandArg
 from nonebot.rule import Rule
@@ -19,7 +27,7 @@ from nonebot.rule import Rule
 from memory_core.distill.memory import DistilledMemory
 from memory_core.errors import MemoryCoreError
 from memory_core.models import Forgotten
-from memory_core.personal import forget_memories, known_about
+from memory_core.personal import PersonalExport, export_person, forget_memories, known_about
 
 from .commands import (
     COMMAND_PRIORITY,
@@ -246,3 +254,96 @@ async def ask_forget_me(bot: Bot, event: MessageEvent, runtime: Runtime) -> None
         "包括对话、事实、偏好、摘要和缓存的回答。",
         scope={"user_id": event.user_id},
     )
+
+
+# ----------------------------------------------------------------------------- /导出我的记忆
+
+EXPORT_PREVIEW = 5
+NOTHING_STORED = "我这里没有存任何关于你的内容，没有可导出的。"
+
+export_cmd = on_command(
+    "导出我的记忆",
+    aliases={"exportmem"},
+    rule=Rule(accept_rule),
+    priority=COMMAND_PRIORITY,
+    block=True,
+)
+
+
+@export_cmd.handle()
+async def handle_export(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
+    try:
+        export = await export_person(runtime.memory, event.user_id)
+    except MemoryCoreError as exc:
+        logger.warning(f"/导出我的记忆 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if export.empty:
+        await reply(bot, event, runtime, NOTHING_STORED)
+        return
+    if group_id_of(event) is not None:
+        await reply(bot, event, runtime, "你的记忆不在群里发，我会私聊发给你。")
+    summary = export_summary(export)
+    # NapCat and go-cqhttp read ``file`` as a path on their machine: the bot's data dir.
+    path = await export.write(runtime.settings.memory_data_dir.resolve() / "exports")
+    try:
+        await bot.call_api(
+            "upload_private_file", user_id=event.user_id, file=str(path), name=path.name
+        )
+    except (ActionFailed, ApiNotAvailable, NetworkError) as exc:
+        logger.info(f"upload_private_file did not work ({exc!r}); sending a text summary")
+        text = export_preview(export, summary, runtime)
+    else:
+        text = f"已把你的记忆导出为文件 {path.name} 发给你：{summary}。"
+    finally:
+        path.unlink(missing_ok=True)
+    await tell_privately(bot, event, runtime, text)
+
+
+def export_summary(export: PersonalExport) -> str:
+    """``对话 12 条、事实 3 条、缓存回答 1 条``."""
+    kinds = [m.kind for m in export.memories]
+    parts = [
+        ("对话", len(export.turns)),
+        ("事实", kinds.count("facts")),
+        ("偏好", kinds.count("preferences")),
+        ("摘要", kinds.count("summary")),
+        ("缓存回答", len(export.cached_answers)),
+    ]
+    return "、".join(f"{name} {count} 条" for name, count in parts if count)
+
+
+def export_preview(export: PersonalExport, summary: str, runtime: Runtime) -> str:
+    """The text fallback: the summary and the first few items of each part."""
+    tz = runtime.memory.tz
+    lines = [f"你的 QQ 客户端收不了文件，这里是文字版（前 {EXPORT_PREVIEW} 条）：{summary}。"]
+    if export.turns:
+        lines.append("对话：")
+        for turn in export.turns[:EXPORT_PREVIEW]:
+            stamp = turn.created_at.astimezone(tz).strftime("%m-%d %H:%M")
+            chat = "私聊" if turn.group_id is None else f"群{turn.group_id}"
+            who = "你" if turn.role == "user" else runtime.bot_name
+            head = f"· {stamp} {chat} {who}："
+            lines.append(head + shorten(turn.content, LINE_CHARS - len(head)))
+    if export.memories:
+        lines.append("记忆：")
+        for memory in export.memories[:EXPORT_PREVIEW]:
+            head = f"· [{KIND_ZH.get(memory.kind, memory.kind)}] "
+            lines.append(head + shorten(memory.content, LINE_CHARS - len(head)))
+    if export.cached_answers:
+        lines.append("缓存回答：")
+        for cached in export.cached_answers[:EXPORT_PREVIEW]:
+            lines.append(shorten(f"· {cached.question} → {cached.answer}", LINE_CHARS))
+    return "\n".join(lines)
+
+
+async def tell_privately(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> None:
+    if group_id_of(event) is None:
+        await reply(bot, event, runtime, text)
+        return
+    try:
+        await bot.send_private_msg(
+            user_id=event.user_id, message=Message(MessageSegment.text(text))
+        )
+    except (ActionFailed, ApiNotAvailable, NetworkError) as exc:
+        logger.warning(f"private message to {event.user_id} failed: {exc!r}")

@@ -6,16 +6,22 @@ Every test seeds other people's and other chats' memories too and checks they su
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from nonebot.adapters.onebot.v11 import Bot
+from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebug import App
 
 from memory_core.distill.memory import DistilledKind, ExtractedMemory
-from tests.plugin.test_commands import GROUP, USER, contents, event_of, run, seed
+from tests.plugin.events import SELF_ID
+from tests.plugin.test_commands import GROUP, THEN, USER, contents, event_of, run, seed, text
 
 OTHER = 30001
 DAY = datetime(2026, 11, 20, 4, tzinfo=timezone.utc)  # 12:00 in Asia/Shanghai
 CONFIRM = "删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
+LOCAL_THEN = THEN.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%m-%d %H:%M")
 FORGET_ME = (
     "确定要删除你在所有会话（私聊和所有群）中的全部记忆吗？"
     f"包括对话、事实、偏好、摘要和缓存的回答。{CONFIRM}"
@@ -239,4 +245,92 @@ async def test_forget_me_with_a_space_is_the_same_and_with_more_words_a_search(a
             event_of("/忘记我的猫"),
             f"确定要删除这 1 条记忆吗？\n· [事实] 用户说我的猫很胖\n{CONFIRM}",
         ),
+    )
+
+
+# ----------------------------------------------------------------------------- /导出我的记忆
+
+
+def export_file(runtime: Any) -> Path:
+    return runtime.settings.memory_data_dir.resolve() / "exports" / f"temporal-memory-{USER}.json"
+
+
+async def test_export_uploads_a_json_file_privately_and_removes_it(app: App, runtime):
+    await seed(runtime)
+    await remember(runtime, "用户养了一条狗")
+    path = export_file(runtime)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/导出我的记忆")
+        ctx.receive_event(bot, event)
+        ctx.should_call_api(
+            "upload_private_file",
+            {"user_id": USER, "file": str(path), "name": path.name},
+            None,
+        )
+        ctx.should_call_send(
+            event,
+            text(f"已把你的记忆导出为文件 {path.name} 发给你：对话 3 条、事实 1 条。"),
+            {"message_id": 1},
+        )
+    assert not path.exists()
+
+
+async def test_export_falls_back_to_text_when_the_client_cannot_upload(app: App, runtime):
+    await seed(runtime)
+    await remember(runtime, "用户养了一条狗")
+    path = export_file(runtime)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/exportmem")
+        ctx.receive_event(bot, event)
+        ctx.should_call_api(
+            "upload_private_file",
+            {"user_id": USER, "file": str(path), "name": path.name},
+            exception=ApiNotAvailable(),
+        )
+        ctx.should_call_send(
+            event,
+            text(
+                "你的 QQ 客户端收不了文件，这里是文字版（前 5 条）：对话 3 条、事实 1 条。\n"
+                "对话：\n"
+                f"· {LOCAL_THEN} 群{GROUP} 你：我的猫叫咪咪\n"
+                f"· {LOCAL_THEN} 私聊 你：我的狗叫旺财\n"
+                f"· {LOCAL_THEN} 群40004 你：我的鸟叫啾啾\n"
+                "记忆：\n"
+                "· [事实] 用户养了一条狗"
+            ),
+            {"message_id": 1},
+        )
+    assert not path.exists()
+
+
+async def test_export_asked_in_a_group_is_sent_privately(app: App, runtime):
+    await remember(runtime, "用户在群里养了一条狗", group=GROUP)
+    path = export_file(runtime)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/导出我的记忆", group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, text("你的记忆不在群里发，我会私聊发给你。"), {"message_id": 1})
+        ctx.should_call_api(
+            "upload_private_file",
+            {"user_id": USER, "file": str(path), "name": path.name},
+            None,
+        )
+        ctx.should_call_api(
+            "send_private_msg",
+            {
+                "user_id": USER,
+                "message": text(f"已把你的记忆导出为文件 {path.name} 发给你：事实 1 条。"),
+            },
+            {"message_id": 2},
+        )
+
+
+async def test_export_with_nothing_stored_says_so(app: App, runtime):
+    await seed_others(runtime)
+    await run(
+        app,
+        (event_of("/导出我的记忆", user_id=40005), "我这里没有存任何关于你的内容，没有可导出的。"),
     )
