@@ -1,4 +1,4 @@
-"""A person's own view of their memories: list them, delete some, take them away.
+"""A person's own view of their memories: list them, delete some, take them away, stop them.
 
 These back the self-service commands (/我的记忆, /忘记 3, /导出我的记忆); each works on one
 person's rows only. Forgetting a person everywhere is ``TemporalMemory.forget(user_id=…)``.
@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from .answer_cache.store import OwnCachedAnswer
 from .distill.memory import DistilledKind, DistilledMemory
+from .errors import DatabaseUnavailableError
 from .models import Forgotten, MemoryTurn, generate_session_key
+from .storage.opt_outs import EVERYWHERE, PgOptOutStore, chat_name
 
 if TYPE_CHECKING:
     from .service import TemporalMemory
@@ -144,3 +146,30 @@ async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:
         memories=tuple(await memory.distilled.store().by_user(user_id)),
         cached_answers=tuple(await memory.distilled.cache_store().by_user(user_id)),
     )
+
+
+def _opt_outs(memory: TemporalMemory) -> PgOptOutStore:
+    pool = memory._pool
+    if pool is None:
+        raise DatabaseUnavailableError("the memory database is not connected")
+    return PgOptOutStore(pool=pool)
+
+
+async def opt_out(
+    memory: TemporalMemory, user_id: int, group_id: int | None, *, everywhere: bool = False
+) -> bool:
+    """From now on store nothing of ``user_id`` in this chat (or in every chat); whether this
+    is new. What is stored already stays until forgotten."""
+    return await _opt_outs(memory).opt_out(
+        user_id, EVERYWHERE if everywhere else chat_name(group_id)
+    )
+
+
+async def opt_in(
+    memory: TemporalMemory, user_id: int, group_id: int | None, *, everywhere: bool = False
+) -> bool:
+    """Remember ``user_id`` again in this chat (or everywhere: every opt-out dropped);
+    whether they are now remembered here (false while an everywhere opt-out remains)."""
+    store = _opt_outs(memory)
+    await store.opt_in(user_id, None if everywhere else chat_name(group_id))
+    return not ({EVERYWHERE, chat_name(group_id)} & await store.chats(user_id))

@@ -16,6 +16,7 @@ from asyncpg.pool import PoolConnectionProxy
 from ..errors import StorageError
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn, RecalledMessage
+from .opt_outs import not_opted_out
 from .pg import PgStore, rows_affected
 from .scopes import scope_delete
 
@@ -43,10 +44,15 @@ INSERT_COLUMNS = (
     "keywords",
 )
 
+# Nothing is stored of a person who opted out of this chat (storage.opt_outs).
 SQL_INSERT_TURN = f"""
 INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15,
-        array_to_tsvector($16::text[]))
+SELECT * FROM (
+    VALUES ($1, $2::bigint, $3, $4::bigint, $5::bigint, $6, $7, $8, $9, $10::bigint,
+            $11::jsonb, $12::halfvec, $13, $14::integer, $15::timestamptz,
+            array_to_tsvector($16::text[]))
+) AS n ({", ".join(INSERT_COLUMNS)})
+WHERE {not_opted_out("n")}
 ON CONFLICT (message_uuid) DO NOTHING
 RETURNING {TURN_COLUMNS}
 """
@@ -68,7 +74,7 @@ _IMPORTED_VALUES = ", ".join(
 )
 SQL_MOVE_IMPORTED = f"""
 INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
-SELECT {_IMPORTED_VALUES} FROM dialogue_import
+SELECT {_IMPORTED_VALUES} FROM dialogue_import i WHERE {not_opted_out("i")}
 ON CONFLICT (message_uuid) DO NOTHING
 """
 

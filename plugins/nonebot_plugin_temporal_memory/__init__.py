@@ -22,6 +22,8 @@ __plugin_meta__ = PluginMetadata(
         "/我的记忆 [页码]（mymem）查看我记得的关于你的事实和偏好\n"
         "/忘记 <编号|词语> 删除其中一条或包含该词的几条（需确认）\n"
         "/忘记我（forgetme）删除你在所有会话中的全部记忆（需确认）\n"
+        "/导出我的记忆（exportmem）把关于你的全部记录私聊发给你\n"
+        "/不记我 [全部]（optout）不再记录你；/记我 [全部]（optin）恢复\n"
         "/memstat（记忆统计）记忆统计（超级用户）"
     ),
     type="application",

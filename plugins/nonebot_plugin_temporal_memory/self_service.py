@@ -1,4 +1,5 @@
-"""Self-service for every user: /我的记忆 (mymem), /忘记 <编号|词语>, /忘记我, /导出我的记忆.
+"""Self-service for every user: /我的记忆 (mymem), /忘记 <编号|词语>, /忘记我, /导出我的记忆,
+/不记我 and /记我.
 
 Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
 confirmation (``commands.Confirmations``). ``/忘记`` alone (this chat) and the superuser
@@ -27,7 +28,14 @@ from nonebot.rule import Rule
 from memory_core.distill.memory import DistilledMemory
 from memory_core.errors import MemoryCoreError
 from memory_core.models import Forgotten
-from memory_core.personal import PersonalExport, export_person, forget_memories, known_about
+from memory_core.personal import (
+    PersonalExport,
+    export_person,
+    forget_memories,
+    known_about,
+    opt_in,
+    opt_out,
+)
 
 from .commands import (
     COMMAND_PRIORITY,
@@ -347,3 +355,94 @@ async def tell_privately(bot: Bot, event: MessageEvent, runtime: Runtime, text: 
         )
     except (ActionFailed, ApiNotAvailable, NetworkError) as exc:
         logger.warning(f"private message to {event.user_id} failed: {exc!r}")
+
+
+# ----------------------------------------------------------------------------- /不记我, /记我
+
+EVERYWHERE_WORDS = frozenset({"全部", "所有", "all"})
+OPT_USAGE = "用法：/不记我（或 /不记我 全部）停止记录你；/记我（或 /记我 全部）恢复。"
+
+opt_out_cmd = on_command(
+    "不记我", aliases={"optout"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+opt_in_cmd = on_command(
+    "记我", aliases={"optin"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, dict[str, Any]] | None:
+    """``(everywhere, where, forget scope)`` of an opt-out command; ``None`` if not one."""
+    group_id = group_id_of(event)
+    if words in EVERYWHERE_WORDS:
+        return True, "所有会话中", {"user_id": event.user_id}
+    if words:
+        return None
+    if group_id is None:
+        return False, "私聊中", {"user_id": event.user_id, "private_only": True}
+    return False, "本群", {"user_id": event.user_id, "group_id": group_id}
+
+
+@opt_out_cmd.handle()
+async def handle_opt_out(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    found = opt_scope(event, args.extract_plain_text().strip())
+    if found is None:
+        await reply(bot, event, runtime, OPT_USAGE)
+        return
+    everywhere, where, scope = found
+    try:
+        new = await opt_out(
+            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+        )
+    except MemoryCoreError as exc:
+        logger.warning(f"/不记我 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if not new:
+        await reply(bot, event, runtime, f"你在{where}已经是不记录状态。发送 /记我 恢复。")
+        return
+    await ask(
+        bot,
+        event,
+        runtime,
+        f"你{where}" if where.startswith("所有") else f"你在{where}",
+        None,
+        f"好的，从现在起不再记录你在{where}说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
+        f"已经记住的要一起删除吗？",
+        scope=scope,
+    )
+
+
+@opt_in_cmd.handle()
+async def handle_opt_in(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    found = opt_scope(event, args.extract_plain_text().strip())
+    if found is None:
+        await reply(bot, event, runtime, OPT_USAGE)
+        return
+    everywhere, where, _ = found
+    try:
+        remembered = await opt_in(
+            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+        )
+    except MemoryCoreError as exc:
+        logger.warning(f"/记我 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if remembered:
+        await reply(bot, event, runtime, f"好的，我会重新记住你在{where}说的话。")
+    else:
+        await reply(
+            bot,
+            event,
+            runtime,
+            "你设置过所有会话都不记录，这里仍不会记录；发送 /记我 全部 全部恢复。",
+        )

@@ -334,3 +334,68 @@ async def test_export_with_nothing_stored_says_so(app: App, runtime):
         app,
         (event_of("/导出我的记忆", user_id=40005), "我这里没有存任何关于你的内容，没有可导出的。"),
     )
+
+
+# ----------------------------------------------------------------------------- /不记我, /记我
+
+OPTED_OUT_PRIVATE = (
+    "好的，从现在起不再记录你在私聊中说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
+    f"已经记住的要一起删除吗？{CONFIRM}"
+)
+
+
+async def chat(app: App, event: Any, answer: str | None = "好的") -> None:
+    await run(app, (event, answer))
+
+
+async def test_opted_out_private_chat_is_answered_but_nothing_kept_until_opt_in(
+    app: App, runtime, model
+):
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("/不记我"), OPTED_OUT_PRIVATE),
+        (event_of("取消"), "已取消，记忆保持不变。"),
+        (event_of("/不记我"), "你在私聊中已经是不记录状态。发送 /记我 恢复。"),
+    )
+    await chat(app, event_of("我的新手机是小米"))
+    assert model.prompts  # still answered by the model
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]  # kept what existed
+    # The passive group recorder still keeps this person's group messages.
+    runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
+    await chat(app, event_of("群里说一句", group_id=GROUP), None)
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪", "群里说一句"]
+
+    await run(app, (event_of("/记我"), "好的，我会重新记住你在私聊中说的话。"))
+    await chat(app, event_of("我的新手机是华为"))
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财", "我的新手机是华为", "好的"]
+
+
+async def test_opt_out_everywhere_offers_to_forget_me_and_stops_the_group_recorder(
+    app: App, runtime
+):
+    await seed(runtime)
+    await run(
+        app,
+        (
+            event_of("/不记我 全部"),
+            "好的，从现在起不再记录你在所有会话中说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
+            f"已经记住的要一起删除吗？{CONFIRM}",
+        ),
+        (event_of("确认"), "已删除你所有会话中的记忆：对话 3 条。"),
+    )
+    runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
+    await chat(app, event_of("群里说一句", group_id=GROUP), None)
+    await chat(app, event_of("群里另一个人说一句", user_id=OTHER, group_id=GROUP), None)
+    assert await contents(runtime, USER, GROUP) == []
+    assert await contents(runtime, OTHER, GROUP) == ["我的鱼叫泡泡", "群里另一个人说一句"]
+    await run(
+        app,
+        (
+            event_of("/记我", group_id=GROUP),
+            "你设置过所有会话都不记录，这里仍不会记录；发送 /记我 全部 全部恢复。",
+        ),
+        (event_of("/记我 全部"), "好的，我会重新记住你在所有会话中说的话。"),
+    )
+    await chat(app, event_of("群里再说一句", group_id=GROUP), None)
+    assert await contents(runtime, USER, GROUP) == ["群里再说一句"]

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
-from memory_core.personal import export_person, forget_memories, known_about
+from memory_core.personal import export_person, forget_memories, known_about, opt_in, opt_out
 
 T0 = datetime(2026, 11, 20, 4, tzinfo=timezone.utc)
 ME, OTHER, GROUP = 1, 2, 300
@@ -61,3 +61,25 @@ async def test_forget_memories_deletes_only_my_rows_in_this_chat(memory_factory)
     assert await known_about(memory, ME, None) == []
     assert [m.content for m in await known_about(memory, ME, GROUP)] == ["用户养猫"]
     assert [m.content for m in await known_about(memory, OTHER, None)] == ["用户养鱼"]
+
+
+async def test_an_opt_out_holds_for_single_writes_and_for_spooled_turns_written_later(
+    memory_factory,
+):
+    memory = await memory_factory()
+    assert await opt_out(memory, ME, GROUP)
+    refused = await memory.add_turn(TurnInput(user_id=ME, group_id=GROUP, role="user", content="a"))
+    assert refused.turn is None and refused.opted_out and not refused.duplicate
+    # A spool flush and an import write through add_dialogues: held to the opt-out too.
+    written = await memory.add_dialogues(
+        [
+            TurnInput(user_id=ME, group_id=GROUP, role="user", content="spooled", created_at=T0),
+            TurnInput(user_id=ME, role="user", content="private", created_at=T0),
+            TurnInput(user_id=OTHER, group_id=GROUP, role="user", content="other", created_at=T0),
+        ]
+    )
+    assert written == 2
+    assert [t.content for t in (await export_person(memory, ME)).turns] == ["private"]
+    assert await opt_in(memory, ME, GROUP)
+    kept = await memory.add_turn(TurnInput(user_id=ME, group_id=GROUP, role="user", content="b"))
+    assert kept.turn is not None
