@@ -18,7 +18,7 @@ from .answer_cache.store import OwnCachedAnswer
 from .distill.memory import DistilledKind, DistilledMemory
 from .errors import DatabaseUnavailableError
 from .models import Forgotten, MemoryTurn, generate_session_key
-from .storage.opt_outs import EVERYWHERE, PgOptOutStore, chat_name
+from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 if TYPE_CHECKING:
     from .service import TemporalMemory
@@ -173,3 +173,12 @@ async def opt_in(
     store = _opt_outs(memory)
     await store.opt_in(user_id, None if everywhere else chat_name(group_id))
     return not ({EVERYWHERE, chat_name(group_id)} & await store.chats(user_id))
+
+
+async def switch_group_memory(memory: TemporalMemory, group_id: int, *, on: bool) -> bool:
+    """Switch memory of a whole group on or off (nobody's messages there are stored while
+    off); whether that changed anything."""
+    store = _opt_outs(memory)
+    if on:
+        return await store.opt_in(EVERYONE, chat_name(group_id)) > 0
+    return await store.opt_out(EVERYONE, chat_name(group_id))

@@ -1,4 +1,5 @@
-"""All SQL of ``memory_opt_outs`` (migration 006): who asked not to be remembered, and where.
+"""All SQL of ``memory_opt_outs`` (migration 006): who asked not to be remembered, and where;
+a row of user ``EVERYONE`` switches memory off for a whole group.
 
 ``NOT_OPTED_OUT`` is the condition the dialogue inserts add, so every way a turn reaches the
 table (a message, the passive group recorder, a spool flush, an import) honours the choice.
@@ -9,6 +10,8 @@ from __future__ import annotations
 from .pg import PgStore, rows_affected
 
 EVERYWHERE = "*"
+# The user id of a whole chat's opt-out (a group admin switched memory off): QQ has no user 0.
+EVERYONE = 0
 
 # A row's chat as this table names it: 'private' or the group id.
 _CHAT_OF = "coalesce({alias}.group_id::text, 'private')"
@@ -18,7 +21,8 @@ def not_opted_out(alias: str) -> str:
     """``NOT EXISTS`` an opt-out of ``alias``'s user in ``alias``'s chat (or everywhere);
     ``alias`` is a constant table alias of the caller's SQL, never user input."""
     return (
-        f"NOT EXISTS (SELECT 1 FROM memory_opt_outs o WHERE o.user_id = {alias}.user_id "
+        f"NOT EXISTS (SELECT 1 FROM memory_opt_outs o "
+        f"WHERE o.user_id IN ({alias}.user_id, {EVERYONE}) "
         f"AND o.chat IN ('{EVERYWHERE}', {_CHAT_OF.format(alias=alias)}))"
     )
 

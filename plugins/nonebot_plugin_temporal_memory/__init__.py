@@ -24,6 +24,7 @@ __plugin_meta__ = PluginMetadata(
         "/忘记我（forgetme）删除你在所有会话中的全部记忆（需确认）\n"
         "/导出我的记忆（exportmem）把关于你的全部记录私聊发给你\n"
         "/不记我 [全部]（optout）不再记录你；/记我 [全部]（optin）恢复\n"
+        "/群记忆 关|开（groupmem）群主或管理员开关本群的记忆\n"
         "/memstat（记忆统计）记忆统计（超级用户）"
     ),
     type="application",

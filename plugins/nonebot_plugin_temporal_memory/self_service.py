@@ -1,5 +1,5 @@
 """Self-service for every user: /我的记忆 (mymem), /忘记 <编号|词语>, /忘记我, /导出我的记忆,
-/不记我 and /记我.
+/不记我 and /记我; group admins: /群记忆 开|关.
 
 Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
 confirmation (``commands.Confirmations``). ``/忘记`` alone (this chat) and the superuser
@@ -21,8 +21,10 @@ from nonebot.adapters.onebot.v11 import (
     NetworkError,
 )
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
+from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
 from nonebot.log import logger
 from nonebot.params import CommandArg
+from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 
 from memory_core.distill.memory import DistilledMemory
@@ -35,6 +37,7 @@ from memory_core.personal import (
     known_about,
     opt_in,
     opt_out,
+    switch_group_memory,
 )
 
 from .commands import (
@@ -49,6 +52,7 @@ from .intake import accept_rule, group_id_of
 from .runtime import Runtime, RuntimeDep
 
 PAGE_SIZE = 10
+MAX_LISTINGS = 1000
 LINE_CHARS = 60
 KIND_ZH = {"facts": "事实", "preferences": "偏好", "summary": "摘要"}
 # First words after /forget that belong to the superuser targets of commands.py.
@@ -119,7 +123,10 @@ class Listings:
         self.shown: dict[tuple[Any, ...], list[DistilledMemory]] = {}
 
     def remember(self, key: tuple[Any, ...], memories: list[DistilledMemory]) -> None:
+        self.shown.pop(key, None)
         self.shown[key] = memories
+        while len(self.shown) > MAX_LISTINGS:  # the oldest listings go first
+            del self.shown[next(iter(self.shown))]
 
     def get(self, key: tuple[Any, ...]) -> list[DistilledMemory] | None:
         return self.shown.get(key)
@@ -446,3 +453,54 @@ async def handle_opt_in(
             runtime,
             "你设置过所有会话都不记录，这里仍不会记录；发送 /记我 全部 全部恢复。",
         )
+
+
+# ----------------------------------------------------------------------------- /群记忆
+
+GROUP_SWITCH_WORDS = {
+    "开": True,
+    "开启": True,
+    "on": True,
+    "关": False,
+    "关闭": False,
+    "off": False,
+}
+GROUP_MEMORY_USAGE = "用法：/群记忆 关（groupmem off）不再记录本群任何人的消息；/群记忆 开 恢复。"
+may_switch_group_memory = GROUP_ADMIN | GROUP_OWNER | SUPERUSER
+
+group_memory_cmd = on_command(
+    "群记忆", aliases={"groupmem"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+@group_memory_cmd.handle()
+async def handle_group_memory(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    group_id = group_id_of(event)
+    on = GROUP_SWITCH_WORDS.get(args.extract_plain_text().strip().lower())
+    if group_id is None or on is None:
+        await reply(bot, event, runtime, GROUP_MEMORY_USAGE + "（在群里由群主或管理员发送）")
+        return
+    if not await may_switch_group_memory(bot, event):
+        await reply(bot, event, runtime, "只有群主、管理员或超级用户可以开关本群的记忆。")
+        return
+    try:
+        changed = await switch_group_memory(runtime.memory, group_id, on=on)
+    except MemoryCoreError as exc:
+        logger.warning(f"/群记忆 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if not changed:
+        text = f"本群的记忆本来就是{'开启' if on else '关闭'}的。"
+    elif on:
+        text = "已开启本群的记忆。"
+    else:
+        text = (
+            "已关闭本群的记忆：从现在起不记录本群任何人的消息，我照常聊天。"
+            "已有的记忆保留（各人可用 /忘记 删除）。发送 /群记忆 开 恢复。"
+        )
+    await reply(bot, event, runtime, text)

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from nonebot.adapters.onebot.v11 import Bot
+from nonebot.adapters.onebot.v11 import Adapter, Bot, MessageEvent
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebug import App
 
 from memory_core.distill.memory import DistilledKind, ExtractedMemory
-from tests.plugin.events import SELF_ID
+from tests.plugin.events import SELF_ID, message_payload, text_seg
 from tests.plugin.test_commands import GROUP, THEN, USER, contents, event_of, run, seed, text
 
 OTHER = 30001
@@ -399,3 +399,44 @@ async def test_opt_out_everywhere_offers_to_forget_me_and_stops_the_group_record
     )
     await chat(app, event_of("群里再说一句", group_id=GROUP), None)
     assert await contents(runtime, USER, GROUP) == ["群里再说一句"]
+
+
+# ----------------------------------------------------------------------------- /群记忆
+
+
+def group_event(value: str, role: str, *, user_id: int = USER) -> Any:
+    payload = message_payload([text_seg(value)], user_id=user_id, group_id=GROUP)
+    payload["sender"]["role"] = role
+    event = Adapter.json_to_event(payload)
+    assert isinstance(event, MessageEvent)
+    return event
+
+
+async def test_group_admin_switches_memory_off_for_everyone_in_that_group_only(app: App, runtime):
+    await seed(runtime)
+    runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
+    await run(
+        app,
+        (
+            group_event("/群记忆 关", "member"),
+            "只有群主、管理员或超级用户可以开关本群的记忆。",
+        ),
+        (
+            group_event("/群记忆 关", "admin"),
+            "已关闭本群的记忆：从现在起不记录本群任何人的消息，我照常聊天。"
+            "已有的记忆保留（各人可用 /忘记 删除）。发送 /群记忆 开 恢复。",
+        ),
+        (group_event("/groupmem off", "owner"), "本群的记忆本来就是关闭的。"),
+        (group_event("群里说一句", "member"), None),
+        (group_event("另一个人说一句", "member", user_id=OTHER), None),
+        (event_of("在另一个群说", group_id=40004), None),
+    )
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪"]
+    assert await contents(runtime, OTHER, GROUP) == ["我的鱼叫泡泡"]
+    assert await contents(runtime, USER, 40004) == ["我的鸟叫啾啾", "在另一个群说"]
+    await run(
+        app,
+        (group_event("/群记忆 开", "owner"), "已开启本群的记忆。"),
+        (group_event("群里再说一句", "member"), None),
+    )
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪", "群里再说一句"]
