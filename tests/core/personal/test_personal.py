@@ -5,9 +5,17 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+from memory_core.conversation.engine import Outcome
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
 from memory_core.personal import export_person, forget_memories, known_about, opt_in, opt_out
+from tests.core.conversation.test_chat import (
+    GENERAL_QUESTION,
+    Outbox,
+    RecordingModel,
+    engine_for,
+    user_turn,
+)
 
 T0 = datetime(2026, 11, 20, 4, tzinfo=timezone.utc)
 ME, OTHER, GROUP = 1, 2, 300
@@ -83,3 +91,19 @@ async def test_an_opt_out_holds_for_single_writes_and_for_spooled_turns_written_
     assert await opt_in(memory, ME, GROUP)
     kept = await memory.add_turn(TurnInput(user_id=ME, group_id=GROUP, role="user", content="b"))
     assert kept.turn is not None
+
+
+async def test_an_opted_out_person_is_answered_but_their_answers_are_not_cached(memory_factory):
+    memory = await memory_factory(answer_cache_enabled=True)
+    await opt_out(memory, 11, None)
+    model, outbox = RecordingModel("容器共享宿主机内核。"), Outbox()
+    engine = engine_for(memory, model)
+    for _ in range(2):
+        result = await engine.converse(user_turn(GENERAL_QUESTION, user=11), outbox)
+        assert result.outcome is Outcome.REPLIED and not result.from_cache
+    assert len(model.prompts) == 2  # nothing cached to serve the second time
+    assert (await export_person(memory, 11)).empty
+    # Someone who did not opt out is cached as before.
+    for _ in range(2):
+        await engine.converse(user_turn(GENERAL_QUESTION, user=12), outbox)
+    assert len(model.prompts) == 3
