@@ -66,12 +66,14 @@ Progress = Callable[[int, int], None]
 @dataclass(frozen=True)
 class AddOutcome:
     """What ``add_turn`` did: stored (``turn``), found a duplicate, spooled it (to be written
-    later), or dead-lettered it (the database refused its values; see ``storage.spool``)."""
+    later), dead-lettered it (the database refused its values; see ``storage.spool``), or
+    kept nothing because its person opted out of that chat (``storage.opt_outs``)."""
 
     turn: MemoryTurn | None
     duplicate: bool = False
     spooled: bool = False
     dead_lettered: bool = False
+    opted_out: bool = False
 
 
 class TemporalMemory:
@@ -330,11 +332,12 @@ class TemporalMemory:
         try:
             store = self._require_store()
             stored = await store.insert_turn(row)
-            outcome = (
-                AddOutcome(turn=stored)
-                if stored is not None
-                else AddOutcome(turn=await store.turn_by_uuid(row.message_uuid), duplicate=True)
-            )
+            if stored is not None:
+                outcome = AddOutcome(turn=stored)
+            elif (earlier := await store.turn_by_uuid(row.message_uuid)) is not None:
+                outcome = AddOutcome(turn=earlier, duplicate=True)
+            else:
+                outcome = AddOutcome(turn=None, opted_out=True)
         except Exception as exc:
             if not isinstance(exc, StorageError) and not is_bad_item(exc):
                 raise

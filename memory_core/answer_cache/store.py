@@ -61,6 +61,10 @@ ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + 1
 SQL_CACHE_DROP_USER_SINCE = """
 DELETE FROM answer_cache WHERE scope = 'user' AND user_id = $1 AND created_at >= $2
 """
+SQL_CACHE_BY_USER = """
+SELECT group_id, question, answer, created_at, expires_at FROM answer_cache
+WHERE scope = 'user' AND user_id = $1 ORDER BY created_at, id
+"""
 SQL_CACHE_PURGE = "DELETE FROM answer_cache WHERE expires_at IS NOT NULL AND expires_at <= $1"
 SQL_CACHE_DROP_STALE_PRELOAD = """
 DELETE FROM answer_cache WHERE source = 'preload' AND NOT (question_norm = ANY($1::text[]))
@@ -89,6 +93,17 @@ class CachedAnswer:
     answer: str
     level: str = ""
     similarity: float = 1.0
+
+
+@dataclass(frozen=True)
+class OwnCachedAnswer:
+    """A person's own cache entry, as exported to them."""
+
+    group_id: int | None
+    question: str
+    answer: str
+    created_at: datetime
+    expires_at: datetime | None
 
 
 class PgAnswerCacheStore(PgCounterStore):
@@ -191,6 +206,21 @@ class PgAnswerCacheStore(PgCounterStore):
         async with self._connection() as conn:
             status = await conn.execute(SQL_CACHE_DROP_USER_SINCE, user_id, since)
         return rows_affected(status)
+
+    async def by_user(self, user_id: int) -> list[OwnCachedAnswer]:
+        """The user's own entries, oldest first (public entries are nobody's)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_CACHE_BY_USER, user_id)
+        return [
+            OwnCachedAnswer(
+                group_id=r["group_id"],
+                question=r["question"],
+                answer=r["answer"],
+                created_at=r["created_at"],
+                expires_at=r["expires_at"],
+            )
+            for r in records
+        ]
 
     async def counts(self, now: datetime) -> dict[str, int]:
         async with self._connection() as conn:

@@ -425,7 +425,9 @@ class ConversationEngine:
             if stored.turn is not None and stored_reply is not None and stored_reply.turn:
                 await self._enqueue_evaluation(stored.turn, stored_reply.turn)
                 await self._note_exchange(turn, reply)
-            if cached is None and _complete(delivery.text, answer):
+            # Nothing of a person who opted out is kept: no turn (stored or spooled), no cache.
+            kept = stored.turn is not None or stored.spooled
+            if cached is None and kept and _complete(delivery.text, answer):
                 await self._cache(turn, prompt, answer, now)
             return result(
                 Outcome.REPLIED,

@@ -234,6 +234,15 @@ SELECT count(*) FROM (
 SQL_DELETE_FROM_SOURCES = """
 DELETE FROM distilled_memories WHERE source_turn_ids && $1::bigint[] RETURNING kind
 """
+# A person deleting their own memories (/忘记 3): only their rows in that session.
+SQL_DELETE_OWN = """
+DELETE FROM distilled_memories
+WHERE id = ANY($1::bigint[]) AND user_id = $2 AND session_key = $3
+RETURNING kind
+"""
+SQL_BY_USER = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 ORDER BY created_at, id
+"""
 SQL_DEFER_SESSION = "UPDATE distilled_sessions SET not_before = $2 WHERE session_key = $1"
 SQL_POSTPONE_SESSION = """
 UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE session_key = $1
@@ -517,6 +526,22 @@ class PgDistilledStore(PgCounterStore):
         async with self._connection() as conn:
             kinds = [r["kind"] for r in await conn.fetch(SQL_DELETE_FROM_SOURCES, list(turn_ids))]
         return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    async def delete_own(
+        self, ids: Sequence[int], *, user_id: int, session_key: str
+    ) -> dict[str, int]:
+        """Delete these memories if they are ``user_id``'s in ``session_key``; returns how
+        many of each kind went."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DELETE_OWN, list(ids), user_id, session_key)
+        kinds = [r["kind"] for r in records]
+        return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    async def by_user(self, user_id: int) -> list[DistilledMemory]:
+        """Every distilled memory about ``user_id``, every chat, history included."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_BY_USER, user_id)
+        return [_distilled(r) for r in records]
 
     async def counts(self) -> dict[str, tuple[int, int]]:
         """``{kind: (current, history)}``."""

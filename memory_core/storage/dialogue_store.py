@@ -16,6 +16,7 @@ from asyncpg.pool import PoolConnectionProxy
 from ..errors import StorageError
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn, RecalledMessage
+from .opt_outs import not_opted_out
 from .pg import PgStore, rows_affected
 from .scopes import scope_delete
 
@@ -43,10 +44,15 @@ INSERT_COLUMNS = (
     "keywords",
 )
 
+# Nothing is stored of a person who opted out of this chat (storage.opt_outs).
 SQL_INSERT_TURN = f"""
 INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15,
-        array_to_tsvector($16::text[]))
+SELECT * FROM (
+    VALUES ($1, $2::bigint, $3, $4::bigint, $5::bigint, $6, $7, $8, $9, $10::bigint,
+            $11::jsonb, $12::halfvec, $13, $14::integer, $15::timestamptz,
+            array_to_tsvector($16::text[]))
+) AS n ({", ".join(INSERT_COLUMNS)})
+WHERE {not_opted_out("n")}
 ON CONFLICT (message_uuid) DO NOTHING
 RETURNING {TURN_COLUMNS}
 """
@@ -68,7 +74,7 @@ _IMPORTED_VALUES = ", ".join(
 )
 SQL_MOVE_IMPORTED = f"""
 INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
-SELECT {_IMPORTED_VALUES} FROM dialogue_import
+SELECT {_IMPORTED_VALUES} FROM dialogue_import i WHERE {not_opted_out("i")}
 ON CONFLICT (message_uuid) DO NOTHING
 """
 
@@ -189,6 +195,9 @@ SELECT * FROM (
     ORDER BY created_at DESC, id DESC LIMIT $4
 ) recent ORDER BY created_at, id
 """
+
+# Everything stored of one person, every chat, oldest first (/导出我的记忆).
+SQL_USER_TURNS = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE user_id = $1 ORDER BY created_at, id"
 
 SQL_LAST_TURN_AT = """
 SELECT max(created_at) FROM dialogues WHERE session_key = $1 AND created_at <= $2
@@ -618,6 +627,12 @@ class PgDialogueStore(PgStore):
     ) -> list[MemoryTurn]:
         async with self._connection() as conn:
             records = await conn.fetch(SQL_RECENT, session_key, since, now, limit)
+        return [_turn(r) for r in records]
+
+    async def user_turns(self, user_id: int) -> list[MemoryTurn]:
+        """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_USER_TURNS, user_id)
         return [_turn(r) for r in records]
 
     async def last_turn_time(self, session_key: str, now: datetime) -> datetime | None:

@@ -19,6 +19,12 @@ __plugin_meta__ = PluginMetadata(
         "/forget（忘记）删除你在当前会话的记忆（需确认）\n"
         "/recall <内容>（回忆）查看会被想起的记忆\n"
         "/remember <内容>（记住）记下一条永久笔记\n"
+        "/我的记忆 [页码]（mymem）查看我记得的关于你的事实和偏好\n"
+        "/忘记 <编号|词语> 删除其中一条或包含该词的几条（需确认）\n"
+        "/忘记我（forgetme）删除你在所有会话中的全部记忆（需确认）\n"
+        "/导出我的记忆（exportmem）把关于你的全部记录私聊发给你\n"
+        "/不记我 [全部]（optout）不再记录你；/记我 [全部]（optin）恢复\n"
+        "/群记忆 关|开（groupmem）群主或管理员开关本群的记忆\n"
         "/memstat（记忆统计）记忆统计（超级用户）"
     ),
     type="application",
@@ -34,5 +40,6 @@ from . import (  # noqa: E402, F401
     intake,
     jobs,
     runtime,
+    self_service,
     ws_frame_guard,
 )

@@ -7,6 +7,7 @@ Forgetting asks for a "确认" within ``BOT_CONFIRM_TIMEOUT`` seconds.
 
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Annotated, Any
@@ -102,12 +103,14 @@ async def is_superuser(bot: Bot, event: MessageEvent) -> bool:
 
 @dataclass
 class PendingForget:
-    """A /forget waiting for its "确认"."""
+    """A /forget waiting for its "确认": of a ``scope`` (``TemporalMemory.forget``) or, for
+    the self-service deletes, whatever ``action`` deletes."""
 
     scope: dict[str, Any]
     description: str
     deadline: float
     own_session: bool = False
+    action: Callable[[Runtime], Awaitable[Forgotten]] | None = None
 
 
 @dataclass
@@ -190,7 +193,9 @@ async def handle_confirm(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> 
         await reply(bot, event, runtime, "已取消，记忆保持不变。")
         return
     try:
-        if request.own_session:
+        if request.action is not None:
+            forgotten = await request.action(runtime)
+        elif request.own_session:
             # After this person's messages still being answered, so none survives the forget.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
                 forgotten = await runtime.memory.forget(**request.scope)

@@ -1,0 +1,184 @@
+"""A person's own view of their memories: list them, delete some, take them away, stop them.
+
+These back the self-service commands (/我的记忆, /忘记 3, /导出我的记忆); each works on one
+person's rows only. Forgetting a person everywhere is ``TemporalMemory.forget(user_id=…)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .answer_cache.store import OwnCachedAnswer
+from .distill.memory import DistilledKind, DistilledMemory
+from .errors import DatabaseUnavailableError
+from .models import Forgotten, MemoryTurn, generate_session_key
+from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
+
+if TYPE_CHECKING:
+    from .service import TemporalMemory
+
+LISTED_KINDS: tuple[DistilledKind, ...] = ("facts", "preferences")
+LIST_LIMIT = 200
+
+
+async def known_about(
+    memory: TemporalMemory,
+    user_id: int,
+    group_id: int | None,
+    *,
+    limit: int = LIST_LIMIT,
+    now: datetime | None = None,
+) -> list[DistilledMemory]:
+    """The current facts and preferences about ``user_id`` in this chat, newest first
+    (last confirmed, then last stored)."""
+    now = now or datetime.now(timezone.utc)
+    found: list[DistilledMemory] = []
+    for kind in LISTED_KINDS:
+        found += await memory.distilled.recall_by_type(
+            user_id, group_id, kind, limit=limit, now=now
+        )
+    # recall_by_type may widen to the user's other chats (MEMORY_DISTILLED_SCOPE=user); a
+    # listing of this chat shows this chat's rows, the ones a delete from here can reach.
+    session_key = generate_session_key(user_id, group_id)
+    own = [m for m in found if m.session_key == session_key]
+    own.sort(key=lambda m: (m.last_confirmed, m.id), reverse=True)
+    return own[:limit]
+
+
+async def forget_memories(
+    memory: TemporalMemory, user_id: int, group_id: int | None, ids: Sequence[int]
+) -> Forgotten:
+    """Delete these distilled memories of ``user_id`` in this chat (others' rows and other
+    chats' rows are never touched); returns how many of each kind went."""
+    by_kind = await memory.distilled.store().delete_own(
+        ids, user_id=user_id, session_key=generate_session_key(user_id, group_id)
+    )
+    return Forgotten(
+        facts=by_kind.get("facts", 0),
+        preferences=by_kind.get("preferences", 0),
+        summaries=by_kind.get("summary", 0),
+    )
+
+
+@dataclass(frozen=True)
+class PersonalExport:
+    """Everything stored about one person (/导出我的记忆): turns of every chat, distilled
+    memories (superseded ones included) and their cached answers, each oldest first."""
+
+    user_id: int
+    exported_at: datetime
+    turns: tuple[MemoryTurn, ...]
+    memories: tuple[DistilledMemory, ...]
+    cached_answers: tuple[OwnCachedAnswer, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.turns or self.memories or self.cached_answers)
+
+    def as_json(self) -> dict[str, Any]:
+        """The export as plain JSON data (times in ISO 8601 with their offset)."""
+        return {
+            "user_id": self.user_id,
+            "exported_at": self.exported_at.isoformat(),
+            "turns": [
+                {
+                    "time": t.created_at.isoformat(),
+                    "chat": _chat(t.group_id),
+                    "role": t.role,
+                    "content": t.content,
+                }
+                for t in self.turns
+            ],
+            "memories": [
+                {
+                    "kind": m.kind,
+                    "chat": _chat(m.group_id),
+                    "content": m.content,
+                    "category": m.category,
+                    "first_seen": m.first_seen.isoformat(),
+                    "last_confirmed": m.last_confirmed.isoformat(),
+                    "times_mentioned": m.times_mentioned,
+                    "current": m.current,
+                }
+                for m in self.memories
+            ],
+            "cached_answers": [
+                {
+                    "time": c.created_at.isoformat(),
+                    "chat": _chat(c.group_id),
+                    "question": c.question,
+                    "answer": c.answer,
+                }
+                for c in self.cached_answers
+            ],
+        }
+
+    async def write(self, directory: Path) -> Path:
+        """Write the export as ``temporal-memory-<QQ>.json`` under ``directory`` (readable by
+        a QQ client on this machine); the caller deletes it once sent."""
+        path = directory / f"temporal-memory-{self.user_id}.json"
+        text = json.dumps(self.as_json(), ensure_ascii=False, indent=1)
+        await asyncio.to_thread(_write_private, path, text)
+        return path
+
+
+def _chat(group_id: int | None) -> str:
+    return "private" if group_id is None else f"group:{group_id}"
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:
+    """Everything stored about ``user_id`` (see ``PersonalExport``)."""
+    return PersonalExport(
+        user_id=user_id,
+        exported_at=datetime.now(timezone.utc),
+        turns=tuple(await memory._require_store().user_turns(user_id)),
+        memories=tuple(await memory.distilled.store().by_user(user_id)),
+        cached_answers=tuple(await memory.distilled.cache_store().by_user(user_id)),
+    )
+
+
+def _opt_outs(memory: TemporalMemory) -> PgOptOutStore:
+    pool = memory._pool
+    if pool is None:
+        raise DatabaseUnavailableError("the memory database is not connected")
+    return PgOptOutStore(pool=pool)
+
+
+async def opt_out(
+    memory: TemporalMemory, user_id: int, group_id: int | None, *, everywhere: bool = False
+) -> bool:
+    """From now on store nothing of ``user_id`` in this chat (or in every chat); whether this
+    is new. What is stored already stays until forgotten."""
+    return await _opt_outs(memory).opt_out(
+        user_id, EVERYWHERE if everywhere else chat_name(group_id)
+    )
+
+
+async def opt_in(
+    memory: TemporalMemory, user_id: int, group_id: int | None, *, everywhere: bool = False
+) -> bool:
+    """Remember ``user_id`` again in this chat (or everywhere: every opt-out dropped);
+    whether they are now remembered here (false while an everywhere opt-out remains)."""
+    store = _opt_outs(memory)
+    await store.opt_in(user_id, None if everywhere else chat_name(group_id))
+    return not ({EVERYWHERE, chat_name(group_id)} & await store.chats(user_id))
+
+
+async def switch_group_memory(memory: TemporalMemory, group_id: int, *, on: bool) -> bool:
+    """Switch memory of a whole group on or off (nobody's messages there are stored while
+    off); whether that changed anything."""
+    store = _opt_outs(memory)
+    if on:
+        return await store.opt_in(EVERYONE, chat_name(group_id)) > 0
+    return await store.opt_out(EVERYONE, chat_name(group_id))

@@ -1,0 +1,506 @@
+"""Self-service for every user: /我的记忆 (mymem), /忘记 <编号|词语>, /忘记我, /导出我的记忆,
+/不记我 and /记我; group admins: /群记忆 开|关.
+
+Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
+confirmation (``commands.Confirmations``). ``/忘记`` alone (this chat) and the superuser
+targets (``/forget user <QQ号>`` …) keep their meaning in ``commands.py``; a number or any
+other word after ``/忘记`` names items of the person's own memory in this chat.
+"""
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from nonebot import on_command
+from nonebot.adapters.onebot.v11 import (
+    ActionFailed,
+    Bot,
+    Message,
+    MessageEvent,
+    MessageSegment,
+    NetworkError,
+)
+from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
+from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
+from nonebot.log import logger
+from nonebot.params import CommandArg
+from nonebot.permission import SUPERUSER
+from nonebot.rule import Rule
+
+from memory_core.distill.memory import DistilledMemory
+from memory_core.errors import MemoryCoreError
+from memory_core.models import Forgotten
+from memory_core.personal import (
+    PersonalExport,
+    export_person,
+    forget_memories,
+    known_about,
+    opt_in,
+    opt_out,
+    switch_group_memory,
+)
+
+from .commands import (
+    COMMAND_PRIORITY,
+    DB_DOWN,
+    PendingForget,
+    confirmation_key,
+    confirmations,
+    reply,
+)
+from .intake import accept_rule, group_id_of
+from .runtime import Runtime, RuntimeDep
+
+PAGE_SIZE = 10
+MAX_LISTINGS = 1000
+LINE_CHARS = 60
+KIND_ZH = {"facts": "事实", "preferences": "偏好", "summary": "摘要"}
+# First words after /forget that belong to the superuser targets of commands.py.
+SUPERUSER_WORDS = frozenset({"user", "用户", "group", "群", "all", "全部", "所有"})
+
+NOTHING_KNOWN = "我还没有记住关于你的事实或偏好。多聊几句，我会慢慢记住的。"
+LIST_FIRST = "请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。"
+MYMEM_USAGE = "用法：/我的记忆 [页码]（mymem）查看我记得的关于你的事实和偏好。"
+
+mymem_cmd = on_command(
+    "我的记忆", aliases={"mymem"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+@mymem_cmd.handle()
+async def handle_mymem(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    word = args.extract_plain_text().strip()
+    if word and not word.isdigit():
+        await reply(bot, event, runtime, MYMEM_USAGE)
+        return
+    page = max(int(word), 1) if word else 1
+    try:
+        memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
+    except MemoryCoreError as exc:
+        logger.warning(f"/我的记忆 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    listings.remember(confirmation_key(event), memories)
+    await reply(bot, event, runtime, listing_text(memories, page, runtime))
+
+
+def listing_text(memories: list[DistilledMemory], page: int, runtime: Runtime) -> str:
+    if not memories:
+        return NOTHING_KNOWN
+    pages = (len(memories) + PAGE_SIZE - 1) // PAGE_SIZE
+    page = min(page, pages)
+    first = (page - 1) * PAGE_SIZE
+    lines = [f"我记得关于你的 {len(memories)} 条（第 {page}/{pages} 页，新的在前）："]
+    for number, memory in enumerate(memories[first : first + PAGE_SIZE], start=first + 1):
+        lines.append(item_line(number, memory, runtime))
+    if page < pages:
+        lines.append(f"发送 /我的记忆 {page + 1} 看下一页。")
+    lines.append("删除一条：/忘记 <编号> 或 /忘记 <词语>。")
+    return "\n".join(lines)
+
+
+def item_line(number: int, memory: DistilledMemory, runtime: Runtime) -> str:
+    """``3. [事实 11-30] 用户是老师``, cut with … to ``LINE_CHARS`` characters."""
+    day = memory.last_confirmed.astimezone(runtime.memory.tz).strftime("%m-%d")
+    head = f"{number}. [{KIND_ZH.get(memory.kind, memory.kind)} {day}] "
+    return head + shorten(memory.content, LINE_CHARS - len(head))
+
+
+def shorten(text: str, room: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+class Listings:
+    """The last /我的记忆 of each person in each chat: what its numbers mean."""
+
+    def __init__(self) -> None:
+        self.shown: dict[tuple[Any, ...], list[DistilledMemory]] = {}
+
+    def remember(self, key: tuple[Any, ...], memories: list[DistilledMemory]) -> None:
+        self.shown.pop(key, None)
+        self.shown[key] = memories
+        while len(self.shown) > MAX_LISTINGS:  # the oldest listings go first
+            del self.shown[next(iter(self.shown))]
+
+    def get(self, key: tuple[Any, ...]) -> list[DistilledMemory] | None:
+        return self.shown.get(key)
+
+
+listings = Listings()
+
+
+# ----------------------------------------------------------------------------- /忘记 <item>
+
+
+async def names_items(args: Annotated[Message, CommandArg()]) -> bool:
+    """Rule: ``/忘记`` followed by something that is not a superuser target."""
+    words = args.extract_plain_text().split()
+    return bool(words) and words[0].lower() not in SUPERUSER_WORDS
+
+
+forget_item_cmd = on_command(
+    "forget",
+    aliases={"忘记"},
+    rule=Rule(accept_rule, names_items),
+    priority=COMMAND_PRIORITY - 1,  # before commands.forget_cmd, which answers the rest
+    block=True,
+)
+
+
+@forget_item_cmd.handle()
+async def handle_forget_item(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    words = " ".join(args.extract_plain_text().split())
+    if words == "我":
+        await ask_forget_me(bot, event, runtime)
+        return
+    await ask_forget_items(bot, event, runtime, words)
+
+
+async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, words: str) -> None:
+    if words.isdigit():
+        shown = listings.get(confirmation_key(event))
+        if shown is None:
+            await reply(bot, event, runtime, LIST_FIRST)
+            return
+        number = int(words)
+        if not 1 <= number <= len(shown):
+            await reply(bot, event, runtime, f"没有第 {number} 条。{LIST_FIRST}")
+            return
+        chosen = [shown[number - 1]]
+        description = f"“{shorten(chosen[0].content, 30)}”"
+    else:
+        try:
+            memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
+        except MemoryCoreError as exc:
+            logger.warning(f"/忘记 <词语> failed: {exc}")
+            await reply(bot, event, runtime, DB_DOWN)
+            return
+        needle = words.casefold()
+        chosen = [m for m in memories if needle in m.content.casefold()]
+        if not chosen:
+            await reply(bot, event, runtime, f"没有找到包含“{words}”的记忆，什么也没有删。")
+            return
+        description = f"包含“{words}”"
+    ids = [m.id for m in chosen]
+    user_id, group_id = event.user_id, group_id_of(event)
+
+    async def delete(runtime: Runtime) -> Forgotten:
+        return await forget_memories(runtime.memory, user_id, group_id, ids)
+
+    lines = [f"确定要删除这 {len(chosen)} 条记忆吗？"]
+    lines.extend(
+        f"· [{KIND_ZH.get(m.kind, m.kind)}] {shorten(m.content, LINE_CHARS - 7)}"
+        for m in chosen[:PAGE_SIZE]
+    )
+    if len(chosen) > PAGE_SIZE:
+        lines.append(f"…… 共 {len(chosen)} 条")
+    await ask(bot, event, runtime, description, delete, "\n".join(lines) + "\n")
+
+
+async def ask(
+    bot: Bot,
+    event: MessageEvent,
+    runtime: Runtime,
+    description: str,
+    action: Callable[[Runtime], Awaitable[Forgotten]] | None,
+    question: str,
+    scope: dict[str, Any] | None = None,
+) -> None:
+    """Put a delete to the person through the /forget confirmation."""
+    timeout = runtime.config.bot_confirm_timeout
+    confirmations.ask(
+        confirmation_key(event),
+        PendingForget(
+            scope=scope or {},
+            description=description,
+            deadline=time.monotonic() + timeout,
+            action=action,
+        ),
+    )
+    await reply(
+        bot,
+        event,
+        runtime,
+        f"{question}删除后无法恢复。请在 {timeout:g} 秒内回复“确认”，回复“取消”放弃。",
+    )
+
+
+# ----------------------------------------------------------------------------- /忘记我
+
+forget_me_cmd = on_command(
+    "忘记我", aliases={"forgetme"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+@forget_me_cmd.handle()
+async def handle_forget_me(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    rest = " ".join(args.extract_plain_text().split())
+    if rest:
+        # "/忘记我的猫": the longest command wins, but this is a word to look for.
+        await ask_forget_items(bot, event, runtime, "我" + rest)
+        return
+    await ask_forget_me(bot, event, runtime)
+
+
+async def ask_forget_me(bot: Bot, event: MessageEvent, runtime: Runtime) -> None:
+    await ask(
+        bot,
+        event,
+        runtime,
+        "你在所有会话中",
+        None,
+        "确定要删除你在所有会话（私聊和所有群）中的全部记忆吗？"
+        "包括对话、事实、偏好、摘要和缓存的回答。",
+        scope={"user_id": event.user_id},
+    )
+
+
+# ----------------------------------------------------------------------------- /导出我的记忆
+
+EXPORT_PREVIEW = 5
+NOTHING_STORED = "我这里没有存任何关于你的内容，没有可导出的。"
+
+export_cmd = on_command(
+    "导出我的记忆",
+    aliases={"exportmem"},
+    rule=Rule(accept_rule),
+    priority=COMMAND_PRIORITY,
+    block=True,
+)
+
+
+@export_cmd.handle()
+async def handle_export(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
+    try:
+        export = await export_person(runtime.memory, event.user_id)
+    except MemoryCoreError as exc:
+        logger.warning(f"/导出我的记忆 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if export.empty:
+        await reply(bot, event, runtime, NOTHING_STORED)
+        return
+    if group_id_of(event) is not None:
+        await reply(bot, event, runtime, "你的记忆不在群里发，我会私聊发给你。")
+    summary = export_summary(export)
+    # NapCat and go-cqhttp read ``file`` as a path on their machine: the bot's data dir.
+    path = await export.write(runtime.settings.memory_data_dir.resolve() / "exports")
+    try:
+        await bot.call_api(
+            "upload_private_file", user_id=event.user_id, file=str(path), name=path.name
+        )
+    except (ActionFailed, ApiNotAvailable, NetworkError) as exc:
+        logger.info(f"upload_private_file did not work ({exc!r}); sending a text summary")
+        text = export_preview(export, summary, runtime)
+    else:
+        text = f"已把你的记忆导出为文件 {path.name} 发给你：{summary}。"
+    finally:
+        path.unlink(missing_ok=True)
+    await tell_privately(bot, event, runtime, text)
+
+
+def export_summary(export: PersonalExport) -> str:
+    """``对话 12 条、事实 3 条、缓存回答 1 条``."""
+    kinds = [m.kind for m in export.memories]
+    parts = [
+        ("对话", len(export.turns)),
+        ("事实", kinds.count("facts")),
+        ("偏好", kinds.count("preferences")),
+        ("摘要", kinds.count("summary")),
+        ("缓存回答", len(export.cached_answers)),
+    ]
+    return "、".join(f"{name} {count} 条" for name, count in parts if count)
+
+
+def export_preview(export: PersonalExport, summary: str, runtime: Runtime) -> str:
+    """The text fallback: the summary and the first few items of each part."""
+    tz = runtime.memory.tz
+    lines = [f"你的 QQ 客户端收不了文件，这里是文字版（前 {EXPORT_PREVIEW} 条）：{summary}。"]
+    if export.turns:
+        lines.append("对话：")
+        for turn in export.turns[:EXPORT_PREVIEW]:
+            stamp = turn.created_at.astimezone(tz).strftime("%m-%d %H:%M")
+            chat = "私聊" if turn.group_id is None else f"群{turn.group_id}"
+            who = "你" if turn.role == "user" else runtime.bot_name
+            head = f"· {stamp} {chat} {who}："
+            lines.append(head + shorten(turn.content, LINE_CHARS - len(head)))
+    if export.memories:
+        lines.append("记忆：")
+        for memory in export.memories[:EXPORT_PREVIEW]:
+            head = f"· [{KIND_ZH.get(memory.kind, memory.kind)}] "
+            lines.append(head + shorten(memory.content, LINE_CHARS - len(head)))
+    if export.cached_answers:
+        lines.append("缓存回答：")
+        for cached in export.cached_answers[:EXPORT_PREVIEW]:
+            lines.append(shorten(f"· {cached.question} → {cached.answer}", LINE_CHARS))
+    return "\n".join(lines)
+
+
+async def tell_privately(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> None:
+    if group_id_of(event) is None:
+        await reply(bot, event, runtime, text)
+        return
+    try:
+        await bot.send_private_msg(
+            user_id=event.user_id, message=Message(MessageSegment.text(text))
+        )
+    except (ActionFailed, ApiNotAvailable, NetworkError) as exc:
+        logger.warning(f"private message to {event.user_id} failed: {exc!r}")
+
+
+# ----------------------------------------------------------------------------- /不记我, /记我
+
+EVERYWHERE_WORDS = frozenset({"全部", "所有", "all"})
+OPT_USAGE = "用法：/不记我（或 /不记我 全部）停止记录你；/记我（或 /记我 全部）恢复。"
+
+opt_out_cmd = on_command(
+    "不记我", aliases={"optout"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+opt_in_cmd = on_command(
+    "记我", aliases={"optin"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, dict[str, Any]] | None:
+    """``(everywhere, where, forget scope)`` of an opt-out command; ``None`` if not one."""
+    group_id = group_id_of(event)
+    if words in EVERYWHERE_WORDS:
+        return True, "所有会话中", {"user_id": event.user_id}
+    if words:
+        return None
+    if group_id is None:
+        return False, "私聊中", {"user_id": event.user_id, "private_only": True}
+    return False, "本群", {"user_id": event.user_id, "group_id": group_id}
+
+
+@opt_out_cmd.handle()
+async def handle_opt_out(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    found = opt_scope(event, args.extract_plain_text().strip())
+    if found is None:
+        await reply(bot, event, runtime, OPT_USAGE)
+        return
+    everywhere, where, scope = found
+    try:
+        new = await opt_out(
+            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+        )
+    except MemoryCoreError as exc:
+        logger.warning(f"/不记我 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if not new:
+        await reply(bot, event, runtime, f"你在{where}已经是不记录状态。发送 /记我 恢复。")
+        return
+    await ask(
+        bot,
+        event,
+        runtime,
+        f"你{where}" if where.startswith("所有") else f"你在{where}",
+        None,
+        f"好的，从现在起不再记录你在{where}说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
+        f"已经记住的要一起删除吗？",
+        scope=scope,
+    )
+
+
+@opt_in_cmd.handle()
+async def handle_opt_in(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    found = opt_scope(event, args.extract_plain_text().strip())
+    if found is None:
+        await reply(bot, event, runtime, OPT_USAGE)
+        return
+    everywhere, where, _ = found
+    try:
+        remembered = await opt_in(
+            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+        )
+    except MemoryCoreError as exc:
+        logger.warning(f"/记我 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if remembered:
+        await reply(bot, event, runtime, f"好的，我会重新记住你在{where}说的话。")
+    else:
+        await reply(
+            bot,
+            event,
+            runtime,
+            "你设置过所有会话都不记录，这里仍不会记录；发送 /记我 全部 全部恢复。",
+        )
+
+
+# ----------------------------------------------------------------------------- /群记忆
+
+GROUP_SWITCH_WORDS = {
+    "开": True,
+    "开启": True,
+    "on": True,
+    "关": False,
+    "关闭": False,
+    "off": False,
+}
+GROUP_MEMORY_USAGE = "用法：/群记忆 关（groupmem off）不再记录本群任何人的消息；/群记忆 开 恢复。"
+may_switch_group_memory = GROUP_ADMIN | GROUP_OWNER | SUPERUSER
+
+group_memory_cmd = on_command(
+    "群记忆", aliases={"groupmem"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
+)
+
+
+@group_memory_cmd.handle()
+async def handle_group_memory(
+    bot: Bot,
+    event: MessageEvent,
+    args: Annotated[Message, CommandArg()],
+    runtime: RuntimeDep,
+) -> None:
+    group_id = group_id_of(event)
+    on = GROUP_SWITCH_WORDS.get(args.extract_plain_text().strip().lower())
+    if group_id is None or on is None:
+        await reply(bot, event, runtime, GROUP_MEMORY_USAGE + "（在群里由群主或管理员发送）")
+        return
+    if not await may_switch_group_memory(bot, event):
+        await reply(bot, event, runtime, "只有群主、管理员或超级用户可以开关本群的记忆。")
+        return
+    try:
+        changed = await switch_group_memory(runtime.memory, group_id, on=on)
+    except MemoryCoreError as exc:
+        logger.warning(f"/群记忆 failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if not changed:
+        text = f"本群的记忆本来就是{'开启' if on else '关闭'}的。"
+    elif on:
+        text = "已开启本群的记忆。"
+    else:
+        text = (
+            "已关闭本群的记忆：从现在起不记录本群任何人的消息，我照常聊天。"
+            "已有的记忆保留（各人可用 /忘记 删除）。发送 /群记忆 开 恢复。"
+        )
+    await reply(bot, event, runtime, text)
