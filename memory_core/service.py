@@ -130,7 +130,7 @@ class TemporalMemory:
         self._retriever = Retriever(
             settings=settings, embedder=embedder, vector_index=self.vector_index
         )
-        # Distilled memory, its background extraction and the answer cache (issue 5).
+        # Distilled memory, its background extraction and the answer cache.
         self.distilled = DistilledService(
             settings=settings, embedder=embedder, tz=self.tz, pool=lambda: self._pool
         )

@@ -71,7 +71,7 @@ class MemorySettings(BaseModel):
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
 
-    # retrieval quality (issue 6): channels, fusion, time in queries, anchor diversity
+    # retrieval quality: channels, fusion, time in queries, anchor diversity
     memory_retrieval_mode: RetrievalMode = "hybrid"
     memory_rrf_k: float = Field(default=60.0, gt=0)
     memory_keyword_weight: float = Field(default=1.0, ge=0)
@@ -109,7 +109,7 @@ class MemorySettings(BaseModel):
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
     chat_max_input_chars: int = Field(default=4000, ge=100)
 
-    # memory evaluation and retention (seed 003 §7); empty evaluator_* fall back to llm_*
+    # memory evaluation and retention; empty evaluator_* fall back to llm_*
     evaluator_enabled: bool = True
     evaluator_base_url: str = ""
     evaluator_api_key: SecretStr | None = None
@@ -123,7 +123,7 @@ class MemorySettings(BaseModel):
     memory_purge_time: str = "04:00"
     memory_purge_batch_size: int = Field(default=5000, ge=100)
 
-    # distilled memory (issue 5): facts, preferences, summaries; see .env.prod for each key
+    # distilled memory: facts, preferences, summaries; see .env.prod for each key
     memory_distilled_enabled: bool = True
     memory_distilled_scope: DistilledScope = "session"
     memory_distilled_facts: int = Field(default=5, ge=0, le=50)
@@ -145,7 +145,7 @@ class MemorySettings(BaseModel):
     extraction_facts_prompt_file: Path | None = None
     extraction_preferences_prompt_file: Path | None = None
     extraction_summary_prompt_file: Path | None = None
-    # the semantic answer cache (seed 004 §5.7), off unless enabled
+    # the semantic answer cache, off unless enabled
     answer_cache_enabled: bool = False
     # empty: the calibrated default of the embedding model (memory_core.answer_cache.cache)
     answer_cache_threshold: float | None = Field(default=None, ge=0, le=1)

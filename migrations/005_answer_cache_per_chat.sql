@@ -1,4 +1,4 @@
--- A run-time cached answer belongs to the chat it was given in (issue 15): the private chat
+-- A run-time cached answer belongs to the chat it was given in: the private chat
 -- (group_id NULL) or one group. The question itself may carry what the person said there, so
 -- the same question in another chat is answered afresh and cached there on its own. Entries
 -- kept from before keep the chat recorded with them (where their answer was last given).

@@ -1,4 +1,4 @@
-"""The semantic answer cache (seed 004 §5.7): opt-in (ANSWER_CACHE_ENABLED), off by default.
+"""The semantic answer cache: opt-in (ANSWER_CACHE_ENABLED), off by default.
 
 Lookup order: this user's exact question in this chat → a public exact question → the nearest
 question by embedding (public, or this user's in this chat) over the model's calibrated

@@ -1,4 +1,4 @@
-"""Prompt assembly within one token budget (issue 5 §3).
+"""Prompt assembly within one token budget.
 
 The budget (MEMORY_MAX_TOKENS, counted with the core's ``TokenCounter`` on the whole text) is
 filled in a fixed priority: the user's preferences, the facts relevant to the message, recent

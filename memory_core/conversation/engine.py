@@ -1,4 +1,4 @@
-"""The conversation engine (seed 003 ``chat_with_temporal_memory``), free of any bot framework.
+"""The conversation engine, free of any bot framework.
 
 One user message goes through :meth:`ConversationEngine.converse`:
 
@@ -203,7 +203,7 @@ class _Prompt:
     recent: tuple[MemoryTurn, ...] = ()
 
 
-# The answer cache and personal memory (issue 5 §5). The cache itself refuses questions with
+# The answer cache and personal memory. The cache itself refuses questions with
 # time words, first-person words or references to the conversation (answer_cache.py); the
 # engine adds what only it knows, what went into the prompt:
 #

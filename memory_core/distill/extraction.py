@@ -1,4 +1,4 @@
-"""LLM extraction of facts, preferences and summaries from a session's turns (seed 000 §5).
+"""LLM extraction of facts, preferences and summaries from a session's turns.
 
 The three prompts are editable templates in ``config/`` (``extract_facts_prompt.txt``,
 ``extract_preferences_prompt.txt``, ``extract_summary_prompt.txt``). The facts and
@@ -44,7 +44,7 @@ ITEM_CHARS = 300
 LIST_ITEMS = 10
 MAX_ITEMS = 20
 EXTRACTION_MAX_TOKENS = 1024
-SUMMARY_CONFIDENCE = 0.7  # seed 000 §6: summaries are stored with importance 0.7
+SUMMARY_CONFIDENCE = 0.7  # summaries are stored with importance 0.7
 
 FACTS_PROMPT = "extract_facts_prompt.txt"
 PREFERENCES_PROMPT = "extract_preferences_prompt.txt"

@@ -1,4 +1,4 @@
-"""``MemoryKeeper``: stores distilled memories and keeps them true (seed 000 §4, §7).
+"""``MemoryKeeper``: stores distilled memories and keeps them true.
 
 * Exact duplicates (same normalised content in the session) raise ``times_mentioned`` and
   ``last_confirmed`` instead of adding rows; so do items the extraction LLM marks ``same_as``.
@@ -7,8 +7,8 @@
 * An item the extraction LLM marks as replacing older ones supersedes them: they keep their
   row as history, with ``valid_until`` (when they stopped being true) and ``superseded_by``,
   and recall no longer returns them as current.
-* Recall ranks by similarity, time decay, importance and access frequency (seed 000
-  ``recall``); what is recalled counts as used, which raises its importance.
+* Recall ranks by similarity, time decay, importance and access frequency; what is recalled
+  counts as used, which raises its importance.
 
 Scope: rows belong to the session they were said in (a group user's statements to that user
 in that group). ``scope="user"`` (MEMORY_DISTILLED_SCOPE) widens recall to all of the user's
@@ -187,7 +187,7 @@ class MemoryKeeper:
         now: datetime | None = None,
         touch: bool = True,
     ) -> list[DistilledHit]:
-        """The ``top_k`` current memories of these kinds best for ``query`` (seed 000 ranking).
+        """The ``top_k`` current memories of these kinds best for ``query``.
 
         Only this session's memories, or the user's in every chat with the user scope. An
         unembeddable query recalls nothing (logged). Returned memories count as used.
@@ -281,7 +281,7 @@ class MemoryKeeper:
             done += len(rows)
 
     async def maintain(self) -> MaintenanceReport:
-        """Daily upkeep (seed 000 §7): embed what is missing, merge near-duplicates that
+        """Daily upkeep: embed what is missing, merge near-duplicates that
         restate each other (keeping the older row), refresh importance from use."""
         store = self._store()
         embedded = 0

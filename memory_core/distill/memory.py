@@ -1,6 +1,6 @@
-"""Distilled memory: what the bot knows about a person beyond raw turns (seed 000 §1).
+"""Distilled memory: what the bot knows about a person beyond raw turns.
 
-Types (seed 000 §1.2): ``raw`` is a stored turn (the ``dialogues`` table); the distilled kinds
+Types: ``raw`` is a stored turn (the ``dialogues`` table); the distilled kinds
 are ``facts`` (fact, category, confidence, first_seen, last_confirmed, times_mentioned),
 ``preferences`` (preference, category, strength, evidence) and ``summary`` (summary,
 key_topics, sentiment, action_items). Each distilled row records its session, its source
@@ -120,7 +120,7 @@ def memory_score(
 
 
 def embedding_text(kind: str, content: str, key_topics: Sequence[str] = ()) -> str:
-    """What is embedded: the content, with the topics for a summary (seed 000 §3.2)."""
+    """What is embedded: the content, with the topics for a summary."""
     if kind == "summary" and key_topics:
         return f"{'、'.join(key_topics)}：{content}"
     return content

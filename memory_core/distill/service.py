@@ -1,4 +1,4 @@
-"""``TemporalMemory.distilled``: distilled memory, its extraction and the answer cache (issue 5).
+"""``TemporalMemory.distilled``: distilled memory, its extraction and the answer cache.
 
 One object over the parts that live beside the dialogue turns, on the memory's database pool:
 facts, preferences and summaries (``keeper``), their background extraction (``extraction``,
@@ -176,7 +176,7 @@ class DistilledService:
         now: datetime | None = None,
     ) -> list[DistilledHit]:
         """Current distilled memories for ``query`` ranked by similarity, time decay,
-        importance and use (seed 000 ``recall``), in this session or the user scope."""
+        importance and use, in this session or the user scope."""
         return await self.keeper.recall(
             user_id,
             group_id,

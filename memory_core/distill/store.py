@@ -31,7 +31,7 @@ DISTILLED_COLUMNS = (
 
 
 def _importance(base: str, accesses: str, mentions: str) -> str:
-    """The one importance formula (seed 000 §7, made idempotent): the extraction's base value,
+    """The one importance formula: the extraction's base value,
     raised by use (+0.02 an access, up to 10) and by repetition (+0.05 a repeat, up to 4)."""
     return f"least(1.0, {base} + 0.02 * least({accesses}, 10) + 0.05 * least({mentions} - 1, 4))"
 

@@ -1,4 +1,4 @@
-"""Scoring finished exchanges 0–100 (seed 003 §7): an LLM evaluator and a heuristic one.
+"""Scoring finished exchanges 0–100: an LLM evaluator and a heuristic one.
 
 Both implement ``Evaluator``: ``score`` takes exchanges and returns one score per exchange, or
 ``None`` where the answer was unreadable. Transport failures raise ``LLMError``.

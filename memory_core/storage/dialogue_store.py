@@ -80,7 +80,7 @@ ON CONFLICT (message_uuid) DO NOTHING
 
 SQL_SESSION_SIZE = "SELECT count(*) FROM dialogues WHERE session_key = $1"
 
-# Optional anchor filters shared by the channels (seed 003 §2.2): $6 roles, $7 required
+# Optional anchor filters shared by the channels: $6 roles, $7 required
 # phrases (normalised, each must occur in the content), $8/$9 a time range [start, end).
 # The range bounds are plain comparisons so the session index can use them.
 _ANCHOR_FILTERS = """
@@ -117,7 +117,7 @@ ORDER BY embedding::halfvec({dim}) <=> $4::halfvec({dim}) LIMIT $5
 """
 )
 
-# Keyword search of one session (issue 6): rows holding any query term ($4 tsquery over the
+# Keyword search of one session: rows holding any query term ($4 tsquery over the
 # terms $5), ranked by BM25 without term frequency (messages rarely repeat a word): the sum of
 # the matched terms' IDF, with the session ($10 rows) as the collection, damped for long
 # messages. The filters apply after the document frequencies, which describe the whole
@@ -354,7 +354,7 @@ class AnchorCandidate:
 
 @dataclass(frozen=True)
 class AnchorFilters:
-    """Optional limits on which turns may be anchors (seed 003 §2.2 混合过滤).
+    """Optional limits on which turns may be anchors.
 
     ``roles``: only these roles; ``phrases``: normalised text each anchor must contain
     (see ``keywords.required_phrases``); ``start``/``end``: a time range ``[start, end)``.
