@@ -24,8 +24,10 @@ from nonebot.drivers import ASGIMixin, Driver
 from nonebot.log import logger
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .asgi_guard import WarningThrottle, route_path
 
 EVENT_PATHS = frozenset({"/onebot/v11/", "/onebot/v11/http", "/onebot/v11/http/"})
 """The routes on which the OneBot v11 adapter takes events as HTTP POSTs."""
@@ -34,8 +36,6 @@ REFUSAL = (
     "OneBot events over HTTP POST are refused: this bot accepts them only when ONEBOT_SECRET "
     "is set and the request is signed (X-Signature). Connect over the WebSocket instead.\n"
 )
-WARNING_INTERVAL = 60.0
-"""Seconds between two warnings about refused POSTs (a flood must not flood the log)."""
 
 
 class HttpEventGuard:
@@ -50,9 +50,7 @@ class HttpEventGuard:
     ) -> None:
         self.app = app
         self._routes = routes
-        self._clock = clock
-        self._refused_since_warning = 0
-        self._next_warning_at = float("-inf")
+        self._warnings = WarningThrottle(clock)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._reaches_event_route(scope):
@@ -64,30 +62,19 @@ class HttpEventGuard:
     def _reaches_event_route(self, scope: Scope) -> bool:
         if scope["type"] != "http" or scope["method"] != "POST":
             return False
-        # Ask the router which route would take the request, as Starlette itself does (the first
-        # full match), rather than comparing raw paths: a root_path prefix or a redirect must not
-        # let a POST past.
-        for route in self._routes():
-            match, _ = route.matches(scope)
-            if match is Match.FULL:
-                return getattr(route, "path", None) in EVENT_PATHS
-        return False
+        return route_path(self._routes(), scope) in EVENT_PATHS
 
     def _warn(self, scope: Scope) -> None:
-        self._refused_since_warning += 1
-        now = self._clock()
-        if now < self._next_warning_at:
+        more = self._warnings.due()
+        if more is None:
             return
         client = scope.get("client")
         source = f"{client[0]}:{client[1]}" if client else "an unknown client"
-        more = self._refused_since_warning - 1
         logger.warning(
             f"TemporalMemory refused an HTTP POST event to {scope['path']} from {source}"
             + (f" (and {more} more since the last warning)" if more else "")
             + ": events over HTTP are accepted only when ONEBOT_SECRET is set (and signed)"
         )
-        self._refused_since_warning = 0
-        self._next_warning_at = now + WARNING_INTERVAL
 
 
 class HttpEventGuardError(RuntimeError):

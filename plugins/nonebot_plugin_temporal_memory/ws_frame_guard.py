@@ -24,14 +24,13 @@ from nonebot import get_driver
 from nonebot.drivers import ASGIMixin, Driver
 from nonebot.log import logger
 from starlette.applications import Starlette
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .asgi_guard import WarningThrottle, route_path
 
 WS_PATHS = frozenset({"/onebot/v11/", "/onebot/v11/ws", "/onebot/v11/ws/"})
 """The routes on which the OneBot v11 adapter takes reverse WebSocket connections."""
-
-WARNING_INTERVAL = 60.0
-"""Seconds between two warnings about dropped frames (a flood must not flood the log)."""
 
 
 def readable(message: Message) -> bool:
@@ -59,9 +58,7 @@ class WebSocketFrameGuard:
     ) -> None:
         self.app = app
         self._routes = routes
-        self._clock = clock
-        self._dropped_since_warning = 0
-        self._next_warning_at = float("-inf")
+        self._warnings = WarningThrottle(clock)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._reaches_ws_route(scope):
@@ -80,27 +77,18 @@ class WebSocketFrameGuard:
     def _reaches_ws_route(self, scope: Scope) -> bool:
         if scope["type"] != "websocket":
             return False
-        # The route Starlette itself would pick (the first full match), as http_event_guard does.
-        for route in self._routes():
-            match, _ = route.matches(scope)
-            if match is Match.FULL:
-                return getattr(route, "path", None) in WS_PATHS
-        return False
+        return route_path(self._routes(), scope) in WS_PATHS
 
     def _warn(self, scope: Scope, message: Message) -> None:
-        self._dropped_since_warning += 1
-        now = self._clock()
-        if now < self._next_warning_at:
+        more = self._warnings.due()
+        if more is None:
             return
         kind = "text" if message.get("text") is not None else "binary"
-        more = self._dropped_since_warning - 1
         logger.warning(
             f"TemporalMemory dropped an unreadable {kind} WebSocket frame on {scope['path']}"
             + (f" (and {more} more since the last warning)" if more else "")
             + ": not JSON, or nested too deeply; the connection stays open"
         )
-        self._dropped_since_warning = 0
-        self._next_warning_at = now + WARNING_INTERVAL
 
 
 def install_ws_frame_guard(driver: Driver) -> bool:

@@ -85,7 +85,7 @@ async def test_other_routes_are_untouched_and_event_routes_never_reached(plugin:
 
 
 async def test_refusals_warn_once_a_minute_naming_onebot_secret(plugin: Any, warnings: list[str]):
-    from nonebot_plugin_temporal_memory.http_event_guard import WARNING_INTERVAL
+    from nonebot_plugin_temporal_memory.asgi_guard import WARNING_INTERVAL
 
     now = [1000.0]
     app, _ = starlette_app(clock=lambda: now[0])
