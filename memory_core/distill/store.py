@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -194,12 +194,23 @@ ON CONFLICT (session_key) DO UPDATE SET
 RETURNING pending_turns
 """
 
-SQL_DUE_SESSIONS = """
-SELECT session_key, user_id, group_id, last_turn_id, pending_turns, attempts
-FROM distilled_sessions
-WHERE pending_turns > 0 AND not_before <= $1 AND (pending_turns >= $2 OR last_activity_at <= $3)
-ORDER BY last_activity_at, session_key LIMIT $4
+# Claims due sessions for one worker: sessions another process is claiming are skipped, and
+# claimed ones are leased (not due again until $5, unless finished, postponed or deferred
+# first), so two bots on one database never distil the same session at once.
+SQL_CLAIM_DUE_SESSIONS = """
+WITH due AS (
+    SELECT session_key FROM distilled_sessions
+    WHERE pending_turns > 0 AND not_before <= $1
+      AND (pending_turns >= $2 OR last_activity_at <= $3)
+    ORDER BY last_activity_at, session_key LIMIT $4
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE distilled_sessions s SET not_before = $5
+FROM due WHERE s.session_key = due.session_key
+RETURNING s.session_key, s.user_id, s.group_id, s.last_turn_id, s.pending_turns, s.attempts,
+          s.last_activity_at
 """
+SESSION_LEASE = timedelta(minutes=10)
 
 SQL_SESSION_STATE = """
 SELECT session_key, user_id, group_id, last_turn_id, pending_turns, attempts
@@ -560,12 +571,16 @@ class PgDistilledStore(PgCounterStore):
                 await conn.fetchval(SQL_NOTE_EXCHANGE, session_key, user_id, group_id, turns, now)
             )
 
-    async def due_sessions(
+    async def claim_due_sessions(
         self, *, now: datetime, every: int, idle_before: datetime, limit: int
     ) -> list[SessionDue]:
+        """Due sessions, claimed for this worker (``SQL_CLAIM_DUE_SESSIONS``), oldest first."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DUE_SESSIONS, now, every, idle_before, limit)
-        return [_session(r) for r in records]
+            records = await conn.fetch(
+                SQL_CLAIM_DUE_SESSIONS, now, every, idle_before, limit, now + SESSION_LEASE
+            )
+        ordered = sorted(records, key=lambda r: (r["last_activity_at"], r["session_key"]))
+        return [_session(r) for r in ordered]
 
     async def session_state(self, session_key: str) -> SessionDue | None:
         async with self._connection() as conn:

@@ -135,7 +135,7 @@ class ExtractionWorker:
             while True:
                 due = [
                     s
-                    for s in await self._store().due_sessions(
+                    for s in await self._store().claim_due_sessions(
                         now=moment,
                         every=self.every_turns,
                         idle_before=moment - self.idle,
@@ -238,6 +238,7 @@ class ExtractionWorker:
             # drawn from the batch is kept, and the watermark stays, so the turns that are left
             # (none after /forget, which also drops this bookkeeping) are read again.
             log.info("extraction of a session discarded: its turns were deleted meanwhile")
+            await self._store().defer_session(session.session_key, now)  # due again at once
             return ExtractionReport(session.session_key, discarded=True)
         await self._finish(session, batch, now)
         await self._wait_for_settling(session, unsettled)

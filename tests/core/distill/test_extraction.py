@@ -387,3 +387,20 @@ async def test_a_recall_while_the_model_reads_the_turns_drops_the_batch_and_the_
     assert "用户住在北京" not in await distilled_contents(memory)
     facts = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
     assert [f.content for f in facts] == ["用户在杭州上班"]
+
+
+async def test_two_bots_on_one_database_never_distil_the_same_session(memory_factory, distiller):
+    settings = llm_settings(distiller, extraction_every_turns=1)
+    first, second = await memory_factory(**settings), await memory_factory(**settings)
+    for user in range(1, 5):
+        await exchange(first, "我住在北京", T0, user_id=user)
+    later = T0 + timedelta(minutes=10)
+    done = await asyncio.gather(
+        first.distilled.extract_due(later), second.distilled.extract_due(later)
+    )
+    assert sum(done) == 4
+    facts_prompts = [p for p in distiller.server.prompt_texts() if prompt_kind(p) == "facts"]
+    assert len(facts_prompts) == 4  # each session asked about once
+    for user in range(1, 5):
+        [fact] = await first.distilled.recall_by_type(user, None, "facts", now=later)
+        assert fact.content == "用户住在北京"
