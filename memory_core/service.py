@@ -41,6 +41,7 @@ from .models import (
 )
 from .providers.embedding import Embedder, build_embedder
 from .recall.retriever import Retriever
+from .recall.sharing import GroupSharing
 from .settings import MemorySettings, RetrievalMode
 from .stats import EvaluationFigures, MemoryStats
 from .storage.database import (
@@ -129,6 +130,9 @@ class TemporalMemory:
         )
         self._retriever = Retriever(
             settings=settings, embedder=embedder, vector_index=self.vector_index
+        )
+        self.sharing = GroupSharing(
+            listed=settings.memory_shared_groups, pool=lambda: self._pool
         )
         # Distilled memory, its background extraction and the answer cache.
         self.distilled = DistilledService(
@@ -536,7 +540,8 @@ class TemporalMemory:
         mode: RetrievalMode | None = None,
         time_aware: bool | None = None,
     ) -> RecallResult:
-        """Top-N anchors of this session, each widened by ±window turns; see
+        """Top-N anchors of this session (of the whole group when it is shared, see
+        ``recall.sharing``), each widened by ±window turns; see
         :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and filters."""
         return await self._retriever.recall(
             self._require_store(),
@@ -550,6 +555,7 @@ class TemporalMemory:
             keywords=keywords,
             mode=mode,
             time_aware=time_aware,
+            shared=await self.sharing.shared(group_id),
         )
 
     async def get_contextual_memory(
@@ -573,8 +579,10 @@ class TemporalMemory:
         now: datetime | None = None,
         exclude_ids: Sequence[int] = (),
         max_tokens: int | None = None,
+        asker: int | None = None,
     ) -> MemoryBlock:
-        """The time-stamped memory block for a prompt, within the token budget."""
+        """The time-stamped memory block for a prompt, within the token budget; ``asker``
+        labels a shared group's other members (``build_memory_block``)."""
         return build_memory_block(
             result.windows,
             now or datetime.now(timezone.utc),
@@ -582,6 +590,7 @@ class TemporalMemory:
             self.token_counter,
             self.settings.memory_max_tokens if max_tokens is None else max_tokens,
             exclude_ids=exclude_ids,
+            asker=asker,
         )
 
     async def recent_turns(

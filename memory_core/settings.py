@@ -7,6 +7,7 @@ can validate ``.env.prod`` + environment into it. The core itself never reads ``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,8 @@ class MemorySettings(BaseModel):
     memory_time_weight: float = Field(default=1.0, ge=0)
     memory_time_understanding: bool = True
     memory_anchor_diversity: bool = True
+    # groups whose members recall each other's words (memory_core.recall.sharing)
+    memory_shared_groups: frozenset[int] = frozenset()
 
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"
@@ -159,6 +162,16 @@ class MemorySettings(BaseModel):
         if isinstance(value, str) and value.strip() == "":
             field = cls.model_fields[info.field_name]
             return field.get_default(call_default_factory=True)
+        return value
+
+    @field_validator("memory_shared_groups", mode="before")
+    @classmethod
+    def _group_list(cls, value: Any) -> Any:
+        # `123`, `123,456` or `[123, 456]` (NoneBot decodes the last one, and a lone number).
+        if isinstance(value, int) and not isinstance(value, bool):
+            return [value]
+        if isinstance(value, str):
+            return [part for part in re.split(r"[\s,，]+", value.strip(" []")) if part]
         return value
 
     @field_validator("memory_timezone")

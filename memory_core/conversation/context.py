@@ -94,12 +94,13 @@ def assemble_context(
     counter: TokenCounter,
     max_tokens: int,
     exclude_ids: Collection[int] = (),
+    asker: int | None = None,
 ) -> MemoryContext:
     """Fill ``max_tokens`` in priority order (see the module docstring); pure.
 
     Each section takes its items in the given order (best first) while they fit; an item that
     does not fit is skipped and a shorter later one may still fit. The dialogue block gets
-    what is left.
+    what is left. ``asker`` labels other members' turns (``prompt.build_memory_block``).
     """
     if max_tokens <= 0:
         everything = len(preferences) + len(facts) + len(summaries) + len(windows)
@@ -160,14 +161,16 @@ def assemble_context(
 
     prefix_tokens = counter.count(prefix)
     budget = max_tokens - (counter.count(prefix + "\n") if prefix else 0)
-    block = build_memory_block(windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids)
+    block = build_memory_block(
+        windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids, asker=asker
+    )
     text = f"{prefix}\n{block.text}" if prefix and block.text else prefix or block.text
     tokens = counter.count(text)
     # Joining may merge tokens at the seam; shrink the dialogue until the whole text fits.
     while tokens > max_tokens and block.text:
         budget -= tokens - max_tokens
         block = build_memory_block(
-            windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids
+            windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids, asker=asker
         )
         text = f"{prefix}\n{block.text}" if prefix and block.text else prefix or block.text
         tokens = counter.count(text)
@@ -271,6 +274,7 @@ class ContextBuilder:
             counter=self._counter,
             max_tokens=budget,
             exclude_ids=exclude_ids,
+            asker=user_id,
         )
         if self._keeper is not None and context.distilled_ids:
             await self._keeper.touch(context.distilled_ids, now)

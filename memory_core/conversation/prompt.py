@@ -16,6 +16,11 @@ from ..lang.tokens import TokenCounter
 from ..models import MemoryTurn, RecallWindow
 
 MEMORY_HEADER = "--- 相关记忆 ---"
+# Under the header when recall drew on a shared group's other members (recall.sharing).
+OTHERS_NOTE = (
+    "（本群开启了共享记忆：标为“群友”的行是其他群成员对你说的话，“你对群友…”是你给他们的回复；"
+    "这些不是当前这位成员说的，提到时说明是谁说的。）"
+)
 RECAP_AFTER = timedelta(hours=1)
 
 
@@ -65,6 +70,7 @@ def build_memory_block(
     max_tokens: int,
     *,
     exclude_ids: Collection[int] = (),
+    asker: int | None = None,
 ) -> MemoryBlock:
     """Recalled windows as ``--- 相关记忆 ---`` plus one memory line per turn, in time order.
 
@@ -73,8 +79,13 @@ def build_memory_block(
     never cut. Turns in ``exclude_ids`` (already in the prompt as recent turns) and turns shared
     with an earlier window are skipped. The token count of the whole text, header included, never
     exceeds ``max_tokens``; nothing kept (or ``max_tokens == 0``) gives an empty text.
+
+    ``asker``: the person being answered. In a shared group, turns of other members' sessions
+    are labelled ``群友(name)`` and ``你对群友name`` (the bot's replies to them), and
+    ``OTHERS_NOTE`` under the header says what that means.
     """
     excluded = set(exclude_ids)
+    names = _member_names(windows)
     if max_tokens <= 0 or not windows:
         return MemoryBlock(text="", turn_ids=(), tokens=0, dropped_windows=len(windows))
 
@@ -84,9 +95,13 @@ def build_memory_block(
     tokens = counter.count(MEMORY_HEADER)  # the count of the text built so far
     dropped = 0
 
+    def others(turn: MemoryTurn) -> bool:
+        return asker is not None and turn.user_id != asker
+
     def render(turns: Sequence[MemoryTurn]) -> str:
         body = [lines[turn.id] for turn in sorted(turns, key=_time_key)]
-        return "\n".join([MEMORY_HEADER, *body])
+        note = [OTHERS_NOTE] if any(others(turn) for turn in turns) else []
+        return "\n".join([MEMORY_HEADER, *note, *body])
 
     for window in windows:
         ordered = [t for t in _nearest_first(window) if t.id not in excluded]
@@ -94,7 +109,8 @@ def build_memory_block(
             continue  # everything already shown or excluded: nothing to spend tokens on
         for turn in ordered:
             if turn.id not in lines:
-                lines[turn.id] = format_memory_line(turn, now, tz)
+                label = _member_label(turn, names) if others(turn) else None
+                lines[turn.id] = format_memory_line(turn, now, tz, label=label)
                 line_tokens[turn.id] = counter.count(lines[turn.id])
 
         fitted = False
@@ -130,6 +146,22 @@ def build_memory_block(
         tokens=tokens,
         dropped_windows=dropped,
     )
+
+
+def _member_names(windows: Sequence[RecallWindow]) -> dict[int, str]:
+    """Each member's latest name among the recalled user turns."""
+    names: dict[int, str] = {}
+    turns = sorted((t for w in windows for t in w.turns if t.role == "user"), key=_time_key)
+    for turn in turns:
+        if turn.sender_name and turn.sender_name.strip():
+            names[turn.user_id] = turn.sender_name
+    return names
+
+
+def _member_label(turn: MemoryTurn, names: dict[int, str]) -> str:
+    """``群友(小明)`` for another member's words, ``你对群友小明`` for the bot's reply to them."""
+    name = names.get(turn.user_id) or f"QQ {turn.user_id}"
+    return f"群友({name})" if turn.role == "user" else f"你对群友{name}"
 
 
 @dataclass(frozen=True)

@@ -76,7 +76,9 @@ def _single_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def format_memory_line(turn: MemoryTurn, now: datetime, tz: ZoneInfo) -> str:
+def format_memory_line(
+    turn: MemoryTurn, now: datetime, tz: ZoneInfo, *, label: str | None = None
+) -> str:
     """``[2024-01-16 10:30:15] (5小时前) user(小明): content`` — one recalled turn for a prompt.
 
     Without a sender name the label is just the role (``user: content``); the sender name is
@@ -85,10 +87,14 @@ def format_memory_line(turn: MemoryTurn, now: datetime, tz: ZoneInfo) -> str:
     continuation line is prefixed with ``CONTINUATION_INDENT``. So only real memory lines start
     at column 0 with ``[`` — a user cannot forge a memory line by typing a newline and a fake
     stamp — and the content comes back by removing that indent from each continuation line.
+    ``label`` replaces the role and name (a shared group's other members, see ``prompt``).
     """
-    label: str = turn.role
-    if turn.sender_name is not None and turn.sender_name.strip():
+    if label is not None:
+        label = _single_line(label)
+    elif turn.sender_name is not None and turn.sender_name.strip():
         label = f"{turn.role}({_single_line(turn.sender_name)})"
+    else:
+        label = turn.role
     content = turn.content.replace("\r\n", "\n").replace("\r", "\n").rstrip()
     content = content.replace("\n", "\n" + CONTINUATION_INDENT)
     stamp = format_absolute(turn.created_at, tz)

@@ -19,7 +19,12 @@ from ..lang.timerange import analyse_query
 from ..models import RecallResult, Role, generate_session_key
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings, RetrievalMode
-from ..storage.dialogue_store import AnchorCandidate, AnchorFilters, PgDialogueStore
+from ..storage.dialogue_store import (
+    AnchorCandidate,
+    AnchorFilters,
+    PgDialogueStore,
+    RecallScope,
+)
 from ..storage.vector_index import VectorIndex
 from .ranking import (
     Channel,
@@ -73,6 +78,7 @@ class Retriever:
         keywords: Sequence[str] | None = None,
         mode: RetrievalMode | None = None,
         time_aware: bool | None = None,
+        shared: bool = False,
     ) -> RecallResult:
         """Top-N anchors of this session by meaning, keywords and time, each widened by
         ±window turns.
@@ -85,6 +91,8 @@ class Retriever:
         else (and the range holds a turn; else the best matches anywhere); ``time_aware=False``
         ignores it. ``roles`` limits anchors to those roles and
         ``keywords`` to turns containing every one of them (windows stay whole).
+        ``shared`` (a shared group, ``recall.sharing``): anchors come from every member's
+        session of the group, each window from its anchor's own session.
         If the query cannot be embedded, hybrid recall falls back to keywords and vector
         recall returns nothing (logged); it is never an error.
         """
@@ -94,7 +102,9 @@ class Retriever:
         query = scrub(query) if isinstance(query, str) else ""
         if top_n <= 0 or not query.strip():
             return RecallResult(query=query)
-        session_key = generate_session_key(user_id, group_id)
+        scope = RecallScope(
+            generate_session_key(user_id, group_id), group_id if shared else None
+        )
         mode = mode or self.settings.memory_retrieval_mode
         if time_aware is None:
             time_aware = self.settings.memory_time_understanding
@@ -107,14 +117,14 @@ class Retriever:
         )
         # The query's embedding and the session's size are independent: fetch both at once.
         embedded, size = await asyncio.gather(
-            self._embed_for_recall(text, mode), store.session_size(session_key)
+            self._embed_for_recall(text, mode), store.session_size(scope)
         )
         if embedded is _NO_VECTOR:
             return RecallResult(query=query)
         vector = embedded if isinstance(embedded, np.ndarray) else None
         limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
         search: dict[str, Any] = dict(
-            session_key=session_key, model=self.embedding_model, now=now, limit=limit
+            scope=scope, model=self.embedding_model, now=now, limit=limit
         )
         searches: dict[str, Awaitable[list[Any]]] = {}
         if vector is not None:
@@ -173,7 +183,7 @@ class Retriever:
                 # Nothing was said in that time: answer with what matches best instead of
                 # nothing (the user may misremember when).
                 ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
-        result = await self._assemble(store, session_key, query, ranked, top_n, window, now)
+        result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(result, search_text=text)
 
     async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
@@ -193,7 +203,7 @@ class Retriever:
     async def _assemble(
         self,
         store: PgDialogueStore,
-        session_key: str,
+        scope: RecallScope,
         query: str,
         ranked: Sequence[RankedAnchor],
         top_n: int,
@@ -206,7 +216,7 @@ class Retriever:
         # Diversity needs each candidate's neighbours, even when no window is returned.
         reach = max(window, 1) if diverse else window
         rows = await store.windows(
-            session_key=session_key,
+            scope=scope,
             anchors=[a.candidate for a in pool],
             window_size=reach,
             now=now,
@@ -232,7 +242,10 @@ class Retriever:
         session_rows: int,
         **search: Any,
     ) -> list[AnchorCandidate]:
-        session_key = search["session_key"]
+        scope: RecallScope = search["scope"]
+        if scope.shared_group is not None:  # no index spans a group: exact, hence complete
+            return await store.anchor_candidates(query_vector=vector, filters=filters, **search)
+        session_key = scope.session_key
         if not self.vector_index.serves(session_key, session_rows):
             if session_rows > self.settings.memory_exact_search_max_rows:
                 self.vector_index.request(store, session_key)  # exact until it is built

@@ -80,6 +80,19 @@ ON CONFLICT (message_uuid) DO NOTHING
 
 SQL_SESSION_SIZE = "SELECT count(*) FROM dialogues WHERE session_key = $1"
 
+
+def _scoped(sql: str, alias: str = "") -> tuple[str, str]:
+    """``sql`` for one session and for a whole shared group (``RecallScope``): its one
+    ``{alias}session_key = $1`` becomes ``{alias}group_id = $1::bigint``, read through the group
+    index. Every member's session of that group, and nothing of another chat, is then read."""
+    marker = f"{alias}session_key = $1"
+    if sql.count(marker) != 1:
+        raise ValueError(f"a scoped statement names its session exactly once: {sql}")
+    return sql, sql.replace(marker, f"{alias}group_id = $1::bigint")
+
+
+SQL_SCOPE_SIZE = _scoped(SQL_SESSION_SIZE)
+
 # Optional anchor filters shared by the channels: $6 roles, $7 required
 # phrases (normalised, each must occur in the content), $8/$9 a time range [start, end).
 # The range bounds are plain comparisons so the session index can use them.
@@ -103,6 +116,7 @@ WITH candidates AS MATERIALIZED (
 SELECT id, created_at, 1 - (embedding <=> $4) AS similarity
 FROM candidates ORDER BY embedding <=> $4 LIMIT $5
 """
+SQL_SCOPE_ANCHORS_EXACT = _scoped(SQL_ANCHORS_EXACT)
 
 # Index search for large sessions: the expression must match the session's HNSW index.
 SQL_ANCHORS_INDEX = (
@@ -158,6 +172,7 @@ SELECT b.id, b.created_at, b.score, b.coverage,
 FROM best b JOIN dialogues d ON d.id = b.id
 ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
+SQL_SCOPE_KEYWORD_CANDIDATES = _scoped(SQL_KEYWORD_CANDIDATES)
 
 # The session's latest live turns (for "刚才"), newest first, with the cosine to $4 if given.
 SQL_LATEST_CANDIDATES = f"""
@@ -169,22 +184,28 @@ WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_a
   {_ANCHOR_FILTERS}
 ORDER BY created_at DESC, id DESC LIMIT $5
 """
+SQL_SCOPE_LATEST_CANDIDATES = _scoped(SQL_LATEST_CANDIDATES)
 
-# Each anchor's ±window live turns of the same session, in (created_at, id) order.
+# Each anchor's ±window live turns of the anchor's own session, in (created_at, id) order: in
+# a shared group, a member's words with the bot's replies to that member.
 SQL_WINDOWS = f"""
 SELECT a.anchor_id, w.* FROM unnest($2::bigint[], $3::timestamptz[]) AS a(anchor_id, anchor_at)
+JOIN dialogues s ON s.id = a.anchor_id AND s.session_key = $1
 CROSS JOIN LATERAL (
     (SELECT {TURN_COLUMNS} FROM dialogues d
-     WHERE d.session_key = $1 AND d.created_at <= $4 AND (d.expires_at IS NULL OR d.expires_at > $4)
+     WHERE d.session_key = s.session_key AND d.created_at <= $4
+       AND (d.expires_at IS NULL OR d.expires_at > $4)
        AND (d.created_at, d.id) < (a.anchor_at, a.anchor_id)
      ORDER BY d.created_at DESC, d.id DESC LIMIT $5)
     UNION ALL
     (SELECT {TURN_COLUMNS} FROM dialogues d
-     WHERE d.session_key = $1 AND d.created_at <= $4 AND (d.expires_at IS NULL OR d.expires_at > $4)
+     WHERE d.session_key = s.session_key AND d.created_at <= $4
+       AND (d.expires_at IS NULL OR d.expires_at > $4)
        AND (d.created_at, d.id) >= (a.anchor_at, a.anchor_id)
      ORDER BY d.created_at, d.id LIMIT $5 + 1)
 ) w
 """
+SQL_SCOPE_WINDOWS = _scoped(SQL_WINDOWS, alias="s.")
 
 # The short-term context: whatever the evaluator made of a turn, the conversation of the last
 # minutes stays (expired rows outlive their expiry by that window, see ``purge_expired``).
@@ -346,6 +367,24 @@ class DeletedTurn:
 
 
 @dataclass(frozen=True)
+class RecallScope:
+    """Whose turns a search reads: one session (``"{group_id}:{user_id}"`` or
+    ``"{user_id}"``), or every session of ``shared_group`` (``memory_core.recall.sharing``).
+    A shared scope is never served by a per-session vector index: it is searched exactly."""
+
+    session_key: str
+    shared_group: int | None = None
+
+    @property
+    def key(self) -> str | int:
+        """``$1`` of the scoped statements."""
+        return self.session_key if self.shared_group is None else self.shared_group
+
+    def pick(self, statements: tuple[str, str]) -> str:
+        return statements[0] if self.shared_group is None else statements[1]
+
+
+@dataclass(frozen=True)
 class AnchorCandidate:
     id: int
     created_at: datetime
@@ -481,14 +520,15 @@ class PgDialogueStore(PgStore):
             status = await conn.execute(SQL_MOVE_IMPORTED, timeout=COPY_TIMEOUT)
         return rows_affected(status)
 
-    async def session_size(self, session_key: str) -> int:
+    async def session_size(self, scope: RecallScope) -> int:
+        """The rows of the scope's session (or shared group), live or not."""
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_SESSION_SIZE, session_key))
+            return int(await conn.fetchval(scope.pick(SQL_SCOPE_SIZE), scope.key))
 
     async def anchor_candidates(
         self,
         *,
-        session_key: str,
+        scope: RecallScope,
         model: str,
         query_vector: np.ndarray,
         now: datetime,
@@ -498,13 +538,22 @@ class PgDialogueStore(PgStore):
     ) -> list[AnchorCandidate]:
         """The ``limit`` nearest live embedded turns of one session (within ``filters``).
 
-        ``index_dim=None`` scans the session exactly. With a dimension, the session's HNSW index
-        is used, with pgvector's iterative scan so that filters cannot starve the result.
+        ``index_dim=None`` scans the session (or the shared group) exactly. With a dimension,
+        the session's HNSW index is used, with pgvector's iterative scan so that filters cannot
+        starve the result.
         """
+        if index_dim is not None and scope.shared_group is not None:
+            raise ValueError("a shared group has no vector index: search it exactly")
         async with self._connection() as conn:
             if index_dim is None:
                 records = await conn.fetch(
-                    SQL_ANCHORS_EXACT, session_key, model, now, query_vector, limit, *filters.args()
+                    scope.pick(SQL_SCOPE_ANCHORS_EXACT),
+                    scope.key,
+                    model,
+                    now,
+                    query_vector,
+                    limit,
+                    *filters.args(),
                 )
             else:
                 async with conn.transaction():
@@ -516,7 +565,7 @@ class PgDialogueStore(PgStore):
                     await conn.execute("SET LOCAL enable_sort = off")
                     records = await conn.fetch(
                         SQL_ANCHORS_INDEX.format(dim=int(index_dim)),
-                        session_key,
+                        scope.session_key,
                         model,
                         now,
                         query_vector,
@@ -528,7 +577,7 @@ class PgDialogueStore(PgStore):
     async def keyword_candidates(
         self,
         *,
-        session_key: str,
+        scope: RecallScope,
         model: str,
         terms: Sequence[str],
         now: datetime,
@@ -542,7 +591,7 @@ class PgDialogueStore(PgStore):
         if query is None or limit <= 0:
             return []
         args = (
-            session_key,
+            scope.key,
             model,
             now,
             query,
@@ -554,7 +603,7 @@ class PgDialogueStore(PgStore):
         )
         async with self._connection() as conn:
             if session_rows <= CUSTOM_PLAN_MIN_ROWS:
-                records = await conn.fetch(SQL_KEYWORD_CANDIDATES, *args)
+                records = await conn.fetch(scope.pick(SQL_SCOPE_KEYWORD_CANDIDATES), *args)
             else:
                 async with conn.transaction():
                     # A plan for these very terms and session: a generic plan (after five
@@ -562,7 +611,7 @@ class PgDialogueStore(PgStore):
                     # common, and reads a large session row by row instead of looking its
                     # terms up (measured: 30 ms instead of 3 in a 25,000-turn session).
                     await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-                    records = await conn.fetch(SQL_KEYWORD_CANDIDATES, *args)
+                    records = await conn.fetch(scope.pick(SQL_SCOPE_KEYWORD_CANDIDATES), *args)
         return [
             KeywordCandidate(
                 r["id"],
@@ -577,7 +626,7 @@ class PgDialogueStore(PgStore):
     async def latest_candidates(
         self,
         *,
-        session_key: str,
+        scope: RecallScope,
         model: str,
         now: datetime,
         limit: int,
@@ -587,8 +636,8 @@ class PgDialogueStore(PgStore):
         """The session's ``limit`` latest live turns, newest first (similarity 0 if unknown)."""
         async with self._connection() as conn:
             records = await conn.fetch(
-                SQL_LATEST_CANDIDATES,
-                session_key,
+                scope.pick(SQL_SCOPE_LATEST_CANDIDATES),
+                scope.key,
                 model,
                 now,
                 query_vector,
@@ -603,18 +652,19 @@ class PgDialogueStore(PgStore):
     async def windows(
         self,
         *,
-        session_key: str,
+        scope: RecallScope,
         anchors: Sequence[AnchorCandidate],
         window_size: int,
         now: datetime,
     ) -> list[tuple[int, MemoryTurn]]:
-        """``(anchor_id, turn)`` for each anchor's window (the anchor included)."""
+        """``(anchor_id, turn)`` for each anchor's window (the anchor included), in the anchor's
+        own session; anchors outside ``scope`` get none."""
         if not anchors:
             return []
         async with self._connection() as conn:
             records = await conn.fetch(
-                SQL_WINDOWS,
-                session_key,
+                scope.pick(SQL_SCOPE_WINDOWS),
+                scope.key,
                 [a.id for a in anchors],
                 [a.created_at for a in anchors],
                 now,

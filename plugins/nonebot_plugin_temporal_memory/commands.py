@@ -430,7 +430,7 @@ async def handle_recall(
         await reply(bot, event, runtime, f"在{where}中没有找到与“{request.query}”相关的记忆。")
         return
     if request.full:
-        block = runtime.memory.format_block(result, now)
+        block = runtime.memory.format_block(result, now, asker=user_id)
         await reply(
             bot, event, runtime, f"与“{request.query}”相关的对话（{where}，完整）：\n{block.text}"
         )
@@ -439,7 +439,9 @@ async def handle_recall(
     lines = [_one_line("", f"与“{request.query}”相关的记忆（{where}）：")]
     anchors = [a for w in result.windows for a in w.turns if a.id == w.anchor_id]
     for number, turn in zip(CIRCLED, anchors[:RECALL_ITEMS], strict=False):
-        who = speaker if turn.role == "user" else runtime.bot_name
+        who = runtime.bot_name if turn.role == "assistant" else speaker
+        if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
+            who = turn.sender_name or f"QQ {turn.user_id}"
         stamp = turn.created_at.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
         lines.append(_one_line(f"{number} {stamp} {who}：", turn.content))
     if facts:
