@@ -25,6 +25,7 @@ __plugin_meta__ = PluginMetadata(
         "/导出我的记忆（exportmem）把关于你的全部记录私聊发给你\n"
         "/不记我 [全部]（optout）不再记录你；/记我 [全部]（optin）恢复\n"
         "/群记忆 关|开（groupmem）群主或管理员开关本群的记忆\n"
+        "/群共享 [开|关]（groupshare）查看或开关本群成员共享记忆（群主或管理员开关）\n"
         "/memstat（记忆统计）记忆统计（超级用户）"
     ),
     type="application",
@@ -35,6 +36,7 @@ __plugin_meta__ = PluginMetadata(
 
 from . import (  # noqa: E402, F401
     commands,
+    group_sharing,
     handlers,
     http_event_guard,
     intake,
