@@ -15,12 +15,13 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from dotenv import dotenv_values
 
+from .dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
 from .models import MemoryTurn, TurnInput
 from .service import TemporalMemory, open_memory
@@ -212,7 +213,8 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
 
 
 async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextIO) -> int:
-    stats = await memory.stats()
+    now = datetime.now(timezone.utc)
+    stats = await memory.stats(now)
     if args.json:
         data = {
             "rows": stats.total_rows,
@@ -247,9 +249,13 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
         }
         print(json.dumps(data, ensure_ascii=False), file=out)
     else:
-        print(f"数据库：{stats.database}", file=out)
-        for line in stats.lines_zh(memory.tz):
-            print(line, file=out)
+        # The same dashboard as /memstat, less the uptime of a running bot.
+        distilled = await memory.distilled.stats(now)
+        settings = memory.settings
+        connection = connection_of(
+            memory, chat_model=settings.llm_model if settings.llm_configured else None
+        )
+        print(dashboard_zh(stats, distilled, connection, now=now, tz=memory.tz), file=out)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from .answer_cache.cache import CACHE_MISS, CACHE_REFUSED
 from .distill.stats import DistilledStats
@@ -22,6 +23,9 @@ from .distill.worker import (
     EXTRACTION_OK,
 )
 from .stats import GROUP_BOT, GROUP_USER, PRIVATE_BOT, PRIVATE_USER, MemoryStats
+
+if TYPE_CHECKING:
+    from .service import TemporalMemory
 
 LINE_CHARS = 40
 BAR = "▇"
@@ -46,8 +50,28 @@ class Connection:
     database: DatabaseState
     embedded: bool
     chat_model: str | None  # None: not configured
-    uptime: timedelta
+    uptime: timedelta | None  # None: not a running bot (the CLI)
     trouble: str | None = None  # why writes go to the spool, while the database is degraded
+
+
+def connection_of(
+    memory: TemporalMemory, *, chat_model: str | None, uptime: timedelta | None = None
+) -> Connection:
+    """The 连接 section's facts about ``memory``: reachable, writing, embedded or not."""
+    if not memory.connected:
+        state = DatabaseState.DOWN
+    elif memory.write_trouble is not None:
+        state = DatabaseState.DEGRADED
+    else:
+        state = DatabaseState.CONNECTED
+    dsn = memory.settings.memory_dsn
+    return Connection(
+        database=state,
+        embedded=not (dsn and dsn.get_secret_value()),
+        chat_model=chat_model,
+        uptime=uptime,
+        trouble=memory.write_trouble,
+    )
 
 
 def _percent(value: float | None) -> str:
@@ -181,7 +205,8 @@ def connection_section(connection: Connection) -> list[str]:
     if connection.trouble:
         lines.append(_shorten(f"原因：{connection.trouble}", LINE_CHARS))
     lines.append(f"聊天模型：{connection.chat_model or '未配置'}")
-    lines.append(f"已运行：{_uptime_zh(connection.uptime)}")
+    if connection.uptime is not None:
+        lines.append(f"已运行：{_uptime_zh(connection.uptime)}")
     return lines
 
 

@@ -30,7 +30,7 @@ from nonebot.rule import Rule
 from memory_core.conversation.engine import split_reply
 from memory_core.dashboard import (
     Connection,
-    DatabaseState,
+    connection_of,
     dashboard_zh,
     unavailable_dashboard_zh,
 )
@@ -284,20 +284,11 @@ MEMSTAT_SENT_PRIVATELY = "记忆统计已私聊发给你。"
 MEMSTAT_NOT_SENT = "记忆统计没能私聊发给你（可先加机器人为好友），为保护数据不在群里公布。"
 
 
-def connection_of(runtime: Runtime, *, now: datetime) -> Connection:
-    memory, dsn = runtime.memory, runtime.settings.memory_dsn
-    if not memory.connected:
-        state = DatabaseState.DOWN
-    elif memory.write_trouble is not None:
-        state = DatabaseState.DEGRADED
-    else:
-        state = DatabaseState.CONNECTED
-    return Connection(
-        database=state,
-        embedded=not (dsn and dsn.get_secret_value()),
+def bot_connection(runtime: Runtime, *, now: datetime) -> Connection:
+    return connection_of(
+        runtime.memory,
         chat_model=runtime.settings.llm_model if runtime.chat_model is not None else None,
         uptime=now - runtime.started_at,
-        trouble=memory.write_trouble,
     )
 
 
@@ -309,7 +300,7 @@ def now_utc() -> datetime:
 async def memstat_text(runtime: Runtime) -> str:
     now = now_utc()
     tz = runtime.memory.tz
-    connection = connection_of(runtime, now=now)
+    connection = bot_connection(runtime, now=now)
     try:
         stats = await runtime.memory.stats(now)
         distilled = await runtime.memory.distilled.stats(now)

@@ -163,6 +163,19 @@ def test_stats_reports_counts_and_model(imported):
     assert data["embedding_dim"] == 384
 
 
+def test_stats_prints_the_sectioned_chinese_dashboard_of_memstat(imported):
+    dsn, data_dir = imported
+    result = run_cli("stats", dsn=dsn, data_dir=data_dir, LLM_MODEL="")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("📊 记忆统计（截至 ")
+    sections = [line for line in lines if line.startswith("【")]
+    assert sections == ["【存储】", "【评估】", "【提炼】", "【缓存】", "【连接】"]
+    assert "聊天模型：未配置" in lines
+    assert "数据库：正常（外部 PostgreSQL）" in lines  # a DSN was given
+    assert not any(line.startswith("已运行") for line in lines)  # no bot is running
+
+
 def test_bad_settings_give_a_clear_error_not_a_traceback(fresh_dsn, tmp_data_dir):
     result = run_cli("stats", dsn=fresh_dsn, data_dir=tmp_data_dir, MEMORY_TIMEZONE="Mars/Base")
     assert result.returncode == 2
