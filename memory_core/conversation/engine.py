@@ -18,8 +18,13 @@ One user message goes through :meth:`ConversationEngine.converse`:
    background, never delaying the reply), and a memory-free answer is offered to the cache.
 
 Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
+A message is never stored before the session's previous turn: QQ stamps messages to the second,
+so two sent within one second would otherwise tie with (or precede) the first one's reply and
+drop out of each other's short-term context.
 Failures never escape as exceptions: the model failing gives a short apology, no model gives
-a rate-limited notice, and the database being down gives an answer without memory.
+a notice at most once per CHAT_NOTICE_INTERVAL in each chat (a private chat, or a whole group),
+and the database being down gives an answer without memory. With CHAT_SLOW_NOTICE_AFTER set, a
+model slower than that gets a short "稍等" first.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 
 APOLOGY = "抱歉，我这边暂时没法回答，请稍后再试。"
 NOT_CONFIGURED_NOTICE = "聊天模型还没有配置，暂时不能聊天；你说的话我先记下了。"
+SLOW_NOTICE = "稍等，我想一想……"
 INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
 # The current message is excluded from its own recall by cutting recall off just before it.
 _JUST_BEFORE = timedelta(microseconds=1)
@@ -363,6 +369,7 @@ class ConversationEngine:
         async with self._locks.hold(turn.session_key):
             turn = self._stamped(turn)
             previous_at = await self._last_turn_time(turn)
+            turn = _not_before(turn, previous_at)
             if self._model is None:
                 stored = await self._store(turn)
                 prompt = _Prompt(messages=[], question="")
@@ -399,7 +406,7 @@ class ConversationEngine:
                 answer = cached.answer
             else:
                 try:
-                    answer = (await self._model.complete(prompt.messages)).strip()
+                    answer = (await self._ask_model(prompt.messages, send)).strip()
                     if not answer:
                         raise LLMError("the chat model gave an empty answer")
                 except (LLMError, asyncio.TimeoutError) as exc:
@@ -482,22 +489,42 @@ class ConversationEngine:
                 "exchange of session %s not counted for extraction: %s", turn.session_key, exc
             )
 
+    async def _ask_model(self, messages: list[dict[str, str]], send: SendText) -> str:
+        """The model's answer; past CHAT_SLOW_NOTICE_AFTER seconds a "稍等" is sent first
+        (once: the reply deadline bounds the whole wait)."""
+        assert self._model is not None
+        patience = self._settings.chat_slow_notice_after
+        if patience <= 0:
+            return await self._model.complete(messages)
+        answer = asyncio.ensure_future(self._model.complete(messages))
+        try:
+            done, _ = await asyncio.wait({answer}, timeout=patience)
+            if not done:
+                await send(SLOW_NOTICE)
+            return await answer
+        finally:
+            answer.cancel()  # only matters when this call itself is cancelled
+
     async def _last_turn_time(self, turn: TurnInput) -> datetime | None:
         try:
-            return await self._memory.last_turn_time(turn.user_id, turn.group_id)
+            return await self._memory.last_turn_time(
+                turn.user_id, turn.group_id, self._now(turn)
+            )
         except MemoryCoreError as exc:
             log.warning("last turn time unavailable for %s: %s", turn.session_key, exc)
             return None
 
     async def _notice(self, turn: TurnInput, send: SendText, stored: StoredOutcome) -> ChatResult:
+        # Once per interval in each chat: a group's members all read the same notice.
         interval = self._settings.chat_notice_interval
         now = self._monotonic()
-        last = self._last_notice.get(turn.session_key)
+        chat = f"g{turn.group_id}" if turn.group_id is not None else f"p{turn.user_id}"
+        last = self._last_notice.get(chat)
         if last is not None and now - last < interval:
             return ChatResult(Outcome.QUIET, user_turn=stored.turn, spooled=stored.spooled)
         if len(self._last_notice) >= _NOTICE_TABLE_MAX:
             self._last_notice = {k: t for k, t in self._last_notice.items() if now - t < interval}
-        self._last_notice[turn.session_key] = now
+        self._last_notice[chat] = now
         await send(NOT_CONFIGURED_NOTICE)
         return ChatResult(Outcome.NOT_CONFIGURED, user_turn=stored.turn, spooled=stored.spooled)
 
@@ -600,6 +627,15 @@ class ConversationEngine:
         return await self._memory.recent_turns(
             turn.user_id, turn.group_id, limit=limit, since=since, now=cutoff
         )
+
+
+def _not_before(turn: TurnInput, previous_at: datetime | None) -> TurnInput:
+    """``turn`` stamped just after the session's previous turn if its own time is not later
+    (see the module docstring)."""
+    assert turn.created_at is not None
+    if previous_at is None or turn.created_at > previous_at:
+        return turn
+    return dataclasses.replace(turn, created_at=previous_at + _JUST_BEFORE)
 
 
 def _reused_message_id(stored: MemoryTurn | None, turn: TurnInput) -> bool:

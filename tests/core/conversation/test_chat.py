@@ -17,6 +17,7 @@ from memory_core.conversation.context import FACTS_HEADER, PREFERENCES_HEADER
 from memory_core.conversation.engine import (
     APOLOGY,
     NOT_CONFIGURED_NOTICE,
+    SLOW_NOTICE,
     ConversationEngine,
     Delivery,
     Outcome,
@@ -245,24 +246,76 @@ async def test_model_timeout_sends_apology(memory):
     assert result.outcome is Outcome.APOLOGIZED and outbox.sent == [APOLOGY]
 
 
-async def test_without_model_notice_is_rate_limited_per_session_and_turns_are_recorded(memory):
+async def test_without_model_notice_is_rate_limited_per_chat_and_turns_are_recorded(memory):
     clock = [1000.0]
     engine = engine_for(memory, None, monotonic=lambda: clock[0])
     outbox = Outbox()
     first = await engine.converse(user_turn("你好"), outbox)
     second = await engine.converse(user_turn("在吗"), outbox)
     other = await engine.converse(user_turn("你好", user=2), outbox)
-    clock[0] += memory.settings.chat_notice_interval + 1
+    in_group = await engine.converse(user_turn("大家好", user=3, group=70), outbox)
+    same_group = await engine.converse(user_turn("我也在", user=4, group=70), outbox)
+    # A minute later (the default interval, not ten), the chat hears it again.
+    assert memory.settings.chat_notice_interval == 60
+    clock[0] += 61
     later = await engine.converse(user_turn("还在吗"), outbox)
-    assert [r.outcome for r in (first, second, other, later)] == [
+    assert [r.outcome for r in (first, second, other, in_group, same_group, later)] == [
         Outcome.NOT_CONFIGURED,
         Outcome.QUIET,
         Outcome.NOT_CONFIGURED,
         Outcome.NOT_CONFIGURED,
+        Outcome.QUIET,
+        Outcome.NOT_CONFIGURED,
     ]
-    assert outbox.sent == [NOT_CONFIGURED_NOTICE] * 3
+    assert outbox.sent == [NOT_CONFIGURED_NOTICE] * 4
     stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
     assert [t.content for t in stored] == ["你好", "在吗", "还在吗"]
+
+
+async def test_a_slow_model_gets_one_short_wait_message_before_the_answer(memory_factory):
+    memory = await memory_factory(chat_slow_notice_after=0.05)
+    model, outbox = RecordingModel("想好了"), Outbox()
+    model.gate = asyncio.Event()
+    engine = engine_for(memory, model)
+    talk = asyncio.create_task(engine.converse(user_turn("一个难题"), outbox))
+    for _ in range(200):  # bounded wait for the notice, not a timing check
+        if outbox.sent:
+            break
+        await asyncio.sleep(0.01)
+    assert outbox.sent == [SLOW_NOTICE]
+    model.gate.set()
+    result = await talk
+    assert result.outcome is Outcome.REPLIED and outbox.sent == [SLOW_NOTICE, "想好了"]
+    # Only the answer is stored as the bot's turn.
+    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    assert [t.content for t in stored] == ["一个难题", "想好了"]
+
+
+async def test_a_quick_model_or_the_default_setting_sends_no_wait_message(memory_factory):
+    quick = await memory_factory(chat_slow_notice_after=5)
+    outbox = Outbox()
+    await engine_for(quick, RecordingModel("马上")).converse(user_turn("简单问题"), outbox)
+    assert outbox.sent == ["马上"]
+    assert MemorySettings().chat_slow_notice_after == 0  # off unless the operator sets it
+
+
+async def test_two_messages_in_the_same_second_are_both_in_the_next_prompts_context(memory):
+    model, outbox = RecordingModel("嗯嗯"), Outbox()
+    engine = engine_for(memory, model)
+    # QQ stamps messages to the second: both arrive with the same time.
+    second = datetime.now(timezone.utc).replace(microsecond=0)
+    await engine.converse(user_turn("第一句", message_id=1, at=second), outbox)
+    await engine.converse(user_turn("第二句", message_id=2, at=second), outbox)
+    assert "第一句" in model.prompt_text(-1)
+    await engine.converse(user_turn("第三句", message_id=3), outbox)
+    history = [(m["role"], m["content"][-3:]) for m in model.prompts[-1][1:]]
+    assert history == [
+        ("user", "第一句"),
+        ("assistant", "嗯嗯"),
+        ("user", "第二句"),
+        ("assistant", "嗯嗯"),
+        ("user", "第三句"),
+    ]
 
 
 async def test_undelivered_reply_is_not_stored(memory):
