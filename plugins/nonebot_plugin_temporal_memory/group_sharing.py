@@ -70,9 +70,11 @@ def status_text(status: SharingStatus, runtime: Runtime) -> str:
         why = "（机器人的设置）" if status.shared else ""
     else:
         at = status.changed_at
-        when = f" 于 {at.astimezone(runtime.memory.tz):%m-%d %H:%M}" if at is not None else ""
-        who = f"QQ {status.changed_by}" if status.changed_by is not None else "管理员"
-        why = f"（{who}{when}{'开启' if status.shared else '关闭'}）"
+        parts = [f"QQ {status.changed_by}" if status.changed_by is not None else "管理员"]
+        if at is not None:
+            parts.append(f"于 {at.astimezone(runtime.memory.tz):%m-%d %H:%M}")
+        parts.append("开启" if status.shared else "关闭")
+        why = f"（{' '.join(parts)}）"
     if status.shared:
         return f"本群{state}共享记忆{why}：每个人对我说过的话，其他成员也能让我想起。"
     return (
