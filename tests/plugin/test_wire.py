@@ -235,6 +235,75 @@ async def test_a_fact_distilled_in_group_a_reaches_later_prompts_there_but_not_i
     assert "咖啡师" not in in_b and "拉花" not in in_b
 
 
+async def say_as_admin(wire: Wire, text: str, *, user_id: int, group_id: int) -> str:
+    payload = message_payload([text_seg(text)], user_id=user_id, group_id=group_id)
+    payload["sender"]["role"] = "admin"
+    mark = len(wire.peer.calls)
+    await wire.peer.send_event(payload)
+    return sent_text(await wire.peer.wait_reply(user_id=user_id, group_id=group_id, after=mark))
+
+
+async def test_a_shared_groups_notes_reach_a_second_member_but_no_other_group_or_private_chat(
+    wire: Wire,
+):
+    team, elsewhere = 50005, 60006
+    xiaoming, xiaohong = 20030, 20031
+    meeting = "周五的周会改到下午三点"
+
+    async def ask(marker: str, group_id: int | None) -> str:
+        question = f"周会几点？{marker}"
+        if group_id is None:
+            await wire.say([text_seg(question)], user_id=xiaohong)
+        else:
+            await wire.say(
+                [at_seg(SELF_ID), text_seg(f" {question}")],
+                user_id=xiaohong,
+                group_id=group_id,
+                card="小红",
+            )
+        return all_text(wire.llm.last_prompt_for(question))
+
+    await wire.say(
+        [at_seg(SELF_ID), text_seg(f" {meeting}")], user_id=xiaoming, group_id=team, card="小明"
+    )
+    # Per member by default: 小红 does not get 小明's words.
+    assert meeting not in await ask("(未共享)", team)
+    member = await wire.say([text_seg("/群共享 开")], user_id=xiaohong, group_id=team)
+    assert member == "只有群主、管理员或超级用户可以开关本群的共享记忆。"
+    shared = await say_as_admin(wire, "/群共享 开", user_id=xiaoming, group_id=team)
+    assert shared.startswith("已开启本群的共享记忆")
+
+    prompt = await ask("(共享)", team)
+    assert re.search(rf"^\[[-\d :]+\] \(\S+\) 群友\(小明\): {meeting}$", prompt, re.MULTILINE)
+    assert "标为“群友”的行是其他群成员对你说的话" in prompt
+    for marker, group in (("(别的群)", elsewhere), ("(私聊)", None)):
+        assert meeting not in await ask(marker, group), marker
+
+    # 小明 forgets himself everywhere: his words leave the shared pool.
+    confirm = await wire.say([text_seg("/忘记我")], user_id=xiaoming, group_id=team)
+    assert "确认" in confirm
+    await wire.say([text_seg("确认")], user_id=xiaoming, group_id=team)
+    assert meeting not in await ask("(忘记后)", team)
+
+
+async def test_two_messages_in_the_same_qq_second_both_reach_the_next_prompt(wire: Wire):
+    user = 20032
+    second = time.time()  # QQ's event time has whole seconds: both get the same one
+    await wire.say([text_seg("同一秒的第一句")], user_id=user, sent_at=second)
+    await wire.say([text_seg("同一秒的第二句")], user_id=user, sent_at=second)
+    assert "同一秒的第一句" in all_text(wire.llm.last_prompt_for("同一秒的第二句"))
+    await wire.say([text_seg("第三句")], user_id=user)
+    history = [(m["role"], m["content"]) for m in wire.llm.last_prompt_for("第三句")[1:]]
+    reply = wire.llm.reply
+    assert [(role, text.split(": ", 1)[-1]) for role, text in history] == [
+        ("user", "同一秒的第一句"),
+        ("assistant", reply),
+        ("user", "同一秒的第二句"),
+        ("assistant", reply),
+        ("user", "第三句"),
+    ]
+
+
 # ----------------------------------------------------------------------------- intake
 
 

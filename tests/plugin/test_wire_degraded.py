@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from memory_core.conversation.engine import NOT_CONFIGURED_NOTICE
+from memory_core.conversation.engine import NOT_CONFIGURED_NOTICE, SLOW_NOTICE
 from tests.pg_processes import kill_postmaster, postgres_processes
 from tests.plugin.events import SUPERUSER_ID, message_payload, text_seg
 from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
@@ -77,10 +78,14 @@ async def test_database_unreachable_bot_starts_answers_without_memory_and_spools
         llm.stop()
 
 
-async def test_without_chat_model_bot_records_answers_commands_and_notices_once(launch):
-    bot, peer = await launch(llm_url=None)
+async def test_without_chat_model_bot_records_answers_commands_and_notices_once_per_interval(
+    launch,
+):
+    interval = 8.0  # long enough for the checks below on a busy machine, short to wait out
+    bot, peer = await launch(llm_url=None, extra_env={"CHAT_NOTICE_INTERVAL": str(interval)})
     user = 20021
     assert await say(peer, "你好，我叫小红", user_id=user) == NOT_CONFIGURED_NOTICE
+    noticed_at = time.monotonic()
     # Within the notice interval the next message gets no notice, but it is still recorded;
     # commands still answer. (/recall does not wait for the message being stored: poll.)
     mark = len(peer.calls)
@@ -95,6 +100,27 @@ async def test_without_chat_model_bot_records_answers_commands_and_notices_once(
     assert NOT_CONFIGURED_NOTICE not in after
     log = bot.log_text()
     assert log.count("no chat model configured") == 1
+    # Once the interval has passed, the chat hears it again (no ten minutes of silence).
+    assert time.monotonic() - noticed_at < interval, "the checks above took too long"
+    await asyncio.sleep(max(0.0, noticed_at + interval + 0.2 - time.monotonic()))
+    assert await say(peer, "还是不能聊吗", user_id=user) == NOT_CONFIGURED_NOTICE
+
+
+async def test_a_slow_model_makes_the_bot_say_wait_before_its_answer(launch):
+    llm = StubLLM(reply="想好了。", delay=1.5).start()
+    try:
+        bot, peer = await launch(
+            llm_url=llm.base_url, extra_env={"CHAT_SLOW_NOTICE_AFTER": "0.3"}
+        )
+        user = 20023
+        mark = len(peer.calls)
+        await peer.send_event(message_payload([text_seg("帮我想个难题")], user_id=user))
+        first = await peer.wait_reply(user_id=user, after=mark)
+        assert sent_text(first) == SLOW_NOTICE
+        answer = await peer.wait_reply(user_id=user, after=peer.calls.index(first) + 1)
+        assert sent_text(answer) == "想好了。"
+    finally:
+        llm.stop()
 
 
 async def test_embedded_database_killed_under_the_bot_comes_back_with_the_message_said_meanwhile(
