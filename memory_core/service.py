@@ -131,9 +131,7 @@ class TemporalMemory:
         self._retriever = Retriever(
             settings=settings, embedder=embedder, vector_index=self.vector_index
         )
-        self.sharing = GroupSharing(
-            listed=settings.memory_shared_groups, pool=lambda: self._pool
-        )
+        self.sharing = GroupSharing(listed=settings.memory_shared_groups, pool=lambda: self._pool)
         # Distilled memory, its background extraction and the answer cache.
         self.distilled = DistilledService(
             settings=settings, embedder=embedder, tz=self.tz, pool=lambda: self._pool

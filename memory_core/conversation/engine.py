@@ -507,9 +507,7 @@ class ConversationEngine:
 
     async def _last_turn_time(self, turn: TurnInput) -> datetime | None:
         try:
-            return await self._memory.last_turn_time(
-                turn.user_id, turn.group_id, self._now(turn)
-            )
+            return await self._memory.last_turn_time(turn.user_id, turn.group_id, self._now(turn))
         except MemoryCoreError as exc:
             log.warning("last turn time unavailable for %s: %s", turn.session_key, exc)
             return None

@@ -102,9 +102,7 @@ class Retriever:
         query = scrub(query) if isinstance(query, str) else ""
         if top_n <= 0 or not query.strip():
             return RecallResult(query=query)
-        scope = RecallScope(
-            generate_session_key(user_id, group_id), group_id if shared else None
-        )
+        scope = RecallScope(generate_session_key(user_id, group_id), group_id if shared else None)
         mode = mode or self.settings.memory_retrieval_mode
         if time_aware is None:
             time_aware = self.settings.memory_time_understanding
@@ -123,9 +121,7 @@ class Retriever:
             return RecallResult(query=query)
         vector = embedded if isinstance(embedded, np.ndarray) else None
         limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
-        search: dict[str, Any] = dict(
-            scope=scope, model=self.embedding_model, now=now, limit=limit
-        )
+        search: dict[str, Any] = dict(scope=scope, model=self.embedding_model, now=now, limit=limit)
         searches: dict[str, Awaitable[list[Any]]] = {}
         if vector is not None:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)

@@ -54,7 +54,8 @@ async def test_members_see_the_state_and_only_owners_admins_or_superusers_switch
         app,
         (
             group_event("/群共享", "member", user_id=OTHER),
-            f"本群已开启共享记忆（QQ {USER} 于 {stamp} 开启）：每个人对我说过的话，其他成员也能让我想起。",
+            f"本群已开启共享记忆（QQ {USER} 于 {stamp} 开启）："
+            "每个人对我说过的话，其他成员也能让我想起。",
         ),
     )
 

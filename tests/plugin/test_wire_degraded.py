@@ -109,9 +109,7 @@ async def test_without_chat_model_bot_records_answers_commands_and_notices_once_
 async def test_a_slow_model_makes_the_bot_say_wait_before_its_answer(launch):
     llm = StubLLM(reply="想好了。", delay=1.5).start()
     try:
-        bot, peer = await launch(
-            llm_url=llm.base_url, extra_env={"CHAT_SLOW_NOTICE_AFTER": "0.3"}
-        )
+        _, peer = await launch(llm_url=llm.base_url, extra_env={"CHAT_SLOW_NOTICE_AFTER": "0.3"})
         user = 20023
         mark = len(peer.calls)
         await peer.send_event(message_payload([text_seg("帮我想个难题")], user_id=user))
