@@ -278,6 +278,9 @@ async def test_a_shared_groups_notes_reach_a_second_member_but_no_other_group_or
     assert "标为“群友”的行是其他群成员对你说的话" in prompt
     for marker, group in (("(别的群)", elsewhere), ("(私聊)", None)):
         assert meeting not in await ask(marker, group), marker
+    # /recall names whose words they are.
+    listed = await wire.say([text_seg("/recall 周会")], user_id=xiaohong, group_id=team)
+    assert f"小明：{meeting}" in listed, listed
 
     # 小明 forgets himself everywhere: his words leave the shared pool.
     confirm = await wire.say([text_seg("/忘记我")], user_id=xiaoming, group_id=team)
