@@ -85,9 +85,9 @@ def build_memory_block(
     ``OTHERS_NOTE`` under the header says what that means.
     """
     excluded = set(exclude_ids)
-    names = _member_names(windows)
     if max_tokens <= 0 or not windows:
         return MemoryBlock(text="", turn_ids=(), tokens=0, dropped_windows=len(windows))
+    names = _member_names(windows)
 
     lines: dict[int, str] = {}
     line_tokens: dict[int, int] = {}
