@@ -175,3 +175,14 @@ async def test_cached_answers_are_never_served_to_another_member_even_when_share
     assert await memory.distilled.cache_answer(question, "光、水和二氧化碳。", XIAOMING, TEAM)
     assert await memory.distilled.cached_answer(question, XIAOMING, TEAM) is not None
     assert await memory.distilled.cached_answer(question, XIAOHONG, TEAM) is None
+
+
+@pytest.mark.parametrize(
+    "value", [700, [700, 900], "700,900", "[700, 900]", "700，900", "700 900"], ids=repr
+)
+def test_the_operators_group_list_reads_every_way_an_env_file_writes_it(value):
+    from memory_core.settings import settings_from_mapping
+
+    groups = settings_from_mapping({"MEMORY_SHARED_GROUPS": value}).memory_shared_groups
+    assert TEAM in groups and groups <= {TEAM, 900}
+    assert settings_from_mapping({"MEMORY_SHARED_GROUPS": ""}).memory_shared_groups == frozenset()
