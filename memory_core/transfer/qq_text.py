@@ -137,6 +137,7 @@ def parse_qq_text(text: str) -> QQTextExport:
     chat: str | None = None
     block: _Block | None = None
     in_header = True  # before the first message, or after a separator
+    dropping = False  # the lines after a header that could not be read belong to it
 
     def close() -> None:
         nonlocal block
@@ -148,7 +149,7 @@ def parse_qq_text(text: str) -> QQTextExport:
         line = raw.rstrip()
         if _SEPARATOR.match(line):
             close()
-            in_header = True
+            in_header, dropping = True, False
             continue
         if in_header and (field := _FIELD.match(line.strip())):
             if field["key"] == "消息对象":
@@ -159,7 +160,7 @@ def parse_qq_text(text: str) -> QQTextExport:
         header = _HEADER.match(line)
         if header is not None:
             close()
-            in_header = False
+            in_header, dropping = False, False
             try:
                 when = datetime(
                     int(header["y"]),
@@ -170,15 +171,18 @@ def parse_qq_text(text: str) -> QQTextExport:
                     int(header["s"] or 0),
                 )
             except ValueError as exc:
-                problems.append(LineProblem(number, f"no such time in {line.strip()!r}: {exc}"))
-                in_header = True  # the lines after it are not a message of anyone's
+                problems.append(
+                    LineProblem(number, f"no such time in {line.strip()!r} ({exc}); "
+                                "its message is skipped")
+                )
+                dropping = True
                 continue
             name, qq = _sender(header["who"] or "")
             block = _Block(number, when, name, qq, chat, [])
             continue
         if block is not None:
             block.body.append(raw.rstrip("\r"))
-        elif line.strip():
+        elif line.strip() and not dropping:
             problems.append(
                 LineProblem(
                     number,
