@@ -172,8 +172,9 @@ def parse_qq_text(text: str) -> QQTextExport:
                 )
             except ValueError as exc:
                 problems.append(
-                    LineProblem(number, f"no such time in {line.strip()!r} ({exc}); "
-                                "its message is skipped")
+                    LineProblem(
+                        number, f"no such time in {line.strip()!r} ({exc}); its message is skipped"
+                    )
                 )
                 dropping = True
                 continue

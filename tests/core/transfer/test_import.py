@@ -166,7 +166,8 @@ async def seed_session(memory: TemporalMemory) -> None:
     ):
         outcome = await memory.add_dialogue(
             123456, role, text, message_id=100 + n, self_id=10001,
-            created_at=start + timedelta(minutes=n), sender_name="小明" if role == "user" else "小诗",
+            created_at=start + timedelta(minutes=n),
+            sender_name="小明" if role == "user" else "小诗",
             raw_segments=[{"type": "text", "data": {"text": text}}],
         )  # fmt: skip
         assert outcome.turn is not None
@@ -218,9 +219,10 @@ async def test_export_of_one_session_holds_its_turns_and_memories_with_their_sou
     assert header["type"] == "header" and header["sessions"] == ["123456"]
     turns = [line for line in rest if line["type"] == "turn"]
     memories = [line for line in rest if line["type"] == "memory"]
-    assert [t["content"] for t in turns][0] == "我住在北京，在一家医院当护士"
+    assert turns[0]["content"] == "我住在北京，在一家医院当护士"
     assert len(turns) == 4 and all(t["user_id"] == 123456 for t in turns)
-    assert {m["content"] for m in memories} == {"用户住在北京", "用户住在上海", "用户从北京搬到上海"}
+    expected = {"用户住在北京", "用户住在上海", "用户从北京搬到上海"}
+    assert {m["content"] for m in memories} == expected
     beijing = next(m for m in memories if m["content"] == "用户住在北京")
     shanghai = next(m for m in memories if m["content"] == "用户住在上海")
     assert beijing["valid_until"] is not None and beijing["superseded_by"] == shanghai["id"]
