@@ -325,7 +325,7 @@ async def send_private_text(bot: Bot, user_id: int, text: str, *, max_chars: int
         try:
             await bot.send_private_msg(user_id=user_id, message=Message(MessageSegment.text(piece)))
         except (ActionFailed, NetworkError, ApiNotAvailable) as exc:
-            logger.warning(f"sending /memstat privately to user {user_id} failed: {exc!r}")
+            logger.warning(f"sending privately to user {user_id} failed: {exc!r}")
             return False
     return True
 

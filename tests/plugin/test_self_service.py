@@ -179,9 +179,9 @@ async def test_forget_item_in_a_group_touches_only_that_groups_items(app: App, r
         app,
         (
             event_of("/忘记 狗", group_id=GROUP),
-            f"确定要删除这 1 条记忆吗？\n· [事实] 用户在群里养了一条狗\n{CONFIRM}",
+            f"确定要删除你在本群包含“狗”的 1 条记忆吗？{CONFIRM}",  # the group reads it
         ),
-        (event_of("确认", group_id=GROUP), "已删除包含“狗”的记忆：事实 1 条。"),
+        (event_of("确认", group_id=GROUP), "已删除你在本群选中的记忆：事实 1 条。"),
     )
     assert await facts_of(runtime, USER, GROUP) == []
     assert await facts_of(runtime, USER, None) == ["用户养了一条狗"]
