@@ -30,6 +30,7 @@ from .settings import MemorySettings, settings_from_mapping
 from .transfer.importer import (
     FORMATS,
     ImportReport,
+    import_chatrecorder,
     import_json_lines,
     import_qq_text,
     read_json_lines,
@@ -73,16 +74,22 @@ def _optional_int(data: Mapping[str, Any], key: str) -> int | None:
 def import_format(args: argparse.Namespace, err: TextIO) -> str:
     if args.format:
         return str(args.format)
-    guessed = "qq-txt" if args.file.suffix.lower() == ".txt" else "jsonl"
+    name = args.file.lower()
+    if name.endswith(".txt"):
+        guessed = "qq-txt"
+    elif name.startswith(("postgresql://", "postgres://")) or name.endswith((".db", ".sqlite3")):
+        guessed = "chatrecorder"
+    else:
+        guessed = "jsonl"
     print(f"format: {guessed} (from the file name; set it with --format)", file=err)
     return guessed
 
 
 def import_target(args: argparse.Namespace, fmt: str) -> ImportTarget | None:
     """The session a QQ text export goes to; JSON lines name their own sessions."""
-    if fmt == "jsonl":
+    if fmt != "qq-txt":
         if args.user_id is not None or args.group_id is not None:
-            raise ValueError("JSON lines carry their own sessions: no --user-id / --group-id")
+            raise ValueError(f"{fmt} names its own sessions: no --user-id / --group-id")
         return None
     if (args.user_id is None) == (args.group_id is None):
         raise ValueError(
@@ -105,10 +112,16 @@ def _shown_turn(turn: TurnInput, tz: tzinfo) -> str:
     return f"would store [{when}] session {turn.session_key} {who}: {text}"
 
 
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as handle:
+        return sum(1 for _ in handle)
+
+
 async def run_import(
     memory: TemporalMemory, args: argparse.Namespace, out: TextIO, err: TextIO
 ) -> int:
-    path: Path = args.file
+    source: str = args.file
+    path = Path(source)
     fmt = import_format(args, err)
     target = import_target(args, fmt)
     started = time.perf_counter()
@@ -129,23 +142,24 @@ async def run_import(
         options: dict[str, Any] = {"dry_run": args.dry_run, "progress": progress, "show": show}
         if target is not None:
             return await import_qq_text(memory, path, target, chat=args.chat, **options)
+        if fmt == "chatrecorder":
+            return await import_chatrecorder(memory, source, **options)
         return await import_json_lines(memory, read_json_lines(path), **options)
 
+    lines = 0 if args.dry_run or fmt == "chatrecorder" else _count_lines(path)
     if args.dry_run:
         report = await run()
-    else:
-        with path.open("rb") as handle:
-            lines = sum(1 for _ in handle)
-        if lines >= DEFER_INDEX_LINES:
-            print(f"{lines} lines: vector indexes are rebuilt once at the end", file=err)
-            async with memory.vector_index_deferred():
-                report = await run()
-        else:
+    elif lines >= DEFER_INDEX_LINES:
+        print(f"{lines} lines: vector indexes are rebuilt once at the end", file=err)
+        async with memory.vector_index_deferred():
             report = await run()
-            await memory.index_large_sessions()  # sessions this import took past the limit
+    else:
+        report = await run()
+        await memory.index_large_sessions()  # sessions this import took past the limit
     print(file=err)
+    where = "record " if fmt == "chatrecorder" else f"{path}:"
     for problem in report.problems:
-        print(f"{path}:{problem.line}: skipped: {problem.reason}", file=err)
+        print(f"{where}{problem.line}: skipped: {problem.reason}", file=err)
     elapsed = time.perf_counter() - started
     print(f"{report.summary(dry_run=args.dry_run)} ({elapsed:.1f} s)", file=out)
     return 1 if report.problems else 0
@@ -307,11 +321,18 @@ def build_parser() -> argparse.ArgumentParser:
         "import",
         help="import chat history: the memory's JSON lines or a QQ PC text export",
         description="Import chat history. Formats: jsonl (this memory's export, or one turn a "
-        "line), qq-txt (QQ PC 消息管理器 → 导出为 .txt; needs --user-id or --group-id). "
-        "Importing the same file again adds nothing.",
+        "line), qq-txt (QQ PC 消息管理器 → 导出为 .txt; needs --user-id or --group-id), "
+        "chatrecorder (nonebot-plugin-chatrecorder's database). Importing the same file again "
+        "adds nothing.",
     )
-    imp.add_argument("file", type=Path)
-    imp.add_argument("--format", choices=FORMATS, help="default: qq-txt for .txt, else jsonl")
+    imp.add_argument(
+        "file", help="the file; for chatrecorder its SQLite file or a postgresql:// DSN"
+    )
+    imp.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="default: qq-txt for .txt, chatrecorder for .db/.sqlite3/postgresql://, else jsonl",
+    )
     imp.add_argument("--user-id", type=int, help="qq-txt: the private chat with this QQ user")
     imp.add_argument("--group-id", type=int, help="qq-txt: this QQ group")
     imp.add_argument("--self-id", type=int, help="qq-txt: the bot's QQ number (its lines)")

@@ -27,6 +27,7 @@ from ..distill.store import PortableMemory
 from ..errors import DatabaseUnavailableError, EmbeddingError, MemoryCoreError
 from ..models import TurnInput
 from ..storage.turn_rows import message_uuid_for
+from .chatrecorder import RecordRouter, read_chatrecorder
 from .portable import line_type, memory_from_json, retention_from_json, turn_from_json
 from .qq_text import LineProblem, decode_export, parse_qq_text
 from .target import ImportTarget, QQTextRouter, StableIds, pick_chat
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IMPORT_CHUNK = 1000
-FORMATS = ("jsonl", "qq-txt")
+FORMATS = ("jsonl", "qq-txt", "chatrecorder")
 
 
 @dataclass
@@ -51,6 +52,7 @@ class ImportReport:
     memories_new: int = 0
     memories_already: int = 0
     system_lines: int = 0  # QQ's own notices, skipped
+    without_text: int = 0  # chatrecorder: messages of images and the like only, skipped
     problems: list[LineProblem] = field(default_factory=list)
     sessions: Counter[str] = field(default_factory=Counter)
 
@@ -70,6 +72,8 @@ class ImportReport:
             )
         if self.system_lines:
             parts.append(f"{self.system_lines} system notices skipped")
+        if self.without_text:
+            parts.append(f"{self.without_text} messages without text skipped")
         parts.append(f"{len(self.problems)} bad line(s) skipped")
         return "; ".join(parts)
 
@@ -184,6 +188,29 @@ async def import_qq_text(
     report.problems.extend(router.problems)
     report.problems.sort(key=lambda p: p.line)
     report.system_lines = router.system_lines
+    return report
+
+
+async def import_chatrecorder(
+    memory: TemporalMemory,
+    source: str,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    show: Show | None = None,
+) -> ImportReport:
+    """Import the OneBot v11 messages of a nonebot-plugin-chatrecorder database (``source``: a
+    SQLite file or a PostgreSQL DSN; see ``memory_core.transfer.chatrecorder``). Problems are
+    numbered by the record's id."""
+    messages = await read_chatrecorder(source)
+    report = ImportReport()
+    router = RecordRouter(report.problems)
+    importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
+    ids = StableIds()
+    for record_id, turn in router.turns(messages):
+        await importer.add(record_id, ids.assign(turn))
+    await importer.flush()
+    report.without_text = router.without_text
     return report
 
 

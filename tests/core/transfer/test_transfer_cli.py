@@ -87,3 +87,21 @@ def test_export_writes_json_lines_that_import_reads_back(fresh_dsn: str, tmp_dat
     assert back.returncode == 0, back.stderr
     assert "format: jsonl" in back.stderr
     assert "stored 0 new in 0 session(s); 2 already stored" in back.stdout
+
+
+def test_a_chatrecorder_sqlite_file_is_recognised_and_shown_in_a_dry_run(
+    fresh_dsn: str, tmp_data_dir: Path
+):
+    import sqlite3
+
+    source = tmp_data_dir / "db.sqlite3"
+    with sqlite3.connect(source) as conn:
+        conn.executescript((FIXTURES / "chatrecorder_uninfo.sql").read_text(encoding="utf-8"))
+    result = run_cli("import", str(source), "--dry-run", dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert result.returncode == 0, result.stderr
+    assert "format: chatrecorder" in result.stderr
+    assert "would store [2024-01-16 11:01:05] session 777:333333 assistant: 收到，小红带球。" in (
+        result.stdout
+    )
+    assert "would store 5 new in 3 session(s)" in result.stdout
+    assert "1 messages without text skipped" in result.stdout
