@@ -1,4 +1,5 @@
-"""Storing imported history: QQ text exports and the memory's own JSON lines.
+"""Storing imported history: QQ text exports, nonebot-plugin-chatrecorder's message table and
+the memory's own JSON lines.
 
 Turns go in batches through ``TemporalMemory.add_dialogues`` (validated, embedded in batches,
 inserted with COPY, duplicates and opted-out people skipped by the database). Every turn has a
@@ -277,6 +278,7 @@ async def _import_memories(
         return
     store = memory.distilled.store()
     new_ids: dict[int, int] = {}
+    inserted_ids: set[int] = set()
     for number, row in rows:
         try:
             new_id, inserted = await store.import_memory(
@@ -289,14 +291,16 @@ async def _import_memories(
             continue
         new_ids[row.memory.id] = new_id
         if inserted:
+            inserted_ids.add(row.memory.id)
             report.memories_new += 1
         else:
             report.memories_already += 1
+    # Only rows this import stored get their successor: a row found already stays as it is.
     await store.link_superseded(
         [
             (new_ids[row.memory.id], new_ids[row.memory.superseded_by])
             for _, row in rows
-            if row.memory.superseded_by in new_ids and row.memory.id in new_ids
+            if row.memory.id in inserted_ids and row.memory.superseded_by in new_ids
         ]
     )
     try:

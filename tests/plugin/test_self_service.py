@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from nonebot.adapters.onebot.v11 import Adapter, Bot, MessageEvent
+from nonebot.adapters.onebot.v11 import Adapter, Bot, MessageEvent, MessageSegment
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebug import App
 
@@ -111,6 +111,35 @@ async def test_mymem_with_nothing_known_says_so_kindly(app: App, runtime):
     await run(
         app, (event_of("/我的记忆"), "我还没有记住关于你的事实或偏好。多聊几句，我会慢慢记住的。")
     )
+
+
+async def test_mymem_in_a_group_that_cannot_reach_the_member_privately_lists_nothing_there(
+    app: App, runtime
+):
+    await remember(runtime, "用户的银行卡密码是778899", group=GROUP)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/我的记忆", group_id=GROUP)
+        ctx.receive_event(bot, event)
+        listing = (
+            f"在群 {GROUP} 中我记得关于你的 1 条（第 1/1 页，新的在前）：\n"
+            "1. [事实 11-20] 用户的银行卡密码是778899\n"
+            "删除一条：/忘记 <编号> 或 /忘记 <词语>。"
+        )
+        ctx.should_call_api(
+            "send_private_msg",
+            {"user_id": USER, "message": text(listing)},
+            exception=ApiNotAvailable(),
+        )
+        ctx.should_call_send(
+            event,
+            MessageSegment.reply(event.message_id)
+            + text(
+                "没能私聊发给你（可先加我为好友），为保护隐私不在群里列出。"
+                "也可以私聊我发送 /我的记忆。"
+            ),
+            {"message_id": 1},
+        )
 
 
 # ----------------------------------------------------------------------------- /忘记 <item>
