@@ -130,7 +130,7 @@ async def run_import(
         rate = report.read / max(time.perf_counter() - started, 1e-9)
         print(
             f"\r{report.read} turns read, {report.new} new, {report.already} already stored, "
-            f"{rate:.0f} turns/s",
+            f"{rate:.{0 if rate >= 10 else 1}f} turns/s",
             end="",
             file=err,
         )
