@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .console.store import PgConsoleStore
 from .conversation.context import ContextBuilder, MemoryContext
 from .conversation.prompt import MemoryBlock, build_memory_block
 from .distill.service import DistilledService
@@ -282,6 +283,10 @@ class TemporalMemory:
         if self._store is None:
             raise DatabaseUnavailableError("the memory database is not connected")
         return self._store
+
+    def _recycle_bin(self) -> PgConsoleStore:
+        self._require_store()
+        return PgConsoleStore(pool=self._pool)
 
     def _require_evaluation_store(self) -> PgEvaluationStore:
         if self._evaluation_store is None:
@@ -650,6 +655,10 @@ class TemporalMemory:
         distilled = await self.distilled.forget(
             user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
         )
+        # What the console deleted of that scope goes too: the recycle bin keeps copies.
+        await self._recycle_bin().delete_scope(
+            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+        )
         forgotten = dataclasses.replace(distilled, dialogues=deleted)
         log.info(
             "forgot %d turn(s), %d fact(s), %d preference(s), %d summar(ies), %d cached answer(s)",
@@ -723,7 +732,8 @@ class TemporalMemory:
             if deleted < self.settings.memory_purge_batch_size:
                 break
         await store.bump(now.astimezone(self.tz).date(), {PURGED: total})
-        log.info("purged %d expired memory row(s)", total)
+        binned = await self._recycle_bin().purge_bin(now)
+        log.info("purged %d expired memory row(s), %d from the recycle bin", total, binned)
         return total
 
     async def reembed(self, *, batch_size: int = 256, progress: Progress | None = None) -> int:
@@ -763,10 +773,12 @@ class TemporalMemory:
         *,
         recall: RecallResult | None = None,
         max_tokens: int | None = None,
+        touch: bool = True,
     ) -> MemoryContext:
         """The memory text for a reply within MEMORY_MAX_TOKENS: preferences, relevant facts,
         recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
-        already in the messages). Pass ``recall`` to reuse a recall already made."""
+        already in the messages). Pass ``recall`` to reuse a recall already made;
+        ``touch=False`` does not count the memories as used."""
         return await self._context_builder.build(
             user_id,
             group_id,
@@ -775,6 +787,7 @@ class TemporalMemory:
             exclude_ids=exclude_ids,
             recall=recall,
             max_tokens=max_tokens,
+            touch=touch,
         )
 
 
