@@ -16,6 +16,8 @@ from ..errors import DatabaseUnavailableError, EmbeddingError, InvalidTurnError
 from ..lang.keywords import document_terms, normalize
 from ..lang.text import clean_content
 from ..models import MemoryTurn
+from ..personal import switch_group_memory
+from ..storage.opt_outs import EVERYONE, PgOptOutStore
 from .store import (
     Audit,
     AuditEntry,
@@ -219,6 +221,25 @@ class MemoryConsole:
 
     async def audit_log(self, page: int = 0) -> list[AuditEntry]:
         return await self._store().audit_log(PAGE_SIZE, max(page, 0) * PAGE_SIZE)
+
+    async def group_switches(self) -> list[tuple[int, bool]]:
+        """Every group with turns or switched off, and whether its memory is on."""
+        store = self._store()
+        chats = await PgOptOutStore(pool=self.memory._pool).chats(EVERYONE)
+        off = {int(chat) for chat in chats if chat.isdigit()}
+        groups = set(await store.groups(MEMORY_LIMIT)) | off
+        return [(g, g not in off) for g in sorted(groups)]
+
+    async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
+        """Switch a group's memory on or off (like ``/群记忆``), audited; whether it changed."""
+        changed = await switch_group_memory(self.memory, group_id, on=on)
+        if changed:
+            await self._store().write_audit(
+                Audit(
+                    actor, "group_switch", "group", group_id, None, after_text="开" if on else "关"
+                )
+            )
+        return changed
 
     # ------------------------------------------------------------------ figures
 

@@ -171,6 +171,10 @@ SQL_AUDIT_LOG = f"""
 SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 OFFSET $2
 """
 
+SQL_GROUPS = """
+SELECT group_id FROM dialogues WHERE group_id IS NOT NULL GROUP BY group_id ORDER BY group_id LIMIT $1
+"""
+
 # ----------------------------------------------------------------------------- charts
 
 # Turns stored per local day since $1 ($2: the timezone), split by who spoke.
@@ -468,6 +472,14 @@ class PgConsoleStore(PgStore):
         async with self._connection() as conn:
             rows = await conn.fetch(SQL_AUDIT_LOG, limit, offset)
         return [AuditEntry(**{key: r[key] for key in AUDIT_COLUMNS.split(", ")}) for r in rows]
+
+    async def groups(self, limit: int) -> list[int]:
+        async with self._connection() as conn:
+            return [r["group_id"] for r in await conn.fetch(SQL_GROUPS, limit)]
+
+    async def write_audit(self, audit: Audit) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_AUDIT, *audit.values())
 
     async def turns_per_day(self, since: datetime, tz_name: str) -> list[tuple[date, int, int]]:
         async with self._connection() as conn:
