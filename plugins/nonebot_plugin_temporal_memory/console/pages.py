@@ -44,7 +44,7 @@ SECURITY_HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # "no-referrer" makes Chrome send Origin: null
     "Cache-Control": "no-store",
 }
 BAD_REQUEST = "请求格式不对"
