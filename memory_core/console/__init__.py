@@ -4,7 +4,7 @@ bin, the audit log, daily figures and the recall debugger. The plugin serves it 
 from .debugger import RecallTrace, trace_recall
 from .service import DailyFigures, MemoryConsole, TurnSearch
 from .settings_view import masked_settings
-from .store import AuditEntry, BinItem, FoundTurn, RestoreConflictError, SessionRow
+from .store import AuditEntry, BinItem, FoundTurn, ConsoleConflictError, SessionRow
 
 __all__ = [
     "AuditEntry",
@@ -13,7 +13,7 @@ __all__ = [
     "FoundTurn",
     "MemoryConsole",
     "RecallTrace",
-    "RestoreConflictError",
+    "ConsoleConflictError",
     "SessionRow",
     "TurnSearch",
     "masked_settings",

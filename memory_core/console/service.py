@@ -168,7 +168,7 @@ class MemoryConsole:
         self, session_key: str, memory_id: int, text: str, *, actor: str
     ) -> DistilledMemory | None:
         """Replace a distilled memory's text (re-embedded); ``None`` if the session has none
-        such. Raises ``InvalidTurnError`` for empty text, ``RestoreConflictError`` when the
+        such. Raises ``InvalidTurnError`` for empty text, ``ConsoleConflictError`` when the
         session already holds the same current memory."""
         content = " ".join(clean_content(text, DISTILLED_MAX_CHARS).split())
         current = [m for m in await self.memories(session_key) if m.id == memory_id]
@@ -212,7 +212,7 @@ class MemoryConsole:
 
     async def restore(self, bin_id: int, *, actor: str) -> BinItem | None:
         """Put a deleted row back as it was; ``None`` if the bin has no such item. Raises
-        ``RestoreConflictError`` when the same row was stored again meanwhile."""
+        ``ConsoleConflictError`` when the same row was stored again meanwhile."""
         return await self._store().restore(bin_id, actor)
 
     async def purge_recycle_bin(self, now: datetime | None = None) -> int:

@@ -18,8 +18,8 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from ..distill.store import DISTILLED_COLUMNS, _distilled
 from ..distill.memory import DistilledMemory
+from ..distill.store import DISTILLED_COLUMNS, _distilled
 from ..errors import StorageError
 from ..models import MemoryTurn
 from ..storage.dialogue_store import TURN_COLUMNS, _turn
@@ -172,7 +172,8 @@ SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 
 """
 
 SQL_GROUPS = """
-SELECT group_id FROM dialogues WHERE group_id IS NOT NULL GROUP BY group_id ORDER BY group_id LIMIT $1
+SELECT group_id FROM dialogues WHERE group_id IS NOT NULL
+GROUP BY group_id ORDER BY group_id LIMIT $1
 """
 
 # ----------------------------------------------------------------------------- charts
@@ -282,8 +283,9 @@ class Audit:
         )
 
 
-class RestoreConflictError(StorageError):
-    """The row cannot go back: one with the same identity is stored again meanwhile."""
+class ConsoleConflictError(StorageError):
+    """A change would make two rows one: a restore of a row stored again meanwhile, or an
+    edit giving a memory the text of another current memory of its session."""
 
 
 def _session(record: asyncpg.Record) -> SessionRow:
@@ -378,6 +380,7 @@ class PgConsoleStore(PgStore):
                 list(edit.keywords),
             )
             await conn.execute(SQL_AUDIT, *audit.values())
+        assert after is not None  # the row is locked: the update found it
         return _turn(before), _turn(after)
 
     async def edit_memory(
@@ -401,8 +404,9 @@ class PgConsoleStore(PgStore):
                 await conn.execute(SQL_AUDIT, *audit.values())
         except StorageError as exc:
             if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
-                raise RestoreConflictError("这个会话已有一条内容相同的记忆") from exc
+                raise ConsoleConflictError("这个会话已有一条内容相同的记忆") from exc
             raise
+        assert after is not None  # the row is locked: the update found it
         return _distilled(before), _distilled(after)
 
     async def move_to_bin(
@@ -448,7 +452,7 @@ class PgConsoleStore(PgStore):
                 )
         except StorageError as exc:
             if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
-                raise RestoreConflictError(
+                raise ConsoleConflictError(
                     "无法恢复：同一会话里已有一条内容相同的当前记忆（或同一条消息）"
                 ) from exc
             raise

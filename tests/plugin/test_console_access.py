@@ -28,7 +28,9 @@ CHANGES = ["/memory/turn/edit", "/memory/memory/edit", "/memory/delete", "/memor
 
 
 @pytest.fixture(scope="module")
-async def wire(pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ConsoleBot]:
+async def wire(
+    pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[ConsoleBot]:
     async with console_bot(pg_server_dsn, Path(tmp_path_factory.mktemp("console"))) as bot:
         yield bot
 
@@ -112,19 +114,29 @@ async def test_cross_site_requests_are_refused_even_with_a_valid_session(wire: C
             client.headers.clear()
             client.headers.update({k: v for k, v in headers.items() if v})
             assert (await client.get("/memory/sessions")).status_code == 403, headers
-            answer = await client.post("/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"})
+            answer = await client.post(
+                "/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"}
+            )
             assert answer.status_code == 403, headers
         client.headers.clear()  # a POST that says nothing of where it comes from
-        answer = await client.post("/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"})
+        answer = await client.post(
+            "/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"}
+        )
         assert answer.status_code == 403
 
 
 async def test_a_search_in_one_session_never_shows_another_sessions_rows(wire: ConsoleBot):
     async with wire.logged_in() as client:
         for mode in ("keyword", "meaning"):
-            page = (await client.get("/memory/session", params={"key": str(ALICE), "q": "骨头", "mode": mode})).text
+            page = (
+                await client.get(
+                    "/memory/session", params={"key": str(ALICE), "q": "骨头", "mode": mode}
+                )
+            ).text
             assert "旺财" in page, mode
-            assert "大黄" not in page and "狗粮" not in page, mode  # Bob's, and Alice's in the group
+            assert "大黄" not in page and "狗粮" not in page, (
+                mode
+            )  # Bob's, and Alice's in the group
 
 
 async def test_user_text_is_escaped_on_every_page(wire: ConsoleBot):
@@ -160,9 +172,7 @@ async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(w
 
 
 async def test_without_a_token_the_console_does_not_exist_even_on_every_interface():
-    bot = await start_bot(
-        llm_url=None, extra_env={"HOST": "0.0.0.0", "MEMORY_CONSOLE_TOKEN": ""}
-    )
+    bot = await start_bot(llm_url=None, extra_env={"HOST": "0.0.0.0", "MEMORY_CONSOLE_TOKEN": ""})
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{bot.port}", trust_env=False) as c:
             for path in ("/memory/", "/memory/login", "/memory/sessions"):

@@ -21,7 +21,14 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.plugin.console_bot import ALICE, ALICE_FACT, CONSOLE_TOKEN, GROUP, ConsoleBot, console_bot
+from tests.plugin.console_bot import (
+    ALICE,
+    ALICE_FACT,
+    CONSOLE_TOKEN,
+    GROUP,
+    ConsoleBot,
+    console_bot,
+)
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -35,7 +42,9 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-async def wire(pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ConsoleBot]:
+async def wire(
+    pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[ConsoleBot]:
     async with console_bot(pg_server_dsn, Path(tmp_path_factory.mktemp("browser"))) as bot:
         yield bot
 
@@ -95,7 +104,9 @@ async def log_in(browser: WebDriver, wire: ConsoleBot) -> None:
     assert "控制台令牌" in text_of(browser)
     shot(browser, "01-login", PHONE)
     browser.find_element(By.NAME, "token").send_keys(CONSOLE_TOKEN)
-    await submit(browser, browser.find_element(By.CSS_SELECTOR, "form.login button"), then="近 30 天")
+    await submit(
+        browser, browser.find_element(By.CSS_SELECTOR, "form.login button"), then="近 30 天"
+    )
     assert browser.find_element(By.TAG_NAME, "h1").text == "概览"
 
 
@@ -125,7 +136,11 @@ async def test_operator_finds_a_session_and_searches_it(wire: ConsoleBot, browse
 
     box = browser.find_element(By.NAME, "q")
     box.send_keys("骨头")
-    await submit(browser, browser.find_element(By.CSS_SELECTOR, "form[role=search] button"), then="没有提炼出的记忆")  # the fact says nothing of bones
+    await submit(
+        browser,
+        browser.find_element(By.CSS_SELECTOR, "form[role=search] button"),
+        then="没有提炼出的记忆",
+    )  # the fact says nothing of bones
     turns = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "tr.turn")]
     assert len(turns) == 1 and "旺财" in turns[0]
     assert "大黄" not in text_of(browser) and "狗粮" not in text_of(browser)
@@ -142,12 +157,22 @@ async def test_operator_edits_a_fact_and_the_debugger_uses_the_new_text(
     box = row.find_element(By.NAME, "text")
     box.clear()
     box.send_keys(EDITED_FACT)
-    await submit(browser, row.find_element(By.CSS_SELECTOR, "details button"), then="已保存，并重新生成了向量")
+    await submit(
+        browser,
+        row.find_element(By.CSS_SELECTOR, "details button"),
+        then="已保存，并重新生成了向量",
+    )
     assert EDITED_FACT in text_of(browser) and ALICE_FACT not in text_of(browser)
 
-    await submit(browser, browser.find_element(By.LINK_TEXT, "在回忆调试中以此会话提问"), then="看看会想起什么")
+    await submit(
+        browser,
+        browser.find_element(By.LINK_TEXT, "在回忆调试中以此会话提问"),
+        then="看看会想起什么",
+    )
     browser.find_element(By.NAME, "message").send_keys("我的柯基犬叫什么名字")
-    await submit(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), then="最终提示词")
+    await submit(
+        browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), then="最终提示词"
+    )
     prompts = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "pre.prompt")]
     assert prompts and EDITED_FACT in prompts[0]  # found by its new embedding
     assert browser.find_elements(By.CSS_SELECTOR, "tr.candidate")
@@ -163,7 +188,9 @@ async def test_operator_deletes_a_turn_and_restores_it_from_the_bin(
 ):
     await go(browser, f"{wire.base}/session?key={ALICE}")
     target = next(r for r in browser.find_elements(By.CSS_SELECTOR, "tr.turn") if "杭州" in r.text)
-    await submit(browser, target.find_element(By.CSS_SELECTOR, "button.danger"), then="已移入回收站")
+    await submit(
+        browser, target.find_element(By.CSS_SELECTOR, "button.danger"), then="已移入回收站"
+    )
     assert "杭州" not in text_of(browser)
 
     await go(browser, f"{wire.base}/bin")

@@ -70,7 +70,7 @@ def bar_chart(
             )
         )
     for i, label in enumerate(labels):
-        base = TOP + plot_h
+        base = float(TOP + plot_h)
         x0 = LEFT + slot * i + slot * 0.15
         for k, s in enumerate(series):
             value = s.values[i]

@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from memory_core.console import (
     MemoryConsole,
-    RestoreConflictError,
+    ConsoleConflictError,
     TurnSearch,
     masked_settings,
     trace_recall,
@@ -123,6 +123,7 @@ class ConsoleApp:
             ("/bin", self.recycle_bin, "GET"),
             ("/audit", self.audit, "GET"),
             ("/debug", self.debug, "GET"),
+            ("/debug", self.debug, "POST"),
             ("/settings", self.settings, "GET"),
             ("/turn/edit", self.edit_turn, "POST"),
             ("/memory/edit", self.edit_memory, "POST"),
@@ -324,7 +325,7 @@ class ConsoleApp:
         now = datetime.now(timezone.utc)
         trace = None
         page = ctx.page
-        if user.strip() and message.strip():
+        if request.method == "POST" and user.strip() and message.strip():
             when = datetime.fromisoformat(at).replace(tzinfo=tz) if at.strip() else now
             user_id = _int(user)
             if user_id is None:
@@ -371,7 +372,7 @@ class ConsoleApp:
             changed = await edit(key, item_id, form.get("text", ""), actor=ctx.actor)
         except InvalidTurnError:
             return back_to("/session", key=key, notice="内容不能为空，没有保存。")
-        except RestoreConflictError as exc:
+        except ConsoleConflictError as exc:
             return back_to("/session", key=key, notice=str(exc))
         notice = (
             "已保存，并重新生成了向量。"
@@ -398,7 +399,7 @@ class ConsoleApp:
             raise ValueError("id")
         try:
             item = await ctx.console.restore(bin_id, actor=ctx.actor)
-        except RestoreConflictError as exc:
+        except ConsoleConflictError as exc:
             return back_to("/bin", notice=str(exc))
         if item is None:
             return back_to("/bin", notice="回收站里没有这一条。")

@@ -199,7 +199,7 @@ def sessions_page(
             filters=filters,
             table=table,
             pager=_pager(f"{BASE}/sessions", query, number, len(rows)),
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -245,7 +245,8 @@ def _speaker(turn: MemoryTurn) -> str:
 def _delete_form(page: Page, kind: str, key: str, item_id: int) -> Markup:
     return render(
         '<form method="post" action="{base}/delete">{csrf}'
-        '<input type="hidden" name="kind" value="{kind}"><input type="hidden" name="key" value="{key}">'
+        '<input type="hidden" name="kind" value="{kind}">'
+        '<input type="hidden" name="key" value="{key}">'
         '<input type="hidden" name="id" value="{id}">'
         '<button class="danger" type="submit">删除</button></form>',
         base=BASE,
@@ -281,7 +282,8 @@ def _turn_rows(
         similarity = "" if item.similarity is None else f" · 相似度 {item.similarity:.3f}"
         rows.append(
             render(
-                '<tr class="turn" id="turn-{id}"><td data-label="时间">{when}<div class="muted">#{id}{sim}</div></td>'
+                '<tr class="turn" id="turn-{id}">'
+                '<td data-label="时间">{when}<div class="muted">#{id}{sim}</div></td>'
                 '<td data-label="说话人">{who}</td><td data-label="评分">{band}</td>'
                 '<td data-label="过期">{expiry}</td><td class="text" data-label="内容">{text}</td>'
                 '<td><div class="row-actions">{edit}{delete}</div></td></tr>',
@@ -339,9 +341,12 @@ def _memory_rows(
         )
         rows.append(
             render(
-                '<tr class="memory" id="memory-{id}"><td data-label="类型">{kind} {state}<div class="muted">{category}</div></td>'
+                '<tr class="memory" id="memory-{id}">'
+                '<td data-label="类型">{kind} {state}<div class="muted">{category}</div></td>'
                 '<td class="text" data-label="内容">{text}</td>'
-                '<td data-label="时间">首次 {first}<br>确认 {last}<div class="muted">提到 {times} 次 · 重要度 {importance}</div></td>'
+                '<td data-label="时间">首次 {first}<br>确认 {last}<div class="muted">提到 {times} '
+                "次 · 重要度 "
+                "{importance}</div></td>"
                 '<td data-label="来源">{sources}</td>'
                 '<td><div class="row-actions">{edit}{delete}</div></td></tr>',
                 id=m.id,
@@ -363,7 +368,8 @@ def _memory_rows(
     if not rows:
         return Markup('<p class="muted">没有提炼出的记忆。</p>')
     return render(
-        '<table class="stack"><thead><tr><th>类型</th><th>内容</th><th>时间</th><th>来源</th><th></th>'
+        '<table class="stack"><thead><tr><th>类型</th><th>内容</th><th>时间</th><th>来源</th><th>'
+        "</th>"
         "</tr></thead><tbody>{rows}</tbody></table>",
         rows=join(rows),
     )
@@ -392,7 +398,9 @@ def session_page(
         for v, label in (("keyword", "关键词"), ("meaning", "语义"))
     )
     summary = render(
-        '<p>{who}<br><span class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · 最近 {last}</span></p>',
+        "<p>{who}<br>"
+        '<span class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · 最近 '
+        "{last}</span></p>",
         who=_who(row),
         key=row.session_key,
         turns=row.turns,
@@ -423,7 +431,8 @@ def session_page(
     }
     debug_href = f"{BASE}/debug?" + _urlencode({"user": row.user_id, "group": row.group_id or ""})
     body = render(
-        '{summary}<p><a href="{debug}">在回忆调试中以此会话提问</a> · <a href="{bin}">此会话的回收站</a></p>'
+        "{summary}<p>"
+        '<a href="{debug}">在回忆调试中以此会话提问</a> · <a href="{bin}">此会话的回收站</a></p>'
         "{filters}<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{turns}{pager}",
         summary=summary,
         debug=debug_href,
@@ -445,12 +454,14 @@ def _urlencode(values: dict[str, object]) -> str:
 def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:
     rows = join(
         render(
-            '<tr class="binned"><td data-label="类型">{kind}</td><td class="text" data-label="内容">{summary}</td>'
+            '<tr class="binned"><td data-label="类型">{kind}</td>'
+            '<td class="text" data-label="内容">{summary}</td>'
             '<td data-label="会话"><a href="{href}">{key}</a></td>'
             '<td data-label="删除">{when}<div class="muted">{who}</div></td>'
             '<td data-label="保留到">{until}</td>'
             '<td><form method="post" action="{base}/bin/restore">{csrf}'
-            '<input type="hidden" name="id" value="{id}"><button type="submit">恢复</button></form></td></tr>',
+            '<input type="hidden" name="id" value="{id}"><button type="submit">恢复</button></form>'
+            "</td></tr>",
             kind=TARGET_ZH.get(b.kind, b.kind),
             summary=b.summary,
             href=session_link(b.session_key),
@@ -475,7 +486,8 @@ def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:
     )
     table = (
         render(
-            '<table class="stack"><thead><tr><th>类型</th><th>内容</th><th>会话</th><th>删除时间</th>'
+            '<table class="stack"><thead><tr><th>类型</th><th>内容</th><th>会话</th>'
+            "<th>删除时间</th>"
             "<th>保留到</th><th></th></tr></thead><tbody>{rows}</tbody></table>",
             rows=rows,
         )
@@ -488,9 +500,11 @@ def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:
 def audit_page(page: Page, entries: Sequence[AuditEntry], number: int) -> Markup:
     rows = join(
         render(
-            '<tr class="audit"><td data-label="时间">{when}</td><td data-label="操作人">{actor}</td>'
+            '<tr class="audit"><td data-label="时间">{when}</td>'
+            '<td data-label="操作人">{actor}</td>'
             '<td data-label="操作">{action} {target} #{id}</td><td data-label="会话">{key}</td>'
-            '<td class="text" data-label="之前">{before}</td><td class="text" data-label="之后">{after}</td></tr>',
+            '<td class="text" data-label="之前">{before}</td>'
+            '<td class="text" data-label="之后">{after}</td></tr>',
             when=page.when(e.at),
             actor=e.actor,
             action=ACTION_ZH.get(e.action, e.action),
@@ -567,7 +581,8 @@ def overview_page(
         ),
     ]
     body = render(
-        '<p class="muted">近 {days} 天（{tz}）· 回收站 {bin} 条</p><div class="cards">{charts}</div>',
+        '<p class="muted">近 {days} 天（{tz}）· 回收站 {bin} 条</p>'
+        '<div class="cards">{charts}</div>',
         days=len(figures.days),
         tz=page.tz.key,
         bin=bin_size,
@@ -580,13 +595,16 @@ def debug_page(
     page: Page, *, user: str, group: str, message: str, at: str, trace: RecallTrace | None
 ) -> Markup:
     form = render(
-        '<form class="filters" method="get" action="{base}/debug">'
-        '<label>QQ 号<input name="user" value="{user}" inputmode="numeric" required size="12"></label>'
-        '<label>群号（私聊留空）<input name="group" value="{group}" inputmode="numeric" size="12"></label>'
+        '<form class="filters" method="post" action="{base}/debug">{csrf}'
+        '<label>QQ 号<input name="user" value="{user}" inputmode="numeric" required size="12">'
+        "</label>"
+        '<label>群号（私聊留空）<input name="group" value="{group}" inputmode="numeric" '
+        'size="12"></label>'
         '<label>时间<input type="datetime-local" name="at" value="{at}"></label>'
         '<label class="wide">消息<input name="message" value="{message}" required></label>'
         '<button type="submit">看看会想起什么</button></form>',
         base=BASE,
+        csrf=page.csrf_field(),
         user=user,
         group=group,
         at=at,
@@ -596,8 +614,10 @@ def debug_page(
         return layout(page, "debug", "回忆调试", form)
     rows = join(
         render(
-            '<tr class="candidate"><td data-label="排名">{rank}</td><td class="text" data-label="内容">{when} {who}：{text}</td>'
-            '<td data-label="向量">{sim}</td><td data-label="关键词">{hits}</td><td data-label="时间衰减">{decay}</td>'
+            '<tr class="candidate"><td data-label="排名">{rank}</td>'
+            '<td class="text" data-label="内容">{when} {who}：{text}</td>'
+            '<td data-label="向量">{sim}</td><td data-label="关键词">{hits}</td>'
+            '<td data-label="时间衰减">{decay}</td>'
             '<td data-label="融合得分">{fused}</td><td data-label="结果">{fate}</td></tr>',
             rank=c.rank,
             when=page.when(c.turn.created_at) if c.turn else "",
@@ -630,8 +650,10 @@ def debug_page(
     )
     ctx = trace.context
     body = render(
-        '{form}<p class="muted">会话 {key} · 搜索文本「{search}」{range} · 记忆 {tokens}/{budget} tokens · '
-        "提炼记忆 {distilled} 条 · 回忆对话 {turns} 条 · 因预算舍弃 {dropped} 项 · 近期对话 {recent} 条</p>"
+        '{form}<p class="muted">会话 {key} · 搜索文本「{search}」{range} · 记忆 {tokens}/{budget} '
+        "tokens · "
+        "提炼记忆 {distilled} 条 · 回忆对话 {turns} 条 · 因预算舍弃 {dropped} 项 · 近期对话 "
+        "{recent} 条</p>"
         "<h2>候选</h2>{candidates}<h2>最终提示词</h2>{prompt}",
         form=form,
         key=trace.session_key,
@@ -654,7 +676,8 @@ def settings_page(
 ) -> Markup:
     table = join(
         render(
-            '<tr class="setting"><td data-label="键"><code>{k}</code></td><td class="text" data-label="值">{v}</td></tr>',
+            '<tr class="setting"><td data-label="键"><code>{k}</code></td>'
+            '<td class="text" data-label="值">{v}</td></tr>',
             k=k,
             v=v,
         )
@@ -663,8 +686,10 @@ def settings_page(
     switches = join(
         render(
             '<tr><td data-label="群">{g}</td><td data-label="记忆">{state}</td><td>'
-            '<form method="post" action="{base}/group-switch">{csrf}<input type="hidden" name="group" value="{g}">'
-            '<input type="hidden" name="on" value="{next}"><button type="submit" class="plain">{label}</button></form></td></tr>',
+            '<form method="post" action="{base}/group-switch">{csrf}<input type="hidden" '
+            'name="group" value="{g}">'
+            '<input type="hidden" name="on" value="{next}">'
+            '<button type="submit" class="plain">{label}</button></form></td></tr>',
             g=g,
             state="开" if on else "关",
             base=BASE,
@@ -677,15 +702,19 @@ def settings_page(
     group_form = render(
         '<form class="filters" method="post" action="{base}/group-switch">{csrf}'
         '<label>群号<input name="group" inputmode="numeric" required size="12"></label>'
-        '<label>记忆<select name="on"><option value="0">关闭</option><option value="1">打开</option></select></label>'
+        '<label>记忆<select name="on"><option value="0">关闭</option>'
+        '<option value="1">打开</option>'
+        "</select></label>"
         '<button type="submit">设置</button></form>',
         base=BASE,
         csrf=page.csrf_field(),
     )
     body = render(
         '<h2>各群记忆开关</h2>{form}<table class="stack"><tbody>{switches}</tbody></table>'
-        '<h2>生效的配置</h2><p class="muted">密钥只显示是否已设置。修改请编辑 .env.prod 并重启。</p>'
-        '<table class="stack"><thead><tr><th>键</th><th>值</th></tr></thead><tbody>{table}</tbody></table>',
+        "<h2>生效的配置</h2>"
+        '<p class="muted">密钥只显示是否已设置。修改请编辑 .env.prod 并重启。</p>'
+        '<table class="stack"><thead><tr><th>键</th><th>值</th></tr></thead><tbody>{table}</tbody>'
+        "</table>",
         form=group_form,
         switches=switches,
         table=table,

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import SecretStr
 
-from memory_core.console import MemoryConsole, RestoreConflictError, TurnSearch, trace_recall
+from memory_core.console import MemoryConsole, ConsoleConflictError, TurnSearch, trace_recall
 from memory_core.console.settings_view import MASK, masked_settings
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import InvalidTurnError
@@ -199,7 +199,7 @@ async def test_restore_refuses_a_fact_stored_again_meanwhile(memory_factory):
         [ExtractedMemory(kind="facts", content=fact.content)], ALICE, stated_at=T0
     )
 
-    with pytest.raises(RestoreConflictError):
+    with pytest.raises(ConsoleConflictError):
         await console.restore(bin_id, actor=ACTOR)
 
     assert [b.id for b in await console.recycle_bin()] == [bin_id]  # still there
@@ -273,3 +273,23 @@ def test_settings_view_masks_secrets_and_shows_the_rest():
     assert shown["LLM_API_KEY"] == MASK and shown["MEMORY_CONSOLE_TOKEN"] == MASK
     assert shown["MEMORY_TOP_N"] == "4"
     assert "sk-very-secret" not in repr(shown) and "hunter2" not in repr(shown)
+
+
+async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_changes_nothing(
+    memory_factory,
+):
+    memory = await memory_factory()
+    await _seed(memory)
+    await memory.distilled.save(
+        [ExtractedMemory(kind="facts", content="用户住在杭州")], ALICE, stated_at=T0
+    )
+    console = MemoryConsole(memory)
+    facts = {m.content: m for m in await console.memories(str(ALICE))}
+
+    with pytest.raises(ConsoleConflictError):
+        await console.edit_memory(
+            str(ALICE), facts["用户住在杭州"].id, "用户养了一条狗叫旺财", actor=ACTOR
+        )
+
+    assert {m.content for m in await console.memories(str(ALICE))} == set(facts)
+    assert await console.audit_log() == []
