@@ -4,16 +4,16 @@ bin, the audit log, daily figures and the recall debugger. The plugin serves it 
 from .debugger import RecallTrace, trace_recall
 from .service import DailyFigures, MemoryConsole, TurnSearch
 from .settings_view import masked_settings
-from .store import AuditEntry, BinItem, FoundTurn, ConsoleConflictError, SessionRow
+from .store import AuditEntry, BinItem, ConsoleConflictError, FoundTurn, SessionRow
 
 __all__ = [
     "AuditEntry",
     "BinItem",
+    "ConsoleConflictError",
     "DailyFigures",
     "FoundTurn",
     "MemoryConsole",
     "RecallTrace",
-    "ConsoleConflictError",
     "SessionRow",
     "TurnSearch",
     "masked_settings",

@@ -210,6 +210,9 @@ class MemoryConsole:
     async def recycle_bin(self, session_key: str | None = None) -> list[BinItem]:
         return await self._store().bin(session_key, MEMORY_LIMIT)
 
+    async def recycle_bin_size(self) -> int:
+        return await self._store().bin_size()
+
     async def restore(self, bin_id: int, *, actor: str) -> BinItem | None:
         """Put a deleted row back as it was; ``None`` if the bin has no such item. Raises
         ``ConsoleConflictError`` when the same row was stored again meanwhile."""

@@ -29,24 +29,34 @@ from ..storage.scopes import scope_delete
 # ----------------------------------------------------------------------------- sessions
 
 # The sessions with turns, newest activity first; $1 chat type, $2 group, $3 user (NULL: any).
-# The name is the sender name of the session's latest user turn (the session index, backwards).
+# Grouped by the key alone (the session index can serve it); who and where are read back from
+# the key itself ("{user}" or "{group}:{user}", see ``models.generate_session_key``). The name
+# is the sender name of the session's latest user turn (the session index, backwards).
 SQL_SESSIONS = """
 WITH s AS (
-    SELECT session_key, user_id, group_id, chat_type, count(*) AS turns,
-           max(created_at) AS last_at
-    FROM dialogues
-    WHERE ($1::text IS NULL OR chat_type = $1) AND ($2::bigint IS NULL OR group_id = $2)
-      AND ($3::bigint IS NULL OR user_id = $3)
-    GROUP BY session_key, user_id, group_id, chat_type
+    SELECT session_key, count(*) AS turns, max(created_at) AS last_at
+    FROM dialogues GROUP BY session_key
+),
+k AS (
+    SELECT s.*,
+           substr(session_key, strpos(session_key, ':') + 1)::bigint AS user_id,
+           CASE WHEN strpos(session_key, ':') > 0
+                THEN split_part(session_key, ':', 1)::bigint END AS group_id
+    FROM s
+),
+page AS (
+    SELECT k.*, CASE WHEN group_id IS NULL THEN 'private' ELSE 'group' END AS chat_type FROM k
+    WHERE ($1::text IS NULL OR (group_id IS NULL) = ($1 = 'private'))
+      AND ($2::bigint IS NULL OR group_id = $2) AND ($3::bigint IS NULL OR user_id = $3)
     ORDER BY last_at DESC, session_key LIMIT $4 OFFSET $5
 )
-SELECT s.*,
+SELECT page.*,
        (SELECT d.sender_name FROM dialogues d
-        WHERE d.session_key = s.session_key AND d.role = 'user' AND d.sender_name IS NOT NULL
+        WHERE d.session_key = page.session_key AND d.role = 'user' AND d.sender_name IS NOT NULL
         ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS name,
        (SELECT count(*) FROM distilled_memories m
-        WHERE m.session_key = s.session_key AND m.valid_until IS NULL) AS memories
-FROM s ORDER BY s.last_at DESC, s.session_key
+        WHERE m.session_key = page.session_key AND m.valid_until IS NULL) AS memories
+FROM page ORDER BY last_at DESC, session_key
 """
 
 SQL_SESSION_SUMMARY = """

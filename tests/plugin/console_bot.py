@@ -46,7 +46,9 @@ class ConsoleBot:
         return f"http://127.0.0.1:{self.bot.port}/memory"
 
     def client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.bot.port}", trust_env=False)
+        return httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{self.bot.port}", trust_env=False, timeout=60
+        )
 
     @contextlib.asynccontextmanager
     async def logged_in(self) -> AsyncIterator[httpx.AsyncClient]:

@@ -150,6 +150,21 @@ async def test_user_text_is_escaped_on_every_page(wire: ConsoleBot):
         assert "<script>" not in page
 
 
+async def test_the_debugger_answers_a_post_and_keeps_the_message_out_of_the_log(
+    wire: ConsoleBot,
+):
+    marker = "调试标记消息旺财在哪"
+    async with wire.logged_in() as client:
+        csrf = csrf_of((await client.get("/memory/debug")).text)
+        answer = await client.post(
+            "/memory/debug", data={"csrf": csrf, "user": str(ALICE), "message": marker}
+        )
+        assert answer.status_code == 200 and "最终提示词" in answer.text
+        assert "我家的狗叫旺财" in answer.text  # Alice's own turn is a candidate
+        assert "大黄" not in answer.text  # Bob's never is
+    assert marker not in wire.bot.log_text()
+
+
 async def test_the_onebot_post_guard_still_refuses_events_beside_the_console(wire: ConsoleBot):
     answer = await post_event(wire.bot, {"post_type": "meta_event"}, path="/onebot/v11/")
     assert answer.status_code == 403

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -96,7 +96,10 @@ async def submit(browser: WebDriver, button: WebElement, *, then: str) -> None:
         except WebDriverException:  # the old page went away between the two calls
             return False
 
-    await asyncio.to_thread(WebDriverWait(browser, 15).until, shows)
+    try:
+        await asyncio.to_thread(WebDriverWait(browser, 15).until, shows)
+    except TimeoutException:
+        raise AssertionError(f"no {then!r} on {browser.current_url}:\n{text_of(browser)}") from None
 
 
 async def log_in(browser: WebDriver, wire: ConsoleBot) -> None:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
+from time import monotonic as time_now
 from urllib.parse import parse_qs, urlencode
 
 from starlette.applications import Starlette
@@ -20,8 +21,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from memory_core.console import (
-    MemoryConsole,
     ConsoleConflictError,
+    DailyFigures,
+    MemoryConsole,
     TurnSearch,
     masked_settings,
     trace_recall,
@@ -37,6 +39,7 @@ log = logging.getLogger("nonebot_plugin_temporal_memory.console")
 
 STYLE = (Path(__file__).with_name("style.css")).read_text(encoding="utf-8")
 MAX_FORM_BYTES = 256 * 1024
+FIGURES_TTL = 60.0  # seconds the overview's charts are reused
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -114,6 +117,7 @@ class ConsoleApp:
 
     def __init__(self, access: ConsoleAccess) -> None:
         self.access = access
+        self._figures: tuple[float, DailyFigures] | None = None
 
     def app(self) -> Starlette:
         guarded: list[tuple[str, Handler, str]] = [
@@ -228,10 +232,14 @@ class ConsoleApp:
     # ------------------------------------------------------------------ pages
 
     async def overview(self, request: Request, ctx: Context) -> Response:
-        figures = await ctx.console.daily_figures()
+        # Daily figures change slowly and cost a scan of the month's turns: kept a minute.
+        now = time_now()
+        if self._figures is None or now - self._figures[0] > FIGURES_TTL:
+            self._figures = (now, await ctx.console.daily_figures())
+        figures = self._figures[1]
         retention = ctx.runtime.memory.retention
         bands = retention.band_names if retention else ()
-        bin_size = len(await ctx.console.recycle_bin())
+        bin_size = await ctx.console.recycle_bin_size()
         return html(views.overview_page(ctx.page, figures, bands, bin_size))
 
     async def sessions(self, request: Request, ctx: Context) -> Response:
@@ -314,13 +322,9 @@ class ConsoleApp:
         return html(views.audit_page(ctx.page, await ctx.console.audit_log(number), number))
 
     async def debug(self, request: Request, ctx: Context) -> Response:
-        q = request.query_params
-        user, group, message, at = (
-            q.get("user", ""),
-            q.get("group", ""),
-            q.get("message", ""),
-            q.get("at", ""),
-        )
+        # The message comes in a POST: a query string would put it in the access log.
+        q = request.state.form if request.method == "POST" else request.query_params
+        user, group, message, at = (q.get(k, "") for k in ("user", "group", "message", "at"))
         tz = ctx.page.tz
         now = datetime.now(timezone.utc)
         trace = None

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import SecretStr
 
-from memory_core.console import MemoryConsole, ConsoleConflictError, TurnSearch, trace_recall
+from memory_core.console import ConsoleConflictError, MemoryConsole, TurnSearch, trace_recall
 from memory_core.console.settings_view import MASK, masked_settings
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import InvalidTurnError
