@@ -17,6 +17,7 @@ from ..lang.keywords import document_terms, normalize
 from ..lang.text import clean_content
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
+from ..storage.dialogue_store import AnchorFilters
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
 from .store import (
     Audit,
@@ -104,21 +105,45 @@ class MemoryConsole:
         """One page of the session's turns: newest first, or by meaning nearest first.
 
         A search by meaning needs the embedder; when it fails this raises ``EmbeddingError``."""
-        store = self._store()
         query = search.text.strip()[:SEARCH_MAX_CHARS]
-        vector = None
+        page = max(search.page, 0)
         if search.by_meaning and query:
-            vector = await self.memory.embedder.embed_query(query)
-        return await store.turns(
+            return await self._turns_by_meaning(session_key, query, search, page)
+        return await self._store().turns(
             session_key,
-            text=None if vector is not None else session_search_text(query),
+            text=session_search_text(query),
             start=search.start,
             end=search.end,
             limit=PAGE_SIZE,
-            offset=max(search.page, 0) * PAGE_SIZE,
-            query_vector=vector,
-            model=self.memory.embedding_model,
+            offset=page * PAGE_SIZE,
         )
+
+    async def _turns_by_meaning(
+        self, session_key: str, query: str, search: TurnSearch, page: int
+    ) -> list[FoundTurn]:
+        """The nearest live turns, found the way recall finds them: exactly, or through the
+        session's own vector index when it has one (a large session)."""
+        memory = self.memory
+        vector = await memory.embedder.embed_query(query)
+        dialogue = memory._require_store()
+        size = await dialogue.session_size(session_key)
+        wanted = (page + 1) * PAGE_SIZE
+        nearest = await dialogue.anchor_candidates(
+            session_key=session_key,
+            model=memory.embedding_model,
+            query_vector=vector,
+            now=datetime.now(timezone.utc),
+            limit=wanted,
+            index_dim=memory.embedding_dim
+            if memory.vector_index.serves(session_key, size)
+            else None,
+            filters=AnchorFilters(start=search.start, end=search.end),
+        )
+        chosen = nearest[page * PAGE_SIZE : wanted]
+        turns = {
+            t.id: t for t in await self._store().turns_by_ids(session_key, [c.id for c in chosen])
+        }
+        return [FoundTurn(turns[c.id], c.similarity) for c in chosen if c.id in turns]
 
     async def memories(self, session_key: str, text: str = "") -> list[DistilledMemory]:
         """The session's distilled memories: current ones first, superseded ones as history."""
@@ -183,15 +208,7 @@ class MemoryConsole:
             embedding=vector,  # type: ignore[arg-type]
             embedding_model=model,
         )
-        audit = Audit(
-            actor,
-            "edit",
-            "distilled",
-            memory_id,
-            session_key,
-            before_text=current[0].content,
-            after_text=content,
-        )
+        audit = Audit(actor, "edit", "distilled", memory_id, session_key, after_text=content)
         changed = await self._store().edit_memory(memory_id, session_key, edit, audit)
         return None if changed is None else changed[1]
 

@@ -28,46 +28,61 @@ from ..storage.scopes import scope_delete
 
 # ----------------------------------------------------------------------------- sessions
 
+# Who and where, read back from a session key ("{user}" or "{group}:{user}", see
+# ``models.generate_session_key``) of the row set ``{src}``.
+_WHO = """
+SELECT {src}.*,
+       substr(session_key, strpos(session_key, ':') + 1)::bigint AS user_id,
+       CASE WHEN strpos(session_key, ':') > 0
+            THEN split_part(session_key, ':', 1)::bigint END AS group_id,
+       CASE WHEN strpos(session_key, ':') > 0 THEN 'group' ELSE 'private' END AS chat_type
+FROM {src}
+"""
+# A session's name: the sender name of its latest user turn (the session index, backwards),
+# and its count of current distilled memories.
+_NAME_AND_MEMORIES = """
+       (SELECT d.sender_name FROM dialogues d
+        WHERE d.session_key = {src}.session_key AND d.role = 'user' AND d.sender_name IS NOT NULL
+        ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS name,
+       (SELECT count(*) FROM distilled_memories m
+        WHERE m.session_key = {src}.session_key AND m.valid_until IS NULL) AS memories
+"""
+
 # The sessions with turns, newest activity first; $1 chat type, $2 group, $3 user (NULL: any).
-# Grouped by the key alone (the session index can serve it); who and where are read back from
-# the key itself ("{user}" or "{group}:{user}", see ``models.generate_session_key``). The name
-# is the sender name of the session's latest user turn (the session index, backwards).
-SQL_SESSIONS = """
-WITH s AS (
-    SELECT session_key, count(*) AS turns, max(created_at) AS last_at
-    FROM dialogues GROUP BY session_key
+# The session keys are walked through the session index one distinct key at a time (a loose
+# index scan: a probe per session, not a read of every turn), each session's last turn is one
+# more probe, and only the page's sessions are counted.
+SQL_SESSIONS = f"""
+WITH RECURSIVE keys AS (
+    (SELECT session_key FROM dialogues ORDER BY session_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.session_key FROM dialogues d WHERE d.session_key > keys.session_key
+            ORDER BY d.session_key LIMIT 1)
+    FROM keys WHERE keys.session_key IS NOT NULL
 ),
-k AS (
-    SELECT s.*,
-           substr(session_key, strpos(session_key, ':') + 1)::bigint AS user_id,
-           CASE WHEN strpos(session_key, ':') > 0
-                THEN split_part(session_key, ':', 1)::bigint END AS group_id
-    FROM s
-),
+who AS ({_WHO.format(src="keys")} WHERE session_key IS NOT NULL),
 page AS (
-    SELECT k.*, CASE WHEN group_id IS NULL THEN 'private' ELSE 'group' END AS chat_type FROM k
-    WHERE ($1::text IS NULL OR (group_id IS NULL) = ($1 = 'private'))
-      AND ($2::bigint IS NULL OR group_id = $2) AND ($3::bigint IS NULL OR user_id = $3)
+    SELECT who.*,
+           (SELECT d.created_at FROM dialogues d WHERE d.session_key = who.session_key
+            ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS last_at
+    FROM who
+    WHERE ($1::text IS NULL OR chat_type = $1) AND ($2::bigint IS NULL OR group_id = $2)
+      AND ($3::bigint IS NULL OR user_id = $3)
     ORDER BY last_at DESC, session_key LIMIT $4 OFFSET $5
 )
 SELECT page.*,
-       (SELECT d.sender_name FROM dialogues d
-        WHERE d.session_key = page.session_key AND d.role = 'user' AND d.sender_name IS NOT NULL
-        ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS name,
-       (SELECT count(*) FROM distilled_memories m
-        WHERE m.session_key = page.session_key AND m.valid_until IS NULL) AS memories
+       (SELECT count(*) FROM dialogues d WHERE d.session_key = page.session_key) AS turns,
+       {_NAME_AND_MEMORIES.format(src="page")}
 FROM page ORDER BY last_at DESC, session_key
 """
 
-SQL_SESSION_SUMMARY = """
-SELECT session_key, user_id, group_id, chat_type, count(*) AS turns, max(created_at) AS last_at,
-       (SELECT d.sender_name FROM dialogues d
-        WHERE d.session_key = $1 AND d.role = 'user' AND d.sender_name IS NOT NULL
-        ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS name,
-       (SELECT count(*) FROM distilled_memories m
-        WHERE m.session_key = $1 AND m.valid_until IS NULL) AS memories
-FROM dialogues WHERE session_key = $1
-GROUP BY session_key, user_id, group_id, chat_type
+SQL_SESSION_SUMMARY = f"""
+WITH s AS (
+    SELECT $1::text AS session_key, count(*) AS turns, max(created_at) AS last_at
+    FROM dialogues WHERE session_key = $1 HAVING count(*) > 0
+),
+who AS ({_WHO.format(src="s")})
+SELECT who.*, {_NAME_AND_MEMORIES.format(src="who")} FROM who
 """
 
 # ----------------------------------------------------------------------------- browsing
@@ -80,23 +95,9 @@ _TURN_FILTERS = """
 """
 
 SQL_SESSION_TURNS = f"""
-SELECT {TURN_COLUMNS}, NULL::float8 AS similarity FROM dialogues
+SELECT {TURN_COLUMNS} FROM dialogues
 WHERE session_key = $1 {_TURN_FILTERS}
 ORDER BY created_at DESC, id DESC LIMIT $5 OFFSET $6
-"""
-
-# Semantic search of one session: exact distances over its rows (MATERIALIZED keeps the planner
-# off a per-session HNSW index, whose post-filtering could return fewer rows); $7 the query
-# vector, $8 the embedding model.
-SQL_SESSION_TURNS_BY_MEANING = f"""
-WITH c AS MATERIALIZED (
-    SELECT id, embedding FROM dialogues
-    WHERE session_key = $1 AND embedding_model = $8 AND embedding IS NOT NULL {_TURN_FILTERS}
-)
-SELECT {", ".join("d." + c.strip() for c in TURN_COLUMNS.split(","))},
-       1 - (c.embedding <=> $7::halfvec) AS similarity
-FROM c JOIN dialogues d USING (id)
-ORDER BY c.embedding <=> $7::halfvec, d.id LIMIT $5 OFFSET $6
 """
 
 SQL_SESSION_MEMORIES = f"""
@@ -345,18 +346,11 @@ class PgConsoleStore(PgStore):
         end: datetime | None,
         limit: int,
         offset: int,
-        query_vector: np.ndarray | None = None,
-        model: str | None = None,
     ) -> list[FoundTurn]:
-        """The session's turns, newest first, or nearest ``query_vector`` first."""
-        args: list[Any] = [session_key, text, start, end, limit, offset]
-        sql = SQL_SESSION_TURNS
-        if query_vector is not None:
-            sql = SQL_SESSION_TURNS_BY_MEANING
-            args += [query_vector, model]
+        """The session's turns, newest first (``text``: only those containing it)."""
         async with self._connection() as conn:
-            rows = await conn.fetch(sql, *args)
-        return [FoundTurn(_turn(r), r["similarity"]) for r in rows]
+            rows = await conn.fetch(SQL_SESSION_TURNS, session_key, text, start, end, limit, offset)
+        return [FoundTurn(_turn(r), None) for r in rows]
 
     async def memories(
         self, session_key: str, *, text: str | None, limit: int
@@ -371,53 +365,46 @@ class PgConsoleStore(PgStore):
             rows = await conn.fetch(SQL_TURNS_OF_SESSION, session_key, list(ids))
         return [_turn(r) for r in rows]
 
-    async def edit_turn(
-        self, turn_id: int, session_key: str, edit: TurnEdit, audit: Audit
-    ) -> tuple[MemoryTurn, MemoryTurn] | None:
-        """Replace a turn's text; (before, after), or ``None`` if the session has no such turn."""
-        async with self._connection() as conn, conn.transaction():
-            before = await conn.fetchrow(SQL_LOCK_TURN, turn_id, session_key)
-            if before is None:
-                return None
-            after = await conn.fetchrow(
-                SQL_EDIT_TURN,
-                turn_id,
-                session_key,
-                edit.content,
-                edit.token_count,
-                edit.embedding,
-                edit.embedding_model,
-                list(edit.keywords),
-            )
-            await conn.execute(SQL_AUDIT, *audit.values())
-        assert after is not None  # the row is locked: the update found it
-        return _turn(before), _turn(after)
-
-    async def edit_memory(
-        self, memory_id: int, session_key: str, edit: MemoryEdit, audit: Audit
-    ) -> tuple[DistilledMemory, DistilledMemory] | None:
-        """Replace a distilled memory's text; (before, after), or ``None`` if not found."""
+    async def _edit(
+        self, lock: str, update: str, item_id: int, session_key: str, values: Sequence[Any],
+        audit: Audit,
+    ) -> tuple[asyncpg.Record, asyncpg.Record] | None:  # fmt: skip
+        """Lock the session's row, update it with ``values``, log the text before and after;
+        (before, after) as rows, or ``None`` if the session has no such row."""
         try:
             async with self._connection() as conn, conn.transaction():
-                before = await conn.fetchrow(SQL_LOCK_MEMORY, memory_id, session_key)
+                before = await conn.fetchrow(lock, item_id, session_key)
                 if before is None:
                     return None
-                after = await conn.fetchrow(
-                    SQL_EDIT_MEMORY,
-                    memory_id,
-                    session_key,
-                    edit.content,
-                    edit.content_hash,
-                    edit.embedding,
-                    edit.embedding_model,
-                )
+                after = await conn.fetchrow(update, item_id, session_key, *values)
+                audit = dataclasses.replace(audit, before_text=before["content"])
                 await conn.execute(SQL_AUDIT, *audit.values())
         except StorageError as exc:
             if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
                 raise ConsoleConflictError("这个会话已有一条内容相同的记忆") from exc
             raise
         assert after is not None  # the row is locked: the update found it
-        return _distilled(before), _distilled(after)
+        return before, after
+
+    async def edit_turn(
+        self, turn_id: int, session_key: str, edit: TurnEdit, audit: Audit
+    ) -> tuple[MemoryTurn, MemoryTurn] | None:
+        """Replace a turn's text; (before, after), or ``None`` if the session has no such turn."""
+        values = (edit.content, edit.token_count, edit.embedding, edit.embedding_model,
+                  list(edit.keywords))  # fmt: skip
+        rows = await self._edit(SQL_LOCK_TURN, SQL_EDIT_TURN, turn_id, session_key, values, audit)
+        return None if rows is None else (_turn(rows[0]), _turn(rows[1]))
+
+    async def edit_memory(
+        self, memory_id: int, session_key: str, edit: MemoryEdit, audit: Audit
+    ) -> tuple[DistilledMemory, DistilledMemory] | None:
+        """Replace a distilled memory's text; (before, after), or ``None`` if not found.
+        ``ConsoleConflictError`` when another current memory of the session has that text."""
+        values = (edit.content, edit.content_hash, edit.embedding, edit.embedding_model)
+        rows = await self._edit(
+            SQL_LOCK_MEMORY, SQL_EDIT_MEMORY, memory_id, session_key, values, audit
+        )
+        return None if rows is None else (_distilled(rows[0]), _distilled(rows[1]))
 
     async def move_to_bin(
         self, kind: str, item_id: int, session_key: str, purge_after: datetime, audit: Audit

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import asyncpg
 import httpx
 
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
-from tests.conftest import dsn_for_database
+from tests.conftest import new_database
 from tests.plugin.wire import BotProcess, start_bot, stop_bot
 
 CONSOLE_TOKEN = "console-test-token-7f3a"
@@ -94,29 +92,16 @@ async def seed(dsn: str, data_dir: Path) -> None:
 
 @contextlib.asynccontextmanager
 async def console_bot(server_dsn: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
-    name = f"console_{uuid.uuid4().hex[:10]}"
-    admin = await asyncpg.connect(server_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    dsn = dsn_for_database(server_dsn, name)
-    bot = None
-    try:
+    async with new_database(server_dsn) as dsn:
         await seed(dsn, tmp_dir)
         bot = await start_bot(
             llm_url=None,
             extra_env={"MEMORY_DSN": dsn, "MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN},
         )
-        yield ConsoleBot(bot=bot, dsn=dsn)
-    finally:
-        if bot is not None:
+        try:
+            yield ConsoleBot(bot=bot, dsn=dsn)
+        finally:
             await stop_bot(bot)
             log = bot.log_text()
             shutil.rmtree(bot.data_dir, ignore_errors=True)
             assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
-        admin = await asyncpg.connect(server_dsn)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()

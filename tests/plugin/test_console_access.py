@@ -4,11 +4,8 @@ cross-site request, limited login attempts, one session's rows only, everything 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.plugin.console_bot import (
     ALICE,
@@ -16,7 +13,6 @@ from tests.plugin.console_bot import (
     CONSOLE_TOKEN,
     XSS,
     ConsoleBot,
-    console_bot,
     same_origin,
 )
 from tests.plugin.wire import post_event, start_bot, stop_bot
@@ -25,14 +21,6 @@ PAGES = ["/memory/", "/memory/sessions", f"/memory/session?key={ALICE}", "/memor
          "/memory/audit", "/memory/debug", "/memory/settings"]  # fmt: skip
 CHANGES = ["/memory/turn/edit", "/memory/memory/edit", "/memory/delete", "/memory/bin/restore",
            "/memory/group-switch", "/memory/logout"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-async def wire(
-    pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[ConsoleBot]:
-    async with console_bot(pg_server_dsn, Path(tmp_path_factory.mktemp("console"))) as bot:
-        yield bot
 
 
 def csrf_of(page: str) -> str:
@@ -45,9 +33,9 @@ async def audit_rows(client: httpx.AsyncClient) -> int:
     return (await client.get("/memory/audit")).text.count('<tr class="audit">')
 
 
-async def test_every_page_and_change_refuses_a_missing_or_unknown_session(wire: ConsoleBot):
-    async with wire.client() as client:
-        client.headers.update(same_origin(wire))
+async def test_every_page_and_change_refuses_a_missing_or_unknown_session(console_wire: ConsoleBot):
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
         for cookie in (None, "forged-session-id"):
             client.cookies.clear()
             if cookie:
@@ -62,9 +50,9 @@ async def test_every_page_and_change_refuses_a_missing_or_unknown_session(wire: 
                 assert answer.status_code == 401, path
 
 
-async def test_a_wrong_token_does_not_log_in(wire: ConsoleBot):
-    async with wire.client() as client:
-        client.headers.update(same_origin(wire))
+async def test_a_wrong_token_does_not_log_in(console_wire: ConsoleBot):
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
         answer = await client.post("/memory/login", data={"token": CONSOLE_TOKEN + "x"})
         assert answer.status_code == 401 and "令牌不对" in answer.text
         assert "tm_console" not in answer.cookies
@@ -72,10 +60,10 @@ async def test_a_wrong_token_does_not_log_in(wire: ConsoleBot):
 
 
 async def test_login_sets_an_httponly_samesite_strict_cookie_and_pages_carry_a_strict_csp(
-    wire: ConsoleBot,
+    console_wire: ConsoleBot,
 ):
-    async with wire.client() as client:
-        client.headers.update(same_origin(wire))
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
         answer = await client.post("/memory/login", data={"token": CONSOLE_TOKEN})
         cookie = answer.headers["set-cookie"]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/memory" in cookie
@@ -86,9 +74,9 @@ async def test_login_sets_an_httponly_samesite_strict_cookie_and_pages_carry_a_s
 
 
 async def test_changes_without_the_sessions_csrf_token_are_refused_and_change_nothing(
-    wire: ConsoleBot,
+    console_wire: ConsoleBot,
 ):
-    async with wire.logged_in() as client:
+    async with console_wire.logged_in() as client:
         page = (await client.get(f"/memory/session?key={ALICE}")).text
         turn_id = re.search(r'id="turn-(\d+)"', page).group(1)  # type: ignore[union-attr]
         before = await audit_rows(client)
@@ -102,8 +90,8 @@ async def test_changes_without_the_sessions_csrf_token_are_refused_and_change_no
         assert "被篡改" not in (await client.get(f"/memory/session?key={ALICE}")).text
 
 
-async def test_cross_site_requests_are_refused_even_with_a_valid_session(wire: ConsoleBot):
-    async with wire.logged_in() as client:
+async def test_cross_site_requests_are_refused_even_with_a_valid_session(console_wire: ConsoleBot):
+    async with console_wire.logged_in() as client:
         page = (await client.get("/memory/sessions")).text
         csrf = csrf_of(page)
         for headers in (
@@ -125,8 +113,8 @@ async def test_cross_site_requests_are_refused_even_with_a_valid_session(wire: C
         assert answer.status_code == 403
 
 
-async def test_a_search_in_one_session_never_shows_another_sessions_rows(wire: ConsoleBot):
-    async with wire.logged_in() as client:
+async def test_a_search_in_one_session_never_shows_another_sessions_rows(console_wire: ConsoleBot):
+    async with console_wire.logged_in() as client:
         for mode in ("keyword", "meaning"):
             page = (
                 await client.get(
@@ -139,8 +127,8 @@ async def test_a_search_in_one_session_never_shows_another_sessions_rows(wire: C
             )  # Bob's, and Alice's in the group
 
 
-async def test_user_text_is_escaped_on_every_page(wire: ConsoleBot):
-    async with wire.logged_in() as client:
+async def test_user_text_is_escaped_on_every_page(console_wire: ConsoleBot):
+    async with console_wire.logged_in() as client:
         for path in ("/memory/sessions", f"/memory/session?key={BOB}", "/memory/audit"):
             page = (await client.get(path)).text
             assert "<script>" not in page and "<img src=x" not in page, path
@@ -151,10 +139,10 @@ async def test_user_text_is_escaped_on_every_page(wire: ConsoleBot):
 
 
 async def test_the_debugger_answers_a_post_and_keeps_the_message_out_of_the_log(
-    wire: ConsoleBot,
+    console_wire: ConsoleBot,
 ):
     marker = "调试标记消息旺财在哪"
-    async with wire.logged_in() as client:
+    async with console_wire.logged_in() as client:
         csrf = csrf_of((await client.get("/memory/debug")).text)
         answer = await client.post(
             "/memory/debug", data={"csrf": csrf, "user": str(ALICE), "message": marker}
@@ -162,18 +150,22 @@ async def test_the_debugger_answers_a_post_and_keeps_the_message_out_of_the_log(
         assert answer.status_code == 200 and "最终提示词" in answer.text
         assert "我家的狗叫旺财" in answer.text  # Alice's own turn is a candidate
         assert "大黄" not in answer.text  # Bob's never is
-    assert marker not in wire.bot.log_text()
+    assert marker not in console_wire.bot.log_text()
 
 
-async def test_the_onebot_post_guard_still_refuses_events_beside_the_console(wire: ConsoleBot):
-    answer = await post_event(wire.bot, {"post_type": "meta_event"}, path="/onebot/v11/")
+async def test_the_onebot_post_guard_still_refuses_events_beside_the_console(
+    console_wire: ConsoleBot,
+):
+    answer = await post_event(console_wire.bot, {"post_type": "meta_event"}, path="/onebot/v11/")
     assert answer.status_code == 403
 
 
-async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(wire: ConsoleBot):
+async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(
+    console_wire: ConsoleBot,
+):
     # Last in this module: the limit holds for this client address for minutes.
-    async with wire.client() as client:
-        client.headers.update(same_origin(wire))
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
         codes = [
             (await client.post("/memory/login", data={"token": f"guess-{i}"})).status_code
             for i in range(7)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,6 @@ from tests.plugin.console_bot import (
     CONSOLE_TOKEN,
     GROUP,
     ConsoleBot,
-    console_bot,
 )
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
@@ -39,14 +38,6 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
     reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
 )
-
-
-@pytest.fixture(scope="module")
-async def wire(
-    pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[ConsoleBot]:
-    async with console_bot(pg_server_dsn, Path(tmp_path_factory.mktemp("browser"))) as bot:
-        yield bot
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +93,8 @@ async def submit(browser: WebDriver, button: WebElement, *, then: str) -> None:
         raise AssertionError(f"no {then!r} on {browser.current_url}:\n{text_of(browser)}") from None
 
 
-async def log_in(browser: WebDriver, wire: ConsoleBot) -> None:
-    await go(browser, f"{wire.base}/")
+async def log_in(browser: WebDriver, console_wire: ConsoleBot) -> None:
+    await go(browser, f"{console_wire.base}/")
     assert "控制台令牌" in text_of(browser)
     shot(browser, "01-login", PHONE)
     browser.find_element(By.NAME, "token").send_keys(CONSOLE_TOKEN)
@@ -113,8 +104,8 @@ async def log_in(browser: WebDriver, wire: ConsoleBot) -> None:
     assert browser.find_element(By.TAG_NAME, "h1").text == "概览"
 
 
-async def test_operator_logs_in_and_sees_the_charts(wire: ConsoleBot, browser: WebDriver):
-    await log_in(browser, wire)
+async def test_operator_logs_in_and_sees_the_charts(console_wire: ConsoleBot, browser: WebDriver):
+    await log_in(browser, console_wire)
 
     charts = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg")
     assert len(charts) >= 4
@@ -125,15 +116,17 @@ async def test_operator_logs_in_and_sees_the_charts(wire: ConsoleBot, browser: W
     shot(browser, "02-overview-phone", PHONE)
 
 
-async def test_operator_finds_a_session_and_searches_it(wire: ConsoleBot, browser: WebDriver):
-    await go(browser, f"{wire.base}/sessions")
+async def test_operator_finds_a_session_and_searches_it(
+    console_wire: ConsoleBot, browser: WebDriver
+):
+    await go(browser, f"{console_wire.base}/sessions")
     group = browser.find_element(By.NAME, "group")
     group.send_keys(str(GROUP))
     await submit(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), then="波波")
     listed = browser.find_elements(By.CSS_SELECTOR, "tr.session")
     assert len(listed) == 2 and "丽丽" in text_of(browser) and "阿丽" not in text_of(browser)
 
-    await go(browser, f"{wire.base}/sessions?type=private&user={ALICE}")
+    await go(browser, f"{console_wire.base}/sessions?type=private&user={ALICE}")
     shot(browser, "03-sessions")
     await submit(browser, browser.find_element(By.LINK_TEXT, "阿丽"), then=ALICE_FACT)
 
@@ -152,9 +145,9 @@ async def test_operator_finds_a_session_and_searches_it(wire: ConsoleBot, browse
 
 
 async def test_operator_edits_a_fact_and_the_debugger_uses_the_new_text(
-    wire: ConsoleBot, browser: WebDriver
+    console_wire: ConsoleBot, browser: WebDriver
 ):
-    await go(browser, f"{wire.base}/session?key={ALICE}")
+    await go(browser, f"{console_wire.base}/session?key={ALICE}")
     row = browser.find_element(By.CSS_SELECTOR, "tr.memory")
     await click(row.find_element(By.TAG_NAME, "summary"))
     box = row.find_element(By.NAME, "text")
@@ -181,31 +174,31 @@ async def test_operator_edits_a_fact_and_the_debugger_uses_the_new_text(
     assert browser.find_elements(By.CSS_SELECTOR, "tr.candidate")
     shot(browser, "05-debugger")
 
-    await go(browser, f"{wire.base}/audit")
+    await go(browser, f"{console_wire.base}/audit")
     assert ALICE_FACT in text_of(browser) and EDITED_FACT in text_of(browser)
     shot(browser, "06-audit", PHONE)
 
 
 async def test_operator_deletes_a_turn_and_restores_it_from_the_bin(
-    wire: ConsoleBot, browser: WebDriver
+    console_wire: ConsoleBot, browser: WebDriver
 ):
-    await go(browser, f"{wire.base}/session?key={ALICE}")
+    await go(browser, f"{console_wire.base}/session?key={ALICE}")
     target = next(r for r in browser.find_elements(By.CSS_SELECTOR, "tr.turn") if "杭州" in r.text)
     await submit(
         browser, target.find_element(By.CSS_SELECTOR, "button.danger"), then="已移入回收站"
     )
     assert "杭州" not in text_of(browser)
 
-    await go(browser, f"{wire.base}/bin")
+    await go(browser, f"{console_wire.base}/bin")
     binned = browser.find_elements(By.CSS_SELECTOR, "tr.binned")
     assert len(binned) == 1 and "杭州" in binned[0].text
     shot(browser, "07-bin")
     await submit(browser, binned[0].find_element(By.TAG_NAME, "button"), then="已恢复")
     assert "下周三我要去杭州出差" in text_of(browser)
 
-    await go(browser, f"{wire.base}/bin")
+    await go(browser, f"{console_wire.base}/bin")
     assert "回收站是空的" in text_of(browser)
-    await go(browser, f"{wire.base}/settings")
+    await go(browser, f"{console_wire.base}/settings")
     assert "LLM_API_KEY" in text_of(browser) and "test-key" not in text_of(browser)
     assert CONSOLE_TOKEN not in browser.page_source
     shot(browser, "08-settings")

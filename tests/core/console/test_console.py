@@ -122,7 +122,7 @@ async def test_editing_a_turn_reembeds_it_and_writes_the_audit_log(
         "turn",
         turn.id,
     )
-    assert log[0].after_text == "后天我要去上海出差"
+    assert (log[0].before_text, log[0].after_text) == ("明天我要去北京出差", "后天我要去上海出差")
 
 
 async def test_an_edit_through_another_session_changes_nothing(memory_factory):
