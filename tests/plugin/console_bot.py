@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.models import TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.conftest import new_database
+from tests.core.console.test_console import store_chat
 from tests.plugin.wire import BotProcess, start_bot, stop_bot
 
 CONSOLE_TOKEN = "console-test-token-7f3a"
@@ -69,17 +69,7 @@ async def seed(dsn: str, data_dir: Path) -> None:
     )
     start = datetime.now(timezone.utc) - timedelta(days=2)
     try:
-        for i, (user, group, role, content, name) in enumerate(SEEDED):
-            await memory.add_turn(
-                TurnInput(
-                    user_id=user,
-                    group_id=group,
-                    role=role,
-                    content=content,
-                    sender_name=name,
-                    created_at=start + timedelta(minutes=i),
-                )
-            )
+        await store_chat(memory, SEEDED, start)
         await memory.distilled.save(
             [ExtractedMemory(kind="facts", content=ALICE_FACT)], ALICE, stated_at=start
         )

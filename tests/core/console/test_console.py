@@ -20,6 +20,21 @@ ALICE, BOB, GROUP = 1001, 1002, 5005
 ACTOR = "控制台@127.0.0.1"
 
 
+async def store_chat(memory, rows, start: datetime) -> None:
+    """Store ``(user, group, role, content, sender name)`` rows a minute apart from ``start``."""
+    for i, (user, group, role, content, name) in enumerate(rows):
+        await memory.add_turn(
+            TurnInput(
+                user_id=user,
+                group_id=group,
+                role=role,
+                content=content,
+                sender_name=name,
+                created_at=start + timedelta(minutes=i),
+            )
+        )
+
+
 async def _seed(memory):
     rows = [
         (ALICE, None, "user", "我家的狗叫旺财，很喜欢吃骨头", "阿丽"),
@@ -29,17 +44,7 @@ async def _seed(memory):
         (BOB, GROUP, "user", "群里说说：狗粮哪家好", "波波"),
         (ALICE, GROUP, "user", "我推荐骨头形状的狗粮", "丽丽"),
     ]
-    for i, (user, group, role, content, name) in enumerate(rows):
-        await memory.add_turn(
-            TurnInput(
-                user_id=user,
-                group_id=group,
-                role=role,
-                content=content,
-                sender_name=name,
-                created_at=T0 + timedelta(minutes=i),
-            )
-        )
+    await store_chat(memory, rows, T0)
     await memory.distilled.save(
         [ExtractedMemory(kind="facts", content="用户养了一条狗叫旺财")], ALICE, stated_at=T0
     )
