@@ -31,7 +31,7 @@ from memory_core.console import (
 from memory_core.errors import EmbeddingError, InvalidTurnError, MemoryCoreError
 
 from ..runtime import Runtime, RuntimeNotReady, get_runtime
-from . import views
+from . import admin_views, memory_views, views
 from .access import COOKIE, ConsoleAccess, ConsoleSession, client_of, cross_site
 from .markup import Markup
 
@@ -240,7 +240,7 @@ class ConsoleApp:
         retention = ctx.runtime.memory.retention
         bands = retention.band_names if retention else ()
         bin_size = await ctx.console.recycle_bin_size()
-        return html(views.overview_page(ctx.page, figures, bands, bin_size))
+        return html(admin_views.overview_page(ctx.page, figures, bands, bin_size))
 
     async def sessions(self, request: Request, ctx: Context) -> Response:
         q = request.query_params
@@ -255,7 +255,7 @@ class ConsoleApp:
             page=number,
         )
         return html(
-            views.sessions_page(
+            memory_views.sessions_page(
                 ctx.page,
                 rows,
                 chat_type=chat_type,
@@ -298,7 +298,7 @@ class ConsoleApp:
         memories = await ctx.console.memories(key, search.text if not search.by_meaning else "")
         sources = {m.id: await ctx.console.sources(key, m) for m in memories}
         return html(
-            views.session_page(
+            memory_views.session_page(
                 page,
                 row,
                 search,
@@ -315,11 +315,11 @@ class ConsoleApp:
         key = request.query_params.get("key", "")
         items = await ctx.console.recycle_bin(key or None)
         page = ctx.with_message(notice=request.query_params.get("notice", "")[:200])
-        return html(views.bin_page(page, items, key))
+        return html(admin_views.bin_page(page, items, key))
 
     async def audit(self, request: Request, ctx: Context) -> Response:
         number = max(_int(request.query_params.get("page")) or 0, 0)
-        return html(views.audit_page(ctx.page, await ctx.console.audit_log(number), number))
+        return html(admin_views.audit_page(ctx.page, await ctx.console.audit_log(number), number))
 
     async def debug(self, request: Request, ctx: Context) -> Response:
         # The message comes in a POST: a query string would put it in the access log.
@@ -345,14 +345,16 @@ class ConsoleApp:
         if not at.strip():
             at = f"{now.astimezone(tz):%Y-%m-%dT%H:%M}"
         return html(
-            views.debug_page(page, user=user, group=group, message=message, at=at, trace=trace)
+            admin_views.debug_page(
+                page, user=user, group=group, message=message, at=at, trace=trace
+            )
         )
 
     async def settings(self, request: Request, ctx: Context) -> Response:
         rt = ctx.runtime
         rows = masked_settings(rt.settings, rt.config)
         return html(
-            views.settings_page(
+            admin_views.settings_page(
                 ctx.with_message(notice=request.query_params.get("notice", "")[:200]),
                 rows,
                 await ctx.console.group_switches(),
