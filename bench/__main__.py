@@ -20,6 +20,7 @@ STANDARD = [
     ["bench.public"],
     ["bench.distilled_bench"],
     ["bench.bot_throughput", "--sessions", "200", "--messages", "3"],
+    ["bench.import_bench", "--messages", "1000"],
     ["bench.console_bench", "--rows", "100000"],
 ]
 FULL = [
