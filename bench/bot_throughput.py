@@ -104,7 +104,8 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
             llm_ms[line.rsplit(": ", 1)[-1]] = (call.answered_at - call.received_at) * 1000
     total = [(s.replied_at - s.sent_at) * 1000 for s in samples]
     own = [(s.replied_at - s.sent_at) * 1000 - llm_ms[s.text] for s in samples if s.text in llm_ms]
-    print(f"machine: {machine_line()}, load average before / after: {load_before} / {load_average()}")
+    print(f"machine: {machine_line()}")
+    print(f"load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}")
     print(
         f"sessions {sessions} x {messages} messages, stand-in LLM delay {llm_delay * 1000:.0f} ms, "
         f"evaluator {'on' if evaluator else 'off'}"

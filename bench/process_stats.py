@@ -8,7 +8,6 @@ loop's thread is counted apart from the others so a figure says which part limit
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,17 +30,15 @@ def _cpu_seconds(fields: list[str]) -> float:
     return (int(fields[12]) + int(fields[13])) / _TICKS
 
 
-def thread_cpu(pid: int) -> Counter[str]:
+def thread_cpu(pid: int) -> dict[str, float]:
     """CPU seconds of ``pid`` so far: ``main`` (its first thread, the event loop) and
     ``threads`` (all others, ended ones included: the local embedding model's worker, mostly;
     Python 3.11 gives the kernel no thread names to tell them apart)."""
     whole = _stat_fields(Path(f"/proc/{pid}/stat"))
     main = _stat_fields(Path(f"/proc/{pid}/task/{pid}/stat"))
     if whole is None or main is None:
-        return Counter()
-    return Counter(
-        main=_cpu_seconds(main), threads=_cpu_seconds(whole) - _cpu_seconds(main)
-    )
+        return {"main": 0.0, "threads": 0.0}
+    return {"main": _cpu_seconds(main), "threads": _cpu_seconds(whole) - _cpu_seconds(main)}
 
 
 def postgres_cpu(data_dir: Path) -> float:
@@ -76,7 +73,7 @@ class CpuMeter:
 
     pid: int
     data_dir: Path
-    _bot: Counter[str] | None = None
+    _bot: dict[str, float] | None = None
     _pg: float = 0.0
 
     def start(self) -> None:
@@ -86,8 +83,7 @@ class CpuMeter:
     def stop(self) -> dict[str, float]:
         assert self._bot is not None, "start() first"
         used = thread_cpu(self.pid)
-        used.subtract(self._bot)
-        figures = {kind: max(0.0, used[kind]) for kind in ("main", "threads")}
+        figures = {kind: max(0.0, used[kind] - self._bot[kind]) for kind in used}
         figures["postgres"] = max(0.0, postgres_cpu(self.data_dir) - self._pg)
         return figures
 

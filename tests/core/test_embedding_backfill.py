@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from datetime import datetime, timezone
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -167,16 +167,15 @@ async def test_precomputed_embeddings_are_used_as_given(memory_factory):
 
 
 class HangingEmbedder(HashingEmbedder):
-    """Passages never come back while ``hang`` is set (an embedding API that stopped
+    """Passages never come back until ``answering`` is set (an embedding API that stopped
     answering); queries are answered."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.hang = True
+        self.answering = asyncio.Event()
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        while self.hang:
-            await asyncio.sleep(0.05)
+        await self.answering.wait()
         return await super().embed_passages(texts)
 
 
@@ -190,7 +189,7 @@ async def test_a_turn_whose_embedding_hangs_is_stored_at_the_deadline_and_embedd
 
     assert outcome.turn is not None and not outcome.spooled
     assert (await memory.stats()).store.pending_embeddings == 1
-    embedder.hang = False
+    embedder.answering.set()
     assert await memory.backfill_embeddings() == 1
     recalled = await memory.recall(3, "团子", mode="vector", now=NOW)
     assert [t.content for t in recalled.turns] == ["我养了一只叫团子的猫"]

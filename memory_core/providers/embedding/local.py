@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -85,9 +86,9 @@ class LocalE5Embedder:
         self._max_tokens = max_tokens
         self._max_chars = max_chars
         self._lock = asyncio.Lock()
-        batching = {"slot": self._lock, "max_batch": max_batch, "max_wait": batch_wait}
-        self._passages = MicroBatcher(self._passage_batch, **batching)
-        self._queries = MicroBatcher(self._query_batch, **batching)
+        batcher = partial(MicroBatcher, slot=self._lock, max_batch=max_batch, max_wait=batch_wait)
+        self._passages = batcher(self._passage_batch)
+        self._queries = batcher(self._query_batch)
         # A query is embedded while someone waits for a reply: past this (the model busy with
         # other sessions' texts), recall goes on by keywords alone.
         self._query_deadline = query_deadline

@@ -42,12 +42,14 @@ class GatedEngine:
 
     def __init__(self, bad: str | None = None, delay: float = 0.0) -> None:
         self.release = threading.Event()
+        self.started = threading.Event()
         self.bad = bad
         self.delay = delay
         self.calls: list[list[str]] = []
 
     def passage(self, texts: Any) -> np.ndarray:
         self.calls.append(list(texts))
+        self.started.set()
         if len(self.calls) == 1:
             self.release.wait(10)
         time.sleep(self.delay)
@@ -125,8 +127,7 @@ async def test_a_caller_that_gave_up_before_its_batch_started_costs_the_model_no
     engine = GatedEngine()
     embedder = LocalE5Embedder(engine=engine)
     first = asyncio.create_task(embedder.embed_passages(["先来的"]))
-    while not engine.calls:  # the model is busy with the first text
-        await asyncio.sleep(0.01)
+    await asyncio.to_thread(engine.started.wait, 10)  # the model is busy with the first text
 
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(embedder.embed_passages(["等不及的"]), 0.05)
@@ -158,7 +159,7 @@ async def test_a_query_the_busy_model_cannot_embed_in_time_raises_embedding_erro
     engine = GatedEngine()  # holds the first call: the model is busy
     embedder = LocalE5Embedder(engine=engine, query_deadline=0.1)
 
-    with pytest.raises(EmbeddingError, match="within 0.1s"):
+    with pytest.raises(EmbeddingError, match=r"within 0\.1s"):
         await embedder.embed_query("今天吃什么")
     engine.release.set()
     await embedder.aclose()
@@ -168,8 +169,7 @@ async def test_closing_fails_the_callers_still_waiting() -> None:
     engine = GatedEngine()
     embedder = LocalE5Embedder(engine=engine)
     first = asyncio.create_task(embedder.embed_passages(["在算的"]))
-    while not engine.calls:
-        await asyncio.sleep(0.01)
+    await asyncio.to_thread(engine.started.wait, 10)
     waiting = asyncio.create_task(embedder.embed_passages(["在等的"]))
     await asyncio.sleep(0.01)
 
