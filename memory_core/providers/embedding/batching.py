@@ -3,9 +3,9 @@
 Every message costs the local model a few short texts (the turn, the query, the reply), each
 from its own session. One call per text pays the model's fixed cost per call (a thread hop,
 OpenMP start-up and barriers in every layer) that many times; one call for the texts of every
-session waiting at that moment pays it once. ``MicroBatcher`` collects texts for a few
-milliseconds, or until ``max_batch`` are waiting, or for as long as the model is busy with the
-previous batch, then makes one call and hands each caller its own rows.
+session waiting at that moment pays it once. ``MicroBatcher`` collects texts for as long as
+the model is busy with the previous batch (and, if asked, ``max_wait`` seconds more, unless
+``max_batch`` are waiting), then makes one call and hands each caller its own rows.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class MicroBatcher:
         *,
         slot: asyncio.Lock | asyncio.Semaphore,
         max_batch: int = 32,
-        max_wait: float = 0.002,
+        max_wait: float = 0.0,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")

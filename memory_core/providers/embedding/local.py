@@ -39,12 +39,12 @@ E5_MAX_TOKENS = 512
 # Cut before tokenizing so a 100 KB message costs ~1 ms of tokenization; 2048 code points are
 # more than 512 tokens for any real text (Chinese ~0.6 token/char, English ~0.3).
 E5_MAX_CHARS = 2048
-# Texts per model call and how long the first of them waits for others (when the model is
-# idle; while it is busy, a batch forms anyway). 2 ms is small beside the ~10 ms a short text
-# costs the model, and long enough for the turn and the query of one message to meet those of
-# other sessions.
+# Texts per model call, and how long the first of them waits for others when the model is
+# idle: not at all. While the model works on one batch the next one forms anyway, so under
+# load batches are full without waiting; an idle bot answers one message without a timer's
+# wake-up more (on a loaded machine each costs a scheduling delay).
 E5_MAX_BATCH = 32
-E5_BATCH_WAIT = 0.002
+E5_BATCH_WAIT = 0.0
 
 
 class E5Engine(Protocol):
