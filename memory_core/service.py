@@ -216,8 +216,13 @@ class TemporalMemory:
                 await self.flush_spool()
                 if self._backfill_needed.is_set():
                     self._backfill_needed.clear()
-                    await self.backfill_keywords()
-                    await self.backfill_embeddings()
+                    try:
+                        await self.backfill_keywords()
+                        await self.backfill_embeddings()
+                    except BaseException:
+                        # Not done: tried again next round, even if no new turn asks for it.
+                        self._backfill_needed.set()
+                        raise
             except (DatabaseUnavailableError, EmbeddingError) as exc:
                 log.warning("memory maintenance postponed: %s", exc)
                 await asyncio.sleep(interval)
@@ -310,16 +315,24 @@ class TemporalMemory:
         """Raise ``InvalidTurnError`` if ``turn`` could not be stored; store nothing."""
         self._prepare(turn, None, datetime.now(timezone.utc))
 
-    async def _embed_passages(self, texts: Sequence[str]) -> np.ndarray | None:
+    async def _embed_passages(
+        self, texts: Sequence[str], deadline: float | None = None
+    ) -> np.ndarray | None:
+        """The texts' vectors, or ``None`` when the embedder fails or takes longer than
+        ``deadline``: the rows are then stored without them and the backfill embeds them."""
         try:
-            return await self.embedder.embed_passages(texts)
-        except EmbeddingError as exc:
-            log.warning("embedding failed, %d turn(s) will be embedded later: %s", len(texts), exc)
+            return await asyncio.wait_for(self.embedder.embed_passages(texts), deadline)
+        except (EmbeddingError, asyncio.TimeoutError) as exc:
+            reason = str(exc) or f"no answer within {deadline:g}s"
+            log.warning(
+                "embedding failed, %d turn(s) will be embedded later: %s", len(texts), reason
+            )
             self._backfill_needed.set()
             return None
 
     async def add_turn(self, turn: TurnInput) -> AddOutcome:
-        """Store one turn (embedded now, or later if the embedder fails).
+        """Store one turn (embedded now, or later if the embedder fails or is slower than
+        ``EMBEDDING_STORE_DEADLINE``).
 
         Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
         stored, spooled and embedded is the same. Raises ``InvalidTurnError`` for input that
@@ -332,7 +345,10 @@ class TemporalMemory:
         row = self._prepare(turn, None, now)  # validate before spending an embedding
         if turn.message_uuid is None:
             turn = _with_uuid(turn, row.message_uuid, row.created_at)
-        vectors = await self._embed_passages([row.content])
+        # Someone waits for the reply this turn belongs to: a slow embedder must not hold it.
+        vectors = await self._embed_passages(
+            [row.content], deadline=self.settings.embedding_store_deadline
+        )
         if vectors is not None:
             row = _replace_embedding(row, vectors[0], self.embedding_model)
         try:

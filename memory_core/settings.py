@@ -89,6 +89,7 @@ class MemorySettings(BaseModel):
     embedding_timeout: float = Field(default=15.0, gt=0)
     embedding_max_retries: int = Field(default=3, ge=0, le=10)
     embedding_query_deadline: float = Field(default=3.0, gt=0)
+    embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_cache_size: int = Field(default=4096, ge=0)
 
     # chat model
