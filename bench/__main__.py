@@ -21,6 +21,7 @@ STANDARD = [
     ["bench.distilled_bench"],
     ["bench.bot_throughput", "--sessions", "200", "--messages", "3"],
     ["bench.import_bench", "--messages", "1000"],
+    ["bench.console_bench", "--rows", "100000"],
     ["bench.shared_group_bench"],
 ]
 FULL = [

@@ -36,6 +36,7 @@ __plugin_meta__ = PluginMetadata(
 
 from . import (  # noqa: E402, F401
     commands,
+    console,
     group_sharing,
     handlers,
     http_event_guard,
