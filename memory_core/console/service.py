@@ -17,7 +17,7 @@ from ..lang.keywords import document_terms, normalize
 from ..lang.text import clean_content
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
-from ..storage.dialogue_store import AnchorFilters
+from ..storage.dialogue_store import AnchorFilters, RecallScope
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
 from .store import (
     Audit,
@@ -126,10 +126,11 @@ class MemoryConsole:
         memory = self.memory
         vector = await memory.embedder.embed_query(query)
         dialogue = memory._require_store()
-        size = await dialogue.session_size(session_key)
+        scope = RecallScope(session_key)  # one session, as the console shows it
+        size = await dialogue.session_size(scope)
         wanted = (page + 1) * PAGE_SIZE
         nearest = await dialogue.anchor_candidates(
-            session_key=session_key,
+            scope=scope,
             model=memory.embedding_model,
             query_vector=vector,
             now=datetime.now(timezone.utc),
