@@ -91,6 +91,15 @@ class MemorySettings(BaseModel):
     embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_cache_size: int = Field(default=4096, ge=0)
 
+    # optional second-stage reranker (OpenAI-compatible /rerank); off while RERANK_MODEL is empty
+    rerank_base_url: str = SILICONFLOW_BASE_URL
+    rerank_api_key: SecretStr | None = None
+    rerank_model: str = ""
+    rerank_timeout: float = Field(default=3.0, gt=0)
+    rerank_deadline: float = Field(default=1.5, gt=0)
+    rerank_max_retries: int = Field(default=1, ge=0, le=5)
+    rerank_candidates: int = Field(default=20, ge=2, le=100)
+
     # chat model
     llm_base_url: str = SILICONFLOW_BASE_URL
     llm_api_key: SecretStr | None = None
@@ -227,6 +236,17 @@ class MemorySettings(BaseModel):
             self.extraction_api_key,
             self.extraction_model,
             self.extraction_timeout,
+        )
+
+    @property
+    def rerank_endpoint(self) -> ModelEndpoint:
+        """The reranker (``RERANK_*``); not configured while ``RERANK_MODEL`` is empty."""
+        return ModelEndpoint(
+            "RERANK",
+            self.rerank_base_url,
+            self.rerank_api_key,
+            self.rerank_model,
+            self.rerank_timeout,
         )
 
     @property

@@ -20,6 +20,11 @@ from .keywords import ENGLISH_STOPWORDS, QUERY_STOP_PHRASES, normalize, word_lis
 
 # "刚才" looks this far back; recall also prefers the very latest turns for it.
 RECENT_SPAN = timedelta(hours=2)
+# A turn is stored with the time it talks about only when that is this narrow: "下周" still
+# says when; "今年", "去年" would make the turn match most questions about a day.
+MAX_REFERENCE_SPAN = timedelta(days=7)
+# Only a stored turn's opening is read for it (a pasted article must not cost the insert).
+REFERENCE_SCAN_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,14 @@ def _days_back(n: int) -> _Handler:
     return lambda m, c: c.day(c.today - timedelta(days=n))
 
 
+def _days_ahead(n: int) -> _Handler:
+    return lambda m, c: c.day(c.today + timedelta(days=n))
+
+
+def _days_later(m: re.Match[str], c: _Context) -> _Span:
+    return c.day(c.today + timedelta(days=int(_number(_groups(m)[0]))))
+
+
 def _days_ago(m: re.Match[str], c: _Context) -> _Span:
     return c.day(c.today - timedelta(days=int(_number(_groups(m)[0]))))
 
@@ -281,6 +294,11 @@ def _weekday_en(strictly_before: bool) -> _Handler:
         return c.day(c.today - timedelta(days=back))
 
     return handler
+
+
+def _weekday_next(m: re.Match[str], c: _Context) -> _Span:
+    ahead = (_WEEKDAYS_EN.index(_groups(m)[0]) - c.today.weekday()) % 7
+    return c.day(c.today + timedelta(days=ahead or 7))
 
 
 def _months_back(n: int) -> _Handler:
@@ -347,6 +365,15 @@ _RULES: list[tuple[re.Pattern[str], _Handler]] = [
         (r"前天|" + _en(r"(?:the )?day before yesterday"), _days_back(2)),
         (r"昨天|昨日|昨晚|昨夜|" + _en(r"yesterday|last night"), _days_back(1)),
         (r"今天|今日|今早|今晚|" + _en(r"today|this morning|tonight|this evening"), _days_back(0)),
+        # Plans: the day a turn talks about (recall.timeref stores it with the turn).
+        (r"大后天", _days_ahead(3)),
+        (r"后天|" + _en(r"(?:the )?day after tomorrow"), _days_ahead(2)),
+        (r"明天|明日|明早|明晚|" + _en(r"tomorrow"), _days_ahead(1)),
+        (r"(?<![一两二三四五六七八九十几\d])" + _NUM_ZH + r"\s*天(?:之|以)?后", _days_later),
+        (_en(r"in " + _NUM_EN + r" days?"), _days_later),
+        (r"(?<!一)下(?:个)?(?:周|星期|礼拜)(?!末)" + _WD_ZH + "?", _week(-1)),
+        (_en(r"next week"), _week(-1)),
+        (_en(r"next " + _WD_EN), _weekday_next),
         (r"几天(?:之|以)?前|前几天|" + _en(r"a few days ago"), _few_days_ago),
         (
             r"(?:最近|过去|近|这)" + _NUM_ZH + r"\s*天|" + _en(r"(?:last|past) (\d+) days"),
@@ -464,6 +491,16 @@ def _find(text: str, context: _Context) -> tuple[TimeRange, int, int] | None:
     expression = text[match.start() : end_at]
     found = TimeRange(span.start, span.end, expression.strip(), recent=span.recent)
     return found, match.start(), end_at
+
+
+def referred_range(text: str, said_at: datetime, tz: tzinfo) -> TimeRange | None:
+    """The time a stored turn talks about ("我明天上午十点要去体检" said on Monday: Tuesday
+    morning), from its first time expression, relative to when it was said; ``None`` when it
+    names no time, or only "just now", or a span wider than ``MAX_REFERENCE_SPAN``."""
+    found = parse_time_range(text[:REFERENCE_SCAN_CHARS], said_at, tz)
+    if found is None or found.recent or found.end - found.start > MAX_REFERENCE_SPAN:
+        return None
+    return found
 
 
 def analyse_query(text: str, now: datetime, tz: tzinfo) -> TimeQuery | None:

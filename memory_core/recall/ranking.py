@@ -137,22 +137,50 @@ def decayed_order(
     return [candidate for candidate, _ in sorted(zip(candidates, scores, strict=True), key=key)]
 
 
+@dataclass(frozen=True)
+class TimeScope:
+    """What a pure time question keeps: turns said inside ``[start, end)`` and the turns
+    ``referring`` to a time inside it (said earlier: "我明天上午要去体检")."""
+
+    start: datetime
+    end: datetime
+    referring: frozenset[int] = frozenset()
+
+    def __contains__(self, candidate: AnchorCandidate) -> bool:
+        return self.start <= candidate.created_at < self.end or candidate.id in self.referring
+
+
+def merge_time_candidates(
+    said: Sequence[AnchorCandidate],
+    referring: Sequence[AnchorCandidate],
+    *,
+    by_meaning: bool,
+) -> list[AnchorCandidate]:
+    """One time channel from the turns said in a range and those talking about it: by
+    similarity when both lists are ordered by meaning, else the said ones first."""
+    known = {c.id for c in said}
+    merged = [*said, *(c for c in referring if c.id not in known)]
+    if by_meaning:
+        merged.sort(key=lambda c: -c.similarity)  # stable: equal ones keep their order
+    return merged
+
+
 def fuse_channels(
     channels: Sequence[Channel],
     *,
     rrf_k: float = 60.0,
-    within: tuple[datetime, datetime] | None = None,
+    within: TimeScope | None = None,
 ) -> list[RankedAnchor]:
     """Reciprocal rank fusion of ranked channels, best first (ties: the more recent first).
 
     A turn found by several channels adds up ``weight / (rrf_k + rank)`` from each. With
-    ``within=(start, end)`` only turns inside that range are kept (a pure time question).
+    ``within`` only the turns in that scope are kept (a pure time question).
     """
     scores: dict[int, float] = {}
     best: dict[int, AnchorCandidate] = {}
     for channel in channels:
         for rank, candidate in enumerate(channel.candidates, start=1):
-            if within is not None and not within[0] <= candidate.created_at < within[1]:
+            if within is not None and candidate not in within:
                 continue
             strength = 1.0 if channel.strengths is None else channel.strengths[candidate.id]
             share = channel.weight * strength / (rrf_k + rank)

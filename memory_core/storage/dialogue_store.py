@@ -42,6 +42,8 @@ INSERT_COLUMNS = (
     "token_count",
     "created_at",
     "keywords",
+    "refers_start",
+    "refers_end",
 )
 
 # Nothing is stored of a person who opted out of this chat (storage.opt_outs).
@@ -50,7 +52,7 @@ INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
 SELECT * FROM (
     VALUES ($1, $2::bigint, $3, $4::bigint, $5::bigint, $6, $7, $8, $9, $10::bigint,
             $11::jsonb, $12::halfvec, $13, $14::integer, $15::timestamptz,
-            array_to_tsvector($16::text[]))
+            array_to_tsvector($16::text[]), $17::timestamptz, $18::timestamptz)
 ) AS n ({", ".join(INSERT_COLUMNS)})
 WHERE {not_opted_out("n")}
 ON CONFLICT (message_uuid) DO NOTHING
@@ -64,7 +66,7 @@ CREATE TEMPORARY TABLE IF NOT EXISTS dialogue_import (
     message_uuid text, self_id bigint, session_key text, user_id bigint, group_id bigint,
     chat_type text, role text, content text, sender_name text, qq_message_id bigint,
     raw_segments jsonb, embedding halfvec, embedding_model text, token_count integer,
-    created_at timestamptz, keywords text[]
+    created_at timestamptz, keywords text[], refers_start timestamptz, refers_end timestamptz
 ) ON COMMIT DELETE ROWS
 """
 
@@ -168,6 +170,21 @@ FROM dialogues
 WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
   {_ANCHOR_FILTERS}
 ORDER BY created_at DESC, id DESC LIMIT $5
+"""
+
+# The session's live turns that talk about a time inside [$5, $6) (migration 008), nearest to
+# $4 first when a query vector is given, else newest first.
+SQL_REFERRING_CANDIDATES = """
+SELECT id, created_at,
+       CASE WHEN embedding_model = $2 AND $4::halfvec IS NOT NULL
+            THEN 1 - (embedding <=> $4::halfvec) END AS similarity
+FROM dialogues
+WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+  AND refers_start IS NOT NULL AND refers_start < $6 AND refers_end > $5
+  AND ($8::text[] IS NULL OR role = ANY($8::text[]))
+  AND NOT EXISTS (SELECT 1 FROM unnest($9::text[]) AS k(phrase)
+                  WHERE strpos(lower(normalize(content, NFKC)), k.phrase) = 0)
+ORDER BY embedding <=> $4::halfvec NULLS LAST, created_at DESC, id DESC LIMIT $7
 """
 
 # Each anchor's ±window live turns of the same session, in (created_at, id) order.
@@ -331,6 +348,8 @@ class NewTurnRow:
     token_count: int
     created_at: datetime
     keywords: list[str]  # search terms (memory_core.lang.keywords), stored as a tsvector
+    refers_start: datetime | None = None  # the time the turn talks about (migration 008)
+    refers_end: datetime | None = None
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, column) for column in INSERT_COLUMNS)
@@ -594,6 +613,40 @@ class PgDialogueStore(PgStore):
                 query_vector,
                 limit,
                 *filters.args(),
+            )
+        return [
+            AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))
+            for r in records
+        ]
+
+    async def referring_candidates(
+        self,
+        *,
+        session_key: str,
+        model: str,
+        now: datetime,
+        limit: int,
+        start: datetime,
+        end: datetime,
+        query_vector: np.ndarray | None = None,
+        filters: AnchorFilters = NO_FILTERS,
+    ) -> list[AnchorCandidate]:
+        """The session's live turns that talk about a time inside ``[start, end)`` (their
+        ``refers_*`` range overlaps it), by meaning if ``query_vector`` is given, else newest
+        first (similarity 0 if unknown). ``filters``' own time range is not used."""
+        roles, phrases, _, _ = filters.args()
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_REFERRING_CANDIDATES,
+                session_key,
+                model,
+                now,
+                query_vector,
+                start,
+                end,
+                limit,
+                roles,
+                phrases,
             )
         return [
             AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))

@@ -7,7 +7,13 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.models import TurnInput
-from memory_core.recall.ranking import Channel, DecayPolicy, decayed_order, fuse_channels
+from memory_core.recall.ranking import (
+    Channel,
+    DecayPolicy,
+    TimeScope,
+    decayed_order,
+    fuse_channels,
+)
 from memory_core.storage.dialogue_store import AnchorCandidate
 
 SH = timezone(timedelta(hours=8))
@@ -103,7 +109,7 @@ def test_time_decay_orders_each_channel_and_fusion_can_keep_only_a_time_range():
     assert decayed_order([old, new], [5.0, 5.0], now=NOW, decay=DecayPolicy()) == [new, old]
     assert decayed_order([old, new], [9.0, 5.0], now=NOW, decay=DecayPolicy()) == [old, new]
     only_recent = fuse_channels(
-        [Channel("vector", [old, new])], within=(NOW - timedelta(days=7), NOW)
+        [Channel("vector", [old, new])], within=TimeScope(NOW - timedelta(days=7), NOW)
     )
     assert [r.candidate.id for r in only_recent] == [2]
 
