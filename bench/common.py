@@ -148,3 +148,15 @@ def stopwatch() -> Iterator[list[float]]:
     started = time.perf_counter()
     yield box
     box.append(time.perf_counter() - started)
+
+
+def setting_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` options as settings overrides (env key names in any case), to
+    measure a setting against the shipped default: ``--set MEMORY_DECAY_HALF_LIFE_DAYS=3``."""
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--set needs KEY=VALUE, got {pair!r}")
+        overrides[key.strip().lower()] = value.strip()
+    return overrides

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bench.common import bench_data_dir, machine_line
+from bench.common import bench_data_dir, machine_line, setting_overrides
 from bench.public import chitchat, madial
 from bench.public.scoring import (
     ALL_AT_K,
@@ -242,8 +242,10 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"every recall {args.later_days} days after its case's moment (--later-days)")
     if args.decay_floor is not None:
         print(f"MEMORY_DECAY_MIN_WEIGHT={args.decay_floor:g} (--decay-floor; not the default)")
+    overrides: dict[str, Any] = setting_overrides(args.set)
+    for key, value in overrides.items():
+        print(f"{key.upper()}={value} (--set; not the shipped default)")
     with bench_data_dir("public") as data_dir:
-        overrides: dict[str, Any] = {}
         if args.decay_floor is not None:
             overrides["memory_decay_min_weight"] = args.decay_floor
         # The shipped defaults, but for a --decay-floor being compared.
@@ -302,6 +304,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=float,
         default=None,
         help="compare a MEMORY_DECAY_MIN_WEIGHT (1 = no time decay) with the shipped one",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting other than the shipped default, e.g. MEMORY_FUSION=calibrated",
     )
     parser.add_argument(
         "--later-days",
