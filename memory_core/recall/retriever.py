@@ -31,6 +31,7 @@ from .ranking import (
     decayed_order,
     diversify,
     fuse_channels,
+    keyword_confidence,
     merge_time_candidates,
     rank_anchors,
 )
@@ -180,9 +181,12 @@ class Retriever:
             # matches: a keyword list that only matched filler words ("最近") must not outvote
             # it. Alone (keyword mode), the keyword ranking stands as it is.
             strengths = {h.id: h.coverage for h in hits} if vector is not None else None
-            channels.append(
-                Channel("keyword", keyed, self.settings.memory_keyword_weight, strengths)
-            )
+            weight = self.settings.memory_keyword_weight
+            if vector is not None and self.settings.memory_fusion == "confident":
+                # Beside the vector list, keywords count as much as their best hit stands out.
+                decayed = [h.score * self._decay.weight_at(h.created_at, now) for h in hits]
+                weight *= keyword_confidence(decayed)
+            channels.append(Channel("keyword", keyed, weight, strengths))
         if "time" in found:
             by_meaning = vector is not None and when is not None and not when.range.recent
             timed = merge_time_candidates(found["time"], found["refers"], by_meaning=by_meaning)
