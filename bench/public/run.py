@@ -157,6 +157,7 @@ async def evaluate(
     misses: list[dict[str, Any]] | None,
     time_aware: bool | None = None,
     later: timedelta = timedelta(0),
+    modes: Sequence[Mode] = MODES,
 ) -> None:
     """Recall every case in every mode and form at every k; print the set's table."""
     found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -169,7 +170,7 @@ async def evaluate(
     for case in task.cases:
         user = base + case.user
         for form, query in case.queries.items():
-            for mode in MODES:
+            for mode in modes:
                 for k in AT_K:
                     result = await memory.recall(
                         user,
@@ -218,7 +219,7 @@ async def evaluate(
     print()
     print(format_table(rows))
     print()
-    for form in task.forms:
+    for form in task.forms if set(MODES) <= set(modes) else ():
         best = max(("vector", "keyword"), key=lambda m: figures[(form, m)]["any@5"])
         gap = figures[(form, "hybrid")]["any@5"] - figures[(form, best)]["any@5"]
         print(
@@ -264,7 +265,9 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 units = await store(memory, task, base, first_id)
                 first_id += len(task.items)
                 later = timedelta(days=args.later_days)
-                await evaluate(memory, task, base, units, misses, args.time_aware, later)
+                await evaluate(
+                    memory, task, base, units, misses, args.time_aware, later, args.modes
+                )
         finally:
             await memory.aclose()
     print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
@@ -290,6 +293,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="how many Chit-Chat people's histories to use",
     )
     parser.add_argument("--limit", type=int, default=None, help="only the first N cases a set")
+    parser.add_argument(
+        "--modes",
+        type=lambda text: [m for m in text.split(",") if m],
+        default=list(MODES),
+        help="comma-separated retrieval modes to run (default: all three)",
+    )
     parser.add_argument("--misses", help="write every miss at k=5 to this JSON-lines file")
     parser.add_argument(
         "--no-time-words",
@@ -319,9 +328,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="diagnosis: recall this many days later (7300: every memory at the decay floor)",
     )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.sets) - set(SETS))
+    unknown = sorted(set(args.sets) - set(SETS)) + sorted(set(args.modes) - set(MODES))
     if unknown:
-        parser.error(f"unknown sets {unknown}; choose from {', '.join(SETS)}")
+        parser.error(f"unknown sets or modes {unknown}; sets: {', '.join(SETS)}")
     misses = asyncio.run(run(args))
     if args.misses:
         lines = [json.dumps(miss, ensure_ascii=False) + "\n" for miss in misses]
