@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import os
 import platform
@@ -148,6 +149,17 @@ def stopwatch() -> Iterator[list[float]]:
     started = time.perf_counter()
     yield box
     box.append(time.perf_counter() - started)
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE``, repeatable: read by :func:`setting_overrides`."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting other than the shipped default, e.g. MEMORY_FUSION=confident",
+    )
 
 
 def setting_overrides(pairs: Sequence[str]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bench.common import bench_data_dir, machine_line, setting_overrides
+from bench.common import add_set_option, bench_data_dir, machine_line, setting_overrides
 from bench.public import chitchat, madial
 from bench.public.scoring import (
     ALL_AT_K,
@@ -314,13 +314,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="compare a MEMORY_DECAY_MIN_WEIGHT (1 = no time decay) with the shipped one",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a setting other than the shipped default, e.g. MEMORY_FUSION=calibrated",
-    )
+    add_set_option(parser)
     parser.add_argument(
         "--later-days",
         type=float,

@@ -23,7 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import bench_data_dir, machine_line, percentiles, setting_overrides
+from bench.common import (
+    add_set_option,
+    bench_data_dir,
+    machine_line,
+    percentiles,
+    setting_overrides,
+)
 from bench.retrieval.generate import NOW, Dataset, Question, build
 from memory_core.models import RecallResult, TurnInput
 from memory_core.providers.embedding import build_embedder
@@ -344,13 +350,7 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="only compare these MEMORY_DECAY_MIN_WEIGHT values, e.g. 0.9,0.97,1",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a setting other than the shipped default, e.g. MEMORY_FUSION=calibrated",
-    )
+    add_set_option(parser)
     args = parser.parse_args(argv)
     asyncio.run(run(args.limit, args.decay_floors, setting_overrides(args.set)))
 

@@ -151,11 +151,7 @@ class Retriever:
                 )
             # Turns that talk about that time ("明天上午要去体检" said the day before).
             searches["refers"] = store.referring_candidates(
-                query_vector=vector,
-                start=when.range.start,
-                end=when.range.end,
-                filters=filters,
-                **search,
+                query_vector=vector, filters=in_range, **search
             )
         found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
         if when is not None and when.time_only:

@@ -85,13 +85,18 @@ SQL_SESSION_SIZE = "SELECT count(*) FROM dialogues WHERE session_key = $1"
 # Optional anchor filters shared by the channels: $6 roles, $7 required
 # phrases (normalised, each must occur in the content), $8/$9 a time range [start, end).
 # The range bounds are plain comparisons so the session index can use them.
-_ANCHOR_FILTERS = """
+_ROLE_AND_PHRASE_FILTERS = """
   AND ($6::text[] IS NULL OR role = ANY($6::text[]))
   AND NOT EXISTS (SELECT 1 FROM unnest($7::text[]) AS k(phrase)
                   WHERE strpos(lower(normalize(content, NFKC)), k.phrase) = 0)
+"""
+_ANCHOR_FILTERS = (
+    _ROLE_AND_PHRASE_FILTERS
+    + """
   AND created_at >= coalesce($8::timestamptz, '-infinity')
   AND created_at < coalesce($9::timestamptz, 'infinity')
 """
+)
 
 # Exact search: the session's live, embedded rows are read through the session index and
 # sorted by distance. MATERIALIZED keeps the planner from trying the HNSW index, whose
@@ -172,19 +177,17 @@ WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_a
 ORDER BY created_at DESC, id DESC LIMIT $5
 """
 
-# The session's live turns that talk about a time inside [$5, $6) (migration 008), nearest to
-# $4 first when a query vector is given, else newest first.
-SQL_REFERRING_CANDIDATES = """
+# The session's live turns that talk about a time inside the filters' range [$8, $9)
+# (migration 008), nearest to $4 first when a query vector is given, else newest first.
+SQL_REFERRING_CANDIDATES = f"""
 SELECT id, created_at,
        CASE WHEN embedding_model = $2 AND $4::halfvec IS NOT NULL
             THEN 1 - (embedding <=> $4::halfvec) END AS similarity
 FROM dialogues
 WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
-  AND refers_start IS NOT NULL AND refers_start < $6 AND refers_end > $5
-  AND ($8::text[] IS NULL OR role = ANY($8::text[]))
-  AND NOT EXISTS (SELECT 1 FROM unnest($9::text[]) AS k(phrase)
-                  WHERE strpos(lower(normalize(content, NFKC)), k.phrase) = 0)
-ORDER BY embedding <=> $4::halfvec NULLS LAST, created_at DESC, id DESC LIMIT $7
+  AND refers_start IS NOT NULL AND refers_start < $9 AND refers_end > $8
+  {_ROLE_AND_PHRASE_FILTERS}
+ORDER BY embedding <=> $4::halfvec NULLS LAST, created_at DESC, id DESC LIMIT $5
 """
 
 # Each anchor's ±window live turns of the same session, in (created_at, id) order.
@@ -604,20 +607,8 @@ class PgDialogueStore(PgStore):
         filters: AnchorFilters = NO_FILTERS,
     ) -> list[AnchorCandidate]:
         """The session's ``limit`` latest live turns, newest first (similarity 0 if unknown)."""
-        async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_LATEST_CANDIDATES,
-                session_key,
-                model,
-                now,
-                query_vector,
-                limit,
-                *filters.args(),
-            )
-        return [
-            AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))
-            for r in records
-        ]
+        args = (session_key, model, now, query_vector, limit, *filters.args())
+        return await self._candidates(SQL_LATEST_CANDIDATES, args)
 
     async def referring_candidates(
         self,
@@ -626,28 +617,18 @@ class PgDialogueStore(PgStore):
         model: str,
         now: datetime,
         limit: int,
-        start: datetime,
-        end: datetime,
         query_vector: np.ndarray | None = None,
         filters: AnchorFilters = NO_FILTERS,
     ) -> list[AnchorCandidate]:
-        """The session's live turns that talk about a time inside ``[start, end)`` (their
-        ``refers_*`` range overlaps it), by meaning if ``query_vector`` is given, else newest
-        first (similarity 0 if unknown). ``filters``' own time range is not used."""
-        roles, phrases, _, _ = filters.args()
+        """The session's live turns that talk about a time inside ``filters``' range (their
+        ``refers_*`` range overlaps it; said at any time), nearest to ``query_vector`` first,
+        else newest first (similarity 0 if unknown)."""
+        args = (session_key, model, now, query_vector, limit, *filters.args())
+        return await self._candidates(SQL_REFERRING_CANDIDATES, args)
+
+    async def _candidates(self, sql: str, args: tuple[Any, ...]) -> list[AnchorCandidate]:
         async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_REFERRING_CANDIDATES,
-                session_key,
-                model,
-                now,
-                query_vector,
-                start,
-                end,
-                limit,
-                roles,
-                phrases,
-            )
+            records = await conn.fetch(sql, *args)
         return [
             AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))
             for r in records
