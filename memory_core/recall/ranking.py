@@ -36,6 +36,22 @@ class DecayPolicy:
         return self.weight(max(0.0, (now - created_at).total_seconds() / 86400))
 
 
+NO_DECAY = DecayPolicy(min_weight=1.0)
+
+
+def decay_for_match(
+    decay: DecayPolicy, similarities: Sequence[float], tie_margin: float | None
+) -> DecayPolicy:
+    """``decay`` when the best two similarities are within ``tie_margin`` (meaning alone cannot
+    tell them apart, and the newer may win), else no decay: a clearly best match is not pushed
+    down for being old (a memory archive, unlike a chat, is not better for being recent).
+    ``tie_margin=None``: always ``decay``."""
+    if tie_margin is None or len(similarities) < 2:
+        return decay
+    first, second = sorted(similarities, reverse=True)[:2]
+    return decay if first - second < tie_margin else NO_DECAY
+
+
 @dataclass(frozen=True)
 class RankedAnchor:
     candidate: AnchorCandidate

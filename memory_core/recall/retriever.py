@@ -28,6 +28,7 @@ from .ranking import (
     RankedAnchor,
     TimeScope,
     assemble_windows,
+    decay_for_match,
     decayed_order,
     diversify,
     fuse_channels,
@@ -160,10 +161,13 @@ class Retriever:
             )
 
         channels: list[Channel] = []
+        decay = self._decay
         if "vector" in found:
             floor = self.settings.memory_similarity_floor
             near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
-            ordered = decayed_order(near, [c.similarity for c in near], now=now, decay=self._decay)
+            similarities = [c.similarity for c in near]
+            decay = decay_for_match(decay, similarities, self.settings.memory_decay_tie_margin)
+            ordered = decayed_order(near, similarities, now=now, decay=decay)
             channels.append(Channel("vector", ordered))
         if "keyword" in found:
             hits = found["keyword"]
@@ -171,7 +175,7 @@ class Retriever:
                 [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
                 [h.score for h in hits],
                 now=now,
-                decay=self._decay,
+                decay=decay,
             )
             # Beside the vector list, a hit counts in proportion to how much of the query it
             # matches: a keyword list that only matched filler words ("最近") must not outvote
@@ -180,7 +184,7 @@ class Retriever:
             weight = self.settings.memory_keyword_weight
             if vector is not None and self.settings.memory_fusion == "confident":
                 # Beside the vector list, keywords count as much as their best hit stands out.
-                decayed = [h.score * self._decay.weight_at(h.created_at, now) for h in hits]
+                decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
                 weight *= keyword_confidence(decayed)
             channels.append(Channel("keyword", keyed, weight, strengths))
         if "time" in found:
@@ -189,7 +193,7 @@ class Retriever:
             channels.append(Channel("time", timed, self.settings.memory_time_weight))
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
-            ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
+            ranked = rank_anchors(channels[0].candidates, now=now, decay=decay, top_n=limit)
         else:
             ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
             if within is not None and not ranked:
