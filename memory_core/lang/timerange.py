@@ -365,15 +365,6 @@ _RULES: list[tuple[re.Pattern[str], _Handler]] = [
         (r"前天|" + _en(r"(?:the )?day before yesterday"), _days_back(2)),
         (r"昨天|昨日|昨晚|昨夜|" + _en(r"yesterday|last night"), _days_back(1)),
         (r"今天|今日|今早|今晚|" + _en(r"today|this morning|tonight|this evening"), _days_back(0)),
-        # Plans: the day a turn talks about (recall.timeref stores it with the turn).
-        (r"大后天", _days_ahead(3)),
-        (r"后天|" + _en(r"(?:the )?day after tomorrow"), _days_ahead(2)),
-        (r"明天|明日|明早|明晚|" + _en(r"tomorrow"), _days_ahead(1)),
-        (r"(?<![一两二三四五六七八九十几\d])" + _NUM_ZH + r"\s*天(?:之|以)?后", _days_later),
-        (_en(r"in " + _NUM_EN + r" days?"), _days_later),
-        (r"(?<!一)下(?:个)?(?:周|星期|礼拜)(?!末)" + _WD_ZH + "?", _week(-1)),
-        (_en(r"next week"), _week(-1)),
-        (_en(r"next " + _WD_EN), _weekday_next),
         (r"几天(?:之|以)?前|前几天|" + _en(r"a few days ago"), _few_days_ago),
         (
             r"(?:最近|过去|近|这)" + _NUM_ZH + r"\s*天|" + _en(r"(?:last|past) (\d+) days"),
@@ -424,6 +415,24 @@ _RULES: list[tuple[re.Pattern[str], _Handler]] = [
     ]
 ]
 
+# Plans ("我明天上午十点要去体检"): read in stored turns only, for the time they talk about
+# (``referred_range``). Not in queries: a question about the future finds its plans through
+# the days they were made for, and a conversation pasted as a query ("明天见") would otherwise
+# steer recall to a day nothing was said on (measured on MADial-Bench, bench/RESULTS.md).
+_PLAN_RULES: list[tuple[re.Pattern[str], _Handler]] = [
+    (re.compile(p), h)
+    for p, h in [
+        (r"大后天", _days_ahead(3)),
+        (r"后天|" + _en(r"(?:the )?day after tomorrow"), _days_ahead(2)),
+        (r"明天|明日|明早|明晚|" + _en(r"tomorrow"), _days_ahead(1)),
+        (r"(?<![一两二三四五六七八九十几\d])" + _NUM_ZH + r"\s*天(?:之|以)?后", _days_later),
+        (_en(r"in " + _NUM_EN + r" days?"), _days_later),
+        (r"(?<!一)下(?:个)?(?:周|星期|礼拜)(?!末)" + _WD_ZH + "?", _week(-1)),
+        (_en(r"next week"), _week(-1)),
+        (_en(r"next " + _WD_EN), _weekday_next),
+    ]
+]
+
 # What a "what happened then" question says besides its time expression.
 _FILLER_WORDS = word_list(
     "讨论 发生 发生了 干了 干嘛 做了 在干 聊天 说话 事情 事 话题 内容 东西 时候",
@@ -464,9 +473,11 @@ def parse_time_range(text: str, now: datetime, tz: tzinfo) -> TimeRange | None:
     return found[0] if found else None
 
 
-def _find(text: str, context: _Context) -> tuple[TimeRange, int, int] | None:
+def _find(
+    text: str, context: _Context, rules: list[tuple[re.Pattern[str], _Handler]] = _RULES
+) -> tuple[TimeRange, int, int] | None:
     best: tuple[int, int, re.Match[str], _Handler] | None = None
-    for pattern, handler in _RULES:
+    for pattern, handler in rules:
         match = pattern.search(text)
         if match is None:
             continue
@@ -497,7 +508,11 @@ def referred_range(text: str, said_at: datetime, tz: tzinfo) -> TimeRange | None
     """The time a stored turn talks about ("我明天上午十点要去体检" said on Monday: Tuesday
     morning), from its first time expression, relative to when it was said; ``None`` when it
     names no time, or only "just now", or a span wider than ``MAX_REFERENCE_SPAN``."""
-    found = parse_time_range(text[:REFERENCE_SCAN_CHARS], said_at, tz)
+    if said_at.tzinfo is None:
+        raise ValueError("said_at must be timezone-aware")
+    context = _Context(said_at.astimezone(tz), tz)
+    located = _find(normalize(text[:REFERENCE_SCAN_CHARS]), context, _RULES + _PLAN_RULES)
+    found = located[0] if located else None
     if found is None or found.recent or found.end - found.start > MAX_REFERENCE_SPAN:
         return None
     return found

@@ -34,7 +34,9 @@ async def test_todays_plan_said_yesterday_is_found_by_a_question_about_today(mem
     assert [t.content for t in result.turns] == ["我明天上午十点要去体检"]
 
 
-async def test_a_question_about_tomorrow_finds_the_plan_said_today(memory_factory):
+async def test_a_question_about_a_day_finds_the_plans_made_for_it_days_before(
+    memory_factory,
+):
     memory = await memory_factory()
     await memory.add_dialogues(
         [
@@ -43,15 +45,12 @@ async def test_a_question_about_tomorrow_finds_the_plan_said_today(memory_factor
             said("今天的晚饭是饺子", MONDAY_EVENING + timedelta(minutes=30)),
         ]
     )
+    # Wednesday of the next week: the report was planned for today, nine days ago.
+    next_wednesday = datetime(2024, 1, 24, 9, 0, tzinfo=SH)
 
-    result = await memory.recall(
-        1, "明天我有什么安排", top_n=1, window_size=0, now=MONDAY_EVENING + timedelta(hours=2)
-    )
-    assert [t.content for t in result.turns] == ["我明天上午十点要去体检"]
-    next_week = await memory.recall(
-        1, "下周三要干嘛", top_n=1, window_size=0, now=MONDAY_EVENING + timedelta(hours=2)
-    )
-    assert [t.content for t in next_week.turns] == ["下周三要交季度报告"]
+    result = await memory.recall(1, "今天要干嘛", top_n=1, window_size=0, now=next_wednesday)
+
+    assert [t.content for t in result.turns] == ["下周三要交季度报告"]
 
 
 async def test_turns_stored_without_a_time_reference_still_fall_back_to_any_time(
