@@ -150,15 +150,17 @@ class Retriever:
                 searches["time"] = store.anchor_candidates(
                     query_vector=vector, filters=in_range, **search
                 )
-            # Turns that talk about that time ("明天上午要去体检" said the day before).
-            searches["refers"] = store.referring_candidates(
-                query_vector=vector, filters=in_range, **search
-            )
+            if when.time_only:
+                # "我今天上午要干嘛": also the turns that talk about that time ("我明天上午十点要去
+                # 体检", said the day before). Only for a question about nothing but a time: in
+                # one with a topic, a turn mentioning that day must not outrank the topic.
+                searches["refers"] = store.referring_candidates(
+                    query_vector=vector, filters=in_range, **search
+                )
         found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
+        referring = found.get("refers", [])
         if when is not None and when.time_only:
-            within = TimeScope(
-                when.range.start, when.range.end, frozenset(c.id for c in found["refers"])
-            )
+            within = TimeScope(when.range.start, when.range.end, frozenset(c.id for c in referring))
 
         channels: list[Channel] = []
         decay = self._decay
@@ -189,7 +191,7 @@ class Retriever:
             channels.append(Channel("keyword", keyed, weight, strengths))
         if "time" in found:
             by_meaning = vector is not None and when is not None and not when.range.recent
-            timed = merge_time_candidates(found["time"], found["refers"], by_meaning=by_meaning)
+            timed = merge_time_candidates(found["time"], referring, by_meaning=by_meaning)
             channels.append(Channel("time", timed, self.settings.memory_time_weight))
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
