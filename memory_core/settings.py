@@ -68,8 +68,9 @@ class MemorySettings(BaseModel):
     memory_decay_after_days: float = Field(default=7.0, ge=0)
     memory_decay_half_life_days: float = Field(default=30.0, gt=0)
     memory_decay_min_weight: float = Field(default=0.97, ge=0, le=1)
-    # empty: decay always applies; else only when the best two similarities are this close
-    memory_decay_tie_margin: float | None = Field(default=None, ge=0, le=2)
+    # decay applies only when the best two similarities are this close (empty: always);
+    # 0.005 measured for the local e5 model on every benchmark set (bench/RESULTS.md)
+    memory_decay_tie_margin: float | None = Field(default=0.005, ge=0, le=2)
     memory_similarity_floor: float | None = None
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
