@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import os
 import platform
@@ -149,3 +150,26 @@ def stopwatch() -> Iterator[list[float]]:
     started = time.perf_counter()
     yield box
     box.append(time.perf_counter() - started)
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE``, repeatable: read by :func:`setting_overrides`."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting other than the shipped default, e.g. MEMORY_FUSION=confident",
+    )
+
+
+def setting_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` options as settings overrides (env key names in any case), to
+    measure a setting against the shipped default: ``--set MEMORY_DECAY_HALF_LIFE_DAYS=3``."""
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--set needs KEY=VALUE, got {pair!r}")
+        overrides[key.strip().lower()] = value.strip()
+    return overrides

@@ -8,6 +8,7 @@
     │   ├── PgvectorMissingError        pgvector is absent or older than 0.8
     │   └── EmbeddingModelMismatchError stored rows use another embedding model or dimension
     ├── EmbeddingError              the embedder failed (API down, timeout, bad answer)
+    ├── RerankError                 the optional reranker failed (recall keeps the fused order)
     └── LLMError                    the chat / evaluator model failed
         └── LLMNotConfiguredError   no chat model is configured
 
@@ -48,6 +49,10 @@ class EmbeddingModelMismatchError(StorageError):
 
 class EmbeddingError(MemoryCoreError):
     """The embedder could not embed the given texts."""
+
+
+class RerankError(MemoryCoreError):
+    """The reranker endpoint failed, timed out or answered with no usable ranking."""
 
 
 class LLMError(MemoryCoreError):

@@ -42,6 +42,7 @@ from .models import (
     generate_session_key,
 )
 from .providers.embedding import Embedder, build_embedder
+from .providers.rerank import ApiReranker, build_reranker
 from .recall.retriever import Retriever
 from .recall.sharing import GroupSharing
 from .settings import MemorySettings, RetrievalMode
@@ -98,6 +99,7 @@ class TemporalMemory:
         evaluator: Evaluator | None = None,
         retention: RetentionPolicy | None = None,
         embedded_server: EmbeddedServer | None = None,
+        reranker: ApiReranker | None = None,
     ) -> None:
         self.settings = settings
         self.tz = settings.tz
@@ -131,7 +133,10 @@ class TemporalMemory:
             exact_max_rows=settings.memory_exact_search_max_rows,
         )
         self._retriever = Retriever(
-            settings=settings, embedder=embedder, vector_index=self.vector_index
+            settings=settings,
+            embedder=embedder,
+            vector_index=self.vector_index,
+            reranker=reranker,
         )
         self.sharing = GroupSharing(listed=settings.memory_shared_groups, pool=lambda: self._pool)
         # Distilled memory, its background extraction and the answer cache.
@@ -275,7 +280,13 @@ class TemporalMemory:
                 log.warning("database connections closed abruptly: %s", exc)
                 pool.terminate()
         await self._stop_embedded_server()
+        await self.close_providers()
+
+    async def close_providers(self) -> None:
+        """Close the embedder's and the reranker's HTTP clients (or local model)."""
         await self.embedder.aclose()
+        if self._retriever.reranker is not None:
+            await self._retriever.reranker.aclose()
 
     @property
     def connected(self) -> bool:
@@ -311,6 +322,7 @@ class TemporalMemory:
             token_counter=self.token_counter,
             embedding=embedding,
             embedding_model=self.embedding_model,
+            tz=self.tz,
         )
 
     def check_turn(self, turn: TurnInput) -> None:
@@ -854,6 +866,7 @@ async def open_memory(
     *,
     embedder: Embedder | None = None,
     evaluator: Evaluator | None = None,
+    reranker: ApiReranker | None = None,
     require_database: bool = True,
     allow_model_change: bool = False,
     maintenance_interval: float | None = 30.0,
@@ -864,6 +877,8 @@ async def open_memory(
     and the maintenance loop keeps trying to connect. ``maintenance_interval=None`` disables
     the background loop (tests and the CLI drive maintenance by hand).
     """
+    # Built first: a bad RERANK_BASE_URL fails before anything holds a resource.
+    chosen_reranker = reranker if reranker is not None else build_reranker(settings)
     chosen_embedder = embedder or await build_embedder(settings)
     counter = await asyncio.to_thread(load_token_counter, settings.memory_token_encoding)
     spool = TurnSpool(settings.memory_data_dir / "spool.jsonl")
@@ -884,18 +899,19 @@ async def open_memory(
         evaluator=chosen_evaluator,
         retention=retention,
         embedded_server=embedded,
+        reranker=chosen_reranker,
     )
     try:
         await memory.connect(allow_model_change=allow_model_change)
     except DatabaseUnavailableError as exc:
         if require_database:
             await memory._stop_embedded_server()
-            await chosen_embedder.aclose()
+            await memory.close_providers()
             raise
         log.error("memory database unreachable at start-up, will keep retrying: %s", exc)
     except BaseException:
         await memory._stop_embedded_server()
-        await chosen_embedder.aclose()
+        await memory.close_providers()
         raise
     if memory.distilled.answer_cache is not None and memory.connected:
         try:

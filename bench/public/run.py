@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bench.common import bench_data_dir, machine_line
+from bench.common import add_set_option, bench_data_dir, machine_line, setting_overrides
 from bench.public import chitchat, madial
 from bench.public.scoring import (
     ALL_AT_K,
@@ -157,6 +157,7 @@ async def evaluate(
     misses: list[dict[str, Any]] | None,
     time_aware: bool | None = None,
     later: timedelta = timedelta(0),
+    modes: Sequence[Mode] = MODES,
 ) -> None:
     """Recall every case in every mode and form at every k; print the set's table."""
     found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -169,7 +170,7 @@ async def evaluate(
     for case in task.cases:
         user = base + case.user
         for form, query in case.queries.items():
-            for mode in MODES:
+            for mode in modes:
                 for k in AT_K:
                     result = await memory.recall(
                         user,
@@ -218,7 +219,7 @@ async def evaluate(
     print()
     print(format_table(rows))
     print()
-    for form in task.forms:
+    for form in task.forms if set(MODES) <= set(modes) else ():
         best = max(("vector", "keyword"), key=lambda m: figures[(form, m)]["any@5"])
         gap = figures[(form, "hybrid")]["any@5"] - figures[(form, best)]["any@5"]
         print(
@@ -242,8 +243,10 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"every recall {args.later_days} days after its case's moment (--later-days)")
     if args.decay_floor is not None:
         print(f"MEMORY_DECAY_MIN_WEIGHT={args.decay_floor:g} (--decay-floor; not the default)")
+    overrides: dict[str, Any] = setting_overrides(args.set)
+    for key, value in overrides.items():
+        print(f"{key.upper()}={value} (--set; not the shipped default)")
     with bench_data_dir("public") as data_dir:
-        overrides: dict[str, Any] = {}
         if args.decay_floor is not None:
             overrides["memory_decay_min_weight"] = args.decay_floor
         # The shipped defaults, but for a --decay-floor being compared.
@@ -262,7 +265,9 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 units = await store(memory, task, base, first_id)
                 first_id += len(task.items)
                 later = timedelta(days=args.later_days)
-                await evaluate(memory, task, base, units, misses, args.time_aware, later)
+                await evaluate(
+                    memory, task, base, units, misses, args.time_aware, later, args.modes
+                )
         finally:
             await memory.aclose()
     print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
@@ -288,6 +293,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="how many Chit-Chat people's histories to use",
     )
     parser.add_argument("--limit", type=int, default=None, help="only the first N cases a set")
+    parser.add_argument(
+        "--modes",
+        type=lambda text: [m for m in text.split(",") if m],
+        default=list(MODES),
+        help="comma-separated retrieval modes to run (default: all three)",
+    )
     parser.add_argument("--misses", help="write every miss at k=5 to this JSON-lines file")
     parser.add_argument(
         "--no-time-words",
@@ -303,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="compare a MEMORY_DECAY_MIN_WEIGHT (1 = no time decay) with the shipped one",
     )
+    add_set_option(parser)
     parser.add_argument(
         "--later-days",
         type=float,
@@ -310,9 +322,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="diagnosis: recall this many days later (7300: every memory at the decay floor)",
     )
     args = parser.parse_args(argv)
-    unknown = sorted(set(args.sets) - set(SETS))
+    unknown = sorted(set(args.sets) - set(SETS)) + sorted(set(args.modes) - set(MODES))
     if unknown:
-        parser.error(f"unknown sets {unknown}; choose from {', '.join(SETS)}")
+        parser.error(f"unknown sets or modes {unknown}; sets: {', '.join(SETS)}")
     misses = asyncio.run(run(args))
     if args.misses:
         lines = [json.dumps(miss, ensure_ascii=False) + "\n" for miss in misses]

@@ -23,7 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import bench_data_dir, machine_line, percentiles
+from bench.common import (
+    add_set_option,
+    bench_data_dir,
+    machine_line,
+    percentiles,
+    setting_overrides,
+)
 from bench.retrieval.generate import NOW, Dataset, Question, build
 from memory_core.models import RecallResult, TurnInput
 from memory_core.providers.embedding import build_embedder
@@ -35,7 +41,7 @@ BUDGETS = (5, 15)
 MODES = ("keyword", "vector", "hybrid")
 WINDOWS = (0, 2)
 VECTOR_CACHE = Path("/tmp/tm-bench-retrieval-vectors")
-DEFAULT_DECAY = DecayPolicy()  # the shipped MEMORY_DECAY_* defaults
+DEFAULT_DECAY = DecayPolicy()  # the shipped MEMORY_DECAY_* defaults (or --set ones)
 
 
 @dataclass(frozen=True)
@@ -217,7 +223,13 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
         print(f"| {label} | {p['p50']:.1f} | {p['p95']:.1f} |")
 
 
-async def run(limit: int | None, decay_floors: Sequence[float] = ()) -> None:
+async def run(
+    limit: int | None, decay_floors: Sequence[float] = (), overrides: dict[str, str] | None = None
+) -> None:
+    global DEFAULT_DECAY
+    overrides = overrides or {}
+    for key, value in overrides.items():
+        print(f"{key.upper()}={value} (--set; not the shipped default)")
     data = build()
     questions = data.questions[:limit] if limit else data.questions
     print(f"== retrieval bench ({machine_line()})")
@@ -226,7 +238,14 @@ async def run(limit: int | None, decay_floors: Sequence[float] = ()) -> None:
         f"({', '.join(f'{c} {n}' for c, n in _counts(questions).items())})"
     )
     with bench_data_dir("retrieval") as data_dir:
-        settings = MemorySettings(memory_data_dir=data_dir, embedding_cache_size=0)
+        settings = MemorySettings.model_validate(
+            {"memory_data_dir": data_dir, "embedding_cache_size": 0, **overrides}
+        )
+        DEFAULT_DECAY = DecayPolicy(
+            after_days=settings.memory_decay_after_days,
+            half_life_days=settings.memory_decay_half_life_days,
+            min_weight=settings.memory_decay_min_weight,
+        )
         started = time.perf_counter()
         embedder = await build_embedder(settings)
         print(f"local embedder loaded in {time.perf_counter() - started:.2f} s")
@@ -331,8 +350,9 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="only compare these MEMORY_DECAY_MIN_WEIGHT values, e.g. 0.9,0.97,1",
     )
+    add_set_option(parser)
     args = parser.parse_args(argv)
-    asyncio.run(run(args.limit, args.decay_floors))
+    asyncio.run(run(args.limit, args.decay_floors, setting_overrides(args.set)))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,11 @@ from .keywords import ENGLISH_STOPWORDS, QUERY_STOP_PHRASES, normalize, word_lis
 
 # "刚才" looks this far back; recall also prefers the very latest turns for it.
 RECENT_SPAN = timedelta(hours=2)
+# A turn is stored with the time it talks about only when that is this narrow: "下周" still
+# says when; "今年", "去年" would make the turn match most questions about a day.
+MAX_REFERENCE_SPAN = timedelta(days=7)
+# Only a stored turn's opening is read for it (a pasted article must not cost the insert).
+REFERENCE_SCAN_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,14 @@ def _days_back(n: int) -> _Handler:
     return lambda m, c: c.day(c.today - timedelta(days=n))
 
 
+def _days_ahead(n: int) -> _Handler:
+    return lambda m, c: c.day(c.today + timedelta(days=n))
+
+
+def _days_later(m: re.Match[str], c: _Context) -> _Span:
+    return c.day(c.today + timedelta(days=int(_number(_groups(m)[0]))))
+
+
 def _days_ago(m: re.Match[str], c: _Context) -> _Span:
     return c.day(c.today - timedelta(days=int(_number(_groups(m)[0]))))
 
@@ -281,6 +294,11 @@ def _weekday_en(strictly_before: bool) -> _Handler:
         return c.day(c.today - timedelta(days=back))
 
     return handler
+
+
+def _weekday_next(m: re.Match[str], c: _Context) -> _Span:
+    ahead = (_WEEKDAYS_EN.index(_groups(m)[0]) - c.today.weekday()) % 7
+    return c.day(c.today + timedelta(days=ahead or 7))
 
 
 def _months_back(n: int) -> _Handler:
@@ -397,6 +415,24 @@ _RULES: list[tuple[re.Pattern[str], _Handler]] = [
     ]
 ]
 
+# Plans ("我明天上午十点要去体检"): read in stored turns only, for the time they talk about
+# (``referred_range``). Not in queries: a question about the future finds its plans through
+# the days they were made for, and a conversation pasted as a query ("明天见") would otherwise
+# steer recall to a day nothing was said on (measured on MADial-Bench, bench/RESULTS.md).
+_PLAN_RULES: list[tuple[re.Pattern[str], _Handler]] = [
+    (re.compile(p), h)
+    for p, h in [
+        (r"大后天", _days_ahead(3)),
+        (r"后天|" + _en(r"(?:the )?day after tomorrow"), _days_ahead(2)),
+        (r"明天|明日|明早|明晚|" + _en(r"tomorrow"), _days_ahead(1)),
+        (r"(?<![一两二三四五六七八九十几\d])" + _NUM_ZH + r"\s*天(?:之|以)?后", _days_later),
+        (_en(r"in " + _NUM_EN + r" days?"), _days_later),
+        (r"(?<!一)下(?:个)?(?:周|星期|礼拜)(?!末)" + _WD_ZH + "?", _week(-1)),
+        (_en(r"next week"), _week(-1)),
+        (_en(r"next " + _WD_EN), _weekday_next),
+    ]
+]
+
 # What a "what happened then" question says besides its time expression.
 _FILLER_WORDS = word_list(
     "讨论 发生 发生了 干了 干嘛 做了 在干 聊天 说话 事情 事 话题 内容 东西 时候",
@@ -437,9 +473,11 @@ def parse_time_range(text: str, now: datetime, tz: tzinfo) -> TimeRange | None:
     return found[0] if found else None
 
 
-def _find(text: str, context: _Context) -> tuple[TimeRange, int, int] | None:
+def _find(
+    text: str, context: _Context, rules: list[tuple[re.Pattern[str], _Handler]] = _RULES
+) -> tuple[TimeRange, int, int] | None:
     best: tuple[int, int, re.Match[str], _Handler] | None = None
-    for pattern, handler in _RULES:
+    for pattern, handler in rules:
         match = pattern.search(text)
         if match is None:
             continue
@@ -464,6 +502,20 @@ def _find(text: str, context: _Context) -> tuple[TimeRange, int, int] | None:
     expression = text[match.start() : end_at]
     found = TimeRange(span.start, span.end, expression.strip(), recent=span.recent)
     return found, match.start(), end_at
+
+
+def referred_range(text: str, said_at: datetime, tz: tzinfo) -> TimeRange | None:
+    """The time a stored turn talks about ("我明天上午十点要去体检" said on Monday: Tuesday
+    morning), from its first time expression, relative to when it was said; ``None`` when it
+    names no time, or only "just now", or a span wider than ``MAX_REFERENCE_SPAN``."""
+    if said_at.tzinfo is None:
+        raise ValueError("said_at must be timezone-aware")
+    context = _Context(said_at.astimezone(tz), tz)
+    located = _find(normalize(text[:REFERENCE_SCAN_CHARS]), context, _RULES + _PLAN_RULES)
+    found = located[0] if located else None
+    if found is None or found.recent or found.end - found.start > MAX_REFERENCE_SPAN:
+        return None
+    return found
 
 
 def analyse_query(text: str, now: datetime, tz: tzinfo) -> TimeQuery | None:

@@ -31,6 +31,26 @@ class DecayPolicy:
             0.5, excess / self.half_life_days
         )
 
+    def weight_at(self, created_at: datetime, now: datetime) -> float:
+        """The weight of a turn said at ``created_at``, seen at ``now``."""
+        return self.weight(max(0.0, (now - created_at).total_seconds() / 86400))
+
+
+NO_DECAY = DecayPolicy(min_weight=1.0)
+
+
+def decay_for_match(
+    decay: DecayPolicy, similarities: Sequence[float], tie_margin: float | None
+) -> DecayPolicy:
+    """``decay`` when the best two similarities are within ``tie_margin`` (meaning alone cannot
+    tell them apart, and the newer may win), else no decay: a clearly best match is not pushed
+    down for being old (a memory archive, unlike a chat, is not better for being recent).
+    ``tie_margin=None``: always ``decay``."""
+    if tie_margin is None or len(similarities) < 2:
+        return decay
+    first, second = sorted(similarities, reverse=True)[:2]
+    return decay if first - second < tie_margin else NO_DECAY
+
 
 @dataclass(frozen=True)
 class RankedAnchor:
@@ -51,8 +71,8 @@ def rank_anchors(
     for candidate in candidates:
         if similarity_floor is not None and candidate.similarity < similarity_floor:
             continue
-        age_days = max(0.0, (now - candidate.created_at).total_seconds() / 86400)
-        ranked.append(RankedAnchor(candidate, candidate.similarity * decay.weight(age_days)))
+        weight = decay.weight_at(candidate.created_at, now)
+        ranked.append(RankedAnchor(candidate, candidate.similarity * weight))
     ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
     return ranked[:top_n]
 
@@ -115,6 +135,23 @@ class Channel:
     strengths: Mapping[int, float] | None = None
 
 
+# How far the keyword channel's best score must stand above its second for the channel to
+# count in full under ``MEMORY_FUSION=confident`` (1.25: a quarter higher). Chosen on half of
+# the public sets' cases, see bench/RESULTS.md.
+CLEAR_LEAD = 1.25
+
+
+def keyword_confidence(scores: Sequence[float]) -> float:
+    """How clearly a keyword list's best hit stands out, 0-1: 0 when the two best scores tie
+    (the terms matched are common, the list adds noise), 1 from a lead of ``CLEAR_LEAD``."""
+    if not scores:
+        return 0.0
+    first, *rest = sorted(scores, reverse=True)
+    if not rest or rest[0] <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (first / rest[0] - 1.0) / (CLEAR_LEAD - 1.0)))
+
+
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],
@@ -130,29 +167,56 @@ def decayed_order(
 
     def key(pair: tuple[AnchorCandidate, float]) -> tuple[float, float, int]:
         candidate, value = pair
-        age_days = max(0.0, (now - candidate.created_at).total_seconds() / 86400)
-        weighted = value * decay.weight(age_days)
+        weighted = value * decay.weight_at(candidate.created_at, now)
         return (-weighted, -candidate.created_at.timestamp(), -candidate.id)
 
     return [candidate for candidate, _ in sorted(zip(candidates, scores, strict=True), key=key)]
+
+
+@dataclass(frozen=True)
+class TimeScope:
+    """What a pure time question keeps: turns said inside ``[start, end)`` and the turns
+    ``referring`` to a time inside it (said earlier: "我明天上午要去体检")."""
+
+    start: datetime
+    end: datetime
+    referring: frozenset[int] = frozenset()
+
+    def __contains__(self, candidate: AnchorCandidate) -> bool:
+        return self.start <= candidate.created_at < self.end or candidate.id in self.referring
+
+
+def merge_time_candidates(
+    said: Sequence[AnchorCandidate],
+    referring: Sequence[AnchorCandidate],
+    *,
+    by_meaning: bool,
+) -> list[AnchorCandidate]:
+    """One time channel from the turns said in a range and those talking about it: by
+    similarity when both lists are ordered by meaning, else the said ones first."""
+    known = {c.id for c in said}
+    merged = [*said, *(c for c in referring if c.id not in known)]
+    if by_meaning:
+        merged.sort(key=lambda c: -c.similarity)  # stable: equal ones keep their order
+    return merged
 
 
 def fuse_channels(
     channels: Sequence[Channel],
     *,
     rrf_k: float = 60.0,
-    within: tuple[datetime, datetime] | None = None,
+    within: TimeScope | None = None,
 ) -> list[RankedAnchor]:
     """Reciprocal rank fusion of ranked channels, best first (ties: the more recent first).
 
     A turn found by several channels adds up ``weight / (rrf_k + rank)`` from each. With
-    ``within=(start, end)`` only turns inside that range are kept (a pure time question).
+    ``within`` only the turns in that scope are kept (a pure time question).
     """
     scores: dict[int, float] = {}
     best: dict[int, AnchorCandidate] = {}
     for channel in channels:
         for rank, candidate in enumerate(channel.candidates, start=1):
-            if within is not None and not within[0] <= candidate.created_at < within[1]:
+            if within is not None and candidate not in within:
                 continue
             strength = 1.0 if channel.strengths is None else channel.strengths[candidate.id]
             share = channel.weight * strength / (rrf_k + rank)

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EmbeddingError
+from ..errors import EmbeddingError, RerankError
 from ..lang.keywords import document_terms, query_terms, required_phrases
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, Role, generate_session_key
 from ..providers.embedding import Embedder
+from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings, RetrievalMode
 from ..storage.dialogue_store import (
     AnchorCandidate,
@@ -30,10 +31,14 @@ from .ranking import (
     Channel,
     DecayPolicy,
     RankedAnchor,
+    TimeScope,
     assemble_windows,
+    decay_for_match,
     decayed_order,
     diversify,
     fuse_channels,
+    keyword_confidence,
+    merge_time_candidates,
     rank_anchors,
 )
 
@@ -50,9 +55,16 @@ class Retriever:
     """Finds a session's anchors and their windows; holds no connection of its own."""
 
     def __init__(
-        self, *, settings: MemorySettings, embedder: Embedder, vector_index: VectorIndex
+        self,
+        *,
+        settings: MemorySettings,
+        embedder: Embedder,
+        vector_index: VectorIndex,
+        reranker: ApiReranker | None = None,
     ) -> None:
         self.settings = settings
+        self.reranker = reranker
+        self._rerank_failing = False  # the reranker's last call failed (logged once)
         self.vector_index = vector_index
         self.tz = settings.tz
         self.embedder = embedder
@@ -133,7 +145,7 @@ class Retriever:
                 filters=filters,
                 **search,
             )
-        within = None
+        within: TimeScope | None = None
         if when is not None:
             in_range = dataclasses.replace(filters, start=when.range.start, end=when.range.end)
             if when.range.recent or vector is None:  # newest first
@@ -145,13 +157,25 @@ class Retriever:
                     query_vector=vector, filters=in_range, **search
                 )
             if when.time_only:
-                within = (when.range.start, when.range.end)
+                # "我今天上午要干嘛": also the turns that talk about that time ("我明天上午十点要去
+                # 体检", said the day before). Only for a question about nothing but a time: in
+                # one with a topic, a turn mentioning that day must not outrank the topic.
+                searches["refers"] = store.referring_candidates(
+                    query_vector=vector, filters=in_range, **search
+                )
         found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
+        referring = found.get("refers", [])
+        if when is not None and when.time_only:
+            within = TimeScope(when.range.start, when.range.end, frozenset(c.id for c in referring))
+
         channels: list[Channel] = []
+        decay = self._decay
         if "vector" in found:
             floor = self.settings.memory_similarity_floor
             near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
-            ordered = decayed_order(near, [c.similarity for c in near], now=now, decay=self._decay)
+            similarities = [c.similarity for c in near]
+            decay = decay_for_match(decay, similarities, self.settings.memory_decay_tie_margin)
+            ordered = decayed_order(near, similarities, now=now, decay=decay)
             channels.append(Channel("vector", ordered))
         if "keyword" in found:
             hits = found["keyword"]
@@ -159,28 +183,66 @@ class Retriever:
                 [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
                 [h.score for h in hits],
                 now=now,
-                decay=self._decay,
+                decay=decay,
             )
             # Beside the vector list, a hit counts in proportion to how much of the query it
             # matches: a keyword list that only matched filler words ("最近") must not outvote
             # it. Alone (keyword mode), the keyword ranking stands as it is.
             strengths = {h.id: h.coverage for h in hits} if vector is not None else None
-            channels.append(
-                Channel("keyword", keyed, self.settings.memory_keyword_weight, strengths)
-            )
+            weight = self.settings.memory_keyword_weight
+            if vector is not None and self.settings.memory_fusion == "confident":
+                # Beside the vector list, keywords count as much as their best hit stands out.
+                decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
+                weight *= keyword_confidence(decayed)
+            channels.append(Channel("keyword", keyed, weight, strengths))
         if "time" in found:
-            channels.append(Channel("time", found["time"], self.settings.memory_time_weight))
+            by_meaning = vector is not None and when is not None and not when.range.recent
+            timed = merge_time_candidates(found["time"], referring, by_meaning=by_meaning)
+            channels.append(Channel("time", timed, self.settings.memory_time_weight))
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
-            ranked = rank_anchors(channels[0].candidates, now=now, decay=self._decay, top_n=limit)
+            ranked = rank_anchors(channels[0].candidates, now=now, decay=decay, top_n=limit)
         else:
             ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
             if within is not None and not ranked:
                 # Nothing was said in that time: answer with what matches best instead of
                 # nothing (the user may misremember when).
                 ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
+        if self.reranker is not None and len(ranked) > 1:
+            ranked = await self._reranked(store, scope, text, ranked, now)
         result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(result, search_text=text)
+
+    async def _reranked(
+        self,
+        store: PgDialogueStore,
+        scope: RecallScope,
+        text: str,
+        ranked: Sequence[RankedAnchor],
+        now: datetime,
+    ) -> list[RankedAnchor]:
+        """The first ``RERANK_CANDIDATES`` fused anchors in the reranker's order, the rest
+        after them; the fused order unchanged when the reranker fails (logged once an outage)."""
+        assert self.reranker is not None
+        head = list(ranked[: self.settings.rerank_candidates])
+        rows = await store.windows(
+            scope=scope, anchors=[a.candidate for a in head], window_size=0, now=now
+        )
+        contents = {turn.id: turn.content for anchor_id, turn in rows if turn.id == anchor_id}
+        head = [a for a in head if a.candidate.id in contents]
+        try:
+            order = await self.reranker.order(text, [contents[a.candidate.id] for a in head])
+        except RerankError as exc:
+            if not self._rerank_failing:
+                log.warning("reranker failed, recall keeps the fused order: %s", exc)
+            self._rerank_failing = True
+            return list(ranked)
+        if self._rerank_failing:
+            log.info("reranker answers again")
+        self._rerank_failing = False
+        reordered = [head[i] for i in order]
+        chosen = {a.candidate.id for a in reordered}
+        return reordered + [a for a in ranked if a.candidate.id not in chosen]
 
     async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
         """The query vector; None to go on without it (keyword mode, or hybrid falling back

@@ -42,6 +42,8 @@ INSERT_COLUMNS = (
     "token_count",
     "created_at",
     "keywords",
+    "refers_start",
+    "refers_end",
 )
 
 # Nothing is stored of a person who opted out of this chat (storage.opt_outs).
@@ -50,7 +52,7 @@ INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
 SELECT * FROM (
     VALUES ($1, $2::bigint, $3, $4::bigint, $5::bigint, $6, $7, $8, $9, $10::bigint,
             $11::jsonb, $12::halfvec, $13, $14::integer, $15::timestamptz,
-            array_to_tsvector($16::text[]))
+            array_to_tsvector($16::text[]), $17::timestamptz, $18::timestamptz)
 ) AS n ({", ".join(INSERT_COLUMNS)})
 WHERE {not_opted_out("n")}
 ON CONFLICT (message_uuid) DO NOTHING
@@ -64,7 +66,7 @@ CREATE TEMPORARY TABLE IF NOT EXISTS dialogue_import (
     message_uuid text, self_id bigint, session_key text, user_id bigint, group_id bigint,
     chat_type text, role text, content text, sender_name text, qq_message_id bigint,
     raw_segments jsonb, embedding halfvec, embedding_model text, token_count integer,
-    created_at timestamptz, keywords text[]
+    created_at timestamptz, keywords text[], refers_start timestamptz, refers_end timestamptz
 ) ON COMMIT DELETE ROWS
 """
 
@@ -96,13 +98,18 @@ SQL_SCOPE_SIZE = _scoped(SQL_SESSION_SIZE)
 # Optional anchor filters shared by the channels: $6 roles, $7 required
 # phrases (normalised, each must occur in the content), $8/$9 a time range [start, end).
 # The range bounds are plain comparisons so the session index can use them.
-_ANCHOR_FILTERS = """
+_ROLE_AND_PHRASE_FILTERS = """
   AND ($6::text[] IS NULL OR role = ANY($6::text[]))
   AND NOT EXISTS (SELECT 1 FROM unnest($7::text[]) AS k(phrase)
                   WHERE strpos(lower(normalize(content, NFKC)), k.phrase) = 0)
+"""
+_ANCHOR_FILTERS = (
+    _ROLE_AND_PHRASE_FILTERS
+    + """
   AND created_at >= coalesce($8::timestamptz, '-infinity')
   AND created_at < coalesce($9::timestamptz, 'infinity')
 """
+)
 
 # Exact search: the session's live, embedded rows are read through the session index and
 # sorted by distance. MATERIALIZED keeps the planner from trying the HNSW index, whose
@@ -185,6 +192,20 @@ WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_a
 ORDER BY created_at DESC, id DESC LIMIT $5
 """
 SQL_SCOPE_LATEST_CANDIDATES = _scoped(SQL_LATEST_CANDIDATES)
+
+# The session's live turns that talk about a time inside the filters' range [$8, $9)
+# (migration 008), nearest to $4 first when a query vector is given, else newest first.
+SQL_REFERRING_CANDIDATES = f"""
+SELECT id, created_at,
+       CASE WHEN embedding_model = $2 AND $4::halfvec IS NOT NULL
+            THEN 1 - (embedding <=> $4::halfvec) END AS similarity
+FROM dialogues
+WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+  AND refers_start IS NOT NULL AND refers_start < $9 AND refers_end > $8
+  {_ROLE_AND_PHRASE_FILTERS}
+ORDER BY embedding <=> $4::halfvec NULLS LAST, created_at DESC, id DESC LIMIT $5
+"""
+SQL_SCOPE_REFERRING_CANDIDATES = _scoped(SQL_REFERRING_CANDIDATES)
 
 # Each anchor's ±window live turns of the anchor's own session, in (created_at, id) order: in
 # a shared group, a member's words with the bot's replies to that member.
@@ -366,6 +387,8 @@ class NewTurnRow:
     token_count: int
     created_at: datetime
     keywords: list[str]  # search terms (memory_core.lang.keywords), stored as a tsvector
+    refers_start: datetime | None = None  # the time the turn talks about (migration 008)
+    refers_end: datetime | None = None
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, column) for column in INSERT_COLUMNS)
@@ -684,16 +707,28 @@ class PgDialogueStore(PgStore):
         filters: AnchorFilters = NO_FILTERS,
     ) -> list[AnchorCandidate]:
         """The session's ``limit`` latest live turns, newest first (similarity 0 if unknown)."""
+        args = (scope.key, model, now, query_vector, limit, *filters.args())
+        return await self._candidates(scope.pick(SQL_SCOPE_LATEST_CANDIDATES), args)
+
+    async def referring_candidates(
+        self,
+        *,
+        scope: RecallScope,
+        model: str,
+        now: datetime,
+        limit: int,
+        query_vector: np.ndarray | None = None,
+        filters: AnchorFilters = NO_FILTERS,
+    ) -> list[AnchorCandidate]:
+        """The session's live turns that talk about a time inside ``filters``' range (their
+        ``refers_*`` range overlaps it; said at any time), nearest to ``query_vector`` first,
+        else newest first (similarity 0 if unknown)."""
+        args = (scope.key, model, now, query_vector, limit, *filters.args())
+        return await self._candidates(scope.pick(SQL_SCOPE_REFERRING_CANDIDATES), args)
+
+    async def _candidates(self, sql: str, args: tuple[Any, ...]) -> list[AnchorCandidate]:
         async with self._connection() as conn:
-            records = await conn.fetch(
-                scope.pick(SQL_SCOPE_LATEST_CANDIDATES),
-                scope.key,
-                model,
-                now,
-                query_vector,
-                limit,
-                *filters.args(),
-            )
+            records = await conn.fetch(sql, *args)
         return [
             AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))
             for r in records

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 import numpy as np
 
 from ..errors import InvalidTurnError
 from ..lang.keywords import document_terms
 from ..lang.text import clean_content, scrub, scrub_json
+from ..lang.timerange import referred_range
 from ..lang.tokens import TokenCounter
 from ..models import TurnInput
 from .dialogue_store import NewTurnRow, raw_segments_json
@@ -57,6 +58,7 @@ def prepare_row(
     token_counter: TokenCounter,
     embedding: np.ndarray | None,
     embedding_model: str,
+    tz: tzinfo,
 ) -> NewTurnRow:
     """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row from its
     :func:`scrubbed` text."""
@@ -72,6 +74,7 @@ def prepare_row(
         raise InvalidTurnError("created_at must carry a timezone offset")
     content = clean_content(turn.content, max_chars)
     sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
+    refers = referred_range(content, created_at, tz)
     return NewTurnRow(
         message_uuid=message_uuid_for(turn),
         self_id=turn.self_id,
@@ -89,4 +92,6 @@ def prepare_row(
         token_count=token_counter.count(content),
         created_at=created_at,
         keywords=document_terms(content),
+        refers_start=refers.start if refers is not None else None,
+        refers_end=refers.end if refers is not None else None,
     )

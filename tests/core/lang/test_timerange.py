@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.lang.timerange import analyse_query, parse_time_range
+from memory_core.lang.timerange import analyse_query, parse_time_range, referred_range
 
 SH = ZoneInfo("Asia/Shanghai")
 # Monday 2024-01-01 00:30 in Shanghai: yesterday, last week and last month are all in 2023.
@@ -149,3 +149,39 @@ def test_text_without_a_time_expression_gives_none(text):
 def test_naive_now_is_refused():
     with pytest.raises(ValueError):
         parse_time_range("昨天", datetime(2024, 1, 1), SH)
+
+
+# Monday 2024-01-15 09:00: plans said then, and the day each talks about.
+MONDAY = datetime(2024, 1, 15, 9, 0, tzinfo=SH)
+PLAN_CASES = {
+    "我明天上午十点要去体检": (day(2024, 1, 16, 5), day(2024, 1, 16, 12)),
+    "后天交报告": (day(2024, 1, 17), day(2024, 1, 18)),
+    "大后天回老家": (day(2024, 1, 18), day(2024, 1, 19)),
+    "三天后出发": (day(2024, 1, 18), day(2024, 1, 19)),
+    "下周三开会": (day(2024, 1, 24), day(2024, 1, 25)),
+    "下个星期要考试": (day(2024, 1, 22), day(2024, 1, 29)),
+    "see you tomorrow evening": (day(2024, 1, 16, 18), day(2024, 1, 17)),
+    "next friday is her birthday": (day(2024, 1, 19), day(2024, 1, 20)),
+    "next monday": (day(2024, 1, 22), day(2024, 1, 23)),
+    "我昨天去了医院": (day(2024, 1, 14), day(2024, 1, 15)),
+}
+
+
+@pytest.mark.parametrize("text", list(PLAN_CASES))
+def test_a_stored_turn_refers_to_the_day_it_talks_about(text):
+    found = referred_range(text, MONDAY, SH)
+    assert found is not None, text
+    assert (found.start, found.end) == PLAN_CASES[text]
+
+
+@pytest.mark.parametrize(
+    "text", ["刚才吃了饭", "去年夏天去了海边", "这个月好忙", "看一下周报", "你好"]
+)
+def test_a_turn_refers_to_nothing_for_just_now_wide_spans_or_no_time(text):
+    assert referred_range(text, MONDAY, SH) is None
+
+
+def test_a_plan_word_in_a_question_is_not_a_range_of_its_own():
+    # Plans are found through the day they were made for (a stored turn's reference), while
+    # a pasted conversation's "明天见" must not make recall look at a day nothing was said on.
+    assert analyse_query("明天见，我明天要干嘛", MONDAY, SH) is None

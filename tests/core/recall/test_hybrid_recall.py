@@ -7,7 +7,16 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.models import TurnInput
-from memory_core.recall.ranking import Channel, DecayPolicy, decayed_order, fuse_channels
+from memory_core.recall.ranking import (
+    NO_DECAY,
+    Channel,
+    DecayPolicy,
+    TimeScope,
+    decay_for_match,
+    decayed_order,
+    fuse_channels,
+    keyword_confidence,
+)
 from memory_core.storage.dialogue_store import AnchorCandidate
 
 SH = timezone(timedelta(hours=8))
@@ -103,7 +112,7 @@ def test_time_decay_orders_each_channel_and_fusion_can_keep_only_a_time_range():
     assert decayed_order([old, new], [5.0, 5.0], now=NOW, decay=DecayPolicy()) == [new, old]
     assert decayed_order([old, new], [9.0, 5.0], now=NOW, decay=DecayPolicy()) == [old, new]
     only_recent = fuse_channels(
-        [Channel("vector", [old, new])], within=(NOW - timedelta(days=7), NOW)
+        [Channel("vector", [old, new])], within=TimeScope(NOW - timedelta(days=7), NOW)
     )
     assert [r.candidate.id for r in only_recent] == [2]
 
@@ -244,3 +253,33 @@ async def test_keyword_search_of_a_large_session_finds_its_one_rare_term(memory_
         result = await memory.recall(1, "SF1234567890", top_n=1, window_size=0, mode="keyword")
         assert [t.content for t in result.turns] == ["快递单号是 SF1234567890"]
         assert {t.user_id for t in result.turns} == {1}
+
+
+def test_decay_ranks_only_a_near_tie_when_a_tie_margin_is_set():
+    decay = DecayPolicy(min_weight=0.9)
+    assert decay_for_match(decay, [0.90, 0.897, 0.5], 0.005) is decay
+    assert decay_for_match(decay, [0.88, 0.90, 0.5], 0.005) is NO_DECAY
+    assert decay_for_match(decay, [0.90, 0.70], None) is decay
+    assert decay_for_match(decay, [0.90], 0.005) is decay
+
+
+def test_keyword_confidence_is_nothing_for_a_tie_and_full_for_a_clear_lead():
+    assert keyword_confidence([3.0, 3.0, 1.0]) == 0.0
+    assert keyword_confidence([3.0, 5.0]) == 1.0
+    assert keyword_confidence([3.3, 3.0]) == pytest.approx(0.4)
+    assert keyword_confidence([2.0]) == 1.0
+    assert keyword_confidence([]) == 0.0
+
+
+@pytest.mark.parametrize("tie_margin", [None, 0.005])
+async def test_an_old_clearly_best_match_is_not_decayed_below_a_newer_weaker_one(
+    memory_factory, tie_margin
+):
+    memory = await memory_factory(memory_decay_min_weight=0.5, memory_decay_tie_margin=tie_margin)
+    old, newer = "我最喜欢的颜色是蓝色", "我最喜欢的颜色是蓝色和绿色，还有一点点紫色"
+    await memory.add_dialogues([said(old, ago(days=300)), said(newer, ago(days=1))])
+    result = await memory.recall(
+        1, "我最喜欢的颜色是蓝色", top_n=1, window_size=0, mode="vector", now=NOW
+    )
+    # Decay always: the old one falls to about half and loses; near ties only: it wins.
+    assert [t.content for t in result.turns] == [old if tie_margin else newer]
