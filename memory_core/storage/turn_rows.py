@@ -9,6 +9,7 @@ from datetime import datetime
 import numpy as np
 
 from ..errors import InvalidTurnError
+from ..lang.indexed import CONTENT_ONLY, indexed_text
 from ..lang.keywords import document_terms
 from ..lang.text import clean_content, scrub, scrub_json
 from ..lang.tokens import TokenCounter
@@ -57,9 +58,11 @@ def prepare_row(
     token_counter: TokenCounter,
     embedding: np.ndarray | None,
     embedding_model: str,
+    text_form: int = CONTENT_ONLY,
 ) -> NewTurnRow:
     """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row from its
-    :func:`scrubbed` text."""
+    :func:`scrubbed` text; its keywords (and ``indexed``, the text to embed) in
+    ``text_form``."""
     turn = scrubbed(turn)
     if turn.role not in ROLES:
         raise InvalidTurnError(f"role must be 'user' or 'assistant', got {turn.role!r}")
@@ -72,6 +75,7 @@ def prepare_row(
         raise InvalidTurnError("created_at must carry a timezone offset")
     content = clean_content(turn.content, max_chars)
     sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
+    indexed = indexed_text(content, sender, text_form)
     return NewTurnRow(
         message_uuid=message_uuid_for(turn),
         self_id=turn.self_id,
@@ -88,5 +92,7 @@ def prepare_row(
         embedding_model=embedding_model if embedding is not None else None,
         token_count=token_counter.count(content),
         created_at=created_at,
-        keywords=document_terms(content),
+        keywords=document_terms(indexed),
+        text_form=text_form,
+        indexed=indexed,
     )
