@@ -286,6 +286,12 @@ class TemporalMemory:
         return self._store is not None
 
     @property
+    def reindex_due(self) -> bool:
+        """Whether stored rows may still be indexed in another text form than the configured
+        one (until a walk of ``reindex_text_form`` finds none)."""
+        return self._reindex_after is not None
+
+    @property
     def write_trouble(self) -> str | None:
         """Why turns went to the spool instead of the database, until a flush has written them;
         ``None`` when writes work."""
