@@ -544,6 +544,12 @@ class TemporalMemory:
         if meta.get(TEXT_FORM_META) != str(self.text_form):
             self._reindex_after = 0
 
+    async def _index_again(self, store: PgDialogueStore, rows: Sequence[tuple[int, str]]) -> None:
+        """Embed and keyword ``(id, indexed text)`` rows anew, in the configured form."""
+        vectors = await self.embedder.embed_passages([text for _, text in rows])
+        terms = [(row_id, document_terms(text)) for row_id, text in rows]
+        await store.set_indexed(terms, vectors, self.embedding_model, self.text_form)
+
     async def reindex_text_form(
         self, *, batch_size: int | None = None, max_seconds: float | None = None
     ) -> int:
@@ -580,13 +586,7 @@ class TemporalMemory:
                         "re-indexing done: every stored turn is in text form %d", self.text_form
                     )
                 return done
-            vectors = await self.embedder.embed_passages([text for _, text in rows])
-            await store.set_indexed(
-                [(row_id, document_terms(text)) for row_id, text in rows],
-                vectors,
-                self.embedding_model,
-                self.text_form,
-            )
+            await self._index_again(store, rows)
             done += len(rows)
             after = self._reindex_after = rows[-1][0]
             if max_seconds is not None and time.monotonic() - started >= max_seconds:
@@ -820,13 +820,7 @@ class TemporalMemory:
             )
             if not rows:
                 break
-            vectors = await self.embedder.embed_passages([text for _, text in rows])
-            await store.set_indexed(
-                [(row_id, document_terms(text)) for row_id, text in rows],
-                vectors,
-                self.embedding_model,
-                self.text_form,
-            )
+            await self._index_again(store, rows)
             done += len(rows)
             last_id = rows[-1][0]
             if progress is not None:
