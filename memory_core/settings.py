@@ -79,7 +79,7 @@ class MemorySettings(BaseModel):
     memory_time_understanding: bool = True
     memory_anchor_diversity: bool = True
     memory_index_speaker: bool = False
-    memory_query_context_turns: int = Field(default=0, ge=0, le=20)
+    memory_query_context_turns: int = Field(default=2, ge=0, le=20)
 
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"

@@ -97,8 +97,8 @@ async def test_the_bots_query_holds_this_sessions_recent_turns_and_never_another
     assert "火锅" not in query  # the group's turns belong to another session
 
 
-async def test_without_the_setting_the_message_alone_is_the_query(memory_factory, server):
-    memory = await open_with(memory_factory, server)
+async def test_with_no_context_turns_the_message_alone_is_the_query(memory_factory, server):
+    memory = await open_with(memory_factory, server, memory_query_context_turns=0)
     await memory.add_turn(said("上周去了学校门口那家面馆", 10))
     result = await memory.recall(
         USER, "那家店叫什么来着", context=["上周去了学校门口那家面馆"], now=NOW
