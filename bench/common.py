@@ -51,14 +51,14 @@ class RandomQueryEmbedder:
         self._rng = np.random.default_rng(7)
 
     def _unit(self, n: int) -> np.ndarray:
-        v = self._rng.standard_normal((n, self.dim)).astype(np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
+        return unit_vectors(n, self.dim, self._rng)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         return self._unit(len(texts))
 
     async def embed_query(self, text: str) -> np.ndarray:
-        return self._unit(1)[0]
+        vector: np.ndarray = self._unit(1)[0]
+        return vector
 
     async def aclose(self) -> None:
         return None
@@ -94,7 +94,8 @@ def synthetic_turns(
 
 def unit_vectors(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
     v = rng.standard_normal((n, dim)).astype(np.float32)
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
+    unit: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return unit
 
 
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:

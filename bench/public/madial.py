@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 from pathlib import Path
+from typing import Any
 
 from bench.public.scoring import Case, Item, Role, Task, figures_from_rankings
 
@@ -138,7 +139,7 @@ def parse_lines(raw: list[str], user_name: str) -> list[Line]:
     return lines
 
 
-def _json_lines(path: Path) -> Iterator[dict]:
+def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if line.strip():
@@ -148,8 +149,8 @@ def _json_lines(path: Path) -> Iterator[dict]:
                     raise ValueError(f"{path}:{number}: not JSON: {exc}") from exc
 
 
-def _memory_rows(path: Path) -> dict[int, dict]:
-    rows: dict[int, dict] = {}
+def _memory_rows(path: Path) -> dict[int, dict[str, Any]]:
+    rows: dict[int, dict[str, Any]] = {}
     for obj in _json_lines(path):
         for key, value in obj.items():
             rows[int(key)] = value

@@ -198,7 +198,7 @@ class OpenAIEndpoint:
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self._max_delay)
-        ceiling = min(self._backoff_base * 2 ** (attempt - 1), self._max_delay)
+        ceiling = min(self._backoff_base * 2.0 ** (attempt - 1), self._max_delay)
         # At least half the step, so retries never bunch up at zero.
         return ceiling * random.uniform(0.5, 1.0)
 

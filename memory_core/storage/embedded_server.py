@@ -127,7 +127,7 @@ class EmbeddedServer:
             self.start()
         except DatabaseUnavailableError as exc:
             self._failed_starts += 1
-            delay = min(RESTART_MAX_DELAY, RESTART_FIRST_DELAY * 2 ** (self._failed_starts - 1))
+            delay = min(RESTART_MAX_DELAY, RESTART_FIRST_DELAY * 2.0 ** (self._failed_starts - 1))
             log.warning(
                 "%s did not start (attempt %d), next attempt in %.0f s: %s",
                 self.description,

@@ -80,7 +80,8 @@ class ApiEmbedder:
         vectors = await self._embed_batch(
             [self._query_prefix + self._prepare(text)], deadline=self._query_deadline
         )
-        return vectors[0]
+        vector: np.ndarray = vectors[0]
+        return vector
 
     async def aclose(self) -> None:
         await self._endpoint.aclose()

