@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbeddingError
-from ..lang.keywords import conversation_terms, document_terms, query_terms, required_phrases
+from ..lang.keywords import conversation_terms, document_terms, required_phrases
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, Role, generate_session_key
@@ -140,7 +140,7 @@ class Retriever:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
         if mode != "vector":
             searches["keyword"] = store.keyword_candidates(
-                terms=conversation_terms(text, earlier) if earlier else query_terms(text),
+                terms=conversation_terms(text, earlier),
                 session_rows=size,
                 query_vector=vector,
                 filters=filters,
