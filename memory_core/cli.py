@@ -1,4 +1,5 @@
-"""``python -m memory_core``: import, recall, stats, reembed, purge — with the bot's settings.
+"""``python -m memory_core``: import, export, recall, stats, reembed, purge — with the bot's
+settings.
 
 Settings come from ``.env.prod`` in the working directory, overridden by environment variables,
 overridden by ``--data-dir``. This module is an entry point: it is the one place in the core
@@ -14,8 +15,9 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from datetime import datetime
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,8 +27,17 @@ from .errors import MemoryCoreError
 from .models import MemoryTurn, TurnInput
 from .service import TemporalMemory, open_memory
 from .settings import MemorySettings, settings_from_mapping
+from .transfer.importer import (
+    FORMATS,
+    ImportReport,
+    import_chatrecorder,
+    import_json_lines,
+    import_qq_text,
+    read_json_lines,
+)
+from .transfer.portable import export_lines
+from .transfer.target import ImportTarget
 
-IMPORT_CHUNK = 1000
 DEFER_INDEX_LINES = 20_000
 
 
@@ -60,90 +71,118 @@ def _optional_int(data: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def turn_from_json(data: Mapping[str, Any]) -> TurnInput:
-    """One import line -> TurnInput, with a ValueError naming the bad field."""
-    if not isinstance(data, Mapping):
-        raise ValueError("each line must be a JSON object")
-    user_id = _optional_int(data, "user_id")
-    if user_id is None:
-        raise ValueError("user_id is required")
-    role = data.get("role")
-    if role not in ("user", "assistant"):
-        raise ValueError("role must be 'user' or 'assistant'")
-    content = data.get("content")
-    if not isinstance(content, str):
-        raise ValueError("content must be a string")
-    sender = data.get("sender_name")
-    return TurnInput(
-        user_id=user_id,
-        group_id=_optional_int(data, "group_id"),
-        role=role,
-        content=content,
-        sender_name=sender if isinstance(sender, str) else None,
-        message_id=_optional_int(data, "message_id"),
-        self_id=_optional_int(data, "self_id"),
-        created_at=_parse_time(data.get("created_at"), "created_at"),
+def import_format(args: argparse.Namespace, err: TextIO) -> str:
+    if args.format:
+        return str(args.format)
+    name = args.file.lower()
+    if name.endswith(".txt"):
+        guessed = "qq-txt"
+    elif name.startswith(("postgresql://", "postgres://")) or name.endswith((".db", ".sqlite3")):
+        guessed = "chatrecorder"
+    else:
+        guessed = "jsonl"
+    print(f"format: {guessed} (from the file name; set it with --format)", file=err)
+    return guessed
+
+
+def import_target(args: argparse.Namespace, fmt: str) -> ImportTarget | None:
+    """The session a QQ text export goes to; JSON lines name their own sessions."""
+    if fmt != "qq-txt":
+        if args.user_id is not None or args.group_id is not None:
+            raise ValueError(f"{fmt} names its own sessions: no --user-id / --group-id")
+        return None
+    if (args.user_id is None) == (args.group_id is None):
+        raise ValueError(
+            "a QQ text export needs its target: --user-id QQ (a private chat) "
+            "or --group-id GROUP (a group)"
+        )
+    return ImportTarget(
+        user_id=args.user_id,
+        group_id=args.group_id,
+        self_id=args.self_id,
+        bot_names=frozenset(args.bot_name),
+        user_names=frozenset(args.user_name),
     )
 
 
-def _read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    yield number, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    yield number, exc
+def _shown_turn(turn: TurnInput, tz: tzinfo) -> str:
+    when = turn.created_at.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S") if turn.created_at else "-"
+    who = f"{turn.role}({turn.sender_name})" if turn.sender_name else turn.role
+    text = " ⏎ ".join(turn.content.splitlines())
+    return f"would store [{when}] session {turn.session_key} {who}: {text}"
 
 
-async def run_import(memory: TemporalMemory, path: Path, out: TextIO, err: TextIO) -> int:
+def _count_lines(path: Path) -> int:
     with path.open("rb") as handle:
-        lines = sum(1 for _ in handle)
-    if lines >= DEFER_INDEX_LINES:
+        return sum(1 for _ in handle)
+
+
+async def run_import(
+    memory: TemporalMemory, args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    source: str = args.file
+    path = Path(source)
+    fmt = import_format(args, err)
+    target = import_target(args, fmt)
+    started = time.perf_counter()
+
+    def progress(report: ImportReport) -> None:
+        rate = report.read / max(time.perf_counter() - started, 1e-9)
+        print(
+            f"\r{report.read} turns read, {report.new} new, {report.already} already stored, "
+            f"{rate:.{0 if rate >= 10 else 1}f} turns/s",
+            end="",
+            file=err,
+        )
+
+    def show(turn: TurnInput) -> None:
+        print(_shown_turn(turn, memory.tz), file=out)
+
+    async def run() -> ImportReport:
+        options: dict[str, Any] = {"dry_run": args.dry_run, "progress": progress, "show": show}
+        if target is not None:
+            return await import_qq_text(memory, path, target, chat=args.chat, **options)
+        if fmt == "chatrecorder":
+            return await import_chatrecorder(memory, source, **options)
+        return await import_json_lines(memory, read_json_lines(path), **options)
+
+    lines = 0 if args.dry_run or fmt == "chatrecorder" else _count_lines(path)
+    if args.dry_run:
+        report = await run()
+    elif lines >= DEFER_INDEX_LINES:
         print(f"{lines} lines: vector indexes are rebuilt once at the end", file=err)
         async with memory.vector_index_deferred():
-            return await _import_lines(memory, path, out, err)
-    code = await _import_lines(memory, path, out, err)
-    await memory.index_large_sessions()  # sessions this import took past the limit
-    return code
-
-
-async def _import_lines(memory: TemporalMemory, path: Path, out: TextIO, err: TextIO) -> int:
-    started = time.perf_counter()
-    seen = inserted = bad = 0
-    chunk: list[TurnInput] = []
-
-    async def flush() -> None:
-        nonlocal inserted
-        if chunk:
-            inserted += await memory.add_dialogues(chunk)
-            chunk.clear()
-            rate = seen / max(time.perf_counter() - started, 1e-9)
-            print(f"\r{seen} lines read, {inserted} new rows, {rate:.0f} rows/s", end="", file=err)
-
-    for number, data in _read_jsonl(path):
-        seen += 1
-        try:
-            if isinstance(data, Exception):
-                raise ValueError(f"not JSON: {data}")
-            turn = turn_from_json(data)
-            memory.check_turn(turn)
-        except (ValueError, MemoryCoreError) as exc:
-            bad += 1
-            print(f"\n{path}:{number}: skipped: {exc}", file=err)
-            continue
-        chunk.append(turn)
-        if len(chunk) >= IMPORT_CHUNK:
-            await flush()
-    await flush()
-    elapsed = time.perf_counter() - started
+            report = await run()
+    else:
+        report = await run()
+        await memory.index_large_sessions()  # sessions this import took past the limit
     print(file=err)
+    where = "record " if fmt == "chatrecorder" else f"{path}:"
+    for problem in report.problems:
+        print(f"{where}{problem.line}: skipped: {problem.reason}", file=err)
+    elapsed = time.perf_counter() - started
+    print(f"{report.summary(dry_run=args.dry_run)} ({elapsed:.1f} s)", file=out)
+    return 1 if report.problems else 0
+
+
+async def run_export(memory: TemporalMemory, args: argparse.Namespace, err: TextIO) -> int:
+    sessions = args.session or None
+    counts: Counter[str] = Counter()
+    target = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        async for line in export_lines(memory, sessions):
+            counts[line["type"]] += 1
+            target.write(json.dumps(line, ensure_ascii=False) + "\n")
+    finally:
+        if args.output:
+            target.close()
+    where = args.output or "standard output"
     print(
-        f"imported {inserted} new rows from {seen} lines in {elapsed:.1f} s "
-        f"({seen / max(elapsed, 1e-9):.0f} rows/s); {bad} bad lines skipped",
-        file=out,
+        f"exported {counts['turn']} turns and {counts['memory']} distilled memories "
+        f"({'all sessions' if sessions is None else ', '.join(sessions)}) to {where}",
+        file=err,
     )
-    return 1 if bad else 0
+    return 0
 
 
 def turn_json(turn: MemoryTurn, memory: TemporalMemory) -> dict[str, Any]:
@@ -184,9 +223,9 @@ async def recall_json(memory: TemporalMemory, query: Mapping[str, Any]) -> dict[
 
 async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: TextIO) -> int:
     if args.batch:
-        for number, data in _read_jsonl(Path(args.batch)):
+        for number, data in read_json_lines(Path(args.batch)):
             if isinstance(data, Exception):
-                raise ValueError(f"{args.batch}:{number}: not JSON: {data}")
+                raise ValueError(f"{args.batch}:{number}: {data}")
             try:
                 result = await recall_json(memory, data)
             except ValueError as exc:
@@ -282,8 +321,49 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    imp = sub.add_parser("import", help="bulk import turns from a JSON-lines file")
-    imp.add_argument("file", type=Path)
+    imp = sub.add_parser(
+        "import",
+        help="import chat history: the memory's JSON lines or a QQ PC text export",
+        description="Import chat history. Formats: jsonl (this memory's export, or one turn a "
+        "line), qq-txt (QQ PC 消息管理器 → 导出为 .txt; needs --user-id or --group-id), "
+        "chatrecorder (nonebot-plugin-chatrecorder's database). Importing the same file again "
+        "adds nothing.",
+    )
+    imp.add_argument(
+        "file", help="the file; for chatrecorder its SQLite file or a postgresql:// DSN"
+    )
+    imp.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="default: qq-txt for .txt, chatrecorder for .db/.sqlite3/postgresql://, else jsonl",
+    )
+    imp.add_argument("--user-id", type=int, help="qq-txt: the private chat with this QQ user")
+    imp.add_argument("--group-id", type=int, help="qq-txt: this QQ group")
+    imp.add_argument("--self-id", type=int, help="qq-txt: the bot's QQ number (its lines)")
+    imp.add_argument(
+        "--bot-name", action="append", default=[], help="qq-txt: a name the bot has in the export"
+    )
+    imp.add_argument(
+        "--user-name",
+        action="append",
+        default=[],
+        help="qq-txt, private chat: the user's name in the export (default: 消息对象)",
+    )
+    imp.add_argument("--chat", help="qq-txt: which 消息对象 of an export holding several")
+    imp.add_argument(
+        "--dry-run", action="store_true", help="print what would be stored; store nothing"
+    )
+
+    exp = sub.add_parser(
+        "export", help="export turns and distilled memories as JSON lines (for import)"
+    )
+    exp.add_argument(
+        "--session",
+        action="append",
+        help="session key: QQ (private) or GROUP:QQ; repeat for more; default: every session",
+    )
+    exp.add_argument("--format", choices=("jsonl",), default="jsonl")
+    exp.add_argument("-o", "--output", type=Path, help="file to write (default: standard output)")
 
     rec = sub.add_parser("recall", help="show what would be recalled for a query")
     rec.add_argument("query", nargs="?")
@@ -314,7 +394,9 @@ async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
     )
     try:
         if args.command == "import":
-            return await run_import(memory, args.file, sys.stdout, sys.stderr)
+            return await run_import(memory, args, sys.stdout, sys.stderr)
+        if args.command == "export":
+            return await run_export(memory, args, sys.stderr)
         if args.command == "recall":
             return await run_recall(memory, args, sys.stdout)
         if args.command == "stats":

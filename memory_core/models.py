@@ -95,10 +95,25 @@ class Forgotten:
     preferences: int = 0
     summaries: int = 0
     cached_answers: int = 0
+    # The database could not be reached: only turns waiting in the local spool went (counted
+    # in ``dialogues``); what the database holds is deleted once it can be reached again.
+    deferred: bool = False
 
     @property
     def total(self) -> int:
         return self.dialogues + self.facts + self.preferences + self.summaries + self.cached_answers
+
+
+@dataclass(frozen=True)
+class ForgetScope:
+    """What a /forget deletes (``TemporalMemory.forget``): a user in a group (user and
+    group), a user's private chat (user, ``private_only``), all of a user's chats (user), a
+    whole group (group) or ``everything``. ``storage.scopes`` reads it in SQL and in Python."""
+
+    user_id: int | None = None
+    group_id: int | None = None
+    private_only: bool = False
+    everything: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .lang.keywords import document_terms
 from .lang.tokens import TokenCounter, load_token_counter
 from .models import (
+    ForgetScope,
     Forgotten,
     MemoryTurn,
     RecalledMessage,
@@ -480,14 +481,18 @@ class TemporalMemory:
         dead-letter file, the others are written. When the database is lost or refuses writes,
         what was done is kept and the failure (``StorageError``) is raised; the rest waits.
         """
-        report = await self._spool.drain(self.add_dialogues, self._forget_spooled)
-        if report.turns or report.recalled or report.dead:
+        report = await self._spool.drain(
+            self.add_dialogues, self._forget_spooled, self._forget_spooled_scope
+        )
+        if report.turns or report.recalled or report.forgotten or report.dead:
             log.info(
                 "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
-                "forgotten (%d turn(s) deleted); %d item(s) dead-lettered; %d left",
+                "and %d /forget request(s) applied (%d turn(s) deleted); %d item(s) "
+                "dead-lettered; %d left",
                 report.turns,
                 report.new,
                 report.recalled,
+                report.forgotten,
                 report.deleted,
                 report.dead,
                 report.left,
@@ -500,6 +505,11 @@ class TemporalMemory:
 
     async def _forget_spooled(self, recalled: RecalledMessage) -> int:
         return (await self._forget_recalled(recalled)).dialogues
+
+    async def _forget_spooled_scope(self, scope: ForgetScope) -> int:
+        forgotten = await self._forget_stored(scope)
+        log.info("a /forget made while the database was unreachable is done: %s", forgotten)
+        return forgotten.dialogues
 
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
         """Embed turns stored without an embedding; returns how many were embedded."""
@@ -720,15 +730,24 @@ class TemporalMemory:
         """Delete memories: a group session (user+group), a user's private chat
         (user+private_only), all of a user's rows (user), a whole group (group) or everything.
 
-        The scope's turns, distilled memories and cached answers all go; returns how many of
-        each."""
-        deleted = await self._require_store().delete_scope(
-            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-        )
-        distilled = await self.distilled.forget(
-            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-        )
-        forgotten = dataclasses.replace(distilled, dialogues=deleted)
+        The scope's turns — stored, and still waiting in the spool — distilled memories and
+        cached answers all go; returns how many of each. When the database cannot be reached
+        or refuses writes, the spooled turns go now and the request waits in the spool for the
+        rest (``Forgotten.deferred``)."""
+        scope = ForgetScope(user_id, group_id, private_only, everything)
+        # The spool first: a flush between the two steps could write its turns back.
+        spooled = await self._spool.forget(scope)
+        try:
+            forgotten = await self._forget_stored(scope)
+        except StorageError as exc:
+            if is_bad_item(exc):
+                raise
+            self._writes_failing(exc)
+            await self._spool.forget(scope, keep_request=True)
+            self._backfill_needed.set()
+            log.warning("forget deferred until the database is back: %s", failure_text(exc))
+            return Forgotten(dialogues=spooled, deferred=True)
+        forgotten = dataclasses.replace(forgotten, dialogues=forgotten.dialogues + spooled)
         log.info(
             "forgot %d turn(s), %d fact(s), %d preference(s), %d summar(ies), %d cached answer(s)",
             forgotten.dialogues,
@@ -738,6 +757,12 @@ class TemporalMemory:
             forgotten.cached_answers,
         )
         return forgotten
+
+    async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
+        options = dataclasses.asdict(scope)
+        deleted = await self._require_store().delete_scope(**options)
+        distilled = await self.distilled.forget(**options)
+        return dataclasses.replace(distilled, dialogues=deleted)
 
     # ----------------------------------------------------------------- admin
 

@@ -20,7 +20,7 @@ import numpy as np
 from ..storage.counters import PgCounterStore
 from ..storage.pg import rows_affected
 from ..storage.scopes import scope_delete
-from .memory import DistilledKind, DistilledMemory, ExtractedMemory
+from .memory import DistilledKind, DistilledMemory, ExtractedMemory, content_hash
 
 DISTILLED_COLUMNS = (
     "id, kind, session_key, user_id, group_id, content, category, confidence, strength, "
@@ -254,6 +254,44 @@ RETURNING kind
 SQL_BY_USER = f"""
 SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 ORDER BY created_at, id
 """
+# Export (memory_core.transfer): a page of a set of sessions' memories (NULL: all), history
+# included, with their source turns named by message_uuid (row ids differ between databases).
+SQL_EXPORT_DISTILLED = f"""
+SELECT {DISTILLED_COLUMNS}, base_importance,
+       ARRAY(SELECT t.message_uuid FROM dialogues t
+             WHERE t.id = ANY(d.source_turn_ids) ORDER BY t.id) AS source_uuids
+FROM distilled_memories d
+WHERE ($1::text[] IS NULL OR session_key = ANY($1::text[])) AND id > $2
+ORDER BY id LIMIT $3
+"""
+# Import: a row as exported, unless the same memory (session, kind, text, first seen) is
+# there already, or a current row with the same text.
+SQL_IMPORT_DISTILLED = """
+INSERT INTO distilled_memories (
+    kind, session_key, user_id, group_id, content, content_hash, category, confidence, strength,
+    evidence, key_topics, sentiment, action_items, source_turn_ids, first_seen, last_confirmed,
+    times_mentioned, base_importance, importance, access_count, last_accessed_at, valid_until,
+    created_at)
+SELECT $1, $2, $3::bigint, $4::bigint, $5, $6, $7, $8::double precision, $9::double precision,
+       $10::text[], $11::text[], $12, $13::text[], $14::bigint[], $15::timestamptz,
+       $16::timestamptz, $17::integer, $18::double precision, $19::double precision,
+       $20::integer, $21::timestamptz, $22::timestamptz, $23::timestamptz
+WHERE NOT EXISTS (
+    SELECT 1 FROM distilled_memories
+    WHERE session_key = $2 AND kind = $1 AND content_hash = $6 AND first_seen = $15
+)
+ON CONFLICT (session_key, kind, content_hash) WHERE valid_until IS NULL DO NOTHING
+RETURNING id
+"""
+SQL_MATCHING_DISTILLED = """
+SELECT id FROM distilled_memories
+WHERE session_key = $1 AND kind = $2 AND content_hash = $3
+  AND (first_seen = $4 OR (valid_until IS NULL AND $5))
+ORDER BY (first_seen = $4) DESC, id LIMIT 1
+"""
+SQL_SET_SUPERSEDED_BY = """
+UPDATE distilled_memories SET superseded_by = $2 WHERE id = $1 AND superseded_by IS NULL
+"""
 SQL_DEFER_SESSION = "UPDATE distilled_sessions SET not_before = $2 WHERE session_key = $1"
 SQL_POSTPONE_SESSION = """
 UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE session_key = $1
@@ -327,6 +365,16 @@ class NewDistilled:
             self.embedding,
             self.embedding_model,
         )
+
+
+@dataclass(frozen=True)
+class PortableMemory:
+    """A distilled memory as an export carries it: the row, its base importance (before use
+    raised it) and its source turns by message_uuid."""
+
+    memory: DistilledMemory
+    base_importance: float
+    source_uuids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -553,6 +601,56 @@ class PgDistilledStore(PgCounterStore):
         async with self._connection() as conn:
             records = await conn.fetch(SQL_BY_USER, user_id)
         return [_distilled(r) for r in records]
+
+    async def export_page(
+        self, session_keys: Sequence[str] | None, after_id: int, limit: int
+    ) -> list[PortableMemory]:
+        """A page of the memories of these sessions (all when ``None``) after ``after_id``."""
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_EXPORT_DISTILLED,
+                None if session_keys is None else list(session_keys),
+                after_id,
+                limit,
+            )
+        return [
+            PortableMemory(_distilled(r), float(r["base_importance"]), tuple(r["source_uuids"]))
+            for r in records
+        ]
+
+    async def import_memory(
+        self, row: PortableMemory, source_turn_ids: Sequence[int]
+    ) -> tuple[int, bool]:
+        """Store an exported memory (with its sources mapped to this database's turn ids);
+        ``(id, inserted)`` — the id of the matching row when it was there already."""
+        m = row.memory
+        digest = content_hash(m.content)
+        async with self._connection() as conn:
+            new_id = await conn.fetchval(
+                SQL_IMPORT_DISTILLED,
+                m.kind, m.session_key, m.user_id, m.group_id, m.content, digest, m.category,
+                m.confidence, m.strength, list(m.evidence), list(m.key_topics), m.sentiment,
+                list(m.action_items), list(source_turn_ids), m.first_seen, m.last_confirmed,
+                m.times_mentioned, row.base_importance, m.importance, m.access_count,
+                m.last_accessed_at, m.valid_until, m.created_at,
+            )  # fmt: skip
+            if new_id is not None:
+                return int(new_id), True
+            found = await conn.fetchval(
+                SQL_MATCHING_DISTILLED,
+                m.session_key,
+                m.kind,
+                digest,
+                m.first_seen,
+                m.valid_until is None,
+            )
+        return (int(found) if found is not None else 0), False
+
+    async def link_superseded(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Point history rows at their successors: ``(old id, new id)`` pairs."""
+        if pairs:
+            async with self._connection() as conn, conn.transaction():
+                await conn.executemany(SQL_SET_SUPERSEDED_BY, pairs)
 
     async def counts(self) -> dict[str, tuple[int, int]]:
         """``{kind: (current, history)}``."""

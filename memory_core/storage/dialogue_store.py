@@ -201,6 +201,20 @@ SELECT * FROM (
 # Everything stored of one person, every chat, oldest first (/导出我的记忆).
 SQL_USER_TURNS = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE user_id = $1 ORDER BY created_at, id"
 
+# Export (memory_core.transfer): one page of a set of sessions (NULL: all), in id order.
+SQL_EXPORT_TURNS = f"""
+SELECT {TURN_COLUMNS}, raw_segments::text AS raw_segments FROM dialogues
+WHERE ($1::text[] IS NULL OR session_key = ANY($1::text[])) AND id > $2
+ORDER BY id LIMIT $3
+"""
+SQL_IDS_BY_UUID = """
+SELECT message_uuid, id FROM dialogues WHERE message_uuid = ANY($1::text[])
+"""
+# An imported turn keeps the retention its source gave it (score and expiry).
+SQL_SET_RETENTION = """
+UPDATE dialogues SET score = $2, expires_at = $3 WHERE message_uuid = $1
+"""
+
 SQL_LAST_TURN_AT = """
 SELECT max(created_at) FROM dialogues WHERE session_key = $1 AND created_at <= $2
 """
@@ -357,6 +371,14 @@ class NewTurnRow:
 
 
 @dataclass(frozen=True)
+class ExportedTurn:
+    """A stored turn with its raw OneBot segments, as an export carries it."""
+
+    turn: MemoryTurn
+    raw_segments: list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
 class DeletedTurn:
     """A turn deleted because its message was recalled (what depended on it goes next)."""
 
@@ -506,6 +528,34 @@ class PgDialogueStore(PgStore):
             )
             status = await conn.execute(SQL_MOVE_IMPORTED, timeout=COPY_TIMEOUT)
         return rows_affected(status)
+
+    async def export_turns(
+        self, session_keys: Sequence[str] | None, after_id: int, limit: int
+    ) -> list[ExportedTurn]:
+        """A page of the turns of these sessions (all when ``None``) after ``after_id``."""
+        async with self._connection() as conn:
+            records = await conn.fetch(
+                SQL_EXPORT_TURNS,
+                None if session_keys is None else list(session_keys),
+                after_id,
+                limit,
+            )
+        return [
+            ExportedTurn(_turn(r), json.loads(r["raw_segments"]) if r["raw_segments"] else None)
+            for r in records
+        ]
+
+    async def ids_by_uuid(self, message_uuids: Sequence[str]) -> dict[str, int]:
+        """The row ids of those of ``message_uuids`` that are stored."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_IDS_BY_UUID, list(message_uuids))
+        return {r["message_uuid"]: r["id"] for r in records}
+
+    async def set_retention(self, rows: Sequence[tuple[str, int | None, datetime | None]]) -> None:
+        """Give turns (by message_uuid) their score and expiry."""
+        if rows:
+            async with self._connection() as conn, conn.transaction():
+                await conn.executemany(SQL_SET_RETENTION, rows)
 
     async def session_size(self, session_key: str) -> int:
         async with self._connection() as conn:

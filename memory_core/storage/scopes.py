@@ -1,6 +1,9 @@
-"""The one builder of /forget deletes, shared by every table that holds a user's memories."""
+"""The one reading of a /forget scope: the DELETE shared by every table that holds a user's
+memories, and the same test for a turn not yet in the database (``covers``, the spool)."""
 
 from __future__ import annotations
+
+from ..models import ForgetScope, TurnInput
 
 
 def scope_delete(
@@ -31,4 +34,19 @@ def scope_delete(
         return f"DELETE FROM {table} WHERE user_id = $1{where}", (user_id,)
     if group_id is not None:
         return f"DELETE FROM {table} WHERE group_id = $1{where}", (group_id,)
+    raise ValueError("forget needs a user, a group, or everything=True")
+
+
+def covers(scope: ForgetScope, turn: TurnInput) -> bool:
+    """Whether ``scope`` takes ``turn`` (the rows :func:`scope_delete` deletes)."""
+    if scope.everything:
+        return True
+    if scope.user_id is not None and scope.group_id is not None:
+        return turn.user_id == scope.user_id and turn.group_id == scope.group_id
+    if scope.user_id is not None and scope.private_only:
+        return turn.user_id == scope.user_id and turn.group_id is None
+    if scope.user_id is not None:
+        return turn.user_id == scope.user_id
+    if scope.group_id is not None:
+        return turn.group_id == scope.group_id
     raise ValueError("forget needs a user, a group, or everything=True")

@@ -1,5 +1,6 @@
-"""A local file of what could not be written to the database yet: turns to store, and QQ
-messages recalled (withdrawn) by their senders, whose turns must then be deleted.
+"""A local file of what could not be written to the database yet: turns to store, QQ
+messages recalled (withdrawn) by their senders, whose turns must then be deleted, and /forget
+requests made while the database was unreachable (:meth:`TurnSpool.forget`).
 
 Which write failures mean "try later" and which mean "this item is bad" is decided here, by
 :func:`is_bad_item` and :func:`is_passing_refusal`, and nowhere else:
@@ -24,7 +25,9 @@ Which write failures mean "try later" and which mean "this item is bad" is decid
   item refused twice with such an error, while other writes went through between the two
   refusals, was refused for itself: it is dead-lettered, so that it cannot jam the spool.
 
-Flushing (:meth:`TurnSpool.drain`) takes each item on its own terms: turns are written in
+Flushing (:meth:`TurnSpool.drain`) applies the /forget requests first (the turns they covered
+left the spool when they were made, so every turn still spooled came after them), then takes
+each other item on its own terms: turns are written in
 batches, a batch that fails is retried item by item, a bad item is dead-lettered and the next
 one tried. A lost connection stops the flush; so do two refusals with no write going through
 between them (the database refuses writes), and the rest waits for the next flush.
@@ -50,7 +53,8 @@ from typing import Any
 import asyncpg
 
 from ..errors import DatabaseUnavailableError, InvalidTurnError, StorageError
-from ..models import RecalledMessage, TurnInput
+from ..models import ForgetScope, RecalledMessage, TurnInput
+from .scopes import covers
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,7 @@ class SpoolEntry:
 
     number: int  # 0-based among the lines read
     raw: bytes
-    item: TurnInput | RecalledMessage | None
+    item: TurnInput | RecalledMessage | ForgetScope | None
     error: str = ""
 
 
@@ -123,6 +127,7 @@ class DrainReport:
     new: int = 0  # ... of which were not stored yet
     recalled: int = 0  # recalled messages forgotten
     deleted: int = 0  # ... turns deleted for them
+    forgotten: int = 0  # /forget requests applied
     dead: int = 0  # items moved to the dead-letter file
     stopped: BaseException | None = None  # the "try later" failure that stopped it
     left: int = 0  # items left in the spool
@@ -135,21 +140,28 @@ def _json_line(data: Any) -> bytes:
     return (text + "\n").encode("utf-8", "backslashreplace")
 
 
-def _encode(item: TurnInput | RecalledMessage) -> dict[str, Any]:
+Item = TurnInput | RecalledMessage | ForgetScope
+
+
+def _encode(item: Item) -> dict[str, Any]:
     if isinstance(item, RecalledMessage):
         return {"recalled": dataclasses.asdict(item)}
+    if isinstance(item, ForgetScope):
+        return {"forget": dataclasses.asdict(item)}
     data = dataclasses.asdict(item)
     if item.created_at is not None:
         data["created_at"] = item.created_at.isoformat()
     return data
 
 
-def _decode(line: str) -> TurnInput | RecalledMessage:
+def _decode(line: str) -> Item:
     data = json.loads(line)
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     if "recalled" in data:
         return RecalledMessage(**data["recalled"])
+    if "forget" in data:
+        return ForgetScope(**data["forget"])
     if data.get("created_at"):
         data["created_at"] = datetime.fromisoformat(data["created_at"])
     return TurnInput(**data)
@@ -186,6 +198,7 @@ def _write_durably(path: Path, data: bytes) -> None:
 
 WriteTurns = Callable[[Sequence[TurnInput]], Awaitable[int]]
 Forget = Callable[[RecalledMessage], Awaitable[int]]
+ForgetInDatabase = Callable[[ForgetScope], Awaitable[int]]
 
 
 class TurnSpool:
@@ -216,6 +229,33 @@ class TurnSpool:
     async def append_recall(self, recalled: RecalledMessage) -> None:
         await self._append(_json_line(_encode(recalled)))
 
+    async def forget(self, scope: ForgetScope, *, keep_request: bool = False) -> int:
+        """Drop the spooled turns ``scope`` covers; with ``keep_request``, keep the request in
+        their place, to be applied to the database by the next flush (it cannot be reached
+        now). Returns how many turns were dropped. Waits for a flush under way."""
+        async with self._drain_lock, self._lock:
+            try:
+                return await asyncio.to_thread(self._forget_sync, scope, keep_request)
+            except OSError as exc:
+                raise StorageError(f"cannot rewrite the spool {self.path}: {exc}") from exc
+
+    def _forget_sync(self, scope: ForgetScope, keep_request: bool) -> int:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        lines = [line for line in data.split(b"\n") if line.strip()]
+        kept = [line for n, line in enumerate(lines) if not _covered(scope, _parse(n, line))]
+        dropped = len(lines) - len(kept)
+        if keep_request:
+            kept.append(_json_line(_encode(scope)).rstrip(b"\n"))
+        if dropped or keep_request:
+            if kept:
+                _write_durably(self.path, b"".join(line + b"\n" for line in kept))
+            else:
+                self.path.unlink()
+        return dropped
+
     async def _append(self, line: bytes) -> None:
         async with self._lock:
             try:
@@ -236,7 +276,7 @@ class TurnSpool:
             handle.flush()
             os.fsync(handle.fileno())
 
-    async def dead_letter(self, item: TurnInput | RecalledMessage, error: BaseException) -> None:
+    async def dead_letter(self, item: Item, error: BaseException) -> None:
         """Move an item that can never be written to the dead-letter file (logged at WARNING)."""
         await self._bury([(_encode(item), failure_text(error))])
 
@@ -301,13 +341,16 @@ class TurnSpool:
 
     # ----------------------------------------------------------------- flushing
 
-    async def drain(self, write_turns: WriteTurns, forget: Forget) -> DrainReport:
-        """Write the spooled turns with ``write_turns`` (returns how many were new), then forget
-        the recalled messages with ``forget`` (returns turns deleted). Each item on its own
-        terms, as the module docstring says; what is done leaves the spool."""
+    async def drain(
+        self, write_turns: WriteTurns, forget: Forget, forget_in_database: ForgetInDatabase
+    ) -> DrainReport:
+        """Apply the /forget requests with ``forget_in_database``, write the spooled turns with
+        ``write_turns`` (returns how many were new), then forget the recalled messages with
+        ``forget`` (returns turns deleted). Each item on its own terms, as the module docstring
+        says; what is done leaves the spool."""
         async with self._drain_lock:
             entries, read_size = await self.read()
-            drain = _Drain(self, write_turns, forget)
+            drain = _Drain(self, write_turns, forget, forget_in_database)
             try:
                 await drain.run(entries)
             finally:
@@ -333,6 +376,10 @@ class TurnSpool:
         return before is not None and self._accepted > before
 
 
+def _covered(scope: ForgetScope, entry: SpoolEntry) -> bool:
+    return isinstance(entry.item, TurnInput) and covers(scope, entry.item)
+
+
 def _turn(entry: SpoolEntry) -> TurnInput:
     assert isinstance(entry.item, TurnInput)
     return entry.item
@@ -353,6 +400,7 @@ class _Drain:
     spool: TurnSpool
     write_turns: WriteTurns
     forget: Forget
+    forget_in_database: ForgetInDatabase
     report: DrainReport = field(default_factory=DrainReport)
     done: set[int] = field(default_factory=set)  # entries written, forgotten or buried
     dead: list[tuple[Any, str]] = field(default_factory=list)  # (item, error) to bury
@@ -361,15 +409,20 @@ class _Drain:
     async def run(self, entries: Sequence[SpoolEntry]) -> None:
         turns: list[SpoolEntry] = []
         recalls: list[SpoolEntry] = []
+        forgets: list[SpoolEntry] = []
         for entry in entries:
             if isinstance(entry.item, TurnInput):
                 turns.append(entry)
             elif isinstance(entry.item, RecalledMessage):
                 recalls.append(entry)
+            elif isinstance(entry.item, ForgetScope):
+                forgets.append(entry)
             else:
                 log.warning("spool line %d is skipped: %s", entry.number + 1, entry.error)
                 self._bury(entry, entry.raw.decode("utf-8", "replace"), entry.error)
         try:
+            for entry in forgets:  # before the turns: those spooled since must stay
+                await self._write(entry)
             start = 0
             while start < len(turns):
                 # The first turn, and the turn after a refusal, go alone: while the database
@@ -403,11 +456,16 @@ class _Drain:
     async def _write(self, entry: SpoolEntry) -> None:
         """Write one entry. A bad one is buried; a lost connection, or a second refusal with
         no write gone through since the first, ends the drain."""
-        item = entry.item if isinstance(entry.item, RecalledMessage) else _turn(entry)
+        item = entry.item if isinstance(entry.item, RecalledMessage | ForgetScope) else _turn(entry)
         try:
             if isinstance(item, RecalledMessage):
                 self.report.deleted += await self.forget(item)
                 self.report.recalled += 1
+                self.done.add(entry.number)
+                self._accepted()
+            elif isinstance(item, ForgetScope):
+                self.report.deleted += await self.forget_in_database(item)
+                self.report.forgotten += 1
                 self.done.add(entry.number)
                 self._accepted()
             else:

@@ -207,7 +207,13 @@ async def handle_confirm(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> 
         return
     # The scope, not its Chinese description: the log is for the operator, in English.
     logger.info(f"/forget by {event.user_id}: scope {request.scope}, {forgotten}")
-    if not forgotten.total:
+    if forgotten.deferred:
+        spooled = f"已删除暂存的对话 {forgotten.dialogues} 条；" if forgotten.dialogues else ""
+        text = (
+            f"记忆数据库暂时连不上：{spooled}"
+            f"{request.description}已保存的记忆会在数据库恢复后自动删除。"
+        )
+    elif not forgotten.total:
         text = f"{request.description}没有可删除的记忆，什么也没有删。"
     else:
         text = f"已删除{request.description}的记忆：{describe_forgotten(forgotten)}。"
@@ -325,7 +331,7 @@ async def send_private_text(bot: Bot, user_id: int, text: str, *, max_chars: int
         try:
             await bot.send_private_msg(user_id=user_id, message=Message(MessageSegment.text(piece)))
         except (ActionFailed, NetworkError, ApiNotAvailable) as exc:
-            logger.warning(f"sending /memstat privately to user {user_id} failed: {exc!r}")
+            logger.warning(f"sending privately to user {user_id} failed: {exc!r}")
             return False
     return True
 

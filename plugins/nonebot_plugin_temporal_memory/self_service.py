@@ -17,7 +17,6 @@ from nonebot.adapters.onebot.v11 import (
     Bot,
     Message,
     MessageEvent,
-    MessageSegment,
     NetworkError,
 )
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
@@ -47,8 +46,10 @@ from .commands import (
     confirmation_key,
     confirmations,
     reply,
+    send_private_text,
 )
 from .intake import accept_rule, group_id_of
+from .messaging import send_text
 from .runtime import Runtime, RuntimeDep
 
 PAGE_SIZE = 10
@@ -61,6 +62,10 @@ SUPERUSER_WORDS = frozenset({"user", "用户", "group", "群", "all", "全部", 
 NOTHING_KNOWN = "我还没有记住关于你的事实或偏好。多聊几句，我会慢慢记住的。"
 LIST_FIRST = "请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。"
 MYMEM_USAGE = "用法：/我的记忆 [页码]（mymem）查看我记得的关于你的事实和偏好。"
+MYMEM_SENT_PRIVATELY = "你在本群的记忆已私聊发给你（不在群里公开）。"
+MYMEM_NOT_SENT = (
+    "没能私聊发给你（可先加我为好友），为保护隐私不在群里列出。也可以私聊我发送 /我的记忆。"
+)
 
 mymem_cmd = on_command(
     "我的记忆", aliases={"mymem"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
@@ -86,16 +91,31 @@ async def handle_mymem(
         await reply(bot, event, runtime, DB_DOWN)
         return
     listings.remember(confirmation_key(event), memories)
-    await reply(bot, event, runtime, listing_text(memories, page, runtime))
+    group_id = group_id_of(event)
+    if group_id is None:
+        await reply(bot, event, runtime, listing_text(memories, page, runtime))
+        return
+    # What the bot knows about a member is for that member, not for the whole group.
+    text = listing_text(memories, page, runtime, where=f"在群 {group_id} 中")
+    sent = await tell_privately(bot, event, runtime, text)
+    await send_text(
+        bot,
+        event,
+        MYMEM_SENT_PRIVATELY if sent else MYMEM_NOT_SENT,
+        max_chars=runtime.settings.chat_reply_max_chars,
+        quote=True,
+    )
 
 
-def listing_text(memories: list[DistilledMemory], page: int, runtime: Runtime) -> str:
+def listing_text(
+    memories: list[DistilledMemory], page: int, runtime: Runtime, *, where: str = ""
+) -> str:
     if not memories:
-        return NOTHING_KNOWN
+        return where + NOTHING_KNOWN if where else NOTHING_KNOWN
     pages = (len(memories) + PAGE_SIZE - 1) // PAGE_SIZE
     page = min(page, pages)
     first = (page - 1) * PAGE_SIZE
-    lines = [f"我记得关于你的 {len(memories)} 条（第 {page}/{pages} 页，新的在前）："]
+    lines = [f"{where}我记得关于你的 {len(memories)} 条（第 {page}/{pages} 页，新的在前）："]
     for number, memory in enumerate(memories[first : first + PAGE_SIZE], start=first + 1):
         lines.append(item_line(number, memory, runtime))
     if page < pages:
@@ -179,6 +199,7 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
             return
         chosen = [shown[number - 1]]
         description = f"“{shorten(chosen[0].content, 30)}”"
+        in_group = f"确定要删除你在本群的第 {number} 条记忆吗？"
     else:
         try:
             memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
@@ -192,12 +213,17 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
             await reply(bot, event, runtime, f"没有找到包含“{words}”的记忆，什么也没有删。")
             return
         description = f"包含“{words}”"
+        in_group = f"确定要删除你在本群包含“{words}”的 {len(chosen)} 条记忆吗？"
     ids = [m.id for m in chosen]
     user_id, group_id = event.user_id, group_id_of(event)
 
     async def delete(runtime: Runtime) -> Forgotten:
         return await forget_memories(runtime.memory, user_id, group_id, ids)
 
+    if group_id is not None:
+        # In a group the question and the answer name no memory: the whole group reads them.
+        await ask(bot, event, runtime, "你在本群选中", delete, in_group)
+        return
     lines = [f"确定要删除这 {len(chosen)} 条记忆吗？"]
     lines.extend(
         f"· [{KIND_ZH.get(m.kind, m.kind)}] {shorten(m.content, LINE_CHARS - 7)}"
@@ -352,16 +378,15 @@ def export_preview(export: PersonalExport, summary: str, runtime: Runtime) -> st
     return "\n".join(lines)
 
 
-async def tell_privately(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> None:
+async def tell_privately(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> bool:
+    """Say ``text`` to the person in private (here, when this is a private chat); whether it
+    got through."""
     if group_id_of(event) is None:
         await reply(bot, event, runtime, text)
-        return
-    try:
-        await bot.send_private_msg(
-            user_id=event.user_id, message=Message(MessageSegment.text(text))
-        )
-    except (ActionFailed, ApiNotAvailable, NetworkError) as exc:
-        logger.warning(f"private message to {event.user_id} failed: {exc!r}")
+        return True
+    return await send_private_text(
+        bot, event.user_id, text, max_chars=runtime.settings.chat_reply_max_chars
+    )
 
 
 # ----------------------------------------------------------------------------- /不记我, /记我

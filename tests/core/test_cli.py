@@ -1,4 +1,6 @@
-"""`python -m memory_core`: import, recall (text, --json, --batch), stats, reembed."""
+"""`python -m memory_core`: import, recall (text, --json, --batch), stats, reembed.
+
+Import of QQ exports and export: tests/core/transfer/test_transfer_cli.py."""
 
 from __future__ import annotations
 
@@ -74,8 +76,8 @@ def imported(fresh_dsn: str, tmp_data_dir: Path) -> tuple[str, Path]:
     lines.insert(3, "not json at all")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = run_cli("import", str(path), dsn=fresh_dsn, data_dir=tmp_data_dir)
-    assert "imported 4 new rows" in result.stdout, result.stderr
-    assert "rows/s" in result.stdout
+    assert "stored 4 new in 3 session(s)" in result.stdout, result.stderr
+    assert "turns/s" in result.stderr  # progress
     assert ":3: skipped" in result.stderr and ":4: skipped" in result.stderr
     assert result.returncode == 1  # bad lines are reported in the exit code
     return fresh_dsn, tmp_data_dir

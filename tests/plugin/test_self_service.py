@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from nonebot.adapters.onebot.v11 import Adapter, Bot, MessageEvent
+from nonebot.adapters.onebot.v11 import Adapter, Bot, MessageEvent, MessageSegment
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebug import App
 
@@ -113,6 +113,35 @@ async def test_mymem_with_nothing_known_says_so_kindly(app: App, runtime):
     )
 
 
+async def test_mymem_in_a_group_that_cannot_reach_the_member_privately_lists_nothing_there(
+    app: App, runtime
+):
+    await remember(runtime, "用户的银行卡密码是778899", group=GROUP)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/我的记忆", group_id=GROUP)
+        ctx.receive_event(bot, event)
+        listing = (
+            f"在群 {GROUP} 中我记得关于你的 1 条（第 1/1 页，新的在前）：\n"
+            "1. [事实 11-20] 用户的银行卡密码是778899\n"
+            "删除一条：/忘记 <编号> 或 /忘记 <词语>。"
+        )
+        ctx.should_call_api(
+            "send_private_msg",
+            {"user_id": USER, "message": text(listing)},
+            exception=ApiNotAvailable(),
+        )
+        ctx.should_call_send(
+            event,
+            MessageSegment.reply(event.message_id)
+            + text(
+                "没能私聊发给你（可先加我为好友），为保护隐私不在群里列出。"
+                "也可以私聊我发送 /我的记忆。"
+            ),
+            {"message_id": 1},
+        )
+
+
 # ----------------------------------------------------------------------------- /忘记 <item>
 
 
@@ -179,9 +208,9 @@ async def test_forget_item_in_a_group_touches_only_that_groups_items(app: App, r
         app,
         (
             event_of("/忘记 狗", group_id=GROUP),
-            f"确定要删除这 1 条记忆吗？\n· [事实] 用户在群里养了一条狗\n{CONFIRM}",
+            f"确定要删除你在本群包含“狗”的 1 条记忆吗？{CONFIRM}",  # the group reads it
         ),
-        (event_of("确认", group_id=GROUP), "已删除包含“狗”的记忆：事实 1 条。"),
+        (event_of("确认", group_id=GROUP), "已删除你在本群选中的记忆：事实 1 条。"),
     )
     assert await facts_of(runtime, USER, GROUP) == []
     assert await facts_of(runtime, USER, None) == ["用户养了一条狗"]

@@ -115,3 +115,34 @@ async def test_embedded_database_killed_under_the_bot_comes_back_with_the_messag
     assert "is back" in bot.log_text()
     await stop_bot(bot)  # SIGTERM: a clean stop
     assert postgres_processes(cluster) == []
+
+
+async def test_forget_me_with_the_database_down_drops_my_spooled_turns_and_says_the_rest_waits(
+    launch,
+):
+    llm = StubLLM(reply="好的。").start()
+    try:
+        bot, peer = await launch(
+            llm_url=llm.base_url,
+            extra_env={"MEMORY_DSN": "postgresql://nobody@127.0.0.1:9/none?connect_timeout=2"},
+        )
+        me, other = 20023, 20024
+        await say(peer, "我的银行卡密码是778899", user_id=me)
+        await say(peer, "别人的话留着", user_id=other)
+        spool = bot.data_dir / "spool.jsonl"
+        for _ in range(50):  # the reply is stored right after it is sent
+            if spool.read_text(encoding="utf-8").count("好的。") == 2:
+                break
+            await asyncio.sleep(0.1)
+        question = await say(peer, "/忘记我", user_id=me)
+        assert question.startswith("确定要删除你在所有会话")
+        answer = await say(peer, "确认", user_id=me)
+        assert answer == (
+            "记忆数据库暂时连不上：已删除暂存的对话 2 条；"
+            "你在所有会话中已保存的记忆会在数据库恢复后自动删除。"
+        )
+        left = spool.read_text(encoding="utf-8")
+        assert "778899" not in left and "别人的话留着" in left
+        assert '"forget": {"user_id": 20023' in left  # done once the database is back
+    finally:
+        llm.stop()

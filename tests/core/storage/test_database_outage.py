@@ -348,7 +348,7 @@ async def test_items_spooled_while_a_flush_runs_stay_for_the_next_one(tmp_data_d
     async def forget(recalled):
         return 0
 
-    report = await spool.drain(write_turns, forget)
+    report = await spool.drain(write_turns, forget, forget)
     assert (report.turns, report.left) == (2, 0) and written == ["第1句", "第2句"]
     entries, _ = await spool.read()
     assert [entry.item.content for entry in entries] == ["写入期间到的"]

@@ -1,0 +1,309 @@
+"""Storing imported history: QQ text exports, nonebot-plugin-chatrecorder's message table and
+the memory's own JSON lines.
+
+Turns go in batches through ``TemporalMemory.add_dialogues`` (validated, embedded in batches,
+inserted with COPY, duplicates and opted-out people skipped by the database). Every turn has a
+stable ``message_uuid`` — the source's, or one derived from its content, time and sender
+(``target.StableIds``) — so importing the same file again adds nothing.
+
+Imported turns keep their original times and sender names. They are not scored by the
+evaluator (it scores exchanges as they happen): a turn imported without a score or expiry is
+kept until forgotten, like a /remember note; a turn of a JSON-lines export keeps the score and
+expiry its source gave it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..distill.store import PortableMemory
+from ..errors import DatabaseUnavailableError, EmbeddingError, MemoryCoreError
+from ..models import TurnInput
+from ..storage.turn_rows import message_uuid_for
+from .chatrecorder import RecordRouter, read_chatrecorder
+from .portable import line_type, memory_from_json, retention_from_json, turn_from_json
+from .qq_text import LineProblem, decode_export, parse_qq_text
+from .target import ImportTarget, QQTextRouter, StableIds, pick_chat
+
+if TYPE_CHECKING:
+    from ..service import TemporalMemory
+
+log = logging.getLogger(__name__)
+
+IMPORT_CHUNK = 1000
+FORMATS = ("jsonl", "qq-txt", "chatrecorder")
+
+
+@dataclass
+class ImportReport:
+    """What an import did (or, in a dry run, would do)."""
+
+    read: int = 0  # turns read and valid
+    new: int = 0  # stored now (dry run: not stored yet)
+    already: int = 0  # stored before (an earlier import, or the live bot)
+    refused: int = 0  # not stored: the person opted out of memory in that chat
+    memories_new: int = 0
+    memories_already: int = 0
+    system_lines: int = 0  # QQ's own notices, skipped
+    without_text: int = 0  # chatrecorder: messages of images and the like only, skipped
+    problems: list[LineProblem] = field(default_factory=list)
+    sessions: Counter[str] = field(default_factory=Counter)
+
+    def summary(self, *, dry_run: bool) -> str:
+        verb = "would store" if dry_run else "stored"
+        parts = [
+            f"{self.read} turns read",
+            f"{verb} {self.new} new in {len(self.sessions)} session(s)",
+            f"{self.already} already stored",
+        ]
+        if self.refused:
+            parts.append(f"{self.refused} refused (opted out)")
+        if self.memories_new or self.memories_already:
+            parts.append(
+                f"distilled memories: {verb} {self.memories_new} new, "
+                f"{self.memories_already} already stored"
+            )
+        if self.system_lines:
+            parts.append(f"{self.system_lines} system notices skipped")
+        if self.without_text:
+            parts.append(f"{self.without_text} messages without text skipped")
+        parts.append(f"{len(self.problems)} bad line(s) skipped")
+        return "; ".join(parts)
+
+
+Progress = Callable[[ImportReport], None]
+Show = Callable[[TurnInput], None]
+
+
+@dataclass
+class _Pending:
+    line: int
+    turn: TurnInput
+    retention: tuple[int | None, datetime | None] | None
+
+
+class TurnImporter:
+    """Collects turns and stores them a batch at a time (or, in a dry run, shows them)."""
+
+    def __init__(
+        self,
+        memory: TemporalMemory,
+        report: ImportReport,
+        *,
+        dry_run: bool = False,
+        chunk: int = IMPORT_CHUNK,
+        progress: Progress | None = None,
+        show: Show | None = None,
+    ) -> None:
+        self.memory = memory
+        self.report = report
+        self.dry_run = dry_run
+        self.chunk = chunk
+        self.progress = progress
+        self.show = show
+        self._pending: list[_Pending] = []
+
+    async def add(
+        self,
+        line: int,
+        turn: TurnInput,
+        retention: tuple[int | None, datetime | None] | None = None,
+    ) -> None:
+        try:
+            self.memory.check_turn(turn)
+        except MemoryCoreError as exc:
+            self.report.problems.append(LineProblem(line, str(exc)))
+            return
+        self._pending.append(_Pending(line, turn, retention))
+        if len(self._pending) >= self.chunk:
+            await self.flush()
+
+    async def flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
+        uuids = [message_uuid_for(p.turn) for p in batch]
+        stored = await self.memory._require_store().ids_by_uuid(uuids)
+        fresh = [p for p, u in zip(batch, uuids, strict=True) if u not in stored]
+        self.report.read += len(batch)
+        self.report.already += len(batch) - len(fresh)
+        if self.dry_run:
+            for pending in fresh:
+                if self.show is not None:
+                    self.show(pending.turn)
+                self.report.sessions[pending.turn.session_key] += 1
+            self.report.new += len(fresh)
+        elif fresh:
+            inserted = await self.memory.add_dialogues([p.turn for p in fresh])
+            self.report.new += inserted
+            self.report.refused += len(fresh) - inserted
+            # What the source scored keeps its score and expiry (new rows only).
+            await self.memory._require_store().set_retention(
+                [
+                    (message_uuid_for(p.turn), *p.retention)
+                    for p in fresh
+                    if p.retention is not None and p.retention != (None, None)
+                ]
+            )
+            self.report.sessions.update(p.turn.session_key for p in fresh)
+        if self.progress is not None:
+            self.progress(self.report)
+
+
+async def import_qq_text(
+    memory: TemporalMemory,
+    path: Path,
+    target: ImportTarget,
+    *,
+    chat: str | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    show: Show | None = None,
+) -> ImportReport:
+    """Import a QQ PC text export into ``target`` (see ``memory_core.transfer.target``).
+
+    ``ValueError`` when the file cannot be read as an export at all (unknown encoding, no
+    message in it, several chats and no ``chat`` picked); bad lines are reported and skipped.
+    """
+    export = parse_qq_text(decode_export(await asyncio.to_thread(path.read_bytes)))
+    if not export.messages:
+        first = f" (line {export.problems[0].line}: {export.problems[0].reason})"
+        raise ValueError(
+            "no message found: not a QQ text export?" + (first if export.problems else "")
+        )
+    messages = pick_chat(export, chat)
+    report = ImportReport(problems=list(export.problems))
+    router = QQTextRouter(target, memory.tz, chat_name=chat or next(iter(export.chats), None))
+    importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
+    for line, turn in router.turns(messages):
+        await importer.add(line, turn)
+    await importer.flush()
+    report.problems.extend(router.problems)
+    report.problems.sort(key=lambda p: p.line)
+    report.system_lines = router.system_lines
+    return report
+
+
+async def import_chatrecorder(
+    memory: TemporalMemory,
+    source: str,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    show: Show | None = None,
+) -> ImportReport:
+    """Import the OneBot v11 messages of a nonebot-plugin-chatrecorder database (``source``: a
+    SQLite file or a PostgreSQL DSN; see ``memory_core.transfer.chatrecorder``). Problems are
+    numbered by the record's id."""
+    messages = await read_chatrecorder(source)
+    report = ImportReport()
+    router = RecordRouter(report.problems)
+    importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
+    ids = StableIds()
+    for record_id, turn in router.turns(messages):
+        await importer.add(record_id, ids.assign(turn))
+    await importer.flush()
+    report.without_text = router.without_text
+    return report
+
+
+def read_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed JSON or the ValueError)`` for every non-blank line."""
+    with path.open(encoding="utf-8-sig", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield number, ValueError(f"not JSON: {exc}")
+
+
+async def import_json_lines(
+    memory: TemporalMemory,
+    lines: Iterable[tuple[int, Any]],
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    show: Show | None = None,
+) -> ImportReport:
+    """Import the memory's JSON lines (``memory_core.transfer.portable``): turns, then the
+    distilled memories citing them. Bad lines are reported by number and skipped."""
+    report = ImportReport()
+    importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
+    ids = StableIds()
+    memories: list[tuple[int, PortableMemory]] = []
+    for number, data in lines:
+        try:
+            if isinstance(data, ValueError):
+                raise data
+            kind = line_type(data)
+            if kind == "turn":
+                turn = ids.assign(turn_from_json(data))
+                retention = retention_from_json(data)
+            elif kind == "memory":
+                memories.append((number, memory_from_json(data)))
+                continue
+            else:
+                continue
+        except ValueError as exc:
+            report.problems.append(LineProblem(number, str(exc)))
+            continue
+        await importer.add(number, turn, retention)
+    await importer.flush()
+    await _import_memories(memory, memories, report, dry_run=dry_run)
+    return report
+
+
+async def _import_memories(
+    memory: TemporalMemory,
+    rows: list[tuple[int, PortableMemory]],
+    report: ImportReport,
+    *,
+    dry_run: bool,
+) -> None:
+    if not rows:
+        return
+    sources = {u for _, row in rows for u in row.source_uuids}
+    turn_ids = await memory._require_store().ids_by_uuid(sorted(sources))
+    if dry_run:
+        report.memories_new += len(rows)  # an upper bound: matching rows are found on insert
+        return
+    store = memory.distilled.store()
+    new_ids: dict[int, int] = {}
+    inserted_ids: set[int] = set()
+    for number, row in rows:
+        try:
+            new_id, inserted = await store.import_memory(
+                row, sorted(turn_ids[u] for u in row.source_uuids if u in turn_ids)
+            )
+        except DatabaseUnavailableError:
+            raise
+        except MemoryCoreError as exc:  # the database refused this row's values
+            report.problems.append(LineProblem(number, str(exc)))
+            continue
+        new_ids[row.memory.id] = new_id
+        if inserted:
+            inserted_ids.add(row.memory.id)
+            report.memories_new += 1
+        else:
+            report.memories_already += 1
+    # Only rows this import stored get their successor: a row found already stays as it is.
+    await store.link_superseded(
+        [
+            (new_ids[row.memory.id], new_ids[row.memory.superseded_by])
+            for _, row in rows
+            if row.memory.id in inserted_ids and row.memory.superseded_by in new_ids
+        ]
+    )
+    try:
+        await memory.distilled.keeper.backfill_embeddings()
+    except EmbeddingError as exc:  # stored; the daily upkeep embeds them
+        log.warning("imported memories will be embedded later: %s", exc)

@@ -1,0 +1,107 @@
+"""``python -m memory_core import --format … / export``, as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.core.test_cli import run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PRIVATE = str(FIXTURES / "qq_private.txt")
+TARGET = ("--user-id", "123456", "--self-id", "10001")
+
+
+def test_dry_run_prints_each_turn_and_a_second_dry_run_still_finds_nothing_stored(
+    fresh_dsn: str, tmp_data_dir: Path
+):
+    result = run_cli("import", PRIVATE, *TARGET, "--dry-run", dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert result.returncode == 0, result.stderr
+    assert "format: qq-txt (from the file name" in result.stderr
+    assert (
+        "would store [2024-01-16 10:32:40] session 123456 user(小明): "
+        "对了，我的订单号是ORD20240116 ⏎ 帮我记一下"
+    ) in result.stdout
+    assert "would store [2024-01-16 10:31:02] session 123456 assistant(小诗):" in result.stdout
+    assert "would store 5 new in 1 session(s); 0 already stored" in result.stdout
+    again = run_cli("import", PRIVATE, *TARGET, "--dry-run", dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert "would store 5 new" in again.stdout
+
+
+def test_import_reports_progress_and_a_second_run_adds_nothing(fresh_dsn: str, tmp_data_dir: Path):
+    first = run_cli("import", PRIVATE, *TARGET, dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert first.returncode == 0, first.stderr
+    assert "5 turns read, 5 new" in first.stderr
+    assert "stored 5 new in 1 session(s); 0 already stored; 1 system notices skipped" in (
+        first.stdout
+    )
+    second = run_cli("import", PRIVATE, *TARGET, dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert "stored 0 new in 0 session(s); 5 already stored" in second.stdout
+    recall = run_cli(
+        "recall", "--user-id", "123456", "--json", "订单号", dsn=fresh_dsn, data_dir=tmp_data_dir
+    )
+    assert "ORD20240116" in recall.stdout
+
+
+def test_a_qq_export_without_a_target_is_refused_with_what_to_add(
+    fresh_dsn: str, tmp_data_dir: Path
+):
+    result = run_cli("import", PRIVATE, dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert result.returncode == 2
+    assert "--user-id QQ (a private chat) or --group-id GROUP" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_malformed_export_names_its_bad_lines_and_exits_1(fresh_dsn: str, tmp_data_dir: Path):
+    path = str(FIXTURES / "qq_malformed.txt")
+    result = run_cli("import", path, "--format", "qq-txt", "--user-id", "123456",
+                     dsn=fresh_dsn, data_dir=tmp_data_dir)  # fmt: skip
+    assert result.returncode == 1
+    assert f"{path}:1: skipped: not a message header" in result.stderr
+    assert f"{path}:7: skipped: no such time in '2024-02-30 08:00:00 小明(123456)'" in result.stderr
+    assert "stored 2 new" in result.stdout
+
+
+def test_an_unreadable_file_is_a_clear_error(fresh_dsn: str, tmp_data_dir: Path):
+    result = run_cli("import", str(tmp_data_dir / "missing.txt"), "--user-id", "1",
+                     dsn=fresh_dsn, data_dir=tmp_data_dir)  # fmt: skip
+    assert result.returncode == 2
+    assert "error:" in result.stderr and "missing.txt" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_export_writes_json_lines_that_import_reads_back(fresh_dsn: str, tmp_data_dir: Path):
+    run_cli("import", PRIVATE, *TARGET, dsn=fresh_dsn, data_dir=tmp_data_dir)
+    group = str(FIXTURES / "qq_group_utf16.txt")
+    run_cli("import", group, "--group-id", "777", "--self-id", "10001",
+            dsn=fresh_dsn, data_dir=tmp_data_dir)  # fmt: skip
+    out = tmp_data_dir / "backup.jsonl"
+    result = run_cli("export", "--session", "777:333333", "-o", str(out),
+                     dsn=fresh_dsn, data_dir=tmp_data_dir)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "exported 2 turns and 0 distilled memories (777:333333)" in result.stderr
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [line["type"] for line in lines] == ["header", "turn", "turn"]
+    assert {line["session_key"] for line in lines[1:]} == {"777:333333"}
+    back = run_cli("import", str(out), dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert back.returncode == 0, back.stderr
+    assert "format: jsonl" in back.stderr
+    assert "stored 0 new in 0 session(s); 2 already stored" in back.stdout
+
+
+def test_a_chatrecorder_sqlite_file_is_recognised_and_shown_in_a_dry_run(
+    fresh_dsn: str, tmp_data_dir: Path
+):
+    import sqlite3
+
+    source = tmp_data_dir / "db.sqlite3"
+    with sqlite3.connect(source) as conn:
+        conn.executescript((FIXTURES / "chatrecorder_uninfo.sql").read_text(encoding="utf-8"))
+    result = run_cli("import", str(source), "--dry-run", dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert result.returncode == 0, result.stderr
+    assert "format: chatrecorder" in result.stderr
+    assert "would store [2024-01-16 11:01:05] session 777:333333 assistant: 收到，小红带球。" in (
+        result.stdout
+    )
+    assert "would store 5 new in 3 session(s)" in result.stdout
+    assert "1 messages without text skipped" in result.stdout

@@ -1,0 +1,122 @@
+"""Over the real wire: a member's memories asked for in a group never reach the group.
+
+The bot's database is filled the way an operator would: ``python -m memory_core import`` of a
+JSON-lines file, run beside the running bot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.plugin.events import message_payload, text_seg
+from tests.plugin.wire import REPO, BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+
+MEMBER, GROUP = 20031, 88001
+SECRET = "用户的银行卡密码是778899"
+SENDS = {"send_msg", "send_private_msg", "send_group_msg"}
+
+
+@dataclass
+class Wire:
+    bot: BotProcess
+    peer: OneBotPeer
+
+    async def say_in_group(self, text: str) -> tuple[int, str]:
+        """Send ``text`` to the group as MEMBER; the index of the first call after it and the
+        bot's answer in the group."""
+        mark = len(self.peer.calls)
+        await self.peer.send_event(
+            message_payload([text_seg(text)], user_id=MEMBER, group_id=GROUP)
+        )
+        call = await self.peer.wait_reply(user_id=MEMBER, group_id=GROUP, after=mark)
+        return mark, sent_text(call)
+
+    def group_texts(self) -> list[str]:
+        return [
+            sent_text(c)
+            for c in self.peer.calls
+            if c.action in SENDS and c.params.get("group_id") == GROUP
+        ]
+
+
+async def import_memories(data_dir: Path, lines: list[dict[str, object]]) -> str:
+    path = data_dir / "memories.jsonl"
+    path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), "utf-8")
+    env = {**os.environ, "MEMORY_DSN": "", "PYTHONPATH": str(REPO)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memory_core", "--data-dir", str(data_dir), "import", str(path),
+        cwd=data_dir, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 300)
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
+def fact(content: str, group_id: int | None) -> dict[str, object]:
+    return {
+        "type": "memory",
+        "kind": "facts",
+        "user_id": MEMBER,
+        "group_id": group_id,
+        "content": content,
+        "category": "personal_info",
+        "first_seen": "2026-11-20T12:00:00+08:00",
+    }
+
+
+@pytest.fixture(scope="module")
+async def wire() -> AsyncIterator[Wire]:
+    llm = StubLLM().start()
+    bot = await start_bot(llm_url=llm.base_url)
+    peer = None
+    try:
+        imported = await import_memories(
+            bot.data_dir, [fact(SECRET, GROUP), fact("用户喜欢猫", None)]
+        )
+        assert "distilled memories: stored 2 new" in imported
+        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+        yield Wire(bot=bot, peer=peer)
+    finally:
+        if peer is not None:
+            await peer.close()
+        await stop_bot(bot)
+        llm.stop()
+        log = bot.log_text()
+        shutil.rmtree(bot.data_dir, ignore_errors=True)
+        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+
+
+async def test_mymem_in_a_group_goes_to_the_member_privately_and_the_group_gets_a_hint(wire):
+    mark, in_group = await wire.say_in_group("/我的记忆")
+    assert in_group == "你在本群的记忆已私聊发给你（不在群里公开）。"
+    private = await wire.peer.wait_reply(user_id=MEMBER, after=mark)
+    listing = sent_text(private)
+    assert listing.startswith("在群 88001 中我记得关于你的 1 条")
+    assert SECRET in listing and "猫" not in listing  # this group's memories only
+    assert not any("778899" in text for text in wire.group_texts())
+
+
+async def test_forget_by_number_or_word_in_a_group_names_no_memory_there(wire):
+    await wire.say_in_group("/我的记忆")
+    _, question = await wire.say_in_group("/忘记 1")
+    assert question.startswith("确定要删除你在本群的第 1 条记忆吗？")
+    _, cancelled = await wire.say_in_group("取消")
+    assert cancelled == "已取消，记忆保持不变。"
+    _, question = await wire.say_in_group("/忘记 银行卡")
+    assert question.startswith("确定要删除你在本群包含“银行卡”的 1 条记忆吗？")
+    _, done = await wire.say_in_group("确认")
+    assert done == "已删除你在本群选中的记忆：事实 1 条。"
+    assert not any("778899" in text for text in wire.group_texts())
+    mark, _ = await wire.say_in_group("/我的记忆")
+    listing = sent_text(await wire.peer.wait_reply(user_id=MEMBER, after=mark))
+    assert "银行卡" not in listing
