@@ -21,6 +21,7 @@ STANDARD = [
     ["bench.distilled_bench"],
     ["bench.bot_throughput", "--sessions", "200", "--messages", "3"],
     ["bench.import_bench", "--messages", "1000"],
+    ["bench.console_bench", "--rows", "100000"],
 ]
 FULL = [
     ["bench.storage_bench", "--rows", "1000000", "--sessions", "1000", "--heavy-share", "0.05"],

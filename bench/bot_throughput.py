@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from bench.common import fmt, machine_line, percentiles
+from bench.process_stats import CpuMeter, load_average, rss_mb
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
 
@@ -39,6 +40,7 @@ def chat_key(user_id: int, group_id: int | None) -> tuple[str, int]:
 
 
 async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -> None:
+    load_before = load_average()
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
     extra = {"LOG_LEVEL": "WARNING", "EVALUATOR_ENABLED": "true" if evaluator else "false"}
     bot = await start_bot(llm_url=llm.base_url, extra_env=extra)
@@ -81,9 +83,13 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
         # Warm-up: first embedding, first connection to the LLM, first statements prepared.
         await session(sessions + 1)
         samples.clear()
+        meter = CpuMeter(bot.process.pid, bot.data_dir)
+        meter.start()
         started = time.monotonic()
         await asyncio.gather(*(session(i) for i in range(sessions)))
         elapsed = time.monotonic() - started
+        cpu = meter.stop()
+        rss = rss_mb(bot.process.pid)
     finally:
         await peer.close()
         await stop_bot(bot)
@@ -93,13 +99,13 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
     llm_ms: dict[str, float] = {}
     for call in llm.calls:
         if call.messages and call.answered_at:
-            last = call.messages[-1]["content"]
-            llm_ms[last.splitlines()[-1].split("] ", 1)[-1]] = (
-                call.answered_at - call.received_at
-            ) * 1000
+            # The current message is the last line: "[HH:MM:SS] name: text" (name if known).
+            line = call.messages[-1]["content"].splitlines()[-1].split("] ", 1)[-1]
+            llm_ms[line.rsplit(": ", 1)[-1]] = (call.answered_at - call.received_at) * 1000
     total = [(s.replied_at - s.sent_at) * 1000 for s in samples]
     own = [(s.replied_at - s.sent_at) * 1000 - llm_ms[s.text] for s in samples if s.text in llm_ms]
     print(f"machine: {machine_line()}")
+    print(f"load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}")
     print(
         f"sessions {sessions} x {messages} messages, stand-in LLM delay {llm_delay * 1000:.0f} ms, "
         f"evaluator {'on' if evaluator else 'off'}"
@@ -109,6 +115,13 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
     )
     print(f"end-to-end latency: {fmt(percentiles(total))}")
     print(f"bot's own latency (LLM time excluded): {fmt(percentiles(own))}")
+    answered = max(1, len(samples))
+    per_message = {kind: seconds * 1000 / answered for kind, seconds in cpu.items()}
+    print(
+        "CPU per message: bot event loop {main:.1f} ms, bot's other threads (the local "
+        "embedder) {threads:.1f} ms, PostgreSQL {postgres:.1f} ms".format(**per_message)
+    )
+    print(f"bot RSS at the end: {rss:.0f} MB")
     if lost:
         print(f"{len(lost)} message(s) got no reply within {REPLY_TIMEOUT:.0f} s")
     if len(own) != len(samples):

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .console.store import PgConsoleStore
 from .conversation.context import ContextBuilder, MemoryContext
 from .conversation.prompt import MemoryBlock, build_memory_block
 from .distill.service import DistilledService
@@ -226,10 +227,15 @@ class TemporalMemory:
                 await self.flush_spool()
                 if self._backfill_needed.is_set():
                     self._backfill_needed.clear()
-                    await self.backfill_keywords()
-                    await self.backfill_embeddings()
-                    if self._reindex_after is not None:
-                        await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
+                    try:
+                        await self.backfill_keywords()
+                        await self.backfill_embeddings()
+                        if self._reindex_after is not None:
+                            await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
+                    except BaseException:
+                        # Not done: tried again next round, even if no new turn asks for it.
+                        self._backfill_needed.set()
+                        raise
             except (DatabaseUnavailableError, EmbeddingError) as exc:
                 log.warning("memory maintenance postponed: %s", exc)
                 await asyncio.sleep(interval)
@@ -303,6 +309,10 @@ class TemporalMemory:
             raise DatabaseUnavailableError("the memory database is not connected")
         return self._store
 
+    def _recycle_bin(self) -> PgConsoleStore:
+        self._require_store()
+        return PgConsoleStore(pool=self._pool)
+
     def _require_evaluation_store(self) -> PgEvaluationStore:
         if self._evaluation_store is None:
             raise DatabaseUnavailableError("the memory database is not connected")
@@ -325,16 +335,24 @@ class TemporalMemory:
         """Raise ``InvalidTurnError`` if ``turn`` could not be stored; store nothing."""
         self._prepare(turn, None, datetime.now(timezone.utc))
 
-    async def _embed_passages(self, texts: Sequence[str]) -> np.ndarray | None:
+    async def _embed_passages(
+        self, texts: Sequence[str], deadline: float | None = None
+    ) -> np.ndarray | None:
+        """The texts' vectors, or ``None`` when the embedder fails or takes longer than
+        ``deadline``: the rows are then stored without them and the backfill embeds them."""
         try:
-            return await self.embedder.embed_passages(texts)
-        except EmbeddingError as exc:
-            log.warning("embedding failed, %d turn(s) will be embedded later: %s", len(texts), exc)
+            return await asyncio.wait_for(self.embedder.embed_passages(texts), deadline)
+        except (EmbeddingError, asyncio.TimeoutError) as exc:
+            reason = str(exc) or f"no answer within {deadline:g}s"
+            log.warning(
+                "embedding failed, %d turn(s) will be embedded later: %s", len(texts), reason
+            )
             self._backfill_needed.set()
             return None
 
     async def add_turn(self, turn: TurnInput) -> AddOutcome:
-        """Store one turn (embedded now, or later if the embedder fails).
+        """Store one turn (embedded now, or later if the embedder fails or is slower than
+        ``EMBEDDING_STORE_DEADLINE``).
 
         Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
         stored, spooled and embedded is the same. Raises ``InvalidTurnError`` for input that
@@ -347,7 +365,10 @@ class TemporalMemory:
         row = self._prepare(turn, None, now)  # validate before spending an embedding
         if turn.message_uuid is None:
             turn = _with_uuid(turn, row.message_uuid, row.created_at)
-        vectors = await self._embed_passages([row.indexed])
+        # Someone waits for the reply this turn belongs to: a slow embedder must not hold it.
+        vectors = await self._embed_passages(
+            [row.indexed], deadline=self.settings.embedding_store_deadline
+        )
         if vectors is not None:
             row = _replace_embedding(row, vectors[0], self.embedding_model)
         try:
@@ -762,6 +783,8 @@ class TemporalMemory:
         options = dataclasses.asdict(scope)
         deleted = await self._require_store().delete_scope(**options)
         distilled = await self.distilled.forget(**options)
+        # What the console deleted of that scope goes too: the recycle bin keeps copies.
+        await self._recycle_bin().delete_scope(**options)
         return dataclasses.replace(distilled, dialogues=deleted)
 
     # ----------------------------------------------------------------- admin
@@ -826,7 +849,8 @@ class TemporalMemory:
             if deleted < self.settings.memory_purge_batch_size:
                 break
         await store.bump(now.astimezone(self.tz).date(), {PURGED: total})
-        log.info("purged %d expired memory row(s)", total)
+        binned = await self._recycle_bin().purge_bin(now)
+        log.info("purged %d expired memory row(s), %d from the recycle bin", total, binned)
         return total
 
     async def reembed(self, *, batch_size: int = 256, progress: Progress | None = None) -> int:
@@ -868,10 +892,12 @@ class TemporalMemory:
         *,
         recall: RecallResult | None = None,
         max_tokens: int | None = None,
+        touch: bool = True,
     ) -> MemoryContext:
         """The memory text for a reply within MEMORY_MAX_TOKENS: preferences, relevant facts,
         recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
-        already in the messages). Pass ``recall`` to reuse a recall already made."""
+        already in the messages). Pass ``recall`` to reuse a recall already made;
+        ``touch=False`` does not count the memories as used."""
         return await self._context_builder.build(
             user_id,
             group_id,
@@ -880,6 +906,7 @@ class TemporalMemory:
             exclude_ids=exclude_ids,
             recall=recall,
             max_tokens=max_tokens,
+            touch=touch,
         )
 
 

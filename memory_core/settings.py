@@ -91,6 +91,7 @@ class MemorySettings(BaseModel):
     embedding_timeout: float = Field(default=15.0, gt=0)
     embedding_max_retries: int = Field(default=3, ge=0, le=10)
     embedding_query_deadline: float = Field(default=3.0, gt=0)
+    embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_cache_size: int = Field(default=4096, ge=0)
 
     # chat model
@@ -124,6 +125,8 @@ class MemorySettings(BaseModel):
     memory_retention_file: Path | None = None
     memory_purge_time: str = "04:00"
     memory_purge_batch_size: int = Field(default=5000, ge=100)
+    # the web console's recycle bin: days a deleted memory can still be restored
+    memory_recycle_days: float = Field(default=30.0, ge=0)
 
     # distilled memory: facts, preferences, summaries; see .env.prod for each key
     memory_distilled_enabled: bool = True

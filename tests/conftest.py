@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -33,21 +34,30 @@ def dsn_for_database(server_dsn: str, name: str) -> str:
     return f"{base}/{name}?{query}" if query else f"{base}/{name}"
 
 
-@pytest.fixture
-async def fresh_dsn(pg_server_dsn: str) -> AsyncIterator[str]:
-    """A new, empty database on the embedded server, dropped after the test."""
+@contextlib.asynccontextmanager
+async def new_database(server_dsn: str) -> AsyncIterator[str]:
+    """A new, empty database on the server (its DSN), dropped on leaving."""
     name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_server_dsn)
+    admin = await asyncpg.connect(server_dsn)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
-    yield dsn_for_database(pg_server_dsn, name)
-    admin = await asyncpg.connect(pg_server_dsn)
     try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        yield dsn_for_database(server_dsn, name)
     finally:
-        await admin.close()
+        admin = await asyncpg.connect(server_dsn)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture
+async def fresh_dsn(pg_server_dsn: str) -> AsyncIterator[str]:
+    """A new, empty database on the embedded server, dropped after the test."""
+    async with new_database(pg_server_dsn) as dsn:
+        yield dsn
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ class ScriptedLLM:
                 if answer.delay:
                     time.sleep(answer.delay)
                 if answer.status != 200:
-                    payload = {"error": {"message": "stub failure"}}
+                    payload: dict[str, Any] = {"error": {"message": "stub failure"}}
                 else:
                     payload = {
                         "choices": [

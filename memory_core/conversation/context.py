@@ -243,10 +243,12 @@ class ContextBuilder:
         exclude_ids: Collection[int] = (),
         recall: RecallResult | None = None,
         max_tokens: int | None = None,
+        touch: bool = True,
     ) -> MemoryContext:
         """The memory context for ``query`` in this session (see ``assemble_context``).
 
         ``recall``: dialogue already recalled by the caller (else recalled here up to ``now``).
+        ``touch=False`` leaves the use counts alone (a look at the prompt, not a reply).
         """
         now = now or datetime.now(timezone.utc)
         budget = self._settings.memory_max_tokens if max_tokens is None else max_tokens
@@ -272,6 +274,6 @@ class ContextBuilder:
             max_tokens=budget,
             exclude_ids=exclude_ids,
         )
-        if self._keeper is not None and context.distilled_ids:
+        if touch and self._keeper is not None and context.distilled_ids:
             await self._keeper.touch(context.distilled_ids, now)
         return context

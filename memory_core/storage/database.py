@@ -33,6 +33,10 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
+    # A connection whose server died while it was being set up (seen when the embedded
+    # server is killed under load): "cannot switch to state ...; another operation is in
+    # progress". Unusable, like a lost one.
+    asyncpg.exceptions.InternalClientError,
 )
 
 

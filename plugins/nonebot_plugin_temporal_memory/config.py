@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from memory_core.settings import MemorySettings, settings_from_mapping
 
@@ -24,6 +24,18 @@ class Config(BaseModel):
     bot_resolve_at_names: bool = True
     bot_resolve_group_names: bool = True
     bot_name: str = ""
+    # the web console (console/): off while empty
+    memory_console_token: SecretStr | None = None
+
+    @field_validator("memory_console_token", mode="before")
+    @classmethod
+    def _token_text(cls, value: Any) -> Any:
+        # NoneBot decodes .env values as JSON: a token of digits arrives as a number.
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
 
     def group_allowed(self, group_id: int) -> bool:
         if group_id in self.bot_group_denylist:

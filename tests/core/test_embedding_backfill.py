@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timezone
 
 import numpy as np
@@ -102,3 +103,52 @@ async def test_precomputed_embeddings_are_used_as_given(memory_factory):
     await memory.add_dialogues([said("甲", 1), said("乙", 2)], embeddings=vectors)
     assert (await memory.stats()).store.pending_embeddings == 0
     await asyncio.sleep(0)
+
+
+class HangingEmbedder(HashingEmbedder):
+    """Passages never come back until ``answering`` is set (an embedding API that stopped
+    answering); queries are answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answering = asyncio.Event()
+
+    async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        await self.answering.wait()
+        return await super().embed_passages(texts)
+
+
+async def test_a_turn_whose_embedding_hangs_is_stored_at_the_deadline_and_embedded_later(
+    memory_factory,
+):
+    embedder = HangingEmbedder()
+    memory = await memory_factory(embedder=embedder, embedding_store_deadline=0.2)
+
+    outcome = await asyncio.wait_for(memory.add_turn(said("我养了一只叫团子的猫", 1)), 30)
+
+    assert outcome.turn is not None and not outcome.spooled
+    assert (await memory.stats()).store.pending_embeddings == 1
+    embedder.answering.set()
+    assert await memory.backfill_embeddings() == 1
+    recalled = await memory.recall(3, "团子", mode="vector", now=NOW)
+    assert [t.content for t in recalled.turns] == ["我养了一只叫团子的猫"]
+
+
+async def test_a_failed_backfill_is_tried_again_by_the_maintenance_loop_without_new_turns(
+    memory_factory,
+):
+    embedder = HashingEmbedder()
+    memory = await memory_factory(embedder=embedder)
+    embedder.fail = True
+    await memory.add_turn(said("我的生日是三月三日", 1))
+    memory.start_maintenance(interval=0.05)
+    for _ in range(20):  # several rounds of the loop fail meanwhile
+        await asyncio.sleep(0.02)
+    assert (await memory.stats()).store.pending_embeddings == 1
+
+    embedder.fail = False
+    for _ in range(500):
+        if (await memory.stats()).store.pending_embeddings == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert (await memory.stats()).store.pending_embeddings == 0

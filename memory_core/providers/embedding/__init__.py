@@ -43,7 +43,10 @@ async def build_embedder(settings: MemorySettings) -> Embedder:
                 f"EMBEDDING_PROVIDER=local, which only has {LOCAL_EMBEDDING_MODEL} "
                 "(leave EMBEDDING_MODEL empty, or use EMBEDDING_PROVIDER=api)"
             )
-        embedder = await LocalE5Embedder.load(model=settings.effective_embedding_model)
+        embedder = await LocalE5Embedder.load(
+            model=settings.effective_embedding_model,
+            query_deadline=settings.embedding_query_deadline,
+        )
     else:
         embedder = build_api_embedder(settings)
     if settings.embedding_cache_size > 0:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -15,6 +16,11 @@ from .base import Embedder
 Kind = Literal["passage", "query"]
 # Keys hold a digest, not the text: 4096 entries of 100 KB messages would pin 400 MB.
 _Key = tuple[str, bytes]
+# One message asks for the same query vector more than once (the dialogue search, then the
+# facts). When the first ask failed (the embedder down, or past its deadline) the second
+# would only wait as long again: a query that failed is refused at once for this long.
+QUERY_FAILURE_MEMORY = 10.0
+_MAX_FAILURES_KEPT = 1024
 
 
 def _key(kind: Kind, text: str) -> _Key:
@@ -26,12 +32,20 @@ class CachedEmbedder:
     """``Embedder`` that remembers the last ``max_entries`` vectors of ``inner``.
 
     Passages and queries are cached apart (e5 and Qwen3 embed them differently). All misses
-    of one ``embed_passages`` call go to ``inner`` as one call. ``max_entries=0`` turns the
+    of one ``embed_passages`` call go to ``inner`` as one call. A query ``inner`` failed to
+    embed fails at once for ``failure_memory`` seconds. ``max_entries=0`` turns the
     cache off. Two concurrent calls missing the same text both reach ``inner``; that costs one
     duplicate embedding, never a wrong one.
     """
 
-    def __init__(self, inner: Embedder, max_entries: int) -> None:
+    def __init__(
+        self,
+        inner: Embedder,
+        max_entries: int,
+        *,
+        failure_memory: float = QUERY_FAILURE_MEMORY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.model = inner.model
         self.dim = inner.dim
         self._inner = inner
@@ -39,6 +53,9 @@ class CachedEmbedder:
         self._entries: OrderedDict[_Key, np.ndarray] = OrderedDict()
         self._hits = 0
         self._misses = 0
+        self._failure_memory = failure_memory
+        self._clock = clock
+        self._failed: dict[_Key, tuple[float, str]] = {}  # query -> (when, why)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed stored turns, asking ``inner`` only for texts not cached."""
@@ -76,8 +93,18 @@ class CachedEmbedder:
         if vector is not None:
             self._hits += 1
             return vector.copy()
+        failed = self._failed.get(key)
+        if failed is not None and self._clock() - failed[0] < self._failure_memory:
+            raise EmbeddingError(f"query not embedded a moment ago: {failed[1]}")
         self._misses += 1
-        fresh = await self._inner.embed_query(text)
+        try:
+            fresh = await self._inner.embed_query(text)
+        except EmbeddingError as exc:
+            if len(self._failed) >= _MAX_FAILURES_KEPT:
+                self._failed.clear()
+            self._failed[key] = (self._clock(), str(exc))
+            raise
+        self._failed.pop(key, None)
         return self._store(key, fresh).copy()
 
     async def aclose(self) -> None:

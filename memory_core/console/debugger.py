@@ -1,0 +1,170 @@
+"""The recall debugger: what the bot would put in the prompt for one message, and why.
+
+It retraces a reply's preparation (``conversation.engine``) for a message typed by the
+operator, as a given session at a given time, without storing the message or counting any
+memory as used: the short-term turns, the recall with each candidate's channel scores, the
+memory context within the token budget, and the final chat messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ..conversation.context import MemoryContext
+from ..conversation.prompt import ChatPlace, build_chat_messages, build_system_prompt
+from ..lang.keywords import document_terms, query_terms
+from ..lang.timerange import analyse_query
+from ..models import MemoryTurn, generate_session_key
+from ..recall.ranking import DecayPolicy
+
+if TYPE_CHECKING:
+    from ..service import TemporalMemory
+
+# Candidates shown beyond the ones recall keeps, so a near miss can be seen.
+WIDER_RECALL = 3
+# The engine recalls dialogue as of just before the message (it is being stored meanwhile).
+JUST_BEFORE = timedelta(microseconds=1)
+
+KEPT = "进入提示词"
+RECENT = "已在近期对话中（作为聊天记录发送）"
+OVER_BUDGET = "超出记忆 token 预算，被裁掉"
+NOT_TOP = "排名未进前 {top_n}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One anchor recall considered, with its scores and what became of it."""
+
+    rank: int
+    turn: MemoryTurn | None
+    fused: float  # the score recall ranked by (similarity × decay, or the channel fusion)
+    similarity: float  # cosine to the query (0 when only another channel found it)
+    keyword_hits: tuple[str, ...]
+    decay: float
+    fate: str
+
+
+@dataclass(frozen=True)
+class RecallTrace:
+    """Everything the debugger shows for one message."""
+
+    session_key: str
+    message: str
+    now: datetime
+    search_text: str
+    time_range: str | None
+    candidates: tuple[Candidate, ...]
+    context: MemoryContext
+    recent: tuple[MemoryTurn, ...]
+    messages: tuple[dict[str, str], ...]
+    budget: int
+
+
+def _decay(memory: TemporalMemory) -> DecayPolicy:
+    s = memory.settings
+    return DecayPolicy(
+        after_days=s.memory_decay_after_days,
+        half_life_days=s.memory_decay_half_life_days,
+        min_weight=s.memory_decay_min_weight,
+    )
+
+
+async def trace_recall(
+    memory: TemporalMemory,
+    *,
+    user_id: int,
+    group_id: int | None,
+    message: str,
+    now: datetime,
+    sender_name: str | None = None,
+    bot_name: str | None = None,
+) -> RecallTrace:
+    """Prepare the prompt for ``message`` from this session at ``now``, as a reply would."""
+    s = memory.settings
+    cutoff = now - JUST_BEFORE
+    recent: list[MemoryTurn] = []
+    if s.chat_recent_turns > 0 and s.chat_recent_minutes > 0:
+        recent = await memory.recent_turns(
+            user_id,
+            group_id,
+            limit=s.chat_recent_turns,
+            since=now - timedelta(minutes=s.chat_recent_minutes),
+            now=cutoff,
+        )
+    recalled, wider = await asyncio.gather(
+        memory.recall(user_id, message, group_id, now=cutoff),
+        memory.recall(
+            user_id,
+            message,
+            group_id,
+            now=cutoff,
+            top_n=max(s.memory_top_n, 1) * WIDER_RECALL,
+            window_size=0,
+        ),
+    )
+    recent_ids = {t.id for t in recent}
+    context = await memory.build_context(
+        user_id,
+        group_id,
+        message,
+        now,
+        exclude_ids=tuple(recent_ids),
+        recall=recalled,
+        touch=False,
+    )
+    when = analyse_query(message, now, memory.tz) if s.memory_time_understanding else None
+    wanted = set(query_terms(recalled.search_text or message))
+    decay = _decay(memory)
+    # Windows that share turns are merged, so a candidate may be inside another's window.
+    recalled_ids = {t.id for w in recalled.windows for t in w.turns}
+    turns = {t.id: t for w in (*recalled.windows, *wider.windows) for t in w.turns}
+    candidates = []
+    for rank, window in enumerate(wider.windows, start=1):
+        turn = turns.get(window.anchor_id)
+        age = 0.0 if turn is None else max(0.0, (now - turn.created_at).total_seconds() / 86400)
+        hits = sorted(wanted & set(document_terms(turn.content))) if turn is not None else []
+        if window.anchor_id in context.turn_ids:
+            fate = KEPT
+        elif window.anchor_id in recent_ids:
+            fate = RECENT
+        elif window.anchor_id in recalled_ids:
+            fate = OVER_BUDGET
+        else:
+            fate = NOT_TOP.format(top_n=s.memory_top_n)
+        candidates.append(
+            Candidate(
+                rank=rank,
+                turn=turn,
+                fused=window.score,
+                similarity=window.similarity,
+                keyword_hits=tuple(hits),
+                decay=decay.weight(age),
+                fate=fate,
+            )
+        )
+    system = build_system_prompt(
+        now,
+        memory.tz,
+        bot_name=bot_name,
+        last_turn_at=await memory.last_turn_time(user_id, group_id, cutoff),
+        persona=s.chat_persona or None,
+        place=ChatPlace(user_id, sender_name, group_id, None),
+    )
+    messages = build_chat_messages(
+        system, context.text, recent, message, now, memory.tz, sender_name=sender_name
+    )
+    return RecallTrace(
+        session_key=generate_session_key(user_id, group_id),
+        message=message,
+        now=now,
+        search_text=recalled.search_text or message,
+        time_range=None if when is None else when.range.expression,
+        candidates=tuple(candidates),
+        context=context,
+        recent=tuple(recent),
+        messages=tuple(messages),
+        budget=s.memory_max_tokens,
+    )

@@ -1,0 +1,284 @@
+"""``MemoryConsole``: what the operator's web console reads and changes, framework-free.
+
+The plugin serves it as web pages; everything here works on one session at a time (its key is
+part of every query, see ``console.store``), writes each change to the audit log, and deletes
+into a recycle bin kept ``MEMORY_RECYCLE_DAYS`` days.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+from ..distill.memory import DistilledMemory, content_hash, embedding_text
+from ..errors import DatabaseUnavailableError, EmbeddingError, InvalidTurnError
+from ..lang.keywords import document_terms, normalize
+from ..lang.text import clean_content
+from ..models import MemoryTurn
+from ..personal import switch_group_memory
+from ..storage.dialogue_store import AnchorFilters
+from ..storage.opt_outs import EVERYONE, PgOptOutStore
+from .store import (
+    Audit,
+    AuditEntry,
+    BinItem,
+    FoundTurn,
+    MemoryEdit,
+    PgConsoleStore,
+    SessionRow,
+    TurnEdit,
+)
+
+if TYPE_CHECKING:
+    from ..service import TemporalMemory
+
+PAGE_SIZE = 50
+MEMORY_LIMIT = 200
+SEARCH_MAX_CHARS = 200
+DISTILLED_MAX_CHARS = 2000
+KINDS = ("turn", "distilled")
+
+
+@dataclass(frozen=True)
+class TurnSearch:
+    """What the memory browser asks of one session's turns."""
+
+    text: str = ""
+    by_meaning: bool = False
+    start: datetime | None = None
+    end: datetime | None = None
+    page: int = 0
+
+
+@dataclass(frozen=True)
+class DailyFigures:
+    """The charts' data: one value per local day, oldest first."""
+
+    days: tuple[date, ...]
+    user_turns: tuple[int, ...]
+    bot_turns: tuple[int, ...]
+    metrics: dict[str, tuple[int, ...]]  # metric name -> one value per day
+
+
+def session_search_text(text: str) -> str | None:
+    """The case-folded substring a keyword search looks for (``None``: no filter)."""
+    folded = normalize(text.strip()[:SEARCH_MAX_CHARS])
+    return folded or None
+
+
+class MemoryConsole:
+    """The console's operations over an open ``TemporalMemory``."""
+
+    def __init__(self, memory: TemporalMemory) -> None:
+        self.memory = memory
+
+    def _store(self) -> PgConsoleStore:
+        pool = self.memory._pool
+        if pool is None:
+            raise DatabaseUnavailableError("the memory database is not connected")
+        return PgConsoleStore(pool=pool)
+
+    # ------------------------------------------------------------------ reading
+
+    async def sessions(
+        self,
+        *,
+        chat_type: str | None = None,
+        group_id: int | None = None,
+        user_id: int | None = None,
+        page: int = 0,
+    ) -> list[SessionRow]:
+        """Sessions with turns, most recently active first, ``PAGE_SIZE`` a page."""
+        return await self._store().sessions(
+            chat_type=chat_type,
+            group_id=group_id,
+            user_id=user_id,
+            limit=PAGE_SIZE,
+            offset=max(page, 0) * PAGE_SIZE,
+        )
+
+    async def session(self, session_key: str) -> SessionRow | None:
+        return await self._store().session(session_key)
+
+    async def turns(self, session_key: str, search: TurnSearch) -> list[FoundTurn]:
+        """One page of the session's turns: newest first, or by meaning nearest first.
+
+        A search by meaning needs the embedder; when it fails this raises ``EmbeddingError``."""
+        query = search.text.strip()[:SEARCH_MAX_CHARS]
+        page = max(search.page, 0)
+        if search.by_meaning and query:
+            return await self._turns_by_meaning(session_key, query, search, page)
+        return await self._store().turns(
+            session_key,
+            text=session_search_text(query),
+            start=search.start,
+            end=search.end,
+            limit=PAGE_SIZE,
+            offset=page * PAGE_SIZE,
+        )
+
+    async def _turns_by_meaning(
+        self, session_key: str, query: str, search: TurnSearch, page: int
+    ) -> list[FoundTurn]:
+        """The nearest live turns, found the way recall finds them: exactly, or through the
+        session's own vector index when it has one (a large session)."""
+        memory = self.memory
+        vector = await memory.embedder.embed_query(query)
+        dialogue = memory._require_store()
+        size = await dialogue.session_size(session_key)
+        wanted = (page + 1) * PAGE_SIZE
+        nearest = await dialogue.anchor_candidates(
+            session_key=session_key,
+            model=memory.embedding_model,
+            query_vector=vector,
+            now=datetime.now(timezone.utc),
+            limit=wanted,
+            index_dim=memory.embedding_dim
+            if memory.vector_index.serves(session_key, size)
+            else None,
+            filters=AnchorFilters(start=search.start, end=search.end),
+        )
+        chosen = nearest[page * PAGE_SIZE : wanted]
+        turns = {
+            t.id: t for t in await self._store().turns_by_ids(session_key, [c.id for c in chosen])
+        }
+        return [FoundTurn(turns[c.id], c.similarity) for c in chosen if c.id in turns]
+
+    async def memories(self, session_key: str, text: str = "") -> list[DistilledMemory]:
+        """The session's distilled memories: current ones first, superseded ones as history."""
+        return await self._store().memories(
+            session_key, text=session_search_text(text), limit=MEMORY_LIMIT
+        )
+
+    async def sources(self, session_key: str, memory: DistilledMemory) -> list[MemoryTurn]:
+        """The turns a distilled memory was drawn from (those still stored)."""
+        if not memory.source_turn_ids:
+            return []
+        return await self._store().turns_by_ids(session_key, memory.source_turn_ids)
+
+    # ------------------------------------------------------------------ fixing
+
+    async def _passage_vector(self, text: str) -> tuple[object | None, str | None]:
+        """The text's embedding now, or none (the backfill embeds it later) if the embedder
+        fails: an edit is never lost for want of a vector."""
+        try:
+            vectors = await self.memory.embedder.embed_passages([text])
+        except EmbeddingError:
+            self.memory._backfill_needed.set()
+            return None, None
+        return vectors[0], self.memory.embedding_model
+
+    async def edit_turn(
+        self, session_key: str, turn_id: int, text: str, *, actor: str
+    ) -> MemoryTurn | None:
+        """Replace a turn's text (re-embedded, keywords and tokens recounted); ``None`` if
+        the session has no such turn. Raises ``InvalidTurnError`` for empty text."""
+        content = clean_content(text, self.memory.settings.memory_max_content_chars)
+        vector, model = await self._passage_vector(content)
+        edit = TurnEdit(
+            content=content,
+            token_count=self.memory.token_counter.count(content),
+            embedding=vector,  # type: ignore[arg-type]
+            embedding_model=model,
+            keywords=document_terms(content),
+        )
+        audit = Audit(actor, "edit", "turn", turn_id, session_key, after_text=content)
+        changed = await self._store().edit_turn(turn_id, session_key, edit, audit)
+        if changed is None:
+            return None
+        return changed[1]
+
+    async def edit_memory(
+        self, session_key: str, memory_id: int, text: str, *, actor: str
+    ) -> DistilledMemory | None:
+        """Replace a distilled memory's text (re-embedded); ``None`` if the session has none
+        such. Raises ``InvalidTurnError`` for empty text, ``ConsoleConflictError`` when the
+        session already holds the same current memory."""
+        content = " ".join(clean_content(text, DISTILLED_MAX_CHARS).split())
+        current = [m for m in await self.memories(session_key) if m.id == memory_id]
+        if not current:
+            return None
+        vector, model = await self._passage_vector(
+            embedding_text(current[0].kind, content, current[0].key_topics)
+        )
+        edit = MemoryEdit(
+            content=content,
+            content_hash=content_hash(content),
+            embedding=vector,  # type: ignore[arg-type]
+            embedding_model=model,
+        )
+        audit = Audit(actor, "edit", "distilled", memory_id, session_key, after_text=content)
+        changed = await self._store().edit_memory(memory_id, session_key, edit, audit)
+        return None if changed is None else changed[1]
+
+    async def delete(
+        self, kind: str, session_key: str, item_id: int, *, actor: str, now: datetime | None = None
+    ) -> int | None:
+        """Move a turn or distilled memory of this session into the recycle bin; the bin
+        item's id, or ``None`` if there is no such row."""
+        if kind not in KINDS:
+            raise InvalidTurnError(f"unknown kind {kind!r}")
+        now = now or datetime.now(timezone.utc)
+        keep = timedelta(days=self.memory.settings.memory_recycle_days)
+        audit = Audit(actor, "delete", kind, item_id, session_key)
+        return await self._store().move_to_bin(kind, item_id, session_key, now + keep, audit)
+
+    async def recycle_bin(self, session_key: str | None = None) -> list[BinItem]:
+        return await self._store().bin(session_key, MEMORY_LIMIT)
+
+    async def recycle_bin_size(self) -> int:
+        return await self._store().bin_size()
+
+    async def restore(self, bin_id: int, *, actor: str) -> BinItem | None:
+        """Put a deleted row back as it was; ``None`` if the bin has no such item. Raises
+        ``ConsoleConflictError`` when the same row was stored again meanwhile."""
+        return await self._store().restore(bin_id, actor)
+
+    async def purge_recycle_bin(self, now: datetime | None = None) -> int:
+        """Empty the bin of what was deleted more than ``MEMORY_RECYCLE_DAYS`` ago."""
+        return await self._store().purge_bin(now or datetime.now(timezone.utc))
+
+    async def audit_log(self, page: int = 0) -> list[AuditEntry]:
+        return await self._store().audit_log(PAGE_SIZE, max(page, 0) * PAGE_SIZE)
+
+    async def group_switches(self) -> list[tuple[int, bool]]:
+        """Every group with turns or switched off, and whether its memory is on."""
+        store = self._store()
+        chats = await PgOptOutStore(pool=self.memory._pool).chats(EVERYONE)
+        off = {int(chat) for chat in chats if chat.isdigit()}
+        groups = set(await store.groups(MEMORY_LIMIT)) | off
+        return [(g, g not in off) for g in sorted(groups)]
+
+    async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
+        """Switch a group's memory on or off (like ``/群记忆``), audited; whether it changed."""
+        changed = await switch_group_memory(self.memory, group_id, on=on)
+        if changed:
+            await self._store().write_audit(
+                Audit(
+                    actor, "group_switch", "group", group_id, None, after_text="开" if on else "关"
+                )
+            )
+        return changed
+
+    # ------------------------------------------------------------------ figures
+
+    async def daily_figures(self, days: int = 30, now: datetime | None = None) -> DailyFigures:
+        """Turns stored per day and the daily counters, for the last ``days`` local days."""
+        now = now or datetime.now(timezone.utc)
+        tz = self.memory.tz
+        today = now.astimezone(tz).date()
+        first = today - timedelta(days=days - 1)
+        since = datetime.combine(first, datetime.min.time(), tz)
+        store = self._store()
+        per_day = {d: (u, b) for d, u, b in await store.turns_per_day(since, tz.key)}
+        metrics: dict[str, dict[date, int]] = {}
+        for day, metric, value in await store.metrics_since(first):
+            metrics.setdefault(metric, {})[day] = value
+        span = tuple(first + timedelta(days=i) for i in range(days))
+        return DailyFigures(
+            days=span,
+            user_turns=tuple(per_day.get(d, (0, 0))[0] for d in span),
+            bot_turns=tuple(per_day.get(d, (0, 0))[1] for d in span),
+            metrics={m: tuple(v.get(d, 0) for d in span) for m, v in metrics.items()},
+        )

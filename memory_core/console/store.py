@@ -1,0 +1,493 @@
+"""All SQL of the operator's console (migration 009): read-only views over the dialogue and
+distilled tables, edits, the recycle bin and the audit log.
+
+Every query about a session names it (``session_key = $1``), so no view of one session can show
+another's rows. Rows leave as the core's frozen dataclasses (``MemoryTurn``,
+``DistilledMemory``) or the small ones below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from ..distill.memory import DistilledMemory
+from ..distill.store import DISTILLED_COLUMNS, _distilled
+from ..errors import StorageError
+from ..models import MemoryTurn
+from ..storage.dialogue_store import TURN_COLUMNS, _turn
+from ..storage.pg import PgStore, rows_affected
+from ..storage.scopes import scope_delete
+
+# ----------------------------------------------------------------------------- sessions
+
+# Who and where, read back from a session key ("{user}" or "{group}:{user}", see
+# ``models.generate_session_key``) of the row set ``{src}``.
+_WHO = """
+SELECT {src}.*,
+       substr(session_key, strpos(session_key, ':') + 1)::bigint AS user_id,
+       CASE WHEN strpos(session_key, ':') > 0
+            THEN split_part(session_key, ':', 1)::bigint END AS group_id,
+       CASE WHEN strpos(session_key, ':') > 0 THEN 'group' ELSE 'private' END AS chat_type
+FROM {src}
+"""
+# A session's name: the sender name of its latest user turn (the session index, backwards),
+# and its count of current distilled memories.
+_NAME_AND_MEMORIES = """
+       (SELECT d.sender_name FROM dialogues d
+        WHERE d.session_key = {src}.session_key AND d.role = 'user' AND d.sender_name IS NOT NULL
+        ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS name,
+       (SELECT count(*) FROM distilled_memories m
+        WHERE m.session_key = {src}.session_key AND m.valid_until IS NULL) AS memories
+"""
+
+# The sessions with turns, newest activity first; $1 chat type, $2 group, $3 user (NULL: any).
+# The session keys are walked through the session index one distinct key at a time (a loose
+# index scan: a probe per session, not a read of every turn), each session's last turn is one
+# more probe, and only the page's sessions are counted.
+SQL_SESSIONS = f"""
+WITH RECURSIVE keys AS (
+    (SELECT session_key FROM dialogues ORDER BY session_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.session_key FROM dialogues d WHERE d.session_key > keys.session_key
+            ORDER BY d.session_key LIMIT 1)
+    FROM keys WHERE keys.session_key IS NOT NULL
+),
+who AS ({_WHO.format(src="keys")} WHERE session_key IS NOT NULL),
+page AS (
+    SELECT who.*,
+           (SELECT d.created_at FROM dialogues d WHERE d.session_key = who.session_key
+            ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS last_at
+    FROM who
+    WHERE ($1::text IS NULL OR chat_type = $1) AND ($2::bigint IS NULL OR group_id = $2)
+      AND ($3::bigint IS NULL OR user_id = $3)
+    ORDER BY last_at DESC, session_key LIMIT $4 OFFSET $5
+)
+SELECT page.*,
+       (SELECT count(*) FROM dialogues d WHERE d.session_key = page.session_key) AS turns,
+       {_NAME_AND_MEMORIES.format(src="page")}
+FROM page ORDER BY last_at DESC, session_key
+"""
+
+SQL_SESSION_SUMMARY = f"""
+WITH s AS (
+    SELECT $1::text AS session_key, count(*) AS turns, max(created_at) AS last_at
+    FROM dialogues WHERE session_key = $1 HAVING count(*) > 0
+),
+who AS ({_WHO.format(src="s")})
+SELECT who.*, {_NAME_AND_MEMORIES.format(src="who")} FROM who
+"""
+
+# ----------------------------------------------------------------------------- browsing
+
+# $2 text (case-folded substring, NULL: any), $3/$4 time range [from, to).
+_TURN_FILTERS = """
+  AND ($2::text IS NULL OR strpos(lower(normalize(content, NFKC)), $2) > 0)
+  AND created_at >= coalesce($3::timestamptz, '-infinity')
+  AND created_at < coalesce($4::timestamptz, 'infinity')
+"""
+
+SQL_SESSION_TURNS = f"""
+SELECT {TURN_COLUMNS} FROM dialogues
+WHERE session_key = $1 {_TURN_FILTERS}
+ORDER BY created_at DESC, id DESC LIMIT $5 OFFSET $6
+"""
+
+SQL_SESSION_MEMORIES = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories
+WHERE session_key = $1 AND ($2::text IS NULL OR strpos(lower(normalize(content, NFKC)), $2) > 0)
+ORDER BY (valid_until IS NULL) DESC, kind, last_confirmed DESC, id DESC LIMIT $3
+"""
+
+SQL_TURNS_OF_SESSION = f"""
+SELECT {TURN_COLUMNS} FROM dialogues WHERE session_key = $1 AND id = ANY($2::bigint[])
+ORDER BY created_at, id
+"""
+
+# ----------------------------------------------------------------------------- edits
+
+SQL_LOCK_TURN = (
+    f"SELECT {TURN_COLUMNS} FROM dialogues WHERE id = $1 AND session_key = $2 FOR UPDATE"
+)
+SQL_EDIT_TURN = f"""
+UPDATE dialogues SET content = $3, token_count = $4, embedding = $5::halfvec,
+       embedding_model = $6, keywords = array_to_tsvector($7::text[])
+WHERE id = $1 AND session_key = $2
+RETURNING {TURN_COLUMNS}
+"""
+SQL_LOCK_MEMORY = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE id = $1 AND session_key = $2 FOR UPDATE
+"""
+SQL_EDIT_MEMORY = f"""
+UPDATE distilled_memories SET content = $3, content_hash = $4, embedding = $5::halfvec,
+       embedding_model = $6, updated_at = now()
+WHERE id = $1 AND session_key = $2
+RETURNING {DISTILLED_COLUMNS}
+"""
+
+# ----------------------------------------------------------------------------- recycle bin
+
+# Moves one row into the bin whole; nothing happens for a row of another session.
+_TO_BIN = """
+WITH gone AS (DELETE FROM {table} WHERE id = $1 AND session_key = $2 RETURNING *)
+INSERT INTO memory_recycle_bin
+    (kind, item_id, session_key, user_id, group_id, summary, row_data, deleted_by, purge_after)
+SELECT '{kind}', id, session_key, user_id, group_id, left(content, 200), to_jsonb(gone), $3, $4
+FROM gone
+RETURNING id, summary
+"""
+SQL_TURN_TO_BIN = _TO_BIN.format(table="dialogues", kind="turn")
+SQL_MEMORY_TO_BIN = _TO_BIN.format(table="distilled_memories", kind="distilled")
+
+BIN_COLUMNS = (
+    "id, kind, item_id, session_key, user_id, group_id, summary, deleted_at, deleted_by, "
+    "purge_after"
+)
+SQL_BIN = f"""
+SELECT {BIN_COLUMNS} FROM memory_recycle_bin
+WHERE ($1::text IS NULL OR session_key = $1)
+ORDER BY deleted_at DESC, id DESC LIMIT $2
+"""
+SQL_TAKE_FROM_BIN = f"""
+DELETE FROM memory_recycle_bin WHERE id = $1 RETURNING {BIN_COLUMNS}, row_data
+"""
+# The row goes back as it was, with its id (OVERRIDING SYSTEM VALUE: the identity column).
+_RESTORE = """
+INSERT INTO {table} OVERRIDING SYSTEM VALUE
+SELECT * FROM jsonb_populate_record(NULL::{table}, $1::jsonb)
+"""
+SQL_RESTORE_TURN = _RESTORE.format(table="dialogues")
+SQL_RESTORE_MEMORY = _RESTORE.format(table="distilled_memories")
+SQL_PURGE_BIN = "DELETE FROM memory_recycle_bin WHERE purge_after <= $1"
+SQL_BIN_SIZE = "SELECT count(*) FROM memory_recycle_bin"
+
+# ----------------------------------------------------------------------------- audit log
+
+SQL_AUDIT = """
+INSERT INTO memory_audit_log
+    (actor, action, target_kind, target_id, session_key, before_text, after_text)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+AUDIT_COLUMNS = (
+    "id, at, actor, action, target_kind, target_id, session_key, before_text, after_text"
+)
+SQL_AUDIT_LOG = f"""
+SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 OFFSET $2
+"""
+
+SQL_GROUPS = """
+SELECT group_id FROM dialogues WHERE group_id IS NOT NULL
+GROUP BY group_id ORDER BY group_id LIMIT $1
+"""
+
+# ----------------------------------------------------------------------------- charts
+
+# Turns stored per local day since $1 ($2: the timezone), split by who spoke.
+SQL_TURNS_PER_DAY = """
+SELECT (created_at AT TIME ZONE $2)::date AS day,
+       count(*) FILTER (WHERE role = 'user') AS user_turns,
+       count(*) FILTER (WHERE role = 'assistant') AS bot_turns
+FROM dialogues WHERE created_at >= $1
+GROUP BY 1 ORDER BY 1
+"""
+SQL_METRICS_SINCE = """
+SELECT day, metric, value FROM memory_daily_stats WHERE day >= $1 ORDER BY day, metric
+"""
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One session in the list: who, where, how much, how recent."""
+
+    session_key: str
+    user_id: int
+    group_id: int | None
+    chat_type: str
+    turns: int
+    last_at: datetime
+    name: str | None
+    memories: int
+
+
+@dataclass(frozen=True)
+class FoundTurn:
+    """A turn in the browser; ``similarity`` when found by meaning."""
+
+    turn: MemoryTurn
+    similarity: float | None
+
+
+@dataclass(frozen=True)
+class BinItem:
+    id: int
+    kind: str
+    item_id: int
+    session_key: str
+    user_id: int
+    group_id: int | None
+    summary: str
+    deleted_at: datetime
+    deleted_by: str
+    purge_after: datetime
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target_kind: str
+    target_id: int | None
+    session_key: str | None
+    before_text: str | None
+    after_text: str | None
+
+
+@dataclass(frozen=True)
+class TurnEdit:
+    """A turn's new text with everything derived from it."""
+
+    content: str
+    token_count: int
+    embedding: np.ndarray | None
+    embedding_model: str | None
+    keywords: Sequence[str]
+
+
+@dataclass(frozen=True)
+class MemoryEdit:
+    content: str
+    content_hash: str
+    embedding: np.ndarray | None
+    embedding_model: str | None
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What one change writes to the audit log."""
+
+    actor: str
+    action: str
+    target_kind: str
+    target_id: int | None
+    session_key: str | None
+    before_text: str | None = None
+    after_text: str | None = None
+
+    def values(self) -> tuple[Any, ...]:
+        return (
+            self.actor,
+            self.action,
+            self.target_kind,
+            self.target_id,
+            self.session_key,
+            self.before_text,
+            self.after_text,
+        )
+
+
+class ConsoleConflictError(StorageError):
+    """A change would make two rows one: a restore of a row stored again meanwhile, or an
+    edit giving a memory the text of another current memory of its session."""
+
+
+def _session(record: asyncpg.Record) -> SessionRow:
+    return SessionRow(
+        session_key=record["session_key"],
+        user_id=record["user_id"],
+        group_id=record["group_id"],
+        chat_type=record["chat_type"],
+        turns=record["turns"],
+        last_at=record["last_at"],
+        name=record["name"],
+        memories=record["memories"],
+    )
+
+
+def _bin_item(record: asyncpg.Record) -> BinItem:
+    return BinItem(**{key: record[key] for key in BIN_COLUMNS.split(", ")})
+
+
+class PgConsoleStore(PgStore):
+    """The console's queries; every read or change of a session's rows names that session."""
+
+    async def sessions(
+        self,
+        *,
+        chat_type: str | None,
+        group_id: int | None,
+        user_id: int | None,
+        limit: int,
+        offset: int,
+    ) -> list[SessionRow]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_SESSIONS, chat_type, group_id, user_id, limit, offset)
+        return [_session(r) for r in rows]
+
+    async def session(self, session_key: str) -> SessionRow | None:
+        async with self._connection() as conn:
+            row = await conn.fetchrow(SQL_SESSION_SUMMARY, session_key)
+        return None if row is None else _session(row)
+
+    async def turns(
+        self,
+        session_key: str,
+        *,
+        text: str | None,
+        start: datetime | None,
+        end: datetime | None,
+        limit: int,
+        offset: int,
+    ) -> list[FoundTurn]:
+        """The session's turns, newest first (``text``: only those containing it)."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_SESSION_TURNS, session_key, text, start, end, limit, offset)
+        return [FoundTurn(_turn(r), None) for r in rows]
+
+    async def memories(
+        self, session_key: str, *, text: str | None, limit: int
+    ) -> list[DistilledMemory]:
+        """The session's distilled memories: current ones first, then history."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_SESSION_MEMORIES, session_key, text, limit)
+        return [_distilled(r) for r in rows]
+
+    async def turns_by_ids(self, session_key: str, ids: Sequence[int]) -> list[MemoryTurn]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_TURNS_OF_SESSION, session_key, list(ids))
+        return [_turn(r) for r in rows]
+
+    async def _edit(
+        self, lock: str, update: str, item_id: int, session_key: str, values: Sequence[Any],
+        audit: Audit,
+    ) -> tuple[asyncpg.Record, asyncpg.Record] | None:  # fmt: skip
+        """Lock the session's row, update it with ``values``, log the text before and after;
+        (before, after) as rows, or ``None`` if the session has no such row."""
+        try:
+            async with self._connection() as conn, conn.transaction():
+                before = await conn.fetchrow(lock, item_id, session_key)
+                if before is None:
+                    return None
+                after = await conn.fetchrow(update, item_id, session_key, *values)
+                audit = dataclasses.replace(audit, before_text=before["content"])
+                await conn.execute(SQL_AUDIT, *audit.values())
+        except StorageError as exc:
+            if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                raise ConsoleConflictError("这个会话已有一条内容相同的记忆") from exc
+            raise
+        assert after is not None  # the row is locked: the update found it
+        return before, after
+
+    async def edit_turn(
+        self, turn_id: int, session_key: str, edit: TurnEdit, audit: Audit
+    ) -> tuple[MemoryTurn, MemoryTurn] | None:
+        """Replace a turn's text; (before, after), or ``None`` if the session has no such turn."""
+        values = (edit.content, edit.token_count, edit.embedding, edit.embedding_model,
+                  list(edit.keywords))  # fmt: skip
+        rows = await self._edit(SQL_LOCK_TURN, SQL_EDIT_TURN, turn_id, session_key, values, audit)
+        return None if rows is None else (_turn(rows[0]), _turn(rows[1]))
+
+    async def edit_memory(
+        self, memory_id: int, session_key: str, edit: MemoryEdit, audit: Audit
+    ) -> tuple[DistilledMemory, DistilledMemory] | None:
+        """Replace a distilled memory's text; (before, after), or ``None`` if not found.
+        ``ConsoleConflictError`` when another current memory of the session has that text."""
+        values = (edit.content, edit.content_hash, edit.embedding, edit.embedding_model)
+        rows = await self._edit(
+            SQL_LOCK_MEMORY, SQL_EDIT_MEMORY, memory_id, session_key, values, audit
+        )
+        return None if rows is None else (_distilled(rows[0]), _distilled(rows[1]))
+
+    async def move_to_bin(
+        self, kind: str, item_id: int, session_key: str, purge_after: datetime, audit: Audit
+    ) -> int | None:
+        """Move a turn (``kind="turn"``) or distilled memory into the bin; its bin id, or
+        ``None`` if the session has no such row."""
+        sql = SQL_TURN_TO_BIN if kind == "turn" else SQL_MEMORY_TO_BIN
+        async with self._connection() as conn, conn.transaction():
+            binned = await conn.fetchrow(sql, item_id, session_key, audit.actor, purge_after)
+            if binned is None:
+                return None
+            audit = dataclasses.replace(audit, before_text=binned["summary"])
+            await conn.execute(SQL_AUDIT, *audit.values())
+        return int(binned["id"])
+
+    async def bin(self, session_key: str | None, limit: int) -> list[BinItem]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_BIN, session_key, limit)
+        return [_bin_item(r) for r in rows]
+
+    async def restore(self, bin_id: int, actor: str) -> BinItem | None:
+        """Put a binned row back as it was; ``None`` if the bin has no such item."""
+        try:
+            async with self._connection() as conn, conn.transaction():
+                record = await conn.fetchrow(SQL_TAKE_FROM_BIN, bin_id)
+                if record is None:
+                    return None
+                item = _bin_item(record)
+                row = record["row_data"]
+                sql = SQL_RESTORE_TURN if item.kind == "turn" else SQL_RESTORE_MEMORY
+                await conn.execute(sql, row if isinstance(row, str) else json.dumps(row))
+                await conn.execute(
+                    SQL_AUDIT,
+                    *Audit(
+                        actor,
+                        "restore",
+                        item.kind,
+                        item.item_id,
+                        item.session_key,
+                        after_text=item.summary,
+                    ).values(),
+                )
+        except StorageError as exc:
+            if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                raise ConsoleConflictError(
+                    "无法恢复：同一会话里已有一条内容相同的当前记忆（或同一条消息）"
+                ) from exc
+            raise
+        return item
+
+    async def purge_bin(self, before: datetime) -> int:
+        async with self._connection() as conn:
+            return rows_affected(await conn.execute(SQL_PURGE_BIN, before))
+
+    async def delete_scope(self, **scope: Any) -> int:
+        """Empty the bin of a /forget scope (see ``storage.scopes.scope_delete``)."""
+        sql, args = scope_delete("memory_recycle_bin", **scope)
+        async with self._connection() as conn:
+            return rows_affected(await conn.execute(sql, *args))
+
+    async def bin_size(self) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_BIN_SIZE))
+
+    async def audit_log(self, limit: int, offset: int) -> list[AuditEntry]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_AUDIT_LOG, limit, offset)
+        return [AuditEntry(**{key: r[key] for key in AUDIT_COLUMNS.split(", ")}) for r in rows]
+
+    async def groups(self, limit: int) -> list[int]:
+        async with self._connection() as conn:
+            return [r["group_id"] for r in await conn.fetch(SQL_GROUPS, limit)]
+
+    async def write_audit(self, audit: Audit) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_AUDIT, *audit.values())
+
+    async def turns_per_day(self, since: datetime, tz_name: str) -> list[tuple[date, int, int]]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_TURNS_PER_DAY, since, tz_name)
+        return [(r["day"], r["user_turns"], r["bot_turns"]) for r in rows]
+
+    async def metrics_since(self, since: date) -> list[tuple[date, str, int]]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_METRICS_SINCE, since)
+        return [(r["day"], r["metric"], r["value"]) for r in rows]

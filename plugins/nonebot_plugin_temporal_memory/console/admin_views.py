@@ -1,0 +1,287 @@
+"""The operator's other pages: the recycle bin, the audit log, the charts, the recall debugger
+and the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory_core.console import AuditEntry, BinItem, DailyFigures, RecallTrace
+from memory_core.dashboard import band_label
+
+from .charts import Series, bar_chart
+from .markup import Markup, join, render
+from .views import BASE, Page, layout, pager, session_link, speaker
+
+ACTION_ZH = {"edit": "修改", "delete": "删除", "restore": "恢复", "group_switch": "群记忆开关"}
+TARGET_ZH = {"turn": "对话", "distilled": "提炼记忆", "group": "群"}
+
+
+def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:
+    rows = join(
+        render(
+            '<tr class="binned"><td data-label="类型">{kind}</td>'
+            '<td class="text" data-label="内容">{summary}</td>'
+            '<td data-label="会话"><a href="{href}">{key}</a></td>'
+            '<td data-label="删除">{when}<div class="muted">{who}</div></td>'
+            '<td data-label="保留到">{until}</td>'
+            '<td><form method="post" action="{base}/bin/restore">{csrf}'
+            '<input type="hidden" name="id" value="{id}"><button type="submit">恢复</button></form>'
+            "</td></tr>",
+            kind=TARGET_ZH.get(b.kind, b.kind),
+            summary=b.summary,
+            href=session_link(b.session_key),
+            key=b.session_key,
+            when=page.when(b.deleted_at),
+            who=b.deleted_by,
+            until=page.when(b.purge_after),
+            base=BASE,
+            csrf=page.csrf_field(),
+            id=b.id,
+        )
+        for b in items
+    )
+    scope = (
+        render(
+            '<p class="muted">只看会话 {key}。<a href="{base}/bin">看全部</a></p>',
+            key=session_key,
+            base=BASE,
+        )
+        if session_key
+        else Markup("")
+    )
+    table = (
+        render(
+            '<table class="stack"><thead><tr><th>类型</th><th>内容</th><th>会话</th>'
+            "<th>删除时间</th>"
+            "<th>保留到</th><th></th></tr></thead><tbody>{rows}</tbody></table>",
+            rows=rows,
+        )
+        if items
+        else Markup('<p class="muted">回收站是空的。</p>')
+    )
+    return layout(page, "bin", "回收站", render("{scope}{table}", scope=scope, table=table))
+
+
+def audit_page(page: Page, entries: Sequence[AuditEntry], number: int) -> Markup:
+    rows = join(
+        render(
+            '<tr class="audit"><td data-label="时间">{when}</td>'
+            '<td data-label="操作人">{actor}</td>'
+            '<td data-label="操作">{action} {target} #{id}</td><td data-label="会话">{key}</td>'
+            '<td class="text" data-label="之前">{before}</td>'
+            '<td class="text" data-label="之后">{after}</td></tr>',
+            when=page.when(e.at),
+            actor=e.actor,
+            action=ACTION_ZH.get(e.action, e.action),
+            target=TARGET_ZH.get(e.target_kind, e.target_kind),
+            id=e.target_id if e.target_id is not None else "",
+            key=e.session_key or "",
+            before=e.before_text or "",
+            after=e.after_text or "",
+        )
+        for e in entries
+    )
+    table = (
+        render(
+            '<table class="stack"><thead><tr><th>时间</th><th>操作人</th><th>操作</th><th>会话</th>'
+            "<th>之前</th><th>之后</th></tr></thead><tbody>{rows}</tbody></table>",
+            rows=rows,
+        )
+        if entries
+        else Markup('<p class="muted">还没有任何修改。</p>')
+    )
+    return layout(
+        page,
+        "audit",
+        "审计日志",
+        render("{t}{p}", t=table, p=pager(f"{BASE}/audit", {}, number, len(entries))),
+    )
+
+
+def overview_page(
+    page: Page, figures: DailyFigures, band_names: Sequence[str], bin_size: int
+) -> Markup:
+    labels = [f"{d:%m-%d}" for d in figures.days]
+    m = figures.metrics
+
+    def metric(name: str) -> tuple[int, ...]:
+        return m.get(name, tuple(0 for _ in figures.days))
+
+    charts = [
+        bar_chart(
+            "每天的消息（已存储的对话）",
+            labels,
+            [Series("用户", figures.user_turns), Series("机器人", figures.bot_turns)],
+        ),
+        bar_chart(
+            "每天的评估结果（保留时长）",
+            labels,
+            [Series(band_label(n), metric(f"band_{n}")) for n in band_names]
+            or [Series("无", metric("evaluation_ok"))],
+        ),
+        bar_chart("每天清理的过期记忆", labels, [Series("清理", metric("purged"))]),
+        bar_chart(
+            "每天的提炼",
+            labels,
+            [Series("成功", metric("extraction_ok")), Series("失败", metric("extraction_failed"))],
+        ),
+        bar_chart(
+            "每天的回答缓存",
+            labels,
+            [
+                Series(
+                    "命中",
+                    tuple(
+                        a + b + c
+                        for a, b, c in zip(
+                            metric("cache_hit_user_exact"),
+                            metric("cache_hit_public_exact"),
+                            metric("cache_hit_semantic"),
+                            strict=True,
+                        )
+                    ),
+                ),
+                Series("未命中", metric("cache_miss")),
+            ],
+        ),
+    ]
+    body = render(
+        '<p class="muted">近 {days} 天（{tz}）· 回收站 {bin} 条</p>'
+        '<div class="cards">{charts}</div>',
+        days=len(figures.days),
+        tz=page.tz.key,
+        bin=bin_size,
+        charts=join(charts),
+    )
+    return layout(page, "overview", "概览", body)
+
+
+def debug_page(
+    page: Page, *, user: str, group: str, message: str, at: str, trace: RecallTrace | None
+) -> Markup:
+    form = render(
+        '<form class="filters" method="post" action="{base}/debug">{csrf}'
+        '<label>QQ 号<input name="user" value="{user}" inputmode="numeric" required size="12">'
+        "</label>"
+        '<label>群号（私聊留空）<input name="group" value="{group}" inputmode="numeric" '
+        'size="12"></label>'
+        '<label>时间<input type="datetime-local" name="at" value="{at}"></label>'
+        '<label class="wide">消息<input name="message" value="{message}" required></label>'
+        '<button type="submit">看看会想起什么</button></form>',
+        base=BASE,
+        csrf=page.csrf_field(),
+        user=user,
+        group=group,
+        at=at,
+        message=message,
+    )
+    if trace is None:
+        return layout(page, "debug", "回忆调试", form)
+    rows = join(
+        render(
+            '<tr class="candidate"><td data-label="排名">{rank}</td>'
+            '<td class="text" data-label="内容">{when} {who}：{text}</td>'
+            '<td data-label="向量">{sim}</td><td data-label="关键词">{hits}</td>'
+            '<td data-label="时间衰减">{decay}</td>'
+            '<td data-label="融合得分">{fused}</td><td data-label="结果">{fate}</td></tr>',
+            rank=c.rank,
+            when=page.when(c.turn.created_at) if c.turn else "",
+            who=speaker(c.turn) if c.turn else "",
+            text=c.turn.content if c.turn else "（已不在）",
+            sim=f"{c.similarity:.3f}",
+            hits="、".join(c.keyword_hits) or "—",
+            decay=f"{c.decay:.3f}",
+            fused=f"{c.fused:.4f}",
+            fate=c.fate,
+        )
+        for c in trace.candidates
+    )
+    candidates = (
+        render(
+            '<table class="stack"><thead><tr><th>#</th><th>候选</th><th>向量</th><th>关键词</th>'
+            "<th>衰减</th><th>融合</th><th>结果</th></tr></thead><tbody>{rows}</tbody></table>",
+            rows=rows,
+        )
+        if trace.candidates
+        else Markup('<p class="muted">没有候选：这个会话里找不到相关的对话。</p>')
+    )
+    prompt = join(
+        render(
+            '<h3>{role}</h3><pre class="prompt">{content}</pre>',
+            role=m["role"],
+            content=m["content"],
+        )
+        for m in trace.messages
+    )
+    ctx = trace.context
+    body = render(
+        '{form}<p class="muted">会话 {key} · 搜索文本「{search}」{range} · 记忆 {tokens}/{budget} '
+        "tokens · "
+        "提炼记忆 {distilled} 条 · 回忆对话 {turns} 条 · 因预算舍弃 {dropped} 项 · 近期对话 "
+        "{recent} 条</p>"
+        "<h2>候选</h2>{candidates}<h2>最终提示词</h2>{prompt}",
+        form=form,
+        key=trace.session_key,
+        search=trace.search_text,
+        range=f" · 时间「{trace.time_range}」" if trace.time_range else "",
+        tokens=ctx.tokens,
+        budget=trace.budget,
+        distilled=len(ctx.distilled_ids),
+        turns=len(ctx.turn_ids),
+        dropped=ctx.dropped,
+        recent=len(trace.recent),
+        candidates=candidates,
+        prompt=prompt,
+    )
+    return layout(page, "debug", "回忆调试", body)
+
+
+def settings_page(
+    page: Page, rows: Sequence[tuple[str, str]], groups: Sequence[tuple[int, bool]]
+) -> Markup:
+    table = join(
+        render(
+            '<tr class="setting"><td data-label="键"><code>{k}</code></td>'
+            '<td class="text" data-label="值">{v}</td></tr>',
+            k=k,
+            v=v,
+        )
+        for k, v in rows
+    )
+    switches = join(
+        render(
+            '<tr><td data-label="群">{g}</td><td data-label="记忆">{state}</td><td>'
+            '<form method="post" action="{base}/group-switch">{csrf}<input type="hidden" '
+            'name="group" value="{g}">'
+            '<input type="hidden" name="on" value="{next}">'
+            '<button type="submit" class="plain">{label}</button></form></td></tr>',
+            g=g,
+            state="开" if on else "关",
+            base=BASE,
+            csrf=page.csrf_field(),
+            next="1" if not on else "0",
+            label="打开记忆" if not on else "关闭记忆",
+        )
+        for g, on in groups
+    )
+    group_form = render(
+        '<form class="filters" method="post" action="{base}/group-switch">{csrf}'
+        '<label>群号<input name="group" inputmode="numeric" required size="12"></label>'
+        '<label>记忆<select name="on"><option value="0">关闭</option>'
+        '<option value="1">打开</option>'
+        "</select></label>"
+        '<button type="submit">设置</button></form>',
+        base=BASE,
+        csrf=page.csrf_field(),
+    )
+    body = render(
+        '<h2>各群记忆开关</h2>{form}<table class="stack"><tbody>{switches}</tbody></table>'
+        "<h2>生效的配置</h2>"
+        '<p class="muted">密钥只显示是否已设置。修改请编辑 .env.prod 并重启。</p>'
+        '<table class="stack"><thead><tr><th>键</th><th>值</th></tr></thead><tbody>{table}</tbody>'
+        "</table>",
+        form=group_form,
+        switches=switches,
+        table=table,
+    )
+    return layout(page, "settings", "设置", body)

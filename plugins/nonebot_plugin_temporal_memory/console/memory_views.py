@@ -1,0 +1,295 @@
+"""The pages of what the bot remembers: the session list and one session's memory browser
+(distilled memories with their sources, turns, search, edit and delete forms)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory_core.console import FoundTurn, SessionRow, TurnSearch
+from memory_core.dashboard import band_label
+from memory_core.distill.memory import CATEGORY_ZH, DistilledMemory
+from memory_core.evaluation.retention import RetentionPolicy
+from memory_core.models import MemoryTurn
+
+from .markup import Markup, join, render
+from .views import BASE, CHAT_ZH, KIND_ZH, Page, layout, pager, query_string, speaker, who
+
+
+def sessions_page(
+    page: Page,
+    rows: Sequence[SessionRow],
+    *,
+    chat_type: str,
+    group: str,
+    user: str,
+    number: int,
+) -> Markup:
+    options = join(
+        render(
+            '<option value="{v}"{s}>{label}</option>',
+            v=v,
+            s=Markup(" selected" if v == chat_type else ""),
+            label=label,
+        )
+        for v, label in (("", "全部"), ("private", "私聊"), ("group", "群聊"))
+    )
+    filters = render(
+        '<form class="filters" method="get" action="{base}/sessions">'
+        '<label>类型<select name="type">{options}</select></label>'
+        '<label>群号<input name="group" value="{group}" inputmode="numeric" size="12"></label>'
+        '<label>QQ 号<input name="user" value="{user}" inputmode="numeric" size="12"></label>'
+        '<button type="submit">筛选</button></form>',
+        base=BASE,
+        options=options,
+        group=group,
+        user=user,
+    )
+    body_rows = join(
+        render(
+            '<tr class="session"><td data-label="会话">{who}</td>'
+            '<td data-label="类型">{kind}</td><td data-label="对话">{turns}</td>'
+            '<td data-label="记忆">{memories}</td><td data-label="最近">{last}</td></tr>',
+            who=who(r),
+            kind=CHAT_ZH.get(r.chat_type, r.chat_type),
+            turns=r.turns,
+            memories=r.memories,
+            last=page.when(r.last_at),
+        )
+        for r in rows
+    )
+    table = (
+        render(
+            '<table class="stack"><thead><tr><th>会话</th><th>类型</th><th>对话</th><th>记忆</th>'
+            "<th>最近活动</th></tr></thead><tbody>{rows}</tbody></table>",
+            rows=body_rows,
+        )
+        if rows
+        else Markup('<p class="muted">没有符合条件的会话。</p>')
+    )
+    query = {"type": chat_type, "group": group, "user": user}
+    return layout(
+        page,
+        "sessions",
+        "会话",
+        render(
+            "{filters}{table}{pager}",
+            filters=filters,
+            table=table,
+            pager=pager(f"{BASE}/sessions", query, number, len(rows)),
+        ),
+    )
+
+
+def _band(turn: MemoryTurn, policy: RetentionPolicy | None) -> str:
+    if turn.score is None:
+        return "未评分"
+    if policy is None:
+        return str(turn.score)
+    return f"{turn.score} · {band_label(policy.band_for(turn.score).name)}"
+
+
+def _expiry(page: Page, turn: MemoryTurn) -> str:
+    return "不过期" if turn.expires_at is None else page.when(turn.expires_at)
+
+
+def _delete_form(page: Page, kind: str, key: str, item_id: int) -> Markup:
+    return render(
+        '<form method="post" action="{base}/delete">{csrf}'
+        '<input type="hidden" name="kind" value="{kind}">'
+        '<input type="hidden" name="key" value="{key}">'
+        '<input type="hidden" name="id" value="{id}">'
+        '<button class="danger" type="submit">删除</button></form>',
+        base=BASE,
+        csrf=page.csrf_field(),
+        kind=kind,
+        key=key,
+        id=item_id,
+    )
+
+
+def _edit_form(page: Page, action: str, key: str, item_id: int, text: str) -> Markup:
+    return render(
+        "<details><summary>修改</summary>"
+        '<form method="post" action="{base}/{action}">{csrf}'
+        '<input type="hidden" name="key" value="{key}"><input type="hidden" name="id" value="{id}">'
+        '<textarea name="text" required>{text}</textarea>'
+        '<button type="submit">保存（重新生成向量）</button></form></details>',
+        base=BASE,
+        action=action,
+        csrf=page.csrf_field(),
+        key=key,
+        id=item_id,
+        text=text,
+    )
+
+
+def _turn_rows(
+    page: Page, key: str, found: Sequence[FoundTurn], policy: RetentionPolicy | None
+) -> Markup:
+    rows = []
+    for item in found:
+        t = item.turn
+        similarity = "" if item.similarity is None else f" · 相似度 {item.similarity:.3f}"
+        rows.append(
+            render(
+                '<tr class="turn" id="turn-{id}">'
+                '<td data-label="时间">{when}<div class="muted">#{id}{sim}</div></td>'
+                '<td data-label="说话人">{who}</td><td data-label="评分">{band}</td>'
+                '<td data-label="过期">{expiry}</td><td class="text" data-label="内容">{text}</td>'
+                '<td><div class="row-actions">{edit}{delete}</div></td></tr>',
+                id=t.id,
+                when=page.when(t.created_at),
+                sim=similarity,
+                who=speaker(t),
+                band=_band(t, policy),
+                expiry=_expiry(page, t),
+                text=t.content,
+                edit=_edit_form(page, "turn/edit", key, t.id, t.content),
+                delete=_delete_form(page, "turn", key, t.id),
+            )
+        )
+    if not rows:
+        return Markup('<p class="muted">没有找到对话。</p>')
+    return render(
+        '<table class="stack"><thead><tr><th>时间</th><th>说话人</th><th>评分</th><th>过期</th>'
+        "<th>内容</th><th></th></tr></thead><tbody>{rows}</tbody></table>",
+        rows=join(rows),
+    )
+
+
+def _memory_rows(
+    page: Page, key: str, memories: Sequence[DistilledMemory], sources: dict[int, list[MemoryTurn]]
+) -> Markup:
+    rows = []
+    for m in memories:
+        state = (
+            Markup('<span class="tag">当前</span>')
+            if m.current
+            else render(
+                '<span class="tag old">历史（{until} 起被取代）</span>',
+                until=page.when(m.valid_until),
+            )
+        )
+        category = CATEGORY_ZH.get(m.category or "", m.category or "")
+        source_items = join(
+            render(
+                "<li>{when} {who}：{text}</li>",
+                when=page.when(t.created_at),
+                who=speaker(t),
+                text=t.content[:120],
+            )
+            for t in sources.get(m.id, [])
+        )
+        source_block = (
+            render(
+                "<details><summary>来源 {n} 条</summary><ul>{items}</ul></details>",
+                n=len(sources.get(m.id, [])),
+                items=source_items,
+            )
+            if sources.get(m.id)
+            else Markup('<span class="muted">来源已不在</span>')
+        )
+        rows.append(
+            render(
+                '<tr class="memory" id="memory-{id}">'
+                '<td data-label="类型">{kind} {state}<div class="muted">{category}</div></td>'
+                '<td class="text" data-label="内容">{text}</td>'
+                '<td data-label="时间">首次 {first}<br>确认 {last}<div class="muted">提到 {times} '
+                "次 · 重要度 "
+                "{importance}</div></td>"
+                '<td data-label="来源">{sources}</td>'
+                '<td><div class="row-actions">{edit}{delete}</div></td></tr>',
+                id=m.id,
+                kind=KIND_ZH.get(m.kind, m.kind),
+                state=state,
+                category=category,
+                text=m.content,
+                first=page.when(m.first_seen),
+                last=page.when(m.last_confirmed),
+                times=m.times_mentioned,
+                importance=f"{m.importance:.2f}",
+                sources=source_block,
+                edit=_edit_form(page, "memory/edit", key, m.id, m.content)
+                if m.current
+                else Markup(""),
+                delete=_delete_form(page, "distilled", key, m.id),
+            )
+        )
+    if not rows:
+        return Markup('<p class="muted">没有提炼出的记忆。</p>')
+    return render(
+        '<table class="stack"><thead><tr><th>类型</th><th>内容</th><th>时间</th><th>来源</th><th>'
+        "</th>"
+        "</tr></thead><tbody>{rows}</tbody></table>",
+        rows=join(rows),
+    )
+
+
+def session_page(
+    page: Page,
+    row: SessionRow,
+    search: TurnSearch,
+    *,
+    start_text: str,
+    end_text: str,
+    found: Sequence[FoundTurn],
+    memories: Sequence[DistilledMemory],
+    sources: dict[int, list[MemoryTurn]],
+    policy: RetentionPolicy | None,
+) -> Markup:
+    mode = "meaning" if search.by_meaning else "keyword"
+    modes = join(
+        render(
+            '<option value="{v}"{s}>{label}</option>',
+            v=v,
+            s=Markup(" selected" if v == mode else ""),
+            label=label,
+        )
+        for v, label in (("keyword", "关键词"), ("meaning", "语义"))
+    )
+    summary = render(
+        "<p>{who}<br>"
+        '<span class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · 最近 '
+        "{last}</span></p>",
+        who=who(row),
+        key=row.session_key,
+        turns=row.turns,
+        memories=row.memories,
+        last=page.when(row.last_at),
+    )
+    filters = render(
+        '<form class="filters" method="get" action="{base}/session" role="search">'
+        '<input type="hidden" name="key" value="{key}">'
+        '<label>搜索<input name="q" value="{q}" size="20"></label>'
+        '<label>方式<select name="mode">{modes}</select></label>'
+        '<label>从<input type="date" name="from" value="{start}"></label>'
+        '<label>到<input type="date" name="to" value="{end}"></label>'
+        '<button type="submit">搜索</button></form>',
+        base=BASE,
+        key=row.session_key,
+        q=search.text,
+        modes=modes,
+        start=start_text,
+        end=end_text,
+    )
+    query = {
+        "key": row.session_key,
+        "q": search.text,
+        "mode": mode,
+        "from": start_text,
+        "to": end_text,
+    }
+    debug_href = f"{BASE}/debug?" + query_string({"user": row.user_id, "group": row.group_id or ""})
+    body = render(
+        "{summary}<p>"
+        '<a href="{debug}">在回忆调试中以此会话提问</a> · <a href="{bin}">此会话的回收站</a></p>'
+        "{filters}<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{turns}{pager}",
+        summary=summary,
+        debug=debug_href,
+        bin=f"{BASE}/bin?" + query_string({"key": row.session_key}),
+        filters=filters,
+        memories=_memory_rows(page, row.session_key, memories, sources),
+        turns=_turn_rows(page, row.session_key, found, policy),
+        pager=pager(f"{BASE}/session", query, search.page, len(found)),
+    )
+    return layout(page, "sessions", row.name or f"会话 {row.session_key}", body)

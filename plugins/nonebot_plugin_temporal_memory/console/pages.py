@@ -1,0 +1,421 @@
+"""The console's routes: a small Starlette app mounted at ``/memory`` on NoneBot's FastAPI app.
+
+Every route but the login form and the style sheet needs a logged-in session (else 401 with the
+login form); every POST needs that session's CSRF token (else 403); a request a browser marks
+as cross-site is refused (403) before anything else. A handler turns the request into one call
+of ``memory_core.console`` and a page.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import date, datetime, time, timedelta, timezone
+from pathlib import Path
+from time import monotonic as time_now
+from urllib.parse import parse_qs, urlencode
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from memory_core.console import (
+    ConsoleConflictError,
+    DailyFigures,
+    MemoryConsole,
+    TurnSearch,
+    masked_settings,
+    trace_recall,
+)
+from memory_core.errors import EmbeddingError, InvalidTurnError, MemoryCoreError
+
+from ..runtime import Runtime, RuntimeNotReady, get_runtime
+from . import admin_views, memory_views, views
+from .access import COOKIE, ConsoleAccess, ConsoleSession, client_of, cross_site
+from .markup import Markup
+
+log = logging.getLogger("nonebot_plugin_temporal_memory.console")
+
+STYLE = (Path(__file__).with_name("style.css")).read_text(encoding="utf-8")
+MAX_FORM_BYTES = 256 * 1024
+FIGURES_TTL = 60.0  # seconds the overview's charts are reused
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",  # "no-referrer" makes Chrome send Origin: null
+    "Cache-Control": "no-store",
+}
+BAD_REQUEST = "请求格式不对"
+DATABASE_DOWN = "记忆数据库暂时连不上，请稍后再试。"
+
+Handler = Callable[[Request, "Context"], Awaitable[Response]]
+
+
+class Context:
+    """What a handler gets: the runtime, the console over its memory, the login session."""
+
+    def __init__(self, runtime: Runtime, session: ConsoleSession, request: Request) -> None:
+        self.runtime = runtime
+        self.console = MemoryConsole(runtime.memory)
+        self.session = session
+        self.actor = f"控制台@{client_of(request)}"
+        self.page = views.Page(tz=runtime.settings.tz, csrf=session.csrf)
+
+    def with_message(self, *, notice: str = "", error: str = "") -> views.Page:
+        return views.Page(tz=self.page.tz, csrf=self.page.csrf, notice=notice, error=error)
+
+
+def html(page: Markup, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(str(page), status_code=status, headers=SECURITY_HEADERS)
+
+
+def refused(text: str, status: int) -> PlainTextResponse:
+    return PlainTextResponse(text, status_code=status, headers=SECURITY_HEADERS)
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """An urlencoded form's fields (the first value of each); python-multipart is not needed."""
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise ValueError("form too large")
+    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {key: values[0] for key, values in fields.items()}
+
+
+def _int(text: str | None) -> int | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError("out of range")
+    return value
+
+
+def _day(text: str | None, tz: timezone | object, *, next_day: bool = False) -> datetime | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    day = date.fromisoformat(text) + (timedelta(days=1) if next_day else timedelta())
+    return datetime.combine(day, time.min, tz)  # type: ignore[arg-type]
+
+
+def back_to(path: str, **query: object) -> RedirectResponse:
+    target = f"{views.BASE}{path}"
+    if query:
+        target += "?" + urlencode({k: str(v) for k, v in query.items()})
+    return RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+
+
+class ConsoleApp:
+    """The routes, bound to one ``ConsoleAccess``."""
+
+    def __init__(self, access: ConsoleAccess) -> None:
+        self.access = access
+        self._figures: tuple[float, DailyFigures] | None = None
+
+    def app(self) -> Starlette:
+        guarded: list[tuple[str, Handler, str]] = [
+            ("/", self.overview, "GET"),
+            ("/sessions", self.sessions, "GET"),
+            ("/session", self.session, "GET"),
+            ("/bin", self.recycle_bin, "GET"),
+            ("/audit", self.audit, "GET"),
+            ("/debug", self.debug, "GET"),
+            ("/debug", self.debug, "POST"),
+            ("/settings", self.settings, "GET"),
+            ("/turn/edit", self.edit_turn, "POST"),
+            ("/memory/edit", self.edit_memory, "POST"),
+            ("/delete", self.delete, "POST"),
+            ("/bin/restore", self.restore, "POST"),
+            ("/group-switch", self.group_switch, "POST"),
+            ("/logout", self.logout, "POST"),
+        ]
+        routes = [
+            Route("/login", self.login_form, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/style.css", self.style, methods=["GET"]),
+            *(
+                Route(path, self.guard(handler), methods=[method])
+                for path, handler, method in guarded
+            ),
+        ]
+        return Starlette(routes=routes)
+
+    def guard(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def guarded(request: Request) -> Response:
+            if cross_site(request):
+                return refused("跨站请求被拒绝", 403)
+            session = self.access.session_of(request)
+            if session is None:
+                if request.method == "GET":
+                    return html(views.login_page("请先登录。"), 401)
+                return refused("未登录", 401)
+            try:
+                runtime = get_runtime()
+            except RuntimeNotReady:
+                return refused("机器人还没有启动完成", 503)
+            if request.method == "POST":
+                try:
+                    form = await form_of(request)
+                except ValueError:
+                    return refused(BAD_REQUEST, 400)
+                if not self.access.csrf_matches(session, form.get("csrf", "")):
+                    return refused("CSRF 校验失败，请刷新页面后重试", 403)
+                request.state.form = form
+            context = Context(runtime, session, request)
+            try:
+                return await handler(request, context)
+            except (ValueError, KeyError):
+                return refused(BAD_REQUEST, 400)
+            except MemoryCoreError as exc:
+                log.warning("console request %s failed: %s", request.url.path, exc)
+                return html(
+                    views.layout(
+                        context.with_message(error=DATABASE_DOWN), "", "出错了", Markup("")
+                    ),
+                    503,
+                )
+
+        return guarded
+
+    # ------------------------------------------------------------------ login
+
+    async def style(self, request: Request) -> Response:
+        return Response(STYLE, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+    async def login_form(self, request: Request) -> Response:
+        if cross_site(request):
+            return refused("跨站请求被拒绝", 403)
+        return html(views.login_page())
+
+    async def login(self, request: Request) -> Response:
+        if cross_site(request):
+            return refused("跨站请求被拒绝", 403)
+        client = client_of(request)
+        if self.access.limiter.blocked(client):
+            return html(views.login_page("尝试次数过多，请几分钟后再试。"), 429)
+        try:
+            form = await form_of(request)
+        except ValueError:
+            return refused(BAD_REQUEST, 400)
+        if not self.access.token_matches(form.get("token", "")):
+            self.access.limiter.failed(client)
+            log.warning("console login refused from %s", client)
+            return html(views.login_page("令牌不对。"), 401)
+        sid, _ = self.access.open_session()
+        response = back_to("/")
+        response.set_cookie(
+            COOKIE,
+            sid,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=views.BASE,
+        )
+        log.info("console login from %s", client)
+        return response
+
+    async def logout(self, request: Request, ctx: Context) -> Response:
+        self.access.close_session(request)
+        response = RedirectResponse(
+            f"{views.BASE}/login", status_code=303, headers=SECURITY_HEADERS
+        )
+        response.delete_cookie(COOKIE, path=views.BASE)
+        return response
+
+    # ------------------------------------------------------------------ pages
+
+    async def overview(self, request: Request, ctx: Context) -> Response:
+        # Daily figures change slowly and cost a scan of the month's turns: kept a minute.
+        now = time_now()
+        if self._figures is None or now - self._figures[0] > FIGURES_TTL:
+            self._figures = (now, await ctx.console.daily_figures())
+        figures = self._figures[1]
+        retention = ctx.runtime.memory.retention
+        bands = retention.band_names if retention else ()
+        bin_size = await ctx.console.recycle_bin_size()
+        return html(admin_views.overview_page(ctx.page, figures, bands, bin_size))
+
+    async def sessions(self, request: Request, ctx: Context) -> Response:
+        q = request.query_params
+        chat_type = q.get("type", "")
+        if chat_type not in ("", "private", "group"):
+            raise ValueError("type")
+        number = max(_int(q.get("page")) or 0, 0)
+        rows = await ctx.console.sessions(
+            chat_type=chat_type or None,
+            group_id=_int(q.get("group")),
+            user_id=_int(q.get("user")),
+            page=number,
+        )
+        return html(
+            memory_views.sessions_page(
+                ctx.page,
+                rows,
+                chat_type=chat_type,
+                group=q.get("group", ""),
+                user=q.get("user", ""),
+                number=number,
+            )
+        )
+
+    async def session(
+        self, request: Request, ctx: Context, *, notice: str = "", error: str = ""
+    ) -> Response:
+        q = request.query_params
+        key = q.get("key", "")
+        row = await ctx.console.session(key)
+        if row is None:
+            return html(
+                views.layout(
+                    ctx.with_message(error="没有这个会话（或它已没有任何对话）。"),
+                    "sessions",
+                    "会话",
+                    Markup(""),
+                ),
+                404,
+            )
+        tz = ctx.page.tz
+        search = TurnSearch(
+            text=q.get("q", ""),
+            by_meaning=q.get("mode") == "meaning",
+            start=_day(q.get("from"), tz),
+            end=_day(q.get("to"), tz, next_day=True),
+            page=max(_int(q.get("page")) or 0, 0),
+        )
+        page = ctx.with_message(notice=q.get("notice", "")[:200], error=error)
+        try:
+            found = await ctx.console.turns(key, search)
+        except EmbeddingError:
+            found = []
+            page = ctx.with_message(error="向量服务暂时不可用，语义搜索失败；可改用关键词搜索。")
+        memories = await ctx.console.memories(key, search.text if not search.by_meaning else "")
+        sources = {m.id: await ctx.console.sources(key, m) for m in memories}
+        return html(
+            memory_views.session_page(
+                page,
+                row,
+                search,
+                start_text=q.get("from", ""),
+                end_text=q.get("to", ""),
+                found=found,
+                memories=memories,
+                sources=sources,
+                policy=ctx.runtime.memory.retention,
+            )
+        )
+
+    async def recycle_bin(self, request: Request, ctx: Context) -> Response:
+        key = request.query_params.get("key", "")
+        items = await ctx.console.recycle_bin(key or None)
+        page = ctx.with_message(notice=request.query_params.get("notice", "")[:200])
+        return html(admin_views.bin_page(page, items, key))
+
+    async def audit(self, request: Request, ctx: Context) -> Response:
+        number = max(_int(request.query_params.get("page")) or 0, 0)
+        return html(admin_views.audit_page(ctx.page, await ctx.console.audit_log(number), number))
+
+    async def debug(self, request: Request, ctx: Context) -> Response:
+        # The message comes in a POST: a query string would put it in the access log.
+        q = request.state.form if request.method == "POST" else request.query_params
+        user, group, message, at = (q.get(k, "") for k in ("user", "group", "message", "at"))
+        tz = ctx.page.tz
+        now = datetime.now(timezone.utc)
+        trace = None
+        page = ctx.page
+        if request.method == "POST" and user.strip() and message.strip():
+            when = datetime.fromisoformat(at).replace(tzinfo=tz) if at.strip() else now
+            user_id = _int(user)
+            if user_id is None:
+                raise ValueError("user")
+            trace = await trace_recall(
+                ctx.runtime.memory,
+                user_id=user_id,
+                group_id=_int(group),
+                message=message[:2000],
+                now=when,
+                bot_name=ctx.runtime.bot_name,
+            )
+        if not at.strip():
+            at = f"{now.astimezone(tz):%Y-%m-%dT%H:%M}"
+        return html(
+            admin_views.debug_page(
+                page, user=user, group=group, message=message, at=at, trace=trace
+            )
+        )
+
+    async def settings(self, request: Request, ctx: Context) -> Response:
+        rt = ctx.runtime
+        rows = masked_settings(rt.settings, rt.config)
+        return html(
+            admin_views.settings_page(
+                ctx.with_message(notice=request.query_params.get("notice", "")[:200]),
+                rows,
+                await ctx.console.group_switches(),
+            )
+        )
+
+    # ------------------------------------------------------------------ changes
+
+    async def edit_turn(self, request: Request, ctx: Context) -> Response:
+        return await self._edit(request, ctx, ctx.console.edit_turn)
+
+    async def edit_memory(self, request: Request, ctx: Context) -> Response:
+        return await self._edit(request, ctx, ctx.console.edit_memory)
+
+    async def _edit(
+        self, request: Request, ctx: Context, edit: Callable[..., Awaitable[object]]
+    ) -> Response:
+        form = request.state.form
+        key, item_id = form["key"], _int(form["id"])
+        try:
+            changed = await edit(key, item_id, form.get("text", ""), actor=ctx.actor)
+        except InvalidTurnError:
+            return back_to("/session", key=key, notice="内容不能为空，没有保存。")
+        except ConsoleConflictError as exc:
+            return back_to("/session", key=key, notice=str(exc))
+        notice = (
+            "已保存，并重新生成了向量。"
+            if changed is not None
+            else "没有找到这一条（可能已被删除）。"
+        )
+        return back_to("/session", key=key, notice=notice)
+
+    async def delete(self, request: Request, ctx: Context) -> Response:
+        form = request.state.form
+        key, item_id = form["key"], _int(form["id"])
+        if item_id is None:
+            raise ValueError("id")
+        binned = await ctx.console.delete(form["kind"], key, item_id, actor=ctx.actor)
+        days = ctx.runtime.settings.memory_recycle_days
+        notice = (
+            f"已移入回收站（保留 {days:g} 天）。" if binned else "没有找到这一条（可能已被删除）。"
+        )
+        return back_to("/session", key=key, notice=notice)
+
+    async def restore(self, request: Request, ctx: Context) -> Response:
+        bin_id = _int(request.state.form["id"])
+        if bin_id is None:
+            raise ValueError("id")
+        try:
+            item = await ctx.console.restore(bin_id, actor=ctx.actor)
+        except ConsoleConflictError as exc:
+            return back_to("/bin", notice=str(exc))
+        if item is None:
+            return back_to("/bin", notice="回收站里没有这一条。")
+        return back_to("/session", key=item.session_key, notice="已恢复。")
+
+    async def group_switch(self, request: Request, ctx: Context) -> Response:
+        form = request.state.form
+        group_id = _int(form["group"])
+        if group_id is None or group_id <= 0:
+            raise ValueError("group")
+        on = form.get("on") == "1"
+        await ctx.console.switch_group(group_id, on=on, actor=ctx.actor)
+        return back_to("/settings", notice=f"群 {group_id} 的记忆已{'打开' if on else '关闭'}。")

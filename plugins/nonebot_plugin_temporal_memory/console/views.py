@@ -1,0 +1,152 @@
+"""What every console page shares: the page frame (header, navigation, messages), the login
+form, links and pagers. Every value is escaped by ``markup.render``; nothing here reads the
+database. The pages themselves: ``memory_views`` (sessions and what they remember) and
+``admin_views`` (bin, audit log, charts, debugger, settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlencode
+from zoneinfo import ZoneInfo
+
+from memory_core.console import SessionRow
+from memory_core.console.service import PAGE_SIZE
+from memory_core.models import MemoryTurn
+
+from .markup import Markup, join, render
+
+BASE = "/memory"
+NAV = (
+    ("overview", "概览", f"{BASE}/"),
+    ("sessions", "会话", f"{BASE}/sessions"),
+    ("bin", "回收站", f"{BASE}/bin"),
+    ("audit", "审计日志", f"{BASE}/audit"),
+    ("debug", "回忆调试", f"{BASE}/debug"),
+    ("settings", "设置", f"{BASE}/settings"),
+)
+KIND_ZH = {"facts": "事实", "preferences": "偏好", "summary": "摘要"}
+CHAT_ZH = {"private": "私聊", "group": "群聊"}
+
+
+@dataclass(frozen=True)
+class Page:
+    """What every page shares: the clock, the CSRF token, a notice or an error to show."""
+
+    tz: ZoneInfo
+    csrf: str
+    notice: str = ""
+    error: str = ""
+
+    def when(self, moment: datetime | None) -> str:
+        return "—" if moment is None else f"{moment.astimezone(self.tz):%Y-%m-%d %H:%M}"
+
+    def csrf_field(self) -> Markup:
+        return render('<input type="hidden" name="csrf" value="{csrf}">', csrf=self.csrf)
+
+
+def document(title: str, body: Markup) -> Markup:
+    return render(
+        '<!doctype html><html lang="zh-CN"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>{title} · 记忆控制台</title>"
+        '<link rel="stylesheet" href="{base}/style.css"></head><body>{body}</body></html>',
+        title=title,
+        base=BASE,
+        body=body,
+    )
+
+
+def layout(page: Page, current: str, title: str, body: Markup) -> Markup:
+    links = join(
+        render(
+            '<a href="{href}" class="{cls}">{label}</a>',
+            href=href,
+            cls="on" if key == current else "",
+            label=label,
+        )
+        for key, label, href in NAV
+    )
+    messages = Markup("")
+    if page.notice:
+        messages = render('<div class="notice" role="status">{text}</div>', text=page.notice)
+    if page.error:
+        messages = render(
+            '{before}<div class="error" role="alert">{text}</div>', before=messages, text=page.error
+        )
+    header = render(
+        "<header><strong>记忆控制台</strong>{links}"
+        '<form method="post" action="{base}/logout">{csrf}'
+        '<button class="plain" type="submit">退出</button></form></header>',
+        links=links,
+        base=BASE,
+        csrf=page.csrf_field(),
+    )
+    return document(
+        title,
+        render(
+            "{header}<main><h1>{title}</h1>{messages}{body}</main>",
+            header=header,
+            title=title,
+            messages=messages,
+            body=body,
+        ),
+    )
+
+
+def login_page(error: str = "") -> Markup:
+    shown = render('<div class="error" role="alert">{e}</div>', e=error) if error else Markup("")
+    return document(
+        "登录",
+        render(
+            '<form class="login" method="post" action="{base}/login">'
+            "<h1>记忆控制台</h1>{shown}"
+            '<label>控制台令牌<input type="password" name="token" autocomplete="current-password"'
+            ' required autofocus></label><button type="submit">登录</button></form>',
+            base=BASE,
+            shown=shown,
+        ),
+    )
+
+
+def session_link(key: str) -> str:
+    return f"{BASE}/session?{urlencode({'key': key})}"
+
+
+def who(row: SessionRow) -> Markup:
+    name = row.name or "（无昵称）"
+    where = f"群 {row.group_id}" if row.group_id is not None else "私聊"
+    return render(
+        '<a href="{href}">{name}</a> <span class="muted">QQ {user} · {where}</span>',
+        href=session_link(row.session_key),
+        name=name,
+        user=row.user_id,
+        where=where,
+    )
+
+
+def pager(path: str, query: dict[str, str], number: int, shown: int) -> Markup:
+    links: list[Markup] = []
+    if number > 0:
+        links.append(
+            render(
+                '<a href="{h}">上一页</a>', h=f"{path}?{urlencode({**query, 'page': number - 1})}"
+            )
+        )
+    if shown >= PAGE_SIZE:
+        links.append(
+            render(
+                '<a href="{h}">下一页</a>', h=f"{path}?{urlencode({**query, 'page': number + 1})}"
+            )
+        )
+    return render('<div class="pager">{links}</div>', links=join(links))
+
+
+def speaker(turn: MemoryTurn) -> str:
+    if turn.role == "assistant":
+        return "机器人"
+    return turn.sender_name or f"QQ {turn.user_id}"
+
+
+def query_string(values: dict[str, object]) -> str:
+    return urlencode({k: "" if v is None else str(v) for k, v in values.items()})

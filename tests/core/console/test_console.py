@@ -1,0 +1,300 @@
+"""The console's data access on a real PostgreSQL: sessions, browsing one session only, edits
+re-embedded and audited, the recycle bin, the debugger, masked settings."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from pydantic import SecretStr
+
+from memory_core.console import ConsoleConflictError, MemoryConsole, TurnSearch, trace_recall
+from memory_core.console.settings_view import MASK, masked_settings
+from memory_core.distill.memory import ExtractedMemory
+from memory_core.errors import InvalidTurnError
+from memory_core.models import TurnInput
+from memory_core.settings import MemorySettings
+
+T0 = datetime(2026, 11, 20, 4, tzinfo=timezone.utc)
+ALICE, BOB, GROUP = 1001, 1002, 5005
+ACTOR = "控制台@127.0.0.1"
+
+
+async def store_chat(memory, rows, start: datetime) -> None:
+    """Store ``(user, group, role, content, sender name)`` rows a minute apart from ``start``."""
+    for i, (user, group, role, content, name) in enumerate(rows):
+        await memory.add_turn(
+            TurnInput(
+                user_id=user,
+                group_id=group,
+                role=role,
+                content=content,
+                sender_name=name,
+                created_at=start + timedelta(minutes=i),
+            )
+        )
+
+
+async def _seed(memory):
+    rows = [
+        (ALICE, None, "user", "我家的狗叫旺财，很喜欢吃骨头", "阿丽"),
+        (ALICE, None, "assistant", "旺财真可爱", None),
+        (ALICE, None, "user", "明天我要去北京出差", "阿丽"),
+        (BOB, None, "user", "我家的狗叫大黄，也喜欢骨头", "小波"),
+        (BOB, GROUP, "user", "群里说说：狗粮哪家好", "波波"),
+        (ALICE, GROUP, "user", "我推荐骨头形状的狗粮", "丽丽"),
+    ]
+    await store_chat(memory, rows, T0)
+    await memory.distilled.save(
+        [ExtractedMemory(kind="facts", content="用户养了一条狗叫旺财")], ALICE, stated_at=T0
+    )
+    await memory.distilled.save(
+        [ExtractedMemory(kind="facts", content="用户养了一条狗叫大黄")], BOB, stated_at=T0
+    )
+
+
+async def test_sessions_list_counts_names_and_filters(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+
+    sessions = await console.sessions()
+    by_key = {s.session_key: s for s in sessions}
+    assert set(by_key) == {str(ALICE), str(BOB), f"{GROUP}:{BOB}", f"{GROUP}:{ALICE}"}
+    assert (by_key[str(ALICE)].turns, by_key[str(ALICE)].name, by_key[str(ALICE)].memories) == (
+        3,
+        "阿丽",
+        1,
+    )
+    assert sessions[0].session_key == f"{GROUP}:{ALICE}"  # the latest activity first
+    group_only = await console.sessions(group_id=GROUP)
+    assert {s.session_key for s in group_only} == {f"{GROUP}:{BOB}", f"{GROUP}:{ALICE}"}
+    private_alice = await console.sessions(chat_type="private", user_id=ALICE)
+    assert [s.session_key for s in private_alice] == [str(ALICE)]
+
+
+@pytest.mark.parametrize("by_meaning", [False, True])
+async def test_search_in_one_session_never_shows_another_sessions_rows(memory_factory, by_meaning):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+
+    found = await console.turns(str(ALICE), TurnSearch(text="骨头", by_meaning=by_meaning))
+
+    assert found, "Alice's own turn about bones is found"
+    assert {f.turn.session_key for f in found} == {str(ALICE)}
+    assert any("旺财" in f.turn.content for f in found)
+    if by_meaning:
+        assert all(f.similarity is not None for f in found)
+    else:
+        assert [f.turn.content for f in found] == ["我家的狗叫旺财，很喜欢吃骨头"]
+    memories = await console.memories(str(ALICE), "狗")
+    assert [m.content for m in memories] == ["用户养了一条狗叫旺财"]
+
+
+async def test_time_filter_keeps_only_turns_in_the_range(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+
+    found = await console.turns(
+        str(ALICE), TurnSearch(start=T0 + timedelta(minutes=1), end=T0 + timedelta(minutes=2))
+    )
+
+    assert [f.turn.content for f in found] == ["旺财真可爱"]
+
+
+async def test_editing_a_turn_reembeds_it_and_writes_the_audit_log(
+    memory_factory, hashing_embedder
+):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
+
+    edited = await console.edit_turn(str(ALICE), turn.id, "后天我要去上海出差", actor=ACTOR)
+
+    assert edited is not None and edited.content == "后天我要去上海出差"
+    found = await console.turns(str(ALICE), TurnSearch(text="后天我要去上海出差", by_meaning=True))
+    assert found[0].turn.id == turn.id
+    assert found[0].similarity == pytest.approx(1.0, abs=0.01)  # the new text's own vector
+    recalled = await memory.recall(ALICE, "上海", mode="keyword", now=T0 + timedelta(hours=1))
+    assert turn.id in recalled.anchor_ids  # the keywords were recomputed too
+    log = await console.audit_log()
+    assert (log[0].actor, log[0].action, log[0].target_kind, log[0].target_id) == (
+        ACTOR,
+        "edit",
+        "turn",
+        turn.id,
+    )
+    assert (log[0].before_text, log[0].after_text) == ("明天我要去北京出差", "后天我要去上海出差")
+
+
+async def test_an_edit_through_another_session_changes_nothing(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    alice_turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
+    alice_fact = (await console.memories(str(ALICE)))[0]
+
+    assert await console.edit_turn(str(BOB), alice_turn.id, "改掉", actor=ACTOR) is None
+    assert await console.edit_memory(str(BOB), alice_fact.id, "改掉", actor=ACTOR) is None
+    assert await console.delete("turn", str(BOB), alice_turn.id, actor=ACTOR) is None
+    assert (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn == alice_turn
+    assert await console.audit_log() == []
+
+
+async def test_editing_a_fact_reembeds_it_so_recall_finds_the_new_text(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    fact = (await console.memories(str(ALICE)))[0]
+
+    edited = await console.edit_memory(str(ALICE), fact.id, "用户养了一只猫叫咪咪", actor=ACTOR)
+
+    assert edited is not None and edited.content == "用户养了一只猫叫咪咪"
+    hits = await memory.distilled.recall(ALICE, None, "用户养了一只猫叫咪咪", kinds=("facts",))
+    assert hits[0].memory.id == fact.id and hits[0].similarity > 0.99
+    log = await console.audit_log()
+    assert (log[0].before_text, log[0].after_text) == (
+        "用户养了一条狗叫旺财",
+        "用户养了一只猫叫咪咪",
+    )
+    with pytest.raises(InvalidTurnError):
+        await console.edit_memory(str(ALICE), fact.id, "   ", actor=ACTOR)
+
+
+async def test_delete_goes_to_the_bin_and_restore_brings_back_the_same_row(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    turn = (await console.turns(str(ALICE), TurnSearch(text="旺财真可爱")))[0].turn
+    fact = (await console.memories(str(ALICE)))[0]
+
+    turn_bin = await console.delete("turn", str(ALICE), turn.id, actor=ACTOR)
+    fact_bin = await console.delete("distilled", str(ALICE), fact.id, actor=ACTOR)
+
+    assert turn_bin is not None and fact_bin is not None
+    assert not await console.turns(str(ALICE), TurnSearch(text="旺财真可爱"))
+    assert await console.memories(str(ALICE)) == []
+    binned = await console.recycle_bin(str(ALICE))
+    assert {(b.kind, b.item_id) for b in binned} == {("turn", turn.id), ("distilled", fact.id)}
+    assert await console.recycle_bin(str(BOB)) == []
+
+    await console.restore(turn_bin, actor=ACTOR)
+    await console.restore(fact_bin, actor=ACTOR)
+
+    restored = (await console.turns(str(ALICE), TurnSearch(text="旺财真可爱")))[0]
+    assert restored.turn == turn
+    by_meaning = await console.turns(str(ALICE), TurnSearch(text="旺财真可爱", by_meaning=True))
+    assert by_meaning[0].similarity == pytest.approx(1.0, abs=0.01)  # its vector came back
+    assert [m.id for m in await console.memories(str(ALICE))] == [fact.id]
+    assert await console.recycle_bin() == []
+    actions = [e.action for e in await console.audit_log()]
+    assert actions == ["restore", "restore", "delete", "delete"]
+
+
+async def test_restore_refuses_a_fact_stored_again_meanwhile(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    fact = (await console.memories(str(ALICE)))[0]
+    bin_id = await console.delete("distilled", str(ALICE), fact.id, actor=ACTOR)
+    await memory.distilled.save(
+        [ExtractedMemory(kind="facts", content=fact.content)], ALICE, stated_at=T0
+    )
+
+    with pytest.raises(ConsoleConflictError):
+        await console.restore(bin_id, actor=ACTOR)
+
+    assert [b.id for b in await console.recycle_bin()] == [bin_id]  # still there
+
+
+async def test_the_daily_purge_empties_the_bin_after_the_kept_days(memory_factory):
+    memory = await memory_factory(memory_recycle_days=2)
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    turn = (await console.turns(str(ALICE), TurnSearch()))[0].turn
+    await console.delete("turn", str(ALICE), turn.id, actor=ACTOR, now=T0)
+
+    await memory.purge_expired(now=T0 + timedelta(days=1))
+    assert len(await console.recycle_bin()) == 1
+    await memory.purge_expired(now=T0 + timedelta(days=2, minutes=1))
+    assert await console.recycle_bin() == []
+
+
+async def test_forgetting_a_person_empties_their_bin_rows_too(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    for key in (str(ALICE), str(BOB)):
+        turn = (await console.turns(key, TurnSearch()))[0].turn
+        await console.delete("turn", key, turn.id, actor=ACTOR)
+
+    await memory.forget(user_id=ALICE)
+
+    assert [b.session_key for b in await console.recycle_bin()] == [str(BOB)]
+
+
+async def test_debugger_shows_candidates_with_scores_and_the_prompt(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    now = T0 + timedelta(days=1)
+
+    trace = await trace_recall(
+        memory, user_id=ALICE, group_id=None, message="我的狗叫什么", now=now, bot_name="小诗"
+    )
+
+    assert trace.candidates and trace.candidates[0].turn is not None
+    assert {c.turn.session_key for c in trace.candidates if c.turn} == {str(ALICE)}
+    top = trace.candidates[0]
+    assert "旺财" in top.turn.content and top.fate == "进入提示词"
+    assert top.similarity > 0 and top.decay == 1.0 and "狗叫" in top.keyword_hits
+    system = trace.messages[0]["content"]
+    assert "用户养了一条狗叫旺财" in system and "我家的狗叫旺财" in system
+    assert trace.messages[-1]["content"].endswith("我的狗叫什么")
+    fact = (await MemoryConsole(memory).memories(str(ALICE)))[0]
+    assert fact.access_count == 0  # a look at the prompt is not a use
+
+
+async def test_debugger_marks_candidates_cut_by_the_token_budget(memory_factory):
+    memory = await memory_factory(memory_max_tokens=60, memory_distilled_enabled=False)
+    await _seed(memory)
+
+    trace = await trace_recall(
+        memory, user_id=ALICE, group_id=None, message="狗 骨头 北京", now=T0 + timedelta(days=1)
+    )
+
+    fates = [c.fate for c in trace.candidates]
+    assert "超出记忆 token 预算，被裁掉" in fates
+    assert trace.context.tokens <= 60
+
+
+def test_settings_view_masks_secrets_and_shows_the_rest():
+    settings = MemorySettings(llm_api_key=SecretStr("sk-very-secret"), memory_top_n=4)
+
+    shown = dict(masked_settings(settings, {"memory_console_token": "hunter2hunter2"}))
+
+    assert shown["LLM_API_KEY"] == MASK and shown["MEMORY_CONSOLE_TOKEN"] == MASK
+    assert shown["MEMORY_TOP_N"] == "4"
+    assert "sk-very-secret" not in repr(shown) and "hunter2" not in repr(shown)
+
+
+async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_changes_nothing(
+    memory_factory,
+):
+    memory = await memory_factory()
+    await _seed(memory)
+    await memory.distilled.save(
+        [ExtractedMemory(kind="facts", content="用户住在杭州")], ALICE, stated_at=T0
+    )
+    console = MemoryConsole(memory)
+    facts = {m.content: m for m in await console.memories(str(ALICE))}
+
+    with pytest.raises(ConsoleConflictError):
+        await console.edit_memory(
+            str(ALICE), facts["用户住在杭州"].id, "用户养了一条狗叫旺财", actor=ACTOR
+        )
+
+    assert {m.content for m in await console.memories(str(ALICE))} == set(facts)
+    assert await console.audit_log() == []

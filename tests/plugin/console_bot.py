@@ -1,0 +1,97 @@
+"""The real bot with its web console on, over a database seeded through the core: two people in
+a private chat and a group, a distilled fact each. Used by the console's HTTP and browser tests."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+
+from memory_core.distill.memory import ExtractedMemory
+from memory_core.service import open_memory
+from memory_core.settings import MemorySettings
+from tests.conftest import new_database
+from tests.core.console.test_console import store_chat
+from tests.plugin.wire import BotProcess, start_bot, stop_bot
+
+CONSOLE_TOKEN = "console-test-token-7f3a"
+ALICE, BOB, GROUP = 2001, 2002, 6006
+XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+SEEDED = [
+    (ALICE, None, "user", "我家的狗叫旺财，很喜欢吃骨头", "阿丽"),
+    (ALICE, None, "assistant", "旺财真可爱", None),
+    (ALICE, None, "user", "下周三我要去杭州出差", "阿丽"),
+    (BOB, None, "user", "我家的狗叫大黄，也喜欢骨头", XSS),
+    (BOB, GROUP, "user", "群里问问：狗粮哪家好", "波波"),
+    (ALICE, GROUP, "user", "我推荐骨头形状的狗粮", "丽丽"),
+]
+ALICE_FACT = "用户养了一条狗叫旺财"
+BOB_FACT = "用户养了一条狗叫大黄" + XSS
+
+
+@dataclass
+class ConsoleBot:
+    bot: BotProcess
+    dsn: str
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.bot.port}/memory"
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{self.bot.port}", trust_env=False, timeout=60
+        )
+
+    @contextlib.asynccontextmanager
+    async def logged_in(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A client holding a session cookie, sending the headers a browser sends."""
+        async with self.client() as client:
+            client.headers.update(same_origin(self))
+            answer = await client.post("/memory/login", data={"token": CONSOLE_TOKEN})
+            assert answer.status_code == 303, answer.text
+            yield client
+
+
+def same_origin(wire: ConsoleBot) -> dict[str, str]:
+    return {"Origin": f"http://127.0.0.1:{wire.bot.port}", "Sec-Fetch-Site": "same-origin"}
+
+
+async def seed(dsn: str, data_dir: Path) -> None:
+    """Store the turns and facts with the bot's own embedding model (the local one)."""
+    memory = await open_memory(
+        MemorySettings(memory_dsn=dsn, memory_data_dir=data_dir), maintenance_interval=None
+    )
+    start = datetime.now(timezone.utc) - timedelta(days=2)
+    try:
+        await store_chat(memory, SEEDED, start)
+        await memory.distilled.save(
+            [ExtractedMemory(kind="facts", content=ALICE_FACT)], ALICE, stated_at=start
+        )
+        await memory.distilled.save(
+            [ExtractedMemory(kind="facts", content=BOB_FACT)], BOB, stated_at=start
+        )
+    finally:
+        await memory.aclose()
+
+
+@contextlib.asynccontextmanager
+async def console_bot(server_dsn: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
+    async with new_database(server_dsn) as dsn:
+        await seed(dsn, tmp_dir)
+        bot = await start_bot(
+            llm_url=None,
+            extra_env={"MEMORY_DSN": dsn, "MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN},
+        )
+        try:
+            yield ConsoleBot(bot=bot, dsn=dsn)
+        finally:
+            await stop_bot(bot)
+            log = bot.log_text()
+            shutil.rmtree(bot.data_dir, ignore_errors=True)
+            assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]

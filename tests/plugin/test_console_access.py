@@ -1,0 +1,191 @@
+"""The console on the real bot: nothing without the token, no change without the CSRF token, no
+cross-site request, limited login attempts, one session's rows only, everything escaped."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from tests.plugin.console_bot import (
+    ALICE,
+    BOB,
+    CONSOLE_TOKEN,
+    XSS,
+    ConsoleBot,
+    same_origin,
+)
+from tests.plugin.wire import post_event, start_bot, stop_bot
+
+PAGES = ["/memory/", "/memory/sessions", f"/memory/session?key={ALICE}", "/memory/bin",
+         "/memory/audit", "/memory/debug", "/memory/settings"]  # fmt: skip
+CHANGES = ["/memory/turn/edit", "/memory/memory/edit", "/memory/delete", "/memory/bin/restore",
+           "/memory/group-switch", "/memory/logout"]  # fmt: skip
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page[:2000]
+    return found.group(1)
+
+
+async def audit_rows(client: httpx.AsyncClient) -> int:
+    return (await client.get("/memory/audit")).text.count('<tr class="audit">')
+
+
+async def test_every_page_and_change_refuses_a_missing_or_unknown_session(console_wire: ConsoleBot):
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
+        for cookie in (None, "forged-session-id"):
+            client.cookies.clear()
+            if cookie:
+                client.cookies.set("tm_console", cookie)
+            for path in PAGES:
+                answer = await client.get(path)
+                assert answer.status_code == 401, path
+                assert "控制台令牌" in answer.text  # the login form, never the page
+                assert "旺财" not in answer.text
+            for path in CHANGES:
+                answer = await client.post(path, data={"key": str(ALICE), "id": "1", "csrf": "x"})
+                assert answer.status_code == 401, path
+
+
+async def test_a_wrong_token_does_not_log_in(console_wire: ConsoleBot):
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
+        answer = await client.post("/memory/login", data={"token": CONSOLE_TOKEN + "x"})
+        assert answer.status_code == 401 and "令牌不对" in answer.text
+        assert "tm_console" not in answer.cookies
+        assert (await client.get("/memory/sessions")).status_code == 401
+
+
+async def test_login_sets_an_httponly_samesite_strict_cookie_and_pages_carry_a_strict_csp(
+    console_wire: ConsoleBot,
+):
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
+        answer = await client.post("/memory/login", data={"token": CONSOLE_TOKEN})
+        cookie = answer.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/memory" in cookie
+        page = await client.get("/memory/sessions")
+        assert page.status_code == 200
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY"
+
+
+async def test_changes_without_the_sessions_csrf_token_are_refused_and_change_nothing(
+    console_wire: ConsoleBot,
+):
+    async with console_wire.logged_in() as client:
+        page = (await client.get(f"/memory/session?key={ALICE}")).text
+        turn_id = re.search(r'id="turn-(\d+)"', page).group(1)  # type: ignore[union-attr]
+        before = await audit_rows(client)
+        for csrf in (None, "", "wrong-token"):
+            data = {"key": str(ALICE), "id": turn_id, "kind": "turn", "text": "被篡改"}
+            if csrf is not None:
+                data["csrf"] = csrf
+            for path in ("/memory/turn/edit", "/memory/delete"):
+                assert (await client.post(path, data=data)).status_code == 403
+        assert await audit_rows(client) == before
+        assert "被篡改" not in (await client.get(f"/memory/session?key={ALICE}")).text
+
+
+async def test_cross_site_requests_are_refused_even_with_a_valid_session(console_wire: ConsoleBot):
+    async with console_wire.logged_in() as client:
+        page = (await client.get("/memory/sessions")).text
+        csrf = csrf_of(page)
+        for headers in (
+            {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+            {"Sec-Fetch-Site": "same-site"},
+            {"Origin": "https://evil.example", "Sec-Fetch-Site": ""},
+        ):
+            client.headers.clear()
+            client.headers.update({k: v for k, v in headers.items() if v})
+            assert (await client.get("/memory/sessions")).status_code == 403, headers
+            answer = await client.post(
+                "/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"}
+            )
+            assert answer.status_code == 403, headers
+        client.headers.clear()  # a POST that says nothing of where it comes from
+        answer = await client.post(
+            "/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"}
+        )
+        assert answer.status_code == 403
+
+
+async def test_a_search_in_one_session_never_shows_another_sessions_rows(console_wire: ConsoleBot):
+    async with console_wire.logged_in() as client:
+        for mode in ("keyword", "meaning"):
+            page = (
+                await client.get(
+                    "/memory/session", params={"key": str(ALICE), "q": "骨头", "mode": mode}
+                )
+            ).text
+            assert "旺财" in page, mode
+            assert "大黄" not in page and "狗粮" not in page, (
+                mode
+            )  # Bob's, and Alice's in the group
+
+
+async def test_user_text_is_escaped_on_every_page(console_wire: ConsoleBot):
+    async with console_wire.logged_in() as client:
+        for path in ("/memory/sessions", f"/memory/session?key={BOB}", "/memory/audit"):
+            page = (await client.get(path)).text
+            assert "<script>" not in page and "<img src=x" not in page, path
+        bob = (await client.get(f"/memory/session?key={BOB}")).text
+        assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in bob
+        page = (await client.get("/memory/session", params={"key": str(BOB), "q": XSS})).text
+        assert "<script>" not in page
+
+
+async def test_the_debugger_answers_a_post_and_keeps_the_message_out_of_the_log(
+    console_wire: ConsoleBot,
+):
+    marker = "调试标记消息旺财在哪"
+    async with console_wire.logged_in() as client:
+        csrf = csrf_of((await client.get("/memory/debug")).text)
+        answer = await client.post(
+            "/memory/debug", data={"csrf": csrf, "user": str(ALICE), "message": marker}
+        )
+        assert answer.status_code == 200 and "最终提示词" in answer.text
+        assert "我家的狗叫旺财" in answer.text  # Alice's own turn is a candidate
+        assert "大黄" not in answer.text  # Bob's never is
+    assert marker not in console_wire.bot.log_text()
+
+
+async def test_the_onebot_post_guard_still_refuses_events_beside_the_console(
+    console_wire: ConsoleBot,
+):
+    answer = await post_event(console_wire.bot, {"post_type": "meta_event"}, path="/onebot/v11/")
+    assert answer.status_code == 403
+
+
+async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(
+    console_wire: ConsoleBot,
+):
+    # Last in this module: the limit holds for this client address for minutes.
+    async with console_wire.client() as client:
+        client.headers.update(same_origin(console_wire))
+        codes = [
+            (await client.post("/memory/login", data={"token": f"guess-{i}"})).status_code
+            for i in range(7)
+        ]
+        # at most five refusals (an earlier test of this module spent one), then only 429
+        first_wait = codes.index(429)
+        assert 1 <= first_wait <= 5 and set(codes[:first_wait]) == {401}
+        assert set(codes[first_wait:]) == {429}
+        right = await client.post("/memory/login", data={"token": CONSOLE_TOKEN})
+        assert right.status_code == 429 and "tm_console" not in right.cookies
+
+
+async def test_without_a_token_the_console_does_not_exist_even_on_every_interface():
+    bot = await start_bot(llm_url=None, extra_env={"HOST": "0.0.0.0", "MEMORY_CONSOLE_TOKEN": ""})
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{bot.port}", trust_env=False) as c:
+            for path in ("/memory/", "/memory/login", "/memory/sessions"):
+                assert (await c.get(path)).status_code == 404, path
+            answer = await c.post("/memory/login", data={"token": ""})
+            assert answer.status_code in (404, 405)
+        assert "TemporalMemory console: off (MEMORY_CONSOLE_TOKEN is empty)" in bot.log_text()
+    finally:
+        await stop_bot(bot)

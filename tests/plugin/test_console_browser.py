@@ -1,0 +1,204 @@
+"""The console in a real headless Chromium (Debian's chromium + chromium-driver, driven by
+Selenium) against the real bot: log in, find a session, search, edit a fact and see the new
+text in the recall debugger, delete and restore from the recycle bin, see the charts.
+
+Screenshots of each step, at a desktop and a phone width, go to ``test-artifacts/console/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.plugin.console_bot import (
+    ALICE,
+    ALICE_FACT,
+    CONSOLE_TOKEN,
+    GROUP,
+    ConsoleBot,
+)
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+DESKTOP, PHONE = (1280, 900), (390, 844)
+EDITED_FACT = "用户养了一条柯基犬叫团子"
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 "--lang=zh-CN", f"--window-size={DESKTOP[0]},{DESKTOP[1]}"):  # fmt: skip
+        options.add_argument(flag)
+    # The driver is named, so Selenium Manager never tries to download one.
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver.implicitly_wait(5)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(browser: WebDriver, name: str, size: tuple[int, int] = DESKTOP) -> None:
+    browser.set_window_size(*size)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(size[0], min(max(int(height), size[1]), 4000))
+    browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    browser.set_window_size(*DESKTOP)
+
+
+async def go(browser: WebDriver, url: str) -> None:
+    await asyncio.to_thread(browser.get, url)
+
+
+async def click(element: WebElement) -> None:
+    await asyncio.to_thread(element.click)
+
+
+def text_of(browser: WebDriver) -> str:
+    return browser.find_element(By.TAG_NAME, "body").text
+
+
+async def submit(browser: WebDriver, button: WebElement, *, then: str) -> None:
+    """Click a button that loads a page, and wait until that page's body shows ``then``."""
+    await click(button)
+
+    def shows(driver: WebDriver) -> bool:
+        try:
+            return then in driver.find_element(By.TAG_NAME, "body").text
+        except WebDriverException:  # the old page went away between the two calls
+            return False
+
+    try:
+        await asyncio.to_thread(WebDriverWait(browser, 15).until, shows)
+    except TimeoutException:
+        raise AssertionError(f"no {then!r} on {browser.current_url}:\n{text_of(browser)}") from None
+
+
+async def log_in(browser: WebDriver, console_wire: ConsoleBot) -> None:
+    await go(browser, f"{console_wire.base}/")
+    assert "控制台令牌" in text_of(browser)
+    shot(browser, "01-login", PHONE)
+    browser.find_element(By.NAME, "token").send_keys(CONSOLE_TOKEN)
+    await submit(
+        browser, browser.find_element(By.CSS_SELECTOR, "form.login button"), then="近 30 天"
+    )
+    assert browser.find_element(By.TAG_NAME, "h1").text == "概览"
+
+
+async def test_operator_logs_in_and_sees_the_charts(console_wire: ConsoleBot, browser: WebDriver):
+    await log_in(browser, console_wire)
+
+    charts = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg")
+    assert len(charts) >= 4
+    bars = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg rect.bar")
+    assert bars, "the messages chart draws a bar for the seeded day"
+    assert all(c.size["width"] > 200 and c.size["height"] > 50 for c in charts)
+    shot(browser, "02-overview")
+    shot(browser, "02-overview-phone", PHONE)
+
+
+async def test_operator_finds_a_session_and_searches_it(
+    console_wire: ConsoleBot, browser: WebDriver
+):
+    await go(browser, f"{console_wire.base}/sessions")
+    group = browser.find_element(By.NAME, "group")
+    group.send_keys(str(GROUP))
+    await submit(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), then="波波")
+    listed = browser.find_elements(By.CSS_SELECTOR, "tr.session")
+    assert len(listed) == 2 and "丽丽" in text_of(browser) and "阿丽" not in text_of(browser)
+
+    await go(browser, f"{console_wire.base}/sessions?type=private&user={ALICE}")
+    shot(browser, "03-sessions")
+    await submit(browser, browser.find_element(By.LINK_TEXT, "阿丽"), then=ALICE_FACT)
+
+    box = browser.find_element(By.NAME, "q")
+    box.send_keys("骨头")
+    await submit(
+        browser,
+        browser.find_element(By.CSS_SELECTOR, "form[role=search] button"),
+        then="没有提炼出的记忆",
+    )  # the fact says nothing of bones
+    turns = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "tr.turn")]
+    assert len(turns) == 1 and "旺财" in turns[0]
+    assert "大黄" not in text_of(browser) and "狗粮" not in text_of(browser)
+    shot(browser, "04-session-search")
+    shot(browser, "04-session-search-phone", PHONE)
+
+
+async def test_operator_edits_a_fact_and_the_debugger_uses_the_new_text(
+    console_wire: ConsoleBot, browser: WebDriver
+):
+    await go(browser, f"{console_wire.base}/session?key={ALICE}")
+    row = browser.find_element(By.CSS_SELECTOR, "tr.memory")
+    await click(row.find_element(By.TAG_NAME, "summary"))
+    box = row.find_element(By.NAME, "text")
+    box.clear()
+    box.send_keys(EDITED_FACT)
+    await submit(
+        browser,
+        row.find_element(By.CSS_SELECTOR, "details button"),
+        then="已保存，并重新生成了向量",
+    )
+    assert EDITED_FACT in text_of(browser) and ALICE_FACT not in text_of(browser)
+
+    await submit(
+        browser,
+        browser.find_element(By.LINK_TEXT, "在回忆调试中以此会话提问"),
+        then="看看会想起什么",
+    )
+    browser.find_element(By.NAME, "message").send_keys("我的柯基犬叫什么名字")
+    await submit(
+        browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), then="最终提示词"
+    )
+    prompts = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "pre.prompt")]
+    assert prompts and EDITED_FACT in prompts[0]  # found by its new embedding
+    assert browser.find_elements(By.CSS_SELECTOR, "tr.candidate")
+    shot(browser, "05-debugger")
+
+    await go(browser, f"{console_wire.base}/audit")
+    assert ALICE_FACT in text_of(browser) and EDITED_FACT in text_of(browser)
+    shot(browser, "06-audit", PHONE)
+
+
+async def test_operator_deletes_a_turn_and_restores_it_from_the_bin(
+    console_wire: ConsoleBot, browser: WebDriver
+):
+    await go(browser, f"{console_wire.base}/session?key={ALICE}")
+    target = next(r for r in browser.find_elements(By.CSS_SELECTOR, "tr.turn") if "杭州" in r.text)
+    await submit(
+        browser, target.find_element(By.CSS_SELECTOR, "button.danger"), then="已移入回收站"
+    )
+    assert "杭州" not in text_of(browser)
+
+    await go(browser, f"{console_wire.base}/bin")
+    binned = browser.find_elements(By.CSS_SELECTOR, "tr.binned")
+    assert len(binned) == 1 and "杭州" in binned[0].text
+    shot(browser, "07-bin")
+    await submit(browser, binned[0].find_element(By.TAG_NAME, "button"), then="已恢复")
+    assert "下周三我要去杭州出差" in text_of(browser)
+
+    await go(browser, f"{console_wire.base}/bin")
+    assert "回收站是空的" in text_of(browser)
+    await go(browser, f"{console_wire.base}/settings")
+    assert "LLM_API_KEY" in text_of(browser) and "test-key" not in text_of(browser)
+    assert CONSOLE_TOKEN not in browser.page_source
+    shot(browser, "08-settings")
