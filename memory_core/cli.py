@@ -205,17 +205,21 @@ async def recall_json(memory: TemporalMemory, query: Mapping[str, Any]) -> dict[
     text = query.get("query")
     if not isinstance(text, str):
         raise ValueError("query must be a string")
+    context = query.get("context") or []
+    if not isinstance(context, list) or not all(isinstance(line, str) for line in context):
+        raise ValueError("context must be a list of strings (the lines said before the query)")
     top_n = _optional_int(query, "top_n")
     window = _optional_int(query, "window_size")
-    turns = await memory.get_contextual_memory(
+    result = await memory.recall(
         user_id,
         text,
         _optional_int(query, "group_id"),
         top_n=memory.settings.memory_top_n if top_n is None else top_n,
         window_size=memory.settings.memory_window_size if window is None else window,
         now=_parse_time(query.get("now"), "now"),
+        context=context,
     )
-    return {"query": text, "turns": [turn_json(t, memory) for t in turns]}
+    return {"query": text, "turns": [turn_json(t, memory) for t in result.turns]}
 
 
 async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: TextIO) -> int:
@@ -380,7 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", help="counts, sessions, size, embedding model")
     st.add_argument("--json", action="store_true")
 
-    sub.add_parser("reembed", help="re-embed every stored turn with the configured model")
+    sub.add_parser(
+        "reembed",
+        help="re-embed (and re-keyword) every stored turn with the configured model and text form",
+    )
 
     pur = sub.add_parser("purge", help="delete expired turns now (the bot also does it daily)")
     pur.add_argument("--now", help="reference time, ISO 8601 with offset (default: now)")

@@ -77,7 +77,8 @@ class RecallResult:
     query: str
     windows: tuple[RecallWindow, ...] = ()
     turns: tuple[MemoryTurn, ...] = field(default=())
-    # What the search looked for: the query less a time expression it understood ("" = query).
+    # What the search looked for: the query less a time expression it understood, after the
+    # conversation's lines when recall was given them ("" = query).
     search_text: str = ""
 
     @property

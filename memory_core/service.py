@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -28,6 +29,7 @@ from .evaluation.evaluator import Evaluator, build_evaluator
 from .evaluation.retention import RetentionPolicy, load_retention_policy
 from .evaluation.store import PgEvaluationStore
 from .evaluation.worker import PURGED, EvaluationWorker
+from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
 from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .lang.keywords import document_terms
 from .lang.tokens import TokenCounter, load_token_counter
@@ -63,6 +65,10 @@ from .storage.vector_index import VectorIndex
 log = logging.getLogger(__name__)
 
 KEYWORD_BACKFILL_BATCH = 1000
+TEXT_FORM_META = "indexed_text_form"
+# One maintenance round re-indexes for about this long, then lets the spool and the
+# backfills have their turn (the next round follows at once).
+REINDEX_ROUND_SECONDS = 10.0
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
 
@@ -107,6 +113,10 @@ class TemporalMemory:
         self.token_counter = token_counter
         self.embedding_model = embedder.model
         self.embedding_dim = embedder.dim
+        # The text form new rows are indexed in (lang.indexed); older rows follow in the
+        # background when it changed.
+        self.text_form = WITH_SPEAKER if settings.memory_index_speaker else CONTENT_ONLY
+        self._reindex_after: int | None = None  # the walk's last id; None = no walk due
         self.database_description = "not connected"
         self._spool = spool
         self._embedded = embedded_server
@@ -171,6 +181,7 @@ class TemporalMemory:
             try:
                 await self._check_embedding_model(store, location, allow_model_change)
                 await self._check_keyword_analyzer(store)
+                await self._check_text_form(store)
             except BaseException:
                 await pool.close()
                 raise
@@ -226,6 +237,8 @@ class TemporalMemory:
                     try:
                         await self.backfill_keywords()
                         await self.backfill_embeddings()
+                        if self._reindex_after is not None:
+                            await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
                     except BaseException:
                         # Not done: tried again next round, even if no new turn asks for it.
                         self._backfill_needed.set()
@@ -293,6 +306,12 @@ class TemporalMemory:
         return self._store is not None
 
     @property
+    def reindex_due(self) -> bool:
+        """Whether stored rows may still be indexed in another text form than the configured
+        one (until a walk of ``reindex_text_form`` finds none)."""
+        return self._reindex_after is not None
+
+    @property
     def write_trouble(self) -> str | None:
         """Why turns went to the spool instead of the database, until a flush has written them;
         ``None`` when writes work."""
@@ -323,6 +342,7 @@ class TemporalMemory:
             embedding=embedding,
             embedding_model=self.embedding_model,
             tz=self.tz,
+            text_form=self.text_form,
         )
 
     def check_turn(self, turn: TurnInput) -> None:
@@ -361,7 +381,7 @@ class TemporalMemory:
             turn = _with_uuid(turn, row.message_uuid, row.created_at)
         # Someone waits for the reply this turn belongs to: a slow embedder must not hold it.
         vectors = await self._embed_passages(
-            [row.content], deadline=self.settings.embedding_store_deadline
+            [row.indexed], deadline=self.settings.embedding_store_deadline
         )
         if vectors is not None:
             row = _replace_embedding(row, vectors[0], self.embedding_model)
@@ -456,7 +476,7 @@ class TemporalMemory:
             if embeddings is not None:
                 vectors: np.ndarray | None = embeddings[start : start + len(chunk)]
             else:
-                vectors = await self._embed_passages([row.content for row in chunk])
+                vectors = await self._embed_passages([row.indexed for row in chunk])
             if vectors is not None:
                 chunk = [
                     _replace_embedding(row, vectors[i], self.embedding_model)
@@ -535,7 +555,7 @@ class TemporalMemory:
             pending = await store.pending_embeddings(size)
             if not pending:
                 return done
-            vectors = await self.embedder.embed_passages([content for _, content in pending])
+            vectors = await self.embedder.embed_passages([text for _, text in pending])
             await store.set_embeddings(
                 [row_id for row_id, _ in pending], vectors, self.embedding_model
             )
@@ -560,10 +580,65 @@ class TemporalMemory:
             pending = await store.pending_keywords(batch_size)
             if not pending:
                 return done
-            await store.set_keywords(
-                [(row_id, document_terms(content)) for row_id, content in pending]
-            )
+            await store.set_keywords([(row_id, document_terms(text)) for row_id, text in pending])
             done += len(pending)
+
+    async def _check_text_form(self, store: PgDialogueStore) -> None:
+        # The metadata names the form every row is in once a walk has found none in another.
+        meta = await store.read_meta()
+        if meta.get(TEXT_FORM_META) != str(self.text_form):
+            self._reindex_after = 0
+
+    async def _index_again(self, store: PgDialogueStore, rows: Sequence[tuple[int, str]]) -> None:
+        """Embed and keyword ``(id, indexed text)`` rows anew, in the configured form."""
+        vectors = await self.embedder.embed_passages([text for _, text in rows])
+        terms = [(row_id, document_terms(text)) for row_id, text in rows]
+        await store.set_indexed(terms, vectors, self.embedding_model, self.text_form)
+
+    async def reindex_text_form(
+        self, *, batch_size: int | None = None, max_seconds: float | None = None
+    ) -> int:
+        """Re-embed and re-keyword the rows indexed in another text form than the configured
+        one (``MEMORY_INDEX_SPEAKER``; rows from before migration 007), in id order, a batch at
+        a time; returns how many rows were done.
+
+        With ``max_seconds`` it stops after about that long and the next call goes on from
+        there (the maintenance loop calls it each round; a restart walks again from the first
+        id, quickly past the rows already done). Once no row is left, the form is recorded in
+        the metadata and later starts skip the walk.
+        """
+        store = self._require_store()
+        size = batch_size or self.settings.embedding_batch_size
+        after = self._reindex_after or 0
+        if after == 0:
+            total = await store.count_in_other_form(self.text_form)
+            if total:
+                log.info(
+                    "re-indexing %d stored turn(s) in text form %d (MEMORY_INDEX_SPEAKER) "
+                    "in the background",
+                    total,
+                    self.text_form,
+                )
+        started = time.monotonic()
+        done = 0
+        while True:
+            rows = await store.rows_in_other_form(self.text_form, after, size)
+            if not rows:
+                await store.write_meta({TEXT_FORM_META: str(self.text_form)})
+                self._reindex_after = None
+                if done or after:
+                    log.info(
+                        "re-indexing done: every stored turn is in text form %d", self.text_form
+                    )
+                return done
+            await self._index_again(store, rows)
+            done += len(rows)
+            after = self._reindex_after = rows[-1][0]
+            if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                left = await store.count_in_other_form(self.text_form)
+                log.info("re-indexing: %d turn(s) done this round, %d left", done, left)
+                self._backfill_needed.set()  # the next round goes on at once
+                return done
 
     # ----------------------------------------------------------------- reading
 
@@ -580,10 +655,12 @@ class TemporalMemory:
         keywords: Sequence[str] | None = None,
         mode: RetrievalMode | None = None,
         time_aware: bool | None = None,
+        context: Sequence[str] = (),
     ) -> RecallResult:
         """Top-N anchors of this session (of the whole group when it is shared, see
         ``recall.sharing``), each widened by ±window turns; see
-        :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and filters."""
+        :meth:`memory_core.recall.retriever.Retriever.recall` for the channels, the filters and
+        ``context`` (the conversation before ``query``)."""
         return await self._retriever.recall(
             self._require_store(),
             user_id,
@@ -597,6 +674,7 @@ class TemporalMemory:
             mode=mode,
             time_aware=time_aware,
             shared=await self.sharing.shared(group_id),
+            context=context,
         )
 
     async def get_contextual_memory(
@@ -795,26 +873,28 @@ class TemporalMemory:
         return total
 
     async def reembed(self, *, batch_size: int = 256, progress: Progress | None = None) -> int:
-        """Re-embed every row not embedded by the configured model; switch the vector index."""
+        """Re-embed (and re-keyword) every row not embedded by the configured model or not in
+        the configured text form; switch the vector index."""
         store = self._require_store()
-        total = await store.count_needing_reembed(self.embedding_model)
+        total = await store.count_needing_reembed(self.embedding_model, self.text_form)
         await self.vector_index.suspend(store)
         await store.write_meta(
             {"embedding_model": self.embedding_model, "embedding_dim": str(self.embedding_dim)}
         )
         done, last_id = 0, 0
         while True:
-            rows = await store.rows_needing_reembed(self.embedding_model, last_id, batch_size)
+            rows = await store.rows_needing_reembed(
+                self.embedding_model, self.text_form, last_id, batch_size
+            )
             if not rows:
                 break
-            vectors = await self.embedder.embed_passages([content for _, content in rows])
-            await store.set_embeddings(
-                [row_id for row_id, _ in rows], vectors, self.embedding_model
-            )
+            await self._index_again(store, rows)
             done += len(rows)
             last_id = rows[-1][0]
             if progress is not None:
                 progress(done, total)
+        await store.write_meta({TEXT_FORM_META: str(self.text_form)})
+        self._reindex_after = None
         done += await self.distilled.reembed(batch_size)
         await self.vector_index.settle(store, check_sessions=True)
         return done

@@ -86,6 +86,8 @@ class MemorySettings(BaseModel):
     memory_anchor_diversity: bool = True
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
+    memory_index_speaker: bool = False
+    memory_query_context_turns: int = Field(default=2, ge=0, le=20)
 
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"

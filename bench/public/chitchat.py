@@ -67,6 +67,10 @@ FORMS = {
         f"the first {OPENING} message groups, `Name: text` one a line, "
         f"their last lines within {CONTEXT_CHARS} characters"
     ),
+    "conversation": (
+        "the last user line with the groups before it as the conversation "
+        "(MEMORY_QUERY_CONTEXT_TURNS of them join the query)"
+    ),
 }
 
 
@@ -147,22 +151,28 @@ def _group_text(group: Sequence[Message]) -> str:
     return " ".join(m.text for m in group)
 
 
-def opening_queries(conversation: Conversation, user: str) -> dict[str, str] | None:
-    """The two query forms of a conversation's opening; None if the user says nothing in it."""
+def opening_queries(
+    conversation: Conversation, user: str
+) -> tuple[dict[str, str], list[str]] | None:
+    """The query forms of a conversation's opening and the groups before the user's last one
+    (the conversational form's earlier lines); None if the user says nothing in it."""
     opening = conversation.groups[:OPENING]
     lines = [
         f"{NAMES['user' if g[0].sender == user else 'assistant']}: {_group_text(g)}"
         for g in opening
     ]
-    own = [_group_text(g) for g in opening if g[0].sender == user]
+    own = [i for i, g in enumerate(opening) if g[0].sender == user]
     if not own:
         return None
+    last = _group_text(opening[own[-1]])
+    earlier = [_group_text(g) for g in opening[: own[-1]]]
     kept: list[str] = []
     for line in reversed(lines):
         if kept and sum(len(x) + 1 for x in kept) + len(line) > CONTEXT_CHARS:
             break
         kept.insert(0, line)
-    return {"last user line": own[-1], "dialogue context": "\n".join(kept)}
+    forms = {"last user line": last, "dialogue context": "\n".join(kept), "conversation": last}
+    return forms, earlier
 
 
 def task(*, people: int = DEFAULT_PEOPLE) -> Task:
@@ -180,15 +190,16 @@ def task(*, people: int = DEFAULT_PEOPLE) -> Task:
                 role: Role = "user" if group[0].sender == user else "assistant"
                 items.append(Item(number, role, _group_text(group), group[0].at, unit, NAMES[role]))
             earlier = by_prompt[conversation.prompt]
-            queries = opening_queries(conversation, user)
-            if earlier and queries:
+            opening = opening_queries(conversation, user)
+            if earlier and opening:
                 cases.append(
                     Case(
                         label=f"person{number}/{conversation.id}",
                         user=number,
                         now=conversation.start - timedelta(seconds=1),
-                        queries=queries,
+                        queries=opening[0],
                         relevant=frozenset(earlier),
+                        earlier={"conversation": opening[1]},
                     )
                 )
             earlier.append(unit)

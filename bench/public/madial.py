@@ -37,6 +37,10 @@ NAMES = {1: "Bart", 2: "Lisa"}
 FORMS = {
     "last user line": "the user's last line before the test turn",
     "dialogue context": "every line before the test turn, `Name: text`, one a line",
+    "conversation": (
+        "the last user line with the lines before it as the conversation "
+        "(MEMORY_QUERY_CONTEXT_TURNS of them join the query)"
+    ),
 }
 
 _LABELLED = re.compile(r"^\s*<([^<>:：]{1,40})>\s*[:：]\s*(.*?)\s*$", re.S)
@@ -82,6 +86,11 @@ class Dialogue:
     def last_user_line(self) -> str:
         """The user's last line before the test turn (what the bot would be answering)."""
         return next(line.text for line in reversed(self.history) if line.role == "user")
+
+    def before_last_user_line(self) -> list[str]:
+        """The texts of the lines before the user's last line, oldest first."""
+        last = max(i for i, line in enumerate(self.history) if line.role == "user")
+        return [line.text for line in self.history[:last]]
 
     def context(self) -> str:
         """Every line before the test turn, ``Name: text``, one a line (what the published
@@ -238,8 +247,10 @@ def task(data: MadialSet, tz: tzinfo) -> Task:
             queries={
                 "last user line": d.last_user_line(),
                 "dialogue context": d.context(),
+                "conversation": d.last_user_line(),
             },
             relevant=d.relevant,
+            earlier={"conversation": d.before_last_user_line()},
         )
         for d in data.dialogues
     ]

@@ -8,6 +8,7 @@ the figures are what a bot with ``MEMORY_TOP_N=k`` would recall.
 
     python -m bench.public                    # every set found
     python -m bench.public --sets zh --limit 20 --misses /tmp/misses.jsonl
+    python -m bench.public --forms conversation --context-turns 2,4 --index-speaker
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from bench.public import chitchat, madial
 from bench.public.scoring import (
     ALL_AT_K,
     AT_K,
+    Case,
     Task,
     chance_figures,
     format_table,
     hits,
 )
 from memory_core import MemorySettings, RecallResult, TemporalMemory, TurnInput, open_memory
+from memory_core.lang.indexed import indexed_text
 
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
@@ -98,7 +101,8 @@ def ranked_units(result: RecallResult, units: dict[int, int]) -> list[int]:
 
 
 async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) -> dict[int, int]:
-    """Insert the set's items (embedded by the memory's embedder); message id -> unit."""
+    """Insert the set's items (embedded by the memory's embedder, each by its indexed text in
+    the memory's text form); message id -> unit."""
     turns = []
     units: dict[int, int] = {}
     for number, item in enumerate(task.items):
@@ -116,7 +120,8 @@ async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) ->
             )
         )
     started = time.perf_counter()
-    vectors = await passage_vectors(memory, [t.content for t in turns])
+    indexed = [indexed_text(t.content, t.sender_name, memory.text_form) for t in turns]
+    vectors = await passage_vectors(memory, indexed)
     inserted = await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
     print(f"stored {inserted} turns in {time.perf_counter() - started:.1f} s")
     return units
@@ -149,6 +154,20 @@ async def passage_vectors(memory: TemporalMemory, texts: Sequence[str]) -> np.nd
     return np.stack([known[t] for t in texts])
 
 
+def expanded(case: Case, context_turns: Sequence[int]) -> list[tuple[str, str, list[str]]]:
+    """The case's (form, query, earlier lines) to recall: a conversational form once for each
+    count of earlier lines, named ``"conversation (N lines)"``."""
+    found = []
+    for form, query in case.queries.items():
+        earlier = list(case.earlier.get(form, ()))
+        if form not in case.earlier:
+            found.append((form, query, earlier))
+            continue
+        for count in context_turns:
+            found.append((f"{form} ({count} lines)", query, earlier[-count:] if count else []))
+    return found
+
+
 async def evaluate(
     memory: TemporalMemory,
     task: Task,
@@ -157,7 +176,9 @@ async def evaluate(
     misses: list[dict[str, Any]] | None,
     time_aware: bool | None = None,
     later: timedelta = timedelta(0),
+    forms: Sequence[str] | None = None,
     modes: Sequence[Mode] = MODES,
+    context_turns: Sequence[int] = (),
 ) -> None:
     """Recall every case in every mode and form at every k; print the set's table."""
     found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
@@ -169,7 +190,9 @@ async def evaluate(
     calls = 0
     for case in task.cases:
         user = base + case.user
-        for form, query in case.queries.items():
+        for form, query, earlier in expanded(case, context_turns):
+            if forms and form.split(" (")[0] not in forms:
+                continue
             for mode in modes:
                 for k in AT_K:
                     result = await memory.recall(
@@ -180,6 +203,7 @@ async def evaluate(
                         now=case.now + later,
                         mode=mode,
                         time_aware=time_aware,
+                        context=earlier,
                     )
                     calls += 1
                     assert all(t.user_id == user and t.group_id is None for t in result.turns)
@@ -188,7 +212,8 @@ async def evaluate(
                     found[(form, mode)][f"any@{k}"].append(any_hit)
                     if k in ALL_AT_K:
                         found[(form, mode)][f"all@{k}"].append(all_hit)
-                    if mode == "hybrid" and k == AT_K[0] and result.search_text != query:
+                    # The search text ends with the query unless a time expression was cut.
+                    if mode == "hybrid" and k == AT_K[0] and not result.search_text.endswith(query):
                         timed[form] += 1
                     if misses is not None and k == 5 and not any_hit:
                         misses.append(
@@ -214,12 +239,15 @@ async def evaluate(
     print(f"\n#### {task.name}\n")
     print(task.about + ".")
     print("Query forms: " + "; ".join(f"*{f}*: {how}" for f, how in task.forms.items()) + ".")
+    shown = list(dict.fromkeys(form for form, _ in figures))
     if task.published_note:
         print(task.published_note[0].upper() + task.published_note[1:] + ".")
     print()
     print(format_table(rows))
     print()
-    for form in task.forms if set(MODES) <= set(modes) else ():
+    for form in shown:
+        if (form, "hybrid") not in figures or (form, "vector") not in figures:
+            continue
         best = max(("vector", "keyword"), key=lambda m: figures[(form, m)]["any@5"])
         gap = figures[(form, "hybrid")]["any@5"] - figures[(form, best)]["any@5"]
         print(
@@ -237,6 +265,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run every set; returns the misses at k=5 (empty unless ``--misses``)."""
     started = time.perf_counter()
     print(f"== public recall bench ({machine_line()})")
+    if args.index_speaker is not None:
+        print(f"MEMORY_INDEX_SPEAKER={str(args.index_speaker).lower()} (--index-speaker)")
+    if args.anchor_diversity is not None:
+        print(f"MEMORY_ANCHOR_DIVERSITY={str(args.anchor_diversity).lower()} (--anchor-diversity)")
+    if args.context_turns:
+        turns = ", ".join(map(str, args.context_turns))
+        print(f"conversation form with the last {turns} earlier lines (--context-turns)")
     if args.time_aware is False:
         print("time words in queries ignored (--no-time-words; not the shipped default)")
     if args.later_days:
@@ -249,6 +284,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     with bench_data_dir("public") as data_dir:
         if args.decay_floor is not None:
             overrides["memory_decay_min_weight"] = args.decay_floor
+        if args.index_speaker is not None:
+            overrides["memory_index_speaker"] = args.index_speaker
+        if args.anchor_diversity is not None:
+            overrides["memory_anchor_diversity"] = args.anchor_diversity
+        if args.context_turns:
+            # The bench passes each form's last N lines itself; recall must keep them all.
+            overrides["memory_query_context_turns"] = max(args.context_turns)
         # The shipped defaults, but for a --decay-floor being compared.
         settings = MemorySettings(memory_data_dir=data_dir, **overrides)
         tasks = load_tasks(args, settings)
@@ -266,7 +308,16 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 first_id += len(task.items)
                 later = timedelta(days=args.later_days)
                 await evaluate(
-                    memory, task, base, units, misses, args.time_aware, later, args.modes
+                    memory,
+                    task,
+                    base,
+                    units,
+                    misses,
+                    args.time_aware,
+                    later,
+                    args.forms,
+                    args.modes,
+                    args.context_turns or [memory.settings.memory_query_context_turns],
                 )
         finally:
             await memory.aclose()
@@ -320,6 +371,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=float,
         default=0.0,
         help="diagnosis: recall this many days later (7300: every memory at the decay floor)",
+    )
+    parser.add_argument(
+        "--index-speaker",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compare MEMORY_INDEX_SPEAKER (passages embedded and keyworded as `Name: text`)",
+    )
+    parser.add_argument(
+        "--anchor-diversity",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compare MEMORY_ANCHOR_DIVERSITY (spread anchors over the session) on and off",
+    )
+    parser.add_argument(
+        "--context-turns",
+        type=lambda text: [int(n) for n in text.split(",") if n],
+        default=None,
+        help="the conversation form with each of these MEMORY_QUERY_CONTEXT_TURNS, e.g. 2,4",
+    )
+    parser.add_argument(
+        "--forms",
+        type=lambda text: [f.strip() for f in text.split(",") if f.strip()],
+        default=None,
+        help="only these query forms (comma-separated, e.g. 'last user line,conversation')",
     )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.sets) - set(SETS)) + sorted(set(args.modes) - set(MODES))

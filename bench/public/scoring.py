@@ -35,13 +35,16 @@ class Item:
 
 @dataclass(frozen=True)
 class Case:
-    """One recall: ``queries`` maps a query form to its text; ``now`` is the recall's time."""
+    """One recall: ``queries`` maps a query form to its text; ``now`` is the recall's time;
+    ``earlier`` maps a conversational form to the lines said before its text (oldest first),
+    passed to recall as the conversation (``context``)."""
 
     label: str
     user: int
     now: datetime
     queries: Mapping[str, str]
     relevant: frozenset[int]
+    earlier: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

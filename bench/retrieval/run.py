@@ -30,7 +30,8 @@ from bench.common import (
     percentiles,
     setting_overrides,
 )
-from bench.retrieval.generate import NOW, Dataset, Question, build
+from bench.retrieval.generate import NOW, Dataset, Question, Turn, build
+from memory_core.lang.indexed import indexed_text
 from memory_core.models import RecallResult, TurnInput
 from memory_core.providers.embedding import build_embedder
 from memory_core.recall.ranking import DecayPolicy
@@ -96,10 +97,20 @@ def score(ranked: Sequence[int], evidence: set[int]) -> Scores:
     )
 
 
+# Names as the bot stores them: the sender's nickname, the bot's own name on its replies.
+NICKNAMES = ("小明", "阿杰", "Lily", "老王", "星星", "Tom", "小雨", "大熊", "Anna", "阿May")
+BOT_NAME = "小诗"
+
+
+def speaker(turn: Turn) -> str:
+    return BOT_NAME if turn.role == "assistant" else NICKNAMES[turn.user_id % len(NICKNAMES)]
+
+
 async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
-    """Insert the turns, embedded by the real model (vectors cached by text between runs);
-    returns uuid -> row id."""
-    texts = [t.content for t in data.turns]
+    """Insert the turns, embedded by the real model (vectors cached by text between runs) from
+    their indexed text in the memory's text form; returns uuid -> row id."""
+    names = [speaker(t) for t in data.turns]
+    texts = [indexed_text(t.content, speaker(t), memory.text_form) for t in data.turns]
     cache = VECTOR_CACHE.with_name(
         f"{VECTOR_CACHE.name}-{memory.embedding_model.replace('/', '_')}.npz"
     )
@@ -126,11 +137,12 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
             group_id=t.group_id,
             role=t.role,  # type: ignore[arg-type]
             content=t.content,
+            sender_name=name,
             created_at=t.created_at,
             message_uuid=t.key,
             self_id=10_000,
         )
-        for t in data.turns
+        for t, name in zip(data.turns, names, strict=True)
     ]
     started = time.perf_counter()
     await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
@@ -224,7 +236,10 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
 
 
 async def run(
-    limit: int | None, decay_floors: Sequence[float] = (), overrides: dict[str, str] | None = None
+    limit: int | None,
+    decay_floors: Sequence[float] = (),
+    overrides: dict[str, str] | None = None,
+    index_speaker: bool = False,
 ) -> None:
     global DEFAULT_DECAY
     overrides = overrides or {}
@@ -239,8 +254,14 @@ async def run(
     )
     with bench_data_dir("retrieval") as data_dir:
         settings = MemorySettings.model_validate(
-            {"memory_data_dir": data_dir, "embedding_cache_size": 0, **overrides}
+            {
+                "memory_data_dir": data_dir,
+                "embedding_cache_size": 0,
+                "memory_index_speaker": index_speaker,
+                **overrides,
+            }
         )
+        print(f"MEMORY_INDEX_SPEAKER={str(settings.memory_index_speaker).lower()}")
         DEFAULT_DECAY = DecayPolicy(
             after_days=settings.memory_decay_after_days,
             half_life_days=settings.memory_decay_half_life_days,
@@ -351,8 +372,13 @@ def main(argv: list[str] | None = None) -> None:
         help="only compare these MEMORY_DECAY_MIN_WEIGHT values, e.g. 0.9,0.97,1",
     )
     add_set_option(parser)
+    parser.add_argument(
+        "--index-speaker",
+        action="store_true",
+        help="store with MEMORY_INDEX_SPEAKER on (turns indexed as `name: content`)",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(run(args.limit, args.decay_floors, setting_overrides(args.set)))
+    asyncio.run(run(args.limit, args.decay_floors, setting_overrides(args.set), args.index_speaker))
 
 
 if __name__ == "__main__":

@@ -129,6 +129,7 @@ class ConversationMemory(Protocol):
         group_id: int | None = None,
         *,
         now: datetime | None = None,
+        context: Sequence[str] = (),
     ) -> RecallResult: ...
 
     async def build_context(
@@ -545,10 +546,7 @@ class ConversationEngine:
             # Dialogue as of just before this message: it is being stored meanwhile and must
             # not come back as its own memory. Distilled memory as of now: the platform's clock
             # (the message's time) may lag behind the moment a fact was distilled.
-            recent, recalled = await asyncio.gather(
-                self._recent(turn, now, cutoff),
-                self._memory.recall(turn.user_id, text, turn.group_id, now=cutoff),
-            )
+            recent, recalled = await self._recent_and_recalled(turn, text, now, cutoff)
             context = await self._memory.build_context(
                 turn.user_id,
                 turn.group_id,
@@ -578,6 +576,18 @@ class ConversationEngine:
             context=context,
             recent=tuple(recent),
         )
+
+    async def _recent_and_recalled(
+        self, turn: TurnInput, text: str, now: datetime, cutoff: datetime
+    ) -> tuple[list[MemoryTurn], RecallResult]:
+        """The short-term turns and the recall for ``text``. A conversational query
+        (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message and this session's recent
+        turns, so it waits for them; otherwise both are read at once."""
+        recall = partial(self._memory.recall, turn.user_id, text, turn.group_id, now=cutoff)
+        if self._settings.memory_query_context_turns <= 0:
+            return await asyncio.gather(self._recent(turn, now, cutoff), recall())
+        recent = await self._recent(turn, now, cutoff)
+        return recent, await recall(context=[t.content for t in recent])
 
     async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedReply | None:
         """A cached answer for this message, if the cache is on and may serve it."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 # Bump when the terms of a text change: stored rows are then re-analysed by the backfill.
 ANALYZER_VERSION = "bigram-v1"
@@ -118,6 +118,19 @@ def document_terms(text: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """The terms a query searches for: its question words and fillers dropped first."""
     return terms(_QUERY_STOP.sub(" ", normalize(text)), limit=MAX_QUERY_TERMS)
+
+
+def conversation_terms(message: str, earlier: Sequence[str]) -> list[str]:
+    """The terms of a conversational query: the message's, then each earlier line's from the
+    newest back, until ``MAX_QUERY_TERMS`` — the end of a conversation is what is asked about,
+    and a long context would otherwise fill the limit with its opening lines."""
+    found: dict[str, None] = dict.fromkeys(query_terms(message))
+    for line in reversed(earlier):
+        for term in query_terms(line):
+            if len(found) >= MAX_QUERY_TERMS:
+                return list(found)
+            found.setdefault(term, None)
+    return list(found)
 
 
 def tsquery_any(words: Iterable[str]) -> str | None:

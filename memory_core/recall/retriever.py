@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbeddingError, RerankError
-from ..lang.keywords import document_terms, query_terms, required_phrases
+from ..lang.keywords import conversation_terms, document_terms, required_phrases
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, Role, generate_session_key
@@ -49,6 +49,18 @@ MIN_CANDIDATES = 20
 # Diversity looks at this many fused candidates per anchor wanted.
 DIVERSITY_POOL_PER_ANCHOR = 3
 _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
+
+
+def _last_lines(context: Sequence[str], count: int) -> list[str]:
+    lines = [line.strip() for line in context if isinstance(line, str) and line.strip()]
+    return [scrub(line) for line in lines[-count:]] if count > 0 else []
+
+
+def conversational_query(message: str, earlier: Sequence[str]) -> str:
+    """The text embedded for a message said after ``earlier`` (oldest first): those lines,
+    then the message, one a line — the message alone when there is nothing before it. An
+    elliptic message ("那家店叫什么来着") gets its topic from the lines before it."""
+    return "\n".join([*earlier, message]) if earlier else message
 
 
 class Retriever:
@@ -91,6 +103,7 @@ class Retriever:
         mode: RetrievalMode | None = None,
         time_aware: bool | None = None,
         shared: bool = False,
+        context: Sequence[str] = (),
     ) -> RecallResult:
         """Top-N anchors of this session by meaning, keywords and time, each widened by
         ±window turns.
@@ -107,6 +120,10 @@ class Retriever:
         session of the group, each window from its anchor's own session.
         If the query cannot be embedded, hybrid recall falls back to keywords and vector
         recall returns nothing (logged); it is never an error.
+
+        ``context``: the session's lines before the query, oldest first (the short-term
+        memory). With ``MEMORY_QUERY_CONTEXT_TURNS`` > 0 the last that many join the query
+        (see ``conversational_query``); time words are still read from the query alone.
         """
         now = now or datetime.now(timezone.utc)
         top_n = self.settings.memory_top_n if top_n is None else top_n
@@ -121,13 +138,15 @@ class Retriever:
         when = analyse_query(query, now, self.tz) if time_aware else None
         # The time expression has done its work once it is a range; the rest is the topic.
         text = when.rest if when is not None and when.rest.strip() else query
+        earlier = _last_lines(context, self.settings.memory_query_context_turns)
+        search_text = conversational_query(text, earlier)
         filters = AnchorFilters(
             roles=tuple(roles) if roles else None,
             phrases=tuple(required_phrases(keywords)) if keywords else None,
         )
         # The query's embedding and the session's size are independent: fetch both at once.
         embedded, size = await asyncio.gather(
-            self._embed_for_recall(text, mode), store.session_size(scope)
+            self._embed_for_recall(search_text, mode), store.session_size(scope)
         )
         if embedded is _NO_VECTOR:
             return RecallResult(query=query)
@@ -139,7 +158,7 @@ class Retriever:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
         if mode != "vector":
             searches["keyword"] = store.keyword_candidates(
-                terms=query_terms(text),
+                terms=conversation_terms(text, earlier),
                 session_rows=size,
                 query_vector=vector,
                 filters=filters,
@@ -209,9 +228,9 @@ class Retriever:
                 # nothing (the user may misremember when).
                 ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
         if self.reranker is not None and len(ranked) > 1:
-            ranked = await self._reranked(store, scope, text, ranked, now)
+            ranked = await self._reranked(store, scope, search_text, ranked, now)
         result = await self._assemble(store, scope, query, ranked, top_n, window, now)
-        return dataclasses.replace(result, search_text=text)
+        return dataclasses.replace(result, search_text=search_text)
 
     async def _reranked(
         self,

@@ -14,6 +14,7 @@ import numpy as np
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import StorageError
+from ..lang.indexed import indexed_text
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn, RecalledMessage
 from .opt_outs import not_opted_out
@@ -44,6 +45,7 @@ INSERT_COLUMNS = (
     "keywords",
     "refers_start",
     "refers_end",
+    "text_form",
 )
 
 # Nothing is stored of a person who opted out of this chat (storage.opt_outs).
@@ -52,7 +54,7 @@ INSERT INTO dialogues ({", ".join(INSERT_COLUMNS)})
 SELECT * FROM (
     VALUES ($1, $2::bigint, $3, $4::bigint, $5::bigint, $6, $7, $8, $9, $10::bigint,
             $11::jsonb, $12::halfvec, $13, $14::integer, $15::timestamptz,
-            array_to_tsvector($16::text[]), $17::timestamptz, $18::timestamptz)
+            array_to_tsvector($16::text[]), $17::timestamptz, $18::timestamptz, $19::smallint)
 ) AS n ({", ".join(INSERT_COLUMNS)})
 WHERE {not_opted_out("n")}
 ON CONFLICT (message_uuid) DO NOTHING
@@ -66,7 +68,8 @@ CREATE TEMPORARY TABLE IF NOT EXISTS dialogue_import (
     message_uuid text, self_id bigint, session_key text, user_id bigint, group_id bigint,
     chat_type text, role text, content text, sender_name text, qq_message_id bigint,
     raw_segments jsonb, embedding halfvec, embedding_model text, token_count integer,
-    created_at timestamptz, keywords text[], refers_start timestamptz, refers_end timestamptz
+    created_at timestamptz, keywords text[], refers_start timestamptz, refers_end timestamptz,
+    text_form smallint
 ) ON COMMIT DELETE ROWS
 """
 
@@ -259,27 +262,43 @@ SQL_LAST_TURN_AT = """
 SELECT max(created_at) FROM dialogues WHERE session_key = $1 AND created_at <= $2
 """
 
-SQL_PENDING_EMBEDDINGS = """
-SELECT id, content FROM dialogues WHERE embedding IS NULL ORDER BY id LIMIT $1
+# The rows' indexed text is made in Python (lang.indexed) from these columns.
+_INDEX_SOURCE = "id, content, sender_name, text_form"
+
+SQL_PENDING_EMBEDDINGS = f"""
+SELECT {_INDEX_SOURCE} FROM dialogues WHERE embedding IS NULL ORDER BY id LIMIT $1
 """
 SQL_COUNT_PENDING = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
 
-SQL_NEEDING_REEMBED = """
-SELECT id, content FROM dialogues
-WHERE id > $2 AND (embedding_model IS DISTINCT FROM $1 OR embedding IS NULL)
-ORDER BY id LIMIT $3
+# Rows to embed again: another model, no embedding yet, or another text form than $2.
+_NEEDING_REINDEX = "(embedding_model IS DISTINCT FROM $1 OR embedding IS NULL OR text_form <> $2)"
+SQL_NEEDING_REEMBED = f"""
+SELECT {_INDEX_SOURCE} FROM dialogues WHERE id > $3 AND {_NEEDING_REINDEX}
+ORDER BY id LIMIT $4
 """
-SQL_COUNT_NEEDING_REEMBED = """
-SELECT count(*) FROM dialogues WHERE embedding_model IS DISTINCT FROM $1 OR embedding IS NULL
-"""
+SQL_COUNT_NEEDING_REEMBED = f"SELECT count(*) FROM dialogues WHERE {_NEEDING_REINDEX}"
 
 SQL_SET_EMBEDDING = """
 UPDATE dialogues SET embedding = $2, embedding_model = $3 WHERE id = $1
 """
 
+# Rows whose embedding and keywords were made from another text form than $1 (a change of
+# MEMORY_INDEX_SPEAKER, or rows from before migration 007), walked by id from $2.
+SQL_OTHER_TEXT_FORM = f"""
+SELECT {_INDEX_SOURCE} FROM dialogues WHERE id > $2 AND text_form <> $1 ORDER BY id LIMIT $3
+"""
+SQL_COUNT_OTHER_TEXT_FORM = "SELECT count(*) FROM dialogues WHERE text_form <> $1"
+# Embedding, keywords and form change together, so a row is never half in one form.
+SQL_SET_INDEXED = """
+UPDATE dialogues
+SET embedding = $2, embedding_model = $3, keywords = array_to_tsvector($4::text[]),
+    text_form = $5
+WHERE id = $1
+"""
+
 # The keyword backfill (rows from before migration 003, or after a change of the analyser).
-SQL_PENDING_KEYWORDS = """
-SELECT id, content FROM dialogues WHERE keywords IS NULL ORDER BY id LIMIT $1
+SQL_PENDING_KEYWORDS = f"""
+SELECT {_INDEX_SOURCE} FROM dialogues WHERE keywords IS NULL ORDER BY id LIMIT $1
 """
 SQL_SET_KEYWORDS = """
 UPDATE dialogues SET keywords = array_to_tsvector($2::text[]) WHERE id = $1
@@ -387,6 +406,8 @@ class NewTurnRow:
     token_count: int
     created_at: datetime
     keywords: list[str]  # search terms (memory_core.lang.keywords), stored as a tsvector
+    text_form: int  # which text the embedding and keywords are made of (lang.indexed)
+    indexed: str  # that text (not a column: what the caller embeds)
     refers_start: datetime | None = None  # the time the turn talks about (migration 008)
     refers_end: datetime | None = None
 
@@ -507,6 +528,12 @@ def parse_session_index_name(name: str) -> tuple[int, str] | None:
 
 async def _vector_indexes(conn: PoolConnectionProxy[asyncpg.Record]) -> dict[str, bool]:
     return {r["name"]: r["valid"] for r in await conn.fetch(SQL_VECTOR_INDEXES)}
+
+
+def _indexed(record: asyncpg.Record, text_form: int | None = None) -> str:
+    """The row's indexed text in ``text_form`` (default: the form it is stored in)."""
+    form = record["text_form"] if text_form is None else text_form
+    return indexed_text(record["content"], record["sender_name"], form)
 
 
 def _turn(record: asyncpg.Record) -> MemoryTurn:
@@ -776,24 +803,58 @@ class PgDialogueStore(PgStore):
         return value
 
     async def pending_embeddings(self, limit: int) -> list[tuple[int, str]]:
+        """Rows stored without an embedding: (id, indexed text in the row's own form)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_PENDING_EMBEDDINGS, limit)
-        return [(r["id"], r["content"]) for r in records]
+        return [(r["id"], _indexed(r)) for r in records]
 
     async def count_pending_embeddings(self) -> int:
         async with self._connection() as conn:
             return int(await conn.fetchval(SQL_COUNT_PENDING))
 
     async def rows_needing_reembed(
-        self, model: str, after_id: int, limit: int
+        self, model: str, text_form: int, after_id: int, limit: int
     ) -> list[tuple[int, str]]:
+        """Rows after ``after_id`` not embedded by ``model`` or not in ``text_form``:
+        (id, indexed text in ``text_form``)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_NEEDING_REEMBED, model, after_id, limit)
-        return [(r["id"], r["content"]) for r in records]
+            records = await conn.fetch(SQL_NEEDING_REEMBED, model, text_form, after_id, limit)
+        return [(r["id"], _indexed(r, text_form)) for r in records]
 
-    async def count_needing_reembed(self, model: str) -> int:
+    async def count_needing_reembed(self, model: str, text_form: int) -> int:
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_COUNT_NEEDING_REEMBED, model))
+            return int(await conn.fetchval(SQL_COUNT_NEEDING_REEMBED, model, text_form))
+
+    async def rows_in_other_form(
+        self, text_form: int, after_id: int, limit: int
+    ) -> list[tuple[int, str]]:
+        """Rows after ``after_id`` indexed in another form: (id, indexed text in
+        ``text_form``)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_OTHER_TEXT_FORM, text_form, after_id, limit)
+        return [(r["id"], _indexed(r, text_form)) for r in records]
+
+    async def count_in_other_form(self, text_form: int) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_OTHER_TEXT_FORM, text_form))
+
+    async def set_indexed(
+        self,
+        rows: Sequence[tuple[int, Sequence[str]]],
+        vectors: np.ndarray,
+        model: str,
+        text_form: int,
+    ) -> None:
+        """Store each row's new embedding and keywords (``(id, terms)``), made in
+        ``text_form``."""
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(
+                SQL_SET_INDEXED,
+                [
+                    (row_id, vectors[i], model, list(terms), text_form)
+                    for i, (row_id, terms) in enumerate(rows)
+                ],
+            )
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
         async with self._connection() as conn, conn.transaction():
@@ -803,10 +864,11 @@ class PgDialogueStore(PgStore):
             )
 
     async def pending_keywords(self, limit: int) -> list[tuple[int, str]]:
-        """Rows whose keywords are still to be made, oldest first."""
+        """Rows whose keywords are still to be made, oldest first: (id, indexed text in the
+        row's own form)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_PENDING_KEYWORDS, limit)
-        return [(r["id"], r["content"]) for r in records]
+        return [(r["id"], _indexed(r)) for r in records]
 
     async def set_keywords(self, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
         async with self._connection() as conn, conn.transaction():

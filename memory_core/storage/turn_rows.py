@@ -9,6 +9,7 @@ from datetime import datetime, tzinfo
 import numpy as np
 
 from ..errors import InvalidTurnError
+from ..lang.indexed import CONTENT_ONLY, indexed_text
 from ..lang.keywords import document_terms
 from ..lang.text import clean_content, scrub, scrub_json
 from ..lang.timerange import referred_range
@@ -59,9 +60,11 @@ def prepare_row(
     embedding: np.ndarray | None,
     embedding_model: str,
     tz: tzinfo,
+    text_form: int = CONTENT_ONLY,
 ) -> NewTurnRow:
     """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row from its
-    :func:`scrubbed` text."""
+    :func:`scrubbed` text; its keywords (and ``indexed``, the text to embed) in
+    ``text_form``."""
     turn = scrubbed(turn)
     if turn.role not in ROLES:
         raise InvalidTurnError(f"role must be 'user' or 'assistant', got {turn.role!r}")
@@ -75,6 +78,7 @@ def prepare_row(
     content = clean_content(turn.content, max_chars)
     sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
     refers = referred_range(content, created_at, tz)
+    indexed = indexed_text(content, sender, text_form)
     return NewTurnRow(
         message_uuid=message_uuid_for(turn),
         self_id=turn.self_id,
@@ -91,7 +95,9 @@ def prepare_row(
         embedding_model=embedding_model if embedding is not None else None,
         token_count=token_counter.count(content),
         created_at=created_at,
-        keywords=document_terms(content),
         refers_start=refers.start if refers is not None else None,
         refers_end=refers.end if refers is not None else None,
+        keywords=document_terms(indexed),
+        text_form=text_form,
+        indexed=indexed,
     )

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from bench.public import chitchat, madial
-from bench.public.run import madial_root
-from bench.public.scoring import chance, figures_from_rankings, hits
+from bench.public.run import expanded, madial_root
+from bench.public.scoring import Case, chance, figures_from_rankings, hits
 
 ROOT = madial_root(None)
 needs_madial = pytest.mark.skipif(
@@ -46,6 +46,8 @@ def test_zh_dialogue_history_stops_before_the_first_test_turn() -> None:
     assert first.last_user_line() == "我特别期待那天晚上，我想让它变得很特别！"
     assert first.context().startswith("Bart: 嘿，你知道吗？元旦晚会我要表演魔术！\nAssistant: ")
     assert len(first.history) == 7  # raw lines 1..7; line 8 is the test turn
+    before = first.before_last_user_line()
+    assert before == [line.text for line in first.history[:6]]
     assert all(d.history[-1].role == "user" for d in data.dialogues)
 
 
@@ -89,9 +91,12 @@ def test_chitchat_context_keeps_the_last_lines_that_fit() -> None:
         for i, text in enumerate(texts)
     )
     conversation = chitchat.Conversation("c1", "What's your favorite smell?", t0, groups)
-    queries = chitchat.opening_queries(conversation, user="a")
-    assert queries is not None
-    assert queries["last user line"] == "coffee, for sure"
+    opening = chitchat.opening_queries(conversation, user="a")
+    assert opening is not None
+    queries, earlier = opening
+    assert queries["last user line"] == queries["conversation"] == "coffee, for sure"
+    # The conversational form's earlier lines: every group before the user's last one.
+    assert earlier == texts[:-1]
     context = queries["dialogue context"]
     assert context.startswith("User: what's your favorite smell?\nFriend: yyy")
     assert context.endswith("User: coffee, for sure")
@@ -110,3 +115,20 @@ def test_chitchat_people_are_the_most_frequent_below_the_cap(
     monkeypatch.setattr(chitchat, "MAX_CONVERSATIONS", 2)
     found = [chat("a", "b"), chat("a", "c"), chat("a", "d"), chat("b", "c")]
     assert chitchat.top_people(found, 2) == ["b", "c"]  # "a" (3) is above the cap
+
+
+def test_the_conversation_form_is_recalled_once_for_each_count_of_earlier_lines() -> None:
+    case = Case(
+        label="c",
+        user=1,
+        now=datetime(2024, 1, 1, tzinfo=timezone.utc),
+        queries={"last user line": "那家店叫什么", "conversation": "那家店叫什么"},
+        relevant=frozenset({1}),
+        earlier={"conversation": ["一", "二", "三"]},
+    )
+    assert expanded(case, [0, 2, 8]) == [
+        ("last user line", "那家店叫什么", []),
+        ("conversation (0 lines)", "那家店叫什么", []),
+        ("conversation (2 lines)", "那家店叫什么", ["二", "三"]),
+        ("conversation (8 lines)", "那家店叫什么", ["一", "二", "三"]),
+    ]

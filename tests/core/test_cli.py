@@ -156,6 +156,25 @@ def test_recall_batch_prints_one_json_object_per_query_in_order(imported):
     assert [t["role"] for t in second["turns"]] == ["user"]
 
 
+def test_recall_batch_takes_the_conversation_and_names_a_bad_one(imported):
+    dsn, data_dir = imported
+    queries = data_dir / "queries.jsonl"
+    asked = {"user_id": 1, "query": "是多少来着", "top_n": 1, "window_size": 0}
+    queries.write_text(
+        json.dumps({**asked, "context": ["我的订单号你还记得吗"]}, ensure_ascii=False) + "\n",
+        encoding="utf-8",
+    )
+    result = run_cli("recall", "--batch", str(queries), dsn=dsn, data_dir=data_dir)
+    assert result.returncode == 0, result.stderr
+    [turn] = json.loads(result.stdout)["turns"]
+    assert "ORD123456" in turn["content"]  # the line before the message names the order
+    queries.write_text(json.dumps({**asked, "context": "我的订单号"}, ensure_ascii=False))
+    result = run_cli("recall", "--batch", str(queries), dsn=dsn, data_dir=data_dir)
+    assert result.returncode != 0
+    assert ":1: context must be a list of strings" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_stats_reports_counts_and_model(imported):
     dsn, data_dir = imported
     result = run_cli("stats", "--json", dsn=dsn, data_dir=data_dir)

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
-from memory_core.errors import EmbeddingError, EmbeddingModelMismatchError
+from memory_core.errors import EmbeddingModelMismatchError
 from memory_core.models import TurnInput
-from memory_core.providers.embedding import ApiEmbedder
-from memory_core.providers.openai_api import OpenAIEndpoint
+from tests.embedding_server import EmbeddingServer
 from tests.fakes import HashingEmbedder
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -31,74 +27,17 @@ def said(text: str, message_id: int) -> TurnInput:
     )
 
 
-class FlakyEmbeddingServer:
-    """A real loopback /v1/embeddings server that answers 500 until told to recover."""
-
-    def __init__(self, dim: int) -> None:
-        self.dim = dim
-        self.healthy = False
-        self.requests = 0
-        hashing = HashingEmbedder(dim=dim)
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                return None
-
-            def do_POST(self) -> None:
-                outer.requests += 1
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if not outer.healthy:
-                    self.send_response(500)
-                    self.end_headers()
-                    self.wfile.write(b'{"error":"upstream overloaded"}')
-                    return
-                data = [
-                    {"index": i, "embedding": hashing._vector(text).tolist()}
-                    for i, text in enumerate(body["input"])
-                ]
-                payload = json.dumps({"data": data, "model": body["model"]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def flaky_server():
-    server = FlakyEmbeddingServer(dim=64)
+    server = EmbeddingServer(dim=64, healthy=False)
     yield server
     server.close()
 
 
 async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factory, flaky_server):
-    import httpx
-
-    client = httpx.AsyncClient(base_url=flaky_server.base_url, timeout=5)
     # No cooldown: the breaker lets the first call after recovery through at once (its own
     # test, in tests/core/providers, covers the wait).
-    endpoint = OpenAIEndpoint(
-        client,
-        label="embedding API",
-        error=EmbeddingError,
-        max_retries=1,
-        backoff_base=0.01,
-        breaker_cooldown=0.0,
-    )
-    embedder = ApiEmbedder(endpoint=endpoint, model="test-embed", dim=64, batch_size=8)
+    embedder = flaky_server.embedder()
     memory = await memory_factory(embedder=embedder, embedding_provider="api", embedding_dim=64)
     outcomes = [await memory.add_turn(said(f"我的第{i}个爱好是下棋", i)) for i in range(5)]
     assert all(o.turn is not None for o in outcomes)

@@ -9,6 +9,8 @@ import asyncpg
 from memory_core.lang.keywords import (
     ANALYZER_VERSION,
     MAX_DOCUMENT_TERMS,
+    MAX_QUERY_TERMS,
+    conversation_terms,
     document_terms,
     query_terms,
     tsquery_any,
@@ -131,3 +133,12 @@ async def test_a_changed_analyser_version_marks_every_row_for_the_backfill(
         assert await again.backfill_keywords() == 1
     finally:
         await conn.close()
+
+
+def test_conversation_terms_take_the_message_then_the_lines_nearest_it():
+    earlier = [f"订单{i}号" for i in range(100, 200)] + ["学校门口那家面馆"]
+    found = conversation_terms("那家店叫什么来着", earlier)
+    assert found[:4] == query_terms("那家店叫什么来着")
+    assert "面馆" in found and "199" in found  # the lines just before the message
+    assert "100" not in found  # the oldest lines fall past the limit
+    assert len(found) == MAX_QUERY_TERMS
