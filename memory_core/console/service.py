@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
 from ..errors import DatabaseUnavailableError, EmbeddingError, InvalidTurnError
+from ..lang.indexed import indexed_text
 from ..lang.keywords import document_terms, normalize
 from ..lang.text import clean_content
 from ..models import MemoryTurn
@@ -176,13 +177,21 @@ class MemoryConsole:
         """Replace a turn's text (re-embedded, keywords and tokens recounted); ``None`` if
         the session has no such turn. Raises ``InvalidTurnError`` for empty text."""
         content = clean_content(text, self.memory.settings.memory_max_content_chars)
-        vector, model = await self._passage_vector(content)
+        current = await self._store().turns_by_ids(session_key, [turn_id])
+        if not current:
+            return None
+        # Searched like a freshly stored turn: in the bot's text form (the speaker's name too
+        # when MEMORY_INDEX_SPEAKER is on), so the background re-index has nothing to redo.
+        form = self.memory.text_form
+        indexed = indexed_text(content, current[0].sender_name, form)
+        vector, model = await self._passage_vector(indexed)
         edit = TurnEdit(
             content=content,
             token_count=self.memory.token_counter.count(content),
             embedding=vector,  # type: ignore[arg-type]
             embedding_model=model,
-            keywords=document_terms(content),
+            keywords=document_terms(indexed),
+            text_form=form,
         )
         audit = Audit(actor, "edit", "turn", turn_id, session_key, after_text=content)
         changed = await self._store().edit_turn(turn_id, session_key, edit, audit)

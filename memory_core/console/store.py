@@ -118,7 +118,7 @@ SQL_LOCK_TURN = (
 )
 SQL_EDIT_TURN = f"""
 UPDATE dialogues SET content = $3, token_count = $4, embedding = $5::halfvec,
-       embedding_model = $6, keywords = array_to_tsvector($7::text[])
+       embedding_model = $6, keywords = array_to_tsvector($7::text[]), text_form = $8
 WHERE id = $1 AND session_key = $2
 RETURNING {TURN_COLUMNS}
 """
@@ -260,6 +260,7 @@ class TurnEdit:
     embedding: np.ndarray | None
     embedding_model: str | None
     keywords: Sequence[str]
+    text_form: int  # the form ``keywords`` and ``embedding`` were made in (lang.indexed)
 
 
 @dataclass(frozen=True)
@@ -391,7 +392,7 @@ class PgConsoleStore(PgStore):
     ) -> tuple[MemoryTurn, MemoryTurn] | None:
         """Replace a turn's text; (before, after), or ``None`` if the session has no such turn."""
         values = (edit.content, edit.token_count, edit.embedding, edit.embedding_model,
-                  list(edit.keywords))  # fmt: skip
+                  list(edit.keywords), edit.text_form)  # fmt: skip
         rows = await self._edit(SQL_LOCK_TURN, SQL_EDIT_TURN, turn_id, session_key, values, audit)
         return None if rows is None else (_turn(rows[0]), _turn(rows[1]))
 

@@ -130,6 +130,24 @@ async def test_editing_a_turn_reembeds_it_and_writes_the_audit_log(
     assert (log[0].before_text, log[0].after_text) == ("明天我要去北京出差", "后天我要去上海出差")
 
 
+async def test_an_edited_turn_is_searched_by_its_speaker_when_the_speaker_index_is_on(
+    memory_factory,
+):
+    memory = await memory_factory(memory_index_speaker=True)
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
+
+    await console.edit_turn(str(ALICE), turn.id, "后天我要去上海出差", actor=ACTOR)
+
+    # The speaker's name is a keyword of the edited turn, as of any turn stored in this form.
+    recalled = await memory.recall(ALICE, "阿丽", mode="keyword", now=T0 + timedelta(hours=1))
+    assert turn.id in recalled.anchor_ids
+    async with memory._pool.acquire() as conn:
+        form = await conn.fetchval("SELECT text_form FROM dialogues WHERE id = $1", turn.id)
+    assert form == memory.text_form == 1
+
+
 async def test_an_edit_through_another_session_changes_nothing(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
