@@ -173,3 +173,29 @@ def setting_overrides(pairs: Sequence[str]) -> dict[str, str]:
             raise SystemExit(f"--set needs KEY=VALUE, got {pair!r}")
         overrides[key.strip().lower()] = value.strip()
     return overrides
+
+
+def vector_cache_path(prefix: Path, model: str) -> Path:
+    """The passage-vector cache file of one embedding model."""
+    return prefix.with_name(f"{prefix.name}-{model.replace('/', '_')}.npz")
+
+
+def load_vector_cache(path: Path) -> dict[str, np.ndarray]:
+    """Vectors cached by text between bench runs (empty when there is no cache yet)."""
+    if not path.exists():
+        return {}
+    stored = np.load(path, allow_pickle=False)
+    return dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
+
+
+def save_vector_cache(path: Path, known: dict[str, np.ndarray]) -> None:
+    """Write the cache through a temporary file and a rename, so that a bench run reading it
+    at the same moment sees the old file or the new one, never half of one."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp.npz")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, texts=np.array(list(known)), vectors=np.stack(list(known.values())))
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -27,7 +27,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bench.common import add_set_option, bench_data_dir, machine_line, setting_overrides
+from bench.common import (
+    add_set_option,
+    bench_data_dir,
+    load_vector_cache,
+    machine_line,
+    save_vector_cache,
+    setting_overrides,
+    vector_cache_path,
+)
 from bench.public import chitchat, madial
 from bench.public.scoring import (
     ALL_AT_K,
@@ -130,20 +138,15 @@ async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) ->
 async def passage_vectors(memory: TemporalMemory, texts: Sequence[str]) -> np.ndarray:
     """The texts' passage embeddings by the memory's own embedder, kept between runs in a
     cache file by text (a cold run embeds ~6,600 texts: minutes on 2 busy cores)."""
-    cache = VECTOR_CACHE.with_name(
-        f"{VECTOR_CACHE.name}-{memory.embedding_model.replace('/', '_')}.npz"
-    )
-    known: dict[str, np.ndarray] = {}
-    if cache.exists():
-        stored = np.load(cache, allow_pickle=False)
-        known = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
+    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model)
+    known = load_vector_cache(cache)
     missing = sorted({t for t in texts if t not in known})
     if missing:
         started = time.perf_counter()
         for start in range(0, len(missing), EMBED_CHUNK):
             chunk = missing[start : start + EMBED_CHUNK]
             known.update(zip(chunk, await memory.embedder.embed_passages(chunk), strict=True))
-        np.savez(cache, texts=np.array(list(known)), vectors=np.stack(list(known.values())))
+        save_vector_cache(cache, known)
         seconds = time.perf_counter() - started
         print(
             f"embedded {len(missing)} new texts with {memory.embedding_model} in {seconds:.1f} s "

@@ -26,9 +26,12 @@ import numpy as np
 from bench.common import (
     add_set_option,
     bench_data_dir,
+    load_vector_cache,
     machine_line,
     percentiles,
+    save_vector_cache,
     setting_overrides,
+    vector_cache_path,
 )
 from bench.retrieval.generate import NOW, Dataset, Question, Turn, build
 from memory_core.lang.indexed import indexed_text
@@ -111,19 +114,14 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
     their indexed text in the memory's text form; returns uuid -> row id."""
     names = [speaker(t) for t in data.turns]
     texts = [indexed_text(t.content, speaker(t), memory.text_form) for t in data.turns]
-    cache = VECTOR_CACHE.with_name(
-        f"{VECTOR_CACHE.name}-{memory.embedding_model.replace('/', '_')}.npz"
-    )
-    known: dict[str, np.ndarray] = {}
-    if cache.exists():
-        stored = np.load(cache, allow_pickle=False)
-        known = dict(zip(stored["texts"].tolist(), stored["vectors"], strict=True))
+    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model)
+    known = load_vector_cache(cache)
     missing = sorted({t for t in texts if t not in known})
     started = time.perf_counter()
     if missing:
         fresh = await memory.embedder.embed_passages(missing)
         known.update(zip(missing, fresh, strict=True))
-        np.savez(cache, texts=np.array(list(known)), vectors=np.stack(list(known.values())))
+        save_vector_cache(cache, known)
     embed_seconds = time.perf_counter() - started
     vectors = np.stack([known[t] for t in texts])
     print(
