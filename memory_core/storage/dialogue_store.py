@@ -184,13 +184,17 @@ ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
 SQL_SCOPE_KEYWORD_CANDIDATES = _scoped(SQL_KEYWORD_CANDIDATES)
 
-# The session's latest live turns (for "刚才"), newest first, with the cosine to $4 if given.
-SQL_LATEST_CANDIDATES = f"""
+# The session's live turns with their cosine to $4 when a query vector is given (else NULL).
+_LIVE_TURNS_WITH_SIMILARITY = """
 SELECT id, created_at,
        CASE WHEN embedding_model = $2 AND $4::halfvec IS NOT NULL
             THEN 1 - (embedding <=> $4::halfvec) END AS similarity
 FROM dialogues
 WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+"""
+
+# The session's latest live turns (for "刚才"), newest first, with the cosine to $4 if given.
+SQL_LATEST_CANDIDATES = f"""{_LIVE_TURNS_WITH_SIMILARITY}\
   {_ANCHOR_FILTERS}
 ORDER BY created_at DESC, id DESC LIMIT $5
 """
@@ -198,12 +202,7 @@ SQL_SCOPE_LATEST_CANDIDATES = _scoped(SQL_LATEST_CANDIDATES)
 
 # The session's live turns that talk about a time inside the filters' range [$8, $9)
 # (migration 008), nearest to $4 first when a query vector is given, else newest first.
-SQL_REFERRING_CANDIDATES = f"""
-SELECT id, created_at,
-       CASE WHEN embedding_model = $2 AND $4::halfvec IS NOT NULL
-            THEN 1 - (embedding <=> $4::halfvec) END AS similarity
-FROM dialogues
-WHERE session_key = $1 AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
+SQL_REFERRING_CANDIDATES = f"""{_LIVE_TURNS_WITH_SIMILARITY}\
   AND refers_start IS NOT NULL AND refers_start < $9 AND refers_end > $8
   {_ROLE_AND_PHRASE_FILTERS}
 ORDER BY embedding <=> $4::halfvec NULLS LAST, created_at DESC, id DESC LIMIT $5
