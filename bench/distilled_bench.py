@@ -18,6 +18,7 @@ from memory_core.answer_cache.cache import cache_threshold
 from memory_core.distill.memory import ExtractedMemory, dedupe_threshold, restates
 from memory_core.models import TurnInput
 from memory_core.providers.embedding import build_embedder
+from memory_core.recall.options import RecallOptions
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
@@ -173,7 +174,7 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
         f"build_context ({turns} turns, {facts} facts, 5 preferences, 10 summaries; "
         f"{context.tokens} tokens of {budget}), recall included: {fmt(percentiles(samples))}"
     )
-    recalled = await memory.recall(1, "猫怎么样了", None, now=now)
+    recalled = await memory.recall(1, "猫怎么样了", options=RecallOptions(now=now))
     samples = []
     for _ in range(queries):
         started = time.perf_counter()

@@ -8,15 +8,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
 
 from .console.store import PgConsoleStore
-from .conversation.context import ContextBuilder, MemoryContext
-from .conversation.prompt import MemoryBlock, build_memory_block
+from .context.block import MemoryBlock, build_memory_block
+from .context.builder import ContextBuilder, MemoryContext
 from .distill.service import DistilledService
 from .errors import (
     DatabaseUnavailableError,
@@ -34,6 +33,7 @@ from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .lang.keywords import document_terms
 from .lang.tokens import TokenCounter, load_token_counter
 from .models import (
+    AddOutcome,
     ForgetScope,
     Forgotten,
     MemoryTurn,
@@ -45,9 +45,10 @@ from .models import (
 )
 from .providers.embedding import Embedder, build_embedder
 from .providers.rerank import ApiReranker, build_reranker
+from .recall.options import DEFAULT_RECALL, RecallOptions
 from .recall.retriever import Retriever
 from .recall.sharing import GroupSharing
-from .settings import MemorySettings, RetrievalMode
+from .settings import MemorySettings
 from .stats import EvaluationFigures, MemoryStats
 from .storage.database import (
     CONNECTION_ERRORS,
@@ -71,19 +72,6 @@ TEXT_FORM_META = "indexed_text_form"
 REINDEX_ROUND_SECONDS = 10.0
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class AddOutcome:
-    """What ``add_turn`` did: stored (``turn``), found a duplicate, spooled it (to be written
-    later), dead-lettered it (the database refused its values; see ``storage.spool``), or
-    kept nothing because its person opted out of that chat (``storage.opt_outs``)."""
-
-    turn: MemoryTurn | None
-    duplicate: bool = False
-    spooled: bool = False
-    dead_lettered: bool = False
-    opted_out: bool = False
 
 
 class TemporalMemory:
@@ -156,7 +144,6 @@ class TemporalMemory:
         self._context_builder = ContextBuilder(
             settings=settings,
             keeper=self.distilled.keeper,
-            recall=self.recall,
             counter=token_counter,
             tz=self.tz,
         )
@@ -647,34 +634,19 @@ class TemporalMemory:
         user_id: int,
         query: str,
         group_id: int | None = None,
-        *,
-        top_n: int | None = None,
-        window_size: int | None = None,
-        now: datetime | None = None,
-        roles: Sequence[Role] | None = None,
-        keywords: Sequence[str] | None = None,
-        mode: RetrievalMode | None = None,
-        time_aware: bool | None = None,
-        context: Sequence[str] = (),
+        options: RecallOptions = DEFAULT_RECALL,
     ) -> RecallResult:
         """Top-N anchors of this session (of the whole group when it is shared, see
         ``recall.sharing``), each widened by ±window turns; see
-        :meth:`memory_core.recall.retriever.Retriever.recall` for the channels, the filters and
-        ``context`` (the conversation before ``query``)."""
+        :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and the filters,
+        and ``recall.options.RecallOptions`` for the knobs."""
         return await self._retriever.recall(
             self._require_store(),
             user_id,
             query,
             group_id,
-            top_n=top_n,
-            window_size=window_size,
-            now=now,
-            roles=roles,
-            keywords=keywords,
-            mode=mode,
-            time_aware=time_aware,
+            options,
             shared=await self.sharing.shared(group_id),
-            context=context,
         )
 
     async def get_contextual_memory(
@@ -687,10 +659,8 @@ class TemporalMemory:
         now: datetime | None = None,
     ) -> list[MemoryTurn]:
         """Seed API: the anchors and their windows, deduplicated, in time order."""
-        result = await self.recall(
-            user_id, query, group_id, top_n=top_n, window_size=window_size, now=now
-        )
-        return list(result.turns)
+        options = RecallOptions(top_n=top_n, window_size=window_size, now=now)
+        return list((await self.recall(user_id, query, group_id, options)).turns)
 
     def format_block(
         self,
@@ -917,13 +887,18 @@ class TemporalMemory:
         recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
         already in the messages). Pass ``recall`` to reuse a recall already made;
         ``touch=False`` does not count the memories as used."""
+        now = now or datetime.now(timezone.utc)
         return await self._context_builder.build(
             user_id,
             group_id,
             query,
             now=now,
             exclude_ids=exclude_ids,
-            recall=recall,
+            recall=(
+                recall
+                if recall is not None
+                else self.recall(user_id, query, group_id, RecallOptions(now=now))
+            ),
             max_tokens=max_tokens,
             touch=touch,
         )

@@ -8,13 +8,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.conversation.context import (
+from memory_core.context.block import MEMORY_HEADER
+from memory_core.context.builder import (
     FACTS_HEADER,
     PREFERENCES_HEADER,
     SUMMARIES_HEADER,
     format_distilled_line,
 )
-from memory_core.conversation.prompt import MEMORY_HEADER
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
 from tests.fakes import stored_fact
