@@ -534,3 +534,25 @@ async def test_a_nearly_full_disk_letting_small_writes_through_never_dead_letter
     await RefusingTrigger("53100", "").lift(fresh_dsn, memory)
     assert await memory.flush_spool() == 1
     assert await stored_contents(fresh_dsn) == ["短句", "这一句太长了写不进去"]
+
+
+async def test_the_pools_reconnection_retries_log_one_line_each_without_a_traceback(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder, caplog
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        await proxy.stop()
+        with pytest.raises(DatabaseUnavailableError):
+            await memory.recall(7, "说的话")  # the pool finds its connection gone
+        with caplog.at_level(logging.WARNING, logger="asyncpg.pool"):
+            for _ in range(100):  # bounded wait for asyncpg's first retry (1 s after the loss)
+                if any(r.name == "asyncpg.pool" for r in caplog.records):
+                    break
+                await asyncio.sleep(0.1)
+        retries = [r for r in caplog.records if r.name == "asyncpg.pool"]
+        assert retries, "asyncpg did not retry the lost connection"
+        assert all(r.exc_info is None and "\n" not in r.getMessage() for r in retries)
+        assert "Error" in retries[0].getMessage()  # the reason is kept, on the same line
+        await proxy.start()
+    finally:
+        await memory.aclose()
