@@ -4,10 +4,12 @@ written; a bad item is dead-lettered and never blocks the others; nothing is los
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -15,7 +17,7 @@ import pytest
 
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.errors import DatabaseUnavailableError, StorageError
-from memory_core.models import RecalledMessage, TurnInput
+from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from memory_core.storage.spool import TurnSpool
@@ -556,3 +558,102 @@ async def test_the_pools_reconnection_retries_log_one_line_each_without_a_traceb
         await proxy.start()
     finally:
         await memory.aclose()
+
+
+class FullSpoolDisk:
+    """The spool file's disk refuses writes with ENOSPC, as a full disk does (the file system
+    call is replaced; the database stays real)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.full = True
+        write = TurnSpool._append_sync
+
+        def append(path, data: bytes) -> None:
+            if self.full:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            write(path, data)
+
+        monkeypatch.setattr(TurnSpool, "_append_sync", staticmethod(append))
+
+
+async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are_written_later(
+    memory_factory, fresh_dsn, caplog, monkeypatch
+):
+    """The spool usually shares the database's disk: both refuse writes as a full disk does."""
+    memory = await memory_factory()
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    sent: list[str] = []
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    disk = FullSpoolDisk(monkeypatch)
+    full_disk = RefusingTrigger("53100", "DiskFullError [53100]")
+    await full_disk.apply(fresh_dsn, memory)
+    with caplog.at_level(logging.WARNING, logger="memory_core.storage.spool"):
+        for number in (1, 2, 3):
+            result = await engine.converse(said(f"磁盘满时说的第{number}句", number), send)
+            assert result.outcome is Outcome.REPLIED and result.spooled
+    assert sent == [FixedAnswer.answer] * 3
+    assert memory._spool.pending() == 6  # three user turns and three replies, in memory
+    assert any("wait in memory" in r.getMessage() for r in caplog.records)
+    with pytest.raises(StorageError):
+        await memory.flush_spool()  # neither the file nor the database takes them yet
+
+    disk.full = False  # space again: the file takes writes, then the database
+    await full_disk.lift(fresh_dsn, memory)
+    assert await memory.flush_spool() == 6
+    assert memory._spool.pending() == 0
+    contents = await stored_contents(fresh_dsn)
+    assert sorted(c for c in contents if c != FixedAnswer.answer) == [
+        f"磁盘满时说的第{n}句" for n in (1, 2, 3)
+    ]
+
+
+async def test_forget_drops_turns_waiting_in_memory_for_a_full_spool_file(tmp_path, monkeypatch):
+    disk = FullSpoolDisk(monkeypatch)
+    spool = TurnSpool(tmp_path / "spool.jsonl")
+    await spool.append(said("要忘掉的话", 1))
+    await spool.append(
+        TurnInput(user_id=8, role="user", content="别人的话", message_id=2, self_id=1)
+    )
+    assert spool.pending() == 2
+    assert await spool.forget(ForgetScope(user_id=7)) == 1
+    disk.full = False
+    entries, _ = await spool.read()
+    assert [entry.item.content for entry in entries] == ["别人的话"]
+
+
+async def test_a_write_the_disk_cuts_short_leaves_no_torn_line(tmp_path, monkeypatch):
+    """A full disk taking only part of a write: the part is cut off again, so the retry of
+    the whole line is the only copy in the file."""
+    spool = TurnSpool(tmp_path / "spool.jsonl")
+    await spool.append(said("第一句", 1))
+    size = spool.path.stat().st_size
+    real_open = Path.open
+
+    class HalfWrite:
+        def __init__(self, raw) -> None:
+            self.raw = raw
+
+        def __getattr__(self, name: str):
+            return getattr(self.raw, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.raw.close()
+
+        def write(self, data) -> int:
+            if len(data) > 4:
+                return self.raw.write(bytes(data[:4]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: HalfWrite(real_open(self, *a, **k)))
+    await spool.append(said("第二句", 2))  # held in memory
+    assert spool.path.stat().st_size == size
+    monkeypatch.setattr(Path, "open", real_open)
+    entries, _ = await spool.read()
+    assert [entry.item.content for entry in entries] == ["第一句", "第二句"]
