@@ -25,6 +25,16 @@ from tests.core.test_bad_input import ODD_TEXTS
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 
+def recorded_in(sent: list[str]):
+    """A ``send`` for the engine that records each reply in ``sent``."""
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    return send
+
+
 def said(text: str, message_id: int) -> TurnInput:
     return TurnInput(user_id=7, role="user", content=text, message_id=message_id, self_id=1)
 
@@ -229,10 +239,7 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
     engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
     sent: list[str] = []
-
-    async def send(text: str) -> Delivery:
-        sent.append(text)
-        return Delivery(text=text)
+    send = recorded_in(sent)
 
     expected: dict[int, str] = {}
     try:
@@ -412,10 +419,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
     memory = await memory_factory()
     engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
     sent: list[str] = []
-
-    async def send(text: str) -> Delivery:
-        sent.append(text)
-        return Delivery(text=text)
+    send = recorded_in(sent)
 
     await memory.add_turn(said("一切正常时说的", 1))
     await refusal.apply(fresh_dsn, memory)
@@ -506,10 +510,7 @@ async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_a
     memory = await memory_factory()
     await refuse_inserts(fresh_dsn, "22023", "NEW.content LIKE '%拒收%'")
     sent: list[str] = []
-
-    async def send(text: str) -> Delivery:
-        sent.append(text)
-        return Delivery(text=text)
+    send = recorded_in(sent)
 
     engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
     result = await engine.converse(said("数据库拒收这一句", 1), send)
@@ -583,10 +584,7 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
     memory = await memory_factory()
     engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
     sent: list[str] = []
-
-    async def send(text: str) -> Delivery:
-        sent.append(text)
-        return Delivery(text=text)
+    send = recorded_in(sent)
 
     disk = FullSpoolDisk(monkeypatch)
     full_disk = RefusingTrigger("53100", "DiskFullError [53100]")
