@@ -27,7 +27,7 @@ from .errors import (
 from .evaluation.evaluator import Evaluator, build_evaluator
 from .evaluation.retention import RetentionPolicy, load_retention_policy
 from .evaluation.store import PgEvaluationStore
-from .evaluation.worker import PURGED, EvaluationWorker
+from .evaluation.worker import PURGED, EvaluationOff, EvaluationWorker
 from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
 from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .lang.keywords import document_terms
@@ -112,7 +112,7 @@ class TemporalMemory:
         self._store: PgDialogueStore | None = None
         self._evaluation_store: PgEvaluationStore | None = None
         self.retention = retention
-        self.evaluations = (
+        self.evaluations: EvaluationWorker | EvaluationOff = (
             EvaluationWorker(
                 store=self._require_evaluation_store,
                 evaluator=evaluator,
@@ -122,7 +122,7 @@ class TemporalMemory:
                 batch_size=settings.evaluator_batch_size,
             )
             if evaluator is not None and retention is not None
-            else None
+            else EvaluationOff()
         )
         self._pool: Any = None
         self.vector_index = VectorIndex(
@@ -263,8 +263,7 @@ class TemporalMemory:
 
     async def aclose(self) -> None:
         await self.distilled.aclose()
-        if self.evaluations is not None:
-            await self.evaluations.aclose()
+        await self.evaluations.aclose()
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -785,7 +784,7 @@ class TemporalMemory:
         today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
         return MemoryStats(
             evaluation=EvaluationFigures(
-                evaluator=self.evaluations.evaluator.name if self.evaluations else "off",
+                evaluator=self.evaluations.evaluator_name,
                 totals=await evaluation_store.metric_totals(date.min),
                 pending=await evaluation_store.pending_count(),
                 band_names=self.retention.band_names if self.retention else (),
@@ -813,13 +812,10 @@ class TemporalMemory:
 
         Returns at once; the exchange is kept without expiry until it is scored.
         """
-        if self.evaluations is not None:
-            await self.evaluations.enqueue(user_turn_id, assistant_turn_id)
+        await self.evaluations.enqueue(user_turn_id, assistant_turn_id)
 
     async def evaluate_pending(self, now: datetime | None = None) -> int:
         """Score every queued exchange that is due now; returns how many were settled."""
-        if self.evaluations is None:
-            return 0
         return await self.evaluations.run_once(now)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
@@ -968,14 +964,13 @@ async def open_memory(
         await memory._stop_embedded_server()
         await memory.close_providers()
         raise
-    if memory.distilled.answer_cache is not None and memory.connected:
+    if memory.connected:
         try:
             await memory.distilled.preload_answer_cache()
         except MemoryCoreError as exc:  # a bad preload file must not stop the bot
             log.error("answer cache preload failed: %s", exc)
     if maintenance_interval is not None:
         memory.start_maintenance(maintenance_interval)
-        if memory.evaluations is not None:
-            memory.evaluations.start()
+        memory.evaluations.start()
         memory.distilled.start()
     return memory

@@ -2,7 +2,8 @@
 
 One object over the parts that live beside the dialogue turns, on the memory's database pool:
 facts, preferences and summaries (``keeper``), their background extraction (``extraction``,
-``None`` when off) and the opt-in answer cache (``answer_cache``, ``None`` when off).
+``None`` when off) and the opt-in answer cache (``answer_cache``; ``AnswerCacheOff``, which
+serves and keeps nothing, when off).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from ..answer_cache.cache import AnswerCache, cache_threshold
+from ..answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
 from ..answer_cache.store import CachedAnswer, PgAnswerCacheStore
 from ..errors import DatabaseUnavailableError
 from ..models import Forgotten
@@ -93,7 +94,7 @@ class DistilledService:
                 tz=tz,
             )
             if settings.answer_cache_enabled
-            else None
+            else AnswerCacheOff()
         )
 
     # ------------------------------------------------------------------ stores
@@ -206,9 +207,7 @@ class DistilledService:
         """Daily upkeep: merge near-duplicate memories, refresh importance, embed what is
         missing, drop expired cached answers."""
         report = await self.keeper.maintain()
-        if self.answer_cache is not None:
-            purged = await self.answer_cache.purge_expired(now)
-            log.info("answer cache: %d expired entr(ies) removed", purged)
+        await self.answer_cache.purge_expired(now)
         return report
 
     async def forget(
@@ -264,8 +263,6 @@ class DistilledService:
         """The cached answer (ANSWER_CACHE_ENABLED) for this user in this chat (``group_id``,
         ``None`` for the private chat), or ``None``. Pass ``personal=True`` when recall found
         memory of this person (``MemoryContext.personal``): nothing is served."""
-        if self.answer_cache is None:
-            return None
         return await self.answer_cache.lookup(
             question, user_id, group_id, personal=personal, now=now
         )
@@ -282,16 +279,12 @@ class DistilledService:
     ) -> bool:
         """Cache a delivered answer for this user in this chat; refused for time-dependent or
         personal questions and when the cache is off. Returns whether it was stored."""
-        if self.answer_cache is None:
-            return False
         return await self.answer_cache.store(
             question, answer, user_id, group_id, personal=personal, now=now
         )
 
     async def preload_answer_cache(self, now: datetime | None = None) -> int:
         """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
-        if self.answer_cache is None:
-            return 0
         path = self.settings.config_file(
             self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
         )
@@ -302,22 +295,19 @@ class DistilledService:
     async def stats(self, now: datetime | None = None) -> DistilledStats:
         """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
         store = self.store()
-        cache = self.answer_cache
         return DistilledStats(
             counts=await store.counts(),
             totals=await store.metric_totals(date.min),
             extraction="开启" if self.extraction is not None else (self.extraction_off or "关闭"),
             waiting_sessions=await store.waiting_sessions(),
-            cache_enabled=cache is not None,
-            cache_entries=await cache.entry_counts(now) if cache is not None else {},
+            cache_enabled=self.answer_cache.enabled,
+            cache_entries=await self.answer_cache.entry_counts(now),
         )
 
     async def reembed(self, batch_size: int) -> int:
         """Re-embed memories and cached questions embedded by another model."""
         done = await self.keeper.reembed(batch_size=batch_size)
-        if self.answer_cache is not None:
-            done += await self.answer_cache.reembed(batch_size=batch_size)
-        return done
+        return done + await self.answer_cache.reembed(batch_size=batch_size)
 
     async def aclose(self) -> None:
         if self.extraction is not None:

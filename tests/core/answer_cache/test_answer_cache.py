@@ -38,7 +38,7 @@ async def cached(memory_factory, tmp_path):
 
 async def test_the_cache_is_off_by_default_and_then_does_nothing(memory_factory):
     memory = await memory_factory()
-    assert memory.distilled.answer_cache is None
+    assert not memory.distilled.answer_cache.enabled
     assert await memory.distilled.cache_answer(DOCKER, "答案", 1) is False
     assert await memory.distilled.cached_answer(DOCKER, 1) is None
     assert "语义缓存：未开启" in (await memory.distilled.stats()).lines_zh()
