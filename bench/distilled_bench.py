@@ -109,10 +109,10 @@ async def calibration(memory: TemporalMemory) -> None:
 
 async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> None:
     for i in range(entries):
-        await memory.distilled.cache_answer(
+        await memory.distilled.answer_cache.store(
             f"第{i}个问题：如何配置服务{i}", f"答案{i}", 10 + i % 50, now=T0
         )
-    await memory.distilled.cached_answer("预热", 10, now=T0)
+    await memory.distilled.answer_cache.lookup("预热", 10, now=T0)
     samples: dict[str, list[float]] = {"exact": [], "semantic or miss": [], "refused": []}
     for i in range(lookups):
         user = 10 + i % 50
@@ -123,7 +123,7 @@ async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> N
         )
         for name, question in cases:
             started = time.perf_counter()
-            await memory.distilled.cached_answer(question, user, now=T0)
+            await memory.distilled.answer_cache.lookup(question, user, now=T0)
             samples[name].append((time.perf_counter() - started) * 1000)
     for name, values in samples.items():
         print(f"cache lookup, {name} ({entries} entries): {fmt(percentiles(values))}")

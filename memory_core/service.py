@@ -770,7 +770,7 @@ class TemporalMemory:
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
         options = dataclasses.asdict(scope)
         deleted = await self._require_store().delete_scope(**options)
-        distilled = await self.distilled.forget(**options)
+        distilled = await self.distilled.forget(scope)
         # What the console deleted of that scope goes too: the recycle bin keeps copies.
         await self._recycle_bin().delete_scope(**options)
         return dataclasses.replace(distilled, dialogues=deleted)

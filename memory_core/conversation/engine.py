@@ -499,7 +499,7 @@ class ConversationEngine:
         if not (self._settings.answer_cache_enabled and prompt.memory_ok):
             return None
         try:
-            found = await self._memory.distilled.cached_answer(
+            found = await self._memory.distilled.answer_cache.lookup(
                 prompt.question,
                 turn.user_id,
                 turn.group_id,
@@ -520,7 +520,7 @@ class ConversationEngine:
         if not (self._settings.answer_cache_enabled and prompt.memory_ok):
             return
         try:
-            await self._memory.distilled.cache_answer(
+            await self._memory.distilled.answer_cache.store(
                 prompt.question,
                 answer,
                 turn.user_id,

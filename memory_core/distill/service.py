@@ -8,16 +8,17 @@ serves and keeps nothing, when off).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
-from ..answer_cache.store import CachedAnswer, PgAnswerCacheStore
+from ..answer_cache.store import PgAnswerCacheStore
 from ..errors import DatabaseUnavailableError
-from ..models import Forgotten
+from ..models import ForgetScope, Forgotten
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
 from ..storage.dialogue_store import DeletedTurn
@@ -210,27 +211,12 @@ class DistilledService:
         await self.answer_cache.purge_expired(now)
         return report
 
-    async def forget(
-        self,
-        *,
-        user_id: int | None = None,
-        group_id: int | None = None,
-        private_only: bool = False,
-        everything: bool = False,
-    ) -> Forgotten:
+    async def forget(self, scope: ForgetScope) -> Forgotten:
         """Delete a /forget scope's distilled memories and cached answers (``forget`` of the
         memory does this too); returns what was deleted, dialogue turns left at 0."""
-        scope = dict(
-            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-        )
-        by_kind = await self.store().delete_scope(**scope)
-        cached = await self.cache_store().delete_scope(**scope)
-        return Forgotten(
-            facts=by_kind.get("facts", 0),
-            preferences=by_kind.get("preferences", 0),
-            summaries=by_kind.get("summary", 0),
-            cached_answers=cached,
-        )
+        options = dataclasses.asdict(scope)
+        by_kind = await self.store().delete_scope(**options)
+        return _forgotten(by_kind, await self.cache_store().delete_scope(**options))
 
     async def forget_turns(self, turns: Sequence[DeletedTurn]) -> Forgotten:
         """Forget what deleted turns fed: distilled memories drawn from them, and the cached
@@ -242,46 +228,9 @@ class DistilledService:
         for user_id in {t.user_id for t in turns}:
             since = min(t.created_at for t in turns if t.user_id == user_id)
             cached += await self.cache_store().delete_user_since(user_id, since)
-        return Forgotten(
-            facts=by_kind.get("facts", 0),
-            preferences=by_kind.get("preferences", 0),
-            summaries=by_kind.get("summary", 0),
-            cached_answers=cached,
-        )
+        return _forgotten(by_kind, cached)
 
     # ------------------------------------------------------------------ answer cache
-
-    async def cached_answer(
-        self,
-        question: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> CachedAnswer | None:
-        """The cached answer (ANSWER_CACHE_ENABLED) for this user in this chat (``group_id``,
-        ``None`` for the private chat), or ``None``. Pass ``personal=True`` when recall found
-        memory of this person (``MemoryContext.personal``): nothing is served."""
-        return await self.answer_cache.lookup(
-            question, user_id, group_id, personal=personal, now=now
-        )
-
-    async def cache_answer(
-        self,
-        question: str,
-        answer: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> bool:
-        """Cache a delivered answer for this user in this chat; refused for time-dependent or
-        personal questions and when the cache is off. Returns whether it was stored."""
-        return await self.answer_cache.store(
-            question, answer, user_id, group_id, personal=personal, now=now
-        )
 
     async def preload_answer_cache(self, now: datetime | None = None) -> int:
         """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
@@ -313,3 +262,12 @@ class DistilledService:
         if self.extraction is not None:
             await self.extraction.aclose()
             self.extraction = None
+
+
+def _forgotten(by_kind: Mapping[str, int], cached_answers: int) -> Forgotten:
+    return Forgotten(
+        facts=by_kind.get("facts", 0),
+        preferences=by_kind.get("preferences", 0),
+        summaries=by_kind.get("summary", 0),
+        cached_answers=cached_answers,
+    )

@@ -177,9 +177,9 @@ async def test_cached_answers_are_never_served_to_another_member_even_when_share
     memory = await memory_factory(answer_cache_enabled=True)
     await memory.sharing.switch(TEAM, on=True, by=None)
     question = "光合作用需要什么条件"
-    assert await memory.distilled.cache_answer(question, "光、水和二氧化碳。", XIAOMING, TEAM)
-    assert await memory.distilled.cached_answer(question, XIAOMING, TEAM) is not None
-    assert await memory.distilled.cached_answer(question, XIAOHONG, TEAM) is None
+    assert await memory.distilled.answer_cache.store(question, "光、水和二氧化碳。", XIAOMING, TEAM)
+    assert await memory.distilled.answer_cache.lookup(question, XIAOMING, TEAM) is not None
+    assert await memory.distilled.answer_cache.lookup(question, XIAOHONG, TEAM) is None
 
 
 @pytest.mark.parametrize(
