@@ -495,8 +495,9 @@ class ConversationEngine:
         return recent, await recall(RecallOptions(now=cutoff, context=context))
 
     async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedAnswer | None:
-        """A cached answer for this message, if the cache is on and may serve it."""
-        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+        """A cached answer for this message, if the cache is on and may serve it (when it is
+        off, ``AnswerCacheOff`` serves nothing)."""
+        if not prompt.memory_ok:
             return None
         try:
             found = await self._memory.distilled.answer_cache.lookup(
@@ -517,7 +518,7 @@ class ConversationEngine:
 
     async def _cache(self, turn: TurnInput, prompt: _Prompt, answer: str, now: datetime) -> None:
         # After the reply is delivered: an embedding and one upsert, off the reply's path.
-        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+        if not prompt.memory_ok:
             return
         try:
             await self._memory.distilled.answer_cache.store(
