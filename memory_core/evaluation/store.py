@@ -41,7 +41,7 @@ SQL_COUNT_EVALUATIONS = "SELECT count(*) FROM evaluation_queue"
 
 # A turn the operator pinned keeps no expiry, whatever its score (migration 011).
 SQL_SET_SCORE = """
-UPDATE dialogues SET score = $3, expires_at = CASE WHEN pinned THEN NULL ELSE $4 END
+UPDATE dialogues SET score = $3, expires_at = CASE WHEN pinned THEN NULL ELSE $4::timestamptz END
 WHERE id = $1 OR id = $2
 """
 

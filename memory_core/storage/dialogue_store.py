@@ -254,7 +254,7 @@ SELECT message_uuid, id FROM dialogues WHERE message_uuid = ANY($1::text[])
 """
 # An imported turn keeps the retention its source gave it (score and expiry).
 SQL_SET_RETENTION = """
-UPDATE dialogues SET score = $2, expires_at = CASE WHEN pinned THEN NULL ELSE $3 END
+UPDATE dialogues SET score = $2, expires_at = CASE WHEN pinned THEN NULL ELSE $3::timestamptz END
 WHERE message_uuid = $1
 """
 

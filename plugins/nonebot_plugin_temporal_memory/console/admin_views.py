@@ -12,7 +12,14 @@ from .charts import Series, bar_chart
 from .markup import Markup, join, render
 from .views import BASE, Page, layout, pager, session_link, speaker
 
-ACTION_ZH = {"edit": "修改", "delete": "删除", "restore": "恢复", "group_switch": "群记忆开关"}
+ACTION_ZH = {
+    "edit": "修改",
+    "delete": "删除",
+    "restore": "恢复",
+    "pin": "置顶",
+    "unpin": "取消置顶",
+    "group_switch": "群记忆开关",
+}
 TARGET_ZH = {"turn": "对话", "distilled": "提炼记忆", "group": "群"}
 
 
