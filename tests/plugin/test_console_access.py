@@ -171,6 +171,37 @@ async def test_the_onebot_post_guard_still_refuses_events_beside_the_console(
     assert answer.status_code == 403
 
 
+async def test_the_session_search_text_stays_out_of_the_access_log(console_wire: ConsoleBot):
+    marker = "搜索标记词旺财的骨头"
+    async with console_wire.logged_in() as client:
+        answer = await client.get("/memory/session", params={"key": str(ALICE), "q": marker})
+        assert answer.status_code == 200
+    log = console_wire.bot.log_text()
+    assert "/memory/session?…" in log  # the request is logged, its query is not
+    assert marker not in log and "%E6%90%9C" not in log
+
+
+async def test_a_selection_through_one_session_moves_only_that_sessions_rows(
+    console_wire: ConsoleBot,
+):
+    async with console_wire.logged_in() as client:
+        bob_page = (await client.get(f"/memory/session?key={BOB}")).text
+        bob_turn = re.search(r'id="turn-(\d+)"', bob_page).group(1)  # type: ignore[union-attr]
+        page = (await client.get(f"/memory/session?key={ALICE}")).text
+        csrf = csrf_of(page)
+        answer = await client.post(
+            "/memory/delete-selected",
+            data={"csrf": csrf, "key": str(ALICE), "item": [f"turn:{bob_turn}"]},
+        )
+        assert answer.status_code == 303
+        assert f'id="turn-{bob_turn}"' in (await client.get(f"/memory/session?key={BOB}")).text
+        answer = await client.post(
+            "/memory/delete-selected",
+            data={"csrf": csrf, "key": str(ALICE), "item": ["turn:x"]},
+        )
+        assert answer.status_code == 400
+
+
 async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(
     console_wire: ConsoleBot,
 ):
@@ -201,33 +232,3 @@ async def test_without_a_token_the_console_does_not_exist_even_on_every_interfac
     finally:
         await stop_bot(bot)
 
-
-async def test_the_session_search_text_stays_out_of_the_access_log(console_wire: ConsoleBot):
-    marker = "搜索标记词旺财的骨头"
-    async with console_wire.logged_in() as client:
-        answer = await client.get("/memory/session", params={"key": str(ALICE), "q": marker})
-        assert answer.status_code == 200
-    log = console_wire.bot.log_text()
-    assert "/memory/session?…" in log  # the request is logged, its query is not
-    assert marker not in log and "%E6%90%9C" not in log
-
-
-async def test_a_selection_through_one_session_moves_only_that_sessions_rows(
-    console_wire: ConsoleBot,
-):
-    async with console_wire.logged_in() as client:
-        bob_page = (await client.get(f"/memory/session?key={BOB}")).text
-        bob_turn = re.search(r'id="turn-(\d+)"', bob_page).group(1)  # type: ignore[union-attr]
-        page = (await client.get(f"/memory/session?key={ALICE}")).text
-        csrf = csrf_of(page)
-        answer = await client.post(
-            "/memory/delete-selected",
-            data={"csrf": csrf, "key": str(ALICE), "item": [f"turn:{bob_turn}"]},
-        )
-        assert answer.status_code == 303
-        assert f'id="turn-{bob_turn}"' in (await client.get(f"/memory/session?key={BOB}")).text
-        answer = await client.post(
-            "/memory/delete-selected",
-            data={"csrf": csrf, "key": str(ALICE), "item": ["turn:x"]},
-        )
-        assert answer.status_code == 400
