@@ -7,7 +7,8 @@ into a recycle bin kept ``MEMORY_RECYCLE_DAYS`` days.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING
@@ -76,11 +77,25 @@ def session_search_text(text: str) -> str | None:
     return folded or None
 
 
+@dataclass(frozen=True)
+class ChatNames:
+    """What the chat client calls a session's person and group (``None``: it did not say)."""
+
+    person: str | None = None
+    group: str | None = None
+
+
+# Asks the chat client for the names of (user, group) — the plugin passes one in when the bot
+# is connected; the console falls back to the names stored with the turns.
+NameLookup = Callable[[int, int | None], Awaitable[ChatNames]]
+
+
 class MemoryConsole:
     """The console's operations over an open ``TemporalMemory``."""
 
-    def __init__(self, memory: TemporalMemory) -> None:
+    def __init__(self, memory: TemporalMemory, names: NameLookup | None = None) -> None:
         self.memory = memory
+        self.names = names
 
     def _store(self) -> PgConsoleStore:
         pool = self.memory._pool
@@ -121,6 +136,7 @@ class MemoryConsole:
         self, listed: Sequence[SessionActivity], memory_sessions: dict[str, MemorySessionStats]
     ) -> list[SessionRow]:
         names = await self._dialogues().session_names([a.session_key for a in listed])
+        asked = await self._chat_names(listed)
         return [
             SessionRow(
                 session_key=a.session_key,
@@ -129,11 +145,18 @@ class MemoryConsole:
                 chat_type=a.chat_type,
                 turns=a.turns,
                 last_at=a.last_at,
-                name=names.get(a.session_key),
+                name=told.person or names.get(a.session_key),
                 memories=m.current if (m := memory_sessions.get(a.session_key)) else 0,
+                group_name=told.group,
             )
-            for a in listed
+            for a, told in zip(listed, asked, strict=True)
         ]
+
+    async def _chat_names(self, listed: Sequence[SessionActivity]) -> list[ChatNames]:
+        if self.names is None:
+            return [ChatNames() for _ in listed]
+        lookup = self.names
+        return list(await asyncio.gather(*(lookup(a.user_id, a.group_id) for a in listed)))
 
     async def session(self, session_key: str) -> SessionRow | None:
         """The session, if it holds turns or distilled memories."""

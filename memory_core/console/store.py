@@ -131,6 +131,7 @@ class SessionRow:
     last_at: datetime
     name: str | None
     memories: int
+    group_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ cross-site request, limited login attempts, one session's rows only, everything 
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -11,11 +12,12 @@ from tests.plugin.console_bot import (
     ALICE,
     BOB,
     CONSOLE_TOKEN,
+    GROUP,
     XSS,
     ConsoleBot,
     same_origin,
 )
-from tests.plugin.wire import post_event, start_bot, stop_bot
+from tests.plugin.wire import OneBotPeer, post_event, start_bot, stop_bot
 
 PAGES = ["/memory/", "/memory/sessions", f"/memory/session?key={ALICE}", "/memory/bin",
          "/memory/audit", "/memory/debug", "/memory/settings"]  # fmt: skip
@@ -202,6 +204,27 @@ async def test_a_selection_through_one_session_moves_only_that_sessions_rows(
         assert answer.status_code == 400
 
 
+async def test_session_names_come_from_the_connected_qq_client(console_wire: ConsoleBot):
+    peer = await OneBotPeer.connect(console_wire.bot.ws_url, console_wire.bot.token)
+    peer.member_names[(GROUP, BOB)] = "群名片波波酱"
+    peer.nicknames[ALICE] = "QQ昵称阿丽丽"
+    peer.group_names[GROUP] = "养狗交流群"
+    try:
+        async with console_wire.logged_in() as client:
+            page = ""
+            for _ in range(40):  # the bot registers the connection, then asks the client
+                page = (await client.get("/memory/sessions")).text
+                if "群名片波波酱" in page and "QQ昵称阿丽丽" in page:
+                    break
+                await asyncio.sleep(0.25)
+            assert "群名片波波酱" in page and "QQ昵称阿丽丽" in page
+            assert "养狗交流群" in page
+            asked = {c.action for c in peer.calls}
+            assert {"get_group_member_info", "get_stranger_info", "get_group_info"} <= asked
+    finally:
+        await peer.close()
+
+
 async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(
     console_wire: ConsoleBot,
 ):
@@ -231,4 +254,3 @@ async def test_without_a_token_the_console_does_not_exist_even_on_every_interfac
         assert "TemporalMemory console: off (MEMORY_CONSOLE_TOKEN is empty)" in bot.log_text()
     finally:
         await stop_bot(bot)
-

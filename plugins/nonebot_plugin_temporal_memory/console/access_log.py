@@ -22,8 +22,11 @@ class ConsoleQueryFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if isinstance(args, tuple) and len(args) > PATH_ARG and isinstance(args[PATH_ARG], str):
-            path, query_mark, _ = args[PATH_ARG].partition("?")
+        if not isinstance(args, tuple) or len(args) <= PATH_ARG:
+            return True
+        full_path = args[PATH_ARG]
+        if isinstance(full_path, str):
+            path, query_mark, _ = full_path.partition("?")
             if query_mark and (path == self.base or path.startswith(self.base + "/")):
                 record.args = (*args[:PATH_ARG], path + "?…", *args[PATH_ARG + 1 :])
         return True

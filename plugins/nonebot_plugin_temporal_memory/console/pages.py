@@ -34,6 +34,7 @@ from ..runtime import Runtime, RuntimeNotReady, get_runtime
 from . import admin_views, memory_views, views
 from .access import COOKIE, ConsoleAccess, ConsoleSession, client_of, cross_site
 from .markup import Markup
+from .qq_names import qq_names
 
 log = logging.getLogger("nonebot_plugin_temporal_memory.console")
 
@@ -61,7 +62,7 @@ class Context:
 
     def __init__(self, runtime: Runtime, session: ConsoleSession, request: Request) -> None:
         self.runtime = runtime
-        self.console = MemoryConsole(runtime.memory)
+        self.console = MemoryConsole(runtime.memory, names=qq_names)
         self.session = session
         self.actor = f"控制台@{client_of(request)}"
         self.page = views.Page(tz=runtime.settings.tz, csrf=session.csrf)
