@@ -392,10 +392,9 @@ class MemoryConsole:
 
     async def group_switches(self) -> list[tuple[int, bool]]:
         """Every group with turns or switched off, and whether its memory is on."""
-        store = self._store()
-        chats = await PgOptOutStore(pool=self.memory._pool).chats(EVERYONE)
+        chats = await PgOptOutStore(pool=self._store()._pool).chats(EVERYONE)
         off = {int(chat) for chat in chats if chat.isdigit()}
-        groups = set(await store.groups(MEMORY_LIMIT)) | off
+        groups = set(await self._dialogues().groups_with_turns(MEMORY_LIMIT)) | off
         return [(g, g not in off) for g in sorted(groups)]
 
     async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
@@ -419,7 +418,7 @@ class MemoryConsole:
         first = today - timedelta(days=days - 1)
         since = datetime.combine(first, datetime.min.time(), tz)
         store = self._store()
-        per_day = {d: (u, b) for d, u, b in await store.turns_per_day(since, tz.key)}
+        per_day = {d: (u, b) for d, u, b in await self._dialogues().turns_per_day(since, tz.key)}
         metrics: dict[str, dict[date, int]] = {}
         for day, metric, value in await store.metrics_since(first):
             metrics.setdefault(metric, {})[day] = value

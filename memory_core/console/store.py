@@ -99,21 +99,6 @@ SQL_AUDIT_LOG = f"""
 SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 OFFSET $2
 """
 
-SQL_GROUPS = """
-SELECT group_id FROM dialogues WHERE group_id IS NOT NULL
-GROUP BY group_id ORDER BY group_id LIMIT $1
-"""
-
-# ----------------------------------------------------------------------------- charts
-
-# Turns stored per local day since $1 ($2: the timezone), split by who spoke.
-SQL_TURNS_PER_DAY = """
-SELECT (created_at AT TIME ZONE $2)::date AS day,
-       count(*) FILTER (WHERE role = 'user') AS user_turns,
-       count(*) FILTER (WHERE role = 'assistant') AS bot_turns
-FROM dialogues WHERE created_at >= $1
-GROUP BY 1 ORDER BY 1
-"""
 SQL_METRICS_SINCE = """
 SELECT day, metric, value FROM memory_daily_stats WHERE day >= $1 ORDER BY day, metric
 """
@@ -335,18 +320,9 @@ class PgConsoleStore(PgStore):
             rows = await conn.fetch(SQL_AUDIT_LOG, limit, offset)
         return [AuditEntry(**{key: r[key] for key in AUDIT_COLUMNS.split(", ")}) for r in rows]
 
-    async def groups(self, limit: int) -> list[int]:
-        async with self._connection() as conn:
-            return [r["group_id"] for r in await conn.fetch(SQL_GROUPS, limit)]
-
     async def write_audit(self, audit: Audit) -> None:
         async with self._connection() as conn:
             await conn.execute(SQL_AUDIT, *audit.values())
-
-    async def turns_per_day(self, since: datetime, tz_name: str) -> list[tuple[date, int, int]]:
-        async with self._connection() as conn:
-            rows = await conn.fetch(SQL_TURNS_PER_DAY, since, tz_name)
-        return [(r["day"], r["user_turns"], r["bot_turns"]) for r in rows]
 
     async def metrics_since(self, since: date) -> list[tuple[date, str, int]]:
         async with self._connection() as conn:

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import asyncpg
@@ -426,6 +426,20 @@ CROSS JOIN LATERAL (
     WHERE d.session_key = k.session_key AND d.role = 'user' AND d.sender_name IS NOT NULL
     ORDER BY d.created_at DESC, d.id DESC LIMIT 1
 ) n
+"""
+
+# The groups with turns (from the session rows: one a group member).
+SQL_GROUPS_WITH_TURNS = """
+SELECT DISTINCT split_part(session_key, ':', 1)::bigint AS group_id FROM dialogue_sessions
+WHERE strpos(session_key, ':') > 0 ORDER BY 1 LIMIT $1
+"""
+# Turns stored per local day since $1 ($2: the timezone), split by who spoke.
+SQL_TURNS_PER_DAY = """
+SELECT (created_at AT TIME ZONE $2)::date AS day,
+       count(*) FILTER (WHERE role = 'user') AS user_turns,
+       count(*) FILTER (WHERE role = 'assistant') AS bot_turns
+FROM dialogues WHERE created_at >= $1
+GROUP BY 1 ORDER BY 1
 """
 
 _SESSION_TURNS_IN = """
@@ -1176,3 +1190,13 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             text = await conn.fetchval(SQL_PIN_TURN, turn_id, session_key, pinned, expires_at)
         return None if text is None else str(text)
+
+    async def groups_with_turns(self, limit: int) -> list[int]:
+        async with self._connection() as conn:
+            return [r["group_id"] for r in await conn.fetch(SQL_GROUPS_WITH_TURNS, limit)]
+
+    async def turns_per_day(self, since: datetime, tz_name: str) -> list[tuple[date, int, int]]:
+        """(local day, user turns, bot turns) of every day since ``since`` with turns."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_TURNS_PER_DAY, since, tz_name)
+        return [(r["day"], r["user_turns"], r["bot_turns"]) for r in rows]
