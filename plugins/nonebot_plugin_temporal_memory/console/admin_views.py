@@ -190,7 +190,8 @@ def debug_page(
             '<td class="text" data-label="内容">{when} {who}：{text}</td>'
             '<td data-label="向量">{sim}</td><td data-label="关键词">{hits}</td>'
             '<td data-label="时间衰减">{decay}</td>'
-            '<td data-label="融合得分">{fused}</td><td data-label="结果">{fate}</td></tr>',
+            '<td data-label="融合得分">{fused}</td><td data-label="重排">{rerank}</td>'
+            '<td data-label="结果">{fate}</td></tr>',
             rank=c.rank,
             when=page.when(c.turn.created_at) if c.turn else "",
             who=speaker(c.turn) if c.turn else "",
@@ -199,6 +200,7 @@ def debug_page(
             hits="、".join(c.keyword_hits) or "—",
             decay=f"{c.decay:.3f}",
             fused=f"{c.fused:.4f}",
+            rerank="—" if c.rerank is None else f"{c.rerank:.3f}",
             fate=c.fate,
         )
         for c in trace.candidates
@@ -206,7 +208,8 @@ def debug_page(
     candidates = (
         render(
             '<table class="stack"><thead><tr><th>#</th><th>候选</th><th>向量</th><th>关键词</th>'
-            "<th>衰减</th><th>融合</th><th>结果</th></tr></thead><tbody>{rows}</tbody></table>",
+            "<th>衰减</th><th>融合</th><th>重排</th><th>结果</th></tr></thead>"
+            "<tbody>{rows}</tbody></table>",
             rows=rows,
         )
         if trace.candidates
