@@ -6,6 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memory_core.console import AuditEntry, BinItem, DailyFigures, RecallTrace
+from memory_core.conversation.engine import (
+    RECALL_BANDS,
+    RECALL_MS_TOTAL,
+    RECALL_REPLIES,
+    RECALL_SLOW,
+)
 from memory_core.dashboard import band_label
 
 from .charts import Series, bar_chart
@@ -105,6 +111,11 @@ def audit_page(page: Page, entries: Sequence[AuditEntry], number: int) -> Markup
     )
 
 
+def _recall_title(total_ms: int, replies: int) -> str:
+    average = f"，平均 {total_ms / replies:.0f} ms" if replies else ""
+    return f"每天回复前读取记忆的耗时（回复数{average}）"
+
+
 def overview_page(
     page: Page, figures: DailyFigures, band_names: Sequence[str], bin_size: int
 ) -> Markup:
@@ -149,6 +160,15 @@ def overview_page(
                     ),
                 ),
                 Series("未命中", metric("cache_miss")),
+            ],
+        ),
+        bar_chart(
+            _recall_title(sum(metric(RECALL_MS_TOTAL)), sum(metric(RECALL_REPLIES))),
+            labels,
+            [
+                Series("100 ms 内", metric(RECALL_BANDS[0][1])),
+                Series("100–300 ms", metric(RECALL_BANDS[1][1])),
+                Series("300 ms 以上", metric(RECALL_SLOW)),
             ],
         ),
     ]

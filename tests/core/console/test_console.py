@@ -442,3 +442,29 @@ async def test_keyword_search_finds_every_turn_containing_the_text(memory_factor
     console = MemoryConsole(memory)
     found = await console.turns(str(ALICE), TurnSearch(text=text))
     assert sum("骨头" in f.turn.content for f in found) == expected
+
+
+async def test_each_reply_counts_how_long_reading_memory_took_for_the_latency_chart(
+    memory_factory,
+):
+    from memory_core.conversation.engine import (
+        RECALL_BANDS,
+        RECALL_MS_TOTAL,
+        RECALL_REPLIES,
+        RECALL_SLOW,
+        ConversationEngine,
+    )
+    from tests.core.conversation.test_chat import Outbox, RecordingModel, user_turn
+
+    memory = await memory_factory()
+    engine = ConversationEngine(memory=memory, chat_model=RecordingModel("好的"), bot_name="小诗")
+    now = datetime.now(timezone.utc)
+    for i, text in enumerate(("我叫小明", "我叫什么")):
+        await engine.converse(user_turn(text, message_id=i + 1, at=now), Outbox())
+
+    figures = await MemoryConsole(memory).daily_figures(days=2, now=now)
+    today = {name: values[-1] for name, values in figures.metrics.items()}
+    assert today[RECALL_REPLIES] == 2
+    assert today[RECALL_MS_TOTAL] >= 0
+    bands = [name for _, name in RECALL_BANDS] + [RECALL_SLOW]
+    assert sum(today.get(name, 0) for name in bands) == 2
