@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from memory_core.conversation.engine import recall_metrics
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
@@ -31,6 +32,7 @@ SEEDED = [
     (ALICE, GROUP, "user", "我推荐骨头形状的狗粮", "丽丽"),
 ]
 ALICE_FACT = "用户养了一条狗叫旺财"
+RECALL_TIMES = (40.0, 60.0, 150.0, 420.0)
 BOB_FACT = "用户养了一条狗叫大黄" + XSS
 
 
@@ -76,6 +78,8 @@ async def seed(dsn: str, data_dir: Path) -> None:
         await memory.distilled.save(
             [ExtractedMemory(kind="facts", content=BOB_FACT)], BOB, stated_at=start
         )
+        for milliseconds in RECALL_TIMES:  # replies two days ago, for the latency chart
+            await memory.count_daily(recall_metrics(milliseconds), start)
     finally:
         await memory.aclose()
 

@@ -108,7 +108,12 @@ async def test_operator_logs_in_and_sees_the_charts(console_wire: ConsoleBot, br
     await log_in(browser, console_wire)
 
     charts = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg")
-    assert len(charts) >= 4
+    assert len(charts) >= 6
+    latency = next(
+        f for f in browser.find_elements(By.CSS_SELECTOR, "figure.chart") if "耗时" in f.text
+    )
+    assert "平均 168 ms" in latency.text  # (40 + 60 + 150 + 420) / 4, rounded
+    assert len(latency.find_elements(By.CSS_SELECTOR, "rect.bar")) == 3  # one day, three bands
     bars = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg rect.bar")
     assert bars, "the messages chart draws a bar for the seeded day"
     assert all(c.size["width"] > 200 and c.size["height"] > 50 for c in charts)
