@@ -168,10 +168,11 @@ class MemoryConsole:
             listed = await self._dialogues().session_list(
                 chat_type=None, group_id=None, user_id=None, limit=1, offset=0,
                 without_turns={session_key: memory_sessions[session_key].last_at},
+                session_key=session_key,
             )  # fmt: skip
-            activity = next((a for a in listed if a.session_key == session_key), None)
-            if activity is None:
+            if not listed:
                 return None
+            activity = listed[0]
         return (await self._named([activity], memory_sessions))[0]
 
     async def turns(self, session_key: str, search: TurnSearch) -> list[FoundTurn]:

@@ -99,6 +99,8 @@ SQL_AUDIT_LOG = f"""
 SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 OFFSET $2
 """
 
+# ----------------------------------------------------------------------------- charts
+
 SQL_METRICS_SINCE = """
 SELECT day, metric, value FROM memory_daily_stats WHERE day >= $1 ORDER BY day, metric
 """

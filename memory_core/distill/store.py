@@ -303,9 +303,10 @@ SQL_COUNT_WAITING_SESSIONS = "SELECT count(*) FROM distilled_sessions WHERE pend
 # ----------------------------------------------------------------------------- the console
 # The operator console's views of distilled memories (issue 14).
 
-# Every session holding memories: its latest change and its count of current memories.
+# Every session holding memories: when one was last confirmed in its chat, and its count of
+# current memories.
 SQL_MEMORY_SESSIONS = """
-SELECT session_key, max(greatest(last_confirmed, updated_at)) AS last_at,
+SELECT session_key, max(last_confirmed) AS last_at,
        count(*) FILTER (WHERE valid_until IS NULL) AS current
 FROM distilled_memories GROUP BY session_key
 """

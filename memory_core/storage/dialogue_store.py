@@ -398,7 +398,7 @@ _SESSION_WHO = """
 
 # The sessions with turns (their summary rows, kept by triggers: migration 011) and the sessions
 # $6 last active at $7 that hold none, most recently active first; $1 chat type, $2 group,
-# $3 user (NULL: any). A few thousand short rows are read, never the turns.
+# $3 user, $8 session key (NULL: any). A few thousand short rows are read, never the turns.
 SQL_SESSION_LIST = f"""
 WITH listed AS (
     SELECT session_key, turns, last_at FROM dialogue_sessions
@@ -410,7 +410,7 @@ WITH listed AS (
 who AS (SELECT listed.*, {_SESSION_WHO} FROM listed)
 SELECT * FROM who
 WHERE ($1::text IS NULL OR chat_type = $1) AND ($2::bigint IS NULL OR group_id = $2)
-  AND ($3::bigint IS NULL OR user_id = $3)
+  AND ($3::bigint IS NULL OR user_id = $3) AND ($8::text IS NULL OR session_key = $8)
 ORDER BY last_at DESC, session_key LIMIT $4 OFFSET $5
 """
 SQL_SESSION_ACTIVITY = f"""
@@ -1140,14 +1140,16 @@ class PgDialogueStore(PgStore):
         limit: int,
         offset: int,
         without_turns: dict[str, datetime],
+        session_key: str | None = None,
     ) -> list[SessionActivity]:
-        """Sessions most recently active first; ``without_turns``: sessions (key -> last
-        activity) listed too when they hold no turn (only distilled memories)."""
+        """Sessions most recently active first (``session_key``: that one only);
+        ``without_turns``: sessions (key -> last activity) listed too when they hold no turn
+        (only distilled memories)."""
         keys = list(without_turns)
         async with self._connection() as conn:
             rows = await conn.fetch(
                 SQL_SESSION_LIST, chat_type, group_id, user_id, limit, offset,
-                keys, [without_turns[k] for k in keys],
+                keys, [without_turns[k] for k in keys], session_key,
             )  # fmt: skip
         return [_activity(r) for r in rows]
 

@@ -405,10 +405,15 @@ async def test_a_session_holding_only_distilled_memories_is_listed(memory_factor
     for found in await console.turns(str(BOB), TurnSearch()):
         await console.delete("turn", str(BOB), found.turn.id, actor=ACTOR)
 
+    # Newer turns elsewhere: Bob's session is not the most recently active one.
+    await store_chat(
+        memory, [(ALICE, None, "user", "今天天气不错", "阿丽")], T0 + timedelta(days=400)
+    )
     listed = {s.session_key: s for s in await console.sessions()}
     assert (listed[str(BOB)].turns, listed[str(BOB)].memories) == (0, 1)
+    assert (await console.sessions())[0].session_key == str(ALICE)
     shown = await console.session(str(BOB))
-    assert shown is not None and shown.turns == 0
+    assert shown is not None and (shown.session_key, shown.turns) == (str(BOB), 0)
     assert await console.session("424242") is None
 
 
