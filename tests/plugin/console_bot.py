@@ -90,7 +90,15 @@ async def console_bot(server_dsn: str, tmp_dir: Path) -> AsyncIterator[ConsoleBo
         await seed(dsn, tmp_dir)
         bot = await start_bot(
             llm_url=None,
-            extra_env={"MEMORY_DSN": dsn, "MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN},
+            extra_env={
+                "MEMORY_DSN": dsn,
+                "MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN,
+                # On a loaded machine the local embedder can miss the 3 s query deadline, and
+                # the debugger would fall back to keyword-only recall; these tests are about
+                # what the embeddings find, not about the deadline (tested elsewhere).
+                "EMBEDDING_QUERY_DEADLINE": "60",
+                "EMBEDDING_STORE_DEADLINE": "60",
+            },
         )
         try:
             yield ConsoleBot(bot=bot, dsn=dsn)
