@@ -34,7 +34,7 @@ from .memory import (
 )
 from .stats import DistilledStats
 from .store import PgDistilledStore
-from .worker import ExtractionReport, ExtractionWorker
+from .worker import ExtractionOff, ExtractionReport, ExtractionWorker
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,7 @@ class DistilledService:
             scope=settings.memory_distilled_scope,
             dedupe_threshold=dedupe_threshold(embedder.model, settings.memory_dedupe_threshold),
         )
-        self.extraction: ExtractionWorker | None = None
-        self.extraction_off: str | None = None  # why extraction is off, or None
+        self.extraction: ExtractionWorker | ExtractionOff
         extractor = build_extractor(settings, tz) if settings.memory_distilled_enabled else None
         if extractor is not None:
             self.extraction = ExtractionWorker(
@@ -75,9 +74,8 @@ class DistilledService:
                 settle_seconds=settings.extraction_settle_seconds,
             )
         else:
-            self.extraction_off = (
-                extraction_off_reason(settings) if settings.memory_distilled_enabled else "已关闭"
-            )
+            reason = extraction_off_reason(settings) if settings.memory_distilled_enabled else None
+            self.extraction = ExtractionOff(reason or "已关闭")
             # The reason above is for /memstat, in Chinese; the log says it in English.
             if not settings.memory_distilled_enabled:
                 why = "MEMORY_DISTILLED_ENABLED=false"
@@ -119,8 +117,7 @@ class DistilledService:
 
     def start(self) -> None:
         """Start the background extraction (when it is on)."""
-        if self.extraction is not None:
-            self.extraction.start()
+        self.extraction.start()
 
     async def note_exchange(
         self, user_id: int, group_id: int | None = None, now: datetime | None = None
@@ -128,23 +125,17 @@ class DistilledService:
         """Call after each stored exchange: counts it for extraction, which runs in the
         background every EXTRACTION_EVERY_TURNS exchanges or once the session is idle.
         Returns whether the session became due; a no-op (False) when extraction is off."""
-        if self.extraction is None:
-            return False
         return await self.extraction.note_exchange(user_id, group_id, now)
 
     async def extract_due(self, now: datetime | None = None) -> int:
         """Distil every due session now (N exchanges noted, or idle with exchanges waiting);
         the background task does this too, a scheduler may call it. Returns sessions done."""
-        if self.extraction is None:
-            return 0
         return await self.extraction.run_once(now)
 
     async def extract_session(
         self, user_id: int, group_id: int | None = None, now: datetime | None = None
     ) -> ExtractionReport | None:
         """Distil one session's undistilled turns now; ``None`` when extraction is off."""
-        if self.extraction is None:
-            return None
         return await self.extraction.extract_session(user_id, group_id, now)
 
     # ------------------------------------------------------------------ memories
@@ -247,7 +238,9 @@ class DistilledService:
         return DistilledStats(
             counts=await store.counts(),
             totals=await store.metric_totals(date.min),
-            extraction="开启" if self.extraction is not None else (self.extraction_off or "关闭"),
+            extraction=(
+                self.extraction.reason if isinstance(self.extraction, ExtractionOff) else "开启"
+            ),
             waiting_sessions=await store.waiting_sessions(),
             cache_enabled=self.answer_cache.enabled,
             cache_entries=await self.answer_cache.entry_counts(now),
@@ -259,9 +252,8 @@ class DistilledService:
         return done + await self.answer_cache.reembed(batch_size=batch_size)
 
     async def aclose(self) -> None:
-        if self.extraction is not None:
-            await self.extraction.aclose()
-            self.extraction = None
+        await self.extraction.aclose()
+        self.extraction = ExtractionOff("已停止")
 
 
 def _forgotten(by_kind: Mapping[str, int], cached_answers: int) -> Forgotten:
