@@ -76,14 +76,13 @@ class MemorySettings(BaseModel):
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
 
-    # retrieval quality: channels, fusion, time in queries, anchor diversity
+    # retrieval quality: channels, fusion, time in queries
     memory_retrieval_mode: RetrievalMode = "hybrid"
     memory_rrf_k: float = Field(default=60.0, gt=0)
     memory_fusion: FusionMethod = "rrf"
     memory_keyword_weight: float = Field(default=1.0, ge=0)
     memory_time_weight: float = Field(default=1.0, ge=0)
     memory_time_understanding: bool = True
-    memory_anchor_diversity: bool = True
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
     memory_index_speaker: bool = False

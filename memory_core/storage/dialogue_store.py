@@ -304,6 +304,16 @@ UPDATE dialogues SET keywords = array_to_tsvector($2::text[]) WHERE id = $1
 """
 SQL_RESET_KEYWORDS = "UPDATE dialogues SET keywords = NULL WHERE keywords IS NOT NULL"
 
+# The time-reference backfill (rows from before migration 008), in id order from a resume point.
+SQL_WITHOUT_TIME_REFERENCE = """
+SELECT id, content, created_at FROM dialogues
+WHERE id > $1 AND refers_start IS NULL ORDER BY id LIMIT $2
+"""
+SQL_COUNT_WITHOUT_TIME_REFERENCE = """
+SELECT count(*) FROM dialogues WHERE id > $1 AND refers_start IS NULL
+"""
+SQL_SET_TIME_REFERENCE = "UPDATE dialogues SET refers_start = $2, refers_end = $3 WHERE id = $1"
+
 # A recalled (撤回) QQ message: its turns in the chat the notice names (a group, or a private
 # chat with that user — or any private chat of the bot, when the bot recalled its own message),
 # and for a user's message the bot's reply to it: the assistant turns of the session after it,
@@ -872,6 +882,24 @@ class PgDialogueStore(PgStore):
     async def set_keywords(self, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
         async with self._connection() as conn, conn.transaction():
             await conn.executemany(SQL_SET_KEYWORDS, [(i, list(t)) for i, t in rows])
+
+    async def rows_without_time_reference(
+        self, after_id: int, limit: int
+    ) -> list[tuple[int, str, datetime]]:
+        """Rows after ``after_id`` with no time reference: (id, content, created_at)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_WITHOUT_TIME_REFERENCE, after_id, limit)
+        return [(r["id"], r["content"], r["created_at"]) for r in records]
+
+    async def count_without_time_reference(self, after_id: int) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_WITHOUT_TIME_REFERENCE, after_id))
+
+    async def set_time_references(self, rows: Sequence[tuple[int, datetime, datetime]]) -> None:
+        """Store each ``(id, refers_start, refers_end)``."""
+        if rows:
+            async with self._connection() as conn, conn.transaction():
+                await conn.executemany(SQL_SET_TIME_REFERENCE, list(rows))
 
     async def reset_keywords(self) -> int:
         """Mark every row's keywords as stale (the analyser changed); the backfill redoes them."""
