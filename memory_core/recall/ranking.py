@@ -149,6 +149,21 @@ def keyword_confidence(scores: Sequence[float]) -> float:
     return min(1.0, max(0.0, (first / rest[0] - 1.0) / (CLEAR_LEAD - 1.0)))
 
 
+# Under ``MEMORY_FUSION=rarity`` the keyword list counts not at all while the query's rarest
+# found terms are this common in the session (rarity 0.7: each in about N^0.3 of its N turns,
+# e.g. 8 of 1,000), and in full from rarity 1 (a term in one turn only). Chosen on half of the
+# public sets' cases, see bench/RESULTS.md.
+RARITY_NONE = 0.7
+RARITY_FULL = 1.0
+
+
+def keyword_rarity_weight(rarity: float) -> float:
+    """How much a keyword list counts beside the vector list, 0-1, by how rare in the session
+    the query's rarest found terms are: words found all over a chatty session ("今天", "好吃")
+    match many turns by chance and carry no evidence of which one is meant."""
+    return min(1.0, max(0.0, (rarity - RARITY_NONE) / (RARITY_FULL - RARITY_NONE)))
+
+
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],

@@ -37,6 +37,7 @@ from .ranking import (
     decayed_order,
     fuse_channels,
     keyword_confidence,
+    keyword_rarity_weight,
     merge_time_candidates,
     rank_anchors,
 )
@@ -210,6 +211,10 @@ class Retriever:
                 # Beside the vector list, keywords count as much as their best hit stands out.
                 decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
                 weight *= keyword_confidence(decayed)
+            elif vector is not None and self.settings.memory_fusion == "rarity" and hits:
+                # Beside the vector list, keywords count as much as the query's terms are rare
+                # in this session (every hit carries the same rarity).
+                weight *= keyword_rarity_weight(hits[0].rarity)
             channels.append(Channel("keyword", keyed, weight, strengths))
         if "time" in found:
             by_meaning = vector is not None and when is not None and not when.range.recent

@@ -169,6 +169,15 @@ query AS (
            AS idf
     FROM unnest($5::text[]) AS q(term) LEFT JOIN df USING (term)
 ),
+-- How rare in this session the query's three rarest found terms are, 0-1 (ln(N/df) / ln N):
+-- near 0 when even they are in most turns (chit-chat words), 1 for a term in one turn only.
+rarity AS (
+    SELECT coalesce(avg(r), 0) AS value FROM (
+        SELECT CASE WHEN $10::float8 > 1 THEN ln($10::float8 / n) / ln($10::float8) ELSE 1 END
+               AS r
+        FROM df ORDER BY r DESC LIMIT 3
+    ) rarest
+),
 best AS (
     SELECT id, created_at, s.idf / greatest(q.idf, 1e-9) AS coverage,
            s.idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * cardinality(terms) / a.len)) AS score
@@ -176,10 +185,10 @@ best AS (
     WHERE true {_ANCHOR_FILTERS}
     ORDER BY score DESC, created_at DESC, id DESC LIMIT $12
 )
-SELECT b.id, b.created_at, b.score, b.coverage,
+SELECT b.id, b.created_at, b.score, b.coverage, r.value AS rarity,
        CASE WHEN d.embedding_model = $2 AND $11::halfvec IS NOT NULL
             THEN 1 - (d.embedding <=> $11::halfvec) END AS similarity
-FROM best b JOIN dialogues d ON d.id = b.id
+FROM best b JOIN dialogues d ON d.id = b.id CROSS JOIN rarity r
 ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
 SQL_SCOPE_KEYWORD_CANDIDATES = _scoped(SQL_KEYWORD_CANDIDATES)
@@ -501,6 +510,9 @@ class KeywordCandidate:
     score: float
     similarity: float | None
     coverage: float = 1.0  # share of the query's IDF mass this turn matches (0-1)
+    # how rare in the session the query's rarest found terms are (0-1; the same for every
+    # hit of one search, see SQL_KEYWORD_CANDIDATES)
+    rarity: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -728,6 +740,7 @@ class PgDialogueStore(PgStore):
                 float(r["score"]),
                 None if r["similarity"] is None else float(r["similarity"]),
                 float(r["coverage"]),
+                float(r["rarity"]),
             )
             for r in records
         ]
