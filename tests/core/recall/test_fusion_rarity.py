@@ -51,12 +51,14 @@ async def test_the_store_tells_how_rare_the_querys_terms_are_in_this_session_onl
     await memory.add_dialogues(turns)
     store = memory._require_store()
     scope = RecallScope(generate_session_key(1, None), None)
-    search = dict(scope=scope, model=memory.embedding_model, now=NOW, limit=40)
+    search = dict(
+        scope=scope, model=memory.embedding_model, now=NOW, limit=40, session_rows=len(CHAT)
+    )
 
     common = await store.keyword_candidates(
         terms=["今天", "天气"], session_rows=len(CHAT), **search
     )
-    rare = await store.keyword_candidates(terms=["今天", "火锅"], session_rows=len(CHAT), **search)
+    rare = await store.keyword_candidates(terms=["今天", "火锅"], **search)
 
     # ln(N / df) / ln(N) of each found term, the (up to) three rarest averaged.
     everywhere = math.log(len(CHAT) / (len(CHAT) - 1)) / math.log(len(CHAT))
