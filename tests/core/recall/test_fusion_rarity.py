@@ -55,9 +55,7 @@ async def test_the_store_tells_how_rare_the_querys_terms_are_in_this_session_onl
         scope=scope, model=memory.embedding_model, now=NOW, limit=40, session_rows=len(CHAT)
     )
 
-    common = await store.keyword_candidates(
-        terms=["今天", "天气"], session_rows=len(CHAT), **search
-    )
+    common = await store.keyword_candidates(terms=["今天", "天气"], **search)
     rare = await store.keyword_candidates(terms=["今天", "火锅"], **search)
 
     # ln(N / df) / ln(N) of each found term, the (up to) three rarest averaged.
