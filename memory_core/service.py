@@ -60,6 +60,7 @@ from .storage.database import (
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
 from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
 from .storage.spool import TurnSpool, failure_text, is_bad_item
+from .storage.time_references import TimeReferenceBackfill
 from .storage.turn_rows import prepare_row, scrubbed
 from .storage.vector_index import VectorIndex
 
@@ -105,6 +106,8 @@ class TemporalMemory:
         # background when it changed.
         self.text_form = WITH_SPEAKER if settings.memory_index_speaker else CONTENT_ONLY
         self._reindex_after: int | None = None  # the walk's last id; None = no walk due
+        # Rows stored before migration 008 get the time they talk about in the background.
+        self.time_references = TimeReferenceBackfill(settings.tz)
         self.database_description = "not connected"
         self._spool = spool
         self._embedded = embedded_server
@@ -169,6 +172,7 @@ class TemporalMemory:
                 await self._check_embedding_model(store, location, allow_model_change)
                 await self._check_keyword_analyzer(store)
                 await self._check_text_form(store)
+                await self.time_references.check(store)
             except BaseException:
                 await pool.close()
                 raise
@@ -226,6 +230,12 @@ class TemporalMemory:
                         await self.backfill_embeddings()
                         if self._reindex_after is not None:
                             await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
+                        if self.time_references.due:
+                            store = self._require_store()
+                            if not await self.time_references.run(
+                                store, max_seconds=REINDEX_ROUND_SECONDS
+                            ):
+                                self._backfill_needed.set()  # the next round goes on at once
                     except BaseException:
                         # Not done: tried again next round, even if no new turn asks for it.
                         self._backfill_needed.set()

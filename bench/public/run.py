@@ -273,8 +273,6 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     print(f"== public recall bench ({machine_line()})")
     if args.index_speaker is not None:
         print(f"MEMORY_INDEX_SPEAKER={str(args.index_speaker).lower()} (--index-speaker)")
-    if args.anchor_diversity is not None:
-        print(f"MEMORY_ANCHOR_DIVERSITY={str(args.anchor_diversity).lower()} (--anchor-diversity)")
     if args.context_turns:
         turns = ", ".join(map(str, args.context_turns))
         print(f"conversation form with the last {turns} earlier lines (--context-turns)")
@@ -292,8 +290,6 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             overrides["memory_decay_min_weight"] = args.decay_floor
         if args.index_speaker is not None:
             overrides["memory_index_speaker"] = args.index_speaker
-        if args.anchor_diversity is not None:
-            overrides["memory_anchor_diversity"] = args.anchor_diversity
         if args.context_turns:
             # The bench passes each form's last N lines itself; recall must keep them all.
             overrides["memory_query_context_turns"] = max(args.context_turns)
@@ -383,12 +379,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="compare MEMORY_INDEX_SPEAKER (passages embedded and keyworded as `Name: text`)",
-    )
-    parser.add_argument(
-        "--anchor-diversity",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="compare MEMORY_ANCHOR_DIVERSITY (spread anchors over the session) on and off",
     )
     parser.add_argument(
         "--context-turns",

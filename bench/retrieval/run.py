@@ -54,7 +54,6 @@ class Config:
     mode: str
     window: int
     time_aware: bool = True
-    diversity: bool = True
     decay_floor: float | None = None  # MEMORY_DECAY_MIN_WEIGHT; None: the shipped default
 
     @property
@@ -62,8 +61,6 @@ class Config:
         parts = [self.mode, f"window {self.window}"]
         if not self.time_aware:
             parts.append("no time")
-        if not self.diversity:
-            parts.append("no diversity")
         if self.decay_floor == 1.0:
             parts.append("no time decay")
         elif self.decay_floor is not None:
@@ -168,9 +165,6 @@ async def evaluate(
     config: Config,
     budget: int,
 ) -> tuple[dict[str, list[Scores]], list[float]]:
-    memory.settings = memory.settings.model_copy(
-        update={"memory_anchor_diversity": config.diversity}
-    )
     # bench-only: swap the decay policy (MEMORY_DECAY_MIN_WEIGHT=1 turns it off)
     memory._retriever._decay = (
         DEFAULT_DECAY
@@ -209,7 +203,6 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
     """Latency at the shipped defaults (top_n=3, window=2) for each mode."""
     print("\nrecall latency at the defaults (top_n 3, window 2), ms, query embedding included:")
     print("| mode | p50 | p95 |\n|---|---|---|")
-    memory.settings = memory.settings.model_copy(update={"memory_anchor_diversity": True})
     memory._retriever._decay = DEFAULT_DECAY
     for mode, time_aware in (
         ("vector", False),
@@ -287,10 +280,9 @@ async def run(
             print("|" + "---|" * (2 + 3 * len(BUDGETS) + 1))
             per_category: dict[tuple[str, int], dict[str, list[Scores]]] = {}
             configs = [Config(m, w) for w in WINDOWS for m in MODES]
-            configs.append(Config("hybrid", 2, diversity=False))
             configs.append(Config("hybrid", 2, decay_floor=1.0))
             configs.append(Config("vector", 2, decay_floor=1.0))
-            configs.append(Config("vector", 2, time_aware=False, diversity=False))
+            configs.append(Config("vector", 2, time_aware=False))
             if decay_floors:  # only the decay comparison
                 configs = [
                     Config(m, w, decay_floor=f)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from ..models import MemoryTurn, RecallResult, RecallWindow
 from ..storage.dialogue_store import AnchorCandidate
-
-# Near-identical turns this close together count as one burst (see ``diversify``).
-BURST_GAP = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -152,6 +149,21 @@ def keyword_confidence(scores: Sequence[float]) -> float:
     return min(1.0, max(0.0, (first / rest[0] - 1.0) / (CLEAR_LEAD - 1.0)))
 
 
+# Under ``MEMORY_FUSION=rarity`` the keyword list counts not at all while the query's rarest
+# found terms are this common in the session (rarity 0.7: each in about N^0.3 of its N turns,
+# e.g. 8 of 1,000), and in full from rarity 1 (a term in one turn only). Chosen on half of the
+# public sets' cases, see bench/RESULTS.md.
+RARITY_NONE = 0.7
+RARITY_FULL = 1.0
+
+
+def keyword_rarity_weight(rarity: float) -> float:
+    """How much a keyword list counts beside the vector list, 0-1, by how rare in the session
+    the query's rarest found terms are: words found all over a chatty session ("今天", "好吃")
+    match many turns by chance and carry no evidence of which one is meant."""
+    return min(1.0, max(0.0, (rarity - RARITY_NONE) / (RARITY_FULL - RARITY_NONE)))
+
+
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],
@@ -227,45 +239,3 @@ def fuse_channels(
     ranked = [RankedAnchor(best[turn_id], score) for turn_id, score in scores.items()]
     ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
     return ranked
-
-
-def near_duplicate(a: Collection[str], b: Collection[str], threshold: float = 0.5) -> bool:
-    """Two turns say nearly the same thing: their search terms overlap by ``threshold``
-    (Jaccard), or both have none (emoji, stickers) and so cannot be told apart."""
-    if not a and not b:
-        return True
-    union = len(set(a) | set(b))
-    return union > 0 and len(set(a) & set(b)) / union >= threshold
-
-
-def diversify(
-    ranked: Sequence[RankedAnchor],
-    neighbours: Mapping[int, Collection[int]],
-    terms: Mapping[int, Collection[str]],
-    top_n: int,
-    burst_gap: timedelta = BURST_GAP,
-) -> list[RankedAnchor]:
-    """Pick ``top_n`` anchors, passing over a near-duplicate of an already picked anchor that
-    lies inside its window or within ``burst_gap`` of it (``neighbours[id]``: the turn ids of
-    an anchor's window; ``terms[id]``: a turn's search terms), so one burst of near-identical
-    turns cannot take every anchor. Passed-over anchors fill up, in rank order, only when
-    nothing else is left."""
-    chosen: list[RankedAnchor] = []
-    passed: list[RankedAnchor] = []
-    for anchor in ranked:
-        if len(chosen) == top_n:
-            break
-        turn_id = anchor.candidate.id
-        mine = terms.get(turn_id, ())
-        if any(
-            (
-                turn_id in neighbours.get(other.candidate.id, ())
-                or abs(anchor.candidate.created_at - other.candidate.created_at) <= burst_gap
-            )
-            and near_duplicate(mine, terms.get(other.candidate.id, ()))
-            for other in chosen
-        ):
-            passed.append(anchor)
-            continue
-        chosen.append(anchor)
-    return chosen + passed[: top_n - len(chosen)]

@@ -1,5 +1,5 @@
-"""Session-scoped recall: vector and keyword channels, time ranges, fusion, diverse anchors,
-windows. ``TemporalMemory.recall`` delegates here; ranking maths lives in ``recall.py``."""
+"""Session-scoped recall: vector and keyword channels, time ranges, fusion, windows.
+``TemporalMemory.recall`` delegates here; ranking maths lives in ``ranking.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbeddingError, RerankError
-from ..lang.keywords import conversation_terms, document_terms, required_phrases
+from ..lang.keywords import conversation_terms, required_phrases
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, generate_session_key
@@ -36,9 +36,9 @@ from .ranking import (
     assemble_windows,
     decay_for_match,
     decayed_order,
-    diversify,
     fuse_channels,
     keyword_confidence,
+    keyword_rarity_weight,
     merge_time_candidates,
     rank_anchors,
 )
@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 
 CANDIDATES_PER_ANCHOR = 4
 MIN_CANDIDATES = 20
-# Diversity looks at this many fused candidates per anchor wanted.
-DIVERSITY_POOL_PER_ANCHOR = 3
 _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
 
 
@@ -210,6 +208,10 @@ class Retriever:
                 # Beside the vector list, keywords count as much as their best hit stands out.
                 decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
                 weight *= keyword_confidence(decayed)
+            elif vector is not None and self.settings.memory_fusion == "rarity" and hits:
+                # Beside the vector list, keywords count as much as the query's terms are rare
+                # in this session (every hit carries the same rarity).
+                weight *= keyword_rarity_weight(hits[0].rarity)
             channels.append(Channel("keyword", keyed, weight, strengths))
         if "time" in found:
             by_meaning = vector is not None and when is not None and not when.range.recent
@@ -287,29 +289,12 @@ class Retriever:
         window: int,
         now: datetime,
     ) -> RecallResult:
-        """Choose the anchors (diverse unless disabled) and read their windows."""
-        diverse = self.settings.memory_anchor_diversity
-        pool = list(ranked[: top_n * DIVERSITY_POOL_PER_ANCHOR] if diverse else ranked[:top_n])
-        # Diversity needs each candidate's neighbours, even when no window is returned.
-        reach = max(window, 1) if diverse else window
+        """The best ``top_n`` anchors and their windows."""
+        anchors = list(ranked[:top_n])
         rows = await store.windows(
-            scope=scope,
-            anchors=[a.candidate for a in pool],
-            window_size=reach,
-            now=now,
+            scope=scope, anchors=[a.candidate for a in anchors], window_size=window, now=now
         )
-        if not diverse:
-            return assemble_windows(query, pool, rows)
-        neighbours: dict[int, set[int]] = {}
-        contents: dict[int, str] = {}
-        for anchor_id, turn in rows:
-            neighbours.setdefault(anchor_id, set()).add(turn.id)
-            contents[turn.id] = turn.content
-        terms = {a.candidate.id: document_terms(contents.get(a.candidate.id, "")) for a in pool}
-        anchors = diversify(pool, neighbours, terms, top_n)
-        chosen = {a.candidate.id for a in anchors}
-        kept = [(a, t) for a, t in rows if a in chosen and (window > 0 or t.id == a)]
-        return assemble_windows(query, anchors, kept)
+        return assemble_windows(query, anchors, rows)
 
     async def _anchor_candidates(
         self,

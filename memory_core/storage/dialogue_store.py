@@ -169,6 +169,15 @@ query AS (
            AS idf
     FROM unnest($5::text[]) AS q(term) LEFT JOIN df USING (term)
 ),
+-- How rare in this session the query's three rarest found terms are, 0-1 (ln(N/df) / ln N):
+-- near 0 when even they are in most turns (chit-chat words), 1 for a term in one turn only.
+rarity AS (
+    SELECT coalesce(avg(r), 0) AS value FROM (
+        SELECT CASE WHEN $10::float8 > 1 THEN ln($10::float8 / n) / ln($10::float8) ELSE 1 END
+               AS r
+        FROM df ORDER BY r DESC LIMIT 3
+    ) rarest
+),
 best AS (
     SELECT id, created_at, s.idf / greatest(q.idf, 1e-9) AS coverage,
            s.idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * cardinality(terms) / a.len)) AS score
@@ -176,10 +185,10 @@ best AS (
     WHERE true {_ANCHOR_FILTERS}
     ORDER BY score DESC, created_at DESC, id DESC LIMIT $12
 )
-SELECT b.id, b.created_at, b.score, b.coverage,
+SELECT b.id, b.created_at, b.score, b.coverage, r.value AS rarity,
        CASE WHEN d.embedding_model = $2 AND $11::halfvec IS NOT NULL
             THEN 1 - (d.embedding <=> $11::halfvec) END AS similarity
-FROM best b JOIN dialogues d ON d.id = b.id
+FROM best b JOIN dialogues d ON d.id = b.id CROSS JOIN rarity r
 ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
 SQL_SCOPE_KEYWORD_CANDIDATES = _scoped(SQL_KEYWORD_CANDIDATES)
@@ -304,6 +313,16 @@ SQL_SET_KEYWORDS = """
 UPDATE dialogues SET keywords = array_to_tsvector($2::text[]) WHERE id = $1
 """
 SQL_RESET_KEYWORDS = "UPDATE dialogues SET keywords = NULL WHERE keywords IS NOT NULL"
+
+# The time-reference backfill (rows from before migration 008), in id order from a resume point.
+SQL_WITHOUT_TIME_REFERENCE = """
+SELECT id, content, created_at FROM dialogues
+WHERE id > $1 AND refers_start IS NULL ORDER BY id LIMIT $2
+"""
+SQL_COUNT_WITHOUT_TIME_REFERENCE = """
+SELECT count(*) FROM dialogues WHERE id > $1 AND refers_start IS NULL
+"""
+SQL_SET_TIME_REFERENCE = "UPDATE dialogues SET refers_start = $2, refers_end = $3 WHERE id = $1"
 
 # A recalled (撤回) QQ message: its turns in the chat the notice names (a group, or a private
 # chat with that user — or any private chat of the bot, when the bot recalled its own message),
@@ -582,6 +601,9 @@ class KeywordCandidate:
     score: float
     similarity: float | None
     coverage: float = 1.0  # share of the query's IDF mass this turn matches (0-1)
+    # how rare in the session the query's rarest found terms are (0-1; the same for every
+    # hit of one search, see SQL_KEYWORD_CANDIDATES)
+    rarity: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -852,6 +874,7 @@ class PgDialogueStore(PgStore):
                 float(r["score"]),
                 None if r["similarity"] is None else float(r["similarity"]),
                 float(r["coverage"]),
+                float(r["rarity"]),
             )
             for r in records
         ]
@@ -1006,6 +1029,24 @@ class PgDialogueStore(PgStore):
     async def set_keywords(self, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
         async with self._connection() as conn, conn.transaction():
             await conn.executemany(SQL_SET_KEYWORDS, [(i, list(t)) for i, t in rows])
+
+    async def rows_without_time_reference(
+        self, after_id: int, limit: int
+    ) -> list[tuple[int, str, datetime]]:
+        """Rows after ``after_id`` with no time reference: (id, content, created_at)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_WITHOUT_TIME_REFERENCE, after_id, limit)
+        return [(r["id"], r["content"], r["created_at"]) for r in records]
+
+    async def count_without_time_reference(self, after_id: int) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_COUNT_WITHOUT_TIME_REFERENCE, after_id))
+
+    async def set_time_references(self, rows: Sequence[tuple[int, datetime, datetime]]) -> None:
+        """Store each ``(id, refers_start, refers_end)``."""
+        if rows:
+            async with self._connection() as conn, conn.transaction():
+                await conn.executemany(SQL_SET_TIME_REFERENCE, list(rows))
 
     async def reset_keywords(self) -> int:
         """Mark every row's keywords as stale (the analyser changed); the backfill redoes them."""
