@@ -175,6 +175,14 @@ def setting_overrides(pairs: Sequence[str]) -> dict[str, str]:
     return overrides
 
 
+def quality_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    """``--set`` overrides for a recall-quality bench, over one default of its own: a query
+    embedding that misses its reply-path deadline (3 s) makes recall keyword-only, which on a
+    loaded machine would count as misses that the shipped bot, on a quiet one, does not make.
+    ``--set EMBEDDING_QUERY_DEADLINE=3`` measures with the shipped deadline."""
+    return {"embedding_query_deadline": "120", **setting_overrides(pairs)}
+
+
 def vector_cache_path(prefix: Path, model: str) -> Path:
     """The passage-vector cache file of one embedding model."""
     return prefix.with_name(f"{prefix.name}-{model.replace('/', '_')}.npz")

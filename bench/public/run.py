@@ -32,8 +32,8 @@ from bench.common import (
     bench_data_dir,
     load_vector_cache,
     machine_line,
+    quality_overrides,
     save_vector_cache,
-    setting_overrides,
     vector_cache_path,
 )
 from bench.public import chitchat, madial
@@ -282,7 +282,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         print(f"every recall {args.later_days} days after its case's moment (--later-days)")
     if args.decay_floor is not None:
         print(f"MEMORY_DECAY_MIN_WEIGHT={args.decay_floor:g} (--decay-floor; not the default)")
-    overrides: dict[str, Any] = setting_overrides(args.set)
+    overrides: dict[str, Any] = quality_overrides(args.set)
     for key, value in overrides.items():
         print(f"{key.upper()}={value} (--set; not the shipped default)")
     with bench_data_dir("public") as data_dir:

@@ -29,8 +29,8 @@ from bench.common import (
     load_vector_cache,
     machine_line,
     percentiles,
+    quality_overrides,
     save_vector_cache,
-    setting_overrides,
     vector_cache_path,
 )
 from bench.retrieval.generate import NOW, Dataset, Question, Turn, build
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
         help="store with MEMORY_INDEX_SPEAKER on (turns indexed as `name: content`)",
     )
     args = parser.parse_args(argv)
-    asyncio.run(run(args.limit, args.decay_floors, setting_overrides(args.set), args.index_speaker))
+    asyncio.run(run(args.limit, args.decay_floors, quality_overrides(args.set), args.index_speaker))
 
 
 if __name__ == "__main__":
