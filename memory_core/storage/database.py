@@ -170,8 +170,28 @@ async def _leave_session_as_is(conn: asyncpg.Connection) -> None:
     Code that changes session state on a pooled connection must undo it itself."""
 
 
+class _OneLineConnectionErrors(logging.Filter):
+    """asyncpg's pool logs a full traceback each time it retries a lost connection (every
+    1 s up to every 60 s while the server is down); the reason fits on one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, CONNECTION_ERRORS):
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_POOL_LOG_FILTER = _OneLineConnectionErrors()
+
+
 async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
     """A pool whose connections know the vector types (binary codecs)."""
+    pool_log = logging.getLogger("asyncpg.pool")
+    if _POOL_LOG_FILTER not in pool_log.filters:
+        pool_log.addFilter(_POOL_LOG_FILTER)
     try:
         pool = await asyncpg.create_pool(
             dsn,

@@ -35,12 +35,19 @@ between them (the database refuses writes), and the rest waits for the next flus
 Every write to the spool and to the dead-letter file is flushed and fsynced. A line that cannot
 be read — the last line torn by a crash in the middle of a write, say — is skipped with a
 warning and moved to the dead-letter file as it was.
+
+The spool usually lives on the database's disk, so a full disk refuses both. Lines the file
+cannot take are then held in memory (up to :data:`MAX_HELD` of them, with a warning that they
+are lost if the bot stops) and written to the file before anything else once it takes writes
+again; the turns are still answered meanwhile. Only past that bound does spooling fail.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -63,6 +70,7 @@ log = logging.getLogger(__name__)
 _BAD_DATA_CLASSES = ("22", "23", "54")
 _PASSING_CLASSES = ("08", "25", "40", "53", "55", "57", "58")
 FLUSH_BATCH = 500
+MAX_HELD = 10_000  # spool lines kept in memory while the spool file cannot be written
 
 
 def _driver_error(exc: BaseException) -> BaseException | None:
@@ -214,6 +222,7 @@ class TurnSpool:
         # refused with an unforeseen error (by its hash), how many had been taken then.
         self._accepted = 0
         self._refusals: dict[int, int] = {}
+        self._held: list[bytes] = []  # lines the file could not take yet, oldest first
 
     def note_accepted(self) -> None:
         """Count a write the database took (tells an item refused for itself from a database
@@ -234,8 +243,10 @@ class TurnSpool:
         their place, to be applied to the database by the next flush (it cannot be reached
         now). Returns how many turns were dropped. Waits for a flush under way."""
         async with self._drain_lock, self._lock:
+            held = [line for n, line in enumerate(self._held) if _covered(scope, _parse(n, line))]
+            self._held = [line for line in self._held if line not in held]
             try:
-                return await asyncio.to_thread(self._forget_sync, scope, keep_request)
+                return len(held) + await asyncio.to_thread(self._forget_sync, scope, keep_request)
             except OSError as exc:
                 raise StorageError(f"cannot rewrite the spool {self.path}: {exc}") from exc
 
@@ -258,23 +269,63 @@ class TurnSpool:
 
     async def _append(self, line: bytes) -> None:
         async with self._lock:
-            try:
-                await asyncio.to_thread(self._append_sync, self.path, line)
-            except OSError as exc:
-                raise StorageError(f"cannot write the spool {self.path}: {exc}") from exc
+            self._held.append(line)
+            await self._release_held()
+            if len(self._held) > MAX_HELD:
+                self._held.pop()
+                raise StorageError(
+                    f"cannot write the spool {self.path}, and {MAX_HELD} lines already wait "
+                    "in memory for it"
+                )
+
+    async def _release_held(self) -> None:
+        """Write the held lines to the file (under ``_lock``); they stay held if it fails."""
+        if not self._held:
+            return
+        try:
+            await asyncio.to_thread(self._append_sync, self.path, b"".join(self._held))
+        except OSError as exc:
+            if len(self._held) == 1 or len(self._held) % 1000 == 0:
+                log.warning(
+                    "cannot write the spool %s (%s); %d line(s) wait in memory for it and are "
+                    "lost if the bot stops before it can be written",
+                    self.path,
+                    exc,
+                    len(self._held),
+                )
+            return
+        if len(self._held) > 1:
+            log.warning(
+                "the spool %s takes writes again: %d held line(s) written",
+                self.path,
+                len(self._held),
+            )
+        self._held.clear()
 
     @staticmethod
     def _append_sync(path: Path, data: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a+b") as handle:
+        with path.open("a+b", buffering=0) as handle:
+            size = handle.seek(0, os.SEEK_END)
             # A line torn by a crash has no newline; the next line must not be glued to it.
-            if handle.tell() > 0:
+            if size > 0:
                 handle.seek(-1, os.SEEK_END)
                 if handle.read(1) != b"\n":
                     data = b"\n" + data
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            try:
+                rest = memoryview(data)
+                while rest:
+                    written = handle.write(rest)
+                    if not written:
+                        raise OSError(errno.ENOSPC, "the spool file took no more bytes")
+                    rest = rest[written:]
+                os.fsync(handle.fileno())
+            except OSError:
+                # A full disk takes part of the data: cut it off, so that no torn line is left
+                # for the caller's retry to follow.
+                with contextlib.suppress(OSError):
+                    handle.truncate(size)
+                raise
 
     async def dead_letter(self, item: Item, error: BaseException) -> None:
         """Move an item that can never be written to the dead-letter file (logged at WARNING)."""
@@ -302,16 +353,19 @@ class TurnSpool:
     # ----------------------------------------------------------------- reading
 
     def pending(self) -> int:
-        """How many entries wait in the spool (counts lines; cheap for a spool's size)."""
-        return _count_lines(self.path)
+        """How many entries wait in the spool, held lines included (counts lines; cheap for a
+        spool's size)."""
+        return _count_lines(self.path) + len(self._held)
 
     def dead_letters(self) -> int:
         """How many items were moved to the dead-letter file, ever (until it is removed)."""
         return _count_lines(self.dead_path)
 
     async def read(self) -> tuple[list[SpoolEntry], int]:
-        """The entries of the spool and the size in bytes they were read from."""
+        """The entries of the spool file and the size in bytes they were read from; lines held
+        in memory are written to the file first, when it takes them."""
         async with self._lock:
+            await self._release_held()
             try:
                 data = await asyncio.to_thread(self.path.read_bytes)
             except FileNotFoundError:
@@ -350,21 +404,27 @@ class TurnSpool:
         says; what is done leaves the spool."""
         async with self._drain_lock:
             entries, read_size = await self.read()
+            # Lines the file still cannot take are flushed from memory, after the file's.
+            held = [_parse(len(entries) + n, line) for n, line in enumerate(self._held)]
             drain = _Drain(self, write_turns, forget, forget_in_database)
             try:
-                await drain.run(entries)
+                await drain.run(entries + held)
             finally:
                 # Dead letters first: an item leaves the spool only once it is kept elsewhere.
                 await self._bury(drain.dead)
+                for entry in held:
+                    # (An append meanwhile may have moved the held lines to the file.)
+                    if entry.number in drain.done and entry.raw in self._held:
+                        self._held.remove(entry.raw)
                 if drain.done:
                     kept = [entry for entry in entries if entry.number not in drain.done]
                     await self._keep_only(kept, read_size)
                     self._refusals = {
                         hash(entry.raw): self._refusals[hash(entry.raw)]
-                        for entry in kept
-                        if hash(entry.raw) in self._refusals
+                        for entry in kept + held
+                        if entry.number not in drain.done and hash(entry.raw) in self._refusals
                     }
-                drain.report.left = len(entries) - len(drain.done)
+                drain.report.left = len(entries) + len(held) - len(drain.done)
             return drain.report
 
     def _refused_before(self, entry: SpoolEntry) -> bool:

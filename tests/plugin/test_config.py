@@ -19,6 +19,12 @@ NONEBOT_KEYS = {
 }  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def _plugin_loaded_first(plugin: object) -> None:
+    """Importing the plugin's config module before NoneBot loads the plugin makes the later
+    `load_plugin` refuse it; loading it first keeps these tests independent of file order."""
+
+
 def env_values() -> dict[str, str | None]:
     return dotenv_values(ENV_PROD)
 

@@ -4,10 +4,12 @@ written; a bad item is dead-lettered and never blocks the others; nothing is los
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -15,12 +17,22 @@ import pytest
 
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.errors import DatabaseUnavailableError, StorageError
-from memory_core.models import RecalledMessage, TurnInput
+from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from memory_core.storage.spool import TurnSpool
 from tests.core.test_bad_input import ODD_TEXTS
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
+
+
+def recorded_in(sent: list[str]):
+    """A ``send`` for the engine that records each reply in ``sent``."""
+
+    async def send(text: str) -> Delivery:
+        sent.append(text)
+        return Delivery(text=text)
+
+    return send
 
 
 def said(text: str, message_id: int) -> TurnInput:
@@ -227,10 +239,7 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
     engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
     sent: list[str] = []
-
-    async def send(text: str) -> Delivery:
-        sent.append(text)
-        return Delivery(text=text)
+    send = recorded_in(sent)
 
     expected: dict[int, str] = {}
     try:
@@ -410,10 +419,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
     memory = await memory_factory()
     engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
     sent: list[str] = []
-
-    async def send(text: str) -> Delivery:
-        sent.append(text)
-        return Delivery(text=text)
+    send = recorded_in(sent)
 
     await memory.add_turn(said("一切正常时说的", 1))
     await refusal.apply(fresh_dsn, memory)
@@ -504,10 +510,7 @@ async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_a
     memory = await memory_factory()
     await refuse_inserts(fresh_dsn, "22023", "NEW.content LIKE '%拒收%'")
     sent: list[str] = []
-
-    async def send(text: str) -> Delivery:
-        sent.append(text)
-        return Delivery(text=text)
+    send = recorded_in(sent)
 
     engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
     result = await engine.converse(said("数据库拒收这一句", 1), send)
@@ -534,3 +537,121 @@ async def test_a_nearly_full_disk_letting_small_writes_through_never_dead_letter
     await RefusingTrigger("53100", "").lift(fresh_dsn, memory)
     assert await memory.flush_spool() == 1
     assert await stored_contents(fresh_dsn) == ["短句", "这一句太长了写不进去"]
+
+
+async def test_the_pools_reconnection_retries_log_one_line_each_without_a_traceback(
+    proxy, fresh_dsn, tmp_data_dir, hashing_embedder, caplog
+):
+    memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
+    try:
+        await proxy.stop()
+        with pytest.raises(DatabaseUnavailableError):
+            await memory.recall(7, "说的话")  # the pool finds its connection gone
+        with caplog.at_level(logging.WARNING, logger="asyncpg.pool"):
+            for _ in range(100):  # bounded wait for asyncpg's first retry (1 s after the loss)
+                if any(r.name == "asyncpg.pool" for r in caplog.records):
+                    break
+                await asyncio.sleep(0.1)
+        retries = [r for r in caplog.records if r.name == "asyncpg.pool"]
+        assert retries, "asyncpg did not retry the lost connection"
+        assert all(r.exc_info is None and "\n" not in r.getMessage() for r in retries)
+        assert "Error" in retries[0].getMessage()  # the reason is kept, on the same line
+        await proxy.start()
+    finally:
+        await memory.aclose()
+
+
+class FullSpoolDisk:
+    """The spool file's disk refuses writes with ENOSPC, as a full disk does (the file system
+    call is replaced; the database stays real)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.full = True
+        write = TurnSpool._append_sync
+
+        def append(path, data: bytes) -> None:
+            if self.full:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            write(path, data)
+
+        monkeypatch.setattr(TurnSpool, "_append_sync", staticmethod(append))
+
+
+async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are_written_later(
+    memory_factory, fresh_dsn, caplog, monkeypatch
+):
+    """The spool usually shares the database's disk: both refuse writes as a full disk does."""
+    memory = await memory_factory()
+    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    sent: list[str] = []
+    send = recorded_in(sent)
+
+    disk = FullSpoolDisk(monkeypatch)
+    full_disk = RefusingTrigger("53100", "DiskFullError [53100]")
+    await full_disk.apply(fresh_dsn, memory)
+    with caplog.at_level(logging.WARNING, logger="memory_core.storage.spool"):
+        for number in (1, 2, 3):
+            result = await engine.converse(said(f"磁盘满时说的第{number}句", number), send)
+            assert result.outcome is Outcome.REPLIED and result.spooled
+    assert sent == [FixedAnswer.answer] * 3
+    assert memory._spool.pending() == 6  # three user turns and three replies, in memory
+    assert any("wait in memory" in r.getMessage() for r in caplog.records)
+    with pytest.raises(StorageError):
+        await memory.flush_spool()  # neither the file nor the database takes them yet
+
+    disk.full = False  # space again: the file takes writes, then the database
+    await full_disk.lift(fresh_dsn, memory)
+    assert await memory.flush_spool() == 6
+    assert memory._spool.pending() == 0
+    contents = await stored_contents(fresh_dsn)
+    assert sorted(c for c in contents if c != FixedAnswer.answer) == [
+        f"磁盘满时说的第{n}句" for n in (1, 2, 3)
+    ]
+
+
+async def test_forget_drops_turns_waiting_in_memory_for_a_full_spool_file(tmp_path, monkeypatch):
+    disk = FullSpoolDisk(monkeypatch)
+    spool = TurnSpool(tmp_path / "spool.jsonl")
+    await spool.append(said("要忘掉的话", 1))
+    await spool.append(
+        TurnInput(user_id=8, role="user", content="别人的话", message_id=2, self_id=1)
+    )
+    assert spool.pending() == 2
+    assert await spool.forget(ForgetScope(user_id=7)) == 1
+    disk.full = False
+    entries, _ = await spool.read()
+    assert [entry.item.content for entry in entries] == ["别人的话"]
+
+
+async def test_a_write_the_disk_cuts_short_leaves_no_torn_line(tmp_path, monkeypatch):
+    """A full disk taking only part of a write: the part is cut off again, so the retry of
+    the whole line is the only copy in the file."""
+    spool = TurnSpool(tmp_path / "spool.jsonl")
+    await spool.append(said("第一句", 1))
+    size = spool.path.stat().st_size
+    real_open = Path.open
+
+    class HalfWrite:
+        def __init__(self, raw) -> None:
+            self.raw = raw
+
+        def __getattr__(self, name: str):
+            return getattr(self.raw, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.raw.close()
+
+        def write(self, data) -> int:
+            if len(data) > 4:
+                return self.raw.write(bytes(data[:4]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "open", lambda self, *a, **k: HalfWrite(real_open(self, *a, **k)))
+    await spool.append(said("第二句", 2))  # held in memory
+    assert spool.path.stat().st_size == size
+    monkeypatch.setattr(Path, "open", real_open)
+    entries, _ = await spool.read()
+    assert [entry.item.content for entry in entries] == ["第一句", "第二句"]

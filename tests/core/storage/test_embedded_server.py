@@ -264,7 +264,7 @@ async def test_another_process_still_using_the_server_keeps_it_running_after_our
         assert postgres_processes(cluster)
     finally:
         other.send_signal(signal.SIGINT)  # exits through its exit handler: the last user
-        other.wait()
+        other.wait(timeout=120)  # a stall fails here with a reason instead of hanging the suite
     for _ in range(600):  # bounded wait, not a timing assertion
         if not postgres_processes(cluster):
             break

@@ -199,7 +199,7 @@ async def test_an_index_another_connection_is_building_is_neither_dropped_nor_us
         await transaction.start()
         await writer.execute("LOCK TABLE dialogues IN ROW EXCLUSIVE MODE")
         await anchor_ids(memory, "火锅")  # starts the background build
-        for _ in range(200):  # bounded wait for the build to register, not a timing assertion
+        for _ in range(600):  # bounded wait for the build to register, not a timing assertion
             if await watcher.fetchval("SELECT count(*) FROM pg_stat_progress_create_index"):
                 break
             await asyncio.sleep(0.05)
