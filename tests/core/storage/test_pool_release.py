@@ -35,3 +35,28 @@ async def test_release_still_rolls_back_a_transaction_left_open(memory_factory, 
             assert await conn.fetchval("SELECT count(*) FROM pool_probe") == 0
     finally:
         await pool.close()
+
+
+async def test_a_vector_index_build_leaves_its_memory_setting_on_no_pooled_connection(
+    memory_factory, monkeypatch
+):
+    from memory_core.storage import dialogue_store
+    from tests.core.storage.test_vector_index import LIMIT, NOW, turns
+
+    # Above PostgreSQL's default (64MB), so that a setting left behind would show.
+    monkeypatch.setattr(dialogue_store, "INDEX_BUILD_MEMORY_MIN_MB", 96)
+    memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
+    await memory.add_dialogues(turns(1, 40))
+    async with memory._pool.acquire() as conn:
+        default = await conn.fetchval("SHOW maintenance_work_mem")
+    await memory.recall(1, "火锅", 700, now=NOW)  # meets a large session: builds its index
+    await memory.vector_index.wait_built()
+    assert memory.vector_index.serves("700:1", 40)
+    size = memory._pool.get_size()
+    connections = [await memory._pool.acquire() for _ in range(size)]  # every one of them
+    try:
+        settings = {await conn.fetchval("SHOW maintenance_work_mem") for conn in connections}
+    finally:
+        for conn in connections:
+            await memory._pool.release(conn)
+    assert default != "96MB" and settings == {default}
