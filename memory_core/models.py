@@ -80,6 +80,8 @@ class RecallResult:
     # What the search looked for: the query less a time expression it understood, after the
     # conversation's lines when recall was given them ("" = query).
     search_text: str = ""
+    # (anchor id, relevance) of the candidates a configured reranker scored (the debugger).
+    rerank_scores: tuple[tuple[int, float], ...] = ()
 
     @property
     def anchor_ids(self) -> tuple[int, ...]:

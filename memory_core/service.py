@@ -852,6 +852,11 @@ class TemporalMemory:
             return 0
         return await self.evaluations.run_once(now)
 
+    async def count_daily(self, metrics: dict[str, int], now: datetime | None = None) -> None:
+        """Add to today's counters (``memory_daily_stats``, the console's charts)."""
+        now = now or datetime.now(timezone.utc)
+        await self._require_evaluation_store().bump(now.astimezone(self.tz).date(), metrics)
+
     async def purge_expired(self, now: datetime | None = None) -> int:
         """Delete expired rows in short batches; returns how many, and counts them per day.
 

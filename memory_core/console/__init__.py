@@ -2,17 +2,19 @@
 bin, the audit log, daily figures and the recall debugger. The plugin serves it as pages."""
 
 from .debugger import RecallTrace, trace_recall
-from .service import DailyFigures, MemoryConsole, TurnSearch
+from .service import ChatNames, DailyFigures, MemoryConsole, NameLookup, TurnSearch
 from .settings_view import masked_settings
 from .store import AuditEntry, BinItem, ConsoleConflictError, FoundTurn, SessionRow
 
 __all__ = [
     "AuditEntry",
     "BinItem",
+    "ChatNames",
     "ConsoleConflictError",
     "DailyFigures",
     "FoundTurn",
     "MemoryConsole",
+    "NameLookup",
     "RecallTrace",
     "SessionRow",
     "TurnSearch",

@@ -45,6 +45,7 @@ class Candidate:
     keyword_hits: tuple[str, ...]
     decay: float
     fate: str
+    rerank: float | None = None  # the reranker's relevance, when one is configured
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ async def trace_recall(
     # Windows that share turns are merged, so a candidate may be inside another's window.
     recalled_ids = {t.id for w in recalled.windows for t in w.turns}
     turns = {t.id: t for w in (*recalled.windows, *wider.windows) for t in w.turns}
+    reranked = dict(wider.rerank_scores)
     candidates = []
     for rank, window in enumerate(wider.windows, start=1):
         turn = turns.get(window.anchor_id)
@@ -143,6 +145,7 @@ async def trace_recall(
                 keyword_hits=tuple(hits),
                 decay=decay.weight(age),
                 fate=fate,
+                rerank=reranked.get(window.anchor_id),
             )
         )
     system = build_system_prompt(

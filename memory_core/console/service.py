@@ -7,18 +7,27 @@ into a recycle bin kept ``MEMORY_RECYCLE_DAYS`` days.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
+from ..distill.store import MemorySessionStats, PgDistilledStore
 from ..errors import DatabaseUnavailableError, EmbeddingError, InvalidTurnError
 from ..lang.indexed import indexed_text
-from ..lang.keywords import document_terms, normalize
+from ..lang.keywords import document_terms, normalize, substring_terms, tsquery_all
 from ..lang.text import clean_content
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
-from ..storage.dialogue_store import AnchorFilters, RecallScope
+from ..storage.dialogue_store import (
+    AnchorFilters,
+    PgDialogueStore,
+    RecallScope,
+    SessionActivity,
+    TurnsShown,
+)
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
 from .store import (
     Audit,
@@ -68,11 +77,25 @@ def session_search_text(text: str) -> str | None:
     return folded or None
 
 
+@dataclass(frozen=True)
+class ChatNames:
+    """What the chat client calls a session's person and group (``None``: it did not say)."""
+
+    person: str | None = None
+    group: str | None = None
+
+
+# Asks the chat client for the names of (user, group) — the plugin passes one in when the bot
+# is connected; the console falls back to the names stored with the turns.
+NameLookup = Callable[[int, int | None], Awaitable[ChatNames]]
+
+
 class MemoryConsole:
     """The console's operations over an open ``TemporalMemory``."""
 
-    def __init__(self, memory: TemporalMemory) -> None:
+    def __init__(self, memory: TemporalMemory, names: NameLookup | None = None) -> None:
         self.memory = memory
+        self.names = names
 
     def _store(self) -> PgConsoleStore:
         pool = self.memory._pool
@@ -82,6 +105,12 @@ class MemoryConsole:
 
     # ------------------------------------------------------------------ reading
 
+    def _dialogues(self) -> PgDialogueStore:
+        return PgDialogueStore(pool=self._store()._pool)
+
+    def _distilled(self) -> PgDistilledStore:
+        return PgDistilledStore(pool=self._store()._pool)
+
     async def sessions(
         self,
         *,
@@ -90,17 +119,61 @@ class MemoryConsole:
         user_id: int | None = None,
         page: int = 0,
     ) -> list[SessionRow]:
-        """Sessions with turns, most recently active first, ``PAGE_SIZE`` a page."""
-        return await self._store().sessions(
+        """Sessions with turns or distilled memories, most recently active first,
+        ``PAGE_SIZE`` a page."""
+        memory_sessions = await self._distilled().memory_sessions()
+        listed = await self._dialogues().session_list(
             chat_type=chat_type,
             group_id=group_id,
             user_id=user_id,
             limit=PAGE_SIZE,
             offset=max(page, 0) * PAGE_SIZE,
+            without_turns={k: v.last_at for k, v in memory_sessions.items()},
         )
+        return await self._named(listed, memory_sessions)
+
+    async def _named(
+        self, listed: Sequence[SessionActivity], memory_sessions: dict[str, MemorySessionStats]
+    ) -> list[SessionRow]:
+        names = await self._dialogues().session_names([a.session_key for a in listed])
+        asked = await self._chat_names(listed)
+        return [
+            SessionRow(
+                session_key=a.session_key,
+                user_id=a.user_id,
+                group_id=a.group_id,
+                chat_type=a.chat_type,
+                turns=a.turns,
+                last_at=a.last_at,
+                name=told.person or names.get(a.session_key),
+                memories=m.current if (m := memory_sessions.get(a.session_key)) else 0,
+                group_name=told.group,
+            )
+            for a, told in zip(listed, asked, strict=True)
+        ]
+
+    async def _chat_names(self, listed: Sequence[SessionActivity]) -> list[ChatNames]:
+        if self.names is None:
+            return [ChatNames() for _ in listed]
+        lookup = self.names
+        return list(await asyncio.gather(*(lookup(a.user_id, a.group_id) for a in listed)))
 
     async def session(self, session_key: str) -> SessionRow | None:
-        return await self._store().session(session_key)
+        """The session, if it holds turns or distilled memories."""
+        memory_sessions = await self._distilled().memory_sessions()
+        activity = await self._dialogues().session_activity(session_key)
+        if activity is None:
+            if session_key not in memory_sessions:
+                return None
+            listed = await self._dialogues().session_list(
+                chat_type=None, group_id=None, user_id=None, limit=1, offset=0,
+                without_turns={session_key: memory_sessions[session_key].last_at},
+                session_key=session_key,
+            )  # fmt: skip
+            if not listed:
+                return None
+            activity = listed[0]
+        return (await self._named([activity], memory_sessions))[0]
 
     async def turns(self, session_key: str, search: TurnSearch) -> list[FoundTurn]:
         """One page of the session's turns: newest first, or by meaning nearest first.
@@ -110,14 +183,17 @@ class MemoryConsole:
         page = max(search.page, 0)
         if search.by_meaning and query:
             return await self._turns_by_meaning(session_key, query, search, page)
-        return await self._store().turns(
-            session_key,
-            text=session_search_text(query),
+        containing = session_search_text(query)
+        shown = TurnsShown(
             start=search.start,
             end=search.end,
+            containing=containing,
+            terms_query=tsquery_all(substring_terms(containing)) if containing else None,
             limit=PAGE_SIZE,
             offset=page * PAGE_SIZE,
         )
+        rows = await self._dialogues().session_turns(session_key, shown)
+        return [FoundTurn(r.turn, None, r.pinned) for r in rows]
 
     async def _turns_by_meaning(
         self, session_key: str, query: str, search: TurnSearch, page: int
@@ -143,21 +219,35 @@ class MemoryConsole:
         )
         chosen = nearest[page * PAGE_SIZE : wanted]
         turns = {
-            t.id: t for t in await self._store().turns_by_ids(session_key, [c.id for c in chosen])
+            r.turn.id: r
+            for r in await self._dialogues().session_turns_by_ids(
+                session_key, [c.id for c in chosen]
+            )
         }
-        return [FoundTurn(turns[c.id], c.similarity) for c in chosen if c.id in turns]
+        return [
+            FoundTurn(turns[c.id].turn, c.similarity, turns[c.id].pinned)
+            for c in chosen
+            if c.id in turns
+        ]
 
     async def memories(self, session_key: str, text: str = "") -> list[DistilledMemory]:
         """The session's distilled memories: current ones first, superseded ones as history."""
-        return await self._store().memories(
-            session_key, text=session_search_text(text), limit=MEMORY_LIMIT
+        return [m for m, _ in await self.shown_memories(session_key, text)]
+
+    async def shown_memories(
+        self, session_key: str, text: str = ""
+    ) -> list[tuple[DistilledMemory, bool]]:
+        """The session's distilled memories with whether each is pinned."""
+        return await self._distilled().session_memories(
+            session_key, containing=session_search_text(text), limit=MEMORY_LIMIT
         )
 
     async def sources(self, session_key: str, memory: DistilledMemory) -> list[MemoryTurn]:
         """The turns a distilled memory was drawn from (those still stored)."""
         if not memory.source_turn_ids:
             return []
-        return await self._store().turns_by_ids(session_key, memory.source_turn_ids)
+        rows = await self._dialogues().session_turns_by_ids(session_key, memory.source_turn_ids)
+        return [r.turn for r in rows]
 
     # ------------------------------------------------------------------ fixing
 
@@ -177,7 +267,9 @@ class MemoryConsole:
         """Replace a turn's text (re-embedded, keywords and tokens recounted); ``None`` if
         the session has no such turn. Raises ``InvalidTurnError`` for empty text."""
         content = clean_content(text, self.memory.settings.memory_max_content_chars)
-        current = await self._store().turns_by_ids(session_key, [turn_id])
+        current = [
+            r.turn for r in await self._dialogues().session_turns_by_ids(session_key, [turn_id])
+        ]
         if not current:
             return None
         # Searched like a freshly stored turn: in the bot's text form (the speaker's name too
@@ -234,6 +326,53 @@ class MemoryConsole:
         audit = Audit(actor, "delete", kind, item_id, session_key)
         return await self._store().move_to_bin(kind, item_id, session_key, now + keep, audit)
 
+    async def delete_many(
+        self,
+        session_key: str,
+        items: Sequence[tuple[str, int]],
+        *,
+        actor: str,
+        now: datetime | None = None,
+    ) -> int:
+        """Move a selection of (kind, id) of this session into the bin, each item on its own
+        (so each is restored on its own); how many were moved."""
+        moved = 0
+        for kind, item_id in items[:MEMORY_LIMIT]:
+            if await self.delete(kind, session_key, item_id, actor=actor, now=now) is not None:
+                moved += 1
+        return moved
+
+    async def pin(
+        self, kind: str, session_key: str, item_id: int, *, pinned: bool, actor: str
+    ) -> bool:
+        """Pin a turn or distilled memory of this session (never expires, never merged away)
+        or unpin it, audited; False if the session has no such row.
+
+        An unpinned turn with a score gets the expiry its band gives from now, as if it had
+        just been evaluated; one without keeps none until it is evaluated."""
+        if kind not in KINDS:
+            raise InvalidTurnError(f"unknown kind {kind!r}")
+        if kind == "turn":
+            expires_at = None
+            if not pinned:
+                rows = await self._dialogues().session_turns_by_ids(session_key, [item_id])
+                policy = self.memory.retention
+                score = rows[0].turn.score if rows else None
+                if policy is not None and score is not None:
+                    expires_at = policy.expires_at(score, datetime.now(timezone.utc))
+            text = await self._dialogues().pin_turn(
+                session_key, item_id, pinned=pinned, expires_at=expires_at
+            )
+        else:
+            text = await self._distilled().pin_memory(session_key, item_id, pinned=pinned)
+        if text is None:
+            return False
+        action = "pin" if pinned else "unpin"
+        await self._store().write_audit(
+            Audit(actor, action, kind, item_id, session_key, before_text=text, after_text=text)
+        )
+        return True
+
     async def recycle_bin(self, session_key: str | None = None) -> list[BinItem]:
         return await self._store().bin(session_key, MEMORY_LIMIT)
 
@@ -254,10 +393,9 @@ class MemoryConsole:
 
     async def group_switches(self) -> list[tuple[int, bool]]:
         """Every group with turns or switched off, and whether its memory is on."""
-        store = self._store()
-        chats = await PgOptOutStore(pool=self.memory._pool).chats(EVERYONE)
+        chats = await PgOptOutStore(pool=self._store()._pool).chats(EVERYONE)
         off = {int(chat) for chat in chats if chat.isdigit()}
-        groups = set(await store.groups(MEMORY_LIMIT)) | off
+        groups = set(await self._dialogues().groups_with_turns(MEMORY_LIMIT)) | off
         return [(g, g not in off) for g in sorted(groups)]
 
     async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
@@ -281,7 +419,7 @@ class MemoryConsole:
         first = today - timedelta(days=days - 1)
         since = datetime.combine(first, datetime.min.time(), tz)
         store = self._store()
-        per_day = {d: (u, b) for d, u, b in await store.turns_per_day(since, tz.key)}
+        per_day = {d: (u, b) for d, u, b in await self._dialogues().turns_per_day(since, tz.key)}
         metrics: dict[str, dict[date, int]] = {}
         for day, metric, value in await store.metrics_since(first):
             metrics.setdefault(metric, {})[day] = value

@@ -1,8 +1,9 @@
-"""All SQL of the operator's console (migration 009): read-only views over the dialogue and
-distilled tables, edits, the recycle bin and the audit log.
+"""The console's own SQL (migration 009): edits and deletions with their audit entries (one
+transaction each), the recycle bin and the audit log. What it only reads of the dialogue and
+distilled tables it asks their stores (``PgDialogueStore``, ``PgDistilledStore``).
 
-Every query about a session names it (``session_key = $1``), so no view of one session can show
-another's rows. Rows leave as the core's frozen dataclasses (``MemoryTurn``,
+Every query about a session names it (``session_key = $2``), so no change through one session
+can touch another's rows. Rows leave as the core's frozen dataclasses (``MemoryTurn``,
 ``DistilledMemory``) or the small ones below.
 """
 
@@ -25,91 +26,6 @@ from ..models import MemoryTurn
 from ..storage.dialogue_store import TURN_COLUMNS, _turn
 from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_delete
-
-# ----------------------------------------------------------------------------- sessions
-
-# Who and where, read back from a session key ("{user}" or "{group}:{user}", see
-# ``models.generate_session_key``) of the row set ``{src}``.
-_WHO = """
-SELECT {src}.*,
-       substr(session_key, strpos(session_key, ':') + 1)::bigint AS user_id,
-       CASE WHEN strpos(session_key, ':') > 0
-            THEN split_part(session_key, ':', 1)::bigint END AS group_id,
-       CASE WHEN strpos(session_key, ':') > 0 THEN 'group' ELSE 'private' END AS chat_type
-FROM {src}
-"""
-# A session's name: the sender name of its latest user turn (the session index, backwards),
-# and its count of current distilled memories.
-_NAME_AND_MEMORIES = """
-       (SELECT d.sender_name FROM dialogues d
-        WHERE d.session_key = {src}.session_key AND d.role = 'user' AND d.sender_name IS NOT NULL
-        ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS name,
-       (SELECT count(*) FROM distilled_memories m
-        WHERE m.session_key = {src}.session_key AND m.valid_until IS NULL) AS memories
-"""
-
-# The sessions with turns, newest activity first; $1 chat type, $2 group, $3 user (NULL: any).
-# The session keys are walked through the session index one distinct key at a time (a loose
-# index scan: a probe per session, not a read of every turn), each session's last turn is one
-# more probe, and only the page's sessions are counted.
-SQL_SESSIONS = f"""
-WITH RECURSIVE keys AS (
-    (SELECT session_key FROM dialogues ORDER BY session_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT d.session_key FROM dialogues d WHERE d.session_key > keys.session_key
-            ORDER BY d.session_key LIMIT 1)
-    FROM keys WHERE keys.session_key IS NOT NULL
-),
-who AS ({_WHO.format(src="keys")} WHERE session_key IS NOT NULL),
-page AS (
-    SELECT who.*,
-           (SELECT d.created_at FROM dialogues d WHERE d.session_key = who.session_key
-            ORDER BY d.created_at DESC, d.id DESC LIMIT 1) AS last_at
-    FROM who
-    WHERE ($1::text IS NULL OR chat_type = $1) AND ($2::bigint IS NULL OR group_id = $2)
-      AND ($3::bigint IS NULL OR user_id = $3)
-    ORDER BY last_at DESC, session_key LIMIT $4 OFFSET $5
-)
-SELECT page.*,
-       (SELECT count(*) FROM dialogues d WHERE d.session_key = page.session_key) AS turns,
-       {_NAME_AND_MEMORIES.format(src="page")}
-FROM page ORDER BY last_at DESC, session_key
-"""
-
-SQL_SESSION_SUMMARY = f"""
-WITH s AS (
-    SELECT $1::text AS session_key, count(*) AS turns, max(created_at) AS last_at
-    FROM dialogues WHERE session_key = $1 HAVING count(*) > 0
-),
-who AS ({_WHO.format(src="s")})
-SELECT who.*, {_NAME_AND_MEMORIES.format(src="who")} FROM who
-"""
-
-# ----------------------------------------------------------------------------- browsing
-
-# $2 text (case-folded substring, NULL: any), $3/$4 time range [from, to).
-_TURN_FILTERS = """
-  AND ($2::text IS NULL OR strpos(lower(normalize(content, NFKC)), $2) > 0)
-  AND created_at >= coalesce($3::timestamptz, '-infinity')
-  AND created_at < coalesce($4::timestamptz, 'infinity')
-"""
-
-SQL_SESSION_TURNS = f"""
-SELECT {TURN_COLUMNS} FROM dialogues
-WHERE session_key = $1 {_TURN_FILTERS}
-ORDER BY created_at DESC, id DESC LIMIT $5 OFFSET $6
-"""
-
-SQL_SESSION_MEMORIES = f"""
-SELECT {DISTILLED_COLUMNS} FROM distilled_memories
-WHERE session_key = $1 AND ($2::text IS NULL OR strpos(lower(normalize(content, NFKC)), $2) > 0)
-ORDER BY (valid_until IS NULL) DESC, kind, last_confirmed DESC, id DESC LIMIT $3
-"""
-
-SQL_TURNS_OF_SESSION = f"""
-SELECT {TURN_COLUMNS} FROM dialogues WHERE session_key = $1 AND id = ANY($2::bigint[])
-ORDER BY created_at, id
-"""
 
 # ----------------------------------------------------------------------------- edits
 
@@ -158,10 +74,11 @@ ORDER BY deleted_at DESC, id DESC LIMIT $2
 SQL_TAKE_FROM_BIN = f"""
 DELETE FROM memory_recycle_bin WHERE id = $1 RETURNING {BIN_COLUMNS}, row_data
 """
-# The row goes back as it was, with its id (OVERRIDING SYSTEM VALUE: the identity column).
+# The row goes back as it was, with its id (OVERRIDING SYSTEM VALUE: the identity column);
+# a row binned before a column was added gets that column's default (``pinned``: 011).
 _RESTORE = """
 INSERT INTO {table} OVERRIDING SYSTEM VALUE
-SELECT * FROM jsonb_populate_record(NULL::{table}, $1::jsonb)
+SELECT * FROM jsonb_populate_record(NULL::{table}, '{{"pinned": false}}'::jsonb || $1::jsonb)
 """
 SQL_RESTORE_TURN = _RESTORE.format(table="dialogues")
 SQL_RESTORE_MEMORY = _RESTORE.format(table="distilled_memories")
@@ -182,21 +99,8 @@ SQL_AUDIT_LOG = f"""
 SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 OFFSET $2
 """
 
-SQL_GROUPS = """
-SELECT group_id FROM dialogues WHERE group_id IS NOT NULL
-GROUP BY group_id ORDER BY group_id LIMIT $1
-"""
-
 # ----------------------------------------------------------------------------- charts
 
-# Turns stored per local day since $1 ($2: the timezone), split by who spoke.
-SQL_TURNS_PER_DAY = """
-SELECT (created_at AT TIME ZONE $2)::date AS day,
-       count(*) FILTER (WHERE role = 'user') AS user_turns,
-       count(*) FILTER (WHERE role = 'assistant') AS bot_turns
-FROM dialogues WHERE created_at >= $1
-GROUP BY 1 ORDER BY 1
-"""
 SQL_METRICS_SINCE = """
 SELECT day, metric, value FROM memory_daily_stats WHERE day >= $1 ORDER BY day, metric
 """
@@ -214,6 +118,7 @@ class SessionRow:
     last_at: datetime
     name: str | None
     memories: int
+    group_name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +127,7 @@ class FoundTurn:
 
     turn: MemoryTurn
     similarity: float | None
+    pinned: bool = False
 
 
 @dataclass(frozen=True)
@@ -300,71 +206,12 @@ class ConsoleConflictError(StorageError):
     edit giving a memory the text of another current memory of its session."""
 
 
-def _session(record: asyncpg.Record) -> SessionRow:
-    return SessionRow(
-        session_key=record["session_key"],
-        user_id=record["user_id"],
-        group_id=record["group_id"],
-        chat_type=record["chat_type"],
-        turns=record["turns"],
-        last_at=record["last_at"],
-        name=record["name"],
-        memories=record["memories"],
-    )
-
-
 def _bin_item(record: asyncpg.Record) -> BinItem:
     return BinItem(**{key: record[key] for key in BIN_COLUMNS.split(", ")})
 
 
 class PgConsoleStore(PgStore):
     """The console's queries; every read or change of a session's rows names that session."""
-
-    async def sessions(
-        self,
-        *,
-        chat_type: str | None,
-        group_id: int | None,
-        user_id: int | None,
-        limit: int,
-        offset: int,
-    ) -> list[SessionRow]:
-        async with self._connection() as conn:
-            rows = await conn.fetch(SQL_SESSIONS, chat_type, group_id, user_id, limit, offset)
-        return [_session(r) for r in rows]
-
-    async def session(self, session_key: str) -> SessionRow | None:
-        async with self._connection() as conn:
-            row = await conn.fetchrow(SQL_SESSION_SUMMARY, session_key)
-        return None if row is None else _session(row)
-
-    async def turns(
-        self,
-        session_key: str,
-        *,
-        text: str | None,
-        start: datetime | None,
-        end: datetime | None,
-        limit: int,
-        offset: int,
-    ) -> list[FoundTurn]:
-        """The session's turns, newest first (``text``: only those containing it)."""
-        async with self._connection() as conn:
-            rows = await conn.fetch(SQL_SESSION_TURNS, session_key, text, start, end, limit, offset)
-        return [FoundTurn(_turn(r), None) for r in rows]
-
-    async def memories(
-        self, session_key: str, *, text: str | None, limit: int
-    ) -> list[DistilledMemory]:
-        """The session's distilled memories: current ones first, then history."""
-        async with self._connection() as conn:
-            rows = await conn.fetch(SQL_SESSION_MEMORIES, session_key, text, limit)
-        return [_distilled(r) for r in rows]
-
-    async def turns_by_ids(self, session_key: str, ids: Sequence[int]) -> list[MemoryTurn]:
-        async with self._connection() as conn:
-            rows = await conn.fetch(SQL_TURNS_OF_SESSION, session_key, list(ids))
-        return [_turn(r) for r in rows]
 
     async def _edit(
         self, lock: str, update: str, item_id: int, session_key: str, values: Sequence[Any],
@@ -475,18 +322,9 @@ class PgConsoleStore(PgStore):
             rows = await conn.fetch(SQL_AUDIT_LOG, limit, offset)
         return [AuditEntry(**{key: r[key] for key in AUDIT_COLUMNS.split(", ")}) for r in rows]
 
-    async def groups(self, limit: int) -> list[int]:
-        async with self._connection() as conn:
-            return [r["group_id"] for r in await conn.fetch(SQL_GROUPS, limit)]
-
     async def write_audit(self, audit: Audit) -> None:
         async with self._connection() as conn:
             await conn.execute(SQL_AUDIT, *audit.values())
-
-    async def turns_per_day(self, since: datetime, tz_name: str) -> list[tuple[date, int, int]]:
-        async with self._connection() as conn:
-            rows = await conn.fetch(SQL_TURNS_PER_DAY, since, tz_name)
-        return [(r["day"], r["user_turns"], r["bot_turns"]) for r in rows]
 
     async def metrics_since(self, since: date) -> list[tuple[date, str, int]]:
         async with self._connection() as conn:

@@ -159,6 +159,8 @@ class ConversationMemory(Protocol):
 
     async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None: ...
 
+    async def count_daily(self, metrics: dict[str, int], now: datetime | None = None) -> None: ...
+
     @property
     def distilled(self) -> ConversationDistilled: ...
 
@@ -208,6 +210,20 @@ class _Prompt:
     memory_ok: bool = True  # memory could be read
     context: MemoryContext | None = None
     recent: tuple[MemoryTurn, ...] = ()
+    memory_ms: float | None = None  # how long reading memory took (recall and context)
+
+
+# Daily counters of the time memory took to read for a reply (the console's chart): how many
+# replies, their milliseconds summed, and how many fell in each band.
+RECALL_REPLIES = "recall_replies"
+RECALL_MS_TOTAL = "recall_ms_total"
+RECALL_BANDS = ((100.0, "recall_under_100ms"), (300.0, "recall_100_300ms"))
+RECALL_SLOW = "recall_over_300ms"
+
+
+def recall_metrics(milliseconds: float) -> dict[str, int]:
+    band = next((name for limit, name in RECALL_BANDS if milliseconds < limit), RECALL_SLOW)
+    return {RECALL_REPLIES: 1, RECALL_MS_TOTAL: round(milliseconds), band: 1}
 
 
 # The answer cache and personal memory. The cache itself refuses questions with
@@ -437,6 +453,7 @@ class ConversationEngine:
             kept = stored.turn is not None or stored.spooled
             if cached is None and kept and _complete(delivery.text, answer):
                 await self._cache(turn, prompt, answer, now)
+            await self._count_recall(prompt, now)
             return result(
                 Outcome.REPLIED,
                 reply_turn=stored_reply.turn if stored_reply else None,
@@ -542,6 +559,8 @@ class ConversationEngine:
         recent: list[MemoryTurn] = []
         context: MemoryContext | None = None
         memory_ok = True
+        started = time.perf_counter()
+        memory_ms: float | None = None
         try:
             # Dialogue as of just before this message: it is being stored meanwhile and must
             # not come back as its own memory. Distilled memory as of now: the platform's clock
@@ -555,6 +574,7 @@ class ConversationEngine:
                 exclude_ids=tuple(t.id for t in recent),
                 recall=recalled,
             )
+            memory_ms = (time.perf_counter() - started) * 1000
         except MemoryCoreError as exc:
             memory_ok = False
             log.warning("answering session %s without memory: %s", turn.session_key, exc)
@@ -575,6 +595,7 @@ class ConversationEngine:
             memory_ok=memory_ok,
             context=context,
             recent=tuple(recent),
+            memory_ms=memory_ms,
         )
 
     async def _recent_and_recalled(
@@ -609,6 +630,15 @@ class ConversationEngine:
                 "session %s answered from the answer cache (%s)", turn.session_key, found.level
             )
         return found
+
+    async def _count_recall(self, prompt: _Prompt, now: datetime) -> None:
+        # After the reply is delivered, like the cache: one counter upsert off the reply's path.
+        if prompt.memory_ms is None:
+            return
+        try:
+            await self._memory.count_daily(recall_metrics(prompt.memory_ms), now)
+        except MemoryCoreError as exc:
+            log.warning("recall latency not counted: %s", exc)
 
     async def _cache(self, turn: TurnInput, prompt: _Prompt, answer: str, now: datetime) -> None:
         # After the reply is delivered: an embedding and one upsert, off the reply's path.

@@ -134,6 +134,7 @@ SELECT a.id AS keep_id, b.id AS drop_id, a.content AS keep_content, b.content AS
 FROM distilled_memories a
 JOIN distilled_memories b ON b.session_key = a.session_key AND b.kind = a.kind AND b.id > a.id
 WHERE a.kind IN ('facts', 'preferences') AND a.valid_until IS NULL AND b.valid_until IS NULL
+  AND NOT b.pinned  -- a memory the operator pinned is never merged away
   AND a.embedding_model = $1 AND b.embedding_model = $1
   AND 1 - (a.embedding <=> b.embedding) >= $2
 ORDER BY a.id, b.id
@@ -299,6 +300,28 @@ UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE ses
 
 SQL_COUNT_WAITING_SESSIONS = "SELECT count(*) FROM distilled_sessions WHERE pending_turns > 0"
 
+# ----------------------------------------------------------------------------- the console
+# The operator console's views of distilled memories (issue 14).
+
+# Every session holding memories: when one was last confirmed in its chat, and its count of
+# current memories.
+SQL_MEMORY_SESSIONS = """
+SELECT session_key, max(last_confirmed) AS last_at,
+       count(*) FILTER (WHERE valid_until IS NULL) AS current
+FROM distilled_memories GROUP BY session_key
+"""
+# A session's memories: current ones first, then history; $2 a case-folded text (NULL: any).
+SQL_SESSION_MEMORIES = f"""
+SELECT {DISTILLED_COLUMNS}, pinned FROM distilled_memories
+WHERE session_key = $1 AND ($2::text IS NULL OR strpos(lower(normalize(content, NFKC)), $2) > 0)
+ORDER BY (valid_until IS NULL) DESC, kind, last_confirmed DESC, id DESC LIMIT $3
+"""
+SQL_PIN_MEMORY = """
+UPDATE distilled_memories SET pinned = $3, updated_at = now()
+WHERE id = $1 AND session_key = $2
+RETURNING content
+"""
+
 
 def _distilled(record: asyncpg.Record) -> DistilledMemory:
     return DistilledMemory(
@@ -327,6 +350,14 @@ def _distilled(record: asyncpg.Record) -> DistilledMemory:
         created_at=record["created_at"],
         embedding_model=record["embedding_model"],
     )
+
+
+@dataclass(frozen=True)
+class MemorySessionStats:
+    """A session as the distilled table knows it (see ``SQL_MEMORY_SESSIONS``)."""
+
+    last_at: datetime
+    current: int
 
 
 @dataclass(frozen=True)
@@ -723,3 +754,26 @@ class PgDistilledStore(PgCounterStore):
     async def waiting_sessions(self) -> int:
         async with self._connection() as conn:
             return int(await conn.fetchval(SQL_COUNT_WAITING_SESSIONS))
+
+    # ---------------------------------------------------------------- the console
+
+    async def memory_sessions(self) -> dict[str, MemorySessionStats]:
+        """Every session holding distilled memories (history included)."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_MEMORY_SESSIONS)
+        return {r["session_key"]: MemorySessionStats(r["last_at"], r["current"]) for r in rows}
+
+    async def session_memories(
+        self, session_key: str, *, containing: str | None, limit: int
+    ) -> list[tuple[DistilledMemory, bool]]:
+        """The session's memories (current first, then history) and whether each is pinned;
+        ``containing``: a case-folded text they must contain."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_SESSION_MEMORIES, session_key, containing, limit)
+        return [(_distilled(r), r["pinned"]) for r in rows]
+
+    async def pin_memory(self, session_key: str, memory_id: int, *, pinned: bool) -> str | None:
+        """Pin or unpin a memory of this session; its text, or ``None`` if there is none."""
+        async with self._connection() as conn:
+            text = await conn.fetchval(SQL_PIN_MEMORY, memory_id, session_key, pinned)
+        return None if text is None else str(text)

@@ -39,8 +39,10 @@ CLAIM_LEASE = timedelta(minutes=10)
 
 SQL_COUNT_EVALUATIONS = "SELECT count(*) FROM evaluation_queue"
 
+# A turn the operator pinned keeps no expiry, whatever its score (migration 011).
 SQL_SET_SCORE = """
-UPDATE dialogues SET score = $3, expires_at = $4 WHERE id = $1 OR id = $2
+UPDATE dialogues SET score = $3, expires_at = CASE WHEN pinned THEN NULL ELSE $4::timestamptz END
+WHERE id = $1 OR id = $2
 """
 
 SQL_DEQUEUE_EVALUATION = "DELETE FROM evaluation_queue WHERE assistant_turn_id = $1"
@@ -51,7 +53,7 @@ UPDATE evaluation_queue SET attempts = attempts + 1, not_before = $2 WHERE assis
 
 SQL_PURGE_BATCH = """
 DELETE FROM dialogues WHERE id IN (
-    SELECT id FROM dialogues WHERE expires_at IS NOT NULL AND expires_at <= $1
+    SELECT id FROM dialogues WHERE expires_at IS NOT NULL AND expires_at <= $1 AND NOT pinned
     ORDER BY expires_at LIMIT $2
 )
 """

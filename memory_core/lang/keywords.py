@@ -133,9 +133,32 @@ def conversation_terms(message: str, earlier: Sequence[str]) -> list[str]:
     return list(found)
 
 
+def substring_terms(text: str) -> list[str]:
+    """Terms every message containing ``text`` is stored with: the bigrams of its CJK runs
+    of two or more characters (such a run lies inside a run of the message, so its bigrams are
+    the message's too). Letters and digits may be the middle of a longer token and a lone
+    character is no bigram: neither gives a term here."""
+    found: dict[str, None] = {}
+    for match in _RUNS.finditer(normalize(text)):
+        run = match.group()
+        if len(run) >= 2 and not run[0].isascii():
+            found.update(dict.fromkeys(_cjk_terms(run)))
+    return list(found)[:MAX_QUERY_TERMS]
+
+
+def _quoted(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def tsquery_all(words: Iterable[str]) -> str | None:
+    """A ``tsquery`` literal matching all of ``words`` (each quoted, taken as is); None if none."""
+    quoted = [_quoted(w) for w in words]
+    return " & ".join(quoted) if quoted else None
+
+
 def tsquery_any(words: Iterable[str]) -> str | None:
     """A ``tsquery`` literal matching any of ``words`` (each quoted, taken as is); None if none."""
-    quoted = ["'" + w.replace("\\", "\\\\").replace("'", "''") + "'" for w in words]
+    quoted = [_quoted(w) for w in words]
     return " | ".join(quoted) if quoted else None
 
 

@@ -28,8 +28,10 @@ class ApiReranker:
         self._endpoint = endpoint
         self._deadline = deadline
 
-    async def order(self, query: str, documents: Sequence[str]) -> list[int]:
-        """Indices of ``documents``, most relevant first; every index once.
+    async def scored(self, query: str, documents: Sequence[str]) -> list[tuple[int, float | None]]:
+        """Indices of ``documents``, most relevant first, every index once, each with its
+        relevance score (``None``: the answer left it out; it keeps its place after the
+        ranked ones).
 
         Raises ``RerankError`` when the endpoint fails, misses its deadline or answers with
         something that is not a ranking of these documents."""
@@ -53,14 +55,15 @@ class ApiReranker:
             ) from exc
         # Only indices of the documents sent count, each once: an answer can never bring in
         # anything that was not a candidate.
-        ranked: list[int] = []
-        for index, _ in sorted(scored, key=lambda pair: -pair[1]):
+        ranked: dict[int, float | None] = {}
+        for index, score in sorted(scored, key=lambda pair: -pair[1]):
             if 0 <= index < len(documents) and index not in ranked:
-                ranked.append(index)
+                ranked[index] = score
         if not ranked:
             raise RerankError("reranker returned no result for the documents sent")
         # Documents the answer left out keep their place after the ranked ones.
-        return ranked + [i for i in range(len(documents)) if i not in ranked]
+        left_out = [(i, None) for i in range(len(documents)) if i not in ranked]
+        return list(ranked.items()) + left_out
 
     async def aclose(self) -> None:
         await self._endpoint.aclose()

@@ -227,10 +227,11 @@ class Retriever:
                 # Nothing was said in that time: answer with what matches best instead of
                 # nothing (the user may misremember when).
                 ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
+        rerank_scores: tuple[tuple[int, float], ...] = ()
         if self.reranker is not None and len(ranked) > 1:
-            ranked = await self._reranked(store, scope, search_text, ranked, now)
+            ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)
         result = await self._assemble(store, scope, query, ranked, top_n, window, now)
-        return dataclasses.replace(result, search_text=search_text)
+        return dataclasses.replace(result, search_text=search_text, rerank_scores=rerank_scores)
 
     async def _reranked(
         self,
@@ -239,9 +240,10 @@ class Retriever:
         text: str,
         ranked: Sequence[RankedAnchor],
         now: datetime,
-    ) -> list[RankedAnchor]:
+    ) -> tuple[list[RankedAnchor], tuple[tuple[int, float], ...]]:
         """The first ``RERANK_CANDIDATES`` fused anchors in the reranker's order, the rest
-        after them; the fused order unchanged when the reranker fails (logged once an outage)."""
+        after them, and the scores it gave (anchor id, score); the fused order unchanged and
+        no scores when the reranker fails (logged once an outage)."""
         assert self.reranker is not None
         head = list(ranked[: self.settings.rerank_candidates])
         rows = await store.windows(
@@ -250,18 +252,19 @@ class Retriever:
         contents = {turn.id: turn.content for anchor_id, turn in rows if turn.id == anchor_id}
         head = [a for a in head if a.candidate.id in contents]
         try:
-            order = await self.reranker.order(text, [contents[a.candidate.id] for a in head])
+            order = await self.reranker.scored(text, [contents[a.candidate.id] for a in head])
         except RerankError as exc:
             if not self._rerank_failing:
                 log.warning("reranker failed, recall keeps the fused order: %s", exc)
             self._rerank_failing = True
-            return list(ranked)
+            return list(ranked), ()
         if self._rerank_failing:
             log.info("reranker answers again")
         self._rerank_failing = False
-        reordered = [head[i] for i in order]
+        reordered = [head[i] for i, _ in order]
         chosen = {a.candidate.id for a in reordered}
-        return reordered + [a for a in ranked if a.candidate.id not in chosen]
+        scores = tuple((head[i].candidate.id, score) for i, score in order if score is not None)
+        return reordered + [a for a in ranked if a.candidate.id not in chosen], scores
 
     async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
         """The query vector; None to go on without it (keyword mode, or hybrid falling back

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from memory_core.conversation.engine import recall_metrics
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
@@ -31,6 +32,7 @@ SEEDED = [
     (ALICE, GROUP, "user", "我推荐骨头形状的狗粮", "丽丽"),
 ]
 ALICE_FACT = "用户养了一条狗叫旺财"
+RECALL_TIMES = (40.0, 60.0, 150.0, 420.0)
 BOB_FACT = "用户养了一条狗叫大黄" + XSS
 
 
@@ -76,6 +78,8 @@ async def seed(dsn: str, data_dir: Path) -> None:
         await memory.distilled.save(
             [ExtractedMemory(kind="facts", content=BOB_FACT)], BOB, stated_at=start
         )
+        for milliseconds in RECALL_TIMES:  # replies two days ago, for the latency chart
+            await memory.count_daily(recall_metrics(milliseconds), start)
     finally:
         await memory.aclose()
 
@@ -86,7 +90,15 @@ async def console_bot(server_dsn: str, tmp_dir: Path) -> AsyncIterator[ConsoleBo
         await seed(dsn, tmp_dir)
         bot = await start_bot(
             llm_url=None,
-            extra_env={"MEMORY_DSN": dsn, "MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN},
+            extra_env={
+                "MEMORY_DSN": dsn,
+                "MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN,
+                # On a loaded machine the local embedder can miss the 3 s query deadline, and
+                # the debugger would fall back to keyword-only recall; these tests are about
+                # what the embeddings find, not about the deadline (tested elsewhere).
+                "EMBEDDING_QUERY_DEADLINE": "60",
+                "EMBEDDING_STORE_DEADLINE": "60",
+            },
         )
         try:
             yield ConsoleBot(bot=bot, dsn=dsn)

@@ -3,6 +3,7 @@ cross-site request, limited login attempts, one session's rows only, everything 
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import httpx
@@ -11,16 +12,18 @@ from tests.plugin.console_bot import (
     ALICE,
     BOB,
     CONSOLE_TOKEN,
+    GROUP,
     XSS,
     ConsoleBot,
     same_origin,
 )
-from tests.plugin.wire import post_event, start_bot, stop_bot
+from tests.plugin.wire import OneBotPeer, post_event, start_bot, stop_bot
 
 PAGES = ["/memory/", "/memory/sessions", f"/memory/session?key={ALICE}", "/memory/bin",
          "/memory/audit", "/memory/debug", "/memory/settings"]  # fmt: skip
 CHANGES = ["/memory/turn/edit", "/memory/memory/edit", "/memory/delete", "/memory/bin/restore",
-           "/memory/group-switch", "/memory/logout"]  # fmt: skip
+           "/memory/group-switch", "/memory/logout", "/memory/pin",
+           "/memory/delete-selected"]  # fmt: skip
 
 
 def csrf_of(page: str) -> str:
@@ -81,13 +84,17 @@ async def test_changes_without_the_sessions_csrf_token_are_refused_and_change_no
         turn_id = re.search(r'id="turn-(\d+)"', page).group(1)  # type: ignore[union-attr]
         before = await audit_rows(client)
         for csrf in (None, "", "wrong-token"):
-            data = {"key": str(ALICE), "id": turn_id, "kind": "turn", "text": "被篡改"}
+            data = {"key": str(ALICE), "id": turn_id, "kind": "turn", "text": "被篡改",
+                    "pinned": "1", "item": f"turn:{turn_id}"}  # fmt: skip
             if csrf is not None:
                 data["csrf"] = csrf
-            for path in ("/memory/turn/edit", "/memory/delete"):
-                assert (await client.post(path, data=data)).status_code == 403
+            for path in ("/memory/turn/edit", "/memory/delete", "/memory/pin",
+                         "/memory/delete-selected"):  # fmt: skip
+                assert (await client.post(path, data=data)).status_code == 403, path
         assert await audit_rows(client) == before
-        assert "被篡改" not in (await client.get(f"/memory/session?key={ALICE}")).text
+        after = (await client.get(f"/memory/session?key={ALICE}")).text
+        assert "被篡改" not in after and f'id="turn-{turn_id}"' in after
+        assert "已置顶" not in after
 
 
 async def test_cross_site_requests_are_refused_even_with_a_valid_session(console_wire: ConsoleBot):
@@ -106,6 +113,12 @@ async def test_cross_site_requests_are_refused_even_with_a_valid_session(console
                 "/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"}
             )
             assert answer.status_code == 403, headers
+            for path, data in (
+                ("/memory/pin", {"kind": "turn", "id": "1", "pinned": "1"}),
+                ("/memory/delete-selected", {"item": "turn:1"}),
+            ):
+                answer = await client.post(path, data={"csrf": csrf, "key": str(ALICE), **data})
+                assert answer.status_code == 403, (path, headers)
         client.headers.clear()  # a POST that says nothing of where it comes from
         answer = await client.post(
             "/memory/group-switch", data={"csrf": csrf, "group": "1", "on": "0"}
@@ -158,6 +171,58 @@ async def test_the_onebot_post_guard_still_refuses_events_beside_the_console(
 ):
     answer = await post_event(console_wire.bot, {"post_type": "meta_event"}, path="/onebot/v11/")
     assert answer.status_code == 403
+
+
+async def test_the_session_search_text_stays_out_of_the_access_log(console_wire: ConsoleBot):
+    marker = "搜索标记词旺财的骨头"
+    async with console_wire.logged_in() as client:
+        answer = await client.get("/memory/session", params={"key": str(ALICE), "q": marker})
+        assert answer.status_code == 200
+    log = console_wire.bot.log_text()
+    assert "/memory/session?…" in log  # the request is logged, its query is not
+    assert marker not in log and "%E6%90%9C" not in log
+
+
+async def test_a_selection_through_one_session_moves_only_that_sessions_rows(
+    console_wire: ConsoleBot,
+):
+    async with console_wire.logged_in() as client:
+        bob_page = (await client.get(f"/memory/session?key={BOB}")).text
+        bob_turn = re.search(r'id="turn-(\d+)"', bob_page).group(1)  # type: ignore[union-attr]
+        page = (await client.get(f"/memory/session?key={ALICE}")).text
+        csrf = csrf_of(page)
+        answer = await client.post(
+            "/memory/delete-selected",
+            data={"csrf": csrf, "key": str(ALICE), "item": [f"turn:{bob_turn}"]},
+        )
+        assert answer.status_code == 303
+        assert f'id="turn-{bob_turn}"' in (await client.get(f"/memory/session?key={BOB}")).text
+        answer = await client.post(
+            "/memory/delete-selected",
+            data={"csrf": csrf, "key": str(ALICE), "item": ["turn:x"]},
+        )
+        assert answer.status_code == 400
+
+
+async def test_session_names_come_from_the_connected_qq_client(console_wire: ConsoleBot):
+    peer = await OneBotPeer.connect(console_wire.bot.ws_url, console_wire.bot.token)
+    peer.member_names[(GROUP, BOB)] = "群名片波波酱"
+    peer.nicknames[ALICE] = "QQ昵称阿丽丽"
+    peer.group_names[GROUP] = "养狗交流群"
+    try:
+        async with console_wire.logged_in() as client:
+            page = ""
+            for _ in range(40):  # the bot registers the connection, then asks the client
+                page = (await client.get("/memory/sessions")).text
+                if "群名片波波酱" in page and "QQ昵称阿丽丽" in page:
+                    break
+                await asyncio.sleep(0.25)
+            assert "群名片波波酱" in page and "QQ昵称阿丽丽" in page
+            assert "养狗交流群" in page
+            asked = {c.action for c in peer.calls}
+            assert {"get_group_member_info", "get_stranger_info", "get_group_info"} <= asked
+    finally:
+        await peer.close()
 
 
 async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(

@@ -108,7 +108,12 @@ async def test_operator_logs_in_and_sees_the_charts(console_wire: ConsoleBot, br
     await log_in(browser, console_wire)
 
     charts = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg")
-    assert len(charts) >= 4
+    assert len(charts) >= 6
+    latency = next(
+        f for f in browser.find_elements(By.CSS_SELECTOR, "figure.chart") if "耗时" in f.text
+    )
+    assert "平均 168 ms" in latency.text  # (40 + 60 + 150 + 420) / 4, rounded
+    assert len(latency.find_elements(By.CSS_SELECTOR, "rect.bar")) == 3  # one day, three bands
     bars = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg rect.bar")
     assert bars, "the messages chart draws a bar for the seeded day"
     assert all(c.size["width"] > 200 and c.size["height"] > 50 for c in charts)
@@ -202,3 +207,56 @@ async def test_operator_deletes_a_turn_and_restores_it_from_the_bin(
     assert "LLM_API_KEY" in text_of(browser) and "test-key" not in text_of(browser)
     assert CONSOLE_TOKEN not in browser.page_source
     shot(browser, "08-settings")
+
+
+def row_with(browser: WebDriver, selector: str, text: str) -> WebElement:
+    return next(r for r in browser.find_elements(By.CSS_SELECTOR, selector) if text in r.text)
+
+
+async def test_operator_pins_a_turn_and_a_fact_then_unpins_the_turn(
+    console_wire: ConsoleBot, browser: WebDriver
+):
+    await go(browser, f"{console_wire.base}/session?key={ALICE}")
+    turn = row_with(browser, "tr.turn", "杭州")
+    await submit(browser, turn.find_element(By.CSS_SELECTOR, "button.pin"), then="已置顶，这一条")
+    turn = row_with(browser, "tr.turn", "杭州")
+    assert "已置顶 · 不过期" in turn.text and "pinned" in (turn.get_attribute("class") or "")
+    fact = browser.find_element(By.CSS_SELECTOR, "tr.memory")
+    await submit(browser, fact.find_element(By.CSS_SELECTOR, "button.pin"), then="已置顶，这一条")
+    fact = browser.find_element(By.CSS_SELECTOR, "tr.memory")
+    assert "已置顶" in fact.text and "取消置顶" in fact.text
+    shot(browser, "09-pinned")
+    shot(browser, "09-pinned-phone", PHONE)
+
+    turn = row_with(browser, "tr.turn", "杭州")
+    await submit(browser, turn.find_element(By.CSS_SELECTOR, "button.pin"), then="已取消置顶")
+    assert "已置顶 · 不过期" not in row_with(browser, "tr.turn", "杭州").text
+    await go(browser, f"{console_wire.base}/audit")
+    assert "置顶" in text_of(browser) and "取消置顶" in text_of(browser)
+
+
+async def test_operator_deletes_a_selection_and_restores_each_item(
+    console_wire: ConsoleBot, browser: WebDriver
+):
+    await go(browser, f"{console_wire.base}/session?key={ALICE}")
+    for text in ("旺财真可爱", "杭州"):
+        await click(row_with(browser, "tr.turn", text).find_element(By.NAME, "item"))
+    shot(browser, "10-selection")
+    await submit(
+        browser,
+        browser.find_element(By.CSS_SELECTOR, "form.selection button"),
+        then="已把 2 条移入回收站",
+    )
+    assert "旺财真可爱" not in text_of(browser) and "杭州" not in text_of(browser)
+    assert "我家的狗叫旺财" in text_of(browser)  # not selected, kept
+
+    await go(browser, f"{console_wire.base}/bin")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "tr.binned")) == 2
+    shot(browser, "11-bin-selection")
+    for _ in range(2):
+        await go(browser, f"{console_wire.base}/bin")
+        first = browser.find_elements(By.CSS_SELECTOR, "tr.binned")[0]
+        await submit(browser, first.find_element(By.TAG_NAME, "button"), then="已恢复")
+    assert "旺财真可爱" in text_of(browser) and "下周三我要去杭州出差" in text_of(browser)
+    await go(browser, f"{console_wire.base}/bin")
+    assert "回收站是空的" in text_of(browser)

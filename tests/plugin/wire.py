@@ -384,6 +384,8 @@ class OneBotPeer:
     self_id: int = SELF_ID
     calls: list[ApiCall] = field(default_factory=list)
     member_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    nicknames: dict[int, str] = field(default_factory=dict)  # get_stranger_info
+    group_names: dict[int, str] = field(default_factory=dict)  # get_group_info
     sent_messages: dict[int, dict[str, Any]] = field(default_factory=dict)
     on_call: Callable[[ApiCall], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(700_000_000))
@@ -474,6 +476,12 @@ class OneBotPeer:
             key = (int(call.params["group_id"]), int(call.params["user_id"]))
             name = self.member_names.get(key, f"成员{key[1]}")
             data = {"group_id": key[0], "user_id": key[1], "nickname": name, "card": name}
+        elif call.action == "get_stranger_info" and int(call.params["user_id"]) in self.nicknames:
+            user_id = int(call.params["user_id"])
+            data = {"user_id": user_id, "nickname": self.nicknames[user_id]}
+        elif call.action == "get_group_info" and int(call.params["group_id"]) in self.group_names:
+            group_id = int(call.params["group_id"])
+            data = {"group_id": group_id, "group_name": self.group_names[group_id]}
         else:
             data = None
         return {**ok, "data": data, "echo": call.echo}

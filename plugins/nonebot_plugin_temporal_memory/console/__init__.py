@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from ..config import Config
 from ..listener import is_loopback
 from .access import MIN_TOKEN_CHARS, ConsoleAccess
+from .access_log import hide_console_queries
 from .pages import ConsoleApp
 from .views import BASE
 
@@ -40,6 +41,7 @@ def install_console(driver: Driver) -> bool:
         _State.problem = "the driver serves no FastAPI app (use DRIVER=~fastapi)"
         return False
     driver.server_app.mount(BASE, ConsoleApp(ConsoleAccess(token)).app())
+    hide_console_queries(BASE)
     _State.enabled = True
     return True
 

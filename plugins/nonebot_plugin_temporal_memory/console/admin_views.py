@@ -6,13 +6,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memory_core.console import AuditEntry, BinItem, DailyFigures, RecallTrace
+from memory_core.conversation.engine import (
+    RECALL_BANDS,
+    RECALL_MS_TOTAL,
+    RECALL_REPLIES,
+    RECALL_SLOW,
+)
 from memory_core.dashboard import band_label
 
 from .charts import Series, bar_chart
 from .markup import Markup, join, render
 from .views import BASE, Page, layout, pager, session_link, speaker
 
-ACTION_ZH = {"edit": "修改", "delete": "删除", "restore": "恢复", "group_switch": "群记忆开关"}
+ACTION_ZH = {
+    "edit": "修改",
+    "delete": "删除",
+    "restore": "恢复",
+    "pin": "置顶",
+    "unpin": "取消置顶",
+    "group_switch": "群记忆开关",
+}
 TARGET_ZH = {"turn": "对话", "distilled": "提炼记忆", "group": "群"}
 
 
@@ -98,6 +111,11 @@ def audit_page(page: Page, entries: Sequence[AuditEntry], number: int) -> Markup
     )
 
 
+def _recall_title(total_ms: int, replies: int) -> str:
+    average = f"，平均 {total_ms / replies:.0f} ms" if replies else ""
+    return f"每天回复前读取记忆的耗时（回复数{average}）"
+
+
 def overview_page(
     page: Page, figures: DailyFigures, band_names: Sequence[str], bin_size: int
 ) -> Markup:
@@ -144,6 +162,15 @@ def overview_page(
                 Series("未命中", metric("cache_miss")),
             ],
         ),
+        bar_chart(
+            _recall_title(sum(metric(RECALL_MS_TOTAL)), sum(metric(RECALL_REPLIES))),
+            labels,
+            [
+                Series("100 ms 内", metric(RECALL_BANDS[0][1])),
+                Series("100–300 ms", metric(RECALL_BANDS[1][1])),
+                Series("300 ms 以上", metric(RECALL_SLOW)),
+            ],
+        ),
     ]
     body = render(
         '<p class="muted">近 {days} 天（{tz}）· 回收站 {bin} 条</p>'
@@ -183,7 +210,8 @@ def debug_page(
             '<td class="text" data-label="内容">{when} {who}：{text}</td>'
             '<td data-label="向量">{sim}</td><td data-label="关键词">{hits}</td>'
             '<td data-label="时间衰减">{decay}</td>'
-            '<td data-label="融合得分">{fused}</td><td data-label="结果">{fate}</td></tr>',
+            '<td data-label="融合得分">{fused}</td><td data-label="重排">{rerank}</td>'
+            '<td data-label="结果">{fate}</td></tr>',
             rank=c.rank,
             when=page.when(c.turn.created_at) if c.turn else "",
             who=speaker(c.turn) if c.turn else "",
@@ -192,6 +220,7 @@ def debug_page(
             hits="、".join(c.keyword_hits) or "—",
             decay=f"{c.decay:.3f}",
             fused=f"{c.fused:.4f}",
+            rerank="—" if c.rerank is None else f"{c.rerank:.3f}",
             fate=c.fate,
         )
         for c in trace.candidates
@@ -199,7 +228,8 @@ def debug_page(
     candidates = (
         render(
             '<table class="stack"><thead><tr><th>#</th><th>候选</th><th>向量</th><th>关键词</th>'
-            "<th>衰减</th><th>融合</th><th>结果</th></tr></thead><tbody>{rows}</tbody></table>",
+            "<th>衰减</th><th>融合</th><th>重排</th><th>结果</th></tr></thead>"
+            "<tbody>{rows}</tbody></table>",
             rows=rows,
         )
         if trace.candidates

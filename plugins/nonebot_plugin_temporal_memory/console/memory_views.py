@@ -88,8 +88,57 @@ def _band(turn: MemoryTurn, policy: RetentionPolicy | None) -> str:
     return f"{turn.score} · {band_label(policy.band_for(turn.score).name)}"
 
 
-def _expiry(page: Page, turn: MemoryTurn) -> str:
+def _expiry(page: Page, turn: MemoryTurn, pinned: bool) -> str:
+    if pinned:
+        return "已置顶 · 不过期"
     return "不过期" if turn.expires_at is None else page.when(turn.expires_at)
+
+
+SELECTION_FORM = "selection"  # the form the rows' checkboxes belong to (HTML form attribute)
+
+
+def _select_box(kind: str, item_id: int) -> Markup:
+    return render(
+        '<input type="checkbox" name="item" value="{kind}:{id}" form="{form}" '
+        'aria-label="选中 #{id}">',
+        kind=kind,
+        id=item_id,
+        form=SELECTION_FORM,
+    )
+
+
+def _selection_form(page: Page, key: str) -> Markup:
+    """One form for the rows' checkboxes (each row holds forms of its own, and forms do not
+    nest): it moves every checked turn and memory into the recycle bin."""
+    return render(
+        '<form id="{form}" class="selection" method="post" action="{base}/delete-selected">'
+        '{csrf}<input type="hidden" name="key" value="{key}">'
+        '<button class="danger" type="submit">删除选中的条目</button>'
+        '<span class="muted">（勾选下面的记忆或对话；可在回收站逐条恢复）</span></form>',
+        form=SELECTION_FORM,
+        base=BASE,
+        csrf=page.csrf_field(),
+        key=key,
+    )
+
+
+def _pin_form(page: Page, kind: str, key: str, item_id: int, pinned: bool) -> Markup:
+    return render(
+        '<form method="post" action="{base}/pin">{csrf}'
+        '<input type="hidden" name="kind" value="{kind}">'
+        '<input type="hidden" name="key" value="{key}">'
+        '<input type="hidden" name="id" value="{id}">'
+        '<input type="hidden" name="pinned" value="{value}">'
+        '<button class="{cls}" type="submit">{label}</button></form>',
+        base=BASE,
+        csrf=page.csrf_field(),
+        kind=kind,
+        key=key,
+        id=item_id,
+        value="0" if pinned else "1",
+        cls="plain pin" if pinned else "pin",
+        label="取消置顶" if pinned else "置顶",
+    )
 
 
 def _delete_form(page: Page, kind: str, key: str, item_id: int) -> Markup:
@@ -132,19 +181,22 @@ def _turn_rows(
         similarity = "" if item.similarity is None else f" · 相似度 {item.similarity:.3f}"
         rows.append(
             render(
-                '<tr class="turn" id="turn-{id}">'
-                '<td data-label="时间">{when}<div class="muted">#{id}{sim}</div></td>'
+                '<tr class="turn{pinned_cls}" id="turn-{id}">'
+                '<td data-label="时间">{select} {when}<div class="muted">#{id}{sim}</div></td>'
                 '<td data-label="说话人">{who}</td><td data-label="评分">{band}</td>'
                 '<td data-label="过期">{expiry}</td><td class="text" data-label="内容">{text}</td>'
-                '<td><div class="row-actions">{edit}{delete}</div></td></tr>',
+                '<td><div class="row-actions">{edit}{pin}{delete}</div></td></tr>',
                 id=t.id,
+                pinned_cls=" pinned" if item.pinned else "",
+                select=_select_box("turn", t.id),
                 when=page.when(t.created_at),
                 sim=similarity,
                 who=speaker(t),
                 band=_band(t, policy),
-                expiry=_expiry(page, t),
+                expiry=_expiry(page, t, item.pinned),
                 text=t.content,
                 edit=_edit_form(page, "turn/edit", key, t.id, t.content),
+                pin=_pin_form(page, "turn", key, t.id, item.pinned),
                 delete=_delete_form(page, "turn", key, t.id),
             )
         )
@@ -158,7 +210,11 @@ def _turn_rows(
 
 
 def _memory_rows(
-    page: Page, key: str, memories: Sequence[DistilledMemory], sources: dict[int, list[MemoryTurn]]
+    page: Page,
+    key: str,
+    memories: Sequence[DistilledMemory],
+    sources: dict[int, list[MemoryTurn]],
+    pinned: set[int],
 ) -> Markup:
     rows = []
     for m in memories:
@@ -191,15 +247,22 @@ def _memory_rows(
         )
         rows.append(
             render(
-                '<tr class="memory" id="memory-{id}">'
-                '<td data-label="类型">{kind} {state}<div class="muted">{category}</div></td>'
+                '<tr class="memory{pinned_cls}" id="memory-{id}">'
+                '<td data-label="类型">{select} {kind} {state}{pin_tag}'
+                '<div class="muted">{category}</div></td>'
                 '<td class="text" data-label="内容">{text}</td>'
                 '<td data-label="时间">首次 {first}<br>确认 {last}<div class="muted">提到 {times} '
                 "次 · 重要度 "
                 "{importance}</div></td>"
                 '<td data-label="来源">{sources}</td>'
-                '<td><div class="row-actions">{edit}{delete}</div></td></tr>',
+                '<td><div class="row-actions">{edit}{pin}{delete}</div></td></tr>',
                 id=m.id,
+                pinned_cls=" pinned" if m.id in pinned else "",
+                select=_select_box("distilled", m.id),
+                pin_tag=Markup(' <span class="tag pin">已置顶</span>')
+                if m.id in pinned
+                else Markup(""),
+                pin=_pin_form(page, "distilled", key, m.id, m.id in pinned),
                 kind=KIND_ZH.get(m.kind, m.kind),
                 state=state,
                 category=category,
@@ -235,6 +298,7 @@ def session_page(
     found: Sequence[FoundTurn],
     memories: Sequence[DistilledMemory],
     sources: dict[int, list[MemoryTurn]],
+    pinned_memories: set[int],
     policy: RetentionPolicy | None,
 ) -> Markup:
     mode = "meaning" if search.by_meaning else "keyword"
@@ -283,12 +347,13 @@ def session_page(
     body = render(
         "{summary}<p>"
         '<a href="{debug}">在回忆调试中以此会话提问</a> · <a href="{bin}">此会话的回收站</a></p>'
-        "{filters}<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{turns}{pager}",
+        "{filters}{selection}<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{turns}{pager}",
         summary=summary,
+        selection=_selection_form(page, row.session_key),
         debug=debug_href,
         bin=f"{BASE}/bin?" + query_string({"key": row.session_key}),
         filters=filters,
-        memories=_memory_rows(page, row.session_key, memories, sources),
+        memories=_memory_rows(page, row.session_key, memories, sources, pinned_memories),
         turns=_turn_rows(page, row.session_key, found, policy),
         pager=pager(f"{BASE}/session", query, search.page, len(found)),
     )

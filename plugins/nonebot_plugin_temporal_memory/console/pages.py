@@ -34,6 +34,7 @@ from ..runtime import Runtime, RuntimeNotReady, get_runtime
 from . import admin_views, memory_views, views
 from .access import COOKIE, ConsoleAccess, ConsoleSession, client_of, cross_site
 from .markup import Markup
+from .qq_names import qq_names
 
 log = logging.getLogger("nonebot_plugin_temporal_memory.console")
 
@@ -61,7 +62,7 @@ class Context:
 
     def __init__(self, runtime: Runtime, session: ConsoleSession, request: Request) -> None:
         self.runtime = runtime
-        self.console = MemoryConsole(runtime.memory)
+        self.console = MemoryConsole(runtime.memory, names=qq_names)
         self.session = session
         self.actor = f"控制台@{client_of(request)}"
         self.page = views.Page(tz=runtime.settings.tz, csrf=session.csrf)
@@ -132,6 +133,8 @@ class ConsoleApp:
             ("/turn/edit", self.edit_turn, "POST"),
             ("/memory/edit", self.edit_memory, "POST"),
             ("/delete", self.delete, "POST"),
+            ("/delete-selected", self.delete_selected, "POST"),
+            ("/pin", self.pin, "POST"),
             ("/bin/restore", self.restore, "POST"),
             ("/group-switch", self.group_switch, "POST"),
             ("/logout", self.logout, "POST"),
@@ -295,7 +298,8 @@ class ConsoleApp:
         except EmbeddingError:
             found = []
             page = ctx.with_message(error="向量服务暂时不可用，语义搜索失败；可改用关键词搜索。")
-        memories = await ctx.console.memories(key, search.text if not search.by_meaning else "")
+        shown = await ctx.console.shown_memories(key, search.text if not search.by_meaning else "")
+        memories = [m for m, _ in shown]
         sources = {m.id: await ctx.console.sources(key, m) for m in memories}
         return html(
             memory_views.session_page(
@@ -307,6 +311,7 @@ class ConsoleApp:
                 found=found,
                 memories=memories,
                 sources=sources,
+                pinned_memories={m.id for m, pinned in shown if pinned},
                 policy=ctx.runtime.memory.retention,
             )
         )
@@ -397,6 +402,38 @@ class ConsoleApp:
         notice = (
             f"已移入回收站（保留 {days:g} 天）。" if binned else "没有找到这一条（可能已被删除）。"
         )
+        return back_to("/session", key=key, notice=notice)
+
+    async def delete_selected(self, request: Request, ctx: Context) -> Response:
+        # Checkboxes named "item" with values "turn:12" / "distilled:3"; several per form.
+        body = parse_qs((await request.body()).decode("utf-8", errors="replace"))
+        key = request.state.form["key"]
+        items = []
+        for value in body.get("item", []):
+            kind, _, number = value.partition(":")
+            item_id = _int(number)
+            if kind not in ("turn", "distilled") or item_id is None:
+                raise ValueError("item")
+            items.append((kind, item_id))
+        if not items:
+            return back_to("/session", key=key, notice="没有选中任何一条。")
+        moved = await ctx.console.delete_many(key, items, actor=ctx.actor)
+        days = ctx.runtime.settings.memory_recycle_days
+        return back_to(
+            "/session", key=key, notice=f"已把 {moved} 条移入回收站（保留 {days:g} 天）。"
+        )
+
+    async def pin(self, request: Request, ctx: Context) -> Response:
+        form = request.state.form
+        key, item_id = form["key"], _int(form["id"])
+        if item_id is None:
+            raise ValueError("id")
+        pinned = form.get("pinned") == "1"
+        changed = await ctx.console.pin(form["kind"], key, item_id, pinned=pinned, actor=ctx.actor)
+        if not changed:
+            notice = "没有找到这一条（可能已被删除）。"
+        else:
+            notice = "已置顶，这一条不会过期。" if pinned else "已取消置顶。"
         return back_to("/session", key=key, notice=notice)
 
     async def restore(self, request: Request, ctx: Context) -> Response:

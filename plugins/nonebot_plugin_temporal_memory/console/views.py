@@ -115,7 +115,9 @@ def session_link(key: str) -> str:
 
 def who(row: SessionRow) -> Markup:
     name = row.name or "（无昵称）"
-    where = f"群 {row.group_id}" if row.group_id is not None else "私聊"
+    where = "私聊"
+    if row.group_id is not None:
+        where = f"群 {row.group_id}" + (f"（{row.group_name}）" if row.group_name else "")
     return render(
         '<a href="{href}">{name}</a> <span class="muted">QQ {user} · {where}</span>',
         href=session_link(row.session_key),

@@ -316,3 +316,160 @@ async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_chan
 
     assert {m.content for m in await console.memories(str(ALICE))} == set(facts)
     assert await console.audit_log() == []
+
+
+async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the_purge(
+    memory_factory,
+):
+    from memory_core.evaluation.store import PendingEvaluation, PgEvaluationStore
+
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    user, bot = sorted((await console.turns(str(ALICE), TurnSearch())), key=lambda f: f.turn.id)[:2]
+    assert await console.pin("turn", str(ALICE), user.turn.id, pinned=True, actor=ACTOR)
+
+    evaluations = PgEvaluationStore(pool=memory._pool)
+    soon = T0 + timedelta(hours=1)
+    pending = PendingEvaluation(bot.turn.id, user.turn.id, 0, "u", "a", T0)
+    await evaluations.finish(pending, score=5, expires_at=soon, metrics={}, day=T0.date())
+    await evaluations.purge_batch(T0 + timedelta(days=1), 100)
+
+    left = {f.turn.id: f for f in await console.turns(str(ALICE), TurnSearch())}
+    assert left[user.turn.id].pinned and left[user.turn.id].turn.expires_at is None
+    assert left[user.turn.id].turn.score == 5  # scored, yet kept
+    assert bot.turn.id not in left  # its unpinned reply expired and was purged
+    log = await console.audit_log()
+    assert (log[0].action, log[0].target_id) == ("pin", user.turn.id)
+
+
+async def test_unpinning_a_scored_turn_gives_it_its_bands_expiry_again(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
+    await console.pin("turn", str(ALICE), turn.id, pinned=True, actor=ACTOR)
+    await console.pin("turn", str(ALICE), turn.id, pinned=False, actor=ACTOR)
+    again = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0]
+    assert not again.pinned
+    assert again.turn.expires_at is None  # never scored: no band, no expiry yet
+    assert not await console.pin("turn", str(BOB), turn.id, pinned=True, actor=ACTOR)
+
+
+async def test_a_pinned_memory_is_never_merged_away_as_a_duplicate(memory_factory):
+    from memory_core.distill.store import PgDistilledStore
+
+    memory = await memory_factory()
+    await _seed(memory)
+    await memory.distilled.save(
+        [ExtractedMemory(kind="facts", content="用户住在杭州")], ALICE, stated_at=T0
+    )
+    console = MemoryConsole(memory)
+    newer = max(m.id for m in await console.memories(str(ALICE)))
+    store = PgDistilledStore(pool=memory._pool)
+    # Any pair counts as a duplicate at a threshold of -1 (the lowest cosine).
+    assert any(drop == newer for _, drop, _, _ in await store.duplicate_pairs(
+        memory.embedding_model, -1.0))  # fmt: skip
+    assert await console.pin("distilled", str(ALICE), newer, pinned=True, actor=ACTOR)
+    pairs = await store.duplicate_pairs(memory.embedding_model, -1.0)
+    assert all(drop != newer for _, drop, _, _ in pairs)
+    shown = dict((m.id, pinned) for m, pinned in await console.shown_memories(str(ALICE)))
+    assert shown[newer] is True
+
+
+async def test_a_selection_goes_to_the_bin_item_by_item_and_only_from_its_session(
+    memory_factory,
+):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    alice = [f.turn.id for f in await console.turns(str(ALICE), TurnSearch())]
+    bob = [f.turn.id for f in await console.turns(str(BOB), TurnSearch())]
+    fact = (await console.memories(str(ALICE)))[0].id
+
+    selection = [("turn", alice[0]), ("turn", alice[1]), ("distilled", fact), ("turn", bob[0])]
+    moved = await console.delete_many(str(ALICE), selection, actor=ACTOR)
+
+    assert moved == 3  # Bob's turn, named through Alice's session, stays
+    assert [f.turn.id for f in await console.turns(str(BOB), TurnSearch())] == bob
+    binned = await console.recycle_bin(str(ALICE))
+    assert len(binned) == 3
+    await console.restore(binned[0].id, actor=ACTOR)
+    assert len(await console.recycle_bin(str(ALICE))) == 2
+
+
+async def test_a_session_holding_only_distilled_memories_is_listed(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    for found in await console.turns(str(BOB), TurnSearch()):
+        await console.delete("turn", str(BOB), found.turn.id, actor=ACTOR)
+
+    # Newer turns elsewhere: Bob's session is not the most recently active one.
+    await store_chat(
+        memory, [(ALICE, None, "user", "今天天气不错", "阿丽")], T0 + timedelta(days=400)
+    )
+    listed = {s.session_key: s for s in await console.sessions()}
+    assert (listed[str(BOB)].turns, listed[str(BOB)].memories) == (0, 1)
+    assert (await console.sessions())[0].session_key == str(ALICE)
+    shown = await console.session(str(BOB))
+    assert shown is not None and (shown.session_key, shown.turns) == (str(BOB), 0)
+    assert await console.session("424242") is None
+
+
+async def test_session_counts_follow_inserts_and_deletes(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    newest = (await console.turns(str(ALICE), TurnSearch()))[0].turn
+    await console.delete("turn", str(ALICE), newest.id, actor=ACTOR)
+    row = await console.session(str(ALICE))
+    assert row is not None and row.turns == 2
+    assert row.last_at == (await console.turns(str(ALICE), TurnSearch()))[0].turn.created_at
+    binned = (await console.recycle_bin(str(ALICE)))[0]
+    await console.restore(binned.id, actor=ACTOR)
+    row = await console.session(str(ALICE))
+    assert row is not None and (row.turns, row.last_at) == (3, newest.created_at)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("狗叫旺", 1), ("ＷＡＮＧ", 1), ("g", 1), ("骨头形状", 0), ("喜", 1)],
+)
+async def test_keyword_search_finds_every_turn_containing_the_text(memory_factory, text, expected):
+    memory = await memory_factory()
+    await store_chat(
+        memory, [(ALICE, None, "user", "我家的狗叫旺财 wang，很喜欢吃骨头", "阿丽")], T0
+    )
+    async with memory._pool.acquire() as conn:  # a turn not analysed yet is searched too
+        await conn.execute("UPDATE dialogues SET keywords = NULL")
+    await store_chat(memory, [(ALICE, None, "user", "旺财又叫狗叫旺旺", "阿丽")], T0)
+    console = MemoryConsole(memory)
+    found = await console.turns(str(ALICE), TurnSearch(text=text))
+    assert sum("骨头" in f.turn.content for f in found) == expected
+
+
+async def test_each_reply_counts_how_long_reading_memory_took_for_the_latency_chart(
+    memory_factory,
+):
+    from memory_core.conversation.engine import (
+        RECALL_BANDS,
+        RECALL_MS_TOTAL,
+        RECALL_REPLIES,
+        RECALL_SLOW,
+        ConversationEngine,
+    )
+    from tests.core.conversation.test_chat import Outbox, RecordingModel, user_turn
+
+    memory = await memory_factory()
+    engine = ConversationEngine(memory=memory, chat_model=RecordingModel("好的"), bot_name="小诗")
+    now = datetime.now(timezone.utc)
+    for i, text in enumerate(("我叫小明", "我叫什么")):
+        await engine.converse(user_turn(text, message_id=i + 1, at=now), Outbox())
+
+    figures = await MemoryConsole(memory).daily_figures(days=2, now=now)
+    today = {name: values[-1] for name, values in figures.metrics.items()}
+    assert today[RECALL_REPLIES] == 2
+    assert today[RECALL_MS_TOTAL] >= 0
+    bands = [name for _, name in RECALL_BANDS] + [RECALL_SLOW]
+    assert sum(today.get(name, 0) for name in bands) == 2

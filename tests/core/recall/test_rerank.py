@@ -181,3 +181,20 @@ def test_no_reranker_is_built_without_a_model_and_a_bad_url_is_named():
     assert build_reranker(MemorySettings()) is None
     with pytest.raises(ConfigError, match="RERANK_BASE_URL"):
         build_reranker(MemorySettings(rerank_model=MODEL, rerank_base_url="ftp://nowhere"))
+
+
+async def test_the_debugger_shows_the_rerankers_score_of_each_candidate(
+    memory_factory, rerank_server
+):
+    from memory_core.console import trace_recall
+
+    rerank_server.favourite = "空腹"
+    memory = await open_with_reranker(memory_factory, rerank_server)
+    await memory.add_dialogues(MINE)
+
+    trace = await trace_recall(memory, user_id=1, group_id=None, message="体检", now=NOW)
+
+    scores = {c.turn.content: c.rerank for c in trace.candidates if c.turn is not None}
+    assert scores["医院体检要空腹去，早上不能吃饭"] == pytest.approx(0.9)
+    assert trace.candidates[0].turn is not None and "空腹" in trace.candidates[0].turn.content
+    assert all(s is not None and s < 0.9 for t, s in scores.items() if "空腹" not in t)
