@@ -18,6 +18,7 @@ from memory_core.answer_cache.cache import cache_threshold
 from memory_core.distill.memory import ExtractedMemory, dedupe_threshold, restates
 from memory_core.models import TurnInput
 from memory_core.providers.embedding import build_embedder
+from memory_core.recall.options import RecallOptions
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
@@ -108,10 +109,10 @@ async def calibration(memory: TemporalMemory) -> None:
 
 async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> None:
     for i in range(entries):
-        await memory.distilled.cache_answer(
+        await memory.distilled.answer_cache.store(
             f"第{i}个问题：如何配置服务{i}", f"答案{i}", 10 + i % 50, now=T0
         )
-    await memory.distilled.cached_answer("预热", 10, now=T0)
+    await memory.distilled.answer_cache.lookup("预热", 10, now=T0)
     samples: dict[str, list[float]] = {"exact": [], "semantic or miss": [], "refused": []}
     for i in range(lookups):
         user = 10 + i % 50
@@ -122,7 +123,7 @@ async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> N
         )
         for name, question in cases:
             started = time.perf_counter()
-            await memory.distilled.cached_answer(question, user, now=T0)
+            await memory.distilled.answer_cache.lookup(question, user, now=T0)
             samples[name].append((time.perf_counter() - started) * 1000)
     for name, values in samples.items():
         print(f"cache lookup, {name} ({entries} entries): {fmt(percentiles(values))}")
@@ -173,7 +174,7 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
         f"build_context ({turns} turns, {facts} facts, 5 preferences, 10 summaries; "
         f"{context.tokens} tokens of {budget}), recall included: {fmt(percentiles(samples))}"
     )
-    recalled = await memory.recall(1, "猫怎么样了", None, now=now)
+    recalled = await memory.recall(1, "猫怎么样了", options=RecallOptions(now=now))
     samples = []
     for _ in range(queries):
         started = time.perf_counter()

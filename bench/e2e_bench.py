@@ -26,6 +26,7 @@ from bench.common import (
 )
 from memory_core.models import TurnInput
 from memory_core.providers.embedding import Embedder
+from memory_core.recall.options import RecallOptions
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 
@@ -92,7 +93,9 @@ async def run(
                         user, group, limit=settings.chat_recent_turns, since=T0, now=now
                     )
                     context = [t.content for t in recent[:-1]]  # less the message itself
-                result = await memory.recall(user, text, group, now=now, context=context)
+                result = await memory.recall(
+                    user, text, group, RecallOptions(now=now, context=tuple(context))
+                )
                 memory.format_block(result, now)
                 t2 = time.perf_counter()
                 search_ms.append((t2 - t1 - timer.seconds) * 1000)

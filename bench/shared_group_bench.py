@@ -27,6 +27,7 @@ from bench.common import (
     unit_vectors,
 )
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
@@ -59,7 +60,9 @@ async def timed_recall(memory: TemporalMemory, queries: int) -> dict[str, float]
     samples = []
     for _ in range(queries):
         started = time.perf_counter()
-        result = await memory.recall(1, "查询", TEAM, top_n=3, window_size=2, now=now)
+        result = await memory.recall(
+            1, "查询", TEAM, RecallOptions(top_n=3, window_size=2, now=now)
+        )
         samples.append((time.perf_counter() - started) * 1000)
         assert len(result.windows) >= 1
     return percentiles(samples)

@@ -25,6 +25,7 @@ from bench.common import (
     unit_vectors,
 )
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
@@ -64,7 +65,9 @@ async def recall_latency(
             s = rnd.randrange(sessions)
             user, group = 10_000 + s, (500_000 + s // 3) if s % 2 else None
         started = time.perf_counter()
-        result = await memory.recall(user, "查询", group, top_n=3, window_size=2, now=now)
+        result = await memory.recall(
+            user, "查询", group, RecallOptions(top_n=3, window_size=2, now=now)
+        )
         samples.append((time.perf_counter() - started) * 1000)
         assert len(result.windows) >= 1
     return percentiles(samples)

@@ -16,8 +16,16 @@ from .errors import (
     PgvectorMissingError,
     StorageError,
 )
-from .models import MemoryTurn, RecallResult, RecallWindow, TurnInput, generate_session_key
-from .service import AddOutcome, TemporalMemory, open_memory
+from .models import (
+    AddOutcome,
+    MemoryTurn,
+    RecallResult,
+    RecallWindow,
+    TurnInput,
+    generate_session_key,
+)
+from .recall.options import RecallOptions
+from .service import TemporalMemory, open_memory
 from .settings import MemorySettings, settings_from_mapping
 from .stats import MemoryStats
 
@@ -35,6 +43,7 @@ __all__ = [
     "MemoryStats",
     "MemoryTurn",
     "PgvectorMissingError",
+    "RecallOptions",
     "RecallResult",
     "RecallWindow",
     "StorageError",

@@ -26,6 +26,7 @@ from dotenv import dotenv_values
 from .dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
 from .models import MemoryTurn, TurnInput
+from .recall.options import RecallOptions
 from .service import TemporalMemory, open_memory
 from .settings import MemorySettings, settings_from_mapping
 from .transfer.importer import (
@@ -208,17 +209,13 @@ async def recall_json(memory: TemporalMemory, query: Mapping[str, Any]) -> dict[
     context = query.get("context") or []
     if not isinstance(context, list) or not all(isinstance(line, str) for line in context):
         raise ValueError("context must be a list of strings (the lines said before the query)")
-    top_n = _optional_int(query, "top_n")
-    window = _optional_int(query, "window_size")
-    result = await memory.recall(
-        user_id,
-        text,
-        _optional_int(query, "group_id"),
-        top_n=memory.settings.memory_top_n if top_n is None else top_n,
-        window_size=memory.settings.memory_window_size if window is None else window,
+    options = RecallOptions(
+        top_n=_optional_int(query, "top_n"),
+        window_size=_optional_int(query, "window_size"),
         now=_parse_time(query.get("now"), "now"),
-        context=context,
+        context=tuple(context),
     )
+    result = await memory.recall(user_id, text, _optional_int(query, "group_id"), options)
     return {"query": text, "turns": [turn_json(t, memory) for t in result.turns]}
 
 
@@ -248,7 +245,10 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
         return 0
     now = _parse_time(args.now, "--now")
     recalled = await memory.recall(
-        args.user_id, args.query, args.group_id, top_n=args.top_n, window_size=args.window, now=now
+        args.user_id,
+        args.query,
+        args.group_id,
+        RecallOptions(top_n=args.top_n, window_size=args.window, now=now),
     )
     block = memory.format_block(recalled, now)
     print(block.text or "(没有相关记忆)", file=out)

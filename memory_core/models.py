@@ -61,6 +61,22 @@ class MemoryTurn:
 
 
 @dataclass(frozen=True)
+class AddOutcome:
+    """What ``add_turn`` did: stored (``turn``), found a duplicate, spooled it (to be written
+    later), dead-lettered it (the database refused its values; see ``storage.spool``), or
+    kept nothing because its person opted out of that chat (``storage.opt_outs``); ``failed``
+    when storing failed outright and the turn was kept nowhere (the chat engine goes on
+    without memory)."""
+
+    turn: MemoryTurn | None
+    duplicate: bool = False
+    spooled: bool = False
+    dead_lettered: bool = False
+    opted_out: bool = False
+    failed: bool = False
+
+
+@dataclass(frozen=True)
 class RecallWindow:
     """An anchor turn and its neighbours (time order), with the anchor's ranking score."""
 

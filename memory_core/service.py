@@ -8,15 +8,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
 
 from .console.store import PgConsoleStore
-from .conversation.context import ContextBuilder, MemoryContext
-from .conversation.prompt import MemoryBlock, build_memory_block
+from .context.block import MemoryBlock, build_memory_block
+from .context.builder import ContextBuilder, MemoryContext
 from .distill.service import DistilledService
 from .errors import (
     DatabaseUnavailableError,
@@ -28,12 +27,13 @@ from .errors import (
 from .evaluation.evaluator import Evaluator, build_evaluator
 from .evaluation.retention import RetentionPolicy, load_retention_policy
 from .evaluation.store import PgEvaluationStore
-from .evaluation.worker import PURGED, EvaluationWorker
+from .evaluation.worker import PURGED, EvaluationOff, EvaluationWorker
 from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
 from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from .lang.keywords import document_terms
 from .lang.tokens import TokenCounter, load_token_counter
 from .models import (
+    AddOutcome,
     ForgetScope,
     Forgotten,
     MemoryTurn,
@@ -45,9 +45,10 @@ from .models import (
 )
 from .providers.embedding import Embedder, build_embedder
 from .providers.rerank import ApiReranker, build_reranker
+from .recall.options import DEFAULT_RECALL, RecallOptions
 from .recall.retriever import Retriever
 from .recall.sharing import GroupSharing
-from .settings import MemorySettings, RetrievalMode
+from .settings import MemorySettings
 from .stats import EvaluationFigures, MemoryStats
 from .storage.database import (
     CONNECTION_ERRORS,
@@ -71,19 +72,6 @@ TEXT_FORM_META = "indexed_text_form"
 REINDEX_ROUND_SECONDS = 10.0
 REEMBED_COMMAND = "python -m memory_core reembed"
 Progress = Callable[[int, int], None]
-
-
-@dataclass(frozen=True)
-class AddOutcome:
-    """What ``add_turn`` did: stored (``turn``), found a duplicate, spooled it (to be written
-    later), dead-lettered it (the database refused its values; see ``storage.spool``), or
-    kept nothing because its person opted out of that chat (``storage.opt_outs``)."""
-
-    turn: MemoryTurn | None
-    duplicate: bool = False
-    spooled: bool = False
-    dead_lettered: bool = False
-    opted_out: bool = False
 
 
 class TemporalMemory:
@@ -124,7 +112,7 @@ class TemporalMemory:
         self._store: PgDialogueStore | None = None
         self._evaluation_store: PgEvaluationStore | None = None
         self.retention = retention
-        self.evaluations = (
+        self.evaluations: EvaluationWorker | EvaluationOff = (
             EvaluationWorker(
                 store=self._require_evaluation_store,
                 evaluator=evaluator,
@@ -134,7 +122,7 @@ class TemporalMemory:
                 batch_size=settings.evaluator_batch_size,
             )
             if evaluator is not None and retention is not None
-            else None
+            else EvaluationOff()
         )
         self._pool: Any = None
         self.vector_index = VectorIndex(
@@ -156,7 +144,6 @@ class TemporalMemory:
         self._context_builder = ContextBuilder(
             settings=settings,
             keeper=self.distilled.keeper,
-            recall=self.recall,
             counter=token_counter,
             tz=self.tz,
         )
@@ -276,8 +263,7 @@ class TemporalMemory:
 
     async def aclose(self) -> None:
         await self.distilled.aclose()
-        if self.evaluations is not None:
-            await self.evaluations.aclose()
+        await self.evaluations.aclose()
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -647,34 +633,19 @@ class TemporalMemory:
         user_id: int,
         query: str,
         group_id: int | None = None,
-        *,
-        top_n: int | None = None,
-        window_size: int | None = None,
-        now: datetime | None = None,
-        roles: Sequence[Role] | None = None,
-        keywords: Sequence[str] | None = None,
-        mode: RetrievalMode | None = None,
-        time_aware: bool | None = None,
-        context: Sequence[str] = (),
+        options: RecallOptions = DEFAULT_RECALL,
     ) -> RecallResult:
         """Top-N anchors of this session (of the whole group when it is shared, see
         ``recall.sharing``), each widened by ±window turns; see
-        :meth:`memory_core.recall.retriever.Retriever.recall` for the channels, the filters and
-        ``context`` (the conversation before ``query``)."""
+        :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and the filters,
+        and ``recall.options.RecallOptions`` for the knobs."""
         return await self._retriever.recall(
             self._require_store(),
             user_id,
             query,
             group_id,
-            top_n=top_n,
-            window_size=window_size,
-            now=now,
-            roles=roles,
-            keywords=keywords,
-            mode=mode,
-            time_aware=time_aware,
+            options,
             shared=await self.sharing.shared(group_id),
-            context=context,
         )
 
     async def get_contextual_memory(
@@ -687,10 +658,8 @@ class TemporalMemory:
         now: datetime | None = None,
     ) -> list[MemoryTurn]:
         """Seed API: the anchors and their windows, deduplicated, in time order."""
-        result = await self.recall(
-            user_id, query, group_id, top_n=top_n, window_size=window_size, now=now
-        )
-        return list(result.turns)
+        options = RecallOptions(top_n=top_n, window_size=window_size, now=now)
+        return list((await self.recall(user_id, query, group_id, options)).turns)
 
     def format_block(
         self,
@@ -801,7 +770,7 @@ class TemporalMemory:
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
         options = dataclasses.asdict(scope)
         deleted = await self._require_store().delete_scope(**options)
-        distilled = await self.distilled.forget(**options)
+        distilled = await self.distilled.forget(scope)
         # What the console deleted of that scope goes too: the recycle bin keeps copies.
         await self._recycle_bin().delete_scope(**options)
         return dataclasses.replace(distilled, dialogues=deleted)
@@ -815,7 +784,7 @@ class TemporalMemory:
         today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
         return MemoryStats(
             evaluation=EvaluationFigures(
-                evaluator=self.evaluations.evaluator.name if self.evaluations else "off",
+                evaluator=self.evaluations.evaluator_name,
                 totals=await evaluation_store.metric_totals(date.min),
                 pending=await evaluation_store.pending_count(),
                 band_names=self.retention.band_names if self.retention else (),
@@ -843,13 +812,10 @@ class TemporalMemory:
 
         Returns at once; the exchange is kept without expiry until it is scored.
         """
-        if self.evaluations is not None:
-            await self.evaluations.enqueue(user_turn_id, assistant_turn_id)
+        await self.evaluations.enqueue(user_turn_id, assistant_turn_id)
 
     async def evaluate_pending(self, now: datetime | None = None) -> int:
         """Score every queued exchange that is due now; returns how many were settled."""
-        if self.evaluations is None:
-            return 0
         return await self.evaluations.run_once(now)
 
     async def count_daily(self, metrics: dict[str, int], now: datetime | None = None) -> None:
@@ -922,13 +888,18 @@ class TemporalMemory:
         recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
         already in the messages). Pass ``recall`` to reuse a recall already made;
         ``touch=False`` does not count the memories as used."""
+        now = now or datetime.now(timezone.utc)
         return await self._context_builder.build(
             user_id,
             group_id,
             query,
             now=now,
             exclude_ids=exclude_ids,
-            recall=recall,
+            recall=(
+                recall
+                if recall is not None
+                else self.recall(user_id, query, group_id, RecallOptions(now=now))
+            ),
             max_tokens=max_tokens,
             touch=touch,
         )
@@ -998,14 +969,13 @@ async def open_memory(
         await memory._stop_embedded_server()
         await memory.close_providers()
         raise
-    if memory.distilled.answer_cache is not None and memory.connected:
+    if memory.connected:
         try:
             await memory.distilled.preload_answer_cache()
         except MemoryCoreError as exc:  # a bad preload file must not stop the bot
             log.error("answer cache preload failed: %s", exc)
     if maintenance_interval is not None:
         memory.start_maintenance(maintenance_interval)
-        if memory.evaluations is not None:
-            memory.evaluations.start()
+        memory.evaluations.start()
         memory.distilled.start()
     return memory

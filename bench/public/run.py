@@ -48,6 +48,7 @@ from bench.public.scoring import (
 )
 from memory_core import MemorySettings, RecallResult, TemporalMemory, TurnInput, open_memory
 from memory_core.lang.indexed import indexed_text
+from memory_core.recall.options import RecallOptions
 
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
@@ -201,12 +202,14 @@ async def evaluate(
                     result = await memory.recall(
                         user,
                         query,
-                        top_n=k,
-                        window_size=0,
-                        now=case.now + later,
-                        mode=mode,
-                        time_aware=time_aware,
-                        context=earlier,
+                        options=RecallOptions(
+                            top_n=k,
+                            window_size=0,
+                            now=case.now + later,
+                            mode=mode,
+                            time_aware=time_aware,
+                            context=tuple(earlier),
+                        ),
                     )
                     calls += 1
                     assert all(t.user_id == user and t.group_id is None for t in result.turns)

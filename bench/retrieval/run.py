@@ -37,6 +37,7 @@ from bench.retrieval.generate import NOW, Dataset, Question, Turn, build
 from memory_core.lang.indexed import indexed_text
 from memory_core.models import RecallResult, TurnInput
 from memory_core.providers.embedding import build_embedder
+from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import DecayPolicy
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
@@ -184,11 +185,13 @@ async def evaluate(
             q.user_id,
             q.text,
             q.group_id,
-            top_n=budget,
-            window_size=config.window,
-            now=NOW,
-            mode=config.mode,  # type: ignore[arg-type]
-            time_aware=config.time_aware,
+            RecallOptions(
+                top_n=budget,
+                window_size=config.window,
+                now=NOW,
+                mode=config.mode,  # type: ignore[arg-type]
+                time_aware=config.time_aware,
+            ),
         )
         latencies.append((time.perf_counter() - started) * 1000)
         assert all(t.user_id == q.user_id and t.group_id == q.group_id for t in result.turns)
@@ -221,11 +224,13 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
                 q.user_id,
                 q.text,
                 q.group_id,
-                top_n=3,
-                window_size=2,
-                now=NOW,
-                mode=mode,  # type: ignore[arg-type]
-                time_aware=time_aware,
+                RecallOptions(
+                    top_n=3,
+                    window_size=2,
+                    now=NOW,
+                    mode=mode,  # type: ignore[arg-type]
+                    time_aware=time_aware,
+                ),
             )
             samples.append((time.perf_counter() - started) * 1000)
         p = percentiles(samples)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -145,6 +146,8 @@ def read_preload(path: Path) -> list[PreloadEntry]:
 
 class AnswerCache:
     """Looks up, stores, preloads, expires and forgets cached answers (see the module doc)."""
+
+    enabled = True
 
     def __init__(
         self,
@@ -285,7 +288,9 @@ class AnswerCache:
         return len(kept)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
-        return await self._store().purge(now or datetime.now(timezone.utc))
+        purged = await self._store().purge(now or datetime.now(timezone.utc))
+        log.info("answer cache: %d expired entr(ies) removed", purged)
+        return purged
 
     async def entry_counts(self, now: datetime | None = None) -> dict[str, int]:
         """Live entries by scope (``public``, ``user``)."""
@@ -303,3 +308,31 @@ class AnswerCache:
             await store.set_embeddings([r[0] for r in rows], vectors, self.embedder.model)
             done += len(rows)
             last_id = rows[-1][0]
+
+
+class AnswerCacheOff(AnswerCache):
+    """The cache while ANSWER_CACHE_ENABLED is off: serves nothing, keeps nothing, holds no
+    entries, so its callers need not ask whether it is on."""
+
+    enabled = False
+
+    def __init__(self) -> None:
+        pass  # no store, no embedder: nothing is ever looked up
+
+    async def lookup(self, *args: Any, **kwargs: Any) -> CachedAnswer | None:
+        return None
+
+    async def store(self, *args: Any, **kwargs: Any) -> bool:
+        return False
+
+    async def preload(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    async def purge_expired(self, *args: Any, **kwargs: Any) -> int:
+        return 0
+
+    async def entry_counts(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        return {}
+
+    async def reembed(self, *args: Any, **kwargs: Any) -> int:
+        return 0

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..conversation.context import MemoryContext
+from ..context.builder import MemoryContext
 from ..conversation.prompt import ChatPlace, build_chat_messages, build_system_prompt
 from ..lang.keywords import document_terms, query_terms
 from ..lang.timerange import analyse_query
 from ..models import MemoryTurn, generate_session_key
+from ..recall.options import RecallOptions
 from ..recall.ranking import DecayPolicy
 
 if TYPE_CHECKING:
@@ -96,14 +97,12 @@ async def trace_recall(
             now=cutoff,
         )
     recalled, wider = await asyncio.gather(
-        memory.recall(user_id, message, group_id, now=cutoff),
+        memory.recall(user_id, message, group_id, RecallOptions(now=cutoff)),
         memory.recall(
             user_id,
             message,
             group_id,
-            now=cutoff,
-            top_n=max(s.memory_top_n, 1) * WIDER_RECALL,
-            window_size=0,
+            RecallOptions(now=cutoff, top_n=max(s.memory_top_n, 1) * WIDER_RECALL, window_size=0),
         ),
     )
     recent_ids = {t.id for t in recent}

@@ -35,21 +35,21 @@ import enum
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import Protocol
-from zoneinfo import ZoneInfo
 
+from ..answer_cache.store import CachedAnswer
+from ..context.builder import MemoryContext
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..lang.text import scrub
-from ..models import MemoryTurn, RecallResult, TurnInput, generate_session_key
+from ..models import AddOutcome, MemoryTurn, RecallResult, TurnInput, generate_session_key
 from ..providers.llm import ChatModel
-from ..settings import MemorySettings
+from ..recall.options import RecallOptions
+from ..service import TemporalMemory
 from ..storage.turn_rows import message_uuid_for
-from .context import MemoryContext
 from .prompt import ChatPlace, build_chat_messages, build_system_prompt
 
 log = logging.getLogger(__name__)
@@ -63,106 +63,6 @@ _JUST_BEFORE = timedelta(microseconds=1)
 # The same message delivered twice (HTTP + WebSocket, a reconnect) arrives within minutes.
 REDELIVERY_WINDOW = timedelta(minutes=10)
 _NOTICE_TABLE_MAX = 4096
-
-
-class StoredOutcome(Protocol):
-    """What ``add_turn`` returns (``memory_core.service.AddOutcome``)."""
-
-    @property
-    def turn(self) -> MemoryTurn | None: ...
-    @property
-    def duplicate(self) -> bool: ...
-    @property
-    def spooled(self) -> bool: ...
-
-
-class CachedReply(Protocol):
-    """What ``cached_answer`` returns (``memory_core.distill.store.CachedAnswer``)."""
-
-    @property
-    def answer(self) -> str: ...
-    @property
-    def level(self) -> str: ...
-
-
-class ConversationDistilled(Protocol):
-    """The part of ``TemporalMemory.distilled`` the engine uses."""
-
-    async def note_exchange(
-        self, user_id: int, group_id: int | None = None, now: datetime | None = None
-    ) -> bool: ...
-
-    async def cached_answer(
-        self,
-        question: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> CachedReply | None: ...
-
-    async def cache_answer(
-        self,
-        question: str,
-        answer: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> bool: ...
-
-
-class ConversationMemory(Protocol):
-    """The part of ``TemporalMemory`` the engine uses."""
-
-    settings: MemorySettings
-    tz: ZoneInfo
-
-    async def add_turn(self, turn: TurnInput) -> StoredOutcome: ...
-
-    async def recall(
-        self,
-        user_id: int,
-        query: str,
-        group_id: int | None = None,
-        *,
-        now: datetime | None = None,
-        context: Sequence[str] = (),
-    ) -> RecallResult: ...
-
-    async def build_context(
-        self,
-        user_id: int,
-        group_id: int | None,
-        query: str,
-        now: datetime | None = None,
-        exclude_ids: Sequence[int] = (),
-        *,
-        recall: RecallResult | None = None,
-    ) -> MemoryContext: ...
-
-    async def recent_turns(
-        self,
-        user_id: int,
-        group_id: int | None,
-        *,
-        limit: int,
-        since: datetime,
-        now: datetime | None = None,
-    ) -> list[MemoryTurn]: ...
-
-    async def last_turn_time(
-        self, user_id: int, group_id: int | None, now: datetime | None = None
-    ) -> datetime | None: ...
-
-    async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None: ...
-
-    async def count_daily(self, metrics: dict[str, int], now: datetime | None = None) -> None: ...
-
-    @property
-    def distilled(self) -> ConversationDistilled: ...
 
 
 @dataclass(frozen=True)
@@ -227,7 +127,7 @@ def recall_metrics(milliseconds: float) -> dict[str, int]:
 
 
 # The answer cache and personal memory. The cache itself refuses questions with
-# time words, first-person words or references to the conversation (answer_cache.py); the
+# time words, first-person words or references to the conversation (``answer_cache.cache``); the
 # engine adds what only it knows, what went into the prompt:
 #
 # * Serving: a question is personal when distilled facts or preferences about the person went
@@ -336,7 +236,7 @@ class ConversationEngine:
     def __init__(
         self,
         *,
-        memory: ConversationMemory,
+        memory: TemporalMemory,
         chat_model: ChatModel | None,
         bot_name: str | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -368,7 +268,7 @@ class ConversationEngine:
         async with self._locks.hold(generate_session_key(user_id, group_id)):
             yield
 
-    async def record(self, turn: TurnInput) -> StoredOutcome | None:
+    async def record(self, turn: TurnInput) -> AddOutcome | None:
         """Store a turn without answering (unaddressed group messages, notes).
 
         Kept in order with the session's conversation. Returns ``None`` when the turn cannot be
@@ -475,7 +375,7 @@ class ConversationEngine:
         assert turn.created_at is not None
         return turn.created_at + _JUST_BEFORE
 
-    async def _store(self, turn: TurnInput) -> StoredOutcome | None:
+    async def _store(self, turn: TurnInput) -> AddOutcome | None:
         try:
             return await self._memory.add_turn(turn)
         except InvalidTurnError as exc:
@@ -484,7 +384,7 @@ class ConversationEngine:
         except MemoryCoreError as exc:
             log.error("turn of session %s could not be stored: %s", turn.session_key, exc)
             # Treat as stored-nowhere but keep the conversation going without memory.
-            return _Unstored()
+            return AddOutcome(turn=None, failed=True)
 
     async def _enqueue_evaluation(self, user_turn: MemoryTurn, reply_turn: MemoryTurn) -> None:
         # Scoring runs in the memory's background worker; queueing is one quick insert.
@@ -530,7 +430,7 @@ class ConversationEngine:
             log.warning("last turn time unavailable for %s: %s", turn.session_key, exc)
             return None
 
-    async def _notice(self, turn: TurnInput, send: SendText, stored: StoredOutcome) -> ChatResult:
+    async def _notice(self, turn: TurnInput, send: SendText, stored: AddOutcome) -> ChatResult:
         # Once per interval in each chat: a group's members all read the same notice.
         interval = self._settings.chat_notice_interval
         now = self._monotonic()
@@ -604,18 +504,22 @@ class ConversationEngine:
         """The short-term turns and the recall for ``text``. A conversational query
         (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message and this session's recent
         turns, so it waits for them; otherwise both are read at once."""
-        recall = partial(self._memory.recall, turn.user_id, text, turn.group_id, now=cutoff)
+        recall = partial(self._memory.recall, turn.user_id, text, turn.group_id)
         if self._settings.memory_query_context_turns <= 0:
-            return await asyncio.gather(self._recent(turn, now, cutoff), recall())
+            return await asyncio.gather(
+                self._recent(turn, now, cutoff), recall(RecallOptions(now=cutoff))
+            )
         recent = await self._recent(turn, now, cutoff)
-        return recent, await recall(context=[t.content for t in recent])
+        context = tuple(t.content for t in recent)
+        return recent, await recall(RecallOptions(now=cutoff, context=context))
 
-    async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedReply | None:
-        """A cached answer for this message, if the cache is on and may serve it."""
-        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+    async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedAnswer | None:
+        """A cached answer for this message, if the cache is on and may serve it (when it is
+        off, ``AnswerCacheOff`` serves nothing)."""
+        if not prompt.memory_ok:
             return None
         try:
-            found = await self._memory.distilled.cached_answer(
+            found = await self._memory.distilled.answer_cache.lookup(
                 prompt.question,
                 turn.user_id,
                 turn.group_id,
@@ -642,10 +546,10 @@ class ConversationEngine:
 
     async def _cache(self, turn: TurnInput, prompt: _Prompt, answer: str, now: datetime) -> None:
         # After the reply is delivered: an embedding and one upsert, off the reply's path.
-        if not (self._settings.answer_cache_enabled and prompt.memory_ok):
+        if not prompt.memory_ok:
             return
         try:
-            await self._memory.distilled.cache_answer(
+            await self._memory.distilled.answer_cache.store(
                 prompt.question,
                 answer,
                 turn.user_id,
@@ -691,12 +595,3 @@ def _as_new_message(turn: TurnInput) -> TurnInput:
     assert turn.created_at is not None
     key = f"{message_uuid_for(turn)}:{turn.created_at.isoformat()}"
     return dataclasses.replace(turn, message_uuid=key)
-
-
-@dataclass(frozen=True)
-class _Unstored:
-    """Stand-in outcome when storing failed outright (not spooled, not a duplicate)."""
-
-    turn: MemoryTurn | None = None
-    duplicate: bool = False
-    spooled: bool = False

@@ -2,21 +2,23 @@
 
 One object over the parts that live beside the dialogue turns, on the memory's database pool:
 facts, preferences and summaries (``keeper``), their background extraction (``extraction``,
-``None`` when off) and the opt-in answer cache (``answer_cache``, ``None`` when off).
+``None`` when off) and the opt-in answer cache (``answer_cache``; ``AnswerCacheOff``, which
+serves and keeps nothing, when off).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from ..answer_cache.cache import AnswerCache, cache_threshold
-from ..answer_cache.store import CachedAnswer, PgAnswerCacheStore
+from ..answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
+from ..answer_cache.store import PgAnswerCacheStore
 from ..errors import DatabaseUnavailableError
-from ..models import Forgotten
+from ..models import ForgetScope, Forgotten
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
 from ..storage.dialogue_store import DeletedTurn
@@ -32,7 +34,7 @@ from .memory import (
 )
 from .stats import DistilledStats
 from .store import PgDistilledStore
-from .worker import ExtractionReport, ExtractionWorker
+from .worker import ExtractionOff, ExtractionReport, ExtractionWorker
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +59,7 @@ class DistilledService:
             scope=settings.memory_distilled_scope,
             dedupe_threshold=dedupe_threshold(embedder.model, settings.memory_dedupe_threshold),
         )
-        self.extraction: ExtractionWorker | None = None
-        self.extraction_off: str | None = None  # why extraction is off, or None
+        self.extraction: ExtractionWorker | ExtractionOff
         extractor = build_extractor(settings, tz) if settings.memory_distilled_enabled else None
         if extractor is not None:
             self.extraction = ExtractionWorker(
@@ -73,9 +74,8 @@ class DistilledService:
                 settle_seconds=settings.extraction_settle_seconds,
             )
         else:
-            self.extraction_off = (
-                extraction_off_reason(settings) if settings.memory_distilled_enabled else "已关闭"
-            )
+            reason = extraction_off_reason(settings) if settings.memory_distilled_enabled else None
+            self.extraction = ExtractionOff(reason or "已关闭")
             # The reason above is for /memstat, in Chinese; the log says it in English.
             if not settings.memory_distilled_enabled:
                 why = "MEMORY_DISTILLED_ENABLED=false"
@@ -93,7 +93,7 @@ class DistilledService:
                 tz=tz,
             )
             if settings.answer_cache_enabled
-            else None
+            else AnswerCacheOff()
         )
 
     # ------------------------------------------------------------------ stores
@@ -117,8 +117,7 @@ class DistilledService:
 
     def start(self) -> None:
         """Start the background extraction (when it is on)."""
-        if self.extraction is not None:
-            self.extraction.start()
+        self.extraction.start()
 
     async def note_exchange(
         self, user_id: int, group_id: int | None = None, now: datetime | None = None
@@ -126,23 +125,17 @@ class DistilledService:
         """Call after each stored exchange: counts it for extraction, which runs in the
         background every EXTRACTION_EVERY_TURNS exchanges or once the session is idle.
         Returns whether the session became due; a no-op (False) when extraction is off."""
-        if self.extraction is None:
-            return False
         return await self.extraction.note_exchange(user_id, group_id, now)
 
     async def extract_due(self, now: datetime | None = None) -> int:
         """Distil every due session now (N exchanges noted, or idle with exchanges waiting);
         the background task does this too, a scheduler may call it. Returns sessions done."""
-        if self.extraction is None:
-            return 0
         return await self.extraction.run_once(now)
 
     async def extract_session(
         self, user_id: int, group_id: int | None = None, now: datetime | None = None
     ) -> ExtractionReport | None:
         """Distil one session's undistilled turns now; ``None`` when extraction is off."""
-        if self.extraction is None:
-            return None
         return await self.extraction.extract_session(user_id, group_id, now)
 
     # ------------------------------------------------------------------ memories
@@ -206,32 +199,15 @@ class DistilledService:
         """Daily upkeep: merge near-duplicate memories, refresh importance, embed what is
         missing, drop expired cached answers."""
         report = await self.keeper.maintain()
-        if self.answer_cache is not None:
-            purged = await self.answer_cache.purge_expired(now)
-            log.info("answer cache: %d expired entr(ies) removed", purged)
+        await self.answer_cache.purge_expired(now)
         return report
 
-    async def forget(
-        self,
-        *,
-        user_id: int | None = None,
-        group_id: int | None = None,
-        private_only: bool = False,
-        everything: bool = False,
-    ) -> Forgotten:
+    async def forget(self, scope: ForgetScope) -> Forgotten:
         """Delete a /forget scope's distilled memories and cached answers (``forget`` of the
         memory does this too); returns what was deleted, dialogue turns left at 0."""
-        scope = dict(
-            user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-        )
-        by_kind = await self.store().delete_scope(**scope)
-        cached = await self.cache_store().delete_scope(**scope)
-        return Forgotten(
-            facts=by_kind.get("facts", 0),
-            preferences=by_kind.get("preferences", 0),
-            summaries=by_kind.get("summary", 0),
-            cached_answers=cached,
-        )
+        options = dataclasses.asdict(scope)
+        by_kind = await self.store().delete_scope(**options)
+        return _forgotten(by_kind, await self.cache_store().delete_scope(**options))
 
     async def forget_turns(self, turns: Sequence[DeletedTurn]) -> Forgotten:
         """Forget what deleted turns fed: distilled memories drawn from them, and the cached
@@ -243,55 +219,12 @@ class DistilledService:
         for user_id in {t.user_id for t in turns}:
             since = min(t.created_at for t in turns if t.user_id == user_id)
             cached += await self.cache_store().delete_user_since(user_id, since)
-        return Forgotten(
-            facts=by_kind.get("facts", 0),
-            preferences=by_kind.get("preferences", 0),
-            summaries=by_kind.get("summary", 0),
-            cached_answers=cached,
-        )
+        return _forgotten(by_kind, cached)
 
     # ------------------------------------------------------------------ answer cache
 
-    async def cached_answer(
-        self,
-        question: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> CachedAnswer | None:
-        """The cached answer (ANSWER_CACHE_ENABLED) for this user in this chat (``group_id``,
-        ``None`` for the private chat), or ``None``. Pass ``personal=True`` when recall found
-        memory of this person (``MemoryContext.personal``): nothing is served."""
-        if self.answer_cache is None:
-            return None
-        return await self.answer_cache.lookup(
-            question, user_id, group_id, personal=personal, now=now
-        )
-
-    async def cache_answer(
-        self,
-        question: str,
-        answer: str,
-        user_id: int,
-        group_id: int | None = None,
-        *,
-        personal: bool = False,
-        now: datetime | None = None,
-    ) -> bool:
-        """Cache a delivered answer for this user in this chat; refused for time-dependent or
-        personal questions and when the cache is off. Returns whether it was stored."""
-        if self.answer_cache is None:
-            return False
-        return await self.answer_cache.store(
-            question, answer, user_id, group_id, personal=personal, now=now
-        )
-
     async def preload_answer_cache(self, now: datetime | None = None) -> int:
         """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
-        if self.answer_cache is None:
-            return 0
         path = self.settings.config_file(
             self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
         )
@@ -302,24 +235,31 @@ class DistilledService:
     async def stats(self, now: datetime | None = None) -> DistilledStats:
         """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
         store = self.store()
-        cache = self.answer_cache
         return DistilledStats(
             counts=await store.counts(),
             totals=await store.metric_totals(date.min),
-            extraction="开启" if self.extraction is not None else (self.extraction_off or "关闭"),
+            extraction=(
+                self.extraction.reason if isinstance(self.extraction, ExtractionOff) else "开启"
+            ),
             waiting_sessions=await store.waiting_sessions(),
-            cache_enabled=cache is not None,
-            cache_entries=await cache.entry_counts(now) if cache is not None else {},
+            cache_enabled=self.answer_cache.enabled,
+            cache_entries=await self.answer_cache.entry_counts(now),
         )
 
     async def reembed(self, batch_size: int) -> int:
         """Re-embed memories and cached questions embedded by another model."""
         done = await self.keeper.reembed(batch_size=batch_size)
-        if self.answer_cache is not None:
-            done += await self.answer_cache.reembed(batch_size=batch_size)
-        return done
+        return done + await self.answer_cache.reembed(batch_size=batch_size)
 
     async def aclose(self) -> None:
-        if self.extraction is not None:
-            await self.extraction.aclose()
-            self.extraction = None
+        await self.extraction.aclose()
+        self.extraction = ExtractionOff("已停止")
+
+
+def _forgotten(by_kind: Mapping[str, int], cached_answers: int) -> Forgotten:
+    return Forgotten(
+        facts=by_kind.get("facts", 0),
+        preferences=by_kind.get("preferences", 0),
+        summaries=by_kind.get("summary", 0),
+        cached_answers=cached_answers,
+    )

@@ -305,3 +305,31 @@ class ExtractionWorker:
         await store.bump(day, {EXTRACTION_FAILED: 1})
         log.warning("extraction failed, retried later: %s", exc)
         return ExtractionReport(session.session_key, failed=True)
+
+
+class ExtractionOff:
+    """Extraction while it is off (MEMORY_DISTILLED_ENABLED or EXTRACTION_ENABLED false, or no
+    model): counts nothing, distils nothing, so its callers need not ask whether it is on.
+    ``reason`` says why, in Chinese, for /memstat."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    async def note_exchange(
+        self, user_id: int, group_id: int | None, now: datetime | None = None
+    ) -> bool:
+        return False
+
+    async def run_once(self, now: datetime | None = None) -> int:
+        return 0
+
+    async def extract_session(
+        self, user_id: int, group_id: int | None, now: datetime | None = None
+    ) -> None:
+        return None

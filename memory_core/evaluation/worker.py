@@ -37,6 +37,8 @@ def band_metric(name: str) -> str:
 
 
 class EvaluationWorker:
+    """Scores finished exchanges in the background and settles their retention."""
+
     def __init__(
         self,
         *,
@@ -56,6 +58,10 @@ class EvaluationWorker:
         self._slots = asyncio.Semaphore(concurrency)
         self._rounds = RoundLoop(self.run_once, interval=IDLE_INTERVAL, name="memory evaluation")
         self._round_lock = asyncio.Lock()
+
+    @property
+    def evaluator_name(self) -> str:
+        return self.evaluator.name
 
     def start(self) -> None:
         self._rounds.start()
@@ -136,3 +142,22 @@ class EvaluationWorker:
             exc,
         )
         return settled
+
+
+class EvaluationOff:
+    """Evaluation while it is off (no evaluator or no retention bands): nothing is queued or
+    scored, so the memory need not ask whether it is on."""
+
+    evaluator_name = "off"
+
+    def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
+        pass
+
+    async def run_once(self, now: datetime | None = None) -> int:
+        return 0

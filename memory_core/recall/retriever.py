@@ -16,10 +16,10 @@ from ..errors import EmbeddingError, RerankError
 from ..lang.keywords import conversation_terms, document_terms, required_phrases
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
-from ..models import RecallResult, Role, generate_session_key
+from ..models import RecallResult, generate_session_key
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
-from ..settings import MemorySettings, RetrievalMode
+from ..settings import MemorySettings
 from ..storage.dialogue_store import (
     AnchorCandidate,
     AnchorFilters,
@@ -27,6 +27,7 @@ from ..storage.dialogue_store import (
     RecallScope,
 )
 from ..storage.vector_index import VectorIndex
+from .options import RecallOptions
 from .ranking import (
     Channel,
     DecayPolicy,
@@ -93,24 +94,18 @@ class Retriever:
         store: PgDialogueStore,
         user_id: int,
         query: str,
-        group_id: int | None = None,
+        group_id: int | None,
+        options: RecallOptions,
         *,
-        top_n: int | None = None,
-        window_size: int | None = None,
-        now: datetime | None = None,
-        roles: Sequence[Role] | None = None,
-        keywords: Sequence[str] | None = None,
-        mode: RetrievalMode | None = None,
-        time_aware: bool | None = None,
         shared: bool = False,
-        context: Sequence[str] = (),
     ) -> RecallResult:
         """Top-N anchors of this session by meaning, keywords and time, each widened by
         ±window turns.
 
-        Only this session's live turns (not expired, not after ``now``) are considered.
-        ``mode`` (default: the setting) picks the channels: ``vector`` (meaning), ``keyword``
-        (terms, see ``memory_core.lang.keywords``) or ``hybrid`` (both, reciprocal rank fusion).
+        ``options`` (``recall.options.RecallOptions``) says how. Only this session's live
+        turns (not expired, not after ``now``) are considered. ``mode`` (default: the setting)
+        picks the channels: ``vector`` (meaning), ``keyword`` (terms, see
+        ``memory_core.lang.keywords``) or ``hybrid`` (both, reciprocal rank fusion).
         A time expression in the query (昨天, 上周三, 刚才…, see ``memory_core.lang.timerange``)
         adds that range's turns as candidates, or keeps only them when the query asks nothing
         else (and the range holds a turn; else the best matches anywhere); ``time_aware=False``
@@ -125,24 +120,26 @@ class Retriever:
         memory). With ``MEMORY_QUERY_CONTEXT_TURNS`` > 0 the last that many join the query
         (see ``conversational_query``); time words are still read from the query alone.
         """
-        now = now or datetime.now(timezone.utc)
-        top_n = self.settings.memory_top_n if top_n is None else top_n
-        window = self.settings.memory_window_size if window_size is None else window_size
+        now = options.now or datetime.now(timezone.utc)
+        top_n = self.settings.memory_top_n if options.top_n is None else options.top_n
+        window = options.window_size
+        window = self.settings.memory_window_size if window is None else window
         query = scrub(query) if isinstance(query, str) else ""
         if top_n <= 0 or not query.strip():
             return RecallResult(query=query)
         scope = RecallScope(generate_session_key(user_id, group_id), group_id if shared else None)
-        mode = mode or self.settings.memory_retrieval_mode
+        mode = options.mode or self.settings.memory_retrieval_mode
+        time_aware = options.time_aware
         if time_aware is None:
             time_aware = self.settings.memory_time_understanding
         when = analyse_query(query, now, self.tz) if time_aware else None
         # The time expression has done its work once it is a range; the rest is the topic.
         text = when.rest if when is not None and when.rest.strip() else query
-        earlier = _last_lines(context, self.settings.memory_query_context_turns)
+        earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
         search_text = conversational_query(text, earlier)
         filters = AnchorFilters(
-            roles=tuple(roles) if roles else None,
-            phrases=tuple(required_phrases(keywords)) if keywords else None,
+            roles=options.roles or None,
+            phrases=tuple(required_phrases(options.keywords)) if options.keywords else None,
         )
         # The query's embedding and the session's size are independent: fetch both at once.
         embedded, size = await asyncio.gather(

@@ -36,6 +36,7 @@ from memory_core.dashboard import (
 )
 from memory_core.errors import MemoryCoreError
 from memory_core.models import Forgotten, TurnInput
+from memory_core.recall.options import RecallOptions
 
 from .command_dispatch import plugin_command
 from .intake import accepts, group_id_of, segments_of, sender_name
@@ -408,7 +409,10 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
             # The short list: the best anchors alone; --full: what the prompt would get.
             top_n, window = (None, None) if request.full else (RECALL_ITEMS, 0)
             result = await runtime.memory.recall(
-                user_id, request.query, group_id, top_n=top_n, window_size=window, now=now
+                user_id,
+                request.query,
+                group_id,
+                RecallOptions(top_n=top_n, window_size=window, now=now),
             )
             facts = await runtime.memory.distilled.recall(user_id, group_id, request.query, now=now)
     except MemoryCoreError as exc:

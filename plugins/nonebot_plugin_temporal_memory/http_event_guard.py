@@ -8,26 +8,27 @@ would be stored in that user's memory and answered through the real QQ connectio
 superuser ``/forget all`` would delete everything.
 
 So when no secret is set, this ASGI middleware answers those POSTs with 403 before the adapter
-sees them; with a secret it is not installed and the adapter's signature check decides. It is
+sees them; with a secret the adapter's signature check decides, and ``SignedEventRepair`` only
+gives a correctly signed event's ``"data": null`` segments ``{}`` (as ``ws_frame_guard`` does on
+the WebSocket) and signs the repaired body again. It is
 added to the FastAPI app while the plugin loads (Starlette refuses middleware once the app has
 started), so it holds in any NoneBot project the plugin is loaded into, not only via ``bot.py``.
 """
 
 from __future__ import annotations
 
-import time
+import hmac
 from collections.abc import Callable
 
 from nonebot import get_driver, get_plugin_config
 from nonebot.adapters.onebot.v11.config import Config as OneBotConfig
 from nonebot.drivers import ASGIMixin, Driver
 from nonebot.log import logger
-from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .asgi_guard import WarningThrottle, route_path
+from .asgi_guard import AdapterRouteGuard, server_app, without_null_data
 
 EVENT_PATHS = frozenset({"/onebot/v11/", "/onebot/v11/http", "/onebot/v11/http/"})
 """The routes on which the OneBot v11 adapter takes events as HTTP POSTs."""
@@ -38,31 +39,18 @@ REFUSAL = (
 )
 
 
-class HttpEventGuard:
-    """Pure ASGI middleware: 403 for every HTTP POST that would reach an adapter event route."""
+class HttpEventGuard(AdapterRouteGuard):
+    """403 for every HTTP POST that would reach an adapter event route."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        routes: Callable[[], list[BaseRoute]],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.app = app
-        self._routes = routes
-        self._warnings = WarningThrottle(clock)
+    scope_type = "http"
+    paths = EVENT_PATHS
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self._reaches_event_route(scope):
-            await self.app(scope, receive, send)
-            return
+    def concerns(self, scope: Scope) -> bool:
+        return bool(scope["method"] == "POST")
+
+    async def guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._warn(scope)
         await PlainTextResponse(REFUSAL, status_code=403)(scope, receive, send)
-
-    def _reaches_event_route(self, scope: Scope) -> bool:
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return False
-        return route_path(self._routes(), scope) in EVENT_PATHS
 
     def _warn(self, scope: Scope) -> None:
         more = self._warnings.due()
@@ -77,22 +65,86 @@ class HttpEventGuard:
         )
 
 
+class SignedEventRepair(AdapterRouteGuard):
+    """With ``ONEBOT_SECRET``: a correctly signed event POST whose segments have ``"data":
+    null`` reaches the adapter with ``{}`` instead, signed again with the same secret (the
+    adapter checks the signature over the body it gets). Anything else passes as it came, so
+    the adapter's own signature check still decides."""
+
+    scope_type = "http"
+    paths = EVENT_PATHS
+
+    def __init__(self, app: ASGIApp, *, routes: Callable[[], list[BaseRoute]], secret: str) -> None:
+        super().__init__(app, routes=routes)
+        self._secret = secret.encode("utf-8")
+
+    def concerns(self, scope: Scope) -> bool:
+        return bool(scope["method"] == "POST")
+
+    def _signature(self, body: bytes) -> bytes:
+        return b"sha1=" + hmac.new(self._secret, body, "sha1").hexdigest().encode("ascii")
+
+    async def guard(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body, more_body = b"", True
+        while more_body:
+            message = await receive()
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message], receive), send)
+                return
+            body += message.get("body", b"")
+            more_body = message.get("more_body", False)
+        headers = dict(scope["headers"])
+        repaired = without_null_data(body)
+        signed = hmac.compare_digest(headers.get(b"x-signature", b""), self._signature(body))
+        if isinstance(repaired, bytes) and signed:
+            body = repaired
+            kept = [(k, v) for k, v in scope["headers"] if k not in _REWRITTEN]
+            scope = {
+                **scope,
+                "headers": [
+                    *kept,
+                    (b"x-signature", self._signature(body)),
+                    (b"content-length", str(len(body)).encode("ascii")),
+                ],
+            }
+        request = {"type": "http.request", "body": body, "more_body": False}
+        await self.app(scope, _replay([request], receive), send)
+
+
+_REWRITTEN = frozenset({b"x-signature", b"content-length"})
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` that first gives back ``messages`` already read, then reads on."""
+    waiting = list(messages)
+
+    async def replayed() -> Message:
+        return waiting.pop(0) if waiting else await receive()
+
+    return replayed
+
+
 class HttpEventGuardError(RuntimeError):
     """The driver serves HTTP but the guard cannot be installed on it."""
 
 
 def install_http_event_guard(driver: Driver) -> bool:
-    """Add the guard to the driver's app unless ``ONEBOT_SECRET`` is set; True if added."""
+    """Add the guard to the driver's app unless ``ONEBOT_SECRET`` is set; True if added. With
+    a secret, ``SignedEventRepair`` is added instead."""
     if not isinstance(driver, ASGIMixin):
         return False  # no HTTP server at all (forward WebSocket only)
-    if get_plugin_config(OneBotConfig).onebot_secret:
-        return False  # the adapter verifies every POST's signature itself
-    app = driver.server_app
-    if not isinstance(app, Starlette):
+    app = server_app(driver)
+    secret = get_plugin_config(OneBotConfig).onebot_secret
+    if app is None:
+        if secret:
+            return False  # the adapter verifies every POST's signature itself
         raise HttpEventGuardError(
             "TemporalMemory can refuse unsigned OneBot HTTP POST events only on the FastAPI "
             "driver: use DRIVER=~fastapi, or set ONEBOT_SECRET"
         )
+    if secret:
+        app.add_middleware(SignedEventRepair, secret=secret, routes=lambda: app.router.routes)
+        return False  # the adapter verifies every POST's signature itself
     app.add_middleware(HttpEventGuard, routes=lambda: app.router.routes)
     return True
 

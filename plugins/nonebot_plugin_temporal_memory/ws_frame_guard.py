@@ -4,9 +4,10 @@ The adapter's WebSocket loop (``Adapter._handle_ws``) passes every frame to ``js
 malformed, undecodable binary or too deeply nested frame raises there, which ends the loop and
 closes the connection, and the OneBot client must reconnect. This ASGI middleware stands between
 the server and the adapter's WebSocket routes: a frame that ``json.loads`` cannot read is logged
-and skipped, so the adapter only ever receives frames it can parse. A frame that passes here
-parses in the adapter too: the same function on the same data, called there with a shallower
-stack (this check runs inside the adapter's ``receive``).
+and skipped, so the adapter only ever receives frames it can parse; a message segment whose
+``data`` is ``null`` gets ``{}`` (NoneBot's event logging would raise on it). A frame that
+passes here parses in the adapter too: the same function on the same data, called there with a
+shallower stack (this check runs inside the adapter's ``receive``).
 
 It is added to the FastAPI app while the plugin loads, like ``http_event_guard``, so it holds in
 any NoneBot project the plugin is loaded into; on another driver it is not installed. The
@@ -17,17 +18,13 @@ there an unreadable frame still ends the connection, and the adapter dials again
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 
 from nonebot import get_driver
-from nonebot.drivers import ASGIMixin, Driver
+from nonebot.drivers import Driver
 from nonebot.log import logger
-from starlette.applications import Starlette
-from starlette.routing import BaseRoute
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from .asgi_guard import WarningThrottle, route_path
+from .asgi_guard import AdapterRouteGuard, server_app, without_null_data
 
 WS_PATHS = frozenset({"/onebot/v11/", "/onebot/v11/ws", "/onebot/v11/ws/"})
 """The routes on which the OneBot v11 adapter takes reverse WebSocket connections."""
@@ -46,38 +43,24 @@ def readable(message: Message) -> bool:
     return True
 
 
-class WebSocketFrameGuard:
-    """Pure ASGI middleware: unreadable frames on the adapter's WebSocket routes are skipped."""
+class WebSocketFrameGuard(AdapterRouteGuard):
+    """Unreadable frames on the adapter's WebSocket routes are skipped; segments with
+    ``"data": null`` get ``{}`` (``asgi_guard.without_null_data``)."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        routes: Callable[[], list[BaseRoute]],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.app = app
-        self._routes = routes
-        self._warnings = WarningThrottle(clock)
+    scope_type = "websocket"
+    paths = WS_PATHS
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self._reaches_ws_route(scope):
-            await self.app(scope, receive, send)
-            return
-
+    async def guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def readable_frames() -> Message:
             while True:
                 message = await receive()
-                if message["type"] != "websocket.receive" or readable(message):
+                if message["type"] != "websocket.receive":
                     return message
+                if readable(message):
+                    return _repaired(message)
                 self._warn(scope, message)
 
         await self.app(scope, readable_frames, send)
-
-    def _reaches_ws_route(self, scope: Scope) -> bool:
-        if scope["type"] != "websocket":
-            return False
-        return route_path(self._routes(), scope) in WS_PATHS
 
     def _warn(self, scope: Scope, message: Message) -> None:
         more = self._warnings.due()
@@ -91,11 +74,17 @@ class WebSocketFrameGuard:
         )
 
 
+def _repaired(message: Message) -> Message:
+    key = "text" if message.get("text") is not None else "bytes"
+    repaired = without_null_data(message[key])
+    return message if repaired is None else {**message, key: repaired}
+
+
 def install_ws_frame_guard(driver: Driver) -> bool:
     """Add the guard to the driver's app when it is a Starlette (FastAPI) app; True if added."""
-    if not isinstance(driver, ASGIMixin) or not isinstance(driver.server_app, Starlette):
+    app = server_app(driver)
+    if app is None:
         return False  # no WebSocket server of ours to guard
-    app = driver.server_app
     app.add_middleware(WebSocketFrameGuard, routes=lambda: app.router.routes)
     return True
 

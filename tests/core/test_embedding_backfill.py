@@ -11,6 +11,7 @@ import pytest
 
 from memory_core.errors import EmbeddingModelMismatchError
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 from tests.embedding_server import EmbeddingServer
 from tests.fakes import HashingEmbedder
 
@@ -46,7 +47,9 @@ async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factor
     assert stats.total_rows == 5 and stats.store.pending_embeddings == 5
     # While nothing is embedded, vector recall finds no anchors — but never fails — and
     # hybrid recall still finds the turns through the keyword channel (issue 6).
-    assert (await memory.recall(3, "爱好", mode="vector", now=NOW)).turns == ()
+    assert (
+        await memory.recall(3, "爱好", options=RecallOptions(mode="vector", now=NOW))
+    ).turns == ()
     assert len(await memory.get_contextual_memory(3, "爱好", top_n=5, now=NOW)) == 5
     flaky_server.healthy = True
     assert await memory.backfill_embeddings() == 5
@@ -62,7 +65,9 @@ async def test_failing_embedder_stores_turn_and_backfill_makes_it_recallable(mem
     outcome = await memory.add_turn(said("我家的狗叫旺财", 1))
     assert outcome.turn is not None
     embedder.fail = False
-    assert (await memory.recall(3, "狗叫什么", mode="vector", now=NOW)).turns == ()
+    assert (
+        await memory.recall(3, "狗叫什么", options=RecallOptions(mode="vector", now=NOW))
+    ).turns == ()
     await memory.backfill_embeddings()
     assert [t.content for t in await memory.get_contextual_memory(3, "狗叫旺财", now=NOW)] == [
         "我家的狗叫旺财"
@@ -130,7 +135,7 @@ async def test_a_turn_whose_embedding_hangs_is_stored_at_the_deadline_and_embedd
     assert (await memory.stats()).store.pending_embeddings == 1
     embedder.answering.set()
     assert await memory.backfill_embeddings() == 1
-    recalled = await memory.recall(3, "团子", mode="vector", now=NOW)
+    recalled = await memory.recall(3, "团子", options=RecallOptions(mode="vector", now=NOW))
     assert [t.content for t in recalled.turns] == ["我养了一只叫团子的猫"]
 
 

@@ -59,7 +59,7 @@ async def test_recall_forgets_the_exchange_its_facts_and_cached_answers(memory_f
     await memory.distilled.save(
         [ExtractedMemory(kind="facts", content="用户喜欢散步")], 1, stated_at=later
     )
-    assert await memory.distilled.cache_answer(
+    assert await memory.distilled.answer_cache.store(
         "银行卡密码是多少", "778899", 1, now=T0 + timedelta(seconds=30)
     )
     before = await rows_mentioning(memory, "778899")

@@ -45,7 +45,7 @@ def to_cq(segments: list[dict[str, Any]]) -> str:
             parts.append(_cq_escape(seg["data"]["text"]))
         else:
             params = ",".join(
-                f"{k}={_cq_escape(str(v), comma=True)}" for k, v in seg["data"].items()
+                f"{k}={_cq_escape(str(v), comma=True)}" for k, v in (seg["data"] or {}).items()
             )
             parts.append(f"[CQ:{seg['type']}{',' + params if params else ''}]")
     return "".join(parts)

@@ -8,6 +8,7 @@ from typing import Any
 from nonebot.adapters.onebot.v11 import Adapter, MessageEvent
 from nonebug import App
 
+from memory_core.recall.options import RecallOptions
 from tests.plugin.events import message_payload, text_seg
 from tests.plugin.test_commands import GROUP, USER, event_of, run, seed
 
@@ -28,7 +29,7 @@ def group_event(value: str, role: str, *, user_id: int = USER, group_id: int = G
 
 
 async def recalled(runtime: Any, user: int, group: int | None) -> set[str]:
-    result = await runtime.memory.recall(user, "我的鱼叫什么", group, top_n=5)
+    result = await runtime.memory.recall(user, "我的鱼叫什么", group, RecallOptions(top_n=5))
     return {t.content for t in result.turns}
 
 

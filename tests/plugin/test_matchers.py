@@ -25,6 +25,7 @@ from nonebug import App
 from memory_core.conversation.engine import APOLOGY
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
+from memory_core.recall.options import RecallOptions
 from tests.plugin.conftest import RecordingModel
 from tests.plugin.events import (
     SELF_ID,
@@ -81,7 +82,9 @@ async def test_small_talk_scored_not_kept_stays_in_the_next_prompt(app: App, run
         assert await conn.execute("UPDATE dialogues SET score = 5, expires_at = created_at") == (
             "UPDATE 2"
         )
-    recalled = await runtime.memory.recall(USER, "天气好冷", top_n=5, window_size=0)
+    recalled = await runtime.memory.recall(
+        USER, "天气好冷", options=RecallOptions(top_n=5, window_size=0)
+    )
     assert recalled.turns == ()  # gone from long-term recall at once
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))

@@ -347,6 +347,17 @@ async def test_unreadable_frames_are_dropped_and_the_websocket_stays_open(wire: 
     assert "dropped an unreadable text WebSocket frame on /onebot/v11/ws" in wire.bot.log_text()
 
 
+async def test_a_segment_with_null_data_is_answered_and_stored(wire: Wire):
+    # Some clients send a segment without data as "data": null; NoneBot's event logging raised
+    # on it, so the message was neither answered nor stored.
+    user = 20017
+    empty_face = {"type": "face", "data": None}
+    answer = await wire.say([text_seg("空数据的表情之后"), empty_face], user_id=user)
+    assert answer == wire.llm.reply
+    await wire.say([text_seg("下一句")], user_id=user)
+    assert "空数据的表情之后" in all_text(wire.llm.last_prompt_for("下一句"))
+
+
 async def test_replies_are_text_segments_so_cq_code_from_the_model_stays_literal(wire: Wire):
     wire.llm.reply = "[CQ:at,qq=all] 大家好"
     try:

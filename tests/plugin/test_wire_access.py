@@ -182,6 +182,18 @@ async def test_a_correctly_signed_post_is_stored_and_answered_when_onebot_secret
     assert marker in await signed.say("/recall 笔记", user_id=user)
 
 
+async def test_a_signed_post_with_a_null_data_segment_is_stored_and_answered(signed: Connected):
+    user, marker = 22005, "空数据签名笔记"
+    mark = len(signed.peer.calls)
+    segments = [text_seg(f"/remember {marker}"), {"type": "face", "data": None}]
+    event = message_payload(segments, user_id=user)
+    response = await post_event(signed.bot, event, path="/onebot/v11/", secret=SECRET)
+    assert response.status_code == 204, response.text
+    answer = await signed.peer.wait_reply(user_id=user, after=mark)
+    assert sent_text(answer) == REMEMBERED
+    assert marker in await signed.say("/recall 笔记", user_id=user)
+
+
 @pytest.mark.parametrize(
     ("secret", "status", "reason"),
     [(None, 401, "Missing Signature"), ("wrong-secret", 403, "Signature is invalid")],

@@ -13,6 +13,7 @@ from memory_core.console.settings_view import MASK, masked_settings
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import InvalidTurnError
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 from memory_core.settings import MemorySettings
 
 T0 = datetime(2026, 11, 20, 4, tzinfo=timezone.utc)
@@ -118,7 +119,9 @@ async def test_editing_a_turn_reembeds_it_and_writes_the_audit_log(
     found = await console.turns(str(ALICE), TurnSearch(text="后天我要去上海出差", by_meaning=True))
     assert found[0].turn.id == turn.id
     assert found[0].similarity == pytest.approx(1.0, abs=0.01)  # the new text's own vector
-    recalled = await memory.recall(ALICE, "上海", mode="keyword", now=T0 + timedelta(hours=1))
+    recalled = await memory.recall(
+        ALICE, "上海", options=RecallOptions(mode="keyword", now=T0 + timedelta(hours=1))
+    )
     assert turn.id in recalled.anchor_ids  # the keywords were recomputed too
     log = await console.audit_log()
     assert (log[0].actor, log[0].action, log[0].target_kind, log[0].target_id) == (
@@ -141,7 +144,9 @@ async def test_an_edited_turn_is_searched_by_its_speaker_when_the_speaker_index_
     await console.edit_turn(str(ALICE), turn.id, "后天我要去上海出差", actor=ACTOR)
 
     # The speaker's name is a keyword of the edited turn, as of any turn stored in this form.
-    recalled = await memory.recall(ALICE, "阿丽", mode="keyword", now=T0 + timedelta(hours=1))
+    recalled = await memory.recall(
+        ALICE, "阿丽", options=RecallOptions(mode="keyword", now=T0 + timedelta(hours=1))
+    )
     assert turn.id in recalled.anchor_ids
     async with memory._pool.acquire() as conn:
         form = await conn.fetchval("SELECT text_form FROM dialogues WHERE id = $1", turn.id)

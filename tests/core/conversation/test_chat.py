@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from pydantic import SecretStr
 
-from memory_core.conversation.context import FACTS_HEADER, PREFERENCES_HEADER
+from memory_core.context.block import MEMORY_HEADER
+from memory_core.context.builder import FACTS_HEADER, PREFERENCES_HEADER
 from memory_core.conversation.engine import (
     APOLOGY,
     NOT_CONFIGURED_NOTICE,
@@ -24,7 +25,6 @@ from memory_core.conversation.engine import (
     SessionLocks,
     split_reply,
 )
-from memory_core.conversation.prompt import MEMORY_HEADER
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput

@@ -10,6 +10,7 @@ import pytest
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.models import TurnInput
 from memory_core.providers.llm import build_openai_model
+from memory_core.recall.options import RecallOptions
 from memory_core.settings import ModelEndpoint
 from tests.embedding_server import EmbeddingServer
 from tests.stub_llm import Answer, ScriptedLLM
@@ -101,7 +102,9 @@ async def test_with_no_context_turns_the_message_alone_is_the_query(memory_facto
     memory = await open_with(memory_factory, server, memory_query_context_turns=0)
     await memory.add_turn(said("上周去了学校门口那家面馆", 10))
     result = await memory.recall(
-        USER, "那家店叫什么来着", context=["上周去了学校门口那家面馆"], now=NOW
+        USER,
+        "那家店叫什么来着",
+        options=RecallOptions(context=["上周去了学校门口那家面馆"], now=NOW),
     )
     assert result.search_text == "那家店叫什么来着"
     assert query_inputs(server, "那家店叫什么来着") == []
@@ -115,13 +118,17 @@ async def test_time_words_of_the_earlier_lines_are_not_read_as_the_asked_range(
     await memory.add_turn(said("昨天下雨了", 60 * 24))
     context = ["好久没去学校门口了", "昨天下雨了", "学校门口那家面馆还开着吗"]
     result = await memory.recall(
-        USER, "那家店叫什么来着", context=context, top_n=1, window_size=0, now=NOW
+        USER,
+        "那家店叫什么来着",
+        options=RecallOptions(context=context, top_n=1, window_size=0, now=NOW),
     )
     # Only the last two earlier lines join; "昨天" in them does not narrow recall to yesterday.
     assert result.search_text == "昨天下雨了\n学校门口那家面馆还开着吗\n那家店叫什么来着"
     assert [t.content for t in result.turns] == ["学校门口那家面馆的牛肉面很好吃"]
     # A time word in the message itself still is.
     asked = await memory.recall(
-        USER, "昨天说了什么", context=context, top_n=1, window_size=0, now=NOW
+        USER,
+        "昨天说了什么",
+        options=RecallOptions(context=context, top_n=1, window_size=0, now=NOW),
     )
     assert [t.content for t in asked.turns] == ["昨天下雨了"]

@@ -6,13 +6,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.conversation.prompt import (
-    MEMORY_HEADER,
-    MemoryBlock,
-    build_chat_messages,
-    build_memory_block,
-    build_system_prompt,
-)
+from memory_core.context.block import MEMORY_HEADER, MemoryBlock, build_memory_block
+from memory_core.conversation.prompt import build_chat_messages, build_system_prompt
 from memory_core.lang.timefmt import format_memory_line
 from memory_core.lang.tokens import TiktokenCounter, load_token_counter
 from memory_core.models import MemoryTurn, RecallWindow, Role

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memory_core.distill.worker import ExtractionOff
 from memory_core.models import RecalledMessage, TurnInput
 from tests.stub_llm import Answer, ScriptedLLM
 
@@ -298,7 +299,7 @@ async def test_sessions_are_distilled_concurrently_within_the_bound(memory_facto
 async def test_extraction_is_off_without_a_model_and_says_so_once(memory_factory, caplog):
     with caplog.at_level(logging.INFO, logger="memory_core.distill.service"):
         memory = await memory_factory()
-    assert memory.distilled.extraction is None
+    assert isinstance(memory.distilled.extraction, ExtractionOff)
     assert [r.message for r in caplog.records if "extraction is off" in r.message] == [
         "distilled memory extraction is off (no model: EXTRACTION_MODEL and LLM_MODEL are empty)"
     ]
@@ -310,10 +311,9 @@ async def test_extraction_is_off_without_a_model_and_says_so_once(memory_factory
 
 async def test_extraction_can_be_disabled_even_with_a_model(memory_factory, distiller):
     memory = await memory_factory(**llm_settings(distiller, extraction_enabled=False))
-    assert (
-        memory.distilled.extraction is None
-        and memory.distilled.extraction_off == "已关闭（EXTRACTION_ENABLED=false）"
-    )
+    extraction = memory.distilled.extraction
+    assert isinstance(extraction, ExtractionOff)
+    assert extraction.reason == "已关闭（EXTRACTION_ENABLED=false）"
 
 
 async def test_a_fresh_turn_waits_out_the_recall_window_before_it_is_distilled(

@@ -286,7 +286,7 @@ async def test_pending_evaluations_and_figures_survive_a_restart(memory_factory,
 
 async def test_without_llm_the_heuristic_evaluator_scores(memory_factory):
     memory = await memory_factory()  # no LLM configured
-    assert memory.evaluations is not None and memory.evaluations.evaluator.name == "heuristic"
+    assert memory.evaluations.evaluator_name == "heuristic"
     user, _ = await exchange(memory, "你好", "你好！", T0)
     await memory.evaluate_pending(now=T0)
     assert (await turn_row(memory, user.id))["score"] == 15
@@ -294,9 +294,11 @@ async def test_without_llm_the_heuristic_evaluator_scores(memory_factory):
 
 async def test_evaluation_can_be_switched_off(memory_factory):
     memory = await memory_factory(evaluator_enabled=False)
-    user, _ = await exchange(memory, "你好", "你好！", T0)
+    user, _ = await exchange(memory, "你好", "你好！", T0)  # queued: a no-op
     assert await memory.evaluate_pending(now=T0) == 0
     assert (await turn_row(memory, user.id))["score"] is None
+    figures = (await memory.stats(T0)).evaluation
+    assert (figures.evaluator, figures.pending) == ("off", 0)
 
 
 async def test_two_bots_on_one_database_never_score_the_same_exchange(memory_factory, judge):

@@ -16,6 +16,7 @@ from memory_core.lang.keywords import (
     tsquery_any,
 )
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 
 T0 = datetime(2024, 1, 16, 10, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(days=1)
@@ -75,7 +76,9 @@ async def test_keyword_recall_finds_names_numbers_and_order_ids_in_chinese_sente
     )
 
     async def anchors(query: str) -> list[str]:
-        result = await memory.recall(1, query, top_n=1, window_size=0, mode="keyword", now=NOW)
+        result = await memory.recall(
+            1, query, options=RecallOptions(top_n=1, window_size=0, mode="keyword", now=NOW)
+        )
         return [t.content for t in result.turns]
 
     assert await anchors("小明去哪出差") == ["小明说他下周三要去上海出差"]
@@ -107,13 +110,20 @@ async def test_rows_without_keywords_are_backfilled_and_then_found(memory_factor
     try:
         # As if stored before migration 003.
         await conn.execute("UPDATE dialogues SET keywords = NULL")
-        assert await memory.recall(1, "ORD000007", mode="keyword", now=NOW) is not None
-        assert (await memory.recall(1, "ORD000007", mode="keyword", now=NOW)).turns == ()
+        assert (
+            await memory.recall(1, "ORD000007", options=RecallOptions(mode="keyword", now=NOW))
+            is not None
+        )
+        assert (
+            await memory.recall(1, "ORD000007", options=RecallOptions(mode="keyword", now=NOW))
+        ).turns == ()
         assert await memory.backfill_keywords(batch_size=7) == 30
         assert await conn.fetchval("SELECT count(*) FROM dialogues WHERE keywords IS NULL") == 0
     finally:
         await conn.close()
-    result = await memory.recall(1, "ORD000007", top_n=1, window_size=0, mode="keyword", now=NOW)
+    result = await memory.recall(
+        1, "ORD000007", options=RecallOptions(top_n=1, window_size=0, mode="keyword", now=NOW)
+    )
     assert [t.content for t in result.turns] == ["第7条消息 ORD000007"]
 
 

@@ -34,7 +34,9 @@ async def test_export_holds_my_turns_memories_and_cached_answers_of_every_chat_o
     )
     await memory.distilled.save([ExtractedMemory(kind="facts", content="用户养狗")], ME, None)
     await memory.distilled.save([ExtractedMemory(kind="facts", content="用户养鱼")], OTHER, GROUP)
-    assert await memory.distilled.cache_answer("如何配置Nginx反向代理", "答案", ME, GROUP, now=T0)
+    assert await memory.distilled.answer_cache.store(
+        "如何配置Nginx反向代理", "答案", ME, GROUP, now=T0
+    )
 
     export = await export_person(memory, ME)
     data = json.loads((await export.write(tmp_path)).read_text(encoding="utf-8"))

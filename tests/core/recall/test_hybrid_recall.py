@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import (
     NO_DECAY,
     Channel,
@@ -69,7 +70,9 @@ async def test_fusion_never_leaks_other_sessions_with_100x_more_matching_rows(
         await memory.add_dialogues(others + mine)
     assert memory.vector_index.serves("500:1", 5) == (exact_max_rows == 0)
     for query in ("ORD777 快递", "三天前的快递到哪了", "刚才说的订单"):
-        result = await memory.recall(1, query, 500, top_n=8, window_size=2, mode=mode, now=NOW)
+        result = await memory.recall(
+            1, query, 500, RecallOptions(top_n=8, window_size=2, mode=mode, now=NOW)
+        )
         assert result.turns, query
         assert {t.session_key for t in result.turns} == {"500:1"}, query
         assert len(result.turns) <= 4
@@ -127,12 +130,16 @@ async def test_role_filter_anchors_only_the_users_turns_but_windows_stay_whole(m
             said("猫粮推荐皇家", ago(hours=4, minutes=-1), role="assistant"),
         ]
     )
-    result = await memory.recall(1, "猫粮 猫砂", top_n=5, window_size=1, roles=["user"], now=NOW)
+    result = await memory.recall(
+        1, "猫粮 猫砂", options=RecallOptions(top_n=5, window_size=1, roles=["user"], now=NOW)
+    )
     anchors = {t.id: t for t in result.turns}
     assert result.windows
     assert all(anchors[a].role == "user" for a in result.anchor_ids)
     assert any(t.role == "assistant" for t in result.turns)  # neighbours are kept
-    unfiltered = await memory.recall(1, "猫粮推荐皇家", top_n=1, window_size=0, now=NOW)
+    unfiltered = await memory.recall(
+        1, "猫粮推荐皇家", options=RecallOptions(top_n=1, window_size=0, now=NOW)
+    )
     assert unfiltered.turns[0].role == "assistant"
 
 
@@ -147,10 +154,12 @@ async def test_required_keywords_keep_only_anchors_containing_all_of_them(memory
     )
     for mode in ("hybrid", "vector", "keyword"):
         result = await memory.recall(
-            1, "快递到哪了", top_n=3, window_size=0, keywords=["ord556"], mode=mode, now=NOW
+            1,
+            "快递到哪了",
+            options=RecallOptions(top_n=3, window_size=0, keywords=["ord556"], mode=mode, now=NOW),
         )
         assert [t.content for t in result.turns] == ["快递 ORD556 到上海了"], mode
-    nothing = await memory.recall(1, "快递", keywords=["ORD999"], now=NOW)
+    nothing = await memory.recall(1, "快递", options=RecallOptions(keywords=["ORD999"], now=NOW))
     assert nothing.turns == ()
 
 
@@ -164,11 +173,15 @@ async def test_a_pure_time_question_keeps_only_anchors_inside_the_range(memory_f
             said("刚才在看电影", ago(minutes=10)),
         ]
     )
-    result = await memory.recall(1, "昨天我们聊了什么", top_n=3, window_size=0, now=NOW)
+    result = await memory.recall(
+        1, "昨天我们聊了什么", options=RecallOptions(top_n=3, window_size=0, now=NOW)
+    )
     assert {t.content for t in result.turns} == {"今天中午吃了牛肉面", "下午去打了羽毛球"}
     # Without time understanding the words decide, and 昨天 matches the wrong day.
     blind = await memory.recall(
-        1, "昨天我们聊了什么", top_n=1, window_size=0, time_aware=False, now=NOW
+        1,
+        "昨天我们聊了什么",
+        options=RecallOptions(top_n=1, window_size=0, time_aware=False, now=NOW),
     )
     assert [t.content for t in blind.turns] == ["我们昨天聊了很多关于旅行的事"]
 
@@ -181,7 +194,9 @@ async def test_a_pure_time_question_with_nothing_in_its_range_falls_back_to_any_
         [said("我们聊了很多关于旅行的事", ago(days=5)), said("刚才在看电影", ago(minutes=10))]
     )
     # Nothing was said yesterday: the best matches of any time, not "nothing found".
-    result = await memory.recall(1, "昨天我们聊了什么", top_n=2, window_size=0, now=NOW)
+    result = await memory.recall(
+        1, "昨天我们聊了什么", options=RecallOptions(top_n=2, window_size=0, now=NOW)
+    )
     assert {t.content for t in result.turns} == {"我们聊了很多关于旅行的事", "刚才在看电影"}
 
 
@@ -194,7 +209,9 @@ async def test_a_time_expression_with_a_topic_boosts_the_range(memory_factory):
             said("小明推荐了一家火锅店，叫小龙坎", ago(hours=2)),
         ]
     )
-    result = await memory.recall(1, "上周小明推荐的店", top_n=1, window_size=0, now=NOW)
+    result = await memory.recall(
+        1, "上周小明推荐的店", options=RecallOptions(top_n=1, window_size=0, now=NOW)
+    )
     assert [t.content for t in result.turns] == ["小明推荐了一家烤肉店，叫姜虎东"]
 
 
@@ -207,7 +224,9 @@ async def test_just_now_prefers_the_latest_turns(memory_factory):
             said("好的", ago(minutes=4), role="assistant"),
         ]
     )
-    result = await memory.recall(1, "刚才你发的链接", top_n=1, window_size=0, now=NOW)
+    result = await memory.recall(
+        1, "刚才你发的链接", options=RecallOptions(top_n=1, window_size=0, now=NOW)
+    )
     assert [t.content for t in result.turns] == ["链接发你了 https://b.example/new"]
 
 
@@ -222,7 +241,9 @@ async def test_a_burst_of_near_identical_turns_does_not_take_every_anchor(memory
         memory = await memory_factory(memory_anchor_diversity=diverse)
         if diverse:
             await memory.add_dialogues(burst + other + filler)
-        result = await memory.recall(1, "想吃火锅", top_n=3, window_size=1, now=NOW)
+        result = await memory.recall(
+            1, "想吃火锅", options=RecallOptions(top_n=3, window_size=1, now=NOW)
+        )
         contents = {t.content for t in result.turns}
         reached_others = bool(contents & {t.content for t in other})
         # The test can fail: without diversity the burst takes all three anchors.
@@ -237,9 +258,11 @@ async def test_hybrid_recall_falls_back_to_keywords_when_the_query_cannot_be_emb
     memory = await memory_factory()
     await memory.add_dialogues([said("我的车牌号是京A12345", ago(days=1))])
     hashing_embedder.fail = True
-    result = await memory.recall(1, "京A12345", now=NOW)
+    result = await memory.recall(1, "京A12345", options=RecallOptions(now=NOW))
     assert [t.content for t in result.turns] == ["我的车牌号是京A12345"]
-    assert (await memory.recall(1, "京A12345", mode="vector", now=NOW)).turns == ()
+    assert (
+        await memory.recall(1, "京A12345", options=RecallOptions(mode="vector", now=NOW))
+    ).turns == ()
 
 
 async def test_keyword_search_of_a_large_session_finds_its_one_rare_term(memory_factory):
@@ -250,7 +273,9 @@ async def test_keyword_search_of_a_large_session_finds_its_one_rare_term(memory_
     memory = await memory_factory()
     await memory.add_dialogues([*chatter, rare, *others])
     for _ in range(7):  # past the five custom plans of a prepared statement
-        result = await memory.recall(1, "SF1234567890", top_n=1, window_size=0, mode="keyword")
+        result = await memory.recall(
+            1, "SF1234567890", options=RecallOptions(top_n=1, window_size=0, mode="keyword")
+        )
         assert [t.content for t in result.turns] == ["快递单号是 SF1234567890"]
         assert {t.user_id for t in result.turns} == {1}
 
@@ -279,7 +304,9 @@ async def test_an_old_clearly_best_match_is_not_decayed_below_a_newer_weaker_one
     old, newer = "我最喜欢的颜色是蓝色", "我最喜欢的颜色是蓝色和绿色，还有一点点紫色"
     await memory.add_dialogues([said(old, ago(days=300)), said(newer, ago(days=1))])
     result = await memory.recall(
-        1, "我最喜欢的颜色是蓝色", top_n=1, window_size=0, mode="vector", now=NOW
+        1,
+        "我最喜欢的颜色是蓝色",
+        options=RecallOptions(top_n=1, window_size=0, mode="vector", now=NOW),
     )
     # Decay always: the old one falls to about half and loses; near ties only: it wins.
     assert [t.content for t in result.turns] == [old if tie_margin else newer]

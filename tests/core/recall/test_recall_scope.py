@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 
 T0 = datetime(2024, 1, 16, 10, 0, tzinfo=timezone.utc)
 
@@ -50,7 +51,9 @@ async def test_session_gets_min_top_n_anchors_and_only_its_rows_among_100x_more(
         await memory.add_dialogues(others + mine)
     assert memory.vector_index.serves("500:1", 5) == (exact_max_rows == 0)
     for top_n in (1, 3, 5, 8):
-        result = await memory.recall(1, "苹果香蕉", 500, top_n=top_n, window_size=0, now=NOW)
+        result = await memory.recall(
+            1, "苹果香蕉", 500, RecallOptions(top_n=top_n, window_size=0, now=NOW)
+        )
         assert len(result.windows) == min(top_n, 5)
         assert {t.session_key for t in result.turns} == {"500:1"}
 
@@ -92,7 +95,9 @@ async def test_windows_widen_anchor_within_session_and_skip_expired_turns(
         )
     finally:
         await conn.close()
-    result = await memory.recall(1, "我的猫叫咪咪", top_n=1, window_size=2, now=NOW)
+    result = await memory.recall(
+        1, "我的猫叫咪咪", options=RecallOptions(top_n=1, window_size=2, now=NOW)
+    )
     contents = [t.content for t in result.turns]
     # Two live turns each side: the expired one is skipped, so the window reaches one further.
     assert contents == ["早上好", "我的猫叫咪咪", "它三岁了", "晚安"]
@@ -103,7 +108,9 @@ async def test_overlapping_windows_merge_into_one_time_ordered_window(memory_fac
     memory = await memory_factory()
     texts = ["猫粮买了", "猫砂也买了", "天气不错", "狗狗在睡觉", "狗粮快没了"]
     await memory.add_dialogues([turn(1, t, i) for i, t in enumerate(texts)])
-    result = await memory.recall(1, "猫粮 猫砂", top_n=2, window_size=1, now=NOW)
+    result = await memory.recall(
+        1, "猫粮 猫砂", options=RecallOptions(top_n=2, window_size=1, now=NOW)
+    )
     assert len(result.windows) == 1  # the two anchors' windows overlap
     window = result.windows[0]
     assert [t.content for t in window.turns] == ["猫粮买了", "猫砂也买了", "天气不错"]
@@ -139,7 +146,9 @@ async def test_time_decay_prefers_the_recent_of_two_equal_matches(memory_factory
             turn(1, "我最喜欢的颜色是蓝色。", 0),
         ]
     )
-    result = await memory.recall(1, "我最喜欢的颜色是蓝色", top_n=1, window_size=0, now=NOW)
+    result = await memory.recall(
+        1, "我最喜欢的颜色是蓝色", options=RecallOptions(top_n=1, window_size=0, now=NOW)
+    )
     assert result.turns[0].created_at == T0
 
 
@@ -156,6 +165,6 @@ async def test_readding_the_same_message_does_not_duplicate(memory_factory):
 
 async def test_empty_session_and_zero_top_n_recall_nothing(memory_factory):
     memory = await memory_factory()
-    assert (await memory.recall(1, "任何问题", now=NOW)).turns == ()
+    assert (await memory.recall(1, "任何问题", options=RecallOptions(now=NOW))).turns == ()
     await memory.add_turn(turn(1, "有内容", 0))
-    assert (await memory.recall(1, "有内容", top_n=0, now=NOW)).turns == ()
+    assert (await memory.recall(1, "有内容", options=RecallOptions(top_n=0, now=NOW))).turns == ()

@@ -17,6 +17,7 @@ import pytest
 from memory_core.errors import ConfigError
 from memory_core.models import TurnInput
 from memory_core.providers.rerank import build_reranker
+from memory_core.recall.options import RecallOptions
 from memory_core.settings import MemorySettings
 
 SH = timezone(timedelta(hours=8))
@@ -114,7 +115,9 @@ async def fused_order(memory_factory, query: str, top_n: int) -> list[str]:
     """MINE stored once, and the order recall gives without a reranker."""
     plain = await memory_factory()
     await plain.add_dialogues(MINE)
-    return anchor_texts(await plain.recall(1, query, top_n=top_n, window_size=0, now=NOW))
+    return anchor_texts(
+        await plain.recall(1, query, options=RecallOptions(top_n=top_n, window_size=0, now=NOW))
+    )
 
 
 async def test_the_reranker_reorders_the_fused_candidates(memory_factory, rerank_server):
@@ -123,7 +126,7 @@ async def test_the_reranker_reorders_the_fused_candidates(memory_factory, rerank
     rerank_server.favourite = fused[-1]  # the stand-in prefers the fused order's last
     memory = await open_with_reranker(memory_factory, rerank_server)
 
-    result = await memory.recall(1, "体检", top_n=4, window_size=0, now=NOW)
+    result = await memory.recall(1, "体检", options=RecallOptions(top_n=4, window_size=0, now=NOW))
 
     assert anchor_texts(result)[0] == fused[-1]
     (request,) = rerank_server.requests
@@ -145,7 +148,7 @@ async def test_reranking_never_brings_in_another_sessions_turns(memory_factory, 
     others += [said(f"群里在说体检的事 {i}", 5 + i, user=1, group=700) for i in range(30)]
     await memory.add_dialogues(MINE + others)
 
-    result = await memory.recall(1, "体检", top_n=4, window_size=1, now=NOW)
+    result = await memory.recall(1, "体检", options=RecallOptions(top_n=4, window_size=1, now=NOW))
 
     assert result.turns
     assert {t.session_key for t in result.turns} == {"1"}
@@ -167,7 +170,9 @@ async def test_a_failing_reranker_leaves_the_fused_order_within_its_deadline(
     results = []
     started = time.monotonic()
     for _ in range(2):
-        results.append(await memory.recall(1, "体检", top_n=3, window_size=0, now=NOW))
+        results.append(
+            await memory.recall(1, "体检", options=RecallOptions(top_n=3, window_size=0, now=NOW))
+        )
     elapsed = time.monotonic() - started
 
     # Both recalls came back long before the stand-in would have answered.

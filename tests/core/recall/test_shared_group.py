@@ -7,8 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memory_core.conversation.prompt import OTHERS_NOTE
+from memory_core.context.block import OTHERS_NOTE
 from memory_core.models import RecalledMessage, TurnInput
+from memory_core.recall.options import RecallOptions
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(days=1)
@@ -52,7 +53,7 @@ async def seed_meeting(memory) -> None:
 
 
 async def contents(memory, user: int, group: int | None, query: str = "周会几点") -> set[str]:
-    result = await memory.recall(user, query, group, top_n=5, window_size=1, now=NOW)
+    result = await memory.recall(user, query, group, RecallOptions(top_n=5, window_size=1, now=NOW))
     return {t.content for t in result.turns}
 
 
@@ -109,7 +110,9 @@ async def test_a_shared_group_gets_min_top_n_anchors_and_only_its_rows_among_100
         await memory.add_dialogues(others + mine)
     await memory.sharing.switch(TEAM, on=True, by=None)
     for top_n in (1, 3, 5, 8):
-        result = await memory.recall(100, "苹果香蕉", TEAM, top_n=top_n, window_size=0, now=NOW)
+        result = await memory.recall(
+            100, "苹果香蕉", TEAM, RecallOptions(top_n=top_n, window_size=0, now=NOW)
+        )
         assert len(result.windows) == min(top_n, 5)
         assert {t.group_id for t in result.turns} == {TEAM}
 
@@ -124,7 +127,9 @@ async def test_windows_stay_in_the_anchors_own_session_when_members_interleave(m
         ]
     )
     await memory.sharing.switch(TEAM, on=True, by=None)
-    result = await memory.recall(XIAOHONG, "工号A100", TEAM, top_n=1, window_size=1, now=NOW)
+    result = await memory.recall(
+        XIAOHONG, "工号A100", TEAM, RecallOptions(top_n=1, window_size=1, now=NOW)
+    )
     assert [t.content for t in result.windows[0].turns] in (
         ["我的工号是A100", "好的，工号A100记下了"],
         ["好的，工号A100记下了"],
@@ -172,9 +177,9 @@ async def test_cached_answers_are_never_served_to_another_member_even_when_share
     memory = await memory_factory(answer_cache_enabled=True)
     await memory.sharing.switch(TEAM, on=True, by=None)
     question = "光合作用需要什么条件"
-    assert await memory.distilled.cache_answer(question, "光、水和二氧化碳。", XIAOMING, TEAM)
-    assert await memory.distilled.cached_answer(question, XIAOMING, TEAM) is not None
-    assert await memory.distilled.cached_answer(question, XIAOHONG, TEAM) is None
+    assert await memory.distilled.answer_cache.store(question, "光、水和二氧化碳。", XIAOMING, TEAM)
+    assert await memory.distilled.answer_cache.lookup(question, XIAOMING, TEAM) is not None
+    assert await memory.distilled.answer_cache.lookup(question, XIAOHONG, TEAM) is None
 
 
 @pytest.mark.parametrize(

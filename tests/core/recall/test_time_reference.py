@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 
 SH = timezone(timedelta(hours=8))
 # Tuesday 2024-01-16 08:00 in Shanghai.
@@ -29,7 +30,9 @@ async def test_todays_plan_said_yesterday_is_found_by_a_question_about_today(mem
         ]
     )
 
-    result = await memory.recall(1, "我今天上午要干嘛", top_n=1, window_size=0, now=TUESDAY)
+    result = await memory.recall(
+        1, "我今天上午要干嘛", options=RecallOptions(top_n=1, window_size=0, now=TUESDAY)
+    )
 
     assert [t.content for t in result.turns] == ["我明天上午十点要去体检"]
 
@@ -48,7 +51,9 @@ async def test_a_question_about_a_day_finds_the_plans_made_for_it_days_before(
     # Wednesday of the next week: the report was planned for today, nine days ago.
     next_wednesday = datetime(2024, 1, 24, 9, 0, tzinfo=SH)
 
-    result = await memory.recall(1, "今天要干嘛", top_n=1, window_size=0, now=next_wednesday)
+    result = await memory.recall(
+        1, "今天要干嘛", options=RecallOptions(top_n=1, window_size=0, now=next_wednesday)
+    )
 
     assert [t.content for t in result.turns] == ["下周三要交季度报告"]
 
@@ -59,6 +64,8 @@ async def test_turns_stored_without_a_time_reference_still_fall_back_to_any_time
     memory = await memory_factory()
     await memory.add_dialogues([said("周末去爬山了", MONDAY_EVENING - timedelta(days=2))])
 
-    result = await memory.recall(1, "我今天上午要干嘛", top_n=1, window_size=0, now=TUESDAY)
+    result = await memory.recall(
+        1, "我今天上午要干嘛", options=RecallOptions(top_n=1, window_size=0, now=TUESDAY)
+    )
 
     assert [t.content for t in result.turns] == ["周末去爬山了"]

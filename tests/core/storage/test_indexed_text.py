@@ -11,6 +11,7 @@ import pytest
 
 from memory_core.lang.indexed import CONTENT_ONLY, WITH_SPEAKER, indexed_text
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 from memory_core.service import TEXT_FORM_META, open_memory
 from memory_core.settings import MemorySettings
 from tests.embedding_server import EmbeddingServer
@@ -88,11 +89,13 @@ async def test_speaker_name_reaches_the_embedding_input_and_the_keyword_terms(
     assert "caroline" in rows[2]["terms"]
     # Found by who said it, through the keyword channel alone.
     found = await memory.recall(
-        3, "小明说的那家店", mode="keyword", top_n=1, window_size=0, now=NOW
+        3, "小明说的那家店", options=RecallOptions(mode="keyword", top_n=1, window_size=0, now=NOW)
     )
     assert [t.content for t in found.turns] == [SAID[0][2]]
     found = await memory.recall(
-        3, "Caroline's support group", mode="keyword", top_n=1, window_size=0, now=NOW
+        3,
+        "Caroline's support group",
+        options=RecallOptions(mode="keyword", top_n=1, window_size=0, now=NOW),
     )
     assert [t.content for t in found.turns] == [SAID[2][2]]
 

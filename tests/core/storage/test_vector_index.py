@@ -10,6 +10,7 @@ import numpy as np
 from pgvector.asyncpg import register_vector
 
 from memory_core.models import TurnInput
+from memory_core.recall.options import RecallOptions
 from memory_core.storage.dialogue_store import (
     SQL_ANCHORS_INDEX,
     parse_session_index_name,
@@ -49,7 +50,7 @@ async def index_state(dsn: str) -> dict[str, bool]:
 
 
 async def anchor_ids(memory, query: str, user: int = 1, group: int | None = 700) -> list[int]:
-    result = await memory.recall(user, query, group, top_n=3, window_size=0, now=NOW)
+    result = await memory.recall(user, query, group, RecallOptions(top_n=3, window_size=0, now=NOW))
     return [w.anchor_id for w in result.windows]
 
 
@@ -68,7 +69,9 @@ async def test_auto_indexes_a_session_the_first_time_a_recall_meets_it_above_the
 ):
     memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
     await memory.add_dialogues(turns(2, 5) + turns(1, 40))
-    await memory.recall(2, "火锅", 700, now=NOW)  # a small session: exact, nothing to build
+    await memory.recall(
+        2, "火锅", 700, RecallOptions(now=NOW)
+    )  # a small session: exact, nothing to build
     assert not memory.vector_index.building and await index_state(fresh_dsn) == {}
     stats = await memory.stats()
     assert "向量索引：暂不需要（不超过 10 条的会话精确检索）" in stats.lines_zh()
@@ -96,7 +99,7 @@ async def test_auto_indexes_a_session_the_first_time_a_recall_meets_it_above_the
             created_at=T0 + timedelta(hours=5),
         )
     )
-    result = await memory.recall(1, "毛肚火锅", 700, top_n=1, window_size=0, now=NOW)
+    result = await memory.recall(1, "毛肚火锅", 700, RecallOptions(top_n=1, window_size=0, now=NOW))
     assert [t.content for t in result.turns] == ["我最爱的火锅是毛肚火锅"]
 
 

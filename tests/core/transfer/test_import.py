@@ -16,6 +16,7 @@ import pytest
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
 from memory_core.personal import opt_out
+from memory_core.recall.options import RecallOptions
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 from memory_core.transfer.importer import import_json_lines, import_qq_text
@@ -59,7 +60,9 @@ async def test_private_qq_export_is_stored_with_its_times_and_senders_embedded_a
     )
     assert stored[1][1:3] == ("assistant", "小诗")
     assert all(e and expires is None for *_, e, expires in stored)  # embedded, never expiring
-    recalled = await memory.recall(123456, "订单号是多少", top_n=1, window_size=0, now=NOW)
+    recalled = await memory.recall(
+        123456, "订单号是多少", options=RecallOptions(top_n=1, window_size=0, now=NOW)
+    )
     assert "ORD20240116" in recalled.turns[0].content
 
 
@@ -95,9 +98,11 @@ async def test_group_export_goes_to_each_members_own_session(memory_factory):
     report = await import_qq_text(memory, FIXTURES / "qq_group_utf16.txt", target)
     assert dict(report.sessions) == {"777:222222": 2, "777:333333": 2}
     assert [p.line for p in report.problems] == [21]
-    red = await memory.recall(333333, "谁带球", 777, top_n=5, window_size=0, now=NOW)
+    red = await memory.recall(333333, "谁带球", 777, RecallOptions(top_n=5, window_size=0, now=NOW))
     assert {t.session_key for t in red.turns} == {"777:333333"}
-    private = await memory.recall(333333, "谁带球", None, top_n=5, window_size=0, now=NOW)
+    private = await memory.recall(
+        333333, "谁带球", options=RecallOptions(top_n=5, window_size=0, now=NOW)
+    )
     assert private.turns == ()
 
 
@@ -248,8 +253,8 @@ async def test_round_trip_to_a_fresh_database_gives_the_same_rows_and_the_same_r
     )
     assert successor == "用户住在上海"
     for query in ("我现在住在哪里", "护士"):
-        before = await source.recall(123456, query, now=NOW)
-        after = await second_memory.recall(123456, query, now=NOW)
+        before = await source.recall(123456, query, options=RecallOptions(now=NOW))
+        after = await second_memory.recall(123456, query, options=RecallOptions(now=NOW))
         assert [t.message_uuid for t in after.turns] == [t.message_uuid for t in before.turns]
         facts_before = await source.distilled.recall(123456, None, query, now=NOW)
         facts_after = await second_memory.distilled.recall(123456, None, query, now=NOW)

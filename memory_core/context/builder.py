@@ -2,7 +2,7 @@
 
 The budget (MEMORY_MAX_TOKENS, counted with the core's ``TokenCounter`` on the whole text) is
 filled in a fixed priority: the user's preferences, the facts relevant to the message, recent
-conversation summaries, then recalled dialogue windows (``prompt.build_memory_block`` with what
+conversation summaries, then recalled dialogue windows (``block.build_memory_block`` with what
 is left). Every line carries its time like a dialogue line::
 
     --- 用户偏好 ---
@@ -16,7 +16,7 @@ chat engine puts in the messages) are left out of the recalled windows.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
@@ -27,14 +27,12 @@ from ..lang.timefmt import format_absolute, relative_time_zh
 from ..lang.tokens import TokenCounter
 from ..models import RecallResult, RecallWindow
 from ..settings import MemorySettings
-from .prompt import build_memory_block
+from .block import build_memory_block
 
 PREFERENCES_HEADER = "--- 用户偏好 ---"
 FACTS_HEADER = "--- 关于用户的事实 ---"
 SUMMARIES_HEADER = "--- 近期对话摘要 ---"
 _LABELS = {"preferences": "偏好", "facts": "事实", "summary": "摘要"}
-
-Recall = Callable[..., Awaitable[RecallResult]]
 
 
 @dataclass(frozen=True)
@@ -100,7 +98,7 @@ def assemble_context(
 
     Each section takes its items in the given order (best first) while they fit; an item that
     does not fit is skipped and a shorter later one may still fit. The dialogue block gets
-    what is left. ``asker`` labels other members' turns (``prompt.build_memory_block``).
+    what is left. ``asker`` labels other members' turns (``block.build_memory_block``).
     """
     if max_tokens <= 0:
         everything = len(preferences) + len(facts) + len(summaries) + len(windows)
@@ -196,13 +194,11 @@ class ContextBuilder:
         *,
         settings: MemorySettings,
         keeper: MemoryKeeper | None,
-        recall: Recall,
         counter: TokenCounter,
         tz: ZoneInfo,
     ) -> None:
         self._settings = settings
         self._keeper = keeper
-        self._recall = recall
         self._counter = counter
         self._tz = tz
 
@@ -244,21 +240,21 @@ class ContextBuilder:
         *,
         now: datetime | None = None,
         exclude_ids: Collection[int] = (),
-        recall: RecallResult | None = None,
+        recall: RecallResult | Awaitable[RecallResult],
         max_tokens: int | None = None,
         touch: bool = True,
     ) -> MemoryContext:
         """The memory context for ``query`` in this session (see ``assemble_context``).
 
-        ``recall``: dialogue already recalled by the caller (else recalled here up to ``now``).
+        ``recall``: dialogue already recalled by the caller, or a recall still to be awaited
+        (then awaited beside the distilled memory's reads).
         ``touch=False`` leaves the use counts alone (a look at the prompt, not a reply).
         """
         now = now or datetime.now(timezone.utc)
         budget = self._settings.memory_max_tokens if max_tokens is None else max_tokens
-        if recall is None:
+        if not isinstance(recall, RecallResult):
             (preferences, facts, summaries), recalled = await asyncio.gather(
-                self._distilled(user_id, group_id, query, now),
-                self._recall(user_id, query, group_id, now=now),
+                self._distilled(user_id, group_id, query, now), recall
             )
         else:
             # The recall's search text (the query less its time words) has just been embedded:

@@ -8,14 +8,15 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.conversation.context import (
+from memory_core.context.block import MEMORY_HEADER
+from memory_core.context.builder import (
     FACTS_HEADER,
     PREFERENCES_HEADER,
     SUMMARIES_HEADER,
     format_distilled_line,
 )
-from memory_core.conversation.prompt import MEMORY_HEADER
 from memory_core.distill.memory import ExtractedMemory
+from memory_core.distill.worker import ExtractionOff
 from memory_core.models import TurnInput
 from tests.fakes import stored_fact
 
@@ -183,7 +184,7 @@ async def test_with_distilled_memory_disabled_only_dialogue_is_assembled(memory_
     await seed(memory)
     context = await memory.build_context(1, None, QUERY, now=NOW)
     assert sections(context.text) == [MEMORY_HEADER]
-    assert memory.distilled.extraction is None
+    assert isinstance(memory.distilled.extraction, ExtractionOff)
 
 
 def test_a_distilled_line_is_one_line_with_absolute_and_relative_time():

@@ -1,0 +1,39 @@
+"""How one dialogue recall is to be made: built once by whoever asks, read only by the
+retriever (``recall.retriever.Retriever.recall`` says what each option does)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..models import Role
+from ..settings import RetrievalMode
+
+
+@dataclass(frozen=True)
+class RecallOptions:
+    """The knobs of one recall; ``None`` means the setting (MEMORY_TOP_N, MEMORY_WINDOW_SIZE,
+    MEMORY_RETRIEVAL_MODE, MEMORY_TIME_UNDERSTANDING) and ``now`` the current time.
+
+    ``roles`` limits anchors to those roles, ``keywords`` to turns containing every one of
+    them; ``context`` is the session's lines before the query, oldest first."""
+
+    top_n: int | None = None
+    window_size: int | None = None
+    now: datetime | None = None
+    roles: tuple[Role, ...] | None = None
+    keywords: tuple[str, ...] | None = None
+    mode: RetrievalMode | None = None
+    time_aware: bool | None = None
+    context: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Lists given by a caller become tuples, so the value stays what it was when built.
+        for name in ("roles", "keywords", "context"):
+            value: Sequence[str] | None = getattr(self, name)
+            if value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+
+
+DEFAULT_RECALL = RecallOptions()
