@@ -40,6 +40,7 @@ async def test_release_still_rolls_back_a_transaction_left_open(memory_factory, 
 async def test_a_vector_index_build_leaves_its_memory_setting_on_no_pooled_connection(
     memory_factory, monkeypatch
 ):
+    from memory_core.recall.options import RecallOptions
     from memory_core.storage import dialogue_store
     from tests.core.storage.test_vector_index import LIMIT, NOW, turns
 
@@ -49,7 +50,7 @@ async def test_a_vector_index_build_leaves_its_memory_setting_on_no_pooled_conne
     await memory.add_dialogues(turns(1, 40))
     async with memory._pool.acquire() as conn:
         default = await conn.fetchval("SHOW maintenance_work_mem")
-    await memory.recall(1, "火锅", 700, now=NOW)  # meets a large session: builds its index
+    await memory.recall(1, "火锅", 700, RecallOptions(now=NOW))  # a large session: builds its index
     await memory.vector_index.wait_built()
     assert memory.vector_index.serves("700:1", 40)
     size = memory._pool.get_size()
