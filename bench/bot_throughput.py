@@ -20,12 +20,46 @@ import shutil
 import time
 from dataclasses import dataclass
 
+import asyncpg
+
 from bench.common import fmt, machine_line, percentiles
+from bench.faults.harness import embedded_dsn
 from bench.process_stats import CpuMeter, load_average, rss_mb
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
 
 REPLY_TIMEOUT = 300.0
+STORE_WAIT = 60.0
+# Every session's turns but the warm-up's (its user id is the first after the measured ones).
+COUNT_BY_ROLE = "SELECT role, count(*) AS n FROM dialogues WHERE user_id < $1 GROUP BY role"
+
+
+def session_user(index: int) -> int:
+    return 3_000_000 + index
+
+
+async def stored_by_role(dsn: str, sessions: int) -> dict[str, int]:
+    """User turns and replies stored for the measured sessions (``0 .. sessions - 1``)."""
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        rows = await conn.fetch(COUNT_BY_ROLE, session_user(sessions))
+    finally:
+        await conn.close()
+    return {role: sum(r["n"] for r in rows if r["role"] == role) for role in ("user", "assistant")}
+
+
+async def stored_turns(dsn: str, sessions: int, expected: int) -> dict[str, int]:
+    """``stored_by_role`` once both counts reach ``expected`` or stop growing (bounded by
+    ``STORE_WAIT``): stored turns may trail the replies."""
+    deadline = time.monotonic() + STORE_WAIT
+    last: dict[str, int] = {}
+    while True:
+        added = await stored_by_role(dsn, sessions)
+        done = min(added.values()) >= expected
+        if done or added == last or time.monotonic() > deadline:
+            return added
+        last = added
+        await asyncio.sleep(2.0)
 
 
 @dataclass
@@ -61,7 +95,7 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
     lost: list[Sample] = []
 
     async def session(index: int) -> None:
-        user_id = 3_000_000 + index
+        user_id = session_user(index)
         group_id = 4_000_000 + index if index % 2 else None
         key = chat_key(user_id, group_id)
         queue: asyncio.Queue[ApiCall] = asyncio.Queue()
@@ -90,6 +124,7 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
         elapsed = time.monotonic() - started
         cpu = meter.stop()
         rss = rss_mb(bot.process.pid)
+        stored = await stored_turns(embedded_dsn(bot), sessions, len(samples))
     finally:
         await peer.close()
         await stop_bot(bot)
@@ -112,6 +147,10 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
     )
     print(
         f"throughput: {len(samples) / elapsed:.1f} messages/s ({len(samples)} in {elapsed:.1f} s)"
+    )
+    print(
+        f"sent {sessions * messages}, answered {len(samples)}, stored: user turns "
+        f"{stored['user']}, replies {stored['assistant']}"
     )
     print(f"end-to-end latency: {fmt(percentiles(total))}")
     print(f"bot's own latency (LLM time excluded): {fmt(percentiles(own))}")

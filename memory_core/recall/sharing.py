@@ -9,12 +9,16 @@ chat's. What stays per member: the short-term context, distilled facts, preferen
 summaries (they are written about "the user" and would be misread as the asker's), and cached
 answers. Forgetting is unchanged: a member's rows leave the shared pool with them.
 
-The state is read from the database at every recall (one primary-key lookup), so a switch
-takes effect at once for every bot process on the database.
+Recall asks on every group message, so the answer is kept for ``SHARED_STATE_TTL`` seconds
+per group. A switch (``/群共享``) in this process takes effect at once; other bot processes on
+the same database (``MEMORY_DSN`` shared by several QQ accounts) see it within
+``SHARED_STATE_TTL`` seconds. ``status`` (what /群共享 shows) always reads the database.
 """
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,6 +28,11 @@ from ..errors import DatabaseUnavailableError
 from ..storage.shared_groups import PgSharedGroupStore
 
 SharingSource = Literal["setting", "command"]
+
+SHARED_STATE_TTL = 5.0
+"""Seconds a group's shared state is reused by recall (the staleness bound for a switch made
+by another process on the same database)."""
+_CACHED_GROUPS = 4096
 
 
 @dataclass(frozen=True)
@@ -40,9 +49,18 @@ class SharingStatus:
 class GroupSharing:
     """Reads and switches the shared state of groups."""
 
-    def __init__(self, *, listed: frozenset[int], pool: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        *,
+        listed: frozenset[int],
+        pool: Callable[[], Any],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._listed = listed
         self._pool = pool
+        self._clock = clock
+        # group id -> (read at, shared); the oldest read first.
+        self._recent: OrderedDict[int, tuple[float, bool]] = OrderedDict()
 
     def _store(self) -> PgSharedGroupStore:
         pool = self._pool()
@@ -51,14 +69,34 @@ class GroupSharing:
         return PgSharedGroupStore(pool=pool)
 
     async def status(self, group_id: int) -> SharingStatus:
+        """Read from the database (and kept for ``shared``)."""
+        read_at = self._clock()
         choice = await self._store().choice(group_id)
         if choice is None:
-            return SharingStatus(group_id in self._listed, "setting")
-        return SharingStatus(choice.shared, "command", choice.changed_by, choice.changed_at)
+            status = SharingStatus(group_id in self._listed, "setting")
+        else:
+            status = SharingStatus(choice.shared, "command", choice.changed_by, choice.changed_at)
+        self._keep(group_id, status.shared, read_at)
+        return status
 
     async def shared(self, group_id: int | None) -> bool:
-        """Whether recall in this chat reads the whole group (never for a private chat)."""
-        return group_id is not None and (await self.status(group_id)).shared
+        """Whether recall in this chat reads the whole group (never for a private chat); at
+        most ``SHARED_STATE_TTL`` seconds old."""
+        if group_id is None:
+            return False
+        kept = self._recent.get(group_id)
+        if kept is not None and self._clock() - kept[0] < SHARED_STATE_TTL:
+            return kept[1]
+        return (await self.status(group_id)).shared
+
+    def _keep(self, group_id: int, shared: bool, read_at: float) -> None:
+        kept = self._recent.get(group_id)
+        if kept is not None and kept[0] > read_at:
+            return  # a switch landed while this was being read: the switch is newer
+        self._recent[group_id] = (read_at, shared)
+        self._recent.move_to_end(group_id)
+        if len(self._recent) > _CACHED_GROUPS:
+            self._recent.popitem(last=False)
 
     async def switch(
         self, group_id: int, *, on: bool, by: int | None, now: datetime | None = None
@@ -68,4 +106,5 @@ class GroupSharing:
         await self._store().choose(
             group_id, shared=on, changed_by=by, at=now or datetime.now(timezone.utc)
         )
+        self._keep(group_id, on, self._clock())
         return before.shared != on

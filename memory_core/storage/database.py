@@ -158,6 +158,18 @@ async def prepare_database(dsn: str, migrations_dir: Path = MIGRATIONS_DIR) -> s
         await conn.close()
 
 
+async def _leave_session_as_is(conn: asyncpg.Connection) -> None:
+    """Pool reset on release: nothing beyond what asyncpg always does (an open transaction is
+    rolled back, listeners dropped).
+
+    asyncpg's default reset (``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``) is
+    one more round trip on every release — an eighth of the event loop's time under load
+    (bench/RESULTS.md, 2026-12-01) — undoing what this code never leaves on a pooled
+    connection: settings are ``SET LOCAL`` (gone with the transaction), the only advisory lock
+    (migrations) is taken on a connection of its own, and nothing listens or holds a cursor.
+    Code that changes session state on a pooled connection must undo it itself."""
+
+
 class _OneLineConnectionErrors(logging.Filter):
     """asyncpg's pool logs a full traceback each time it retries a lost connection (every
     1 s up to every 60 s while the server is down); the reason fits on one line."""
@@ -186,6 +198,7 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             min_size=1,
             max_size=max_size,
             init=_init_connection,
+            reset=_leave_session_as_is,
             command_timeout=30,
             timeout=10,
             **kwargs,

@@ -1132,17 +1132,21 @@ class PgDialogueStore(PgStore):
             rows = int(await conn.fetchval(SQL_SESSION_SIZE, session_key))
             megabytes = int(rows * (2 * dim + INDEX_BYTES_PER_ROW_OVERHEAD) * 1.3 / 2**20)
             megabytes = min(INDEX_BUILD_MEMORY_MAX_MB, max(INDEX_BUILD_MEMORY_MIN_MB, megabytes))
-            # The pool's reset on release undoes this SET, also when the build fails.
+            # A session setting (CONCURRENTLY cannot run in a transaction, so no SET LOCAL):
+            # undone here, also when the build fails, as the pool's release resets nothing.
             await conn.execute(f"SET maintenance_work_mem = '{megabytes}MB'")
-            await conn.execute(
-                SQL_CREATE_SESSION_VECTOR_INDEX.format(
-                    name=name,
-                    dim=int(dim),
-                    session_key=session_key,  # checked by session_index_name
-                    concurrently="CONCURRENTLY" if concurrently else "",
-                ),
-                timeout=INDEX_BUILD_TIMEOUT,
-            )
+            try:
+                await conn.execute(
+                    SQL_CREATE_SESSION_VECTOR_INDEX.format(
+                        name=name,
+                        dim=int(dim),
+                        session_key=session_key,  # checked by session_index_name
+                        concurrently="CONCURRENTLY" if concurrently else "",
+                    ),
+                    timeout=INDEX_BUILD_TIMEOUT,
+                )
+            finally:
+                await conn.execute("RESET maintenance_work_mem")
             # IF NOT EXISTS also returns at once while another connection is building it.
             if not await conn.fetchval(SQL_INDEX_VALID, name):
                 raise StorageError(f"the vector index {name} is being built elsewhere")

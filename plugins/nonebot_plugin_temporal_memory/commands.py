@@ -1,7 +1,8 @@
 """Admin commands: /forget (忘记), /memstat (记忆统计), /recall (回忆), /remember (记住).
 
-Each runs before the chat matcher and blocks it. Anyone may act on their own session; touching
-another user, a whole group or everything takes a superuser, and others get a clear refusal.
+Each runs before the chat matcher and blocks it (``command_dispatch``). Anyone may act on
+their own session; touching another user, a whole group or everything takes a superuser, and
+others get a clear refusal.
 Forgetting asks for a "确认" within ``BOT_CONFIRM_TIMEOUT`` seconds.
 """
 
@@ -10,9 +11,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Any
 
-from nonebot import on_command, on_message
+from nonebot import on_message
 from nonebot.adapters.onebot.v11 import (
     ActionFailed,
     Bot,
@@ -23,7 +24,6 @@ from nonebot.adapters.onebot.v11 import (
 )
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.log import logger
-from nonebot.params import CommandArg
 from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 
@@ -38,12 +38,12 @@ from memory_core.errors import MemoryCoreError
 from memory_core.models import Forgotten, TurnInput
 from memory_core.recall.options import RecallOptions
 
-from .intake import accept_rule, group_id_of, segments_of, sender_name
+from .command_dispatch import plugin_command
+from .intake import accepts, group_id_of, segments_of, sender_name
 from .messaging import send_text
-from .runtime import Runtime, RuntimeDep
+from .runtime import Runtime, RuntimeDep, get_runtime
 from .segments import flatten_segments
 
-COMMAND_PRIORITY = 5
 CONFIRM_PRIORITY = 1
 # Said alone (punctuation and spaces aside) these confirm; deleting is never guessed further.
 CONFIRM_WORDS = frozenset(
@@ -72,23 +72,6 @@ RECALL_USAGE = (
     "超级用户可加 --user <QQ号>、--group <群号> 或 --private。"
 )
 REMEMBER_USAGE = "用法：/remember <内容>（记住）让我永久记住一条笔记。"
-
-forget_cmd = on_command(
-    "forget", aliases={"忘记"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
-memstat_cmd = on_command(
-    "memstat",
-    aliases={"记忆统计"},
-    rule=Rule(accept_rule),
-    priority=COMMAND_PRIORITY,
-    block=True,
-)
-recall_cmd = on_command(
-    "recall", aliases={"回忆"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
-remember_cmd = on_command(
-    "remember", aliases={"记住"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
 
 
 async def reply(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> None:
@@ -159,15 +142,46 @@ def answer_kind(text: str) -> str | None:
 
 
 async def answers_pending_forget(event: MessageEvent) -> bool:
-    """Rule: a yes or no from someone whose /forget is waiting in this chat."""
+    """Rule: a yes or no from someone whose /forget is waiting in this chat, in a chat we
+    serve (one checker, the cheap test first: each checker of a rule is a task of its own)."""
     if not confirmations.waiting(confirmation_key(event)):
         return False
-    return answer_kind(event.get_plaintext()) is not None
+    return answer_kind(event.get_plaintext()) is not None and accepts(event, get_runtime())
 
 
-confirm = on_message(
-    rule=Rule(accept_rule, answers_pending_forget), priority=CONFIRM_PRIORITY, block=True
-)
+confirm = on_message(rule=Rule(answers_pending_forget), priority=CONFIRM_PRIORITY, block=True)
+
+
+async def ask_to_confirm(
+    bot: Bot,
+    event: MessageEvent,
+    runtime: Runtime,
+    question: str,
+    *,
+    description: str,
+    scope: dict[str, Any] | None = None,
+    own_session: bool = False,
+    action: Callable[[Runtime], Awaitable[Forgotten]] | None = None,
+) -> None:
+    """Ask ``question`` and wait for a "确认" (``handle_confirm``) before deleting: ``scope``
+    through ``TemporalMemory.forget``, or whatever ``action`` deletes."""
+    timeout = runtime.config.bot_confirm_timeout
+    confirmations.ask(
+        confirmation_key(event),
+        PendingForget(
+            scope=scope or {},
+            description=description,
+            deadline=time.monotonic() + timeout,
+            own_session=own_session,
+            action=action,
+        ),
+    )
+    await reply(
+        bot,
+        event,
+        runtime,
+        f"{question}删除后无法恢复。请在 {timeout:g} 秒内回复“确认”，回复“取消”放弃。",
+    )
 
 
 def describe_forgotten(forgotten: Forgotten) -> str:
@@ -186,9 +200,7 @@ def describe_forgotten(forgotten: Forgotten) -> str:
 async def handle_confirm(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
     request = confirmations.take(confirmation_key(event))
     if request is None:
-        await reply(
-            bot, event, runtime, "确认已超时，未删除任何记忆。如仍要删除，请重新发送 /forget。"
-        )
+        await reply(bot, event, runtime, FORGET_TOO_LATE)
         return
     if answer_kind(event.get_plaintext()) == "no":
         await reply(bot, event, runtime, "已取消，记忆保持不变。")
@@ -244,13 +256,9 @@ def parse_forget_target(words: list[str]) -> tuple[dict[str, Any], str] | None:
     return None
 
 
-@forget_cmd.handle()
-async def handle_forget(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+async def handle_forget(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
+    """/forget alone (this chat) or with a superuser target; ``self_service`` registers the
+    command and sends other words (items of the person's memory) elsewhere."""
     words = args.extract_plain_text().split()
     own_session = not words
     if own_session:
@@ -265,22 +273,14 @@ async def handle_forget(
             await reply(bot, event, runtime, NOT_SUPERUSER.format(action=action))
             return
         scope, description = target
-    timeout = runtime.config.bot_confirm_timeout
-    confirmations.ask(
-        confirmation_key(event),
-        PendingForget(
-            scope=scope,
-            description=description,
-            deadline=time.monotonic() + timeout,
-            own_session=own_session,
-        ),
-    )
-    await reply(
+    await ask_to_confirm(
         bot,
         event,
         runtime,
-        f"确定要删除{description}的全部记忆吗？删除后无法恢复。"
-        f"请在 {timeout:g} 秒内回复“确认”，回复“取消”放弃。",
+        f"确定要删除{description}的全部记忆吗？",
+        description=description,
+        scope=scope,
+        own_session=own_session,
     )
 
 
@@ -328,8 +328,8 @@ async def send_private_text(bot: Bot, user_id: int, text: str, *, max_chars: int
     return True
 
 
-@memstat_cmd.handle()
-async def handle_memstat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
+@plugin_command("memstat", "记忆统计")
+async def handle_memstat(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
     if not await is_superuser(bot, event):
         await reply(bot, event, runtime, NOT_SUPERUSER.format(action="查看记忆统计"))
         return
@@ -386,13 +386,8 @@ def parse_recall_args(text: str) -> RecallRequest:
     )
 
 
-@recall_cmd.handle()
-async def handle_recall(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+@plugin_command("recall", "回忆")
+async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
     request = parse_recall_args(args.extract_plain_text())
     if not request.query:
         await reply(bot, event, runtime, RECALL_USAGE)
@@ -464,13 +459,8 @@ def _one_line(head: str, text: str) -> str:
 # ----------------------------------------------------------------------------- /remember
 
 
-@remember_cmd.handle()
-async def handle_remember(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+@plugin_command("remember", "记住")
+async def handle_remember(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
     note = flatten_segments(segments_of(args), self_id=event.self_id, self_name=runtime.bot_name)
     if not note:
         await reply(bot, event, runtime, REMEMBER_USAGE)

@@ -2,21 +2,16 @@
 recall what the others said to the bot in that group (``memory_core.recall.sharing``);
 /群共享 alone says whether the group is shared, to anyone in it."""
 
-from typing import Annotated
-
-from nonebot import on_command
 from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
 from nonebot.log import logger
-from nonebot.params import CommandArg
-from nonebot.rule import Rule
 
 from memory_core.errors import MemoryCoreError
 from memory_core.recall.sharing import SharingStatus
 
-from .commands import COMMAND_PRIORITY, DB_DOWN, reply
-from .intake import accept_rule, group_id_of
-from .runtime import Runtime, RuntimeDep
-from .self_service import GROUP_SWITCH_WORDS, may_switch_group_memory
+from .command_dispatch import plugin_command
+from .commands import DB_DOWN, reply
+from .runtime import Runtime
+from .self_service import read_group_switch
 
 SHARE_USAGE = (
     "用法：在群里发送 /群共享 查看本群是否共享记忆；群主或管理员发送 /群共享 开（groupshare on）"
@@ -29,27 +24,17 @@ SHARED_ON = (
 )
 SHARED_OFF = "已关闭本群的共享记忆：每个人只能让我想起自己说过的话。已有的记忆不删除。"
 
-share_cmd = on_command(
-    "群共享", aliases={"groupshare"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
 
-
-@share_cmd.handle()
+@plugin_command("群共享", "groupshare")
 async def handle_group_share(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
+    bot: Bot, event: MessageEvent, args: Message, runtime: Runtime
 ) -> None:
-    group_id = group_id_of(event)
-    word = args.extract_plain_text().strip().lower()
-    on = GROUP_SWITCH_WORDS.get(word)
-    if group_id is None or (word and on is None):
-        await reply(bot, event, runtime, SHARE_USAGE)
+    switch = await read_group_switch(
+        bot, event, args, runtime, usage=SHARE_USAGE, refusal=NOT_ALLOWED, word_required=False
+    )
+    if switch is None:
         return
-    if on is not None and not await may_switch_group_memory(bot, event):
-        await reply(bot, event, runtime, NOT_ALLOWED)
-        return
+    group_id, on = switch
     try:
         if on is None:
             text = status_text(await runtime.memory.sharing.status(group_id), runtime)

@@ -2,6 +2,8 @@
 
 Priorities: commands (5) and confirmations (1) run first and block, so this catch-all chat
 matcher (90) never sees them; the passive recorder (91) sees only what chat did not take.
+Each matcher has one rule checker: NoneBot runs every checker of a rule as a task of its own,
+on every message.
 """
 
 from nonebot import on_message, on_notice
@@ -13,22 +15,20 @@ from nonebot.adapters.onebot.v11 import (
     MessageEvent,
 )
 from nonebot.log import logger
-from nonebot.rule import Rule, to_me
+from nonebot.rule import Rule
 
 from memory_core.errors import MemoryCoreError
 from memory_core.models import RecalledMessage
 
-from .intake import accept_rule, group_names, turn_from_event, unaddressed_group_rule
+from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
 from .runtime import RuntimeDep
 
 CHAT_PRIORITY = 90
 RECORD_PRIORITY = 91
 
-chat = on_message(rule=Rule(accept_rule) & to_me(), priority=CHAT_PRIORITY, block=True)
-record = on_message(
-    rule=Rule(accept_rule, unaddressed_group_rule), priority=RECORD_PRIORITY, block=False
-)
+chat = on_message(rule=Rule(addressed_rule), priority=CHAT_PRIORITY, block=True)
+record = on_message(rule=Rule(unaddressed_group_rule), priority=RECORD_PRIORITY, block=False)
 recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 
 

@@ -280,15 +280,16 @@ async def turn_from_event(bot: Bot, event: MessageEvent, runtime: Runtime) -> Tu
     )
 
 
-async def accept_rule(event: MessageEvent) -> bool:
-    """Rule: a message from a real user in a chat we serve."""
-    return accepts(event, get_runtime())
+async def addressed_rule(event: MessageEvent) -> bool:
+    """Rule: a message to the bot (private, or @ / reply / nickname in a group) from a real
+    user in a chat we serve."""
+    return event.is_tome() and accepts(event, get_runtime())
 
 
 async def unaddressed_group_rule(event: MessageEvent) -> bool:
-    """Rule: a group message not addressed to the bot, and recording those is switched on."""
-    return (
-        isinstance(event, GroupMessageEvent)
-        and not event.is_tome()
-        and get_runtime().config.bot_record_unaddressed
-    )
+    """Rule: a group message not addressed to the bot, in a group we serve, and recording
+    those is switched on."""
+    if not isinstance(event, GroupMessageEvent) or event.is_tome():
+        return False
+    runtime = get_runtime()
+    return runtime.config.bot_record_unaddressed and accepts(event, runtime)

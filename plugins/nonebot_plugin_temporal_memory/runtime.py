@@ -97,13 +97,19 @@ class RuntimeNotReady(RuntimeError):
 
 
 def get_runtime() -> Runtime:
-    """The open runtime; handlers take it with ``Depends(get_runtime)``."""
+    """The open runtime; handlers take it as a ``RuntimeDep`` parameter."""
     if _Holder.runtime is None:
         raise RuntimeNotReady("temporal_memory is not started")
     return _Holder.runtime
 
 
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+async def runtime_dependency() -> Runtime:
+    """``get_runtime`` for NoneBot's dependency injection, as a coroutine: NoneBot runs a plain
+    function dependency in a worker thread, a thread hop on every message handled."""
+    return get_runtime()
+
+
+RuntimeDep = Annotated[Runtime, Depends(runtime_dependency)]
 """Handler parameter type that receives the open runtime."""
 
 

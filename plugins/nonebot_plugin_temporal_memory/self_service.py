@@ -2,16 +2,13 @@
 /不记我 and /记我; group admins: /群记忆 开|关.
 
 Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
-confirmation (``commands.Confirmations``). ``/忘记`` alone (this chat) and the superuser
+confirmation (``commands.ask_to_confirm``). ``/忘记`` alone (this chat) and the superuser
 targets (``/forget user <QQ号>`` …) keep their meaning in ``commands.py``; a number or any
 other word after ``/忘记`` names items of the person's own memory in this chat.
 """
 
-import time
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Any
 
-from nonebot import on_command
 from nonebot.adapters.onebot.v11 import (
     ActionFailed,
     Bot,
@@ -22,9 +19,7 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
 from nonebot.log import logger
-from nonebot.params import CommandArg
 from nonebot.permission import SUPERUSER
-from nonebot.rule import Rule
 
 from memory_core.distill.memory import DistilledMemory
 from memory_core.errors import MemoryCoreError
@@ -39,18 +34,18 @@ from memory_core.personal import (
     switch_group_memory,
 )
 
+from .command_dispatch import plugin_command
 from .commands import (
-    COMMAND_PRIORITY,
     DB_DOWN,
-    PendingForget,
+    ask_to_confirm,
     confirmation_key,
-    confirmations,
+    handle_forget,
     reply,
     send_private_text,
 )
-from .intake import accept_rule, group_id_of
+from .intake import group_id_of
 from .messaging import send_text
-from .runtime import Runtime, RuntimeDep
+from .runtime import Runtime
 
 PAGE_SIZE = 10
 MAX_LISTINGS = 1000
@@ -67,18 +62,9 @@ MYMEM_NOT_SENT = (
     "没能私聊发给你（可先加我为好友），为保护隐私不在群里列出。也可以私聊我发送 /我的记忆。"
 )
 
-mymem_cmd = on_command(
-    "我的记忆", aliases={"mymem"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
 
-
-@mymem_cmd.handle()
-async def handle_mymem(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+@plugin_command("我的记忆", "mymem")
+async def handle_mymem(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
     word = args.extract_plain_text().strip()
     if word and not word.isdigit():
         await reply(bot, event, runtime, MYMEM_USAGE)
@@ -158,28 +144,20 @@ listings = Listings()
 # ----------------------------------------------------------------------------- /忘记 <item>
 
 
-async def names_items(args: Annotated[Message, CommandArg()]) -> bool:
-    """Rule: ``/忘记`` followed by something that is not a superuser target."""
+def names_items(args: Message) -> bool:
+    """``/忘记`` followed by something that is not a superuser target."""
     words = args.extract_plain_text().split()
     return bool(words) and words[0].lower() not in SUPERUSER_WORDS
 
 
-forget_item_cmd = on_command(
-    "forget",
-    aliases={"忘记"},
-    rule=Rule(accept_rule, names_items),
-    priority=COMMAND_PRIORITY - 1,  # before commands.forget_cmd, which answers the rest
-    block=True,
-)
-
-
-@forget_item_cmd.handle()
-async def handle_forget_item(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
+@plugin_command("forget", "忘记")
+async def handle_forget_words(
+    bot: Bot, event: MessageEvent, args: Message, runtime: Runtime
 ) -> None:
+    """/忘记 <编号|词语> here; /忘记 alone and the superuser targets in ``commands``."""
+    if not names_items(args):
+        await handle_forget(bot, event, args, runtime)
+        return
     words = " ".join(args.extract_plain_text().split())
     if words == "我":
         await ask_forget_me(bot, event, runtime)
@@ -222,7 +200,9 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
 
     if group_id is not None:
         # In a group the question and the answer name no memory: the whole group reads them.
-        await ask(bot, event, runtime, "你在本群选中", delete, in_group)
+        await ask_to_confirm(
+            bot, event, runtime, in_group, description="你在本群选中", action=delete
+        )
         return
     lines = [f"确定要删除这 {len(chosen)} 条记忆吗？"]
     lines.extend(
@@ -231,51 +211,15 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
     )
     if len(chosen) > PAGE_SIZE:
         lines.append(f"…… 共 {len(chosen)} 条")
-    await ask(bot, event, runtime, description, delete, "\n".join(lines) + "\n")
-
-
-async def ask(
-    bot: Bot,
-    event: MessageEvent,
-    runtime: Runtime,
-    description: str,
-    action: Callable[[Runtime], Awaitable[Forgotten]] | None,
-    question: str,
-    scope: dict[str, Any] | None = None,
-) -> None:
-    """Put a delete to the person through the /forget confirmation."""
-    timeout = runtime.config.bot_confirm_timeout
-    confirmations.ask(
-        confirmation_key(event),
-        PendingForget(
-            scope=scope or {},
-            description=description,
-            deadline=time.monotonic() + timeout,
-            action=action,
-        ),
-    )
-    await reply(
-        bot,
-        event,
-        runtime,
-        f"{question}删除后无法恢复。请在 {timeout:g} 秒内回复“确认”，回复“取消”放弃。",
-    )
+    question = "\n".join(lines) + "\n"
+    await ask_to_confirm(bot, event, runtime, question, description=description, action=delete)
 
 
 # ----------------------------------------------------------------------------- /忘记我
 
-forget_me_cmd = on_command(
-    "忘记我", aliases={"forgetme"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
 
-
-@forget_me_cmd.handle()
-async def handle_forget_me(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+@plugin_command("忘记我", "forgetme")
+async def handle_forget_me(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
     rest = " ".join(args.extract_plain_text().split())
     if rest:
         # "/忘记我的猫": the longest command wins, but this is a word to look for.
@@ -285,14 +229,13 @@ async def handle_forget_me(
 
 
 async def ask_forget_me(bot: Bot, event: MessageEvent, runtime: Runtime) -> None:
-    await ask(
+    await ask_to_confirm(
         bot,
         event,
         runtime,
-        "你在所有会话中",
-        None,
         "确定要删除你在所有会话（私聊和所有群）中的全部记忆吗？"
         "包括对话、事实、偏好、摘要和缓存的回答。",
+        description="你在所有会话中",
         scope={"user_id": event.user_id},
     )
 
@@ -302,17 +245,9 @@ async def ask_forget_me(bot: Bot, event: MessageEvent, runtime: Runtime) -> None
 EXPORT_PREVIEW = 5
 NOTHING_STORED = "我这里没有存任何关于你的内容，没有可导出的。"
 
-export_cmd = on_command(
-    "导出我的记忆",
-    aliases={"exportmem"},
-    rule=Rule(accept_rule),
-    priority=COMMAND_PRIORITY,
-    block=True,
-)
 
-
-@export_cmd.handle()
-async def handle_export(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
+@plugin_command("导出我的记忆", "exportmem")
+async def handle_export(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
     try:
         export = await export_person(runtime.memory, event.user_id)
     except MemoryCoreError as exc:
@@ -394,13 +329,6 @@ async def tell_privately(bot: Bot, event: MessageEvent, runtime: Runtime, text: 
 EVERYWHERE_WORDS = frozenset({"全部", "所有", "all"})
 OPT_USAGE = "用法：/不记我（或 /不记我 全部）停止记录你；/记我（或 /记我 全部）恢复。"
 
-opt_out_cmd = on_command(
-    "不记我", aliases={"optout"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
-opt_in_cmd = on_command(
-    "记我", aliases={"optin"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
-
 
 def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, dict[str, Any]] | None:
     """``(everywhere, where, forget scope)`` of an opt-out command; ``None`` if not one."""
@@ -414,13 +342,8 @@ def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, dict[str, Any
     return False, "本群", {"user_id": event.user_id, "group_id": group_id}
 
 
-@opt_out_cmd.handle()
-async def handle_opt_out(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+@plugin_command("不记我", "optout")
+async def handle_opt_out(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
     found = opt_scope(event, args.extract_plain_text().strip())
     if found is None:
         await reply(bot, event, runtime, OPT_USAGE)
@@ -437,25 +360,19 @@ async def handle_opt_out(
     if not new:
         await reply(bot, event, runtime, f"你在{where}已经是不记录状态。发送 /记我 恢复。")
         return
-    await ask(
+    await ask_to_confirm(
         bot,
         event,
         runtime,
-        f"你{where}" if where.startswith("所有") else f"你在{where}",
-        None,
         f"好的，从现在起不再记录你在{where}说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
         f"已经记住的要一起删除吗？",
+        description=f"你{where}" if where.startswith("所有") else f"你在{where}",
         scope=scope,
     )
 
 
-@opt_in_cmd.handle()
-async def handle_opt_in(
-    bot: Bot,
-    event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+@plugin_command("记我", "optin")
+async def handle_opt_in(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
     found = opt_scope(event, args.extract_plain_text().strip())
     if found is None:
         await reply(bot, event, runtime, OPT_USAGE)
@@ -493,26 +410,51 @@ GROUP_SWITCH_WORDS = {
 GROUP_MEMORY_USAGE = "用法：/群记忆 关（groupmem off）不再记录本群任何人的消息；/群记忆 开 恢复。"
 may_switch_group_memory = GROUP_ADMIN | GROUP_OWNER | SUPERUSER
 
-group_memory_cmd = on_command(
-    "群记忆", aliases={"groupmem"}, rule=Rule(accept_rule), priority=COMMAND_PRIORITY, block=True
-)
 
-
-@group_memory_cmd.handle()
-async def handle_group_memory(
+async def read_group_switch(
     bot: Bot,
     event: MessageEvent,
-    args: Annotated[Message, CommandArg()],
-    runtime: RuntimeDep,
-) -> None:
+    args: Message,
+    runtime: Runtime,
+    *,
+    usage: str,
+    refusal: str,
+    word_required: bool,
+) -> tuple[int, bool | None] | None:
+    """The group and the word (开 ``True``, 关 ``False``, none ``None``: a question anyone in
+    the group may ask) of a group admin's switch command such as /群记忆 关; ``None`` once the
+    sender has been told ``usage`` (not in a group, an unknown word, or no word when
+    ``word_required``) or ``refusal`` (a switch by someone other than the group's owner, an
+    admin or a superuser)."""
     group_id = group_id_of(event)
-    on = GROUP_SWITCH_WORDS.get(args.extract_plain_text().strip().lower())
-    if group_id is None or on is None:
-        await reply(bot, event, runtime, GROUP_MEMORY_USAGE + "（在群里由群主或管理员发送）")
+    word = args.extract_plain_text().strip().lower()
+    on = GROUP_SWITCH_WORDS.get(word)
+    if group_id is None or (on is None and (word or word_required)):
+        await reply(bot, event, runtime, usage)
+        return None
+    if on is not None and not await may_switch_group_memory(bot, event):
+        await reply(bot, event, runtime, refusal)
+        return None
+    return group_id, on
+
+
+@plugin_command("群记忆", "groupmem")
+async def handle_group_memory(
+    bot: Bot, event: MessageEvent, args: Message, runtime: Runtime
+) -> None:
+    switch = await read_group_switch(
+        bot,
+        event,
+        args,
+        runtime,
+        usage=GROUP_MEMORY_USAGE + "（在群里由群主或管理员发送）",
+        refusal="只有群主、管理员或超级用户可以开关本群的记忆。",
+        word_required=True,
+    )
+    if switch is None:
         return
-    if not await may_switch_group_memory(bot, event):
-        await reply(bot, event, runtime, "只有群主、管理员或超级用户可以开关本群的记忆。")
-        return
+    group_id, on = switch
+    assert on is not None  # the word is required
     try:
         changed = await switch_group_memory(runtime.memory, group_id, on=on)
     except MemoryCoreError as exc:

@@ -191,3 +191,74 @@ def test_the_operators_group_list_reads_every_way_an_env_file_writes_it(value):
     groups = settings_from_mapping({"MEMORY_SHARED_GROUPS": value}).memory_shared_groups
     assert TEAM in groups and groups <= {TEAM, 900}
     assert settings_from_mapping({"MEMORY_SHARED_GROUPS": ""}).memory_shared_groups == frozenset()
+
+
+class StoppedClock:
+    """``time.monotonic`` stand-in that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def sharing_pair(memory_factory, fresh_dsn):
+    """Two ``GroupSharing`` on one database, as two bot processes have: each its own pool
+    (``None`` while "disconnected") and its own clock."""
+    from memory_core.recall.sharing import GroupSharing
+    from memory_core.storage.database import create_pool
+
+    await memory_factory()  # migrates the fresh database
+    pools = [await create_pool(fresh_dsn, 2), await create_pool(fresh_dsn, 2)]
+    connected = [True, True]
+    clocks = [StoppedClock(), StoppedClock()]
+    pair = [
+        GroupSharing(
+            listed=frozenset(),
+            pool=lambda i=i: pools[i] if connected[i] else None,
+            clock=clocks[i],
+        )
+        for i in range(2)
+    ]
+    yield pair, clocks, connected
+    for pool in pools:
+        await pool.close()
+
+
+async def test_recall_reuses_a_groups_shared_state_for_the_ttl_without_the_database(
+    sharing_pair,
+):
+    from memory_core.errors import DatabaseUnavailableError
+    from memory_core.recall.sharing import SHARED_STATE_TTL
+
+    (sharing, _), (clock, _), connected = sharing_pair
+    assert await sharing.switch(TEAM, on=True, by=XIAOMING)
+    connected[0] = False  # from here on, any read of the database would fail
+    assert await sharing.shared(TEAM)
+    clock.now += SHARED_STATE_TTL - 0.1
+    assert await sharing.shared(TEAM)
+    assert not await sharing.shared(None)  # a private chat is never shared, and needs no read
+    clock.now += 0.2
+    with pytest.raises(DatabaseUnavailableError):
+        await sharing.shared(TEAM)
+    connected[0] = True
+    assert await sharing.shared(TEAM)
+
+
+async def test_a_switch_here_applies_at_once_and_another_processs_within_the_ttl(sharing_pair):
+    from memory_core.recall.sharing import SHARED_STATE_TTL
+
+    (here, elsewhere), (_, elsewhere_clock), _ = sharing_pair
+    assert not await here.shared(TEAM)
+    assert not await elsewhere.shared(TEAM)  # read once: kept for the TTL
+    assert await here.switch(TEAM, on=True, by=XIAOMING)
+    assert await here.shared(TEAM)  # the switching process: at once
+    assert not await elsewhere.shared(TEAM)  # the other: its kept answer, still in the TTL
+    elsewhere_clock.now += SHARED_STATE_TTL
+    assert await elsewhere.shared(TEAM)  # the bound documented in recall.sharing
+    # /群共享 (status) always reads the database, whatever is kept.
+    assert await here.switch(TEAM, on=False, by=XIAOMING)
+    assert not (await elsewhere.status(TEAM)).shared
+    assert not await elsewhere.shared(TEAM)
