@@ -2,7 +2,14 @@
 bin, the audit log, daily figures and the recall debugger. The plugin serves it as pages."""
 
 from .debugger import RecallTrace, trace_recall
-from .service import ChatNames, DailyFigures, MemoryConsole, NameLookup, TurnSearch
+from .service import (
+    ChatNames,
+    DailyFigures,
+    GroupSwitches,
+    MemoryConsole,
+    NameLookup,
+    TurnSearch,
+)
 from .settings_view import masked_settings
 from .store import AuditEntry, BinItem, ConsoleConflictError, FoundTurn, SessionRow
 
@@ -13,6 +20,7 @@ __all__ = [
     "ConsoleConflictError",
     "DailyFigures",
     "FoundTurn",
+    "GroupSwitches",
     "MemoryConsole",
     "NameLookup",
     "RecallTrace",

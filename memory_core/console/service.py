@@ -78,6 +78,15 @@ def session_search_text(text: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class GroupSwitches:
+    """A group's run-time switches: its memory (``/群记忆``) and shared notes (``/群共享``)."""
+
+    group_id: int
+    memory_on: bool
+    shared: bool
+
+
+@dataclass(frozen=True)
 class ChatNames:
     """What the chat client calls a session's person and group (``None``: it did not say)."""
 
@@ -391,12 +400,25 @@ class MemoryConsole:
     async def audit_log(self, page: int = 0) -> list[AuditEntry]:
         return await self._store().audit_log(PAGE_SIZE, max(page, 0) * PAGE_SIZE)
 
-    async def group_switches(self) -> list[tuple[int, bool]]:
-        """Every group with turns or switched off, and whether its memory is on."""
+    async def group_switches(self) -> list[GroupSwitches]:
+        """Every group with turns, switched off or shared, and its two switches."""
         chats = await PgOptOutStore(pool=self._store()._pool).chats(EVERYONE)
         off = {int(chat) for chat in chats if chat.isdigit()}
-        groups = set(await self._dialogues().groups_with_turns(MEMORY_LIMIT)) | off
-        return [(g, g not in off) for g in sorted(groups)]
+        shared = await self.memory.sharing.shared_groups()
+        groups = set(await self._dialogues().groups_with_turns(MEMORY_LIMIT)) | off | shared
+        return [GroupSwitches(g, g not in off, g in shared) for g in sorted(groups)]
+
+    async def switch_group_sharing(self, group_id: int, *, on: bool, actor: str) -> bool:
+        """Share a group's memory among its members or stop (like ``/群共享``), audited;
+        whether it changed."""
+        changed = await self.memory.sharing.switch(group_id, on=on, by=None)
+        if changed:
+            await self._store().write_audit(
+                Audit(
+                    actor, "group_sharing", "group", group_id, None, after_text="开" if on else "关"
+                )
+            )
+        return changed
 
     async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
         """Switch a group's memory on or off (like ``/群记忆``), audited; whether it changed."""

@@ -10,8 +10,9 @@ from pydantic import BaseModel, SecretStr
 
 MASK = "已设置（隐藏）"
 UNSET = "（空）"
-# Any setting named like a secret is masked even when it is a plain string.
-_SECRET_NAME = re.compile(r"token|secret|password|api_key|dsn|signature", re.I)
+# Any setting named like a secret is masked even when it is a plain string ("token", not the
+# counts named "..._TOKENS").
+_SECRET_NAME = re.compile(r"token(?!s)|secret|password|api_key|dsn|signature", re.I)
 
 
 def _shown(name: str, value: Any) -> str:

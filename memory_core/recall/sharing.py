@@ -79,6 +79,12 @@ class GroupSharing:
         self._keep(group_id, status.shared, read_at)
         return status
 
+    async def shared_groups(self) -> frozenset[int]:
+        """Every group shared now: the operator's list, less and plus the admins' choices."""
+        choices = await self._store().choices()
+        listed = {g for g in self._listed if choices.get(g, True)}
+        return frozenset(listed | {g for g, shared in choices.items() if shared})
+
     async def shared(self, group_id: int | None) -> bool:
         """Whether recall in this chat reads the whole group (never for a private chat); at
         most ``SHARED_STATE_TTL`` seconds old."""

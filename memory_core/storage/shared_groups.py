@@ -9,6 +9,7 @@ from datetime import datetime
 from .pg import PgStore
 
 SQL_CHOICE = "SELECT shared, changed_by, changed_at FROM memory_shared_groups WHERE group_id = $1"
+SQL_CHOICES = "SELECT group_id, shared FROM memory_shared_groups"
 SQL_CHOOSE = """
 INSERT INTO memory_shared_groups (group_id, shared, changed_by, changed_at)
 VALUES ($1, $2, $3, $4)
@@ -33,6 +34,11 @@ class PgSharedGroupStore(PgStore):
         async with self._connection() as conn:
             r = await conn.fetchrow(SQL_CHOICE, group_id)
         return None if r is None else SharingChoice(r["shared"], r["changed_by"], r["changed_at"])
+
+    async def choices(self) -> dict[int, bool]:
+        """Every group an admin has switched, and whether it is shared now."""
+        async with self._connection() as conn:
+            return {r["group_id"]: r["shared"] for r in await conn.fetch(SQL_CHOICES)}
 
     async def choose(
         self, group_id: int, *, shared: bool, changed_by: int | None, at: datetime

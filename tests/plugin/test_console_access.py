@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+import asyncpg
 import httpx
 
 from tests.plugin.console_bot import (
@@ -22,7 +23,7 @@ from tests.plugin.wire import OneBotPeer, post_event, start_bot, stop_bot
 PAGES = ["/memory/", "/memory/sessions", f"/memory/session?key={ALICE}", "/memory/bin",
          "/memory/audit", "/memory/debug", "/memory/settings"]  # fmt: skip
 CHANGES = ["/memory/turn/edit", "/memory/memory/edit", "/memory/delete", "/memory/bin/restore",
-           "/memory/group-switch", "/memory/logout", "/memory/pin",
+           "/memory/group-switch", "/memory/group-sharing", "/memory/logout", "/memory/pin",
            "/memory/delete-selected"]  # fmt: skip
 
 
@@ -223,6 +224,33 @@ async def test_session_names_come_from_the_connected_qq_client(console_wire: Con
             assert {"get_group_member_info", "get_stranger_info", "get_group_info"} <= asked
     finally:
         await peer.close()
+
+
+async def test_the_settings_page_switches_a_groups_shared_notes_audited(console_wire: ConsoleBot):
+    async def shared_in_database() -> bool | None:
+        conn = await asyncpg.connect(console_wire.dsn)
+        try:
+            value: bool | None = await conn.fetchval(
+                "SELECT shared FROM memory_shared_groups WHERE group_id = $1", GROUP
+            )
+            return value
+        finally:
+            await conn.close()
+
+    async with console_wire.logged_in() as client:
+        page = (await client.get("/memory/settings")).text
+        assert "打开共享" in page and "关闭共享" not in page
+        audited = await audit_rows(client)
+        for on in ("1", "0"):  # on, then back off for the other tests of this module
+            answer = await client.post(
+                "/memory/group-sharing", data={"csrf": csrf_of(page), "group": GROUP, "on": on}
+            )
+            assert answer.status_code == 303
+            page = (await client.get("/memory/settings")).text
+            assert await shared_in_database() is (on == "1")
+            assert ("关闭共享" in page) is (on == "1")
+        assert await audit_rows(client) == audited + 2
+        assert "群共享开关" in (await client.get("/memory/audit")).text
 
 
 async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_core.console import AuditEntry, BinItem, DailyFigures, RecallTrace
+from memory_core.console import AuditEntry, BinItem, DailyFigures, GroupSwitches, RecallTrace
 from memory_core.conversation.engine import (
     RECALL_BANDS,
     RECALL_MS_TOTAL,
@@ -25,6 +25,7 @@ ACTION_ZH = {
     "pin": "置顶",
     "unpin": "取消置顶",
     "group_switch": "群记忆开关",
+    "group_sharing": "群共享开关",
 }
 TARGET_ZH = {"turn": "对话", "distilled": "提炼记忆", "group": "群"}
 
@@ -266,8 +267,22 @@ def debug_page(
     return layout(page, "debug", "回忆调试", body)
 
 
+def _switch_button(page: Page, action: str, group_id: int, on: bool, what: str) -> Markup:
+    return render(
+        '<form method="post" action="{base}{action}">{csrf}'
+        '<input type="hidden" name="group" value="{g}"><input type="hidden" name="on" value="{on}">'
+        '<button type="submit" class="plain">{label}</button></form>',
+        base=BASE,
+        action=action,
+        csrf=page.csrf_field(),
+        g=group_id,
+        on="1" if on else "0",
+        label=("打开" if on else "关闭") + what,
+    )
+
+
 def settings_page(
-    page: Page, rows: Sequence[tuple[str, str]], groups: Sequence[tuple[int, bool]]
+    page: Page, rows: Sequence[tuple[str, str]], groups: Sequence[GroupSwitches]
 ) -> Markup:
     table = join(
         render(
@@ -280,19 +295,19 @@ def settings_page(
     )
     switches = join(
         render(
-            '<tr><td data-label="群">{g}</td><td data-label="记忆">{state}</td><td>'
-            '<form method="post" action="{base}/group-switch">{csrf}<input type="hidden" '
-            'name="group" value="{g}">'
-            '<input type="hidden" name="on" value="{next}">'
-            '<button type="submit" class="plain">{label}</button></form></td></tr>',
-            g=g,
-            state="开" if on else "关",
-            base=BASE,
-            csrf=page.csrf_field(),
-            next="1" if not on else "0",
-            label="打开记忆" if not on else "关闭记忆",
+            '<tr><td data-label="群">{g}</td><td data-label="记忆">{memory}</td><td>{memory_button}'
+            '</td><td data-label="群友共享">{shared}</td><td>{shared_button}</td></tr>',
+            g=group.group_id,
+            memory="开" if group.memory_on else "关",
+            memory_button=_switch_button(
+                page, "/group-switch", group.group_id, not group.memory_on, "记忆"
+            ),
+            shared="开" if group.shared else "关",
+            shared_button=_switch_button(
+                page, "/group-sharing", group.group_id, not group.shared, "共享"
+            ),
         )
-        for g, on in groups
+        for group in groups
     )
     group_form = render(
         '<form class="filters" method="post" action="{base}/group-switch">{csrf}'
@@ -305,7 +320,9 @@ def settings_page(
         csrf=page.csrf_field(),
     )
     body = render(
-        '<h2>各群记忆开关</h2>{form}<table class="stack"><tbody>{switches}</tbody></table>'
+        '<h2>各群记忆开关</h2>{form}<table class="stack"><thead><tr><th>群</th><th>记忆</th>'
+        "<th></th><th>群友共享</th><th></th></tr></thead><tbody>{switches}</tbody></table>"
+        '<p class="muted">群友共享：成员能想起彼此在群里说过的话（与群管理员的 /群共享 相同）。</p>'
         "<h2>生效的配置</h2>"
         '<p class="muted">密钥只显示是否已设置。修改请编辑 .env.prod 并重启。</p>'
         '<table class="stack"><thead><tr><th>键</th><th>值</th></tr></thead><tbody>{table}</tbody>'

@@ -137,6 +137,7 @@ class ConsoleApp:
             ("/pin", self.pin, "POST"),
             ("/bin/restore", self.restore, "POST"),
             ("/group-switch", self.group_switch, "POST"),
+            ("/group-sharing", self.group_sharing, "POST"),
             ("/logout", self.logout, "POST"),
         ]
         routes = [
@@ -456,3 +457,13 @@ class ConsoleApp:
         on = form.get("on") == "1"
         await ctx.console.switch_group(group_id, on=on, actor=ctx.actor)
         return back_to("/settings", notice=f"群 {group_id} 的记忆已{'打开' if on else '关闭'}。")
+
+    async def group_sharing(self, request: Request, ctx: Context) -> Response:
+        form = request.state.form
+        group_id = _int(form["group"])
+        if group_id is None or group_id <= 0:
+            raise ValueError("group")
+        on = form.get("on") == "1"
+        await ctx.console.switch_group_sharing(group_id, on=on, actor=ctx.actor)
+        state = "群友共享（成员能想起彼此在群里说过的话）" if on else "各人分开"
+        return back_to("/settings", notice=f"群 {group_id} 的记忆已改为{state}。")

@@ -300,6 +300,7 @@ def test_settings_view_masks_secrets_and_shows_the_rest():
 
     assert shown["LLM_API_KEY"] == MASK and shown["MEMORY_CONSOLE_TOKEN"] == MASK
     assert shown["MEMORY_TOP_N"] == "4"
+    assert shown["MEMORY_MAX_TOKENS"] == str(settings.memory_max_tokens)  # a count, no secret
     assert "sk-very-secret" not in repr(shown) and "hunter2" not in repr(shown)
 
 
