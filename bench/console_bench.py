@@ -79,7 +79,7 @@ async def build_database(data_dir: Path, rows: int, sessions: int, heavy_share: 
         await memory.index_large_sessions()
         # A database that has run a while has been vacuumed: its visibility map lets counts
         # of a session read the session index alone. Right after a bulk load it has not.
-        async with memory._pool.acquire() as conn:  # bench-only
+        async with memory.database.pool.acquire() as conn:  # bench-only
             await conn.execute("VACUUM (ANALYZE) dialogues")
     finally:
         await memory.aclose()

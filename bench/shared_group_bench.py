@@ -86,7 +86,7 @@ async def run(sizes: list[int], members: int, background: int, dim: int, queries
             for size in sorted(sizes):
                 await add(memory, team_turns(filled, size - filled, members), dim, 10**6 + size)
                 filled = size
-                async with memory._pool.acquire() as conn:  # bench-only: fresh statistics
+                async with memory.database.pool.acquire() as conn:  # bench-only: fresh statistics
                     await conn.execute("VACUUM ANALYZE dialogues")
                 for shared in (False, True):
                     await memory.sharing.switch(TEAM, on=shared, by=None)

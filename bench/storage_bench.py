@@ -103,7 +103,7 @@ async def online_inserts(
 
 
 async def bytes_per_row(memory: TemporalMemory) -> tuple[float, dict[str, int]]:
-    async with memory._pool.acquire() as conn:  # bench-only peek at sizes
+    async with memory.database.pool.acquire() as conn:  # bench-only peek at sizes
         total = await conn.fetchval("SELECT pg_total_relation_size('dialogues')")
         rows = await conn.fetchval("SELECT count(*) FROM dialogues")
         parts = {
@@ -155,7 +155,7 @@ async def run(rows: int, sessions: int, dim: int, queries: int, heavy_share: flo
         try:
             rate = await bulk_import(memory, rows, sessions, dim, heavy_share)
             print(f"bulk import (COPY, pre-embedded, no HNSW index): {rate:.0f} rows/s")
-            async with memory._pool.acquire() as conn:
+            async with memory.database.pool.acquire() as conn:
                 await conn.execute("VACUUM ANALYZE dialogues")
             await recall_latency(memory, rows, sessions, 50, heavy=False)  # warm-up
             normal = await recall_latency(memory, rows, sessions, queries, heavy=False)

@@ -14,10 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .answer_cache.store import OwnCachedAnswer
+from .answer_cache.store import OwnCachedAnswer, PgAnswerCacheStore
 from .distill.memory import DistilledKind, DistilledMemory
-from .errors import DatabaseUnavailableError
+from .distill.store import PgDistilledStore
 from .models import Forgotten, MemoryTurn, generate_session_key
+from .storage.dialogue_store import PgDialogueStore
 from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ async def forget_memories(
 ) -> Forgotten:
     """Delete these distilled memories of ``user_id`` in this chat (others' rows and other
     chats' rows are never touched); returns how many of each kind went."""
-    by_kind = await memory.distilled.store().delete_own(
+    by_kind = await memory.database.store(PgDistilledStore).delete_own(
         ids, user_id=user_id, session_key=generate_session_key(user_id, group_id)
     )
     return Forgotten(
@@ -142,17 +143,14 @@ async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:
     return PersonalExport(
         user_id=user_id,
         exported_at=datetime.now(timezone.utc),
-        turns=tuple(await memory._require_store().user_turns(user_id)),
-        memories=tuple(await memory.distilled.store().by_user(user_id)),
-        cached_answers=tuple(await memory.distilled.cache_store().by_user(user_id)),
+        turns=tuple(await memory.database.store(PgDialogueStore).user_turns(user_id)),
+        memories=tuple(await memory.database.store(PgDistilledStore).by_user(user_id)),
+        cached_answers=tuple(await memory.database.store(PgAnswerCacheStore).by_user(user_id)),
     )
 
 
 def _opt_outs(memory: TemporalMemory) -> PgOptOutStore:
-    pool = memory._pool
-    if pool is None:
-        raise DatabaseUnavailableError("the memory database is not connected")
-    return PgOptOutStore(pool=pool)
+    return memory.database.store(PgOptOutStore)
 
 
 async def opt_out(

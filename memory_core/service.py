@@ -57,6 +57,7 @@ from .storage.database import (
     locate_database,
     prepare_database,
 )
+from .storage.database_handle import Database
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
 from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
 from .storage.spool import TurnSpool, failure_text, is_bad_item
@@ -112,12 +113,11 @@ class TemporalMemory:
         self._spool = spool
         self._embedded = embedded_server
         self._dsn: str | None = None
-        self._store: PgDialogueStore | None = None
-        self._evaluation_store: PgEvaluationStore | None = None
+        self.database = Database()
         self.retention = retention
         self.evaluations: EvaluationWorker | EvaluationOff = (
             EvaluationWorker(
-                store=self._require_evaluation_store,
+                database=self.database,
                 evaluator=evaluator,
                 policy=retention,
                 tz=self.tz,
@@ -127,7 +127,6 @@ class TemporalMemory:
             if evaluator is not None and retention is not None
             else EvaluationOff()
         )
-        self._pool: Any = None
         self.vector_index = VectorIndex(
             mode=settings.memory_vector_index,
             dim=embedder.dim,
@@ -139,10 +138,10 @@ class TemporalMemory:
             vector_index=self.vector_index,
             reranker=reranker,
         )
-        self.sharing = GroupSharing(listed=settings.memory_shared_groups, pool=lambda: self._pool)
+        self.sharing = GroupSharing(listed=settings.memory_shared_groups, database=self.database)
         # Distilled memory, its background extraction and the answer cache.
         self.distilled = DistilledService(
-            settings=settings, embedder=embedder, tz=self.tz, pool=lambda: self._pool
+            settings=settings, embedder=embedder, tz=self.tz, database=self.database
         )
         self._context_builder = ContextBuilder(
             settings=settings,
@@ -162,7 +161,7 @@ class TemporalMemory:
     async def connect(self, *, allow_model_change: bool = False) -> None:
         """Locate, migrate and pool the database; check the embedding model of stored rows."""
         async with self._connect_lock:
-            if self._store is not None:
+            if self.database.connected:
                 return
             location = await locate_database(_configured_dsn(self.settings), self._embedded)
             await prepare_database(location.dsn)
@@ -176,8 +175,8 @@ class TemporalMemory:
             except BaseException:
                 await pool.close()
                 raise
-            self._pool, self._store, self._dsn = pool, store, location.dsn
-            self._evaluation_store = PgEvaluationStore(pool=pool)
+            self.database.attach(pool)
+            self._dsn = location.dsn
             self.database_description = location.description
             self._backfill_needed.set()
 
@@ -231,7 +230,7 @@ class TemporalMemory:
                         if self._reindex_after is not None:
                             await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
                         if self.time_references.due:
-                            store = self._require_store()
+                            store = self._dialogues()
                             if not await self.time_references.run(
                                 store, max_seconds=REINDEX_ROUND_SECONDS
                             ):
@@ -262,8 +261,7 @@ class TemporalMemory:
 
     async def _drop_pool(self) -> None:
         async with self._connect_lock:
-            pool, self._pool = self._pool, None
-            self._store, self._evaluation_store, self._dsn = None, None, None
+            pool, self._dsn = self.database.detach(), None
             if pool is not None:
                 pool.terminate()
 
@@ -280,8 +278,7 @@ class TemporalMemory:
                 await self._maintenance
             self._maintenance = None
         await self.vector_index.cancel_builds()
-        pool, self._pool = self._pool, None
-        self._store, self._evaluation_store = None, None
+        pool = self.database.detach()
         if pool is not None:
             try:
                 await pool.close()
@@ -299,7 +296,7 @@ class TemporalMemory:
 
     @property
     def connected(self) -> bool:
-        return self._store is not None
+        return self.database.connected
 
     @property
     def reindex_due(self) -> bool:
@@ -313,19 +310,8 @@ class TemporalMemory:
         ``None`` when writes work."""
         return self._write_trouble
 
-    def _require_store(self) -> PgDialogueStore:
-        if self._store is None:
-            raise DatabaseUnavailableError("the memory database is not connected")
-        return self._store
-
-    def _recycle_bin(self) -> PgConsoleStore:
-        self._require_store()
-        return PgConsoleStore(pool=self._pool)
-
-    def _require_evaluation_store(self) -> PgEvaluationStore:
-        if self._evaluation_store is None:
-            raise DatabaseUnavailableError("the memory database is not connected")
-        return self._evaluation_store
+    def _dialogues(self) -> PgDialogueStore:
+        return self.database.store(PgDialogueStore)
 
     # ----------------------------------------------------------------- writing
 
@@ -382,7 +368,7 @@ class TemporalMemory:
         if vectors is not None:
             row = _replace_embedding(row, vectors[0], self.embedding_model)
         try:
-            store = self._require_store()
+            store = self._dialogues()
             stored = await store.insert_turn(row)
             if stored is not None:
                 outcome = AddOutcome(turn=stored)
@@ -463,7 +449,7 @@ class TemporalMemory:
         Returns how many rows were new. Invalid turns raise before anything is written.
         For large imports, wrap calls in :meth:`vector_index_deferred`.
         """
-        store = self._require_store()
+        store = self._dialogues()
         now = datetime.now(timezone.utc)
         rows = [self._prepare(turn, None, now) for turn in turns]
         inserted = 0
@@ -492,7 +478,7 @@ class TemporalMemory:
         faster. Recall stays correct meanwhile: sessions without an index are searched exactly.
         See ``memory_core.storage.vector_index``.
         """
-        store = self._require_store()
+        store = self._dialogues()
         await self.vector_index.suspend(store)
         try:
             yield
@@ -502,7 +488,7 @@ class TemporalMemory:
     async def index_large_sessions(self) -> None:
         """Build now the HNSW index of every session above MEMORY_EXACT_SEARCH_MAX_ROWS that
         lacks one (recall would start it in the background; a scan of the session index)."""
-        await self.vector_index.settle(self._require_store(), check_sessions=True)
+        await self.vector_index.settle(self._dialogues(), check_sessions=True)
 
     async def flush_spool(self) -> int:
         """Write spooled turns to the database, then forget the messages recalled meanwhile;
@@ -544,7 +530,7 @@ class TemporalMemory:
 
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
         """Embed turns stored without an embedding; returns how many were embedded."""
-        store = self._require_store()
+        store = self._dialogues()
         size = batch_size or self.settings.embedding_batch_size
         done = 0
         while True:
@@ -570,7 +556,7 @@ class TemporalMemory:
     async def backfill_keywords(self, batch_size: int = KEYWORD_BACKFILL_BATCH) -> int:
         """Make the keywords of rows stored without them (before migration 003, or after a
         change of the analyser); returns how many rows were filled."""
-        store = self._require_store()
+        store = self._dialogues()
         done = 0
         while True:
             pending = await store.pending_keywords(batch_size)
@@ -603,7 +589,7 @@ class TemporalMemory:
         id, quickly past the rows already done). Once no row is left, the form is recorded in
         the metadata and later starts skip the walk.
         """
-        store = self._require_store()
+        store = self._dialogues()
         size = batch_size or self.settings.embedding_batch_size
         after = self._reindex_after or 0
         if after == 0:
@@ -650,7 +636,7 @@ class TemporalMemory:
         :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and the filters,
         and ``recall.options.RecallOptions`` for the knobs."""
         return await self._retriever.recall(
-            self._require_store(),
+            self._dialogues(),
             user_id,
             query,
             group_id,
@@ -702,7 +688,7 @@ class TemporalMemory:
     ) -> list[MemoryTurn]:
         """The session's latest turns since ``since`` (at most ``limit``), in time order — the
         short-term context, so expired ("not kept") turns of that window are included."""
-        return await self._require_store().recent_turns(
+        return await self._dialogues().recent_turns(
             generate_session_key(user_id, group_id),
             since=since,
             now=now or datetime.now(timezone.utc),
@@ -712,7 +698,7 @@ class TemporalMemory:
     async def last_turn_time(
         self, user_id: int, group_id: int | None, now: datetime | None = None
     ) -> datetime | None:
-        return await self._require_store().last_turn_time(
+        return await self._dialogues().last_turn_time(
             generate_session_key(user_id, group_id), now or datetime.now(timezone.utc)
         )
 
@@ -734,7 +720,7 @@ class TemporalMemory:
             return None
 
     async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
-        turns = await self._require_store().delete_recalled(message)
+        turns = await self._dialogues().delete_recalled(message)
         distilled = await self.distilled.forget_turns(turns)
         return dataclasses.replace(distilled, dialogues=len(turns))
 
@@ -779,18 +765,18 @@ class TemporalMemory:
 
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
         options = dataclasses.asdict(scope)
-        deleted = await self._require_store().delete_scope(**options)
+        deleted = await self._dialogues().delete_scope(**options)
         distilled = await self.distilled.forget(scope)
         # What the console deleted of that scope goes too: the recycle bin keeps copies.
-        await self._recycle_bin().delete_scope(**options)
+        await self.database.store(PgConsoleStore).delete_scope(**options)
         return dataclasses.replace(distilled, dialogues=deleted)
 
     # ----------------------------------------------------------------- admin
 
     async def stats(self, now: datetime | None = None) -> MemoryStats:
-        store_stats = await self._require_store().stats()
+        store_stats = await self._dialogues().stats()
         cache_stats = getattr(self.embedder, "stats", None)
-        evaluation_store = self._require_evaluation_store()
+        evaluation_store = self.database.store(PgEvaluationStore)
         today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
         return MemoryStats(
             evaluation=EvaluationFigures(
@@ -831,7 +817,7 @@ class TemporalMemory:
     async def count_daily(self, metrics: dict[str, int], now: datetime | None = None) -> None:
         """Add to today's counters (``memory_daily_stats``, the console's charts)."""
         now = now or datetime.now(timezone.utc)
-        await self._require_evaluation_store().bump(now.astimezone(self.tz).date(), metrics)
+        await self.database.store(PgEvaluationStore).bump(now.astimezone(self.tz).date(), metrics)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
         """Delete expired rows in short batches; returns how many, and counts them per day.
@@ -839,7 +825,7 @@ class TemporalMemory:
         A row is deleted once it has been expired for the short-term window
         (``CHAT_RECENT_MINUTES``): until then a "not kept" turn, gone from recall, still
         belongs to the conversation the model sees."""
-        store = self._require_evaluation_store()
+        store = self.database.store(PgEvaluationStore)
         now = now or datetime.now(timezone.utc)
         expired_before = now - timedelta(minutes=self.settings.chat_recent_minutes)
         total = 0
@@ -849,14 +835,14 @@ class TemporalMemory:
             if deleted < self.settings.memory_purge_batch_size:
                 break
         await store.bump(now.astimezone(self.tz).date(), {PURGED: total})
-        binned = await self._recycle_bin().purge_bin(now)
+        binned = await self.database.store(PgConsoleStore).purge_bin(now)
         log.info("purged %d expired memory row(s), %d from the recycle bin", total, binned)
         return total
 
     async def reembed(self, *, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Re-embed (and re-keyword) every row not embedded by the configured model or not in
         the configured text form; switch the vector index."""
-        store = self._require_store()
+        store = self._dialogues()
         total = await store.count_needing_reembed(self.embedding_model, self.text_form)
         await self.vector_index.suspend(store)
         await store.write_meta(

@@ -143,7 +143,7 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
     started = time.perf_counter()
     await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
     print(f"inserted {len(turns)} turns in {time.perf_counter() - started:.1f} s")
-    async with memory._pool.acquire() as conn:  # bench-only: map the labels to row ids
+    async with memory.database.pool.acquire() as conn:  # bench-only: map the labels to row ids
         await conn.execute("VACUUM ANALYZE dialogues")
         rows = await conn.fetch("SELECT id, message_uuid FROM dialogues")
         sizes = await conn.fetchrow(

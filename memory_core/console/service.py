@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
 from ..distill.store import MemorySessionStats, PgDistilledStore
-from ..errors import DatabaseUnavailableError, EmbeddingError, InvalidTurnError
+from ..errors import EmbeddingError, InvalidTurnError
 from ..lang.indexed import indexed_text
 from ..lang.keywords import document_terms, normalize, substring_terms, tsquery_all
 from ..lang.text import clean_content
@@ -107,18 +107,15 @@ class MemoryConsole:
         self.names = names
 
     def _store(self) -> PgConsoleStore:
-        pool = self.memory._pool
-        if pool is None:
-            raise DatabaseUnavailableError("the memory database is not connected")
-        return PgConsoleStore(pool=pool)
+        return self.memory.database.store(PgConsoleStore)
 
     # ------------------------------------------------------------------ reading
 
     def _dialogues(self) -> PgDialogueStore:
-        return PgDialogueStore(pool=self._store()._pool)
+        return self.memory.database.store(PgDialogueStore)
 
     def _distilled(self) -> PgDistilledStore:
-        return PgDistilledStore(pool=self._store()._pool)
+        return self.memory.database.store(PgDistilledStore)
 
     async def sessions(
         self,
@@ -211,7 +208,7 @@ class MemoryConsole:
         session's own vector index when it has one (a large session)."""
         memory = self.memory
         vector = await memory.embedder.embed_query(query)
-        dialogue = memory._require_store()
+        dialogue = self._dialogues()
         scope = RecallScope(session_key)  # one session, as the console shows it
         size = await dialogue.session_size(scope)
         wanted = (page + 1) * PAGE_SIZE
@@ -402,7 +399,7 @@ class MemoryConsole:
 
     async def group_switches(self) -> list[GroupSwitches]:
         """Every group with turns, switched off or shared, and its two switches."""
-        chats = await PgOptOutStore(pool=self._store()._pool).chats(EVERYONE)
+        chats = await self.memory.database.store(PgOptOutStore).chats(EVERYONE)
         off = {int(chat) for chat in chats if chat.isdigit()}
         shared = await self.memory.sharing.shared_groups()
         groups = set(await self._dialogues().groups_with_turns(MEMORY_LIMIT)) | off | shared

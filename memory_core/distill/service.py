@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta, timezone
-from typing import Any
 from zoneinfo import ZoneInfo
 
 from ..answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
 from ..answer_cache.store import PgAnswerCacheStore
-from ..errors import DatabaseUnavailableError
 from ..models import ForgetScope, Forgotten
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
+from ..storage.database_handle import Database
 from ..storage.dialogue_store import DeletedTurn
 from .extraction import build_extractor, extraction_off_reason
 from .keeper import MaintenanceReport, MemoryKeeper
@@ -48,13 +47,12 @@ class DistilledService:
         settings: MemorySettings,
         embedder: Embedder,
         tz: ZoneInfo,
-        pool: Callable[[], Any],
+        database: Database,
     ) -> None:
         self.settings = settings
-        self._pool = pool  # the memory's current pool (None while disconnected)
-        self._stores: tuple[Any, PgDistilledStore, PgAnswerCacheStore] | None = None
+        self._database = database
         self.keeper = MemoryKeeper(
-            store=self.store,
+            database=database,
             embedder=embedder,
             scope=settings.memory_distilled_scope,
             dedupe_threshold=dedupe_threshold(embedder.model, settings.memory_dedupe_threshold),
@@ -63,7 +61,7 @@ class DistilledService:
         extractor = build_extractor(settings, tz) if settings.memory_distilled_enabled else None
         if extractor is not None:
             self.extraction = ExtractionWorker(
-                store=self.store,
+                database=database,
                 keeper=self.keeper,
                 extractor=extractor,
                 tz=tz,
@@ -86,7 +84,7 @@ class DistilledService:
             log.info("distilled memory extraction is off (%s)", why)
         self.answer_cache = (
             AnswerCache(
-                store=self.cache_store,
+                database=database,
                 embedder=embedder,
                 threshold=cache_threshold(embedder.model, settings.answer_cache_threshold),
                 ttl=timedelta(hours=settings.answer_cache_ttl_hours),
@@ -95,23 +93,6 @@ class DistilledService:
             if settings.answer_cache_enabled
             else AnswerCacheOff()
         )
-
-    # ------------------------------------------------------------------ stores
-
-    def _stores_of_pool(self) -> tuple[PgDistilledStore, PgAnswerCacheStore]:
-        pool = self._pool()
-        if pool is None:
-            raise DatabaseUnavailableError("the memory database is not connected")
-        if self._stores is None or self._stores[0] is not pool:
-            self._stores = (pool, PgDistilledStore(pool=pool), PgAnswerCacheStore(pool=pool))
-        return self._stores[1], self._stores[2]
-
-    def store(self) -> PgDistilledStore:
-        """The distilled-memory store of the current pool (``DatabaseUnavailableError`` if none)."""
-        return self._stores_of_pool()[0]
-
-    def cache_store(self) -> PgAnswerCacheStore:
-        return self._stores_of_pool()[1]
 
     # ------------------------------------------------------------------ extraction
 
@@ -206,19 +187,25 @@ class DistilledService:
         """Delete a /forget scope's distilled memories and cached answers (``forget`` of the
         memory does this too); returns what was deleted, dialogue turns left at 0."""
         options = dataclasses.asdict(scope)
-        by_kind = await self.store().delete_scope(**options)
-        return _forgotten(by_kind, await self.cache_store().delete_scope(**options))
+        by_kind = await self._database.store(PgDistilledStore).delete_scope(**options)
+        return _forgotten(
+            by_kind, await self._database.store(PgAnswerCacheStore).delete_scope(**options)
+        )
 
     async def forget_turns(self, turns: Sequence[DeletedTurn]) -> Forgotten:
         """Forget what deleted turns fed: distilled memories drawn from them, and the cached
         answers of their users since the earliest of them."""
         if not turns:
             return Forgotten()
-        by_kind = await self.store().delete_from_sources([t.id for t in turns])
+        by_kind = await self._database.store(PgDistilledStore).delete_from_sources(
+            [t.id for t in turns]
+        )
         cached = 0
         for user_id in {t.user_id for t in turns}:
             since = min(t.created_at for t in turns if t.user_id == user_id)
-            cached += await self.cache_store().delete_user_since(user_id, since)
+            cached += await self._database.store(PgAnswerCacheStore).delete_user_since(
+                user_id, since
+            )
         return _forgotten(by_kind, cached)
 
     # ------------------------------------------------------------------ answer cache
@@ -234,7 +221,7 @@ class DistilledService:
 
     async def stats(self, now: datetime | None = None) -> DistilledStats:
         """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
-        store = self.store()
+        store = self._database.store(PgDistilledStore)
         return DistilledStats(
             counts=await store.counts(),
             totals=await store.metric_totals(date.min),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
@@ -20,6 +19,7 @@ from zoneinfo import ZoneInfo
 from ..background import RoundLoop
 from ..errors import EmbeddingError, LLMError
 from ..models import generate_session_key
+from ..storage.database_handle import Database
 from .extraction import Extractor
 from .keeper import MemoryKeeper
 from .memory import SaveOutcome
@@ -76,7 +76,7 @@ class ExtractionWorker:
     def __init__(
         self,
         *,
-        store: Callable[[], PgDistilledStore],
+        database: Database,
         keeper: MemoryKeeper,
         extractor: Extractor,
         tz: ZoneInfo,
@@ -86,7 +86,7 @@ class ExtractionWorker:
         max_turns: int,
         settle_seconds: float = 0.0,
     ) -> None:
-        self._store = store
+        self._database = database
         self.keeper = keeper
         self.extractor = extractor
         self._tz = tz
@@ -120,7 +120,9 @@ class ExtractionWorker:
         background task is woken; nothing is extracted here)."""
         now = now or datetime.now(timezone.utc)
         key = generate_session_key(user_id, group_id)
-        pending = await self._store().note_exchange(key, user_id, group_id, now)
+        pending = await self._database.store(PgDistilledStore).note_exchange(
+            key, user_id, group_id, now
+        )
         if pending >= self.every_turns:
             self._rounds.wake()
             return True
@@ -135,7 +137,7 @@ class ExtractionWorker:
             while True:
                 due = [
                     s
-                    for s in await self._store().claim_due_sessions(
+                    for s in await self._database.store(PgDistilledStore).claim_due_sessions(
                         now=moment,
                         every=self.every_turns,
                         idle_before=moment - self.idle,
@@ -156,7 +158,7 @@ class ExtractionWorker:
     ) -> ExtractionReport:
         """Distil one session's undistilled turns now, due or not (tests, admin tools)."""
         moment = now or datetime.now(timezone.utc)
-        store = self._store()
+        store = self._database.store(PgDistilledStore)
         key = generate_session_key(user_id, group_id)
         state = await store.session_state(key)
         if state is None:
@@ -178,7 +180,7 @@ class ExtractionWorker:
             self._running.discard(session.session_key)
 
     async def _extract(self, session: SessionDue, now: datetime) -> ExtractionReport:
-        store = self._store()
+        store = self._database.store(PgDistilledStore)
         day = now.astimezone(self._tz).date()
         turns = await store.undistilled_turns(
             session.session_key, session.last_turn_id, now, self._max_turns + 1
@@ -238,7 +240,9 @@ class ExtractionWorker:
             # drawn from the batch is kept, and the watermark stays, so the turns that are left
             # (none after /forget, which also drops this bookkeeping) are read again.
             log.info("extraction of a session discarded: its turns were deleted meanwhile")
-            await self._store().defer_session(session.session_key, now)  # due again at once
+            await self._database.store(PgDistilledStore).defer_session(
+                session.session_key, now
+            )  # due again at once
             return ExtractionReport(session.session_key, discarded=True)
         await self._finish(session, batch, now)
         await self._wait_for_settling(session, unsettled)
@@ -276,10 +280,12 @@ class ExtractionWorker:
         """Keep the session due, but not before its oldest held-back turn has settled."""
         if unsettled:
             oldest = min(t.created_at for t in unsettled)
-            await self._store().defer_session(session.session_key, oldest + self.settle)
+            await self._database.store(PgDistilledStore).defer_session(
+                session.session_key, oldest + self.settle
+            )
 
     async def _finish(self, session: SessionDue, batch: _Batch, now: datetime) -> None:
-        await self._store().finish_session(
+        await self._database.store(PgDistilledStore).finish_session(
             session.session_key,
             last_turn_id=batch.last_turn_id,
             taken=session.pending_turns,
@@ -291,7 +297,7 @@ class ExtractionWorker:
     async def _failed(
         self, session: SessionDue, now: datetime, exc: Exception, batch: _Batch
     ) -> ExtractionReport:
-        store = self._store()
+        store = self._database.store(PgDistilledStore)
         day = now.astimezone(self._tz).date()
         if session.attempts + 1 >= MAX_ATTEMPTS:
             # Give this batch up (its turns stay stored); later turns are distilled as usual.

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from ..background import RoundLoop
 from ..errors import LLMError
+from ..storage.database_handle import Database
 from .evaluator import Evaluator, Exchange
 from .retention import RetentionPolicy
 from .store import PendingEvaluation, PgEvaluationStore
@@ -42,14 +43,14 @@ class EvaluationWorker:
     def __init__(
         self,
         *,
-        store: Callable[[], PgEvaluationStore],
+        database: Database,
         evaluator: Evaluator,
         policy: RetentionPolicy,
         tz: ZoneInfo,
         concurrency: int,
         batch_size: int,
     ) -> None:
-        self._store = store
+        self._database = database
         self.evaluator = evaluator
         self.policy = policy
         self._tz = tz
@@ -72,7 +73,7 @@ class EvaluationWorker:
 
     async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
         """Durably queue one exchange and wake the worker; returns at once."""
-        await self._store().enqueue(user_turn_id, assistant_turn_id)
+        await self._database.store(PgEvaluationStore).enqueue(user_turn_id, assistant_turn_id)
         self._rounds.wake()
 
     async def run_once(self, now: datetime | None = None) -> int:
@@ -81,7 +82,9 @@ class EvaluationWorker:
             settled = 0
             while True:
                 moment = now or datetime.now(timezone.utc)
-                due = await self._store().claim_due(moment, self._batch_size * self._concurrency)
+                due = await self._database.store(PgEvaluationStore).claim_due(
+                    moment, self._batch_size * self._concurrency
+                )
                 if not due:
                     return settled
                 # One exchange a call when there is no backlog, batches when there is.
@@ -99,7 +102,7 @@ class EvaluationWorker:
                 scores = await self.evaluator.score(exchanges)
             except LLMError as exc:
                 return await self._failed_call(chunk, now, exc)
-        store = self._store()
+        store = self._database.store(PgEvaluationStore)
         day = now.astimezone(self._tz).date()
         scores = (list(scores) + [None] * len(chunk))[: len(chunk)]  # a short answer is a failure
         for item, score in zip(chunk, scores, strict=True):
@@ -124,7 +127,7 @@ class EvaluationWorker:
     async def _failed_call(
         self, chunk: Sequence[PendingEvaluation], now: datetime, exc: Exception
     ) -> int:
-        store = self._store()
+        store = self._database.store(PgEvaluationStore)
         day = now.astimezone(self._tz).date()
         settled = 0
         for item in chunk:

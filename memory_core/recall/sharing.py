@@ -22,9 +22,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Literal
 
-from ..errors import DatabaseUnavailableError
+from ..storage.database_handle import Database
 from ..storage.shared_groups import PgSharedGroupStore
 
 SharingSource = Literal["setting", "command"]
@@ -53,20 +53,17 @@ class GroupSharing:
         self,
         *,
         listed: frozenset[int],
-        pool: Callable[[], Any],
+        database: Database,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._listed = listed
-        self._pool = pool
+        self._database = database
         self._clock = clock
         # group id -> (read at, shared); the oldest read first.
         self._recent: OrderedDict[int, tuple[float, bool]] = OrderedDict()
 
     def _store(self) -> PgSharedGroupStore:
-        pool = self._pool()
-        if pool is None:
-            raise DatabaseUnavailableError("the memory database is not connected")
-        return PgSharedGroupStore(pool=pool)
+        return self._database.store(PgSharedGroupStore)
 
     async def status(self, group_id: int) -> SharingStatus:
         """Read from the database (and kept for ``shared``)."""

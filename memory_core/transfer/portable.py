@@ -23,10 +23,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..distill.memory import KINDS, DistilledMemory
-from ..distill.store import PortableMemory
+from ..distill.store import PgDistilledStore, PortableMemory
 from ..lang.text import scrub
 from ..models import TurnInput, generate_session_key
-from ..storage.dialogue_store import ExportedTurn
+from ..storage.dialogue_store import ExportedTurn, PgDialogueStore
 
 if TYPE_CHECKING:
     from ..service import TemporalMemory
@@ -114,13 +114,13 @@ async def export_lines(
     header, the turns, then the distilled memories. Read page by page, so an export of any
     size streams (the CLI writes it to a file; a web page could send it as a download)."""
     yield header_line(session_keys, memory.embedding_model, datetime.now(timezone.utc))
-    turns = memory._require_store()
+    turns = memory.database.store(PgDialogueStore)
     after = 0
     while page := await turns.export_turns(session_keys, after, EXPORT_PAGE):
         for exported in page:
             yield turn_line(exported)
         after = page[-1].turn.id
-    distilled = memory.distilled.store()
+    distilled = memory.database.store(PgDistilledStore)
     after = 0
     while memories := await distilled.export_page(session_keys, after, EXPORT_PAGE):
         for row in memories:

@@ -27,7 +27,7 @@ def turn(user_id, group_id, role, content, message_id, at):
 
 
 async def rows_mentioning(memory, needle: str) -> dict[str, int]:
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         return {
             table: await conn.fetchval(
                 f"SELECT count(*) FROM {table} WHERE {column} LIKE '%' || $1 || '%'", needle

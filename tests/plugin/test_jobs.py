@@ -91,8 +91,8 @@ async def test_distilled_maintenance_runs_and_is_scheduled_daily_after_the_purge
 async def test_distilled_maintenance_is_postponed_when_the_database_is_down(runtime: Any) -> None:
     from nonebot_plugin_temporal_memory.jobs import maintain_distilled_memory
 
-    pool, runtime.memory._pool = runtime.memory._pool, None  # as if the connection were lost
+    pool = runtime.memory.database.detach()  # as if the connection were lost
     try:
         assert await maintain_distilled_memory() is False
     finally:
-        runtime.memory._pool = pool
+        runtime.memory.database.attach(pool)

@@ -78,7 +78,7 @@ async def test_small_talk_scored_not_kept_stays_in_the_next_prompt(app: App, run
         ctx.should_call_send(event, text("是啊，要多穿点"), {"message_id": 601})
     # The evaluator's verdict "not kept" (score 5): both turns expire at once, as the "none"
     # band of config/retention.toml makes them.
-    async with runtime.memory._pool.acquire() as conn:
+    async with runtime.memory.database.pool.acquire() as conn:
         assert await conn.execute("UPDATE dialogues SET score = 5, expires_at = created_at") == (
             "UPDATE 2"
         )

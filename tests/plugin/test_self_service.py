@@ -14,6 +14,7 @@ from nonebot.adapters.onebot.v11 import Adapter, Bot, MessageEvent, MessageSegme
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebug import App
 
+from memory_core.answer_cache.store import PgAnswerCacheStore
 from memory_core.distill.memory import DistilledKind, ExtractedMemory
 from tests.plugin.events import SELF_ID, message_payload, text_seg
 from tests.plugin.test_commands import GROUP, THEN, USER, contents, event_of, run, seed, text
@@ -239,7 +240,7 @@ async def test_forget_me_deletes_my_turns_memories_and_cached_answers_in_every_c
     await seed(runtime)  # USER in GROUP, private and 40004; OTHER in GROUP
     await seed_others(runtime)
     await remember(runtime, "用户养了一条狗")
-    cache = runtime.memory.distilled.cache_store()
+    cache = runtime.memory.database.store(PgAnswerCacheStore)
     now = datetime.now(timezone.utc)
     for user, group in ((USER, None), (USER, 40004), (OTHER, GROUP)):
         await cache.upsert(

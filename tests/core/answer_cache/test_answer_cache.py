@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.answer_cache.cache import cache_threshold, refusal_reason
+from memory_core.answer_cache.store import PgAnswerCacheStore
 from memory_core.errors import ConfigError
 from memory_core.lang.text import normalize_content
 from memory_core.resources import DEFAULTS_DIR
@@ -118,7 +119,7 @@ async def test_a_time_dependent_or_personal_question_is_never_served_even_if_cac
 ):
     memory = cached
     # Put the exact question in the cache behind the guard's back, public and for the user.
-    store = memory.distilled.cache_store()
+    store = memory.database.store(PgAnswerCacheStore)
     vector = await memory.embedder.embed_query(normalize_content(question))
     for scope, user in (("public", None), ("user", 1)):
         await store.upsert(

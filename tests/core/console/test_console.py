@@ -148,7 +148,7 @@ async def test_an_edited_turn_is_searched_by_its_speaker_when_the_speaker_index_
         ALICE, "阿丽", options=RecallOptions(mode="keyword", now=T0 + timedelta(hours=1))
     )
     assert turn.id in recalled.anchor_ids
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         form = await conn.fetchval("SELECT text_form FROM dialogues WHERE id = $1", turn.id)
     assert form == memory.text_form == 1
 
@@ -335,7 +335,7 @@ async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the
     user, bot = sorted((await console.turns(str(ALICE), TurnSearch())), key=lambda f: f.turn.id)[:2]
     assert await console.pin("turn", str(ALICE), user.turn.id, pinned=True, actor=ACTOR)
 
-    evaluations = PgEvaluationStore(pool=memory._pool)
+    evaluations = memory.database.store(PgEvaluationStore)
     soon = T0 + timedelta(hours=1)
     pending = PendingEvaluation(bot.turn.id, user.turn.id, 0, "u", "a", T0)
     await evaluations.finish(pending, score=5, expires_at=soon, metrics={}, day=T0.date())
@@ -372,7 +372,7 @@ async def test_a_pinned_memory_is_never_merged_away_as_a_duplicate(memory_factor
     )
     console = MemoryConsole(memory)
     newer = max(m.id for m in await console.memories(str(ALICE)))
-    store = PgDistilledStore(pool=memory._pool)
+    store = memory.database.store(PgDistilledStore)
     # Any pair counts as a duplicate at a threshold of -1 (the lowest cosine).
     assert any(drop == newer for _, drop, _, _ in await store.duplicate_pairs(
         memory.embedding_model, -1.0))  # fmt: skip
@@ -447,7 +447,7 @@ async def test_keyword_search_finds_every_turn_containing_the_text(memory_factor
     await store_chat(
         memory, [(ALICE, None, "user", "我家的狗叫旺财 wang，很喜欢吃骨头", "阿丽")], T0
     )
-    async with memory._pool.acquire() as conn:  # a turn not analysed yet is searched too
+    async with memory.database.pool.acquire() as conn:  # a turn not analysed yet is searched too
         await conn.execute("UPDATE dialogues SET keywords = NULL")
     await store_chat(memory, [(ALICE, None, "user", "旺财又叫狗叫旺旺", "阿丽")], T0)
     console = MemoryConsole(memory)

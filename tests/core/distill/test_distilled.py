@@ -27,7 +27,7 @@ def pref(content: str, **extra) -> ExtractedMemory:
 
 
 async def rows(memory, sql: str, *args):
-    async with memory._pool.acquire() as conn:  # test-only read of raw columns
+    async with memory.database.pool.acquire() as conn:  # test-only read of raw columns
         return await conn.fetch(sql, *args)
 
 
@@ -207,7 +207,7 @@ async def test_maintenance_merges_duplicates_stored_without_embeddings_and_keeps
 async def test_maintenance_refreshes_importance_from_use(memory_factory):
     memory = await memory_factory()
     await memory.distilled.save([fact("用户养了一只猫")], 1, stated_at=T0)
-    async with memory._pool.acquire() as conn:  # a row left stale by an older formula
+    async with memory.database.pool.acquire() as conn:  # a row left stale by an older formula
         await conn.execute("UPDATE distilled_memories SET access_count = 5, importance = 0.1")
     report = await memory.distilled.maintain()
     assert report.importance_refreshed == 1

@@ -142,13 +142,13 @@ async def exchange(
 
 
 async def turn_count(memory) -> int:
-    async with memory._pool.acquire() as conn:  # test-only
+    async with memory.database.pool.acquire() as conn:  # test-only
         return int(await conn.fetchval("SELECT count(*) FROM dialogues"))
 
 
 async def distilled_contents(memory) -> list[str]:
     """Every distilled row, current or history, of every session."""
-    async with memory._pool.acquire() as conn:  # test-only
+    async with memory.database.pool.acquire() as conn:  # test-only
         return [r["content"] for r in await conn.fetch("SELECT content FROM distilled_memories")]
 
 

@@ -16,6 +16,7 @@ from memory_core.evaluation.evaluator import (
     parse_score,
 )
 from memory_core.evaluation.retention import load_retention_policy, policy_from_bands
+from memory_core.evaluation.store import PgEvaluationStore
 from memory_core.models import TurnInput
 from memory_core.resources import DEFAULTS_DIR
 from tests.stub_llm import Answer, ScriptedLLM
@@ -144,7 +145,7 @@ async def exchange(memory, user_text: str, reply: str, at: datetime, user_id: in
 
 
 async def turn_row(memory, turn_id: int):
-    async with memory._pool.acquire() as conn:  # test-only read of the raw columns
+    async with memory.database.pool.acquire() as conn:  # test-only read of the raw columns
         return await conn.fetchrow("SELECT score, expires_at FROM dialogues WHERE id = $1", turn_id)
 
 
@@ -245,7 +246,7 @@ async def test_purge_deletes_exactly_the_expired_rows(memory_factory, fresh_dsn)
         for i in range(250)
     ]
     expiries = {t.id: T0 + timedelta(days=i % 5) if i % 3 else None for i, t in enumerate(turns)}
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         await conn.executemany(
             "UPDATE dialogues SET expires_at = $2 WHERE id = $1", list(expiries.items())
         )
@@ -255,7 +256,7 @@ async def test_purge_deletes_exactly_the_expired_rows(memory_factory, fresh_dsn)
     clock = T0 + timedelta(days=2)
     expected_gone = {i for i, e in expiries.items() if e is not None and e <= clock - window}
     assert await memory.purge_expired(now=clock) == len(expected_gone)
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         left = {r["id"] for r in await conn.fetch("SELECT id FROM dialogues")}
     assert left == set(expiries) - expected_gone
     assert await memory.purge_expired(now=clock) == 0
@@ -318,7 +319,7 @@ async def test_an_item_claimed_by_a_worker_that_died_is_due_again_after_its_leas
 ):
     memory = await memory_factory(**llm_settings(judge))
     await exchange(memory, "书放在哪了", "在书架上", T0)
-    store = memory._require_evaluation_store()
+    store = memory.database.store(PgEvaluationStore)
     assert len(await store.claim_due(T0, 10)) == 1  # claimed, then the worker "dies"
     assert await memory.evaluate_pending(now=T0 + timedelta(minutes=1)) == 0  # still leased
     assert await memory.evaluate_pending(now=T0 + timedelta(minutes=11)) == 1

@@ -206,23 +206,21 @@ class StoppedClock:
 @pytest.fixture
 async def sharing_pair(memory_factory, fresh_dsn):
     """Two ``GroupSharing`` on one database, as two bot processes have: each its own pool
-    (``None`` while "disconnected") and its own clock."""
+    (detached while "disconnected") and its own clock."""
     from memory_core.recall.sharing import GroupSharing
     from memory_core.storage.database import create_pool
+    from memory_core.storage.database_handle import Database
 
     await memory_factory()  # migrates the fresh database
     pools = [await create_pool(fresh_dsn, 2), await create_pool(fresh_dsn, 2)]
-    connected = [True, True]
+    databases = [Database(), Database()]
+    for database, pool in zip(databases, pools, strict=True):
+        database.attach(pool)
     clocks = [StoppedClock(), StoppedClock()]
     pair = [
-        GroupSharing(
-            listed=frozenset(),
-            pool=lambda i=i: pools[i] if connected[i] else None,
-            clock=clocks[i],
-        )
-        for i in range(2)
+        GroupSharing(listed=frozenset(), database=databases[i], clock=clocks[i]) for i in range(2)
     ]
-    yield pair, clocks, connected
+    yield pair, clocks, databases
     for pool in pools:
         await pool.close()
 
@@ -233,9 +231,9 @@ async def test_recall_reuses_a_groups_shared_state_for_the_ttl_without_the_datab
     from memory_core.errors import DatabaseUnavailableError
     from memory_core.recall.sharing import SHARED_STATE_TTL
 
-    (sharing, _), (clock, _), connected = sharing_pair
+    (sharing, _), (clock, _), (database, _) = sharing_pair
     assert await sharing.switch(TEAM, on=True, by=XIAOMING)
-    connected[0] = False  # from here on, any read of the database would fail
+    pool = database.detach()  # from here on, any read of the database would fail
     assert await sharing.shared(TEAM)
     clock.now += SHARED_STATE_TTL - 0.1
     assert await sharing.shared(TEAM)
@@ -243,7 +241,8 @@ async def test_recall_reuses_a_groups_shared_state_for_the_ttl_without_the_datab
     clock.now += 0.2
     with pytest.raises(DatabaseUnavailableError):
         await sharing.shared(TEAM)
-    connected[0] = True
+    assert pool is not None
+    database.attach(pool)
     assert await sharing.shared(TEAM)
 
 

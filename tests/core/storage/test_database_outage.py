@@ -384,7 +384,7 @@ class ReadOnlyDatabase:
             )
         finally:
             await conn.close()
-        await memory._pool.expire_connections()  # the pool's sessions are replaced
+        await memory.database.pool.expire_connections()  # the pool's sessions are replaced
 
 
 class RefusingTrigger:

@@ -57,7 +57,7 @@ async def open_with(memory_factory, server: EmbeddingServer, **overrides):
 
 
 async def stored_rows(memory) -> list[asyncpg.Record]:
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         return await conn.fetch(
             "SELECT content, text_form, tsvector_to_array(keywords) AS terms, "
             "embedding IS NOT NULL AS embedded FROM dialogues ORDER BY id"
@@ -115,7 +115,7 @@ async def test_keyword_and_embedding_backfills_make_their_text_in_the_rows_own_f
     memory = await open_with(memory_factory, server, memory_index_speaker=True)
     server.healthy = False
     await memory.add_dialogues(turns())
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         await conn.execute("UPDATE dialogues SET keywords = NULL")
     server.healthy = True
     assert await memory.backfill_embeddings() == len(SAID)
@@ -146,7 +146,7 @@ async def test_switching_the_speaker_form_on_reindexes_old_rows_in_bounded_resum
     rows = await stored_rows(memory)
     assert all(r["text_form"] == WITH_SPEAKER and r["embedded"] for r in rows)
     assert "小明" in rows[0]["terms"]
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         meta = await conn.fetchval("SELECT value FROM memory_meta WHERE key = $1", TEXT_FORM_META)
     assert meta == str(WITH_SPEAKER)
 

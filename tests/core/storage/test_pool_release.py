@@ -48,16 +48,16 @@ async def test_a_vector_index_build_leaves_its_memory_setting_on_no_pooled_conne
     monkeypatch.setattr(dialogue_store, "INDEX_BUILD_MEMORY_MIN_MB", 96)
     memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
     await memory.add_dialogues(turns(1, 40))
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         default = await conn.fetchval("SHOW maintenance_work_mem")
     await memory.recall(1, "火锅", 700, RecallOptions(now=NOW))  # a large session: builds its index
     await memory.vector_index.wait_built()
     assert memory.vector_index.serves("700:1", 40)
-    size = memory._pool.get_size()
-    connections = [await memory._pool.acquire() for _ in range(size)]  # every one of them
+    size = memory.database.pool.get_size()
+    connections = [await memory.database.pool.acquire() for _ in range(size)]  # every one of them
     try:
         settings = {await conn.fetchval("SHOW maintenance_work_mem") for conn in connections}
     finally:
         for conn in connections:
-            await memory._pool.release(conn)
+            await memory.database.pool.release(conn)
     assert default != "96MB" and settings == {default}

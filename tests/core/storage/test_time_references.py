@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
+from memory_core.storage.dialogue_store import PgDialogueStore
 from memory_core.storage.time_references import DONE, PROGRESS_META
 
 SH = timezone(timedelta(hours=8))
@@ -39,20 +40,20 @@ async def stored_before_migration_008(memory_factory):
     """A database whose rows have no time reference and whose walk has never run."""
     old = await memory_factory()
     await old.add_dialogues(turns())
-    async with old._pool.acquire() as conn:
+    async with old.database.pool.acquire() as conn:
         await conn.execute("UPDATE dialogues SET refers_start = NULL, refers_end = NULL")
         await conn.execute("DELETE FROM memory_meta WHERE key = $1", PROGRESS_META)
     await old.aclose()
 
 
 async def references(memory) -> dict[str, tuple[datetime | None, datetime | None]]:
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         rows = await conn.fetch("SELECT content, refers_start, refers_end FROM dialogues")
     return {r["content"]: (r["refers_start"], r["refers_end"]) for r in rows}
 
 
 async def progress(memory) -> str | None:
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         return await conn.fetchval("SELECT value FROM memory_meta WHERE key = $1", PROGRESS_META)
 
 
@@ -67,7 +68,9 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
 
     caplog.set_level(logging.INFO, logger="memory_core.storage.time_references")
     # No time to spare: one batch a round, and the metadata says how far the walk got.
-    assert not await memory.time_references.run(memory._require_store(), max_seconds=0)
+    assert not await memory.time_references.run(
+        memory.database.store(PgDialogueStore), max_seconds=0
+    )
     first_two = await references(memory)
     assert first_two["我明天上午十点要去体检"][0] is not None
     assert first_two["下周三要交季度报告"] == (None, None)
@@ -80,7 +83,7 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
     # A restart goes on from there and finishes.
     resumed = await memory_factory()
     assert resumed.time_references.after == int(walked)
-    assert await resumed.time_references.run(resumed._require_store())
+    assert await resumed.time_references.run(resumed.database.store(PgDialogueStore))
     assert "time references done" in caplog.text
     found = await references(resumed)
     tuesday_morning = found["我明天上午十点要去体检"]
@@ -118,7 +121,7 @@ async def test_a_new_database_walks_once_and_rows_stored_after_it_are_filled_whe
     memory_factory,
 ):
     memory = await memory_factory()
-    assert await memory.time_references.run(memory._require_store())
+    assert await memory.time_references.run(memory.database.store(PgDialogueStore))
     await memory.add_dialogues(turns())
     assert (await references(memory))["我明天上午十点要去体检"][0] is not None
     await memory.aclose()

@@ -23,7 +23,7 @@ def sqlite_file(tmp_path: Path, fixture: str) -> str:
 
 
 async def stored(memory) -> list[tuple[str, str, str, datetime, int | None]]:
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         rows = await conn.fetch(
             "SELECT session_key, role, content, created_at, qq_message_id FROM dialogues "
             "ORDER BY created_at, id"

@@ -30,7 +30,7 @@ NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
 
 
 async def rows(memory: TemporalMemory, sql: str, *args: Any) -> list[asyncpg.Record]:
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         return list(await conn.fetch(sql, *args))
 
 
@@ -177,7 +177,7 @@ async def seed_session(memory: TemporalMemory) -> None:
         )  # fmt: skip
         assert outcome.turn is not None
         ids.append(outcome.turn.id)
-    async with memory._pool.acquire() as conn:
+    async with memory.database.pool.acquire() as conn:
         await conn.execute(
             "UPDATE dialogues SET score = 85, expires_at = $2 WHERE id = $1",
             ids[1],
