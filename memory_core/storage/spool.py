@@ -243,10 +243,13 @@ class TurnSpool:
         their place, to be applied to the database by the next flush (it cannot be reached
         now). Returns how many turns were dropped. Waits for a flush under way."""
         async with self._drain_lock, self._lock:
-            held = [line for n, line in enumerate(self._held) if _covered(scope, _parse(n, line))]
-            self._held = [line for line in self._held if line not in held]
+            kept = [
+                line for n, line in enumerate(self._held) if not _covered(scope, _parse(n, line))
+            ]
+            dropped = len(self._held) - len(kept)
+            self._held = kept
             try:
-                return len(held) + await asyncio.to_thread(self._forget_sync, scope, keep_request)
+                return dropped + await asyncio.to_thread(self._forget_sync, scope, keep_request)
             except OSError as exc:
                 raise StorageError(f"cannot rewrite the spool {self.path}: {exc}") from exc
 
