@@ -164,10 +164,11 @@ class AnswerCache:
         self.ttl = ttl
         self._tz = tz
 
+    def _store(self) -> PgAnswerCacheStore:
+        return self._database.store(PgAnswerCacheStore)
+
     async def _count(self, now: datetime, metric: str) -> None:
-        await self._database.store(PgAnswerCacheStore).bump(
-            now.astimezone(self._tz).date(), {metric: 1}
-        )
+        await self._store().bump(now.astimezone(self._tz).date(), {metric: 1})
 
     async def lookup(
         self,
@@ -190,7 +191,7 @@ class AnswerCache:
         if personal or refusal_reason(norm) is not None:
             await self._count(now, CACHE_REFUSED)
             return None
-        found = await self._database.store(PgAnswerCacheStore).exact(
+        found = await self._store().exact(
             user_id=user_id, group_id=group_id, question_norm=norm, now=now
         )
         if found is not None:
@@ -201,9 +202,7 @@ class AnswerCache:
         if found is None:
             await self._count(now, CACHE_MISS)
             return None
-        await self._database.store(PgAnswerCacheStore).hit(
-            found.id, now.astimezone(self._tz).date(), hit_metric(level)
-        )
+        await self._store().hit(found.id, now.astimezone(self._tz).date(), hit_metric(level))
         return replace(found, level=level)
 
     async def _nearest(
@@ -214,7 +213,7 @@ class AnswerCache:
         except EmbeddingError as exc:
             log.warning("answer cache: question not embedded, exact matches only: %s", exc)
             return None
-        found = await self._database.store(PgAnswerCacheStore).nearest(
+        found = await self._store().nearest(
             user_id=user_id, group_id=group_id, model=self.embedder.model, vector=vector, now=now
         )
         if found is None or found.similarity < self.threshold:
@@ -245,7 +244,7 @@ class AnswerCache:
         except EmbeddingError as exc:
             log.warning("answer not cached, question not embedded: %s", exc)
             return False
-        await self._database.store(PgAnswerCacheStore).upsert(
+        await self._store().upsert(
             scope="user",
             user_id=user_id,
             group_id=group_id,
@@ -264,7 +263,7 @@ class AnswerCache:
         """Load public entries from ``path`` (they never expire); entries removed from the file
         are removed from the cache. Returns how many entries were loaded."""
         now = now or datetime.now(timezone.utc)
-        store = self._database.store(PgAnswerCacheStore)
+        store = self._store()
         kept: list[str] = []
         for entry in read_preload(path):
             norm = normalize_content(entry.question)[:MAX_QUESTION_CHARS]
@@ -292,21 +291,17 @@ class AnswerCache:
         return len(kept)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
-        purged = await self._database.store(PgAnswerCacheStore).purge(
-            now or datetime.now(timezone.utc)
-        )
+        purged = await self._store().purge(now or datetime.now(timezone.utc))
         log.info("answer cache: %d expired entr(ies) removed", purged)
         return purged
 
     async def entry_counts(self, now: datetime | None = None) -> dict[str, int]:
         """Live entries by scope (``public``, ``user``)."""
-        return await self._database.store(PgAnswerCacheStore).counts(
-            now or datetime.now(timezone.utc)
-        )
+        return await self._store().counts(now or datetime.now(timezone.utc))
 
     async def reembed(self, *, batch_size: int = 256) -> int:
         """Re-embed every entry not embedded by the current model."""
-        store = self._database.store(PgAnswerCacheStore)
+        store = self._store()
         done, last_id = 0, 0
         while True:
             rows = await store.rows_needing_reembed(self.embedder.model, last_id, batch_size)

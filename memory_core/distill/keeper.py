@@ -77,6 +77,9 @@ class MemoryKeeper:
         self.scope = scope
         self.dedupe_threshold = dedupe_threshold
 
+    def _store(self) -> PgDistilledStore:
+        return self._database.store(PgDistilledStore)
+
     def _scope_user(self, user_id: int) -> int | None:
         # The store's scope filter: the session always, and every chat of the user if widened.
         return user_id if self.scope == "user" else None
@@ -116,7 +119,7 @@ class MemoryKeeper:
         vectors = await self._embed([item.embedding_text for item in items])
         outcome = SaveOutcome()
         locked = source_turn_ids if sources_must_exist else ()
-        async with self._database.store(PgDistilledStore).saving(locked) as store:
+        async with self._store().saving(locked) as store:
             if store is None:
                 return SaveOutcome(discarded=True)
             for index, item in enumerate(items):
@@ -201,7 +204,7 @@ class MemoryKeeper:
         except EmbeddingError as exc:
             log.warning("distilled recall skipped, query not embedded: %s", exc)
             return []
-        store = self._database.store(PgDistilledStore)
+        store = self._store()
         hits: list[DistilledHit] = []
         for kind in kinds:
             found = await store.nearest(
@@ -248,7 +251,7 @@ class MemoryKeeper:
         now = now or datetime.now(timezone.utc)
         if limit <= 0:
             return []
-        found = await self._database.store(PgDistilledStore).by_kind(
+        found = await self._store().by_kind(
             kind=kind,
             session_key=generate_session_key(user_id, group_id),
             user_id=self._scope_user(user_id),
@@ -263,13 +266,13 @@ class MemoryKeeper:
 
     async def touch(self, ids: Sequence[int], now: datetime | None = None) -> None:
         """Count a use of these memories (they went into a prompt)."""
-        await self._database.store(PgDistilledStore).touch(ids, now or datetime.now(timezone.utc))
+        await self._store().touch(ids, now or datetime.now(timezone.utc))
 
     # ---------------------------------------------------------------- upkeep
 
     async def backfill_embeddings(self, batch_size: int = EMBED_BATCH) -> int:
         """Embed distilled rows stored while the embedder was failing."""
-        store = self._database.store(PgDistilledStore)
+        store = self._store()
         done = 0
         while True:
             rows = await store.pending_embeddings(batch_size)
@@ -284,7 +287,7 @@ class MemoryKeeper:
     async def maintain(self) -> MaintenanceReport:
         """Daily upkeep: embed what is missing, merge near-duplicates that
         restate each other (keeping the older row), refresh importance from use."""
-        store = self._database.store(PgDistilledStore)
+        store = self._store()
         embedded = 0
         try:
             embedded = await self.backfill_embeddings()
@@ -311,7 +314,7 @@ class MemoryKeeper:
 
     async def reembed(self, *, batch_size: int = 256) -> int:
         """Re-embed every distilled row not embedded by the current model."""
-        store = self._database.store(PgDistilledStore)
+        store = self._store()
         done, last_id = 0, 0
         while True:
             rows = await store.rows_needing_reembed(self.embedder.model, last_id, batch_size)

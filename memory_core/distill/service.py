@@ -94,6 +94,12 @@ class DistilledService:
             else AnswerCacheOff()
         )
 
+    def _distilled(self) -> PgDistilledStore:
+        return self._database.store(PgDistilledStore)
+
+    def _cache(self) -> PgAnswerCacheStore:
+        return self._database.store(PgAnswerCacheStore)
+
     # ------------------------------------------------------------------ extraction
 
     def start(self) -> None:
@@ -187,25 +193,19 @@ class DistilledService:
         """Delete a /forget scope's distilled memories and cached answers (``forget`` of the
         memory does this too); returns what was deleted, dialogue turns left at 0."""
         options = dataclasses.asdict(scope)
-        by_kind = await self._database.store(PgDistilledStore).delete_scope(**options)
-        return _forgotten(
-            by_kind, await self._database.store(PgAnswerCacheStore).delete_scope(**options)
-        )
+        by_kind = await self._distilled().delete_scope(**options)
+        return _forgotten(by_kind, await self._cache().delete_scope(**options))
 
     async def forget_turns(self, turns: Sequence[DeletedTurn]) -> Forgotten:
         """Forget what deleted turns fed: distilled memories drawn from them, and the cached
         answers of their users since the earliest of them."""
         if not turns:
             return Forgotten()
-        by_kind = await self._database.store(PgDistilledStore).delete_from_sources(
-            [t.id for t in turns]
-        )
+        by_kind = await self._distilled().delete_from_sources([t.id for t in turns])
         cached = 0
         for user_id in {t.user_id for t in turns}:
             since = min(t.created_at for t in turns if t.user_id == user_id)
-            cached += await self._database.store(PgAnswerCacheStore).delete_user_since(
-                user_id, since
-            )
+            cached += await self._cache().delete_user_since(user_id, since)
         return _forgotten(by_kind, cached)
 
     # ------------------------------------------------------------------ answer cache
@@ -221,7 +221,7 @@ class DistilledService:
 
     async def stats(self, now: datetime | None = None) -> DistilledStats:
         """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
-        store = self._database.store(PgDistilledStore)
+        store = self._distilled()
         return DistilledStats(
             counts=await store.counts(),
             totals=await store.metric_totals(date.min),

@@ -102,6 +102,9 @@ class ExtractionWorker:
         self._rounds = RoundLoop(self.run_once, interval=CHECK_INTERVAL, name="memory extraction")
         self._round_lock = asyncio.Lock()
 
+    def _store(self) -> PgDistilledStore:
+        return self._database.store(PgDistilledStore)
+
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
@@ -120,9 +123,7 @@ class ExtractionWorker:
         background task is woken; nothing is extracted here)."""
         now = now or datetime.now(timezone.utc)
         key = generate_session_key(user_id, group_id)
-        pending = await self._database.store(PgDistilledStore).note_exchange(
-            key, user_id, group_id, now
-        )
+        pending = await self._store().note_exchange(key, user_id, group_id, now)
         if pending >= self.every_turns:
             self._rounds.wake()
             return True
@@ -137,7 +138,7 @@ class ExtractionWorker:
             while True:
                 due = [
                     s
-                    for s in await self._database.store(PgDistilledStore).claim_due_sessions(
+                    for s in await self._store().claim_due_sessions(
                         now=moment,
                         every=self.every_turns,
                         idle_before=moment - self.idle,
@@ -158,7 +159,7 @@ class ExtractionWorker:
     ) -> ExtractionReport:
         """Distil one session's undistilled turns now, due or not (tests, admin tools)."""
         moment = now or datetime.now(timezone.utc)
-        store = self._database.store(PgDistilledStore)
+        store = self._store()
         key = generate_session_key(user_id, group_id)
         state = await store.session_state(key)
         if state is None:
@@ -180,7 +181,7 @@ class ExtractionWorker:
             self._running.discard(session.session_key)
 
     async def _extract(self, session: SessionDue, now: datetime) -> ExtractionReport:
-        store = self._database.store(PgDistilledStore)
+        store = self._store()
         day = now.astimezone(self._tz).date()
         turns = await store.undistilled_turns(
             session.session_key, session.last_turn_id, now, self._max_turns + 1
@@ -240,9 +241,7 @@ class ExtractionWorker:
             # drawn from the batch is kept, and the watermark stays, so the turns that are left
             # (none after /forget, which also drops this bookkeeping) are read again.
             log.info("extraction of a session discarded: its turns were deleted meanwhile")
-            await self._database.store(PgDistilledStore).defer_session(
-                session.session_key, now
-            )  # due again at once
+            await self._store().defer_session(session.session_key, now)  # due again at once
             return ExtractionReport(session.session_key, discarded=True)
         await self._finish(session, batch, now)
         await self._wait_for_settling(session, unsettled)
@@ -280,12 +279,10 @@ class ExtractionWorker:
         """Keep the session due, but not before its oldest held-back turn has settled."""
         if unsettled:
             oldest = min(t.created_at for t in unsettled)
-            await self._database.store(PgDistilledStore).defer_session(
-                session.session_key, oldest + self.settle
-            )
+            await self._store().defer_session(session.session_key, oldest + self.settle)
 
     async def _finish(self, session: SessionDue, batch: _Batch, now: datetime) -> None:
-        await self._database.store(PgDistilledStore).finish_session(
+        await self._store().finish_session(
             session.session_key,
             last_turn_id=batch.last_turn_id,
             taken=session.pending_turns,
@@ -297,7 +294,7 @@ class ExtractionWorker:
     async def _failed(
         self, session: SessionDue, now: datetime, exc: Exception, batch: _Batch
     ) -> ExtractionReport:
-        store = self._database.store(PgDistilledStore)
+        store = self._store()
         day = now.astimezone(self._tz).date()
         if session.attempts + 1 >= MAX_ATTEMPTS:
             # Give this batch up (its turns stay stored); later turns are distilled as usual.

@@ -60,6 +60,9 @@ class EvaluationWorker:
         self._rounds = RoundLoop(self.run_once, interval=IDLE_INTERVAL, name="memory evaluation")
         self._round_lock = asyncio.Lock()
 
+    def _store(self) -> PgEvaluationStore:
+        return self._database.store(PgEvaluationStore)
+
     @property
     def evaluator_name(self) -> str:
         return self.evaluator.name
@@ -73,7 +76,7 @@ class EvaluationWorker:
 
     async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
         """Durably queue one exchange and wake the worker; returns at once."""
-        await self._database.store(PgEvaluationStore).enqueue(user_turn_id, assistant_turn_id)
+        await self._store().enqueue(user_turn_id, assistant_turn_id)
         self._rounds.wake()
 
     async def run_once(self, now: datetime | None = None) -> int:
@@ -82,9 +85,7 @@ class EvaluationWorker:
             settled = 0
             while True:
                 moment = now or datetime.now(timezone.utc)
-                due = await self._database.store(PgEvaluationStore).claim_due(
-                    moment, self._batch_size * self._concurrency
-                )
+                due = await self._store().claim_due(moment, self._batch_size * self._concurrency)
                 if not due:
                     return settled
                 # One exchange a call when there is no backlog, batches when there is.
@@ -102,7 +103,7 @@ class EvaluationWorker:
                 scores = await self.evaluator.score(exchanges)
             except LLMError as exc:
                 return await self._failed_call(chunk, now, exc)
-        store = self._database.store(PgEvaluationStore)
+        store = self._store()
         day = now.astimezone(self._tz).date()
         scores = (list(scores) + [None] * len(chunk))[: len(chunk)]  # a short answer is a failure
         for item, score in zip(chunk, scores, strict=True):
@@ -127,7 +128,7 @@ class EvaluationWorker:
     async def _failed_call(
         self, chunk: Sequence[PendingEvaluation], now: datetime, exc: Exception
     ) -> int:
-        store = self._database.store(PgEvaluationStore)
+        store = self._store()
         day = now.astimezone(self._tz).date()
         settled = 0
         for item in chunk:
