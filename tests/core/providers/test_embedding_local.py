@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -293,3 +296,26 @@ async def test_local_provider_accepts_its_own_dimension_spelled_out() -> None:
     await embedder.aclose()
 
     assert embedder.dim == 384
+
+
+LOAD_AND_EXIT = (
+    "import asyncio\n"
+    "from memory_core.providers.embedding import LocalE5Embedder\n"
+    "asyncio.run(LocalE5Embedder.load())\n"
+)
+
+
+@pytest.mark.parametrize(("given", "effective"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_models_openmp_waits_passively_unless_the_operator_chose(
+    given: str | None, effective: str
+) -> None:
+    """OpenMP prints the policy it runs with (OMP_DISPLAY_ENV) when the model loads it."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["OMP_DISPLAY_ENV"] = "TRUE"
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_EXIT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"OMP_WAIT_POLICY = '{effective}'" in done.stderr + done.stdout
