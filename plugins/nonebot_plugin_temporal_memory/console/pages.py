@@ -98,6 +98,15 @@ def _int(text: str | None) -> int | None:
     return value
 
 
+def _group_switch_form(request: Request) -> tuple[int, bool]:
+    """The group and the wanted state of a settings-page switch (``ValueError`` if no group)."""
+    form = request.state.form
+    group_id = _int(form["group"])
+    if group_id is None or group_id <= 0:
+        raise ValueError("group")
+    return group_id, form.get("on") == "1"
+
+
 def _day(text: str | None, tz: timezone | object, *, next_day: bool = False) -> datetime | None:
     text = (text or "").strip()
     if not text:
@@ -450,20 +459,12 @@ class ConsoleApp:
         return back_to("/session", key=item.session_key, notice="已恢复。")
 
     async def group_switch(self, request: Request, ctx: Context) -> Response:
-        form = request.state.form
-        group_id = _int(form["group"])
-        if group_id is None or group_id <= 0:
-            raise ValueError("group")
-        on = form.get("on") == "1"
+        group_id, on = _group_switch_form(request)
         await ctx.console.switch_group(group_id, on=on, actor=ctx.actor)
         return back_to("/settings", notice=f"群 {group_id} 的记忆已{'打开' if on else '关闭'}。")
 
     async def group_sharing(self, request: Request, ctx: Context) -> Response:
-        form = request.state.form
-        group_id = _int(form["group"])
-        if group_id is None or group_id <= 0:
-            raise ValueError("group")
-        on = form.get("on") == "1"
+        group_id, on = _group_switch_form(request)
         await ctx.console.switch_group_sharing(group_id, on=on, actor=ctx.actor)
         state = "群友共享（成员能想起彼此在群里说过的话）" if on else "各人分开"
         return back_to("/settings", notice=f"群 {group_id} 的记忆已改为{state}。")
