@@ -16,7 +16,7 @@ from memory_core.dashboard import band_label
 
 from .charts import Series, bar_chart
 from .markup import Markup, join, render
-from .views import BASE, Page, layout, pager, session_link, speaker
+from .views import BASE, Page, button_form, layout, pager, session_link, speaker
 
 ACTION_ZH = {
     "edit": "修改",
@@ -268,17 +268,8 @@ def debug_page(
 
 
 def _switch_button(page: Page, action: str, group_id: int, on: bool, what: str) -> Markup:
-    return render(
-        '<form method="post" action="{base}{action}">{csrf}'
-        '<input type="hidden" name="group" value="{g}"><input type="hidden" name="on" value="{on}">'
-        '<button type="submit" class="plain">{label}</button></form>',
-        base=BASE,
-        action=action,
-        csrf=page.csrf_field(),
-        g=group_id,
-        on="1" if on else "0",
-        label=("打开" if on else "关闭") + what,
-    )
+    fields = {"group": group_id, "on": "1" if on else "0"}
+    return button_form(page, action, fields, ("打开" if on else "关闭") + what, "plain")
 
 
 def settings_page(

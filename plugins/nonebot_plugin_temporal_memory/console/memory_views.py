@@ -12,7 +12,18 @@ from memory_core.evaluation.retention import RetentionPolicy
 from memory_core.models import MemoryTurn
 
 from .markup import Markup, join, render
-from .views import BASE, CHAT_ZH, KIND_ZH, Page, layout, pager, query_string, speaker, who
+from .views import (
+    BASE,
+    CHAT_ZH,
+    KIND_ZH,
+    Page,
+    button_form,
+    layout,
+    pager,
+    query_string,
+    speaker,
+    who,
+)
 
 
 def sessions_page(
@@ -123,37 +134,13 @@ def _selection_form(page: Page, key: str) -> Markup:
 
 
 def _pin_form(page: Page, kind: str, key: str, item_id: int, pinned: bool) -> Markup:
-    return render(
-        '<form method="post" action="{base}/pin">{csrf}'
-        '<input type="hidden" name="kind" value="{kind}">'
-        '<input type="hidden" name="key" value="{key}">'
-        '<input type="hidden" name="id" value="{id}">'
-        '<input type="hidden" name="pinned" value="{value}">'
-        '<button class="{cls}" type="submit">{label}</button></form>',
-        base=BASE,
-        csrf=page.csrf_field(),
-        kind=kind,
-        key=key,
-        id=item_id,
-        value="0" if pinned else "1",
-        cls="plain pin" if pinned else "pin",
-        label="取消置顶" if pinned else "置顶",
-    )
+    fields = {"kind": kind, "key": key, "id": item_id, "pinned": "0" if pinned else "1"}
+    label = "取消置顶" if pinned else "置顶"
+    return button_form(page, "/pin", fields, label, "plain pin" if pinned else "pin")
 
 
 def _delete_form(page: Page, kind: str, key: str, item_id: int) -> Markup:
-    return render(
-        '<form method="post" action="{base}/delete">{csrf}'
-        '<input type="hidden" name="kind" value="{kind}">'
-        '<input type="hidden" name="key" value="{key}">'
-        '<input type="hidden" name="id" value="{id}">'
-        '<button class="danger" type="submit">删除</button></form>',
-        base=BASE,
-        csrf=page.csrf_field(),
-        kind=kind,
-        key=key,
-        id=item_id,
-    )
+    return button_form(page, "/delete", {"kind": kind, "key": key, "id": item_id}, "删除", "danger")
 
 
 def _edit_form(page: Page, action: str, key: str, item_id: int, text: str) -> Markup:

@@ -5,6 +5,7 @@ database. The pages themselves: ``memory_views`` (sessions and what they remembe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
@@ -91,6 +92,26 @@ def layout(page: Page, current: str, title: str, body: Markup) -> Markup:
             messages=messages,
             body=body,
         ),
+    )
+
+
+def button_form(
+    page: Page, action: str, fields: Mapping[str, object], label: str, css: str = ""
+) -> Markup:
+    """A one-button POST form to ``{BASE}{action}`` carrying the CSRF token and ``fields``."""
+    hidden = join(
+        render('<input type="hidden" name="{name}" value="{value}">', name=name, value=value)
+        for name, value in fields.items()
+    )
+    return render(
+        '<form method="post" action="{base}{action}">{csrf}{hidden}'
+        '<button class="{css}" type="submit">{label}</button></form>',
+        base=BASE,
+        action=action,
+        csrf=page.csrf_field(),
+        hidden=hidden,
+        css=css,
+        label=label,
     )
 
 
