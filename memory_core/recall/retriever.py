@@ -38,6 +38,7 @@ from .ranking import (
     decayed_order,
     fuse_channels,
     keyword_confidence,
+    keyword_hit_gate,
     keyword_rarity_weight,
     merge_time_candidates,
     rank_anchors,
@@ -184,6 +185,7 @@ class Retriever:
 
         channels: list[Channel] = []
         decay = self._decay
+        near: list[AnchorCandidate] = []  # the vector list's candidates above the floor
         if "vector" in found:
             floor = self.settings.memory_similarity_floor
             near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
@@ -212,6 +214,13 @@ class Retriever:
                 # Beside the vector list, keywords count as much as the query's terms are rare
                 # in this session (every hit carries the same rarity).
                 weight *= keyword_rarity_weight(hits[0].rarity)
+            elif vector is not None and self.settings.memory_fusion == "gated" and near:
+                # Beside the vector list, each hit counts in full when its terms are rare in
+                # this session or meaning agrees with it (near the best vector match).
+                best = max(c.similarity for c in near)
+                strengths = {
+                    h.id: h.coverage * keyword_hit_gate(h.similarity, best, h.rarity) for h in hits
+                }
             channels.append(Channel("keyword", keyed, weight, strengths))
         if "time" in found:
             by_meaning = vector is not None and when is not None and not when.range.recent
