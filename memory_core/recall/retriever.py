@@ -214,9 +214,11 @@ class Retriever:
                 # Beside the vector list, keywords count as much as the query's terms are rare
                 # in this session (every hit carries the same rarity).
                 weight *= keyword_rarity_weight(hits[0].rarity)
-            elif vector is not None and self.settings.memory_fusion == "gated" and near:
+            elif self.settings.memory_fusion == "gated" and near and when is None:
                 # Beside the vector list, each hit counts in full when its terms are rare in
-                # this session or meaning agrees with it (near the best vector match).
+                # this session or meaning agrees with it (near the best vector match). Not in
+                # a question about a time: there the turns of that time are the evidence, near
+                # in meaning or not (gating them cost the generated set's time questions).
                 best = max(c.similarity for c in near)
                 strengths = {
                     h.id: h.coverage * keyword_hit_gate(h.similarity, best, h.rarity) for h in hits

@@ -127,25 +127,46 @@ class MeaningByTable(HashingEmbedder):
         return self.table[text] if text in self.table else super()._vector(text)
 
 
+CAT, BARE = "weather or not, the cat is sick", "weather!"
+# Cosines to the query "weather": the cat turn is what it means, "weather!" is far in meaning,
+# the topic turns fill the vector list, the weather chat is far from everything.
+WEATHER_SESSION = {CAT: 1.0, BARE: 0.49}
+WEATHER_SESSION |= {f"topic {i}": 0.48 - 0.01 * i for i in range(18)}
+WEATHER_SESSION |= {f"weather chat {i}": 0.0 for i in range(10)}
+
+
 async def test_gated_recall_ranks_the_meaning_match_above_a_far_common_word_hit(memory_factory):
-    # "weather" is in 12 of the session's 30 turns (a chat word here). The cat turn is what
-    # the query means (cosine 1); "weather!" is the keyword list's first hit and far in
-    # meaning (0.455), the topic turns fill the vector list, the weather chat is far from all.
-    cat, bare = "weather or not, the cat is sick", "weather!"
-    cosines = {cat: 1.0, bare: 0.455}
-    cosines |= {f"topic {i}": 0.5 - 0.01 * i for i in range(18)}
-    cosines |= {f"weather chat {i}": 0.0 for i in range(10)}
-    embedder = MeaningByTable(cosines, query="weather")
+    # "weather" is in 12 of the session's 30 turns (a chat word here); "weather!" is the
+    # keyword list's first hit.
+    firsts = await first_by_fusion(memory_factory, WEATHER_SESSION, query="weather")
+    # The test can fail: plain RRF puts the far hit first (found by both lists, high in each).
+    assert firsts == {"rrf": BARE, "gated": CAT}
+
+
+async def test_a_question_about_a_time_fuses_as_plain_rrf(memory_factory):
+    # The same session said yesterday, asked about yesterday: the turns of that day are the
+    # evidence, near in meaning or not, so gated fuses as RRF does.
+    firsts = await first_by_fusion(
+        memory_factory, WEATHER_SESSION, query="yesterday weather weather", said_minutes_ago=24 * 60
+    )
+    assert firsts["gated"] == firsts["rrf"]
+
+
+async def first_by_fusion(
+    memory_factory, cosines: dict[str, float], query: str, said_minutes_ago: int = 0
+) -> dict[str, str]:
+    """The first turn hybrid recall returns for ``query`` under each fusion, the texts of
+    ``cosines`` said in that order a minute apart (vectors as the table says)."""
+    embedder = MeaningByTable(cosines, query=query.removeprefix("yesterday "))
     firsts = {}
     for fusion in ("rrf", "gated"):
         memory = await memory_factory(embedder=embedder, memory_fusion=fusion)
         if fusion == "rrf":
-            await memory.add_dialogues([said(t, 60 - i, 1) for i, t in enumerate(cosines)])
-        result = await memory.recall(
-            1, "weather", options=RecallOptions(top_n=5, window_size=0, now=NOW, mode="hybrid")
-        )
+            turns = [said(t, said_minutes_ago + 60 - i, 1) for i, t in enumerate(cosines)]
+            await memory.add_dialogues(turns)
+        options = RecallOptions(top_n=5, window_size=0, now=NOW, mode="hybrid")
+        result = await memory.recall(1, query, options=options)
         firsts[fusion] = next(
             t.content for t in result.turns if t.id == result.windows[0].anchor_id
         )
-    # The test can fail: plain RRF puts the far hit first (found by both lists, high in each).
-    assert firsts == {"rrf": bare, "gated": cat}
+    return firsts
