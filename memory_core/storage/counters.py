@@ -19,6 +19,10 @@ SQL_METRIC_BY_DAY = """
 SELECT day, value FROM memory_daily_stats WHERE metric = $1 AND day >= $2 ORDER BY day
 """
 
+SQL_METRICS_SINCE = """
+SELECT day, metric, value FROM memory_daily_stats WHERE day >= $1 ORDER BY day, metric
+"""
+
 
 class PgCounterStore(PgStore):
     """A store that also bumps and reads the daily counters."""
@@ -38,3 +42,9 @@ class PgCounterStore(PgStore):
             return [
                 (r["day"], r["value"]) for r in await conn.fetch(SQL_METRIC_BY_DAY, metric, since)
             ]
+
+    async def metrics_since(self, since: date) -> list[tuple[date, str, int]]:
+        """Every counter's (day, name, value) since ``since``, oldest first (the charts)."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_METRICS_SINCE, since)
+        return [(r["day"], r["metric"], r["value"]) for r in rows]

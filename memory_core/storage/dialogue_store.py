@@ -20,6 +20,7 @@ from ..models import MemoryTurn, RecalledMessage
 from .opt_outs import not_opted_out
 from .pg import PgStore, rows_affected
 from .scopes import scope_delete
+from .taken_rows import TakenRow, put_back_sql, take_sql, taken_row
 
 TURN_COLUMNS = (
     "id, message_uuid, session_key, self_id, user_id, group_id, chat_type, role, content, "
@@ -493,6 +494,18 @@ UPDATE dialogues SET pinned = $3, expires_at = CASE WHEN $3 THEN NULL ELSE $4::t
 WHERE id = $1 AND session_key = $2
 RETURNING content
 """
+# The console's edit: the row locked first (its text before goes to the audit log), then changed.
+SQL_LOCK_TURN = (
+    f"SELECT {TURN_COLUMNS} FROM dialogues WHERE id = $1 AND session_key = $2 FOR UPDATE"
+)
+SQL_EDIT_TURN = f"""
+UPDATE dialogues SET content = $3, token_count = $4, embedding = $5::halfvec,
+       embedding_model = $6, keywords = array_to_tsvector($7::text[]), text_form = $8
+WHERE id = $1 AND session_key = $2
+RETURNING {TURN_COLUMNS}
+"""
+SQL_TAKE_TURN = take_sql("dialogues")
+SQL_PUT_BACK_TURN = put_back_sql("dialogues")
 
 
 @dataclass(frozen=True)
@@ -522,6 +535,22 @@ class NewTurnRow:
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, column) for column in INSERT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class TurnEdit:
+    """A turn's new text with everything derived from it."""
+
+    content: str
+    token_count: int
+    embedding: np.ndarray | None
+    embedding_model: str | None
+    keywords: Sequence[str]
+    text_form: int  # the form ``keywords`` and ``embedding`` were made in (lang.indexed)
+
+    def values(self) -> tuple[Any, ...]:
+        return (self.content, self.token_count, self.embedding, self.embedding_model,
+                list(self.keywords), self.text_form)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -1237,6 +1266,29 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             text = await conn.fetchval(SQL_PIN_TURN, turn_id, session_key, pinned, expires_at)
         return None if text is None else str(text)
+
+    async def lock_turn(self, session_key: str, turn_id: int) -> MemoryTurn | None:
+        """Lock a turn of this session for a change in the caller's transaction."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_LOCK_TURN, turn_id, session_key)
+        return None if record is None else _turn(record)
+
+    async def edit_turn(self, session_key: str, turn_id: int, edit: TurnEdit) -> MemoryTurn | None:
+        """Replace a turn's text and what is derived from it; the turn after, or ``None``."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_EDIT_TURN, turn_id, session_key, *edit.values())
+        return None if record is None else _turn(record)
+
+    async def take_turn(self, session_key: str, turn_id: int) -> TakenRow | None:
+        """Delete a turn of this session, returning it whole (for the recycle bin)."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_TAKE_TURN, turn_id, session_key)
+        return None if record is None else taken_row(record)
+
+    async def put_back_turn(self, row_data: str) -> None:
+        """Insert a turn taken by ``take_turn`` again, as it was."""
+        async with self._connection() as conn:
+            await conn.execute(SQL_PUT_BACK_TURN, row_data)
 
     async def groups_with_turns(self, limit: int) -> list[int]:
         async with self._connection() as conn:

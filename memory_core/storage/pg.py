@@ -3,8 +3,8 @@ errors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -18,11 +18,22 @@ def rows_affected(status: str) -> int:
     return int(status.split()[-1])
 
 
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Turn what the driver raises into the core's errors: unreachable, or refused."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"database unreachable: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        raise StorageError(f"database error: {exc}") from exc
+
+
 class PgStore:
     """A pool, and the one place where database failures become core errors.
 
     ``connection``: run every statement on that connection (inside a transaction its owner
-    holds) instead of taking one from the pool for each.
+    holds, see ``database_handle.Transaction``) instead of taking one from the pool for each.
     """
 
     def __init__(
@@ -36,13 +47,9 @@ class PgStore:
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-        try:
+        with database_errors():
             if self._bound is not None:
                 yield self._bound
                 return
             async with self._pool.acquire() as conn:
                 yield conn
-        except CONNECTION_ERRORS as exc:
-            raise DatabaseUnavailableError(f"database unreachable: {exc}") from exc
-        except asyncpg.PostgresError as exc:
-            raise StorageError(f"database error: {exc}") from exc
