@@ -50,6 +50,7 @@ from .recall.retriever import Retriever
 from .recall.sharing import GroupSharing
 from .settings import MemorySettings
 from .stats import EvaluationFigures, MemoryStats
+from .storage.counters import PgCounterStore
 from .storage.database import (
     CONNECTION_ERRORS,
     DatabaseLocation,
@@ -817,7 +818,7 @@ class TemporalMemory:
     async def count_daily(self, metrics: dict[str, int], now: datetime | None = None) -> None:
         """Add to today's counters (``memory_daily_stats``, the console's charts)."""
         now = now or datetime.now(timezone.utc)
-        await self.database.store(PgEvaluationStore).bump(now.astimezone(self.tz).date(), metrics)
+        await self.database.store(PgCounterStore).bump(now.astimezone(self.tz).date(), metrics)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
         """Delete expired rows in short batches; returns how many, and counts them per day.
@@ -825,16 +826,20 @@ class TemporalMemory:
         A row is deleted once it has been expired for the short-term window
         (``CHAT_RECENT_MINUTES``): until then a "not kept" turn, gone from recall, still
         belongs to the conversation the model sees."""
-        store = self.database.store(PgEvaluationStore)
+        store = self._dialogues()
         now = now or datetime.now(timezone.utc)
         expired_before = now - timedelta(minutes=self.settings.chat_recent_minutes)
         total = 0
         while True:
-            deleted = await store.purge_batch(expired_before, self.settings.memory_purge_batch_size)
+            deleted = await store.purge_expired(
+                expired_before, self.settings.memory_purge_batch_size
+            )
             total += deleted
             if deleted < self.settings.memory_purge_batch_size:
                 break
-        await store.bump(now.astimezone(self.tz).date(), {PURGED: total})
+        await self.database.store(PgCounterStore).bump(
+            now.astimezone(self.tz).date(), {PURGED: total}
+        )
         binned = await self.database.store(PgConsoleStore).purge_bin(now)
         log.info("purged %d expired memory row(s), %d from the recycle bin", total, binned)
         return total

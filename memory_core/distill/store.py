@@ -1,15 +1,15 @@
 """All SQL of distilled memory and extraction bookkeeping (migration 004).
 
-Rows leave as frozen dataclasses (``DistilledMemory``, ``SessionDue``). Vector search here is
-exact (``ORDER BY embedding <=> q`` over a session's or a user's rows, read through ordinary
+Rows leave as frozen dataclasses (``DistilledMemory``, ``SessionDue``); the turns a batch is
+distilled from are read and locked through their own store (``PgDialogueStore``). Vector search
+here is exact (``ORDER BY embedding <=> q`` over a session's or a user's rows, read through ordinary
 indexes): those sets are small, and an HNSW index would post-filter them (a filtered HNSW scan
 can return fewer than k rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -219,14 +219,6 @@ SELECT session_key, user_id, group_id, last_turn_id, pending_turns, attempts
 FROM distilled_sessions WHERE session_key = $1
 """
 
-# By id, not time: the watermark is an id, and a turn spooled during an outage (stored later,
-# with its original time) must still be read once. Turns already expired are skipped.
-SQL_UNDISTILLED_TURNS = """
-SELECT id, role, content, sender_name, created_at FROM dialogues
-WHERE session_key = $1 AND id > $2 AND (expires_at IS NULL OR expires_at > $3)
-ORDER BY id LIMIT $4
-"""
-
 SQL_FINISH_SESSION = """
 UPDATE distilled_sessions SET
     last_turn_id = greatest(last_turn_id, $2),
@@ -234,14 +226,6 @@ UPDATE distilled_sessions SET
                          ELSE greatest(pending_turns - $5, 0) END,
     last_extracted_at = $6, attempts = 0, not_before = '-infinity'
 WHERE session_key = $1
-"""
-
-# The turns a batch was distilled from, locked against deletion until the saving transaction
-# ends (KEY SHARE: other updates of the turns, such as their embedding, are not held up).
-SQL_LOCK_SOURCE_TURNS = """
-SELECT count(*) FROM (
-    SELECT 1 FROM dialogues WHERE id = ANY($1::bigint[]) FOR KEY SHARE
-) AS kept
 """
 
 SQL_DELETE_FROM_SOURCES = """
@@ -446,17 +430,6 @@ class SessionDue:
     attempts: int
 
 
-@dataclass(frozen=True)
-class SourceTurn:
-    """A turn as the extraction reads it."""
-
-    id: int
-    role: str
-    content: str
-    sender_name: str | None
-    created_at: datetime
-
-
 def _session(record: asyncpg.Record) -> SessionDue:
     return SessionDue(
         record["session_key"],
@@ -472,24 +445,6 @@ class PgDistilledStore(PgCounterStore):
     """Distilled memories, extraction bookkeeping and the daily counters they bump."""
 
     # ---------------------------------------------------------------- writing
-
-    @asynccontextmanager
-    async def saving(
-        self, source_turn_ids: Sequence[int]
-    ) -> AsyncIterator[PgDistilledStore | None]:
-        """One transaction to save what was distilled from ``source_turn_ids``: a store on it,
-        or ``None`` when any of those turns is gone (forgotten or recalled while the model read
-        them), and nothing drawn from them may be kept.
-
-        The turns stay locked against deletion until the transaction ends: a /forget or 撤回
-        arriving meanwhile waits for it, then deletes what was saved with the turns.
-        """
-        wanted = sorted(set(source_turn_ids))
-        async with self._connection() as conn, conn.transaction():
-            kept = await conn.fetchval(SQL_LOCK_SOURCE_TURNS, wanted) if wanted else 0
-            yield (
-                PgDistilledStore(pool=self._pool, connection=conn) if kept == len(wanted) else None
-            )
 
     async def upsert(self, row: NewDistilled) -> tuple[DistilledMemory, bool]:
         """Insert, or confirm the current row with the same content; ``(row, inserted)``."""
@@ -741,16 +696,6 @@ class PgDistilledStore(PgCounterStore):
         async with self._connection() as conn:
             record = await conn.fetchrow(SQL_SESSION_STATE, session_key)
         return _session(record) if record is not None else None
-
-    async def undistilled_turns(
-        self, session_key: str, after_id: int, now: datetime, limit: int
-    ) -> list[SourceTurn]:
-        async with self._connection() as conn:
-            records = await conn.fetch(SQL_UNDISTILLED_TURNS, session_key, after_id, now, limit)
-        return [
-            SourceTurn(r["id"], r["role"], r["content"], r["sender_name"], r["created_at"])
-            for r in records
-        ]
 
     async def finish_session(
         self,

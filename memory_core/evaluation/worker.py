@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from ..background import RoundLoop
 from ..errors import LLMError
 from ..storage.database_handle import Database
+from ..storage.dialogue_store import PgDialogueStore
 from .evaluator import Evaluator, Exchange
 from .retention import RetentionPolicy
 from .store import PendingEvaluation, PgEvaluationStore
@@ -112,14 +113,17 @@ class EvaluationWorker:
                     "evaluation of session %s unreadable; exchange kept without a score",
                     item.session_key,
                 )
-                await store.finish(item, score=None, expires_at=None, metrics={FAILED: 1}, day=day)
+                await store.finish(item, metrics={FAILED: 1}, day=day)
                 continue
             band = self.policy.band_for(score)
             expires_at = self.policy.expires_at(score, item.created_at)
             metrics = {EVALUATED: 1, band_metric(band.name): 1}
             if not band.kept:
                 metrics[NOT_KEPT] = 1
-            await store.finish(item, score=score, expires_at=expires_at, metrics=metrics, day=day)
+            async with self._database.transaction() as tx:
+                turns = (item.user_turn_id, item.assistant_turn_id)
+                await tx.store(PgDialogueStore).set_score(turns, score, expires_at)
+                await tx.store(PgEvaluationStore).finish(item, metrics=metrics, day=day)
             log.info(
                 "memory evaluation of session %s: %d -> %s", item.session_key, score, band.name
             )
@@ -134,7 +138,7 @@ class EvaluationWorker:
         for item in chunk:
             if item.attempts + 1 >= MAX_ATTEMPTS:
                 # The seed's fallback: keep the exchange without a score, and count it.
-                await store.finish(item, score=None, expires_at=None, metrics={FAILED: 1}, day=day)
+                await store.finish(item, metrics={FAILED: 1}, day=day)
                 settled += 1
             else:
                 await store.postpone(item, now + RETRY_DELAY * (item.attempts + 1))

@@ -504,6 +504,36 @@ UPDATE dialogues SET content = $3, token_count = $4, embedding = $5::halfvec,
 WHERE id = $1 AND session_key = $2
 RETURNING {TURN_COLUMNS}
 """
+# Distillation reads a session after its watermark by id, not time: the watermark is an id, and
+# a turn spooled during an outage (stored later, with its original time) must still be read
+# once. Turns already expired are skipped.
+SQL_UNDISTILLED_TURNS = """
+SELECT id, role, content, sender_name, created_at FROM dialogues
+WHERE session_key = $1 AND id > $2 AND (expires_at IS NULL OR expires_at > $3)
+ORDER BY id LIMIT $4
+"""
+
+# A turn the operator pinned keeps no expiry, whatever its score (migration 011).
+SQL_SET_SCORE = """
+UPDATE dialogues SET score = $3, expires_at = CASE WHEN pinned THEN NULL ELSE $4::timestamptz END
+WHERE id = $1 OR id = $2
+"""
+
+SQL_PURGE_BATCH = """
+DELETE FROM dialogues WHERE id IN (
+    SELECT id FROM dialogues WHERE expires_at IS NOT NULL AND expires_at <= $1 AND NOT pinned
+    ORDER BY expires_at LIMIT $2
+)
+"""
+
+
+# The turns a batch was distilled from, locked against deletion until the saving transaction
+# ends (KEY SHARE: other updates of the turns, such as their embedding, are not held up).
+SQL_LOCK_SOURCE_TURNS = """
+SELECT count(*) FROM (
+    SELECT 1 FROM dialogues WHERE id = ANY($1::bigint[]) FOR KEY SHARE
+) AS kept
+"""
 SQL_TAKE_TURN = take_sql("dialogues")
 SQL_PUT_BACK_TURN = put_back_sql("dialogues")
 
@@ -535,6 +565,17 @@ class NewTurnRow:
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, column) for column in INSERT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class SourceTurn:
+    """A turn as the extraction reads it."""
+
+    id: int
+    role: str
+    content: str
+    sender_name: str | None
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -1278,6 +1319,40 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             record = await conn.fetchrow(SQL_EDIT_TURN, turn_id, session_key, *edit.values())
         return None if record is None else _turn(record)
+
+    async def undistilled_turns(
+        self, session_key: str, after_id: int, now: datetime, limit: int
+    ) -> list[SourceTurn]:
+        """The session's live turns after ``after_id``, in id order (for distillation)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_UNDISTILLED_TURNS, session_key, after_id, now, limit)
+        return [
+            SourceTurn(r["id"], r["role"], r["content"], r["sender_name"], r["created_at"])
+            for r in records
+        ]
+
+    async def set_score(
+        self, turn_ids: tuple[int, int], score: int, expires_at: datetime | None
+    ) -> None:
+        """Score an evaluated exchange (its two turns) and give them the band's expiry."""
+        async with self._connection() as conn:
+            await conn.execute(SQL_SET_SCORE, *turn_ids, score, expires_at)
+
+    async def purge_expired(self, now: datetime, limit: int) -> int:
+        """Delete up to ``limit`` turns expired by ``now`` (never pinned ones) in one short
+        statement; how many."""
+        async with self._connection() as conn:
+            return rows_affected(await conn.execute(SQL_PURGE_BATCH, now, limit))
+
+    async def keep_turns(self, turn_ids: Sequence[int]) -> bool:
+        """Lock these turns against deletion until the caller's transaction ends; whether all
+        of them are still there (a /forget or 撤回 arriving meanwhile waits for the end)."""
+        wanted = sorted(set(turn_ids))
+        if not wanted:
+            return True
+        async with self._connection() as conn:
+            kept = await conn.fetchval(SQL_LOCK_SOURCE_TURNS, wanted)
+        return bool(kept == len(wanted))
 
     async def take_turn(self, session_key: str, turn_id: int) -> TakenRow | None:
         """Delete a turn of this session, returning it whole (for the recycle bin)."""

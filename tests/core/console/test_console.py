@@ -327,7 +327,7 @@ async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_chan
 async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the_purge(
     memory_factory,
 ):
-    from memory_core.evaluation.store import PendingEvaluation, PgEvaluationStore
+    from memory_core.storage.dialogue_store import PgDialogueStore
 
     memory = await memory_factory()
     await _seed(memory)
@@ -335,11 +335,10 @@ async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the
     user, bot = sorted((await console.turns(str(ALICE), TurnSearch())), key=lambda f: f.turn.id)[:2]
     assert await console.pin("turn", str(ALICE), user.turn.id, pinned=True, actor=ACTOR)
 
-    evaluations = memory.database.store(PgEvaluationStore)
+    dialogues = memory.database.store(PgDialogueStore)
     soon = T0 + timedelta(hours=1)
-    pending = PendingEvaluation(bot.turn.id, user.turn.id, 0, "u", "a", T0)
-    await evaluations.finish(pending, score=5, expires_at=soon, metrics={}, day=T0.date())
-    await evaluations.purge_batch(T0 + timedelta(days=1), 100)
+    await dialogues.set_score((user.turn.id, bot.turn.id), 5, soon)  # what the evaluator writes
+    await dialogues.purge_expired(T0 + timedelta(days=1), 100)
 
     left = {f.turn.id: f for f in await console.turns(str(ALICE), TurnSearch())}
     assert left[user.turn.id].pinned and left[user.turn.id].turn.expires_at is None
