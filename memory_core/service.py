@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .console.store import PgConsoleStore
-from .context.block import MemoryBlock, build_memory_block
+from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .context.builder import ContextBuilder, MemoryContext
 from .distill.service import DistilledService
 from .errors import (
@@ -135,6 +135,7 @@ class TemporalMemory:
         )
         self._retriever = Retriever(
             settings=settings,
+            database=self.database,
             embedder=embedder,
             vector_index=self.vector_index,
             reranker=reranker,
@@ -637,7 +638,6 @@ class TemporalMemory:
         :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and the filters,
         and ``recall.options.RecallOptions`` for the knobs."""
         return await self._retriever.recall(
-            self._dialogues(),
             user_id,
             query,
             group_id,
@@ -668,15 +668,15 @@ class TemporalMemory:
     ) -> MemoryBlock:
         """The time-stamped memory block for a prompt, within the token budget; ``asker``
         labels a shared group's other members (``build_memory_block``)."""
-        return build_memory_block(
-            result.windows,
+        budget = LineBudget(
             now or datetime.now(timezone.utc),
             self.tz,
             self.token_counter,
             self.settings.memory_max_tokens if max_tokens is None else max_tokens,
-            exclude_ids=exclude_ids,
-            asker=asker,
+            exclude_ids,
+            asker,
         )
+        return build_memory_block(result.windows, budget)
 
     async def recent_turns(
         self,
