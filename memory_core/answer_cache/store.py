@@ -234,8 +234,4 @@ class PgAnswerCacheStore(PgCounterStore):
         return [(r["id"], r["question_norm"]) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
-        async with self._connection() as conn, conn.transaction():
-            await conn.executemany(
-                SQL_CACHE_SET_EMBEDDING,
-                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
-            )
+        await self._write_embeddings(SQL_CACHE_SET_EMBEDDING, ids, vectors, model)

@@ -575,11 +575,7 @@ class PgDistilledStore(PgCounterStore):
         return [(r["id"], r["kind"], r["content"], list(r["key_topics"])) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
-        async with self._connection() as conn, conn.transaction():
-            await conn.executemany(
-                SQL_SET_DISTILLED_EMBEDDING,
-                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
-            )
+        await self._write_embeddings(SQL_SET_DISTILLED_EMBEDDING, ids, vectors, model)
 
     async def delete_scope(self, **scope: Any) -> dict[str, int]:
         """Delete a /forget scope's distilled memories and extraction bookkeeping; returns the
@@ -618,13 +614,7 @@ class PgDistilledStore(PgCounterStore):
         self, session_keys: Sequence[str] | None, after_id: int, limit: int
     ) -> list[PortableMemory]:
         """A page of the memories of these sessions (all when ``None``) after ``after_id``."""
-        async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_EXPORT_DISTILLED,
-                None if session_keys is None else list(session_keys),
-                after_id,
-                limit,
-            )
+        records = await self._sessions_page(SQL_EXPORT_DISTILLED, session_keys, after_id, limit)
         return [
             PortableMemory(_distilled(r), float(r["base_importance"]), tuple(r["source_uuids"]))
             for r in records

@@ -821,13 +821,7 @@ class PgDialogueStore(PgStore):
         self, session_keys: Sequence[str] | None, after_id: int, limit: int
     ) -> list[ExportedTurn]:
         """A page of the turns of these sessions (all when ``None``) after ``after_id``."""
-        async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_EXPORT_TURNS,
-                None if session_keys is None else list(session_keys),
-                after_id,
-                limit,
-            )
+        records = await self._sessions_page(SQL_EXPORT_TURNS, session_keys, after_id, limit)
         return [
             ExportedTurn(_turn(r), json.loads(r["raw_segments"]) if r["raw_segments"] else None)
             for r in records
@@ -1083,11 +1077,7 @@ class PgDialogueStore(PgStore):
             )
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
-        async with self._connection() as conn, conn.transaction():
-            await conn.executemany(
-                SQL_SET_EMBEDDING,
-                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
-            )
+        await self._write_embeddings(SQL_SET_EMBEDDING, ids, vectors, model)
 
     async def pending_keywords(self, limit: int) -> list[tuple[int, str]]:
         """Rows whose keywords are still to be made, oldest first: (id, indexed text in the

@@ -3,10 +3,11 @@ errors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
+import numpy as np
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import DatabaseUnavailableError, StorageError
@@ -53,3 +54,24 @@ class PgStore:
                 return
             async with self._pool.acquire() as conn:
                 yield conn
+
+    async def _write_embeddings(
+        self, sql: str, ids: Sequence[int], vectors: np.ndarray, model: str
+    ) -> None:
+        """Run ``sql`` (``$1`` id, ``$2`` vector, ``$3`` model) for each row, in one transaction."""
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(
+                sql, [(row_id, vectors[i], model) for i, row_id in enumerate(ids)]
+            )
+
+    async def _sessions_page(
+        self, sql: str, session_keys: Sequence[str] | None, after_id: int, limit: int
+    ) -> list[asyncpg.Record]:
+        """An export page: ``sql`` (``$1`` session keys or NULL for all, ``$2`` the last id
+        read, ``$3`` the page size)."""
+        async with self._connection() as conn:
+            return list(
+                await conn.fetch(
+                    sql, None if session_keys is None else list(session_keys), after_id, limit
+                )
+            )
