@@ -286,7 +286,7 @@ UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE ses
 SQL_COUNT_WAITING_SESSIONS = "SELECT count(*) FROM distilled_sessions WHERE pending_turns > 0"
 
 # ----------------------------------------------------------------------------- the console
-# The operator console's views of distilled memories (issue 14).
+# The operator console's views of distilled memories.
 
 # Every session holding memories: when one was last confirmed in its chat, and its count of
 # current memories.

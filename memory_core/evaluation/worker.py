@@ -137,7 +137,7 @@ class EvaluationWorker:
         settled = 0
         for item in chunk:
             if item.attempts + 1 >= MAX_ATTEMPTS:
-                # The seed's fallback: keep the exchange without a score, and count it.
+                # Given up: keep the exchange without a score (never lose it), and count it.
                 await store.finish(item, metrics={FAILED: 1}, day=day)
                 settled += 1
             else:

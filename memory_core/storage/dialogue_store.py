@@ -406,7 +406,7 @@ FROM dialogues
 """
 
 # ----------------------------------------------------------------------------- the console
-# The operator console's views of the turns (issue 14). Every query about a session names it,
+# The operator console's views of the turns. Every query about a session names it,
 # so no view of one session can show another's rows.
 
 # Who and where, read back from a session key ("{user}" or "{group}:{user}").
