@@ -6,10 +6,18 @@ from datetime import date
 
 from .pg import PgStore
 
-SQL_BUMP_METRIC = """
-INSERT INTO memory_daily_stats (day, metric, value) VALUES ($1, $2, $3)
+
+def bump_sql(day: str, metric: str, value: str) -> str:
+    """The statement adding ``value`` to counter ``metric`` of ``day`` (SQL parameters such as
+    ``$1``; a constant of the caller, never input): to end a caller's own statement, so that
+    its change and the count cost one round trip."""
+    return f"""
+INSERT INTO memory_daily_stats (day, metric, value) VALUES ({day}, {metric}, {value})
 ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + EXCLUDED.value
 """
+
+
+SQL_BUMP_METRIC = bump_sql("$1", "$2", "$3")
 
 SQL_METRIC_TOTALS = """
 SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats WHERE day >= $1 GROUP BY metric
