@@ -241,12 +241,9 @@ SQL_BY_USER = f"""
 SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 ORDER BY created_at, id
 """
 # Export (memory_core.transfer): a page of a set of sessions' memories (NULL: all), history
-# included, with their source turns named by message_uuid (row ids differ between databases).
+# included (the exporter names their source turns through the dialogue store).
 SQL_EXPORT_DISTILLED = f"""
-SELECT {DISTILLED_COLUMNS}, base_importance,
-       ARRAY(SELECT t.message_uuid FROM dialogues t
-             WHERE t.id = ANY(d.source_turn_ids) ORDER BY t.id) AS source_uuids
-FROM distilled_memories d
+SELECT {DISTILLED_COLUMNS}, base_importance FROM distilled_memories
 WHERE ($1::text[] IS NULL OR session_key = ANY($1::text[])) AND id > $2
 ORDER BY id LIMIT $3
 """
@@ -612,13 +609,11 @@ class PgDistilledStore(PgCounterStore):
 
     async def export_page(
         self, session_keys: Sequence[str] | None, after_id: int, limit: int
-    ) -> list[PortableMemory]:
-        """A page of the memories of these sessions (all when ``None``) after ``after_id``."""
+    ) -> list[tuple[DistilledMemory, float]]:
+        """A page of the memories of these sessions (all when ``None``) after ``after_id``,
+        each with its base importance (before use raised it)."""
         records = await self._sessions_page(SQL_EXPORT_DISTILLED, session_keys, after_id, limit)
-        return [
-            PortableMemory(_distilled(r), float(r["base_importance"]), tuple(r["source_uuids"]))
-            for r in records
-        ]
+        return [(_distilled(r), float(r["base_importance"])) for r in records]
 
     async def import_memory(
         self, row: PortableMemory, source_turn_ids: Sequence[int]

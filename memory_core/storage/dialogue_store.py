@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -262,6 +262,7 @@ ORDER BY id LIMIT $3
 SQL_IDS_BY_UUID = """
 SELECT message_uuid, id FROM dialogues WHERE message_uuid = ANY($1::text[])
 """
+SQL_UUIDS_BY_ID = "SELECT id, message_uuid FROM dialogues WHERE id = ANY($1::bigint[])"
 # An imported turn keeps the retention its source gave it (score and expiry).
 SQL_SET_RETENTION = """
 UPDATE dialogues SET score = $2, expires_at = CASE WHEN pinned THEN NULL ELSE $3::timestamptz END
@@ -832,6 +833,12 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             records = await conn.fetch(SQL_IDS_BY_UUID, list(message_uuids))
         return {r["message_uuid"]: r["id"] for r in records}
+
+    async def uuids_by_id(self, ids: Collection[int]) -> dict[int, str]:
+        """The message_uuid of those of ``ids`` that are stored (an export names turns so)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_UUIDS_BY_ID, list(ids))
+        return {r["id"]: r["message_uuid"] for r in records}
 
     async def set_retention(self, rows: Sequence[tuple[str, int | None, datetime | None]]) -> None:
         """Give turns (by message_uuid) their score and expiry."""
