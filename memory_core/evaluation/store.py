@@ -28,12 +28,8 @@ WITH due AS (
     FROM due WHERE q.assistant_turn_id = due.assistant_turn_id
     RETURNING q.assistant_turn_id, q.user_turn_id, q.attempts, q.enqueued_at
 )
-SELECT c.assistant_turn_id, c.user_turn_id, c.attempts,
-       u.content AS user_text, a.content AS assistant_text, a.created_at, a.session_key
-FROM claimed c
-JOIN dialogues u ON u.id = c.user_turn_id
-JOIN dialogues a ON a.id = c.assistant_turn_id
-ORDER BY c.enqueued_at, c.assistant_turn_id
+SELECT assistant_turn_id, user_turn_id, attempts FROM claimed
+ORDER BY enqueued_at, assistant_turn_id
 """
 CLAIM_LEASE = timedelta(minutes=10)
 
@@ -44,6 +40,15 @@ SQL_DEQUEUE_EVALUATION = "DELETE FROM evaluation_queue WHERE assistant_turn_id =
 SQL_POSTPONE_EVALUATION = """
 UPDATE evaluation_queue SET attempts = attempts + 1, not_before = $2 WHERE assistant_turn_id = $1
 """
+
+
+@dataclass(frozen=True)
+class ClaimedEvaluation:
+    """A queue item claimed for this worker: the exchange by its two turns' ids."""
+
+    assistant_turn_id: int
+    user_turn_id: int
+    attempts: int
 
 
 @dataclass(frozen=True)
@@ -64,21 +69,13 @@ class PgEvaluationStore(PgCounterStore):
         async with self._connection() as conn:
             await conn.execute(SQL_ENQUEUE_EVALUATION, assistant_turn_id, user_turn_id)
 
-    async def claim_due(self, now: datetime, limit: int) -> list[PendingEvaluation]:
+    async def claim_due(self, now: datetime, limit: int) -> list[ClaimedEvaluation]:
         """Up to ``limit`` due items, claimed for this worker (see ``SQL_CLAIM_EVALUATIONS``);
         each is then finished or postponed."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_CLAIM_EVALUATIONS, now, limit, now + CLAIM_LEASE)
         return [
-            PendingEvaluation(
-                r["assistant_turn_id"],
-                r["user_turn_id"],
-                r["attempts"],
-                r["user_text"],
-                r["assistant_text"],
-                r["created_at"],
-                r["session_key"],
-            )
+            ClaimedEvaluation(r["assistant_turn_id"], r["user_turn_id"], r["attempts"])
             for r in records
         ]
 

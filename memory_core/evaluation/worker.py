@@ -19,7 +19,7 @@ from ..storage.database_handle import Database
 from ..storage.dialogue_store import PgDialogueStore
 from .evaluator import Evaluator, Exchange
 from .retention import RetentionPolicy
-from .store import PendingEvaluation, PgEvaluationStore
+from .store import ClaimedEvaluation, PendingEvaluation, PgEvaluationStore
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,10 @@ class EvaluationWorker:
             settled = 0
             while True:
                 moment = now or datetime.now(timezone.utc)
-                due = await self._store().claim_due(moment, self._batch_size * self._concurrency)
+                claimed = await self._store().claim_due(
+                    moment, self._batch_size * self._concurrency
+                )
+                due = await self._with_texts(claimed)
                 if not due:
                     return settled
                 # One exchange a call when there is no backlog, batches when there is.
@@ -96,6 +99,28 @@ class EvaluationWorker:
                 settled += sum(results)
                 if sum(results) == 0:
                     return settled  # everything was postponed; try again later
+
+    async def _with_texts(self, claimed: Sequence[ClaimedEvaluation]) -> list[PendingEvaluation]:
+        """The claimed exchanges with their turns' texts (an item whose turn is gone is left
+        out: the queue row went with it)."""
+        wanted = {i for c in claimed for i in (c.user_turn_id, c.assistant_turn_id)}
+        turns = await self._database.store(PgDialogueStore).turns_by_id(wanted)
+        pending = []
+        for c in claimed:
+            user, reply = turns.get(c.user_turn_id), turns.get(c.assistant_turn_id)
+            if user is not None and reply is not None:
+                pending.append(
+                    PendingEvaluation(
+                        c.assistant_turn_id,
+                        c.user_turn_id,
+                        c.attempts,
+                        user.content,
+                        reply.content,
+                        reply.created_at,
+                        reply.session_key,
+                    )
+                )
+        return pending
 
     async def _settle(self, chunk: Sequence[PendingEvaluation], now: datetime) -> int:
         async with self._slots:

@@ -262,6 +262,7 @@ ORDER BY id LIMIT $3
 SQL_IDS_BY_UUID = """
 SELECT message_uuid, id FROM dialogues WHERE message_uuid = ANY($1::text[])
 """
+SQL_TURNS_BY_ID = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE id = ANY($1::bigint[])"
 SQL_UUIDS_BY_ID = "SELECT id, message_uuid FROM dialogues WHERE id = ANY($1::bigint[])"
 # An imported turn keeps the retention its source gave it (score and expiry).
 SQL_SET_RETENTION = """
@@ -833,6 +834,12 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             records = await conn.fetch(SQL_IDS_BY_UUID, list(message_uuids))
         return {r["message_uuid"]: r["id"] for r in records}
+
+    async def turns_by_id(self, ids: Collection[int]) -> dict[int, MemoryTurn]:
+        """Those of ``ids`` that are stored, by id."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_TURNS_BY_ID, list(ids))
+        return {r["id"]: _turn(r) for r in records}
 
     async def uuids_by_id(self, ids: Collection[int]) -> dict[int, str]:
         """The message_uuid of those of ``ids`` that are stored (an export names turns so)."""
