@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
 from ..distill.store import MemoryEdit, MemorySessionStats, PgDistilledStore
@@ -32,6 +32,7 @@ from ..storage.dialogue_store import (
     TurnsShown,
 )
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
+from ..storage.row_changes import RowTaker
 from .store import (
     Audit,
     AuditEntry,
@@ -46,10 +47,13 @@ if TYPE_CHECKING:
     from ..service import TemporalMemory
 
 PAGE_SIZE = 50
+EditedT = TypeVar("EditedT", MemoryTurn, DistilledMemory)
 MEMORY_LIMIT = 200
 SEARCH_MAX_CHARS = 200
 DISTILLED_MAX_CHARS = 2000
-KINDS = ("turn", "distilled")
+# The store owning each kind of row the console deletes into its bin and restores.
+OWNERS: dict[str, type[RowTaker]] = {"turn": PgDialogueStore, "distilled": PgDistilledStore}
+KINDS = tuple(OWNERS)
 
 
 @dataclass(frozen=True)
@@ -294,14 +298,8 @@ class MemoryConsole:
             text_form=form,
         )
         async with self.memory.database.transaction() as tx:
-            dialogues = tx.store(PgDialogueStore)
-            before = await dialogues.lock_turn(session_key, turn_id)
-            if before is None:
-                return None
-            after = await dialogues.edit_turn(session_key, turn_id, edit)
-            audit = Audit(actor, "edit", "turn", turn_id, session_key, before.content, content)
-            await tx.store(PgConsoleStore).write_audit(audit)
-        return after
+            edited = await tx.store(PgDialogueStore).edit_turn(session_key, turn_id, edit)
+            return await self._audited_edit(tx, "turn", session_key, turn_id, edited, actor)
 
     async def edit_memory(
         self, session_key: str, memory_id: int, text: str, *, actor: str
@@ -324,15 +322,26 @@ class MemoryConsole:
         )
         with conflicts_refused("这个会话已有一条内容相同的记忆"):
             async with self.memory.database.transaction() as tx:
-                distilled = tx.store(PgDistilledStore)
-                before = await distilled.lock_memory(session_key, memory_id)
-                if before is None:
-                    return None
-                after = await distilled.edit_memory(session_key, memory_id, edit)
-                audit = Audit(
-                    actor, "edit", "distilled", memory_id, session_key, before.content, content
+                edited = await tx.store(PgDistilledStore).edit_memory(session_key, memory_id, edit)
+                return await self._audited_edit(
+                    tx, "distilled", session_key, memory_id, edited, actor
                 )
-                await tx.store(PgConsoleStore).write_audit(audit)
+
+    async def _audited_edit(
+        self,
+        tx: Transaction,
+        kind: str,
+        session_key: str,
+        item_id: int,
+        edited: tuple[str, EditedT] | None,
+        actor: str,
+    ) -> EditedT | None:
+        """Log an edit in its transaction (text before and after); the row after, if any."""
+        if edited is None:
+            return None
+        before_text, after = edited
+        audit = Audit(actor, "edit", kind, item_id, session_key, before_text, after.content)
+        await tx.store(PgConsoleStore).write_audit(audit)
         return after
 
     async def delete(
@@ -345,10 +354,7 @@ class MemoryConsole:
         now = now or datetime.now(timezone.utc)
         keep = timedelta(days=self.memory.settings.memory_recycle_days)
         async with self.memory.database.transaction() as tx:
-            if kind == "turn":
-                taken = await tx.store(PgDialogueStore).take_turn(session_key, item_id)
-            else:
-                taken = await tx.store(PgDistilledStore).take_memory(session_key, item_id)
+            taken = await tx.store(OWNERS[kind]).take_row(session_key, item_id)
             if taken is None:
                 return None
             console = tx.store(PgConsoleStore)
@@ -427,10 +433,7 @@ class MemoryConsole:
                 if taken is None:
                     return None
                 item, row_data = taken
-                if item.kind == "turn":
-                    await tx.store(PgDialogueStore).put_back_turn(row_data)
-                else:
-                    await tx.store(PgDistilledStore).put_back_memory(row_data)
+                await tx.store(OWNERS[item.kind]).put_back_row(row_data)
                 await console.write_audit(
                     Audit(actor, "restore", item.kind, item.item_id, item.session_key,
                           after_text=item.summary)

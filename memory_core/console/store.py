@@ -20,12 +20,12 @@ import asyncpg
 from ..errors import StorageError
 from ..models import MemoryTurn
 from ..storage.pg import PgStore, rows_affected
+from ..storage.row_changes import TakenRow
 from ..storage.scopes import scope_delete
-from ..storage.taken_rows import TakenRow
 
 # ----------------------------------------------------------------------------- recycle bin
 
-# A row its owner's store took out (``storage.taken_rows``), kept whole until restored or purged.
+# A row its owner's store took out (``storage.row_changes``), kept whole until restored or purged.
 SQL_TO_BIN = """
 INSERT INTO memory_recycle_bin
     (kind, item_id, session_key, user_id, group_id, summary, row_data, deleted_by, purge_after)

@@ -19,8 +19,8 @@ import numpy as np
 
 from ..storage.counters import PgCounterStore
 from ..storage.pg import rows_affected
+from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from ..storage.scopes import scope_delete
-from ..storage.taken_rows import TakenRow, put_back_sql, take_sql, taken_row
 from .memory import DistilledKind, DistilledMemory, ExtractedMemory, content_hash
 
 DISTILLED_COLUMNS = (
@@ -303,16 +303,13 @@ UPDATE distilled_memories SET pinned = $3, updated_at = now()
 WHERE id = $1 AND session_key = $2
 RETURNING content
 """
-# The console's edit: the row locked first (its text before goes to the audit log), then changed.
-SQL_LOCK_MEMORY = f"""
-SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE id = $1 AND session_key = $2 FOR UPDATE
-"""
-SQL_EDIT_MEMORY = f"""
-UPDATE distilled_memories SET content = $3, content_hash = $4, embedding = $5::halfvec,
-       embedding_model = $6, updated_at = now()
-WHERE id = $1 AND session_key = $2
-RETURNING {DISTILLED_COLUMNS}
-"""
+# The console's edit (its text before goes to the audit log).
+SQL_EDIT_MEMORY = edit_sql(
+    "distilled_memories",
+    "content = $3, content_hash = $4, embedding = $5::halfvec, embedding_model = $6, "
+    "updated_at = now()",
+    DISTILLED_COLUMNS,
+)
 SQL_TAKE_MEMORY = take_sql("distilled_memories")
 SQL_PUT_BACK_MEMORY = put_back_sql("distilled_memories")
 
@@ -438,8 +435,11 @@ def _session(record: asyncpg.Record) -> SessionDue:
     )
 
 
-class PgDistilledStore(PgCounterStore):
+class PgDistilledStore(PgCounterStore, RowTaker):
     """Distilled memories, extraction bookkeeping and the daily counters they bump."""
+
+    SQL_TAKE = SQL_TAKE_MEMORY
+    SQL_PUT_BACK = SQL_PUT_BACK_MEMORY
 
     # ---------------------------------------------------------------- writing
 
@@ -734,27 +734,11 @@ class PgDistilledStore(PgCounterStore):
             text = await conn.fetchval(SQL_PIN_MEMORY, memory_id, session_key, pinned)
         return None if text is None else str(text)
 
-    async def lock_memory(self, session_key: str, memory_id: int) -> DistilledMemory | None:
-        """Lock a memory of this session for a change in the caller's transaction."""
-        async with self._connection() as conn:
-            record = await conn.fetchrow(SQL_LOCK_MEMORY, memory_id, session_key)
-        return None if record is None else _distilled(record)
-
     async def edit_memory(
         self, session_key: str, memory_id: int, edit: MemoryEdit
-    ) -> DistilledMemory | None:
-        """Replace a memory's text and embedding; the memory after, or ``None``."""
+    ) -> tuple[str, DistilledMemory] | None:
+        """Replace a memory's text and embedding; (text before, memory after), or ``None`` if
+        the session has no such memory."""
         async with self._connection() as conn:
             record = await conn.fetchrow(SQL_EDIT_MEMORY, memory_id, session_key, *edit.values())
-        return None if record is None else _distilled(record)
-
-    async def take_memory(self, session_key: str, memory_id: int) -> TakenRow | None:
-        """Delete a memory of this session, returning it whole (for the recycle bin)."""
-        async with self._connection() as conn:
-            record = await conn.fetchrow(SQL_TAKE_MEMORY, memory_id, session_key)
-        return None if record is None else taken_row(record)
-
-    async def put_back_memory(self, row_data: str) -> None:
-        """Insert a memory taken by ``take_memory`` again, as it was."""
-        async with self._connection() as conn:
-            await conn.execute(SQL_PUT_BACK_MEMORY, row_data)
+        return None if record is None else (record["before_text"], _distilled(record))

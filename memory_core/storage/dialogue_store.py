@@ -18,9 +18,9 @@ from ..lang.indexed import indexed_text
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn, RecalledMessage
 from .opt_outs import not_opted_out
-from .pg import PgStore, rows_affected
+from .pg import rows_affected
+from .row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from .scopes import scope_delete
-from .taken_rows import TakenRow, put_back_sql, take_sql, taken_row
 
 TURN_COLUMNS = (
     "id, message_uuid, session_key, self_id, user_id, group_id, chat_type, role, content, "
@@ -496,16 +496,13 @@ UPDATE dialogues SET pinned = $3, expires_at = CASE WHEN $3 THEN NULL ELSE $4::t
 WHERE id = $1 AND session_key = $2
 RETURNING content
 """
-# The console's edit: the row locked first (its text before goes to the audit log), then changed.
-SQL_LOCK_TURN = (
-    f"SELECT {TURN_COLUMNS} FROM dialogues WHERE id = $1 AND session_key = $2 FOR UPDATE"
+# The console's edit (its text before goes to the audit log).
+SQL_EDIT_TURN = edit_sql(
+    "dialogues",
+    "content = $3, token_count = $4, embedding = $5::halfvec, embedding_model = $6, "
+    "keywords = array_to_tsvector($7::text[]), text_form = $8",
+    TURN_COLUMNS,
 )
-SQL_EDIT_TURN = f"""
-UPDATE dialogues SET content = $3, token_count = $4, embedding = $5::halfvec,
-       embedding_model = $6, keywords = array_to_tsvector($7::text[]), text_form = $8
-WHERE id = $1 AND session_key = $2
-RETURNING {TURN_COLUMNS}
-"""
 # Distillation reads a session after its watermark by id, not time: the watermark is an id, and
 # a turn spooled during an outage (stored later, with its original time) must still be read
 # once. Turns already expired are skipped.
@@ -790,8 +787,11 @@ def raw_segments_json(segments: Sequence[dict[str, Any]] | None) -> str | None:
     return json.dumps(list(segments), ensure_ascii=False, default=str)
 
 
-class PgDialogueStore(PgStore):
+class PgDialogueStore(RowTaker):
     """The dialogue table: inserting, searching, windows, deleting, embeddings, metadata."""
+
+    SQL_TAKE = SQL_TAKE_TURN
+    SQL_PUT_BACK = SQL_PUT_BACK_TURN
 
     async def insert_turn(self, row: NewTurnRow) -> MemoryTurn | None:
         """Insert one turn; ``None`` when a turn with the same message_uuid exists."""
@@ -1312,17 +1312,14 @@ class PgDialogueStore(PgStore):
             text = await conn.fetchval(SQL_PIN_TURN, turn_id, session_key, pinned, expires_at)
         return None if text is None else str(text)
 
-    async def lock_turn(self, session_key: str, turn_id: int) -> MemoryTurn | None:
-        """Lock a turn of this session for a change in the caller's transaction."""
-        async with self._connection() as conn:
-            record = await conn.fetchrow(SQL_LOCK_TURN, turn_id, session_key)
-        return None if record is None else _turn(record)
-
-    async def edit_turn(self, session_key: str, turn_id: int, edit: TurnEdit) -> MemoryTurn | None:
-        """Replace a turn's text and what is derived from it; the turn after, or ``None``."""
+    async def edit_turn(
+        self, session_key: str, turn_id: int, edit: TurnEdit
+    ) -> tuple[str, MemoryTurn] | None:
+        """Replace a turn's text and what is derived from it; (text before, turn after), or
+        ``None`` if the session has no such turn."""
         async with self._connection() as conn:
             record = await conn.fetchrow(SQL_EDIT_TURN, turn_id, session_key, *edit.values())
-        return None if record is None else _turn(record)
+        return None if record is None else (record["before_text"], _turn(record))
 
     async def undistilled_turns(
         self, session_key: str, after_id: int, now: datetime, limit: int
@@ -1357,17 +1354,6 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             kept = await conn.fetchval(SQL_LOCK_SOURCE_TURNS, wanted)
         return bool(kept == len(wanted))
-
-    async def take_turn(self, session_key: str, turn_id: int) -> TakenRow | None:
-        """Delete a turn of this session, returning it whole (for the recycle bin)."""
-        async with self._connection() as conn:
-            record = await conn.fetchrow(SQL_TAKE_TURN, turn_id, session_key)
-        return None if record is None else taken_row(record)
-
-    async def put_back_turn(self, row_data: str) -> None:
-        """Insert a turn taken by ``take_turn`` again, as it was."""
-        async with self._connection() as conn:
-            await conn.execute(SQL_PUT_BACK_TURN, row_data)
 
     async def groups_with_turns(self, limit: int) -> list[int]:
         async with self._connection() as conn:
