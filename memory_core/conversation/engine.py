@@ -376,8 +376,10 @@ class ConversationEngine:
         return turn.created_at + _JUST_BEFORE
 
     async def _store(self, turn: TurnInput) -> AddOutcome | None:
+        # Only the query's embedding is needed for the reply: the turn's own follows in the
+        # background, batched with other sessions' turns.
         try:
-            return await self._memory.add_turn(turn)
+            return await self._memory.add_turn(turn, embed_later=True)
         except InvalidTurnError as exc:
             log.info("turn of session %s not stored: %s", turn.session_key, exc)
             return None
