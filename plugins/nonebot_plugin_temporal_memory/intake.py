@@ -152,8 +152,9 @@ class NameCache:
 
 
 class MemberNames:
-    """Group card / nickname of @-mentioned members, looked up once an hour at most; per
-    message, at most ``_NAME_LOOKUPS_PER_MESSAGE`` members, ``_NAME_LOOKUPS_AT_ONCE`` at a time."""
+    """Group card / nickname of @-mentioned members, looked up once an hour at most (a member
+    the client cannot name is not asked about again within the hour either); per message, at
+    most ``_NAME_LOOKUPS_PER_MESSAGE`` members, ``_NAME_LOOKUPS_AT_ONCE`` at a time."""
 
     def __init__(self) -> None:
         self._cache = NameCache()
@@ -163,9 +164,9 @@ class MemberNames:
         missing: list[str] = []
         for qq in dict.fromkeys(qqs):
             cached = self._cache.get((group_id, qq))
-            if cached is not None:
+            if cached:
                 found[qq] = cached
-            elif qq.isdigit() and len(missing) < _NAME_LOOKUPS_PER_MESSAGE:
+            elif cached is None and qq.isdigit() and len(missing) < _NAME_LOOKUPS_PER_MESSAGE:
                 missing.append(qq)
         if missing:
             slots = asyncio.Semaphore(_NAME_LOOKUPS_AT_ONCE)
@@ -173,9 +174,9 @@ class MemberNames:
                 *(self._lookup(bot, group_id, qq, slots) for qq in missing)
             )
             for qq, name in zip(missing, looked_up, strict=False):
+                self._cache.put((group_id, qq), name)
                 if name:
                     found[qq] = name
-                    self._cache.put((group_id, qq), name)
         return found
 
     @staticmethod

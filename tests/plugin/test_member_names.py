@@ -52,3 +52,25 @@ async def test_the_same_member_mentioned_many_times_is_looked_up_once(intake):
     names, bot = intake.MemberNames(), CountingBot()
     found = await names.resolve(bot, 500, ["123"] * 2000)
     assert bot.asked == [123] and found == {"123": "成员123"}
+
+
+class UnreachableBot:
+    """A client that cannot look members up, counting how often it is asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    async def get_group_member_info(self, *, group_id: int, user_id: int) -> dict[str, Any]:
+        from nonebot.adapters.onebot.v11 import NetworkError
+
+        self.asked.append(user_id)
+        raise NetworkError("client offline")
+
+
+async def test_a_member_the_client_cannot_name_is_not_asked_about_again_within_the_hour(intake):
+    names, bot = intake.MemberNames(), UnreachableBot()
+    assert await names.resolve(bot, 500, ["123"]) == {}
+    assert await names.resolve(bot, 500, ["123"]) == {}  # keeps the number, no second lookup
+    assert bot.asked == [123]
+    # The remembered failure does not use up the per-message lookups of other members.
+    assert await names.resolve(CountingBot(), 500, ["123", "456"]) == {"456": "成员456"}
