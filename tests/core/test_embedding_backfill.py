@@ -162,7 +162,9 @@ async def test_a_failed_backfill_is_tried_again_by_the_maintenance_loop_without_
 async def test_turns_to_embed_later_are_stored_at_once_and_embedded_in_one_call(memory_factory):
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder, embedding_defer_window=0.2)
-    outcomes = [await memory.add_turn(said(f"我养了{i}只猫", i), embed_later=True) for i in (1, 2, 3)]
+    outcomes = [
+        await memory.add_turn(said(f"我养了{i}只猫", i), embed_later=True) for i in (1, 2, 3)
+    ]
     assert all(o.turn is not None for o in outcomes)
     assert embedder.calls == 0
     assert (await memory.stats()).store.pending_embeddings == 3

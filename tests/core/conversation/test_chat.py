@@ -28,8 +28,8 @@ from memory_core.conversation.engine import (
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
-from memory_core.recall.options import RecallOptions
 from memory_core.providers.embedding import CachedEmbedder
+from memory_core.recall.options import RecallOptions
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.fakes import HashingEmbedder
