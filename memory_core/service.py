@@ -551,10 +551,13 @@ class TemporalMemory:
     async def _write_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
         await self._dialogues().set_embeddings(ids, vectors, self.embedding_model)
 
-    async def settle_embeddings(self) -> None:
+    async def settle_embeddings(self, timeout: float | None = None) -> None:
         """Wait until the turns stored with ``embed_later`` so far have their vectors (or were
-        left to the backfill because the embedder or the database failed)."""
-        await self._deferred.settled()
+        left to the backfill because the embedder or the database failed), at most
+        ``timeout`` seconds: a search someone asked for by name (``/recall``) should find by
+        meaning what was just said."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._deferred.settled(), timeout)
 
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
         """Embed turns stored without an embedding; returns how many were embedded (turns
