@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from memory_core.models import TurnInput
+from memory_core.service import TemporalMemory
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 WORDS = [
@@ -97,6 +98,14 @@ def unit_vectors(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
     v = rng.standard_normal((n, dim)).astype(np.float32)
     unit: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
     return unit
+
+
+async def add_with_random_vectors(
+    memory: TemporalMemory, turns: Sequence[TurnInput], rng: np.random.Generator, batch_size: int
+) -> None:
+    """Store ``turns`` with random unit vectors of the memory's dimension (no model runs)."""
+    vectors = unit_vectors(len(turns), memory.embedding_dim, rng)
+    await memory.add_dialogues(list(turns), embeddings=vectors, batch_size=batch_size)
 
 
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:

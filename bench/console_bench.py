@@ -25,12 +25,12 @@ import numpy as np
 from bench.common import (
     T0,
     RandomQueryEmbedder,
+    add_with_random_vectors,
     bench_data_dir,
     fmt,
     machine_line,
     percentiles,
     synthetic_turns,
-    unit_vectors,
 )
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.service import open_memory
@@ -61,11 +61,7 @@ async def build_database(data_dir: Path, rows: int, sessions: int, heavy_share: 
                     dataclasses.replace(t, created_at=(t.created_at or FIRST) + shift)
                     for t in synthetic_turns(start, count, sessions, rng, heavy_share)
                 ]
-                await memory.add_dialogues(
-                    turns,
-                    embeddings=unit_vectors(count, LOCAL_EMBEDDING_DIM, rng),
-                    batch_size=CHUNK,
-                )
+                await add_with_random_vectors(memory, turns, rng, CHUNK)
                 print(f"\r  imported {start + count}/{rows}", end="", flush=True)
         print()
         for s in range(0, min(sessions, 200), 2):  # a few facts in a hundred private chats

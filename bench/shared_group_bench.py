@@ -19,12 +19,12 @@ import numpy as np
 from bench.common import (
     T0,
     RandomQueryEmbedder,
+    add_with_random_vectors,
     bench_data_dir,
     fmt,
     machine_line,
     percentiles,
     synthetic_turns,
-    unit_vectors,
 )
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
@@ -48,11 +48,6 @@ def team_turns(start: int, count: int, members: int) -> list[TurnInput]:
         )
         for i in range(start, start + count)
     ]
-
-
-async def add(memory: TemporalMemory, turns: list[TurnInput], dim: int, seed: int) -> None:
-    vectors = unit_vectors(len(turns), dim, np.random.default_rng(seed))
-    await memory.add_dialogues(turns, embeddings=vectors, batch_size=CHUNK)
 
 
 async def timed_recall(memory: TemporalMemory, queries: int) -> dict[str, float]:
@@ -81,10 +76,13 @@ async def run(sizes: list[int], members: int, background: int, dim: int, queries
             rng = np.random.default_rng(1)
             for start in range(0, background, CHUNK):
                 count = min(CHUNK, background - start)
-                await add(memory, synthetic_turns(start, count, 1000, rng), dim, start)
+                turns = synthetic_turns(start, count, 1000, rng)
+                await add_with_random_vectors(memory, turns, np.random.default_rng(start), CHUNK)
             filled = 0
             for size in sorted(sizes):
-                await add(memory, team_turns(filled, size - filled, members), dim, 10**6 + size)
+                team = team_turns(filled, size - filled, members)
+                vectors_rng = np.random.default_rng(10**6 + size)
+                await add_with_random_vectors(memory, team, vectors_rng, CHUNK)
                 filled = size
                 async with memory.database.pool.acquire() as conn:  # bench-only: fresh statistics
                     await conn.execute("VACUUM ANALYZE dialogues")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .console.store import PgConsoleStore
-from .context.block import MemoryBlock, build_memory_block
+from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .context.builder import ContextBuilder, MemoryContext
 from .distill.service import DistilledService
 from .errors import (
@@ -50,6 +50,7 @@ from .recall.retriever import Retriever
 from .recall.sharing import GroupSharing
 from .settings import MemorySettings
 from .stats import EvaluationFigures, MemoryStats
+from .storage.counters import PgCounterStore
 from .storage.database import (
     CONNECTION_ERRORS,
     DatabaseLocation,
@@ -139,6 +140,7 @@ class TemporalMemory:
         )
         self._retriever = Retriever(
             settings=settings,
+            database=self.database,
             embedder=embedder,
             vector_index=self.vector_index,
             reranker=reranker,
@@ -669,7 +671,6 @@ class TemporalMemory:
         :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and the filters,
         and ``recall.options.RecallOptions`` for the knobs."""
         return await self._retriever.recall(
-            self._dialogues(),
             user_id,
             query,
             group_id,
@@ -700,15 +701,15 @@ class TemporalMemory:
     ) -> MemoryBlock:
         """The time-stamped memory block for a prompt, within the token budget; ``asker``
         labels a shared group's other members (``build_memory_block``)."""
-        return build_memory_block(
-            result.windows,
+        budget = LineBudget(
             now or datetime.now(timezone.utc),
             self.tz,
             self.token_counter,
             self.settings.memory_max_tokens if max_tokens is None else max_tokens,
-            exclude_ids=exclude_ids,
-            asker=asker,
+            exclude_ids,
+            asker,
         )
+        return build_memory_block(result.windows, budget)
 
     async def recent_turns(
         self,
@@ -850,7 +851,7 @@ class TemporalMemory:
     async def count_daily(self, metrics: dict[str, int], now: datetime | None = None) -> None:
         """Add to today's counters (``memory_daily_stats``, the console's charts)."""
         now = now or datetime.now(timezone.utc)
-        await self.database.store(PgEvaluationStore).bump(now.astimezone(self.tz).date(), metrics)
+        await self.database.store(PgCounterStore).bump(now.astimezone(self.tz).date(), metrics)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
         """Delete expired rows in short batches; returns how many, and counts them per day.
@@ -858,16 +859,20 @@ class TemporalMemory:
         A row is deleted once it has been expired for the short-term window
         (``CHAT_RECENT_MINUTES``): until then a "not kept" turn, gone from recall, still
         belongs to the conversation the model sees."""
-        store = self.database.store(PgEvaluationStore)
+        store = self._dialogues()
         now = now or datetime.now(timezone.utc)
         expired_before = now - timedelta(minutes=self.settings.chat_recent_minutes)
         total = 0
         while True:
-            deleted = await store.purge_batch(expired_before, self.settings.memory_purge_batch_size)
+            deleted = await store.purge_expired(
+                expired_before, self.settings.memory_purge_batch_size
+            )
             total += deleted
             if deleted < self.settings.memory_purge_batch_size:
                 break
-        await store.bump(now.astimezone(self.tz).date(), {PURGED: total})
+        await self.database.store(PgCounterStore).bump(
+            now.astimezone(self.tz).date(), {PURGED: total}
+        )
         binned = await self.database.store(PgConsoleStore).purge_bin(now)
         log.info("purged %d expired memory row(s), %d from the recycle bin", total, binned)
         return total

@@ -15,7 +15,8 @@ GROUP_USER, GROUP_BOT = ("group", "user"), ("group", "assistant")
 
 @dataclass(frozen=True)
 class EvaluationFigures:
-    """Seed 003 §7.10.4 monitoring, from the daily counters (they survive restarts)."""
+    """The evaluation figures ``/memstat`` shows, from the daily counters (they survive
+    restarts)."""
 
     evaluator: str
     totals: dict[str, int]

@@ -1,4 +1,4 @@
--- The dialogue table (seed 003 §7.11) plus what the design needs: the bot account (self_id),
+-- The dialogue table: who said what and when, plus the bot account (self_id),
 -- the session key, the raw OneBot segments and the embedding model of each row.
 -- The embedding column has no fixed dimension; the HNSW index is an expression index on
 -- embedding::halfvec(N), created by the core for the configured dimension.

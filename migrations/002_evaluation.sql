@@ -1,5 +1,5 @@
--- Memory evaluation (seed 003 §7): exchanges waiting to be scored survive restarts, and the
--- monitoring figures (§7.10.4) are counted per day so they survive restarts too.
+-- Memory evaluation: exchanges waiting to be scored survive restarts, and the
+-- monitoring figures (/memstat) are counted per day so they survive restarts too.
 
 CREATE TABLE evaluation_queue (
     assistant_turn_id bigint PRIMARY KEY REFERENCES dialogues (id) ON DELETE CASCADE,
@@ -18,5 +18,5 @@ CREATE TABLE memory_daily_stats (
     PRIMARY KEY (day, metric)
 );
 
--- Analysis of scores (seed §7.11).
+-- Analysis of scores.
 CREATE INDEX dialogues_score ON dialogues (score) WHERE score IS NOT NULL;

@@ -1,4 +1,4 @@
--- The keyword channel (issue 6). PostgreSQL's parsers keep a Chinese sentence as one token and
+-- The keyword channel. PostgreSQL's parsers keep a Chinese sentence as one token and
 -- the embedded server has no pg_trgm, so the terms (CJK character bigrams; letter/digit tokens
 -- such as order ids, numbers and English names, whole and split) are made in Python
 -- (memory_core/keywords.py) and stored as they are with array_to_tsvector (no positions).

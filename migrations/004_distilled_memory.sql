@@ -1,7 +1,8 @@
--- Distilled memory (issue 5; seed 000 §1–§2, seed 004 §5.5): facts, preferences and summaries
+-- Distilled memory (memory_core/distill): facts, preferences and summaries
 -- an LLM extracts from a session's turns, the extraction bookkeeping of each session, and the
--- semantic answer cache (seed 004 §5.7). Raw turns stay in `dialogues`; nothing here refers to
--- them by foreign key, so purging or forgetting turns never fails because of a distilled row.
+-- semantic answer cache (memory_core/answer_cache). Raw turns stay in `dialogues`; nothing
+-- here refers to them by foreign key, so purging or forgetting turns never fails because of a
+-- distilled row.
 
 CREATE TABLE distilled_memories (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

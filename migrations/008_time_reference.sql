@@ -1,4 +1,4 @@
--- The time a turn talks about, besides the time it was said (issue 10 item 5): "我明天上午十点
+-- The time a turn talks about, besides the time it was said: "我明天上午十点
 -- 要去体检" said on Monday refers to Tuesday 05:00-12:00. Filled at store time from the turn's
 -- first time expression (memory_core/lang/timerange.py, spans of at most a week); NULL when it
 -- names none. A recall asking about a time range also finds the turns that refer into it.

@@ -1,4 +1,4 @@
--- The operator's web console (issue 14): a recycle bin and an audit log.
+-- The operator's web console (memory_core/console): a recycle bin and an audit log.
 -- A row deleted in the console is moved here whole (to_jsonb of the row, embedding and keywords
 -- included) and can be put back unchanged until purge_after; the daily purge empties what is
 -- older. A /forget of a person or a group empties their rows here too, like everywhere else.

@@ -1,4 +1,4 @@
--- The operator's console, second version (issue 14).
+-- The operator's console, second version.
 --
 -- 1. One row per session with turns: how many and the newest one, kept by statement-level
 --    triggers on dialogues. The console's session list reads these rows (a few thousand) and

@@ -1,1 +1,1 @@
-"""Retrieval quality benchmark (issue 6): ``python -m bench.retrieval``."""
+"""Retrieval quality benchmark: ``python -m bench.retrieval``."""

@@ -227,7 +227,7 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
             )
             samples.append((time.perf_counter() - started) * 1000)
         p = percentiles(samples)
-        label = mode + ("" if time_aware else " (no time: the recall before issue 6)")
+        label = mode + ("" if time_aware else " (no time: recall without the time channel)")
         print(f"| {label} | {p['p50']:.1f} | {p['p95']:.1f} |")
 
 

@@ -119,7 +119,7 @@ class PreloadEntry:
 
 def read_preload(path: Path) -> list[PreloadEntry]:
     """Question/answer pairs from a JSONL file (``{"question": …, "answer": …}`` a line; the
-    seed's ``query`` / ``response`` names work too; blank lines and ``#`` lines are skipped).
+    ``query`` / ``response`` names of older files work too; blank and ``#`` lines are skipped).
 
     Raises ``ConfigError`` naming the file and line of anything unreadable.
     """

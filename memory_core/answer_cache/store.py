@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..storage.counters import PgCounterStore
+from ..storage.counters import PgCounterStore, bump_sql
 from ..storage.pg import rows_affected
 from ..storage.scopes import scope_delete
 
@@ -53,11 +53,8 @@ FROM candidates ORDER BY embedding <=> $4, id LIMIT 1
 """
 
 # A hit is counted on the entry and in the daily counters in one round trip.
-SQL_CACHE_HIT = """
-WITH entry AS (UPDATE answer_cache SET hits = hits + 1 WHERE id = $1)
-INSERT INTO memory_daily_stats (day, metric, value) VALUES ($2, $3, 1)
-ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + 1
-"""
+_COUNT_HIT = "WITH entry AS (UPDATE answer_cache SET hits = hits + 1 WHERE id = $1)"
+SQL_CACHE_HIT = _COUNT_HIT + bump_sql("$2", "$3", "1")
 SQL_CACHE_DROP_USER_SINCE = """
 DELETE FROM answer_cache WHERE scope = 'user' AND user_id = $1 AND created_at >= $2
 """
@@ -234,8 +231,4 @@ class PgAnswerCacheStore(PgCounterStore):
         return [(r["id"], r["question_norm"]) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
-        async with self._connection() as conn, conn.transaction():
-            await conn.executemany(
-                SQL_CACHE_SET_EMBEDDING,
-                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
-            )
+        await self._write_embeddings(SQL_CACHE_SET_EMBEDDING, ids, vectors, model)

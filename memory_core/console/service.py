@@ -1,8 +1,8 @@
 """``MemoryConsole``: what the operator's web console reads and changes, framework-free.
 
 The plugin serves it as web pages; everything here works on one session at a time (its key is
-part of every query, see ``console.store``), writes each change to the audit log, and deletes
-into a recycle bin kept ``MEMORY_RECYCLE_DAYS`` days.
+part of every query), writes each change to the audit log in the change's own transaction, and
+deletes into a recycle bin kept ``MEMORY_RECYCLE_DAYS`` days.
 """
 
 from __future__ import annotations
@@ -11,43 +11,49 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
-from ..distill.store import MemorySessionStats, PgDistilledStore
+from ..distill.store import MemoryEdit, MemorySessionStats, PgDistilledStore
 from ..errors import EmbeddingError, InvalidTurnError
 from ..lang.indexed import indexed_text
 from ..lang.keywords import document_terms, normalize, substring_terms, tsquery_all
 from ..lang.text import clean_content
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
+from ..storage.counters import PgCounterStore
+from ..storage.database_handle import Transaction
 from ..storage.dialogue_store import (
     AnchorFilters,
     PgDialogueStore,
     RecallScope,
     SessionActivity,
+    TurnEdit,
     TurnsShown,
 )
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
+from ..storage.row_changes import RowTaker
 from .store import (
     Audit,
     AuditEntry,
     BinItem,
     FoundTurn,
-    MemoryEdit,
     PgConsoleStore,
     SessionRow,
-    TurnEdit,
+    conflicts_refused,
 )
 
 if TYPE_CHECKING:
     from ..service import TemporalMemory
 
 PAGE_SIZE = 50
+EditedT = TypeVar("EditedT", MemoryTurn, DistilledMemory)
 MEMORY_LIMIT = 200
 SEARCH_MAX_CHARS = 200
 DISTILLED_MAX_CHARS = 2000
-KINDS = ("turn", "distilled")
+# The store owning each kind of row the console deletes into its bin and restores.
+OWNERS: dict[str, type[RowTaker]] = {"turn": PgDialogueStore, "distilled": PgDistilledStore}
+KINDS = tuple(OWNERS)
 
 
 @dataclass(frozen=True)
@@ -291,11 +297,9 @@ class MemoryConsole:
             keywords=document_terms(indexed),
             text_form=form,
         )
-        audit = Audit(actor, "edit", "turn", turn_id, session_key, after_text=content)
-        changed = await self._store().edit_turn(turn_id, session_key, edit, audit)
-        if changed is None:
-            return None
-        return changed[1]
+        async with self.memory.database.transaction() as tx:
+            edited = await tx.store(PgDialogueStore).edit_turn(session_key, turn_id, edit)
+            return await self._audited_edit(tx, "turn", session_key, turn_id, edited, actor)
 
     async def edit_memory(
         self, session_key: str, memory_id: int, text: str, *, actor: str
@@ -316,9 +320,29 @@ class MemoryConsole:
             embedding=vector,  # type: ignore[arg-type]
             embedding_model=model,
         )
-        audit = Audit(actor, "edit", "distilled", memory_id, session_key, after_text=content)
-        changed = await self._store().edit_memory(memory_id, session_key, edit, audit)
-        return None if changed is None else changed[1]
+        with conflicts_refused("这个会话已有一条内容相同的记忆"):
+            async with self.memory.database.transaction() as tx:
+                edited = await tx.store(PgDistilledStore).edit_memory(session_key, memory_id, edit)
+                return await self._audited_edit(
+                    tx, "distilled", session_key, memory_id, edited, actor
+                )
+
+    async def _audited_edit(
+        self,
+        tx: Transaction,
+        kind: str,
+        session_key: str,
+        item_id: int,
+        edited: tuple[str, EditedT] | None,
+        actor: str,
+    ) -> EditedT | None:
+        """Log an edit in its transaction (text before and after); the row after, if any."""
+        if edited is None:
+            return None
+        before_text, after = edited
+        audit = Audit(actor, "edit", kind, item_id, session_key, before_text, after.content)
+        await tx.store(PgConsoleStore).write_audit(audit)
+        return after
 
     async def delete(
         self, kind: str, session_key: str, item_id: int, *, actor: str, now: datetime | None = None
@@ -329,8 +353,16 @@ class MemoryConsole:
             raise InvalidTurnError(f"unknown kind {kind!r}")
         now = now or datetime.now(timezone.utc)
         keep = timedelta(days=self.memory.settings.memory_recycle_days)
-        audit = Audit(actor, "delete", kind, item_id, session_key)
-        return await self._store().move_to_bin(kind, item_id, session_key, now + keep, audit)
+        async with self.memory.database.transaction() as tx:
+            taken = await tx.store(OWNERS[kind]).take_row(session_key, item_id)
+            if taken is None:
+                return None
+            console = tx.store(PgConsoleStore)
+            bin_id = await console.to_bin(kind, taken, deleted_by=actor, purge_after=now + keep)
+            await console.write_audit(
+                Audit(actor, "delete", kind, item_id, session_key, before_text=taken.summary)
+            )
+        return bin_id
 
     async def delete_many(
         self,
@@ -358,26 +390,31 @@ class MemoryConsole:
         just been evaluated; one without keeps none until it is evaluated."""
         if kind not in KINDS:
             raise InvalidTurnError(f"unknown kind {kind!r}")
-        if kind == "turn":
-            expires_at = None
-            if not pinned:
-                rows = await self._dialogues().session_turns_by_ids(session_key, [item_id])
-                policy = self.memory.retention
-                score = rows[0].turn.score if rows else None
-                if policy is not None and score is not None:
-                    expires_at = policy.expires_at(score, datetime.now(timezone.utc))
-            text = await self._dialogues().pin_turn(
-                session_key, item_id, pinned=pinned, expires_at=expires_at
+        async with self.memory.database.transaction() as tx:
+            text = await self._pin_row(tx, kind, session_key, item_id, pinned=pinned)
+            if text is None:
+                return False
+            action = "pin" if pinned else "unpin"
+            await tx.store(PgConsoleStore).write_audit(
+                Audit(actor, action, kind, item_id, session_key, before_text=text, after_text=text)
             )
-        else:
-            text = await self._distilled().pin_memory(session_key, item_id, pinned=pinned)
-        if text is None:
-            return False
-        action = "pin" if pinned else "unpin"
-        await self._store().write_audit(
-            Audit(actor, action, kind, item_id, session_key, before_text=text, after_text=text)
-        )
         return True
+
+    async def _pin_row(
+        self, tx: Transaction, kind: str, session_key: str, item_id: int, *, pinned: bool
+    ) -> str | None:
+        """Pin or unpin the row in ``tx``; its text, or ``None`` if the session has no such row."""
+        if kind != "turn":
+            return await tx.store(PgDistilledStore).pin_memory(session_key, item_id, pinned=pinned)
+        dialogues = tx.store(PgDialogueStore)
+        expires_at = None
+        if not pinned:
+            rows = await dialogues.session_turns_by_ids(session_key, [item_id])
+            policy = self.memory.retention
+            score = rows[0].turn.score if rows else None
+            if policy is not None and score is not None:
+                expires_at = policy.expires_at(score, datetime.now(timezone.utc))
+        return await dialogues.pin_turn(session_key, item_id, pinned=pinned, expires_at=expires_at)
 
     async def recycle_bin(self, session_key: str | None = None) -> list[BinItem]:
         return await self._store().bin(session_key, MEMORY_LIMIT)
@@ -388,7 +425,20 @@ class MemoryConsole:
     async def restore(self, bin_id: int, *, actor: str) -> BinItem | None:
         """Put a deleted row back as it was; ``None`` if the bin has no such item. Raises
         ``ConsoleConflictError`` when the same row was stored again meanwhile."""
-        return await self._store().restore(bin_id, actor)
+        refused = "无法恢复：同一会话里已有一条内容相同的当前记忆（或同一条消息）"
+        with conflicts_refused(refused):
+            async with self.memory.database.transaction() as tx:
+                console = tx.store(PgConsoleStore)
+                taken = await console.take_from_bin(bin_id)
+                if taken is None:
+                    return None
+                item, row_data = taken
+                await tx.store(OWNERS[item.kind]).put_back_row(row_data)
+                await console.write_audit(
+                    Audit(actor, "restore", item.kind, item.item_id, item.session_key,
+                          after_text=item.summary)
+                )  # fmt: skip
+        return item
 
     async def purge_recycle_bin(self, now: datetime | None = None) -> int:
         """Empty the bin of what was deleted more than ``MEMORY_RECYCLE_DAYS`` ago."""
@@ -437,10 +487,10 @@ class MemoryConsole:
         today = now.astimezone(tz).date()
         first = today - timedelta(days=days - 1)
         since = datetime.combine(first, datetime.min.time(), tz)
-        store = self._store()
         per_day = {d: (u, b) for d, u, b in await self._dialogues().turns_per_day(since, tz.key)}
         metrics: dict[str, dict[date, int]] = {}
-        for day, metric, value in await store.metrics_since(first):
+        counters = self.memory.database.store(PgCounterStore)
+        for day, metric, value in await counters.metrics_since(first):
             metrics.setdefault(metric, {})[day] = value
         span = tuple(first + timedelta(days=i) for i in range(days))
         return DailyFigures(

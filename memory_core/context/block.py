@@ -3,6 +3,7 @@ token budget. Pure: nothing here talks to a model or a database."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,16 +53,25 @@ def _nearest_first(window: RecallWindow) -> list[MemoryTurn]:
     return [turns[i] for i in order]
 
 
-def build_memory_block(
-    windows: Sequence[RecallWindow],
-    now: datetime,
-    tz: ZoneInfo,
-    counter: TokenCounter,
-    max_tokens: int,
-    *,
-    exclude_ids: Collection[int] = (),
-    asker: int | None = None,
-) -> MemoryBlock:
+@dataclass(frozen=True)
+class LineBudget:
+    """How memory lines are written and fitted: dated from ``now`` in ``tz``, counted by
+    ``counter`` within ``max_tokens``; ``exclude_ids`` are turns already in the prompt,
+    ``asker`` the person being answered (see ``build_memory_block``)."""
+
+    now: datetime
+    tz: ZoneInfo
+    counter: TokenCounter
+    max_tokens: int
+    exclude_ids: Collection[int] = ()
+    asker: int | None = None
+
+    def within(self, max_tokens: int) -> LineBudget:
+        """The same budget for at most ``max_tokens`` (never below zero)."""
+        return dataclasses.replace(self, max_tokens=max(max_tokens, 0))
+
+
+def build_memory_block(windows: Sequence[RecallWindow], budget: LineBudget) -> MemoryBlock:
     """Recalled windows as ``--- 相关记忆 ---`` plus one memory line per turn, in time order.
 
     Windows arrive best first and are taken greedily. A window that does not fit loses its
@@ -74,7 +84,10 @@ def build_memory_block(
     are labelled ``群友(name)`` and ``你对群友name`` (the bot's replies to them), and
     ``OTHERS_NOTE`` under the header says what that means.
     """
-    excluded = set(exclude_ids)
+    now, tz, counter, max_tokens, asker = (
+        budget.now, budget.tz, budget.counter, budget.max_tokens, budget.asker
+    )  # fmt: skip
+    excluded = set(budget.exclude_ids)
     if max_tokens <= 0 or not windows:
         return MemoryBlock(text="", turn_ids=(), tokens=0, dropped_windows=len(windows))
     names = _member_names(windows)

@@ -27,7 +27,7 @@ from ..lang.timefmt import format_absolute, relative_time_zh
 from ..lang.tokens import TokenCounter
 from ..models import RecallResult, RecallWindow
 from ..settings import MemorySettings
-from .block import build_memory_block
+from .block import LineBudget, build_memory_block
 
 PREFERENCES_HEADER = "--- 用户偏好 ---"
 FACTS_HEADER = "--- 关于用户的事实 ---"
@@ -87,19 +87,15 @@ def assemble_context(
     facts: Sequence[DistilledMemory],
     summaries: Sequence[DistilledMemory],
     windows: Sequence[RecallWindow],
-    now: datetime,
-    tz: ZoneInfo,
-    counter: TokenCounter,
-    max_tokens: int,
-    exclude_ids: Collection[int] = (),
-    asker: int | None = None,
+    budget: LineBudget,
 ) -> MemoryContext:
     """Fill ``max_tokens`` in priority order (see the module docstring); pure.
 
     Each section takes its items in the given order (best first) while they fit; an item that
     does not fit is skipped and a shorter later one may still fit. The dialogue block gets
-    what is left. ``asker`` labels other members' turns (``block.build_memory_block``).
+    what is left (``block.LineBudget`` says how lines are dated, counted and labelled).
     """
+    now, tz, counter, max_tokens = budget.now, budget.tz, budget.counter, budget.max_tokens
     if max_tokens <= 0:
         everything = len(preferences) + len(facts) + len(summaries) + len(windows)
         return MemoryContext(text="", tokens=0, dropped=everything)
@@ -158,18 +154,14 @@ def assemble_context(
         chosen[memory.kind].append(memory.id)
 
     prefix_tokens = counter.count(prefix)
-    budget = max_tokens - (counter.count(prefix + "\n") if prefix else 0)
-    block = build_memory_block(
-        windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids, asker=asker
-    )
+    left = max_tokens - (counter.count(prefix + "\n") if prefix else 0)
+    block = build_memory_block(windows, budget.within(left))
     text = f"{prefix}\n{block.text}" if prefix and block.text else prefix or block.text
     tokens = counter.count(text)
     # Joining may merge tokens at the seam; shrink the dialogue until the whole text fits.
     while tokens > max_tokens and block.text:
-        budget -= tokens - max_tokens
-        block = build_memory_block(
-            windows, now, tz, counter, max(budget, 0), exclude_ids=exclude_ids, asker=asker
-        )
+        left -= tokens - max_tokens
+        block = build_memory_block(windows, budget.within(left))
         text = f"{prefix}\n{block.text}" if prefix and block.text else prefix or block.text
         tokens = counter.count(text)
     if not block.text:
@@ -267,12 +259,7 @@ class ContextBuilder:
             facts=facts,
             summaries=summaries,
             windows=recalled.windows,
-            now=now,
-            tz=self._tz,
-            counter=self._counter,
-            max_tokens=budget,
-            exclude_ids=exclude_ids,
-            asker=user_id,
+            budget=LineBudget(now, self._tz, self._counter, budget, exclude_ids, asker=user_id),
         )
         if touch and self._keeper is not None and context.distilled_ids:
             await self._keeper.touch(context.distilled_ids, now)

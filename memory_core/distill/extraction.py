@@ -27,6 +27,7 @@ from ..lang.timefmt import format_absolute
 from ..providers.llm import ChatModel, build_openai_model, strip_reasoning
 from ..resources import read_prompt_template
 from ..settings import MemorySettings
+from ..storage.dialogue_store import SourceTurn
 from .memory import (
     FACT_CATEGORIES,
     PREFERENCE_CATEGORIES,
@@ -36,7 +37,6 @@ from .memory import (
     ExtractedMemory,
     flatten,
 )
-from .store import SourceTurn
 
 TURN_CHARS = 500
 CONVERSATION_CHARS = 6000

@@ -30,6 +30,7 @@ from ..models import generate_session_key
 from ..providers.embedding import Embedder
 from ..settings import DistilledScope
 from ..storage.database_handle import Database
+from ..storage.dialogue_store import PgDialogueStore
 from .memory import (
     DistilledHit,
     DistilledKind,
@@ -119,9 +120,10 @@ class MemoryKeeper:
         vectors = await self._embed([item.embedding_text for item in items])
         outcome = SaveOutcome()
         locked = source_turn_ids if sources_must_exist else ()
-        async with self._store().saving(locked) as store:
-            if store is None:
+        async with self._database.transaction() as tx:
+            if not await tx.store(PgDialogueStore).keep_turns(locked):
                 return SaveOutcome(discarded=True)
+            store = tx.store(PgDistilledStore)
             for index, item in enumerate(items):
                 row = NewDistilled(
                     item=item,

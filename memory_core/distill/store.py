@@ -1,15 +1,15 @@
 """All SQL of distilled memory and extraction bookkeeping (migration 004).
 
-Rows leave as frozen dataclasses (``DistilledMemory``, ``SessionDue``). Vector search here is
-exact (``ORDER BY embedding <=> q`` over a session's or a user's rows, read through ordinary
+Rows leave as frozen dataclasses (``DistilledMemory``, ``SessionDue``); the turns a batch is
+distilled from are read and locked through their own store (``PgDialogueStore``). Vector search
+here is exact (``ORDER BY embedding <=> q`` over a session's or a user's rows, read through ordinary
 indexes): those sets are small, and an HNSW index would post-filter them (a filtered HNSW scan
 can return fewer than k rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..storage.counters import PgCounterStore
 from ..storage.pg import rows_affected
+from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from ..storage.scopes import scope_delete
 from .memory import DistilledKind, DistilledMemory, ExtractedMemory, content_hash
 
@@ -218,14 +219,6 @@ SELECT session_key, user_id, group_id, last_turn_id, pending_turns, attempts
 FROM distilled_sessions WHERE session_key = $1
 """
 
-# By id, not time: the watermark is an id, and a turn spooled during an outage (stored later,
-# with its original time) must still be read once. Turns already expired are skipped.
-SQL_UNDISTILLED_TURNS = """
-SELECT id, role, content, sender_name, created_at FROM dialogues
-WHERE session_key = $1 AND id > $2 AND (expires_at IS NULL OR expires_at > $3)
-ORDER BY id LIMIT $4
-"""
-
 SQL_FINISH_SESSION = """
 UPDATE distilled_sessions SET
     last_turn_id = greatest(last_turn_id, $2),
@@ -233,14 +226,6 @@ UPDATE distilled_sessions SET
                          ELSE greatest(pending_turns - $5, 0) END,
     last_extracted_at = $6, attempts = 0, not_before = '-infinity'
 WHERE session_key = $1
-"""
-
-# The turns a batch was distilled from, locked against deletion until the saving transaction
-# ends (KEY SHARE: other updates of the turns, such as their embedding, are not held up).
-SQL_LOCK_SOURCE_TURNS = """
-SELECT count(*) FROM (
-    SELECT 1 FROM dialogues WHERE id = ANY($1::bigint[]) FOR KEY SHARE
-) AS kept
 """
 
 SQL_DELETE_FROM_SOURCES = """
@@ -256,12 +241,9 @@ SQL_BY_USER = f"""
 SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 ORDER BY created_at, id
 """
 # Export (memory_core.transfer): a page of a set of sessions' memories (NULL: all), history
-# included, with their source turns named by message_uuid (row ids differ between databases).
+# included (the exporter names their source turns through the dialogue store).
 SQL_EXPORT_DISTILLED = f"""
-SELECT {DISTILLED_COLUMNS}, base_importance,
-       ARRAY(SELECT t.message_uuid FROM dialogues t
-             WHERE t.id = ANY(d.source_turn_ids) ORDER BY t.id) AS source_uuids
-FROM distilled_memories d
+SELECT {DISTILLED_COLUMNS}, base_importance FROM distilled_memories
 WHERE ($1::text[] IS NULL OR session_key = ANY($1::text[])) AND id > $2
 ORDER BY id LIMIT $3
 """
@@ -301,7 +283,7 @@ UPDATE distilled_sessions SET attempts = attempts + 1, not_before = $2 WHERE ses
 SQL_COUNT_WAITING_SESSIONS = "SELECT count(*) FROM distilled_sessions WHERE pending_turns > 0"
 
 # ----------------------------------------------------------------------------- the console
-# The operator console's views of distilled memories (issue 14).
+# The operator console's views of distilled memories.
 
 # Every session holding memories: when one was last confirmed in its chat, and its count of
 # current memories.
@@ -321,6 +303,15 @@ UPDATE distilled_memories SET pinned = $3, updated_at = now()
 WHERE id = $1 AND session_key = $2
 RETURNING content
 """
+# The console's edit (its text before goes to the audit log).
+SQL_EDIT_MEMORY = edit_sql(
+    "distilled_memories",
+    "content = $3, content_hash = $4, embedding = $5::halfvec, embedding_model = $6, "
+    "updated_at = now()",
+    DISTILLED_COLUMNS,
+)
+SQL_TAKE_MEMORY = take_sql("distilled_memories")
+SQL_PUT_BACK_MEMORY = put_back_sql("distilled_memories")
 
 
 def _distilled(record: asyncpg.Record) -> DistilledMemory:
@@ -350,6 +341,19 @@ def _distilled(record: asyncpg.Record) -> DistilledMemory:
         created_at=record["created_at"],
         embedding_model=record["embedding_model"],
     )
+
+
+@dataclass(frozen=True)
+class MemoryEdit:
+    """A distilled memory's new text with what is derived from it."""
+
+    content: str
+    content_hash: str
+    embedding: np.ndarray | None
+    embedding_model: str | None
+
+    def values(self) -> tuple[Any, ...]:
+        return (self.content, self.content_hash, self.embedding, self.embedding_model)
 
 
 @dataclass(frozen=True)
@@ -420,17 +424,6 @@ class SessionDue:
     attempts: int
 
 
-@dataclass(frozen=True)
-class SourceTurn:
-    """A turn as the extraction reads it."""
-
-    id: int
-    role: str
-    content: str
-    sender_name: str | None
-    created_at: datetime
-
-
 def _session(record: asyncpg.Record) -> SessionDue:
     return SessionDue(
         record["session_key"],
@@ -442,28 +435,13 @@ def _session(record: asyncpg.Record) -> SessionDue:
     )
 
 
-class PgDistilledStore(PgCounterStore):
+class PgDistilledStore(PgCounterStore, RowTaker):
     """Distilled memories, extraction bookkeeping and the daily counters they bump."""
 
+    SQL_TAKE = SQL_TAKE_MEMORY
+    SQL_PUT_BACK = SQL_PUT_BACK_MEMORY
+
     # ---------------------------------------------------------------- writing
-
-    @asynccontextmanager
-    async def saving(
-        self, source_turn_ids: Sequence[int]
-    ) -> AsyncIterator[PgDistilledStore | None]:
-        """One transaction to save what was distilled from ``source_turn_ids``: a store on it,
-        or ``None`` when any of those turns is gone (forgotten or recalled while the model read
-        them), and nothing drawn from them may be kept.
-
-        The turns stay locked against deletion until the transaction ends: a /forget or 撤回
-        arriving meanwhile waits for it, then deletes what was saved with the turns.
-        """
-        wanted = sorted(set(source_turn_ids))
-        async with self._connection() as conn, conn.transaction():
-            kept = await conn.fetchval(SQL_LOCK_SOURCE_TURNS, wanted) if wanted else 0
-            yield (
-                PgDistilledStore(pool=self._pool, connection=conn) if kept == len(wanted) else None
-            )
 
     async def upsert(self, row: NewDistilled) -> tuple[DistilledMemory, bool]:
         """Insert, or confirm the current row with the same content; ``(row, inserted)``."""
@@ -594,11 +572,7 @@ class PgDistilledStore(PgCounterStore):
         return [(r["id"], r["kind"], r["content"], list(r["key_topics"])) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
-        async with self._connection() as conn, conn.transaction():
-            await conn.executemany(
-                SQL_SET_DISTILLED_EMBEDDING,
-                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
-            )
+        await self._write_embeddings(SQL_SET_DISTILLED_EMBEDDING, ids, vectors, model)
 
     async def delete_scope(self, **scope: Any) -> dict[str, int]:
         """Delete a /forget scope's distilled memories and extraction bookkeeping; returns the
@@ -635,19 +609,11 @@ class PgDistilledStore(PgCounterStore):
 
     async def export_page(
         self, session_keys: Sequence[str] | None, after_id: int, limit: int
-    ) -> list[PortableMemory]:
-        """A page of the memories of these sessions (all when ``None``) after ``after_id``."""
-        async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_EXPORT_DISTILLED,
-                None if session_keys is None else list(session_keys),
-                after_id,
-                limit,
-            )
-        return [
-            PortableMemory(_distilled(r), float(r["base_importance"]), tuple(r["source_uuids"]))
-            for r in records
-        ]
+    ) -> list[tuple[DistilledMemory, float]]:
+        """A page of the memories of these sessions (all when ``None``) after ``after_id``,
+        each with its base importance (before use raised it)."""
+        records = await self._sessions_page(SQL_EXPORT_DISTILLED, session_keys, after_id, limit)
+        return [(_distilled(r), float(r["base_importance"])) for r in records]
 
     async def import_memory(
         self, row: PortableMemory, source_turn_ids: Sequence[int]
@@ -716,16 +682,6 @@ class PgDistilledStore(PgCounterStore):
             record = await conn.fetchrow(SQL_SESSION_STATE, session_key)
         return _session(record) if record is not None else None
 
-    async def undistilled_turns(
-        self, session_key: str, after_id: int, now: datetime, limit: int
-    ) -> list[SourceTurn]:
-        async with self._connection() as conn:
-            records = await conn.fetch(SQL_UNDISTILLED_TURNS, session_key, after_id, now, limit)
-        return [
-            SourceTurn(r["id"], r["role"], r["content"], r["sender_name"], r["created_at"])
-            for r in records
-        ]
-
     async def finish_session(
         self,
         session_key: str,
@@ -777,3 +733,12 @@ class PgDistilledStore(PgCounterStore):
         async with self._connection() as conn:
             text = await conn.fetchval(SQL_PIN_MEMORY, memory_id, session_key, pinned)
         return None if text is None else str(text)
+
+    async def edit_memory(
+        self, session_key: str, memory_id: int, edit: MemoryEdit
+    ) -> tuple[str, DistilledMemory] | None:
+        """Replace a memory's text and embedding; (text before, memory after), or ``None`` if
+        the session has no such memory."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_EDIT_MEMORY, memory_id, session_key, *edit.values())
+        return None if record is None else (record["before_text"], _distilled(record))

@@ -20,10 +20,11 @@ from ..background import RoundLoop
 from ..errors import EmbeddingError, LLMError
 from ..models import generate_session_key
 from ..storage.database_handle import Database
+from ..storage.dialogue_store import PgDialogueStore, SourceTurn
 from .extraction import Extractor
 from .keeper import MemoryKeeper
 from .memory import SaveOutcome
-from .store import PgDistilledStore, SessionDue, SourceTurn
+from .store import PgDistilledStore, SessionDue
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class ExtractionWorker:
     async def _extract(self, session: SessionDue, now: datetime) -> ExtractionReport:
         store = self._store()
         day = now.astimezone(self._tz).date()
-        turns = await store.undistilled_turns(
+        turns = await self._database.store(PgDialogueStore).undistilled_turns(
             session.session_key, session.last_turn_id, now, self._max_turns + 1
         )
         settled_before = now - self.settle

@@ -73,7 +73,8 @@ def _clip(text: str) -> str:
 
 
 class LLMEvaluator:
-    """Asks a chat model with the seed's prompt (one exchange) or a numbered batch prompt."""
+    """Asks a chat model with the one-exchange prompt (``config/evaluator_prompt.txt``) or the
+    numbered batch prompt (``config/evaluator_batch_prompt.txt``)."""
 
     name = "llm"
 

@@ -16,9 +16,10 @@ from zoneinfo import ZoneInfo
 from ..background import RoundLoop
 from ..errors import LLMError
 from ..storage.database_handle import Database
+from ..storage.dialogue_store import PgDialogueStore
 from .evaluator import Evaluator, Exchange
 from .retention import RetentionPolicy
-from .store import PendingEvaluation, PgEvaluationStore
+from .store import ClaimedEvaluation, PendingEvaluation, PgEvaluationStore
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,10 @@ class EvaluationWorker:
             settled = 0
             while True:
                 moment = now or datetime.now(timezone.utc)
-                due = await self._store().claim_due(moment, self._batch_size * self._concurrency)
+                claimed = await self._store().claim_due(
+                    moment, self._batch_size * self._concurrency
+                )
+                due = await self._with_texts(claimed)
                 if not due:
                     return settled
                 # One exchange a call when there is no backlog, batches when there is.
@@ -95,6 +99,28 @@ class EvaluationWorker:
                 settled += sum(results)
                 if sum(results) == 0:
                     return settled  # everything was postponed; try again later
+
+    async def _with_texts(self, claimed: Sequence[ClaimedEvaluation]) -> list[PendingEvaluation]:
+        """The claimed exchanges with their turns' texts (an item whose turn is gone is left
+        out: the queue row went with it)."""
+        wanted = {i for c in claimed for i in (c.user_turn_id, c.assistant_turn_id)}
+        turns = await self._database.store(PgDialogueStore).turns_by_id(wanted)
+        pending = []
+        for c in claimed:
+            user, reply = turns.get(c.user_turn_id), turns.get(c.assistant_turn_id)
+            if user is not None and reply is not None:
+                pending.append(
+                    PendingEvaluation(
+                        c.assistant_turn_id,
+                        c.user_turn_id,
+                        c.attempts,
+                        user.content,
+                        reply.content,
+                        reply.created_at,
+                        reply.session_key,
+                    )
+                )
+        return pending
 
     async def _settle(self, chunk: Sequence[PendingEvaluation], now: datetime) -> int:
         async with self._slots:
@@ -112,14 +138,17 @@ class EvaluationWorker:
                     "evaluation of session %s unreadable; exchange kept without a score",
                     item.session_key,
                 )
-                await store.finish(item, score=None, expires_at=None, metrics={FAILED: 1}, day=day)
+                await store.finish(item, metrics={FAILED: 1}, day=day)
                 continue
             band = self.policy.band_for(score)
             expires_at = self.policy.expires_at(score, item.created_at)
             metrics = {EVALUATED: 1, band_metric(band.name): 1}
             if not band.kept:
                 metrics[NOT_KEPT] = 1
-            await store.finish(item, score=score, expires_at=expires_at, metrics=metrics, day=day)
+            async with self._database.transaction() as tx:
+                turns = (item.user_turn_id, item.assistant_turn_id)
+                await tx.store(PgDialogueStore).set_score(turns, score, expires_at)
+                await tx.store(PgEvaluationStore).finish(item, metrics=metrics, day=day)
             log.info(
                 "memory evaluation of session %s: %d -> %s", item.session_key, score, band.name
             )
@@ -133,8 +162,8 @@ class EvaluationWorker:
         settled = 0
         for item in chunk:
             if item.attempts + 1 >= MAX_ATTEMPTS:
-                # The seed's fallback: keep the exchange without a score, and count it.
-                await store.finish(item, score=None, expires_at=None, metrics={FAILED: 1}, day=day)
+                # Given up: keep the exchange without a score (never lose it), and count it.
+                await store.finish(item, metrics={FAILED: 1}, day=day)
                 settled += 1
             else:
                 await store.postpone(item, now + RETRY_DELAY * (item.attempts + 1))

@@ -20,6 +20,7 @@ from ..models import RecallResult, generate_session_key
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
+from ..storage.database_handle import Database
 from ..storage.dialogue_store import (
     AnchorCandidate,
     AnchorFilters,
@@ -63,17 +64,19 @@ def conversational_query(message: str, earlier: Sequence[str]) -> str:
 
 
 class Retriever:
-    """Finds a session's anchors and their windows; holds no connection of its own."""
+    """Finds a session's anchors and their windows, through the dialogue store of the moment."""
 
     def __init__(
         self,
         *,
         settings: MemorySettings,
+        database: Database,
         embedder: Embedder,
         vector_index: VectorIndex,
         reranker: ApiReranker | None = None,
     ) -> None:
         self.settings = settings
+        self._database = database
         self.reranker = reranker
         self._rerank_failing = False  # the reranker's last call failed (logged once)
         self.vector_index = vector_index
@@ -89,7 +92,6 @@ class Retriever:
 
     async def recall(
         self,
-        store: PgDialogueStore,
         user_id: int,
         query: str,
         group_id: int | None,
@@ -118,6 +120,7 @@ class Retriever:
         memory). With ``MEMORY_QUERY_CONTEXT_TURNS`` > 0 the last that many join the query
         (see ``conversational_query``); time words are still read from the query alone.
         """
+        store = self._database.store(PgDialogueStore)  # one pool for the whole recall
         now = options.now or datetime.now(timezone.utc)
         top_n = self.settings.memory_top_n if options.top_n is None else options.top_n
         window = options.window_size

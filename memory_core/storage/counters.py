@@ -6,10 +6,18 @@ from datetime import date
 
 from .pg import PgStore
 
-SQL_BUMP_METRIC = """
-INSERT INTO memory_daily_stats (day, metric, value) VALUES ($1, $2, $3)
+
+def bump_sql(day: str, metric: str, value: str) -> str:
+    """The statement adding ``value`` to counter ``metric`` of ``day`` (SQL parameters such as
+    ``$1``; a constant of the caller, never input): to end a caller's own statement, so that
+    its change and the count cost one round trip."""
+    return f"""
+INSERT INTO memory_daily_stats (day, metric, value) VALUES ({day}, {metric}, {value})
 ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + EXCLUDED.value
 """
+
+
+SQL_BUMP_METRIC = bump_sql("$1", "$2", "$3")
 
 SQL_METRIC_TOTALS = """
 SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats WHERE day >= $1 GROUP BY metric
@@ -17,6 +25,10 @@ SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats WHERE day >= 
 
 SQL_METRIC_BY_DAY = """
 SELECT day, value FROM memory_daily_stats WHERE metric = $1 AND day >= $2 ORDER BY day
+"""
+
+SQL_METRICS_SINCE = """
+SELECT day, metric, value FROM memory_daily_stats WHERE day >= $1 ORDER BY day, metric
 """
 
 
@@ -38,3 +50,9 @@ class PgCounterStore(PgStore):
             return [
                 (r["day"], r["value"]) for r in await conn.fetch(SQL_METRIC_BY_DAY, metric, since)
             ]
+
+    async def metrics_since(self, since: date) -> list[tuple[date, str, int]]:
+        """Every counter's (day, name, value) since ``since``, oldest first (the charts)."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_METRICS_SINCE, since)
+        return [(r["day"], r["metric"], r["value"]) for r in rows]

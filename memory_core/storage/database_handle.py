@@ -1,16 +1,43 @@
 """``Database``: the one way to reach the memory database — the current pool, and the stores
-of that pool."""
+of that pool, or of one transaction."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import DatabaseUnavailableError
-from .pg import PgStore
+from .pg import PgStore, database_errors
 
 StoreT = TypeVar("StoreT", bound=PgStore)
+Stores = dict[type[PgStore], PgStore]
+
+
+def _kept(stores: Stores, kind: type[StoreT], build: Callable[[], StoreT]) -> StoreT:
+    """The ``kind`` store kept in ``stores``, built on first use (stores hold no state)."""
+    store = stores.get(kind)
+    if not isinstance(store, kind):
+        store = build()
+        stores[kind] = store
+    return store
+
+
+class Transaction:
+    """One transaction on one connection: the stores handed out here run every statement in
+    it, so changes to tables of different owners commit or roll back together."""
+
+    def __init__(self, pool: asyncpg.Pool, connection: PoolConnectionProxy[asyncpg.Record]):
+        self._pool = pool
+        self._connection = connection
+        self._stores: Stores = {}
+
+    def store(self, kind: type[StoreT]) -> StoreT:
+        """The ``kind`` store bound to this transaction."""
+        return _kept(self._stores, kind, lambda: kind(pool=self._pool, connection=self._connection))
 
 
 class Database:
@@ -23,7 +50,7 @@ class Database:
 
     def __init__(self) -> None:
         self._pool: asyncpg.Pool | None = None
-        self._stores: dict[type[PgStore], PgStore] = {}
+        self._stores: Stores = {}
 
     @property
     def connected(self) -> bool:
@@ -50,8 +77,13 @@ class Database:
         """The ``kind`` store of the current pool (``DatabaseUnavailableError`` while there is
         none)."""
         pool = self.pool
-        store = self._stores.get(kind)
-        if not isinstance(store, kind):
-            store = kind(pool=pool)
-            self._stores[kind] = store
-        return store
+        return _kept(self._stores, kind, lambda: kind(pool=pool))
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """One transaction for a change that spans the tables of several stores: committed
+        when the block ends, rolled back when it raises."""
+        pool = self.pool
+        with database_errors():
+            async with pool.acquire() as conn, conn.transaction():
+                yield Transaction(pool, conn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -18,7 +18,8 @@ from ..lang.indexed import indexed_text
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn, RecalledMessage
 from .opt_outs import not_opted_out
-from .pg import PgStore, rows_affected
+from .pg import rows_affected
+from .row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from .scopes import scope_delete
 
 TURN_COLUMNS = (
@@ -261,6 +262,8 @@ ORDER BY id LIMIT $3
 SQL_IDS_BY_UUID = """
 SELECT message_uuid, id FROM dialogues WHERE message_uuid = ANY($1::text[])
 """
+SQL_TURNS_BY_ID = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE id = ANY($1::bigint[])"
+SQL_UUIDS_BY_ID = "SELECT id, message_uuid FROM dialogues WHERE id = ANY($1::bigint[])"
 # An imported turn keeps the retention its source gave it (score and expiry).
 SQL_SET_RETENTION = """
 UPDATE dialogues SET score = $2, expires_at = CASE WHEN pinned THEN NULL ELSE $3::timestamptz END
@@ -405,7 +408,7 @@ FROM dialogues
 """
 
 # ----------------------------------------------------------------------------- the console
-# The operator console's views of the turns (issue 14). Every query about a session names it,
+# The operator console's views of the turns. Every query about a session names it,
 # so no view of one session can show another's rows.
 
 # Who and where, read back from a session key ("{user}" or "{group}:{user}").
@@ -493,6 +496,45 @@ UPDATE dialogues SET pinned = $3, expires_at = CASE WHEN $3 THEN NULL ELSE $4::t
 WHERE id = $1 AND session_key = $2
 RETURNING content
 """
+# The console's edit (its text before goes to the audit log).
+SQL_EDIT_TURN = edit_sql(
+    "dialogues",
+    "content = $3, token_count = $4, embedding = $5::halfvec, embedding_model = $6, "
+    "keywords = array_to_tsvector($7::text[]), text_form = $8",
+    TURN_COLUMNS,
+)
+# Distillation reads a session after its watermark by id, not time: the watermark is an id, and
+# a turn spooled during an outage (stored later, with its original time) must still be read
+# once. Turns already expired are skipped.
+SQL_UNDISTILLED_TURNS = """
+SELECT id, role, content, sender_name, created_at FROM dialogues
+WHERE session_key = $1 AND id > $2 AND (expires_at IS NULL OR expires_at > $3)
+ORDER BY id LIMIT $4
+"""
+
+# A turn the operator pinned keeps no expiry, whatever its score (migration 011).
+SQL_SET_SCORE = """
+UPDATE dialogues SET score = $3, expires_at = CASE WHEN pinned THEN NULL ELSE $4::timestamptz END
+WHERE id = $1 OR id = $2
+"""
+
+SQL_PURGE_BATCH = """
+DELETE FROM dialogues WHERE id IN (
+    SELECT id FROM dialogues WHERE expires_at IS NOT NULL AND expires_at <= $1 AND NOT pinned
+    ORDER BY expires_at LIMIT $2
+)
+"""
+
+
+# The turns a batch was distilled from, locked against deletion until the saving transaction
+# ends (KEY SHARE: other updates of the turns, such as their embedding, are not held up).
+SQL_LOCK_SOURCE_TURNS = """
+SELECT count(*) FROM (
+    SELECT 1 FROM dialogues WHERE id = ANY($1::bigint[]) FOR KEY SHARE
+) AS kept
+"""
+SQL_TAKE_TURN = take_sql("dialogues")
+SQL_PUT_BACK_TURN = put_back_sql("dialogues")
 
 
 @dataclass(frozen=True)
@@ -522,6 +564,33 @@ class NewTurnRow:
 
     def values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, column) for column in INSERT_COLUMNS)
+
+
+@dataclass(frozen=True)
+class SourceTurn:
+    """A turn as the extraction reads it."""
+
+    id: int
+    role: str
+    content: str
+    sender_name: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class TurnEdit:
+    """A turn's new text with everything derived from it."""
+
+    content: str
+    token_count: int
+    embedding: np.ndarray | None
+    embedding_model: str | None
+    keywords: Sequence[str]
+    text_form: int  # the form ``keywords`` and ``embedding`` were made in (lang.indexed)
+
+    def values(self) -> tuple[Any, ...]:
+        return (self.content, self.token_count, self.embedding, self.embedding_model,
+                list(self.keywords), self.text_form)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -718,8 +787,11 @@ def raw_segments_json(segments: Sequence[dict[str, Any]] | None) -> str | None:
     return json.dumps(list(segments), ensure_ascii=False, default=str)
 
 
-class PgDialogueStore(PgStore):
+class PgDialogueStore(RowTaker):
     """The dialogue table: inserting, searching, windows, deleting, embeddings, metadata."""
+
+    SQL_TAKE = SQL_TAKE_TURN
+    SQL_PUT_BACK = SQL_PUT_BACK_TURN
 
     async def insert_turn(self, row: NewTurnRow) -> MemoryTurn | None:
         """Insert one turn; ``None`` when a turn with the same message_uuid exists."""
@@ -751,13 +823,7 @@ class PgDialogueStore(PgStore):
         self, session_keys: Sequence[str] | None, after_id: int, limit: int
     ) -> list[ExportedTurn]:
         """A page of the turns of these sessions (all when ``None``) after ``after_id``."""
-        async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_EXPORT_TURNS,
-                None if session_keys is None else list(session_keys),
-                after_id,
-                limit,
-            )
+        records = await self._sessions_page(SQL_EXPORT_TURNS, session_keys, after_id, limit)
         return [
             ExportedTurn(_turn(r), json.loads(r["raw_segments"]) if r["raw_segments"] else None)
             for r in records
@@ -768,6 +834,18 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             records = await conn.fetch(SQL_IDS_BY_UUID, list(message_uuids))
         return {r["message_uuid"]: r["id"] for r in records}
+
+    async def turns_by_id(self, ids: Collection[int]) -> dict[int, MemoryTurn]:
+        """Those of ``ids`` that are stored, by id."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_TURNS_BY_ID, list(ids))
+        return {r["id"]: _turn(r) for r in records}
+
+    async def uuids_by_id(self, ids: Collection[int]) -> dict[int, str]:
+        """The message_uuid of those of ``ids`` that are stored (an export names turns so)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_UUIDS_BY_ID, list(ids))
+        return {r["id"]: r["message_uuid"] for r in records}
 
     async def set_retention(self, rows: Sequence[tuple[str, int | None, datetime | None]]) -> None:
         """Give turns (by message_uuid) their score and expiry."""
@@ -1013,11 +1091,7 @@ class PgDialogueStore(PgStore):
             )
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
-        async with self._connection() as conn, conn.transaction():
-            await conn.executemany(
-                SQL_SET_EMBEDDING,
-                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
-            )
+        await self._write_embeddings(SQL_SET_EMBEDDING, ids, vectors, model)
 
     async def pending_keywords(self, limit: int) -> list[tuple[int, str]]:
         """Rows whose keywords are still to be made, oldest first: (id, indexed text in the
@@ -1237,6 +1311,49 @@ class PgDialogueStore(PgStore):
         async with self._connection() as conn:
             text = await conn.fetchval(SQL_PIN_TURN, turn_id, session_key, pinned, expires_at)
         return None if text is None else str(text)
+
+    async def edit_turn(
+        self, session_key: str, turn_id: int, edit: TurnEdit
+    ) -> tuple[str, MemoryTurn] | None:
+        """Replace a turn's text and what is derived from it; (text before, turn after), or
+        ``None`` if the session has no such turn."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_EDIT_TURN, turn_id, session_key, *edit.values())
+        return None if record is None else (record["before_text"], _turn(record))
+
+    async def undistilled_turns(
+        self, session_key: str, after_id: int, now: datetime, limit: int
+    ) -> list[SourceTurn]:
+        """The session's live turns after ``after_id``, in id order (for distillation)."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_UNDISTILLED_TURNS, session_key, after_id, now, limit)
+        return [
+            SourceTurn(r["id"], r["role"], r["content"], r["sender_name"], r["created_at"])
+            for r in records
+        ]
+
+    async def set_score(
+        self, turn_ids: tuple[int, int], score: int, expires_at: datetime | None
+    ) -> None:
+        """Score an evaluated exchange (its two turns) and give them the band's expiry."""
+        async with self._connection() as conn:
+            await conn.execute(SQL_SET_SCORE, *turn_ids, score, expires_at)
+
+    async def purge_expired(self, now: datetime, limit: int) -> int:
+        """Delete up to ``limit`` turns expired by ``now`` (never pinned ones) in one short
+        statement; how many."""
+        async with self._connection() as conn:
+            return rows_affected(await conn.execute(SQL_PURGE_BATCH, now, limit))
+
+    async def keep_turns(self, turn_ids: Sequence[int]) -> bool:
+        """Lock these turns against deletion until the caller's transaction ends; whether all
+        of them are still there (a /forget or 撤回 arriving meanwhile waits for the end)."""
+        wanted = sorted(set(turn_ids))
+        if not wanted:
+            return True
+        async with self._connection() as conn:
+            kept = await conn.fetchval(SQL_LOCK_SOURCE_TURNS, wanted)
+        return bool(kept == len(wanted))
 
     async def groups_with_turns(self, limit: int) -> list[int]:
         async with self._connection() as conn:

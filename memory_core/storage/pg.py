@@ -3,10 +3,11 @@ errors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
+import numpy as np
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import DatabaseUnavailableError, StorageError
@@ -18,11 +19,22 @@ def rows_affected(status: str) -> int:
     return int(status.split()[-1])
 
 
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Turn what the driver raises into the core's errors: unreachable, or refused."""
+    try:
+        yield
+    except CONNECTION_ERRORS as exc:
+        raise DatabaseUnavailableError(f"database unreachable: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        raise StorageError(f"database error: {exc}") from exc
+
+
 class PgStore:
     """A pool, and the one place where database failures become core errors.
 
     ``connection``: run every statement on that connection (inside a transaction its owner
-    holds) instead of taking one from the pool for each.
+    holds, see ``database_handle.Transaction``) instead of taking one from the pool for each.
     """
 
     def __init__(
@@ -36,13 +48,30 @@ class PgStore:
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-        try:
+        with database_errors():
             if self._bound is not None:
                 yield self._bound
                 return
             async with self._pool.acquire() as conn:
                 yield conn
-        except CONNECTION_ERRORS as exc:
-            raise DatabaseUnavailableError(f"database unreachable: {exc}") from exc
-        except asyncpg.PostgresError as exc:
-            raise StorageError(f"database error: {exc}") from exc
+
+    async def _write_embeddings(
+        self, sql: str, ids: Sequence[int], vectors: np.ndarray, model: str
+    ) -> None:
+        """Run ``sql`` (``$1`` id, ``$2`` vector, ``$3`` model) for each row, in one transaction."""
+        async with self._connection() as conn, conn.transaction():
+            await conn.executemany(
+                sql, [(row_id, vectors[i], model) for i, row_id in enumerate(ids)]
+            )
+
+    async def _sessions_page(
+        self, sql: str, session_keys: Sequence[str] | None, after_id: int, limit: int
+    ) -> list[asyncpg.Record]:
+        """An export page: ``sql`` (``$1`` session keys or NULL for all, ``$2`` the last id
+        read, ``$3`` the page size)."""
+        async with self._connection() as conn:
+            return list(
+                await conn.fetch(
+                    sql, None if session_keys is None else list(session_keys), after_id, limit
+                )
+            )

@@ -123,9 +123,12 @@ async def export_lines(
     distilled = memory.database.store(PgDistilledStore)
     after = 0
     while memories := await distilled.export_page(session_keys, after, EXPORT_PAGE):
-        for row in memories:
-            yield memory_line(row)
-        after = memories[-1].memory.id
+        # Sources are named by message_uuid: row ids differ between databases.
+        uuids = await turns.uuids_by_id({i for m, _ in memories for i in m.source_turn_ids})
+        for m, base_importance in memories:
+            sources = tuple(uuids[i] for i in sorted(set(m.source_turn_ids)) if i in uuids)
+            yield memory_line(PortableMemory(m, base_importance, sources))
+        after = memories[-1][0].id
 
 
 # ----------------------------------------------------------------------------- reading

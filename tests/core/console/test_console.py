@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from memory_core.console import ConsoleConflictError, MemoryConsole, TurnSearch, trace_recall
 from memory_core.console.settings_view import MASK, masked_settings
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.errors import InvalidTurnError
+from memory_core.errors import InvalidTurnError, StorageError
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
 from memory_core.settings import MemorySettings
@@ -327,7 +327,7 @@ async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_chan
 async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the_purge(
     memory_factory,
 ):
-    from memory_core.evaluation.store import PendingEvaluation, PgEvaluationStore
+    from memory_core.storage.dialogue_store import PgDialogueStore
 
     memory = await memory_factory()
     await _seed(memory)
@@ -335,11 +335,10 @@ async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the
     user, bot = sorted((await console.turns(str(ALICE), TurnSearch())), key=lambda f: f.turn.id)[:2]
     assert await console.pin("turn", str(ALICE), user.turn.id, pinned=True, actor=ACTOR)
 
-    evaluations = memory.database.store(PgEvaluationStore)
+    dialogues = memory.database.store(PgDialogueStore)
     soon = T0 + timedelta(hours=1)
-    pending = PendingEvaluation(bot.turn.id, user.turn.id, 0, "u", "a", T0)
-    await evaluations.finish(pending, score=5, expires_at=soon, metrics={}, day=T0.date())
-    await evaluations.purge_batch(T0 + timedelta(days=1), 100)
+    await dialogues.set_score((user.turn.id, bot.turn.id), 5, soon)  # what the evaluator writes
+    await dialogues.purge_expired(T0 + timedelta(days=1), 100)
 
     left = {f.turn.id: f for f in await console.turns(str(ALICE), TurnSearch())}
     assert left[user.turn.id].pinned and left[user.turn.id].turn.expires_at is None
@@ -360,6 +359,59 @@ async def test_unpinning_a_scored_turn_gives_it_its_bands_expiry_again(memory_fa
     assert not again.pinned
     assert again.turn.expires_at is None  # never scored: no band, no expiry yet
     assert not await console.pin("turn", str(BOB), turn.id, pinned=True, actor=ACTOR)
+
+
+async def refuse_audit_entries(memory) -> None:
+    """A real trigger on the real database: every insert into the audit log fails."""
+    async with memory.database.pool.acquire() as conn:  # test-only: break the audit log
+        await conn.execute(
+            """
+            CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+            $$ BEGIN RAISE EXCEPTION 'audit log refused'; END $$;
+            CREATE TRIGGER refuse_audit BEFORE INSERT ON memory_audit_log
+            FOR EACH ROW EXECUTE FUNCTION refuse_audit();
+            """
+        )
+
+
+@pytest.mark.parametrize("kind", ["turn", "distilled"])
+async def test_a_pin_whose_audit_entry_fails_is_rolled_back(memory_factory, kind):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
+    fact = (await console.memories(str(ALICE)))[0]
+    item_id = turn.id if kind == "turn" else fact.id
+    await refuse_audit_entries(memory)
+
+    with pytest.raises(StorageError, match="audit log refused"):
+        await console.pin(kind, str(ALICE), item_id, pinned=True, actor=ACTOR)
+
+    shown_turns = {f.turn.id: f.pinned for f in await console.turns(str(ALICE), TurnSearch())}
+    shown_memories = dict((m.id, pinned) for m, pinned in await console.shown_memories(str(ALICE)))
+    assert shown_turns[turn.id] is False
+    assert shown_memories[fact.id] is False
+
+
+async def test_an_edit_or_delete_whose_audit_entry_fails_changes_nothing(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
+    fact = (await console.memories(str(ALICE)))[0]
+    await refuse_audit_entries(memory)
+
+    with pytest.raises(StorageError, match="audit log refused"):
+        await console.edit_turn(str(ALICE), turn.id, "改过的话", actor=ACTOR)
+    with pytest.raises(StorageError, match="audit log refused"):
+        await console.edit_memory(str(ALICE), fact.id, "改过的事实", actor=ACTOR)
+    with pytest.raises(StorageError, match="audit log refused"):
+        await console.delete("turn", str(ALICE), turn.id, actor=ACTOR)
+
+    again = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
+    assert (again.id, again.content) == (turn.id, turn.content)
+    assert [m.content for m in await console.memories(str(ALICE))] == [fact.content]
+    assert await console.recycle_bin() == []
 
 
 async def test_a_pinned_memory_is_never_merged_away_as_a_duplicate(memory_factory):

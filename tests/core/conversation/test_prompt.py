@@ -6,7 +6,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.context.block import MEMORY_HEADER, MemoryBlock, build_memory_block
+from memory_core.context.block import MEMORY_HEADER, LineBudget, MemoryBlock, build_memory_block
 from memory_core.conversation.prompt import build_chat_messages, build_system_prompt
 from memory_core.lang.timefmt import format_memory_line
 from memory_core.lang.tokens import TiktokenCounter, load_token_counter
@@ -83,16 +83,16 @@ LAST_WEEK = datetime(2024, 1, 8, 10, 0, tzinfo=TZ)
 
 
 def test_no_windows_or_zero_budget_gives_an_empty_block() -> None:
-    assert build_memory_block([], NOW, TZ, CHARS, 1000) == MemoryBlock("", (), 0, 0)
+    assert build_memory_block([], LineBudget(NOW, TZ, CHARS, 1000)) == MemoryBlock("", (), 0, 0)
     windows = [window_of([1, 2, 3], 2, YESTERDAY)]
-    assert build_memory_block(windows, NOW, TZ, CHARS, 0) == MemoryBlock("", (), 0, 1)
+    assert build_memory_block(windows, LineBudget(NOW, TZ, CHARS, 0)) == MemoryBlock("", (), 0, 1)
 
 
 def test_windows_that_fit_are_printed_whole_in_time_order_under_the_header() -> None:
     recent_window = window_of([11, 12, 13], 12, YESTERDAY)
     old_window = window_of([1, 2, 3], 2, LAST_WEEK)
     windows = [recent_window, old_window]  # rank order is not time order
-    block = build_memory_block(windows, NOW, TZ, CHARS, 10_000)
+    block = build_memory_block(windows, LineBudget(NOW, TZ, CHARS, 10_000))
     assert block.turn_ids == (1, 2, 3, 11, 12, 13)
     by_id = turns_by_id(windows)
     assert block.text == render([by_id[i] for i in block.turn_ids])
@@ -105,7 +105,7 @@ def test_window_that_does_not_fit_loses_its_farthest_neighbours_first() -> None:
     window = window_of([1, 2, 3, 4, 5], 3, YESTERDAY)
     by_id = turns_by_id([window])
     budget = len(render([by_id[2], by_id[3], by_id[4]]))
-    block = build_memory_block([window], NOW, TZ, CHARS, budget)
+    block = build_memory_block([window], LineBudget(NOW, TZ, CHARS, budget))
     assert block.turn_ids == (2, 3, 4)
     assert block.tokens == budget
 
@@ -114,16 +114,16 @@ def test_on_equal_distance_the_earlier_neighbour_is_dropped_before_the_later_one
     window = window_of([1, 2, 3, 4, 5], 3, YESTERDAY)
     by_id = turns_by_id([window])
     budget = len(render([by_id[i] for i in (2, 3, 4, 5)]))
-    assert build_memory_block([window], NOW, TZ, CHARS, budget).turn_ids == (2, 3, 4, 5)
+    assert build_memory_block([window], LineBudget(NOW, TZ, CHARS, budget)).turn_ids == (2, 3, 4, 5)
     only_two = len(render([by_id[3], by_id[4]]))
-    assert build_memory_block([window], NOW, TZ, CHARS, only_two).turn_ids == (3, 4)
+    assert build_memory_block([window], LineBudget(NOW, TZ, CHARS, only_two)).turn_ids == (3, 4)
 
 
 def test_anchor_at_the_window_edge_keeps_the_turns_next_to_it() -> None:
     window = window_of([1, 2, 3, 4, 5], 1, YESTERDAY)
     by_id = turns_by_id([window])
     budget = len(render([by_id[1], by_id[2]]))
-    assert build_memory_block([window], NOW, TZ, CHARS, budget).turn_ids == (1, 2)
+    assert build_memory_block([window], LineBudget(NOW, TZ, CHARS, budget)).turn_ids == (1, 2)
 
 
 def test_window_whose_anchor_alone_does_not_fit_is_dropped_and_later_windows_still_tried() -> None:
@@ -136,7 +136,7 @@ def test_window_whose_anchor_alone_does_not_fit_is_dropped_and_later_windows_sti
     small = window_of([11, 12, 13], 12, YESTERDAY)
     by_id = turns_by_id([small])
     budget = len(render(list(by_id.values())))
-    block = build_memory_block([huge, small], NOW, TZ, CHARS, budget)
+    block = build_memory_block([huge, small], LineBudget(NOW, TZ, CHARS, budget))
     assert block.turn_ids == (11, 12, 13)
     assert block.dropped_windows == 1
     assert "很长的消息" not in block.text
@@ -147,7 +147,7 @@ def test_first_window_fills_the_budget_before_lower_ranked_windows() -> None:
     second = window_of([1, 2, 3], 2, LAST_WEEK)
     by_id = turns_by_id([best, second])
     budget = len(render([by_id[i] for i in (11, 12, 13, 2)]))
-    block = build_memory_block([best, second], NOW, TZ, CHARS, budget)
+    block = build_memory_block([best, second], LineBudget(NOW, TZ, CHARS, budget))
     assert block.turn_ids == (2, 11, 12, 13)
     assert block.dropped_windows == 0
 
@@ -156,7 +156,7 @@ def test_excluded_turns_are_skipped_and_a_fully_excluded_window_is_not_counted_d
     shown_elsewhere = window_of([21, 22, 23], 22, NOW - timedelta(minutes=10))
     older = window_of([1, 2, 3], 2, YESTERDAY)
     block = build_memory_block(
-        [shown_elsewhere, older], NOW, TZ, CHARS, 10_000, exclude_ids={21, 22, 23, 3}
+        [shown_elsewhere, older], LineBudget(NOW, TZ, CHARS, 10_000, exclude_ids={21, 22, 23, 3})
     )
     assert block.turn_ids == (1, 2)
     assert block.dropped_windows == 0
@@ -167,7 +167,7 @@ def test_turns_shared_by_overlapping_windows_appear_once() -> None:
     by_id = turns_by_id([first])
     extra = make_turn(4, YESTERDAY + timedelta(minutes=3))
     second = RecallWindow(anchor_id=3, score=0.5, similarity=0.8, turns=(by_id[2], by_id[3], extra))
-    block = build_memory_block([first, second], NOW, TZ, CHARS, 10_000)
+    block = build_memory_block([first, second], LineBudget(NOW, TZ, CHARS, 10_000))
     assert block.turn_ids == (1, 2, 3, 4)
     assert block.text.count("第3条消息") == 1
 
@@ -182,7 +182,7 @@ def test_lines_are_never_cut_and_the_budget_is_never_exceeded(
     by_id = turns_by_id(windows)
     whole = {format_memory_line(t, NOW, TZ) for t in by_id.values()}
     for budget in range(0, 400, 7):
-        block = build_memory_block(windows, NOW, TZ, tiktoken_counter, budget)
+        block = build_memory_block(windows, LineBudget(NOW, TZ, tiktoken_counter, budget))
         assert block.tokens <= budget
         assert block.tokens == tiktoken_counter.count(block.text)
         if block.text:
@@ -194,14 +194,14 @@ def test_lines_are_never_cut_and_the_budget_is_never_exceeded(
 
 def test_budget_smaller_than_header_plus_one_line_gives_empty_text() -> None:
     windows = [window_of([1, 2, 3], 2, YESTERDAY)]
-    block = build_memory_block(windows, NOW, TZ, CHARS, len(MEMORY_HEADER) + 5)
+    block = build_memory_block(windows, LineBudget(NOW, TZ, CHARS, len(MEMORY_HEADER) + 5))
     assert block == MemoryBlock("", (), 0, 1)
 
 
 def test_multiline_turns_are_kept_whole() -> None:
     turn = make_turn(1, YESTERDAY, "第一行\n第二行")
     window = RecallWindow(anchor_id=1, score=1.0, similarity=0.9, turns=(turn,))
-    block = build_memory_block([window], NOW, TZ, CHARS, 10_000)
+    block = build_memory_block([window], LineBudget(NOW, TZ, CHARS, 10_000))
     assert block.text == f"{MEMORY_HEADER}\n[2024-01-15 10:00:00] (昨天) user: 第一行\n  第二行"
 
 

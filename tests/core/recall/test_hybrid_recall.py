@@ -19,6 +19,7 @@ from memory_core.recall.ranking import (
     keyword_confidence,
 )
 from memory_core.storage.dialogue_store import AnchorCandidate
+from tests.turns import said as said_by
 
 SH = timezone(timedelta(hours=8))
 # Monday 2024-01-15 10:00 in Shanghai.
@@ -32,13 +33,7 @@ def said(
     group: int | None = None,
     role: str = "user",
 ) -> TurnInput:
-    return TurnInput(
-        user_id=user,
-        group_id=group,
-        role=role,  # type: ignore[arg-type]
-        content=text,
-        created_at=at,
-    )
+    return said_by(user, text, at, group, role=role)
 
 
 def ago(**delta: float) -> datetime:

@@ -9,6 +9,7 @@ import pytest
 
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
+from tests.turns import said
 
 T0 = datetime(2024, 1, 16, 10, 0, tzinfo=timezone.utc)
 
@@ -21,15 +22,8 @@ def turn(
     role: str = "user",
     message_id: int | None = None,
 ) -> TurnInput:
-    return TurnInput(
-        user_id=user,
-        group_id=group,
-        role=role,  # type: ignore[arg-type]
-        content=text,
-        sender_name="小明",
-        message_id=message_id,
-        created_at=T0 + timedelta(minutes=minutes),
-    )
+    at = T0 + timedelta(minutes=minutes)
+    return said(user, text, at, group, role=role, name="小明", message_id=message_id)
 
 
 NOW = T0 + timedelta(days=1)

@@ -10,6 +10,7 @@ import pytest
 from memory_core.context.block import OTHERS_NOTE
 from memory_core.models import RecalledMessage, TurnInput
 from memory_core.recall.options import RecallOptions
+from tests.turns import said as said_at
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(days=1)
@@ -28,15 +29,8 @@ def said(
     name: str = "小明",
     message_id: int | None = None,
 ) -> TurnInput:
-    return TurnInput(
-        user_id=user,
-        group_id=group,
-        role=role,  # type: ignore[arg-type]
-        content=text,
-        sender_name=name,
-        message_id=message_id,
-        created_at=T0 + timedelta(minutes=minutes),
-    )
+    at = T0 + timedelta(minutes=minutes)
+    return said_at(user, text, at, group, role=role, name=name, message_id=message_id)
 
 
 async def seed_meeting(memory) -> None:
