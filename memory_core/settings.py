@@ -99,6 +99,7 @@ class MemorySettings(BaseModel):
     embedding_max_retries: int = Field(default=3, ge=0, le=10)
     embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_store_deadline: float = Field(default=3.0, gt=0)
+    embedding_defer_window: float = Field(default=0.5, ge=0, le=60)
     embedding_cache_size: int = Field(default=4096, ge=0)
 
     # optional second-stage reranker (OpenAI-compatible /rerank); off while RERANK_MODEL is empty

@@ -2,7 +2,8 @@
 
 One user message goes through :meth:`ConversationEngine.converse`:
 
-1. the user turn is stored first, so nothing is lost if a later step fails;
+1. the user turn is stored first, so nothing is lost if a later step fails (its embedding
+   follows in the background, batched with other turns': only the query's is needed here);
 2. short-term memory (the session's last few turns within a few minutes) and long-term memory
    are gathered: one token budget filled with the person's preferences, the relevant facts,
    recent summaries, then recalled dialogue windows minus what short-term memory already shows
@@ -376,8 +377,10 @@ class ConversationEngine:
         return turn.created_at + _JUST_BEFORE
 
     async def _store(self, turn: TurnInput) -> AddOutcome | None:
+        # Only the query's embedding is needed for the reply: the turn's own follows in the
+        # background, batched with other sessions' turns.
         try:
-            return await self._memory.add_turn(turn)
+            return await self._memory.add_turn(turn, embed_later=True)
         except InvalidTurnError as exc:
             log.info("turn of session %s not stored: %s", turn.session_key, exc)
             return None

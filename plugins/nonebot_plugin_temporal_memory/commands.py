@@ -403,8 +403,10 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
     else:
         group_id = group_id_of(event)
     try:
-        # Inside the session: the messages sent before this command are stored by now.
+        # Inside the session: the messages sent before this command are stored by now, and
+        # their embeddings (made in the background) are waited for, a few seconds at most.
         async with runtime.engine.session(user_id, group_id):
+            await runtime.memory.settle_embeddings(runtime.settings.embedding_store_deadline)
             now = datetime.now(timezone.utc)
             # The short list: the best anchors alone; --full: what the prompt would get.
             top_n, window = (None, None) if request.full else (RECALL_ITEMS, 0)

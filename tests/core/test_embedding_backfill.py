@@ -157,3 +157,47 @@ async def test_a_failed_backfill_is_tried_again_by_the_maintenance_loop_without_
             break
         await asyncio.sleep(0.02)
     assert (await memory.stats()).store.pending_embeddings == 0
+
+
+async def test_turns_to_embed_later_are_stored_at_once_and_embedded_in_one_call(memory_factory):
+    embedder = HashingEmbedder()
+    memory = await memory_factory(embedder=embedder, embedding_defer_window=0.2)
+    outcomes = [
+        await memory.add_turn(said(f"我养了{i}只猫", i), embed_later=True) for i in (1, 2, 3)
+    ]
+    assert all(o.turn is not None for o in outcomes)
+    assert embedder.calls == 0
+    assert (await memory.stats()).store.pending_embeddings == 3
+    await memory.settle_embeddings()
+    assert embedder.calls == 1
+    assert (await memory.stats()).store.pending_embeddings == 0
+    found = await memory.recall(3, "养猫", options=RecallOptions(mode="vector", now=NOW))
+    assert len(found.turns) == 3
+
+
+async def test_a_deferred_embedding_that_fails_is_left_to_the_backfill(memory_factory):
+    embedder = HashingEmbedder()
+    memory = await memory_factory(embedder=embedder, embedding_defer_window=0.0)
+    embedder.fail = True
+    assert (await memory.add_turn(said("我家的狗叫旺财", 1), embed_later=True)).turn is not None
+    await memory.settle_embeddings()
+    assert (await memory.stats()).store.pending_embeddings == 1
+    embedder.fail = False
+    assert await memory.backfill_embeddings() == 1
+    assert (await memory.stats()).store.pending_embeddings == 0
+
+
+async def test_the_backfill_leaves_a_turn_whose_deferred_embedding_is_still_to_come(
+    memory_factory,
+):
+    embedder = HashingEmbedder()
+    memory = await memory_factory(embedder=embedder, embedding_defer_window=0.5)
+    await memory.add_turn(said("我喜欢爬山", 1))  # embedded at once
+    embedder.fail = True
+    await memory.add_turn(said("周末去了泰山", 2))  # failed: the backfill's
+    embedder.fail = False
+    await memory.add_turn(said("下周去黄山", 3), embed_later=True)
+    assert await memory.backfill_embeddings() == 1  # not the deferred one: not embedded twice
+    assert (await memory.stats()).store.pending_embeddings == 1
+    await memory.settle_embeddings()
+    assert (await memory.stats()).store.pending_embeddings == 0

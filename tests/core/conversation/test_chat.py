@@ -29,6 +29,7 @@ from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
 from memory_core.providers.embedding import CachedEmbedder
+from memory_core.recall.options import RecallOptions
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.fakes import HashingEmbedder
@@ -653,3 +654,25 @@ async def test_answering_a_message_with_a_time_word_embeds_its_query_once(memory
     # Dialogue and facts were both searched with the query less its time word, embedded once.
     assert inner.queries == ["下雨了,做点什么好"]
     assert "用户喜欢在雨天看书" in model.prompt_text()
+
+
+async def test_both_turns_of_an_exchange_are_stored_at_once_and_embedded_together_after(
+    memory_factory,
+):
+    embedder = HashingEmbedder()
+    memory = await memory_factory(embedder=embedder, embedding_defer_window=0.2)
+    model, outbox = RecordingModel("记住了，周三去图书馆"), Outbox()
+    result = await engine_for(memory, model).converse(
+        user_turn("我周三要去图书馆还书", message_id=1), outbox
+    )
+    assert result.outcome is Outcome.REPLIED and outbox.sent == ["记住了，周三去图书馆"]
+    # The reply was asked for with only the query embedded; both turns wait for their vectors.
+    assert (await memory.stats()).store.pending_embeddings == 2
+    calls_before = embedder.calls
+    await memory.settle_embeddings()
+    assert (await memory.stats()).store.pending_embeddings == 0
+    assert embedder.calls == calls_before + 1  # one call for the user turn and the reply
+    recalled = await memory.recall(
+        1, "图书馆还书", options=RecallOptions(mode="vector", now=datetime.now(timezone.utc))
+    )
+    assert {t.content for t in recalled.turns} == {"我周三要去图书馆还书", "记住了，周三去图书馆"}

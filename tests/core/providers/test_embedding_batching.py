@@ -13,6 +13,7 @@ import pytest
 
 from memory_core.errors import EmbeddingError
 from memory_core.providers.embedding import LocalE5Embedder
+from memory_core.providers.embedding.batching import ModelSlot
 
 
 class CallRecordingEngine:
@@ -178,3 +179,34 @@ async def test_closing_fails_the_callers_still_waiting() -> None:
         await waiting
     engine.release.set()
     await asyncio.gather(first, closing, return_exceptions=True)
+
+
+async def test_a_waiting_query_gets_the_model_before_a_passage_that_waited_longer() -> None:
+    slot = ModelSlot()
+    order: list[str] = []
+
+    async def use(turn: Any, name: str) -> None:
+        async with turn:
+            order.append(name)
+
+    async with slot.passages:  # the model is busy
+        passage = asyncio.create_task(use(slot.passages, "passage"))
+        await asyncio.sleep(0)
+        query = asyncio.create_task(use(slot.queries, "query"))
+        await asyncio.sleep(0)
+    await asyncio.gather(passage, query)
+    assert order == ["query", "passage"]
+
+
+async def test_a_caller_that_gives_up_waiting_does_not_keep_the_model_from_the_next() -> None:
+    slot = ModelSlot()
+    async with slot.queries:
+        gone = asyncio.create_task(slot.queries.__aenter__())
+        await asyncio.sleep(0)
+        gone.cancel()
+        nxt = asyncio.create_task(slot.passages.__aenter__())
+        await asyncio.sleep(0)
+    await asyncio.wait_for(nxt, 1)  # it got the model
+    await slot.passages.__aexit__(None, None, None)
+    async with slot.queries:  # and gave it back
+        pass
