@@ -60,7 +60,7 @@ from .storage.database import (
 )
 from .storage.database_handle import Database
 from .storage.deferred_embeddings import DeferredEmbeddings
-from .storage.dialogue_store import NewTurnRow, PgDialogueStore
+from .storage.dialogue_store import NewTurnRow, PgDialogueStore, SessionTail
 from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
 from .storage.spool import TurnSpool, failure_text, is_bad_item
 from .storage.time_references import TimeReferenceBackfill
@@ -734,6 +734,14 @@ class TemporalMemory:
     ) -> datetime | None:
         return await self._dialogues().last_turn_time(
             generate_session_key(user_id, group_id), now or datetime.now(timezone.utc)
+        )
+
+    async def session_tail(
+        self, user_id: int, group_id: int | None, *, limit: int, since: datetime, now: datetime
+    ) -> SessionTail:
+        """``last_turn_time`` and ``recent_turns`` (both up to ``now``) in one round trip."""
+        return await self._dialogues().session_tail(
+            generate_session_key(user_id, group_id), since=since, now=now, limit=limit
         )
 
     # ----------------------------------------------------------------- deleting

@@ -103,6 +103,16 @@ class ChatResult:
 
 
 @dataclass(frozen=True)
+class _Tail:
+    """What a message reads of its session before it is stored: the previous turn's time and
+    the short-term turns up to it (``failure``: the read failed; answer without memory)."""
+
+    previous_at: datetime | None
+    recent: tuple[MemoryTurn, ...] = ()
+    failure: MemoryCoreError | None = None
+
+
+@dataclass(frozen=True)
 class _Prompt:
     """The model's messages and what went into them."""
 
@@ -286,8 +296,8 @@ class ConversationEngine:
         ``group_name`` (looked up by the caller) tells the model which group it is in."""
         async with self._locks.hold(turn.session_key):
             turn = self._stamped(turn)
-            previous_at = await self._last_turn_time(turn)
-            turn = _not_before(turn, previous_at)
+            tail = await self._tail(turn)
+            turn = _not_before(turn, tail.previous_at)
             if self._model is None:
                 stored = await self._store(turn)
                 prompt = _Prompt(messages=[], question="")
@@ -295,7 +305,7 @@ class ConversationEngine:
                 # Memory is read only up to just before this message, so reading it need not
                 # wait for the message to be stored; the model is asked only after both.
                 stored, prompt = await asyncio.gather(
-                    self._store(turn), self._build_prompt(turn, previous_at, group_name)
+                    self._store(turn), self._build_prompt(turn, tail, group_name)
                 )
             if stored is None:
                 return ChatResult(Outcome.EMPTY)
@@ -426,12 +436,30 @@ class ConversationEngine:
         finally:
             answer.cancel()  # only matters when this call itself is cancelled
 
-    async def _last_turn_time(self, turn: TurnInput) -> datetime | None:
+    async def _tail(self, turn: TurnInput) -> _Tail:
+        """The session's last turn time, and with a model its short-term turns of the last
+        CHAT_RECENT_MINUTES, read in one round trip before ``turn`` is stored.
+
+        Read up to this message's time, the recent turns are those ``_build_prompt`` would read
+        up to just before its (possibly later, ``_not_before``) stamp: no turn of the session
+        lies between the two, as the previous turn is the last one up to now."""
+        limit = self._settings.chat_recent_turns
+        minutes = self._settings.chat_recent_minutes
+        now = self._now(turn)
         try:
-            return await self._memory.last_turn_time(turn.user_id, turn.group_id, self._now(turn))
+            if self._model is None or limit <= 0 or minutes <= 0:
+                return _Tail(await self._memory.last_turn_time(turn.user_id, turn.group_id, now))
+            tail = await self._memory.session_tail(
+                turn.user_id,
+                turn.group_id,
+                limit=limit,
+                since=now - timedelta(minutes=minutes),
+                now=now,
+            )
         except MemoryCoreError as exc:
             log.warning("last turn time unavailable for %s: %s", turn.session_key, exc)
-            return None
+            return _Tail(None, failure=exc)
+        return _Tail(tail.last_turn_at, tail.recent)
 
     async def _notice(self, turn: TurnInput, send: SendText, stored: AddOutcome) -> ChatResult:
         # Once per interval in each chat: a group's members all read the same notice.
@@ -452,7 +480,7 @@ class ConversationEngine:
         return max(self._clock(), turn.created_at)
 
     async def _build_prompt(
-        self, turn: TurnInput, previous_at: datetime | None, group_name: str | None = None
+        self, turn: TurnInput, tail: _Tail, group_name: str | None = None
     ) -> _Prompt:
         """The chat messages for the model and what went into them (memory may be missing)."""
         assert turn.created_at is not None
@@ -468,7 +496,7 @@ class ConversationEngine:
             # Dialogue as of just before this message: it is being stored meanwhile and must
             # not come back as its own memory. Distilled memory as of now: the platform's clock
             # (the message's time) may lag behind the moment a fact was distilled.
-            recent, recalled = await self._recent_and_recalled(turn, text, now, cutoff)
+            recent, recalled = await self._recent_and_recalled(turn, tail, text, now, cutoff)
             context = await self._memory.build_context(
                 turn.user_id,
                 turn.group_id,
@@ -485,7 +513,7 @@ class ConversationEngine:
             now,
             self._tz,
             bot_name=self._bot_name,
-            last_turn_at=previous_at,
+            last_turn_at=tail.previous_at,
             persona=self._settings.chat_persona or None,
             place=ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name),
         )
@@ -502,19 +530,21 @@ class ConversationEngine:
         )
 
     async def _recent_and_recalled(
-        self, turn: TurnInput, text: str, now: datetime, cutoff: datetime
+        self, turn: TurnInput, tail: _Tail, text: str, now: datetime, cutoff: datetime
     ) -> tuple[list[MemoryTurn], RecallResult]:
-        """The short-term turns and the recall for ``text``. A conversational query
-        (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message and this session's recent
-        turns, so it waits for them; otherwise both are read at once."""
-        recall = partial(self._memory.recall, turn.user_id, text, turn.group_id)
-        if self._settings.memory_query_context_turns <= 0:
-            return await asyncio.gather(
-                self._recent(turn, now, cutoff), recall(RecallOptions(now=cutoff))
-            )
-        recent = await self._recent(turn, now, cutoff)
+        """The short-term turns (read with the tail) and the recall for ``text``. A
+        conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message and
+        this session's recent turns."""
+        if tail.failure is not None:
+            raise tail.failure
+        # ``now`` may have moved on since the tail was read: its window starts as late.
+        since = now - timedelta(minutes=self._settings.chat_recent_minutes)
+        recent = [t for t in tail.recent if t.created_at >= since]
         context = tuple(t.content for t in recent)
-        return recent, await recall(RecallOptions(now=cutoff, context=context))
+        if self._settings.memory_query_context_turns <= 0:
+            context = ()
+        options = RecallOptions(now=cutoff, context=context)
+        return recent, await self._memory.recall(turn.user_id, text, turn.group_id, options)
 
     async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedAnswer | None:
         """A cached answer for this message, if the cache is on and may serve it (when it is
@@ -562,16 +592,6 @@ class ConversationEngine:
             )
         except MemoryCoreError as exc:
             log.warning("answer of session %s not cached: %s", turn.session_key, exc)
-
-    async def _recent(self, turn: TurnInput, now: datetime, cutoff: datetime) -> list[MemoryTurn]:
-        limit = self._settings.chat_recent_turns
-        minutes = self._settings.chat_recent_minutes
-        if limit <= 0 or minutes <= 0:
-            return []
-        since = now - timedelta(minutes=minutes)
-        return await self._memory.recent_turns(
-            turn.user_id, turn.group_id, limit=limit, since=since, now=cutoff
-        )
 
 
 def _not_before(turn: TurnInput, previous_at: datetime | None) -> TurnInput:

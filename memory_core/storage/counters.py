@@ -7,17 +7,29 @@ from datetime import date
 from .pg import PgStore
 
 
+# A counter met again adds to its day's value.
+_ADD_TO_EXISTING = (
+    "ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + EXCLUDED.value"
+)
+
+
 def bump_sql(day: str, metric: str, value: str) -> str:
     """The statement adding ``value`` to counter ``metric`` of ``day`` (SQL parameters such as
     ``$1``; a constant of the caller, never input): to end a caller's own statement, so that
     its change and the count cost one round trip."""
     return f"""
 INSERT INTO memory_daily_stats (day, metric, value) VALUES ({day}, {metric}, {value})
-ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + EXCLUDED.value
+{_ADD_TO_EXISTING}
 """
 
 
 SQL_BUMP_METRIC = bump_sql("$1", "$2", "$3")
+# Several counters of one day ($2 names, distinct; $3 values) in one statement.
+SQL_BUMP_METRICS = f"""
+INSERT INTO memory_daily_stats (day, metric, value)
+SELECT $1, m.metric, m.value FROM unnest($2::text[], $3::bigint[]) AS m(metric, value)
+{_ADD_TO_EXISTING}
+"""
 
 SQL_METRIC_TOTALS = """
 SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats WHERE day >= $1 GROUP BY metric
@@ -36,10 +48,10 @@ class PgCounterStore(PgStore):
     """A store that also bumps and reads the daily counters."""
 
     async def bump(self, day: date, metrics: dict[str, int]) -> None:
-        values = [(day, name, value) for name, value in metrics.items() if value]
-        if values:
+        counted = {name: value for name, value in metrics.items() if value}
+        if counted:
             async with self._connection() as conn:
-                await conn.executemany(SQL_BUMP_METRIC, values)
+                await conn.execute(SQL_BUMP_METRICS, day, list(counted), list(counted.values()))
 
     async def metric_totals(self, since: date) -> dict[str, int]:
         async with self._connection() as conn:

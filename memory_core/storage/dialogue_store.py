@@ -274,6 +274,20 @@ SQL_LAST_TURN_AT = """
 SELECT max(created_at) FROM dialogues WHERE session_key = $1 AND created_at <= $2
 """
 
+# A message's first read, one round trip: the session's last turn time (as SQL_LAST_TURN_AT)
+# and its short-term turns (as SQL_RECENT), both up to $3. With no recent turn the one row
+# carries the time alone (its turn columns NULL).
+SQL_SESSION_TAIL = f"""
+SELECT last.at AS last_turn_at, recent.* FROM
+    (SELECT max(created_at) AS at FROM dialogues WHERE session_key = $1 AND created_at <= $3) last
+    LEFT JOIN LATERAL (
+        SELECT {TURN_COLUMNS} FROM dialogues
+        WHERE session_key = $1 AND created_at >= $2 AND created_at <= $3
+        ORDER BY created_at DESC, id DESC LIMIT $4
+    ) recent ON true
+ORDER BY recent.created_at, recent.id
+"""
+
 # The rows' indexed text is made in Python (lang.indexed) from these columns.
 _INDEX_SOURCE = "id, content, sender_name, text_form"
 
@@ -688,6 +702,15 @@ class SessionActivity:
 
 
 @dataclass(frozen=True)
+class SessionTail:
+    """What a new message of a session reads first: the time of the session's last turn and
+    its short-term turns, oldest first (see ``session_tail``)."""
+
+    last_turn_at: datetime | None
+    recent: tuple[MemoryTurn, ...]
+
+
+@dataclass(frozen=True)
 class ShownTurn:
     """A turn as the console shows it: the turn, and whether the operator pinned it."""
 
@@ -1035,6 +1058,17 @@ class PgDialogueStore(RowTaker):
         async with self._connection() as conn:
             value: datetime | None = await conn.fetchval(SQL_LAST_TURN_AT, session_key, now)
         return value
+
+    async def session_tail(
+        self, session_key: str, *, since: datetime, now: datetime, limit: int
+    ) -> SessionTail:
+        """``last_turn_time`` and ``recent_turns`` of one moment, in one round trip."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_SESSION_TAIL, session_key, since, now, limit)
+        return SessionTail(
+            last_turn_at=records[0]["last_turn_at"],
+            recent=tuple(_turn(r) for r in records if r["id"] is not None),
+        )
 
     async def pending_embeddings(self, limit: int) -> list[tuple[int, str]]:
         """Rows stored without an embedding: (id, indexed text in the row's own form)."""

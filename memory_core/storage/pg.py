@@ -58,8 +58,10 @@ class PgStore:
     async def _write_embeddings(
         self, sql: str, ids: Sequence[int], vectors: np.ndarray, model: str
     ) -> None:
-        """Run ``sql`` (``$1`` id, ``$2`` vector, ``$3`` model) for each row, in one transaction."""
-        async with self._connection() as conn, conn.transaction():
+        """Run ``sql`` (``$1`` id, ``$2`` vector, ``$3`` model) for each row, all or none."""
+        # executemany is atomic by itself (asyncpg >= 0.22): an explicit transaction would
+        # only add two round trips (BEGIN, COMMIT) to every batch of embeddings.
+        async with self._connection() as conn:
             await conn.executemany(
                 sql, [(row_id, vectors[i], model) for i, row_id in enumerate(ids)]
             )
