@@ -319,6 +319,23 @@ async def test_two_messages_in_the_same_second_are_both_in_the_next_prompts_cont
     ]
 
 
+async def test_a_turn_leaving_the_short_term_window_while_the_message_is_read_stays_out(memory):
+    # The session's tail is read (one round trip) before the prompt is built; a turn that
+    # falls out of CHAT_RECENT_MINUTES in between must not reach the short-term messages.
+    start = datetime.now(timezone.utc).replace(microsecond=0)
+    ticks = iter(range(1000))
+
+    def clock() -> datetime:  # one second later at every reading
+        return start + timedelta(seconds=next(ticks))
+
+    window = timedelta(minutes=memory.settings.chat_recent_minutes)
+    await memory.add_turn(user_turn("快要过期的一句", at=start - window + timedelta(seconds=1.5)))
+    model = RecordingModel()
+    await engine_for(memory, model, clock=clock).converse(user_turn("新的一句"), Outbox())
+    assert [m["role"] for m in model.prompts[-1]] == ["system", "user"]
+    assert "快要过期的一句" not in model.prompts[-1][1]["content"]
+
+
 async def test_undelivered_reply_is_not_stored(memory):
     model, outbox = RecordingModel("回复"), Outbox()
     outbox.refuse = True
