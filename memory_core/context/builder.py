@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 
 from ..distill.keeper import MemoryKeeper
 from ..distill.memory import CATEGORY_ZH, DistilledMemory, content_hash, flatten
+from ..distill.store import KindQuery
 from ..lang.timefmt import format_absolute, relative_time_zh
 from ..lang.tokens import TokenCounter
 from ..models import RecallResult, RecallWindow
@@ -200,14 +201,16 @@ class ContextBuilder:
         keeper, s = self._keeper, self._settings
         if keeper is None or not s.memory_distilled_enabled:
             return [], [], []
-        preferences, hits, summaries = await asyncio.gather(
-            keeper.recall_by_type(
+        # Preferences (most important first) and the latest summaries: one read.
+        (preferences, summaries), hits = await asyncio.gather(
+            keeper.recall_by_types(
                 user_id,
                 group_id,
-                "preferences",
-                limit=s.memory_distilled_preferences,
+                [
+                    KindQuery("preferences", s.memory_distilled_preferences, by_importance=True),
+                    KindQuery("summary", s.memory_distilled_summaries),
+                ],
                 now=now,
-                by_importance=True,
             ),
             keeper.recall(
                 user_id,
@@ -217,9 +220,6 @@ class ContextBuilder:
                 top_k=s.memory_distilled_facts,
                 now=now,
                 touch=False,
-            ),
-            keeper.recall_by_type(
-                user_id, group_id, "summary", limit=s.memory_distilled_summaries, now=now
             ),
         )
         return preferences, [hit.memory for hit in hits], summaries
