@@ -23,7 +23,6 @@ from zoneinfo import ZoneInfo
 
 from ..distill.keeper import MemoryKeeper
 from ..distill.memory import CATEGORY_ZH, DistilledMemory, content_hash, flatten
-from ..distill.store import KindQuery
 from ..lang.timefmt import format_absolute, relative_time_zh
 from ..lang.tokens import TokenCounter
 from ..models import RecallResult, RecallWindow
@@ -201,16 +200,14 @@ class ContextBuilder:
         keeper, s = self._keeper, self._settings
         if keeper is None or not s.memory_distilled_enabled:
             return [], [], []
-        # Preferences (most important first) and the latest summaries: one read.
-        (preferences, summaries), hits = await asyncio.gather(
-            keeper.recall_by_types(
+        preferences, hits, summaries = await asyncio.gather(
+            keeper.recall_by_type(
                 user_id,
                 group_id,
-                [
-                    KindQuery("preferences", s.memory_distilled_preferences, by_importance=True),
-                    KindQuery("summary", s.memory_distilled_summaries),
-                ],
+                "preferences",
+                limit=s.memory_distilled_preferences,
                 now=now,
+                by_importance=True,
             ),
             keeper.recall(
                 user_id,
@@ -220,6 +217,9 @@ class ContextBuilder:
                 top_k=s.memory_distilled_facts,
                 now=now,
                 touch=False,
+            ),
+            keeper.recall_by_type(
+                user_id, group_id, "summary", limit=s.memory_distilled_summaries, now=now
             ),
         )
         return preferences, [hit.memory for hit in hits], summaries

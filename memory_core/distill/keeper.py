@@ -17,7 +17,6 @@ chats; the same memory stored in two chats is then returned once.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from .memory import (
     memory_score,
     restates,
 )
-from .store import KindQuery, NewDistilled, PgDistilledStore
+from .store import NewDistilled, PgDistilledStore
 
 log = logging.getLogger(__name__)
 
@@ -251,49 +250,21 @@ class MemoryKeeper:
         Latest confirmed first (``by_importance``: most important first). Superseded memories
         only with ``include_history``.
         """
-        [found] = await self.recall_by_types(
-            user_id,
-            group_id,
-            [KindQuery(kind, limit, by_importance)],
+        now = now or datetime.now(timezone.utc)
+        if limit <= 0:
+            return []
+        found = await self._store().by_kind(
+            kind=kind,
+            session_key=generate_session_key(user_id, group_id),
+            user_id=self._scope_user(user_id),
             now=now,
+            limit=limit * 2 if self.scope == "user" else limit,
+            by_importance=by_importance,
             include_history=include_history,
         )
-        return found
-
-    async def recall_by_types(
-        self,
-        user_id: int,
-        group_id: int | None,
-        queries: Sequence[KindQuery],
-        *,
-        now: datetime | None = None,
-        include_history: bool = False,
-    ) -> list[list[DistilledMemory]]:
-        """``recall_by_type`` for several kinds at once (one list per query), in one round
-        trip."""
-        now = now or datetime.now(timezone.utc)
-        wanted = [q for q in queries if q.limit > 0]
-        if not wanted:
-            return [[] for _ in queries]
-        # Widened to the user's other chats, the same memory may be stored in several: read
-        # twice as many, to have enough left once the copies are dropped.
-        widen = 2 if self.scope == "user" else 1
-        lists = iter(
-            await self._store().by_kinds(
-                [dataclasses.replace(q, limit=q.limit * widen) for q in wanted],
-                session_key=generate_session_key(user_id, group_id),
-                user_id=self._scope_user(user_id),
-                now=now,
-                include_history=include_history,
-            )
-        )
-        found: list[list[DistilledMemory]] = []
-        for query in queries:
-            rows = next(lists) if query.limit > 0 else []
-            if not include_history:
-                rows = _distinct(rows, key=lambda m: content_hash(m.content))
-            found.append(rows[: query.limit] if query.limit > 0 else [])
-        return found
+        if include_history:
+            return found[:limit]
+        return _distinct(found, key=lambda m: content_hash(m.content))[:limit]
 
     async def touch(self, ids: Sequence[int], now: datetime | None = None) -> None:
         """Count a use of these memories (they went into a prompt)."""

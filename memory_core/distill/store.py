@@ -107,23 +107,11 @@ SELECT {DISTILLED_COLUMNS}, 1 - (embedding <=> $6) AS similarity
 FROM candidates ORDER BY embedding <=> $6, id LIMIT $7
 """
 
-# A scope's memories of several kinds in one round trip: for each kind of $1 (in that order),
-# the first $7 by its $6 order (most important first, else latest confirmed first); "part" is
-# the kind's place in $1, "rank" the row's place in its kind.
-_BY_KIND_ORDER = (
-    "CASE WHEN k.by_importance THEN importance END DESC NULLS LAST, last_confirmed DESC, id DESC"
-)
-SQL_BY_KINDS = f"""
-SELECT k.part, m.* FROM unnest($1::text[], $6::boolean[], $7::integer[])
-    WITH ORDINALITY AS k(kind, by_importance, lim, part)
-CROSS JOIN LATERAL (
-    SELECT {DISTILLED_COLUMNS}, row_number() OVER (ORDER BY {_BY_KIND_ORDER}) AS rank
-    FROM distilled_memories
-    WHERE kind = k.kind AND (session_key = $2 OR user_id = $3::bigint)
-      AND first_seen <= $4 AND ($5 OR valid_until IS NULL OR valid_until > $4)
-    ORDER BY {_BY_KIND_ORDER} LIMIT k.lim
-) m
-ORDER BY k.part, m.rank
+SQL_BY_KIND = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories
+WHERE {_SCOPE} AND first_seen <= $4 AND ($5 OR valid_until IS NULL OR valid_until > $4)
+ORDER BY CASE WHEN $6 THEN importance END DESC NULLS LAST, last_confirmed DESC, id DESC
+LIMIT $7
 """
 
 SQL_BY_IDS = f"SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE id = ANY($1::bigint[])"
@@ -356,16 +344,6 @@ def _distilled(record: asyncpg.Record) -> DistilledMemory:
 
 
 @dataclass(frozen=True)
-class KindQuery:
-    """What ``by_kinds`` reads of one kind: the first ``limit``, most important first
-    (``by_importance``) or else latest confirmed first."""
-
-    kind: DistilledKind
-    limit: int
-    by_importance: bool = False
-
-
-@dataclass(frozen=True)
 class MemoryEdit:
     """A distilled memory's new text with what is derived from it."""
 
@@ -526,32 +504,30 @@ class PgDistilledStore(PgCounterStore, RowTaker):
             )
         return [(_distilled(r), float(r["similarity"])) for r in records]
 
-    async def by_kinds(
+    async def by_kind(
         self,
-        queries: Sequence[KindQuery],
         *,
+        kind: DistilledKind,
         session_key: str,
         user_id: int | None,
         now: datetime,
+        limit: int,
+        by_importance: bool = False,
         include_history: bool = False,
-    ) -> list[list[DistilledMemory]]:
-        """A scope's memories of each query's kind (one list per query, in their order), in
-        one round trip."""
+    ) -> list[DistilledMemory]:
+        """A scope's memories of one kind: latest confirmed first (or most important first)."""
         async with self._connection() as conn:
             records = await conn.fetch(
-                SQL_BY_KINDS,
-                [q.kind for q in queries],
+                SQL_BY_KIND,
+                kind,
                 session_key,
                 user_id,
                 now,
                 include_history,
-                [q.by_importance for q in queries],
-                [max(0, q.limit) for q in queries],
+                by_importance,
+                limit,
             )
-        found: list[list[DistilledMemory]] = [[] for _ in queries]
-        for r in records:
-            found[r["part"] - 1].append(_distilled(r))
-        return found
+        return [_distilled(r) for r in records]
 
     async def by_ids(self, ids: Sequence[int]) -> list[DistilledMemory]:
         async with self._connection() as conn:

@@ -8,7 +8,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.distill.memory import ExtractedMemory, dedupe_threshold, memory_score
-from memory_core.distill.store import KindQuery
 from memory_core.service import open_memory
 from memory_core.settings import LOCAL_EMBEDDING_MODEL, MemorySettings
 from tests.fakes import HashingEmbedder
@@ -274,39 +273,3 @@ def test_dedupe_thresholds_are_per_model_with_the_setting_winning():
     assert dedupe_threshold("Qwen/Qwen3-Embedding-0.6B") == 0.85
     assert dedupe_threshold("someone/unknown") == 0.9
     assert dedupe_threshold(LOCAL_EMBEDDING_MODEL, 0.5) == 0.5
-
-
-async def test_several_kinds_read_in_one_statement_equal_each_kind_read_apart(memory_factory):
-    memory = await memory_factory(memory_distilled_scope="user")
-    prefs = [("用户喜欢爬山", 0.3), ("用户喜欢喝茶", 0.9), ("用户讨厌下雨", 0.6)]
-    for i, (content, strength) in enumerate(prefs):
-        await memory.distilled.save(
-            [pref(content, score=strength)], 1, GROUP_A, stated_at=T0 + timedelta(hours=i)
-        )
-    await memory.distilled.save([pref("用户喜欢喝茶", score=0.9)], 1, None, stated_at=T0)
-    for i in range(3):
-        summary = ExtractedMemory(kind="summary", content=f"第{i}次聊天聊了工作", score=0.5)
-        await memory.distilled.save([summary], 1, GROUP_A, stated_at=T0 + timedelta(hours=i))
-    now = T0 + timedelta(days=1)
-    keeper = memory.distilled.keeper
-    queries = [
-        KindQuery("preferences", 2, by_importance=True),
-        KindQuery("summary", 2),
-        KindQuery("facts", 0),
-        KindQuery("preferences", 5),
-    ]
-    together = await keeper.recall_by_types(1, GROUP_A, queries, now=now)
-    apart = [
-        await keeper.recall_by_type(
-            1, GROUP_A, q.kind, limit=q.limit, now=now, by_importance=q.by_importance
-        )
-        for q in queries
-    ]
-    assert together == apart
-    contents = [[m.content for m in found] for found in together]
-    assert contents == [
-        ["用户喜欢喝茶", "用户讨厌下雨"],  # most important first, the copy in private dropped
-        ["第2次聊天聊了工作", "第1次聊天聊了工作"],  # latest first
-        [],
-        ["用户讨厌下雨", "用户喜欢喝茶", "用户喜欢爬山"],  # latest confirmed first
-    ]
