@@ -18,6 +18,7 @@ from .answer_cache.store import OwnCachedAnswer, PgAnswerCacheStore
 from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
 from .models import Forgotten, MemoryTurn, generate_session_key
+from .storage.database_handle import Transaction
 from .storage.dialogue_store import PgDialogueStore
 from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
@@ -173,10 +174,12 @@ async def opt_in(
     return not ({EVERYWHERE, chat_name(group_id)} & await store.chats(user_id))
 
 
-async def switch_group_memory(memory: TemporalMemory, group_id: int, *, on: bool) -> bool:
+async def switch_group_memory(
+    memory: TemporalMemory, group_id: int, *, on: bool, within: Transaction | None = None
+) -> bool:
     """Switch memory of a whole group on or off (nobody's messages there are stored while
-    off); whether that changed anything."""
-    store = _opt_outs(memory)
+    off), inside the caller's transaction ``within`` if given; whether that changed anything."""
+    store = (within or memory.database).store(PgOptOutStore)
     if on:
         return await store.opt_in(EVERYONE, chat_name(group_id)) > 0
     return await store.opt_out(EVERYONE, chat_name(group_id))

@@ -458,24 +458,22 @@ class MemoryConsole:
     async def switch_group_sharing(self, group_id: int, *, on: bool, actor: str) -> bool:
         """Share a group's memory among its members or stop (like ``/群共享``), audited;
         whether it changed."""
-        changed = await self.memory.sharing.switch(group_id, on=on, by=None)
-        if changed:
-            await self._store().write_audit(
-                Audit(
-                    actor, "group_sharing", "group", group_id, None, after_text="开" if on else "关"
-                )
-            )
+        try:
+            async with self.memory.database.transaction() as tx:
+                changed = await self.memory.sharing.switch(group_id, on=on, by=None, within=tx)
+                if changed:
+                    await _audit_switch(tx, actor, "group_sharing", group_id, on=on)
+        except BaseException:
+            self.memory.sharing.forget_kept(group_id)  # rolled back: recall must not see it
+            raise
         return changed
 
     async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
         """Switch a group's memory on or off (like ``/群记忆``), audited; whether it changed."""
-        changed = await switch_group_memory(self.memory, group_id, on=on)
-        if changed:
-            await self._store().write_audit(
-                Audit(
-                    actor, "group_switch", "group", group_id, None, after_text="开" if on else "关"
-                )
-            )
+        async with self.memory.database.transaction() as tx:
+            changed = await switch_group_memory(self.memory, group_id, on=on, within=tx)
+            if changed:
+                await _audit_switch(tx, actor, "group_switch", group_id, on=on)
         return changed
 
     # ------------------------------------------------------------------ figures
@@ -499,3 +497,11 @@ class MemoryConsole:
             bot_turns=tuple(per_day.get(d, (0, 0))[1] for d in span),
             metrics={m: tuple(v.get(d, 0) for d in span) for m, v in metrics.items()},
         )
+
+
+async def _audit_switch(
+    tx: Transaction, actor: str, action: str, group_id: int, *, on: bool
+) -> None:
+    """A group switch's audit entry, written in the switch's own transaction."""
+    audit = Audit(actor, action, "group", group_id, None, after_text="开" if on else "关")
+    await tx.store(PgConsoleStore).write_audit(audit)

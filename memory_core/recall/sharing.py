@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
-from ..storage.database_handle import Database
+from ..storage.database_handle import Database, Transaction
 from ..storage.shared_groups import PgSharedGroupStore
 
 SharingSource = Literal["setting", "command"]
@@ -62,13 +62,13 @@ class GroupSharing:
         # group id -> (read at, shared); the oldest read first.
         self._recent: OrderedDict[int, tuple[float, bool]] = OrderedDict()
 
-    def _store(self) -> PgSharedGroupStore:
-        return self._database.store(PgSharedGroupStore)
+    def _store(self, within: Transaction | None = None) -> PgSharedGroupStore:
+        return (within or self._database).store(PgSharedGroupStore)
 
-    async def status(self, group_id: int) -> SharingStatus:
-        """Read from the database (and kept for ``shared``)."""
+    async def status(self, group_id: int, *, within: Transaction | None = None) -> SharingStatus:
+        """Read from the database, inside ``within`` if given (and kept for ``shared``)."""
         read_at = self._clock()
-        choice = await self._store().choice(group_id)
+        choice = await self._store(within).choice(group_id)
         if choice is None:
             status = SharingStatus(group_id in self._listed, "setting")
         else:
@@ -92,6 +92,10 @@ class GroupSharing:
             return kept[1]
         return (await self.status(group_id)).shared
 
+    def forget_kept(self, group_id: int) -> None:
+        """Drop the state kept for ``shared``: the next call reads the database."""
+        self._recent.pop(group_id, None)
+
     def _keep(self, group_id: int, shared: bool, read_at: float) -> None:
         kept = self._recent.get(group_id)
         if kept is not None and kept[0] > read_at:
@@ -102,11 +106,21 @@ class GroupSharing:
             self._recent.popitem(last=False)
 
     async def switch(
-        self, group_id: int, *, on: bool, by: int | None, now: datetime | None = None
+        self,
+        group_id: int,
+        *,
+        on: bool,
+        by: int | None,
+        now: datetime | None = None,
+        within: Transaction | None = None,
     ) -> bool:
-        """Share the group's memory among its members, or stop; whether that changed it."""
-        before = await self.status(group_id)
-        await self._store().choose(
+        """Share the group's memory among its members, or stop; whether that changed it.
+
+        ``within``: the caller's transaction (the console writes its audit entry in it); the
+        state kept for ``shared`` takes the switch at once, so a caller whose transaction rolls
+        back calls ``forget_kept``."""
+        before = await self.status(group_id, within=within)
+        await self._store(within).choose(
             group_id, shared=on, changed_by=by, at=now or datetime.now(timezone.utc)
         )
         self._keep(group_id, on, self._clock())

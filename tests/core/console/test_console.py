@@ -531,3 +531,20 @@ async def test_each_reply_counts_how_long_reading_memory_took_for_the_latency_ch
     assert today[RECALL_MS_TOTAL] >= 0
     bands = [name for _, name in RECALL_BANDS] + [RECALL_SLOW]
     assert sum(today.get(name, 0) for name in bands) == 2
+
+
+async def test_a_group_switch_whose_audit_entry_fails_is_rolled_back(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    before = await console.group_switches()
+    assert [(g.group_id, g.memory_on, g.shared) for g in before] == [(GROUP, True, False)]
+    await refuse_audit_entries(memory)
+
+    with pytest.raises(StorageError, match="audit log refused"):
+        await console.switch_group(GROUP, on=False, actor=ACTOR)
+    with pytest.raises(StorageError, match="audit log refused"):
+        await console.switch_group_sharing(GROUP, on=True, actor=ACTOR)
+
+    assert await console.group_switches() == before
+    assert not await memory.sharing.shared(GROUP)  # nothing kept from the rolled-back switch
