@@ -6,7 +6,6 @@ from datetime import date
 
 from .pg import PgStore
 
-
 # A counter met again adds to its day's value.
 _ADD_TO_EXISTING = (
     "ON CONFLICT (day, metric) DO UPDATE SET value = memory_daily_stats.value + EXCLUDED.value"
