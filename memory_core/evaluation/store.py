@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from ..storage.counters import SQL_BUMP_METRIC, PgCounterStore
+from ..storage.counters import PgCounterStore, bump_on
 
 SQL_ENQUEUE_EVALUATION = """
 INSERT INTO evaluation_queue (assistant_turn_id, user_turn_id) VALUES ($1, $2)
@@ -94,9 +94,7 @@ class PgEvaluationStore(PgCounterStore):
         their store, in the caller's transaction)."""
         async with self._connection() as conn, conn.transaction():
             await conn.execute(SQL_DEQUEUE_EVALUATION, item.assistant_turn_id)
-            await conn.executemany(
-                SQL_BUMP_METRIC, [(day, name, value) for name, value in metrics.items()]
-            )
+            await bump_on(conn, day, metrics)
 
     async def postpone(self, item: PendingEvaluation, not_before: datetime) -> None:
         async with self._connection() as conn:

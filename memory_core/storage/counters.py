@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import date
 
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
 from .pg import PgStore
 
 # A counter met again adds to its day's value.
@@ -22,7 +25,6 @@ INSERT INTO memory_daily_stats (day, metric, value) VALUES ({day}, {metric}, {va
 """
 
 
-SQL_BUMP_METRIC = bump_sql("$1", "$2", "$3")
 # Several counters of one day ($2 names, distinct; $3 values) in one statement.
 SQL_BUMP_METRICS = f"""
 INSERT INTO memory_daily_stats (day, metric, value)
@@ -43,14 +45,22 @@ SELECT day, metric, value FROM memory_daily_stats WHERE day >= $1 ORDER BY day, 
 """
 
 
+async def bump_on(
+    conn: PoolConnectionProxy[asyncpg.Record], day: date, metrics: dict[str, int]
+) -> None:
+    """Add ``metrics`` to their counters of ``day`` on ``conn`` (in its transaction, if any),
+    in one statement; zeros are skipped."""
+    counted = {name: value for name, value in metrics.items() if value}
+    if counted:
+        await conn.execute(SQL_BUMP_METRICS, day, list(counted), list(counted.values()))
+
+
 class PgCounterStore(PgStore):
     """A store that also bumps and reads the daily counters."""
 
     async def bump(self, day: date, metrics: dict[str, int]) -> None:
-        counted = {name: value for name, value in metrics.items() if value}
-        if counted:
-            async with self._connection() as conn:
-                await conn.execute(SQL_BUMP_METRICS, day, list(counted), list(counted.values()))
+        async with self._connection() as conn:
+            await bump_on(conn, day, metrics)
 
     async def metric_totals(self, since: date) -> dict[str, int]:
         async with self._connection() as conn:
