@@ -1,7 +1,8 @@
 """`make bench`: every benchmark in turn, each in its own process; figures go to stdout.
 
 `python -m bench` runs the standard set (about 25–35 minutes on 2 cores; the first run of
-`bench.public` also embeds ~6,600 texts of the public sets, cached in /tmp afterwards);
+`bench.public` also embeds ~6,600 texts of the public sets and `bench.public.ceiling` ~14,000,
+cached in /tmp afterwards);
 `python -m bench --full` adds the 1M-row storage run (index build included: much longer).
 Copy the printed figures, with date and machine, into bench/RESULTS.md.
 """
@@ -18,6 +19,7 @@ STANDARD = [
     ["bench.e2e_bench"],
     ["bench.retrieval"],
     ["bench.public"],
+    ["bench.public.ceiling"],
     ["bench.distilled_bench"],
     ["bench.bot_throughput", "--sessions", "200", "--messages", "3"],
     ["bench.import_bench", "--messages", "1000"],

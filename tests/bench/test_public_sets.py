@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 
 from bench.public import chitchat, madial
+from bench.public.ceiling import queries, rankings
 from bench.public.run import expanded, madial_root
-from bench.public.scoring import Case, chance, figures_from_rankings, hits
+from bench.public.scoring import Case, Item, Task, chance, figures_from_rankings, hits
 
 ROOT = madial_root(None)
 needs_madial = pytest.mark.skipif(
@@ -132,3 +134,31 @@ def test_the_conversation_form_is_recalled_once_for_each_count_of_earlier_lines(
         ("conversation (2 lines)", "那家店叫什么", ["二", "三"]),
         ("conversation (8 lines)", "那家店叫什么", ["一", "二", "三"]),
     ]
+
+
+def test_the_ceiling_ranks_only_the_users_turns_said_before_the_case_by_cosine() -> None:
+    now = datetime(2024, 1, 10, tzinfo=timezone.utc)
+    day = timedelta(days=1)
+
+    def item(user: int, unit: int, days_before: int) -> Item:
+        return Item(
+            user=user, role="user", text=f"t{unit}", created_at=now - days_before * day, unit=unit
+        )
+
+    items = [item(1, 10, 3), item(1, 11, 2), item(2, 12, 2), item(1, 13, -1), item(1, 14, 5)]
+    case = Case(
+        label="c",
+        user=1,
+        now=now,
+        queries={"conversation": "q"},
+        relevant=frozenset({11}),
+        earlier={"conversation": ["一", "二", "三"]},
+    )
+    task = Task(name="t", about="", items=items, cases=[case], forms={})
+    stored = np.array([[1.0, 0.0], [0.6, 0.8], [1.0, 0.0], [1.0, 0.0], [0.6, 0.8]])
+    asked = np.array([[0.0, 1.0]])
+    # User 2's turn and the turn said after the case are never ranked; equal cosines put the
+    # newer first.
+    assert rankings(task, stored, asked) == {0: [11, 14, 10]}
+    assert queries(case, 2) == {"conversation": "二\n三\nq", "message alone": "q"}
+    assert queries(case, 0)["conversation"] == "q"
