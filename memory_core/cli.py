@@ -239,6 +239,7 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
         "top_n": args.top_n,
         "window_size": args.window,
         "now": args.now,
+        "context": args.earlier,
     }
     if args.json:
         print(json.dumps(await recall_json(memory, query), ensure_ascii=False), file=out)
@@ -248,7 +249,9 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
         args.user_id,
         args.query,
         args.group_id,
-        RecallOptions(top_n=args.top_n, window_size=args.window, now=now),
+        RecallOptions(
+            top_n=args.top_n, window_size=args.window, now=now, context=tuple(args.earlier)
+        ),
     )
     block = memory.format_block(recalled, now)
     print(block.text or "(没有相关记忆)", file=out)
@@ -379,6 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--window", type=int)
     rec.add_argument("--now", help="reference time, ISO 8601 with offset")
     rec.add_argument("--json", action="store_true", help="print the turns as JSON")
+    rec.add_argument(
+        "--earlier",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="a line said before the query (repeat, oldest first): recall reads the query "
+        "with the last MEMORY_QUERY_CONTEXT_TURNS of them, as the bot does",
+    )
     rec.add_argument("--batch", help="JSON-lines file of queries; prints one JSON object a line")
 
     st = sub.add_parser("stats", help="counts, sessions, size, embedding model")

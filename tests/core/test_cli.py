@@ -175,6 +175,42 @@ def test_recall_batch_takes_the_conversation_and_names_a_bad_one(imported):
     assert "Traceback" not in result.stderr
 
 
+def test_recall_earlier_lines_give_a_topicless_message_its_topic(fresh_dsn, tmp_data_dir):
+    path = tmp_data_dir / "topics.jsonl"
+    said = ["我家猫咪豆豆最近老是吐毛球", "我最近在学吉他，手指好疼"]
+    path.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "user_id": 5,
+                    "role": "user",
+                    "content": content,
+                    "message_id": 50 + number,
+                    "created_at": f"2024-01-1{number}T10:00:00+08:00",
+                },
+                ensure_ascii=False,
+            )
+            for number, content in enumerate(said, 1)
+        ),
+        encoding="utf-8",
+    )
+    result = run_cli("import", str(path), dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert result.returncode == 0, result.stderr
+    found = []
+    for earlier in ("我家猫咪吐毛球的事", "我学吉他手指疼的事"):
+        args = ["--user-id", "5", "--top-n", "1", "--window", "0", "--earlier", earlier]
+        result = run_cli("recall", *args, "后来怎么样了", dsn=fresh_dsn, data_dir=tmp_data_dir)
+        assert result.returncode == 0, result.stderr
+        found.append(result.stdout)
+        as_json = run_cli(
+            "recall", *args, "--json", "后来怎么样了", dsn=fresh_dsn, data_dir=tmp_data_dir
+        )
+        [turn] = json.loads(as_json.stdout)["turns"]
+        found.append(turn["content"])
+    assert said[0] in found[0] and said[0] == found[1]  # the same message, two topics
+    assert said[1] in found[2] and said[1] == found[3]
+
+
 def test_stats_reports_counts_and_model(imported):
     dsn, data_dir = imported
     result = run_cli("stats", "--json", dsn=dsn, data_dir=data_dir)
