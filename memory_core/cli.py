@@ -25,7 +25,7 @@ from dotenv import dotenv_values
 
 from .dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
-from .models import MemoryTurn, TurnInput
+from .models import MemoryTurn, RecallResult, TurnInput
 from .recall.options import RecallOptions
 from .service import TemporalMemory, open_memory
 from .settings import MemorySettings, settings_from_mapping
@@ -199,7 +199,10 @@ def turn_json(turn: MemoryTurn, memory: TemporalMemory) -> dict[str, Any]:
     }
 
 
-async def recall_json(memory: TemporalMemory, query: Mapping[str, Any]) -> dict[str, Any]:
+async def _recall(
+    memory: TemporalMemory, query: Mapping[str, Any], now_field: str = "now"
+) -> tuple[RecallResult, datetime | None]:
+    """Recall one query given as ``recall --batch`` reads it; the result and its ``now``."""
     user_id = _optional_int(query, "user_id")
     if user_id is None:
         raise ValueError("user_id is required")
@@ -212,11 +215,16 @@ async def recall_json(memory: TemporalMemory, query: Mapping[str, Any]) -> dict[
     options = RecallOptions(
         top_n=_optional_int(query, "top_n"),
         window_size=_optional_int(query, "window_size"),
-        now=_parse_time(query.get("now"), "now"),
+        now=_parse_time(query.get("now"), now_field),
         context=tuple(context),
     )
     result = await memory.recall(user_id, text, _optional_int(query, "group_id"), options)
-    return {"query": text, "turns": [turn_json(t, memory) for t in result.turns]}
+    return result, options.now
+
+
+async def recall_json(memory: TemporalMemory, query: Mapping[str, Any]) -> dict[str, Any]:
+    result, _ = await _recall(memory, query)
+    return {"query": query["query"], "turns": [turn_json(t, memory) for t in result.turns]}
 
 
 async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: TextIO) -> int:
@@ -244,15 +252,7 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
     if args.json:
         print(json.dumps(await recall_json(memory, query), ensure_ascii=False), file=out)
         return 0
-    now = _parse_time(args.now, "--now")
-    recalled = await memory.recall(
-        args.user_id,
-        args.query,
-        args.group_id,
-        RecallOptions(
-            top_n=args.top_n, window_size=args.window, now=now, context=tuple(args.earlier)
-        ),
-    )
+    recalled, now = await _recall(memory, query, now_field="--now")
     block = memory.format_block(recalled, now)
     print(block.text or "(没有相关记忆)", file=out)
     return 0
