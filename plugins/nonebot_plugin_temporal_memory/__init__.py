@@ -35,6 +35,7 @@ __plugin_meta__ = PluginMetadata(
 )
 
 from . import (  # noqa: E402, F401
+    body_limit,
     commands,
     console,
     group_sharing,
