@@ -29,6 +29,7 @@ from .models import MemoryTurn, RecallResult, TurnInput
 from .recall.options import RecallOptions
 from .service import TemporalMemory, open_memory
 from .settings import MemorySettings, settings_from_mapping
+from .time_bounds import check_time
 from .transfer.importer import (
     FORMATS,
     ImportReport,
@@ -58,10 +59,7 @@ def load_settings(
 def _parse_time(value: str | None, field: str) -> datetime | None:
     if value is None:
         return None
-    parsed = datetime.fromisoformat(value)
-    if parsed.tzinfo is None:
-        raise ValueError(f"{field} needs a timezone offset, e.g. 2024-01-16T10:30:15+08:00")
-    return parsed
+    return check_time(datetime.fromisoformat(value), field)
 
 
 def _optional_int(data: Mapping[str, Any], key: str) -> int | None:

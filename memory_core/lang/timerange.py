@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 
+from ..time_bounds import time_problem
 from .keywords import ENGLISH_STOPWORDS, QUERY_STOP_PHRASES, normalize, word_list
 
 # "刚才" looks this far back; recall also prefers the very latest turns for it.
@@ -507,13 +508,16 @@ def _find(
 def referred_range(text: str, said_at: datetime, tz: tzinfo) -> TimeRange | None:
     """The time a stored turn talks about ("我明天上午十点要去体检" said on Monday: Tuesday
     morning), from its first time expression, relative to when it was said; ``None`` when it
-    names no time, or only "just now", or a span wider than ``MAX_REFERENCE_SPAN``."""
+    names no time, or only "just now", or a span wider than ``MAX_REFERENCE_SPAN``, or one
+    outside the range the database keeps (``time_bounds``: "3000年1月1日" filters no question)."""
     if said_at.tzinfo is None:
         raise ValueError("said_at must be timezone-aware")
     context = _Context(said_at.astimezone(tz), tz)
     located = _find(normalize(text[:REFERENCE_SCAN_CHARS]), context, _RULES + _PLAN_RULES)
     found = located[0] if located else None
     if found is None or found.recent or found.end - found.start > MAX_REFERENCE_SPAN:
+        return None
+    if time_problem(found.start) or time_problem(found.end):
         return None
     return found
 

@@ -15,6 +15,7 @@ from ..lang.text import clean_content, scrub, scrub_json
 from ..lang.timerange import referred_range
 from ..lang.tokens import TokenCounter
 from ..models import TurnInput
+from ..time_bounds import time_problem
 from .dialogue_store import NewTurnRow, raw_segments_json
 
 BIGINT_MAX = 2**63 - 1
@@ -73,8 +74,9 @@ def prepare_row(
     _check_id("self_id", turn.self_id, optional=True)
     _check_id("message_id", turn.message_id, optional=True)
     created_at = turn.created_at or now
-    if created_at.tzinfo is None:
-        raise InvalidTurnError("created_at must carry a timezone offset")
+    problem = time_problem(created_at, now=now)
+    if problem is not None:
+        raise InvalidTurnError(f"created_at {problem}")
     content = clean_content(turn.content, max_chars)
     sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
     refers = referred_range(content, created_at, tz)

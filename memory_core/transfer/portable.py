@@ -27,6 +27,7 @@ from ..distill.store import PgDistilledStore, PortableMemory
 from ..lang.text import scrub
 from ..models import TurnInput, generate_session_key
 from ..storage.dialogue_store import ExportedTurn, PgDialogueStore
+from ..time_bounds import check_time
 
 if TYPE_CHECKING:
     from ..service import TemporalMemory
@@ -145,7 +146,11 @@ def _int(data: Mapping[str, Any], key: str, *, required: bool = False) -> int | 
     return value
 
 
-def _time(data: Mapping[str, Any], key: str, *, required: bool = False) -> datetime | None:
+def _time(
+    data: Mapping[str, Any], key: str, *, required: bool = False, said: bool = True
+) -> datetime | None:
+    """The ISO 8601 time at ``key``, inside ``time_bounds``' range (a time something was
+    ``said`` no later than a day from now; an expiry may lie further ahead)."""
     value = data.get(key)
     if value is None:
         if required:
@@ -157,9 +162,7 @@ def _time(data: Mapping[str, Any], key: str, *, required: bool = False) -> datet
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:
         raise ValueError(f"{key}: {exc}") from exc
-    if parsed.tzinfo is None:
-        raise ValueError(f"{key} needs a timezone offset, e.g. 2024-01-16T10:30:15+08:00")
-    return parsed
+    return check_time(parsed, key, now=datetime.now(timezone.utc) if said else None)
 
 
 def _text(data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -228,7 +231,7 @@ def retention_from_json(data: Mapping[str, Any]) -> tuple[int | None, datetime |
     score = _int(data, "score")
     if score is not None and not 0 <= score <= 100:
         raise ValueError("score must be between 0 and 100")
-    return score, _time(data, "expires_at")
+    return score, _time(data, "expires_at", said=False)
 
 
 def memory_from_json(data: Mapping[str, Any]) -> PortableMemory:
@@ -262,7 +265,7 @@ def memory_from_json(data: Mapping[str, Any]) -> PortableMemory:
         importance=_float(data, "importance", 0.5) or 0.0,
         access_count=_int(data, "access_count") or 0,
         last_accessed_at=_time(data, "last_accessed_at"),
-        valid_until=_time(data, "valid_until"),
+        valid_until=_time(data, "valid_until", said=False),
         superseded_by=_int(data, "superseded_by"),
         created_at=_time(data, "created_at") or first_seen,
     )

@@ -299,3 +299,19 @@ def test_import_indexes_the_sessions_it_takes_past_the_exact_search_limit(
     result = run_cli("stats", "--json", dsn=fresh_dsn, data_dir=tmp_data_dir, **limit)
     index = json.loads(result.stdout)["vector_index"]
     assert index == {"mode": "auto", "indexed_sessions": 1, "building": 0}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("recall", "--user-id", "1", "--now", "0001-01-01T00:00:00+00:00", "订单号"),
+        ("purge", "--now", "9999-12-31T23:59:59.999999+00:00"),
+    ],
+    ids=["recall", "purge"],
+)
+def test_a_time_at_the_calendars_ends_is_refused_naming_the_option(imported, command):
+    dsn, data_dir = imported
+    result = run_cli(*command, dsn=dsn, data_dir=data_dir)
+    assert result.returncode == 2
+    assert "--now" in result.stderr and "Traceback" not in result.stderr
+    assert "1990-01-01" in result.stderr or "2200-01-01" in result.stderr

@@ -29,6 +29,7 @@ from memory_core.console import (
     trace_recall,
 )
 from memory_core.errors import EmbeddingError, InvalidTurnError, MemoryCoreError
+from memory_core.time_bounds import RANGE_TEXT, time_problem
 
 from ..runtime import Runtime, RuntimeNotReady, get_runtime
 from . import admin_views, memory_views, views
@@ -107,12 +108,35 @@ def _group_switch_form(request: Request) -> tuple[int, bool]:
     return group_id, form.get("on") == "1"
 
 
+class BadParameter(ValueError):
+    """A request parameter out of its range: answered 400 with this message (in Chinese)."""
+
+
+MAX_PAGE = 100_000
+"""The last page number a console list accepts (far past any real list, far from 2^63)."""
+
+
+def _page(text: str | None) -> int:
+    number = max(_int(text) or 0, 0)
+    if number > MAX_PAGE:
+        raise BadParameter(f"页码 {number} 太大（最大 {MAX_PAGE}）")
+    return number
+
+
+def _in_range(moment: datetime, shown: str) -> datetime:
+    if time_problem(moment) is not None:
+        raise BadParameter(f"时间 {shown[:40]} 超出范围（{RANGE_TEXT}）")
+    return moment
+
+
 def _day(text: str | None, tz: timezone | object, *, next_day: bool = False) -> datetime | None:
     text = (text or "").strip()
     if not text:
         return None
-    day = date.fromisoformat(text) + (timedelta(days=1) if next_day else timedelta())
-    return datetime.combine(day, time.min, tz)  # type: ignore[arg-type]
+    day = date.fromisoformat(text)
+    moment = datetime.combine(day, time.min, tz)  # type: ignore[arg-type]
+    _in_range(moment, text)
+    return moment + timedelta(days=1) if next_day else moment
 
 
 def back_to(path: str, **query: object) -> RedirectResponse:
@@ -184,6 +208,8 @@ class ConsoleApp:
             context = Context(runtime, session, request)
             try:
                 return await handler(request, context)
+            except BadParameter as exc:
+                return refused(str(exc), 400)
             except (ValueError, KeyError):
                 return refused(BAD_REQUEST, 400)
             except MemoryCoreError as exc:
@@ -260,7 +286,7 @@ class ConsoleApp:
         chat_type = q.get("type", "")
         if chat_type not in ("", "private", "group"):
             raise ValueError("type")
-        number = max(_int(q.get("page")) or 0, 0)
+        number = _page(q.get("page"))
         rows = await ctx.console.sessions(
             chat_type=chat_type or None,
             group_id=_int(q.get("group")),
@@ -300,7 +326,7 @@ class ConsoleApp:
             by_meaning=q.get("mode") == "meaning",
             start=_day(q.get("from"), tz),
             end=_day(q.get("to"), tz, next_day=True),
-            page=max(_int(q.get("page")) or 0, 0),
+            page=_page(q.get("page")),
         )
         page = ctx.with_message(notice=q.get("notice", "")[:200], error=error)
         try:
@@ -333,7 +359,7 @@ class ConsoleApp:
         return html(admin_views.bin_page(page, items, key))
 
     async def audit(self, request: Request, ctx: Context) -> Response:
-        number = max(_int(request.query_params.get("page")) or 0, 0)
+        number = _page(request.query_params.get("page"))
         return html(admin_views.audit_page(ctx.page, await ctx.console.audit_log(number), number))
 
     async def debug(self, request: Request, ctx: Context) -> Response:
@@ -345,7 +371,9 @@ class ConsoleApp:
         trace = None
         page = ctx.page
         if request.method == "POST" and user.strip() and message.strip():
-            when = datetime.fromisoformat(at).replace(tzinfo=tz) if at.strip() else now
+            when = (
+                _in_range(datetime.fromisoformat(at).replace(tzinfo=tz), at) if at.strip() else now
+            )
             user_id = _int(user)
             if user_id is None:
                 raise ValueError("user")
