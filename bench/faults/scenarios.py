@@ -9,6 +9,7 @@ import json
 import signal
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from bench.faults.harness import (
     scratch_dir,
     settle,
 )
+from bench.process_stats import rss_mb
 from tests.pg_processes import kill_postmaster, stop_leftover_server
 from tests.plugin.events import SELF_ID, SUPERUSER_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, post_event, start_bot
@@ -411,6 +413,76 @@ async def _forged_posts(bot: BotProcess) -> list[tuple[str, int]]:
     return results
 
 
+OVERSIZED_MB = 200
+OVERSIZED_AT_ONCE = 10
+OVERSIZED_BOUND_MB = 60  # what ten requests cut off at the 2 MiB body limit may add, with room
+
+
+async def _oversized_upload(bot: BotProcess, *, declared: bool) -> int:
+    """POST ``OVERSIZED_MB`` MB to the console's login form (reachable without a session),
+    with its length declared or streamed without one; the status, 599 if the bot hung up."""
+    chunk = b"a" * (1 << 20)
+
+    async def stream() -> Any:
+        yield b"token="
+        for _ in range(OVERSIZED_MB):
+            yield chunk
+
+    headers = {  # as a browser on the console's own page sends them: past the cross-site check
+        "Content-Type": "application/x-www-form-urlencoded",
+        "Origin": f"http://127.0.0.1:{bot.port}",
+        "Sec-Fetch-Site": "same-origin",
+    }
+    if declared:
+        headers["Content-Length"] = str(OVERSIZED_MB * len(chunk) + 6)
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=120) as client:
+            response = await client.post(
+                f"http://127.0.0.1:{bot.port}/memory/login", content=stream(), headers=headers
+            )
+            return response.status_code
+    except httpx.HTTPError:
+        return 599
+
+
+async def oversized_requests() -> Tally:
+    """Ten concurrent 200 MB bodies to the login form, with and without a declared length: the
+    bot's resident memory may grow by at most ``OVERSIZED_BOUND_MB`` and it still answers."""
+    tally = Tally("oversized requests")
+    llm = StubLLM(delay=0.0).start()
+    try:
+        env = {"MEMORY_CONSOLE_TOKEN": "fault-suite-console-token"}
+        async with running_bot(tally, llm_url=llm.base_url, extra_env=env) as (bot, peer):
+            chats = Chats(peer, tally, reply_timeout=30)
+            await chats.say("先说一句", user_id=6100)
+            before = rss_mb(bot.process.pid)
+            peak = before
+            uploads = [
+                asyncio.ensure_future(_oversized_upload(bot, declared=i % 2 == 0))
+                for i in range(OVERSIZED_AT_ONCE * 2)
+            ]
+            while not all(upload.done() for upload in uploads):
+                peak = max(peak, rss_mb(bot.process.pid))
+                await asyncio.sleep(0.05)
+            statuses = [upload.result() for upload in uploads]
+            grown = peak - before
+            tally.notes.append(
+                f"{len(statuses)} uploads of {OVERSIZED_MB} MB: statuses "
+                f"{dict(sorted(Counter(statuses).items()))}; RSS {before:.0f} -> peak "
+                f"{peak:.0f} MB (+{grown:.0f}, bound +{OVERSIZED_BOUND_MB})"
+            )
+            if grown > OVERSIZED_BOUND_MB:
+                tally.misses.append(f"resident memory grew {grown:.0f} MB")
+            if any(status not in (413, 599) for status in statuses):
+                tally.misses.append("an oversized body was not refused")
+            if not await chats.say("还在吗", user_id=6100):
+                tally.misses.append("no answer after the uploads")
+            await settle(tally, embedded_dsn(bot))
+    finally:
+        llm.stop()
+    return tally
+
+
 # ----------------------------------------------------------------------------- two processes
 
 
@@ -486,5 +558,6 @@ SCENARIOS: dict[str, Scenario] = {
     "embed-503": embedding_503,
     "llm-hang": chat_model_hanging,
     "hostile": hostile_input,
+    "oversized": oversized_requests,
     "two-bots": two_bots_one_database,
 }
