@@ -868,7 +868,7 @@ class TemporalMemory:
         (``CHAT_RECENT_MINUTES``): until then a "not kept" turn, gone from recall, still
         belongs to the conversation the model sees."""
         store = self._dialogues()
-        now = now or datetime.now(timezone.utc)
+        now = now or await store.database_now()  # bots sharing the database share its clock
         expired_before = now - timedelta(minutes=self.settings.chat_recent_minutes)
         total = 0
         while True:

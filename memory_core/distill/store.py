@@ -197,17 +197,19 @@ RETURNING pending_turns
 """
 
 # Claims due sessions for one worker: sessions another process is claiming are skipped, and
-# claimed ones are leased (not due again until $5, unless finished, postponed or deferred
-# first), so two bots on one database never distil the same session at once.
+# claimed ones are leased (not due again for $5, unless finished, postponed or deferred
+# first), so two bots on one database never distil the same session at once. "Now" is the
+# database's clock ($1 NULL), shared by every bot on it (as the evaluation queue's claims).
 SQL_CLAIM_DUE_SESSIONS = """
 WITH due AS (
     SELECT session_key FROM distilled_sessions
-    WHERE pending_turns > 0 AND not_before <= $1
-      AND (pending_turns >= $2 OR last_activity_at <= $3)
+    WHERE pending_turns > 0 AND not_before <= coalesce($1::timestamptz, now())
+      AND (pending_turns >= $2
+           OR last_activity_at <= coalesce($1::timestamptz, now()) - $3::interval)
     ORDER BY last_activity_at, session_key LIMIT $4
     FOR UPDATE SKIP LOCKED
 )
-UPDATE distilled_sessions s SET not_before = $5
+UPDATE distilled_sessions s SET not_before = coalesce($1::timestamptz, now()) + $5::interval
 FROM due WHERE s.session_key = due.session_key
 RETURNING s.session_key, s.user_id, s.group_id, s.last_turn_id, s.pending_turns, s.attempts,
           s.last_activity_at
@@ -667,12 +669,14 @@ class PgDistilledStore(PgCounterStore, RowTaker):
             )
 
     async def claim_due_sessions(
-        self, *, now: datetime, every: int, idle_before: datetime, limit: int
+        self, *, now: datetime | None, every: int, idle: timedelta, limit: int
     ) -> list[SessionDue]:
-        """Due sessions, claimed for this worker (``SQL_CLAIM_DUE_SESSIONS``), oldest first."""
+        """Sessions due at ``now`` (``None``: the database's clock) — ``every`` exchanges
+        noted, or ``idle`` that long —, claimed for this worker (``SQL_CLAIM_DUE_SESSIONS``),
+        oldest first."""
         async with self._connection() as conn:
             records = await conn.fetch(
-                SQL_CLAIM_DUE_SESSIONS, now, every, idle_before, limit, now + SESSION_LEASE
+                SQL_CLAIM_DUE_SESSIONS, now, every, idle, limit, SESSION_LEASE
             )
         ordered = sorted(records, key=lambda r: (r["last_activity_at"], r["session_key"]))
         return [_session(r) for r in ordered]

@@ -140,9 +140,9 @@ class ExtractionWorker:
                 due = [
                     s
                     for s in await self._store().claim_due_sessions(
-                        now=moment,
+                        now=now,  # None: the database's clock, which every bot shares
                         every=self.every_turns,
-                        idle_before=moment - self.idle,
+                        idle=self.idle,
                         limit=DUE_BATCH,
                     )
                     if s.session_key not in self._running

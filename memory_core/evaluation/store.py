@@ -14,17 +14,20 @@ ON CONFLICT (assistant_turn_id) DO NOTHING
 """
 
 # Claims due items for one worker: rows another process is claiming are skipped, and claimed
-# ones are leased (not due again until $3) so that two bots on one database never score the
+# ones are leased (not due again for $3) so that two bots on one database never score the
 # same exchange; a worker that dies mid-way leaves them due again when the lease ends.
+# "Now" is the database's clock ($1 NULL), the one clock every bot on it shares: with each
+# bot's own, a bot whose clock runs ahead by more than the lease took the others' leased
+# items as due and judged them a second time. Tests pass $1 to move time themselves.
 SQL_CLAIM_EVALUATIONS = """
 WITH due AS (
     SELECT assistant_turn_id FROM evaluation_queue
-    WHERE not_before <= $1
+    WHERE not_before <= coalesce($1::timestamptz, now())
     ORDER BY enqueued_at, assistant_turn_id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
-    UPDATE evaluation_queue q SET not_before = $3
+    UPDATE evaluation_queue q SET not_before = coalesce($1::timestamptz, now()) + $3::interval
     FROM due WHERE q.assistant_turn_id = due.assistant_turn_id
     RETURNING q.assistant_turn_id, q.user_turn_id, q.attempts, q.enqueued_at
 )
@@ -38,7 +41,9 @@ SQL_COUNT_EVALUATIONS = "SELECT count(*) FROM evaluation_queue"
 SQL_DEQUEUE_EVALUATION = "DELETE FROM evaluation_queue WHERE assistant_turn_id = $1"
 
 SQL_POSTPONE_EVALUATION = """
-UPDATE evaluation_queue SET attempts = attempts + 1, not_before = $2 WHERE assistant_turn_id = $1
+UPDATE evaluation_queue SET attempts = attempts + 1,
+    not_before = coalesce($3::timestamptz, now()) + $2::interval
+WHERE assistant_turn_id = $1
 """
 
 
@@ -69,11 +74,11 @@ class PgEvaluationStore(PgCounterStore):
         async with self._connection() as conn:
             await conn.execute(SQL_ENQUEUE_EVALUATION, assistant_turn_id, user_turn_id)
 
-    async def claim_due(self, now: datetime, limit: int) -> list[ClaimedEvaluation]:
-        """Up to ``limit`` due items, claimed for this worker (see ``SQL_CLAIM_EVALUATIONS``);
-        each is then finished or postponed."""
+    async def claim_due(self, now: datetime | None, limit: int) -> list[ClaimedEvaluation]:
+        """Up to ``limit`` items due at ``now`` (``None``: the database's clock), claimed for
+        this worker (see ``SQL_CLAIM_EVALUATIONS``); each is then finished or postponed."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_CLAIM_EVALUATIONS, now, limit, now + CLAIM_LEASE)
+            records = await conn.fetch(SQL_CLAIM_EVALUATIONS, now, limit, CLAIM_LEASE)
         return [
             ClaimedEvaluation(r["assistant_turn_id"], r["user_turn_id"], r["attempts"])
             for r in records
@@ -96,6 +101,10 @@ class PgEvaluationStore(PgCounterStore):
             await conn.execute(SQL_DEQUEUE_EVALUATION, item.assistant_turn_id)
             await bump_on(conn, day, metrics)
 
-    async def postpone(self, item: PendingEvaluation, not_before: datetime) -> None:
+    async def postpone(
+        self, item: PendingEvaluation, delay: timedelta, now: datetime | None = None
+    ) -> None:
+        """Count a failed attempt and make the item due ``delay`` after ``now`` (``None``: the
+        database's clock)."""
         async with self._connection() as conn:
-            await conn.execute(SQL_POSTPONE_EVALUATION, item.assistant_turn_id, not_before)
+            await conn.execute(SQL_POSTPONE_EVALUATION, item.assistant_turn_id, delay, now)

@@ -86,16 +86,15 @@ class EvaluationWorker:
             settled = 0
             while True:
                 moment = now or datetime.now(timezone.utc)
-                claimed = await self._store().claim_due(
-                    moment, self._batch_size * self._concurrency
-                )
+                # Claimed by the database's clock unless a caller moves time (tests).
+                claimed = await self._store().claim_due(now, self._batch_size * self._concurrency)
                 due = await self._with_texts(claimed)
                 if not due:
                     return settled
                 # One exchange a call when there is no backlog, batches when there is.
                 size = 1 if len(due) <= self._concurrency else self._batch_size
                 chunks = [due[i : i + size] for i in range(0, len(due), size)]
-                results = await asyncio.gather(*(self._settle(c, moment) for c in chunks))
+                results = await asyncio.gather(*(self._settle(c, moment, now) for c in chunks))
                 settled += sum(results)
                 if sum(results) == 0:
                     return settled  # everything was postponed; try again later
@@ -122,13 +121,17 @@ class EvaluationWorker:
                 )
         return pending
 
-    async def _settle(self, chunk: Sequence[PendingEvaluation], now: datetime) -> int:
+    async def _settle(
+        self, chunk: Sequence[PendingEvaluation], now: datetime, moved: datetime | None
+    ) -> int:
+        """Score ``chunk`` at ``now``; ``moved``: the time a caller set (``None``: the
+        database's clock decides when a failed item is due again)."""
         async with self._slots:
             exchanges = [Exchange(item.user_text, item.assistant_text) for item in chunk]
             try:
                 scores = await self.evaluator.score(exchanges)
             except LLMError as exc:
-                return await self._failed_call(chunk, now, exc)
+                return await self._failed_call(chunk, now, moved, exc)
         store = self._store()
         day = now.astimezone(self._tz).date()
         scores = (list(scores) + [None] * len(chunk))[: len(chunk)]  # a short answer is a failure
@@ -155,7 +158,11 @@ class EvaluationWorker:
         return len(chunk)
 
     async def _failed_call(
-        self, chunk: Sequence[PendingEvaluation], now: datetime, exc: Exception
+        self,
+        chunk: Sequence[PendingEvaluation],
+        now: datetime,
+        moved: datetime | None,
+        exc: Exception,
     ) -> int:
         store = self._store()
         day = now.astimezone(self._tz).date()
@@ -166,7 +173,7 @@ class EvaluationWorker:
                 await store.finish(item, metrics={FAILED: 1}, day=day)
                 settled += 1
             else:
-                await store.postpone(item, now + RETRY_DELAY * (item.attempts + 1))
+                await store.postpone(item, RETRY_DELAY * (item.attempts + 1), moved)
         log.warning(
             "evaluator failed for %d exchange(s) of session(s) %s (%d given up, kept unscored): %s",
             len(chunk),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime
 
 import asyncpg
 import numpy as np
@@ -54,6 +55,13 @@ class PgStore:
                 return
             async with self._pool.acquire() as conn:
                 yield conn
+
+    async def database_now(self) -> datetime:
+        """The database server's clock: the one every bot sharing this database agrees on
+        (leases, claims and the daily purge go by it, not by each machine's own clock)."""
+        async with self._connection() as conn:
+            moment: datetime = await conn.fetchval("SELECT now()")
+        return moment
 
     async def _write_embeddings(
         self, sql: str, ids: Sequence[int], vectors: np.ndarray, model: str

@@ -465,7 +465,7 @@ async def test_a_session_holding_only_distilled_memories_is_listed(memory_factor
 
     # Newer turns elsewhere: Bob's session is not the most recently active one.
     await store_chat(
-        memory, [(ALICE, None, "user", "今天天气不错", "阿丽")], T0 + timedelta(days=400)
+        memory, [(ALICE, None, "user", "今天天气不错", "阿丽")], T0 + timedelta(days=10)
     )
     listed = {s.session_key: s for s in await console.sessions()}
     assert (listed[str(BOB)].turns, listed[str(BOB)].memories) == (0, 1)

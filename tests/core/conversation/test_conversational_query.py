@@ -15,7 +15,7 @@ from memory_core.settings import ModelEndpoint
 from tests.embedding_server import EmbeddingServer
 from tests.stub_llm import Answer, ScriptedLLM
 
-NOW = datetime(2030, 1, 1, 12, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)  # in the past: no turn is stored dated ahead
 USER, GROUP = 1, 555
 
 
