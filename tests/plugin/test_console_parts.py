@@ -25,6 +25,15 @@ def test_failed_logins_block_a_client_for_the_window_then_let_it_try_again(plugi
     assert not limiter.blocked("10.0.0.1")
 
 
+def test_failures_spread_over_many_addresses_never_lock_out_another(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.access import LoginLimiter
+
+    limiter = LoginLimiter(clock=lambda: 1000.0)
+    for i in range(200):
+        limiter.failed(f"10.0.{i // 4}.{i % 4}")  # four wrong tokens from each of 50 addresses
+    assert not limiter.blocked("192.168.1.20")  # the operator's own address logs in
+
+
 def test_bars_are_scaled_to_a_round_axis_and_stacked(plugin: Any):
     from nonebot_plugin_temporal_memory.console.charts import BOTTOM, HEIGHT, TOP, Series, bar_chart
 
