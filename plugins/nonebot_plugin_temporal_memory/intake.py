@@ -21,6 +21,7 @@ from nonebot.adapters.onebot.v11 import (
     MessageEvent,
     NetworkError,
 )
+from nonebot.adapters.onebot.v11.event import Reply
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.exception import IgnoredException
 from nonebot.log import logger
@@ -241,7 +242,7 @@ async def message_text(bot: Bot, event: MessageEvent, runtime: Runtime) -> str:
         segments, self_id=event.self_id, self_name=runtime.bot_name, names=names
     )
     quote = None
-    if event.reply is not None:
+    if event.reply is not None and quoted_from_this_chat(event, event.reply):
         reply = event.reply
         if reply.sender.user_id is not None and reply.sender.user_id == event.self_id:
             who: str | None = runtime.bot_name
@@ -255,6 +256,22 @@ async def message_text(bot: Bot, event: MessageEvent, runtime: Runtime) -> str:
         )
         quote = quote_reply(who or None, quoted)
     return with_quote(quote, body)
+
+
+def quoted_from_this_chat(event: MessageEvent, reply: Reply) -> bool:
+    """Whether the quoted message was said in the chat of ``event``: a message id from another
+    group or another person's chat (QQ clients resolve any id they know) must not carry its
+    text into this chat's memory. A group quote must name this group (NapCat, go-cqhttp and
+    Lagrange return ``group_id`` from ``get_msg``); a private one must be by this person or by
+    the bot."""
+    group_id = group_id_of(event)
+    if group_id is not None:
+        quoted_group = getattr(reply, "group_id", None)
+        return reply.message_type == "group" and str(quoted_group) == str(group_id)
+    return reply.message_type == "private" and str(reply.sender.user_id) in {
+        str(event.user_id),
+        str(event.self_id),
+    }
 
 
 def _segment_has_name(segments: list[dict[str, Any]], qq: str) -> bool:

@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
+import pytest
 from nonebot.adapters.onebot.v11 import (
     ActionFailed,
     Adapter,
@@ -152,6 +153,7 @@ async def test_reply_to_the_bots_message_addresses_it_and_is_quoted(app: App, ru
     original = {
         "time": 1760000000,
         "message_type": "group",
+        "group_id": GROUP,  # get_msg names the group (NapCat, go-cqhttp, Lagrange)
         "message_id": bot_message_id,
         "real_id": bot_message_id,
         "sender": {"user_id": SELF_ID, "nickname": "bot"},
@@ -167,6 +169,47 @@ async def test_reply_to_the_bots_message_addresses_it_and_is_quoted(app: App, ru
     turns = await stored(runtime, group=GROUP)
     assert turns[0].content == "[回复 小诗: 人生苦短 我用Python] 这是什么意思"
     assert turns[0].content in model.prompts[-1][-1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("group_id", "quoted_type", "quoted_group", "quoted_sender"),
+    [
+        (GROUP, "group", GROUP + 1, 30001),  # a message of another group
+        (GROUP, "private", None, 30001),  # someone's private chat, quoted in a group
+        (GROUP, "group", None, 30001),  # a group message that does not say which group
+        (None, "private", None, 30001),  # another person's private chat with the bot
+        (None, "group", None, 30001),  # a group's message, quoted in private
+    ],
+    ids=["other-group", "private-in-group", "group-unnamed", "other-private", "group-in-private"],
+)
+async def test_a_quote_from_another_chat_is_left_out_of_this_chats_memory(
+    app: App, runtime, model, group_id, quoted_type, quoted_group, quoted_sender
+):
+    quoted_id = 515151
+    payload = message_payload(
+        [reply_seg(quoted_id), at_seg(SELF_ID), text_seg(" 这是什么意思")], group_id=group_id
+    )
+    original: dict[str, Any] = {
+        "time": 1760000000,
+        "message_type": quoted_type,
+        "message_id": quoted_id,
+        "real_id": quoted_id,
+        "sender": {"user_id": quoted_sender, "nickname": "别人"},
+        "message": [text_seg("我的银行卡密码是123456")],
+    }
+    if quoted_group is not None:
+        original["group_id"] = quoted_group
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        ctx.should_call_api("get_msg", {"message_id": quoted_id}, original)
+        event = await adapt(bot, payload)
+        ctx.receive_event(bot, event)
+        answer = quoted(payload["message_id"], "好的") if group_id else text("好的")
+        ctx.should_call_send(event, answer, {"message_id": 9})
+    turns = await stored(runtime, group=group_id)
+    assert turns[0].content.endswith("这是什么意思")
+    assert "银行卡" not in turns[0].content
+    assert "银行卡" not in model.text()
 
 
 async def test_media_faces_and_mentions_become_text_and_raw_segments_are_kept(

@@ -472,6 +472,8 @@ class OneBotPeer:
                 "sender": {"user_id": self.self_id, "nickname": "bot"},
                 "message": found.get("message", []),
             }
+            if "group_id" in found:  # as NapCat, go-cqhttp and Lagrange name it
+                data["group_id"] = found["group_id"]
         elif call.action == "get_group_member_info":
             key = (int(call.params["group_id"]), int(call.params["user_id"]))
             name = self.member_names.get(key, f"成员{key[1]}")
