@@ -609,3 +609,63 @@ async def test_remember_stores_a_note_without_expiry_and_does_not_chat(app: App,
     ]
     assert model.prompts == []
     await run(app, (event_of("/remember"), "用法：/remember <内容>（记住）让我永久记住一条笔记。"))
+
+
+# ----------------------------------------------------------------------------- every command
+
+
+async def test_a_huge_argument_gets_one_short_answer_and_reaches_no_command(
+    app: App, runtime, model
+):
+    await seed(runtime)
+    huge = "花生" * 49_500  # 99,000 characters
+    too_long = "内容太长（99000 字），请控制在 500 字以内。"
+    for command in ("/忘记", "/回忆", "/remember", "/recall"):
+        for group in (None, GROUP):
+            # nonebug fails on any send not expected here: one answer, and no echo of it.
+            await run(app, (event_of(f"{command} {huge}", group_id=group), too_long))
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]  # no note stored
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪"]
+    assert model.prompts == []
+
+
+async def test_an_argument_at_the_limit_is_still_the_commands(app: App, runtime):
+    note = "长" * 500
+    await run(app, (event_of(f"/remember {note}"), "记住了，这条会一直保留。"))
+    assert await contents(runtime, USER, None) == [note]
+
+
+async def test_group_command_answers_quote_the_command(app: App, runtime):
+    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
+
+    answers = {
+        "/remember 我的生日是五月三日": "记住了，这条会一直保留。",
+        "/forget user 1": "只有超级用户可以删除其他人、整个群或全部的记忆。",
+        "/回忆": RECALL_USAGE,
+    }
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        for said, answer in answers.items():
+            event = event_of(said, group_id=GROUP)
+            ctx.receive_event(bot, event)
+            quoting = MessageSegment.reply(event.message_id) + text(answer)
+            ctx.should_call_send(event, quoting, {"message_id": 1})
+
+
+def test_an_answer_needing_more_than_two_messages_is_cut_to_two(plugin: Any) -> None:
+    from nonebot_plugin_temporal_memory.messaging import ANSWER_CUT_MARK, at_most
+
+    pieces = ["一" * 100, "二" * 100, "三" * 100]
+    kept = at_most(pieces, 2, 100)
+    assert kept[0] == pieces[0] and kept[1].endswith(ANSWER_CUT_MARK)
+    assert all(len(p) <= 100 for p in kept) and "三" not in "".join(kept)
+    assert at_most(pieces[:2], 2, 100) == pieces[:2]
+
+
+def test_a_quoted_argument_is_one_line_of_at_most_thirty_characters(plugin: Any) -> None:
+    from nonebot_plugin_temporal_memory.messaging import quoted
+
+    assert quoted("花生") == "“花生”"
+    assert quoted("花\n生  酱") == "“花 生 酱”"
+    assert quoted("花" * 99_000) == "“" + "花" * 30 + "…”"
+
