@@ -668,4 +668,3 @@ def test_a_quoted_argument_is_one_line_of_at_most_thirty_characters(plugin: Any)
     assert quoted("花生") == "“花生”"
     assert quoted("花\n生  酱") == "“花 生 酱”"
     assert quoted("花" * 99_000) == "“" + "花" * 30 + "…”"
-
