@@ -805,6 +805,22 @@ class TemporalMemory:
         )
         return forgotten
 
+    async def count_forget(
+        self,
+        *,
+        user_id: int | None = None,
+        group_id: int | None = None,
+        private_only: bool = False,
+        everything: bool = False,
+    ) -> Forgotten:
+        """What ``forget`` with the same scope would delete from the database now, by kind: the
+        figures a /forget question names before it asks. Turns still in the spool are not
+        counted (``forget`` takes them too). ``StorageError`` when the database cannot say."""
+        scope = ForgetScope(user_id, group_id, private_only, everything)
+        dialogues = await self._dialogues().count_scope(**dataclasses.asdict(scope))
+        distilled = await self.distilled.count_scope(scope)
+        return dataclasses.replace(distilled, dialogues=dialogues)
+
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
         options = dataclasses.asdict(scope)
         deleted = await self._dialogues().delete_scope(**options)

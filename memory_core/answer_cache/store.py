@@ -17,7 +17,7 @@ import numpy as np
 
 from ..storage.counters import PgCounterStore, bump_sql
 from ..storage.pg import rows_affected
-from ..storage.scopes import scope_delete
+from ..storage.scopes import scope_count, scope_delete
 
 SQL_CACHE_UPSERT = """
 INSERT INTO answer_cache (scope, user_id, group_id, question, question_norm, answer, source,
@@ -196,6 +196,12 @@ class PgAnswerCacheStore(PgCounterStore):
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
         return rows_affected(status)
+
+    async def count_scope(self, **scope: Any) -> int:
+        """How many entries ``delete_scope`` would delete now."""
+        sql, args = scope_count("answer_cache", extra="scope = 'user'", **scope)
+        async with self._connection() as conn:
+            return int(await conn.fetchval(sql, *args))
 
     async def delete_user_since(self, user_id: int, since: datetime) -> int:
         """Delete the user's own entries cached at or after ``since`` (any of them may repeat

@@ -196,6 +196,12 @@ class DistilledService:
         by_kind = await self._distilled().delete_scope(**options)
         return _forgotten(by_kind, await self._cache().delete_scope(**options))
 
+    async def count_scope(self, scope: ForgetScope) -> Forgotten:
+        """What ``forget`` of ``scope`` would delete now (dialogue turns left at 0)."""
+        options = dataclasses.asdict(scope)
+        by_kind = await self._distilled().count_scope(**options)
+        return _forgotten(by_kind, await self._cache().count_scope(**options))
+
     async def forget_turns(self, turns: Sequence[DeletedTurn]) -> Forgotten:
         """Forget what deleted turns fed: distilled memories drawn from them, and the cached
         answers of their users since the earliest of them."""

@@ -20,7 +20,7 @@ import numpy as np
 from ..storage.counters import PgCounterStore
 from ..storage.pg import rows_affected
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
-from ..storage.scopes import scope_delete
+from ..storage.scopes import scope_count, scope_delete
 from .memory import DistilledKind, DistilledMemory, ExtractedMemory, content_hash
 
 DISTILLED_COLUMNS = (
@@ -585,6 +585,12 @@ class PgDistilledStore(PgCounterStore, RowTaker):
             kinds = [r["kind"] for r in await conn.fetch(memories + " RETURNING kind", *args)]
             await conn.execute(sessions, *args)
         return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    async def count_scope(self, **scope: Any) -> dict[str, int]:
+        """How many memories ``delete_scope`` would delete now, by kind."""
+        sql, args = scope_count("distilled_memories", by="kind", **scope)
+        async with self._connection() as conn:
+            return {r["kind"]: int(r["count"]) for r in await conn.fetch(sql, *args)}
 
     async def delete_from_sources(self, turn_ids: Sequence[int]) -> dict[str, int]:
         """Delete every distilled memory drawn from any of these turns (history included);

@@ -20,7 +20,7 @@ from ..models import MemoryTurn, RecalledMessage
 from .opt_outs import not_opted_out
 from .pg import rows_affected
 from .row_changes import RowTaker, edit_sql, put_back_sql, take_sql
-from .scopes import scope_delete
+from .scopes import scope_count, scope_delete
 
 TURN_COLUMNS = (
     "id, message_uuid, session_key, self_id, user_id, group_id, chat_type, role, content, "
@@ -1193,6 +1193,25 @@ class PgDialogueStore(RowTaker):
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
         return rows_affected(status)
+
+    async def count_scope(
+        self,
+        *,
+        user_id: int | None,
+        group_id: int | None,
+        private_only: bool,
+        everything: bool,
+    ) -> int:
+        """How many rows ``delete_scope`` would delete now."""
+        sql, args = scope_count(
+            "dialogues",
+            user_id=user_id,
+            group_id=group_id,
+            private_only=private_only,
+            everything=everything,
+        )
+        async with self._connection() as conn:
+            return int(await conn.fetchval(sql, *args))
 
     async def any_embedded(self) -> bool:
         async with self._connection() as conn:

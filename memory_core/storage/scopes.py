@@ -1,9 +1,32 @@
 """The one reading of a /forget scope: the DELETE shared by every table that holds a user's
-memories, and the same test for a turn not yet in the database (``covers``, the spool)."""
+memories, the count of what it would delete (the question before it), and the same test for
+a turn not yet in the database (``covers``, the spool)."""
 
 from __future__ import annotations
 
 from ..models import ForgetScope, TurnInput
+
+
+def scope_filter(
+    *,
+    user_id: int | None,
+    group_id: int | None,
+    private_only: bool,
+    everything: bool,
+) -> tuple[str, tuple[int, ...]]:
+    """The WHERE condition of a /forget scope and its ``$n`` arguments: everything, a user in
+    a group, a user's private rows, all of a user's rows, or a group's rows."""
+    if everything:
+        return "true", ()
+    if user_id is not None and group_id is not None:
+        return "user_id = $1 AND group_id = $2", (user_id, group_id)
+    if user_id is not None and private_only:
+        return "user_id = $1 AND group_id IS NULL", (user_id,)
+    if user_id is not None:
+        return "user_id = $1", (user_id,)
+    if group_id is not None:
+        return "group_id = $1", (group_id,)
+    raise ValueError("forget needs a user, a group, or everything=True")
 
 
 def scope_delete(
@@ -15,26 +38,39 @@ def scope_delete(
     everything: bool,
     extra: str = "",
 ) -> tuple[str, tuple[int, ...]]:
-    """The DELETE of a /forget scope on ``table``: everything, a user in a group, a user's
-    private rows, all of a user's rows, or a group's rows.
+    """The DELETE of a /forget scope on ``table`` (see :func:`scope_filter`).
 
-    ``table`` and ``extra`` are constants of this module, never user input.
+    ``table`` and ``extra`` are constants of this module's callers, never user input.
     """
-    where = f" AND {extra}" if extra else ""
-    if everything:
-        return f"DELETE FROM {table} WHERE true{where}", ()
-    if user_id is not None and group_id is not None:
-        return f"DELETE FROM {table} WHERE user_id = $1 AND group_id = $2{where}", (
-            user_id,
-            group_id,
-        )
-    if user_id is not None and private_only:
-        return f"DELETE FROM {table} WHERE user_id = $1 AND group_id IS NULL{where}", (user_id,)
-    if user_id is not None:
-        return f"DELETE FROM {table} WHERE user_id = $1{where}", (user_id,)
-    if group_id is not None:
-        return f"DELETE FROM {table} WHERE group_id = $1{where}", (group_id,)
-    raise ValueError("forget needs a user, a group, or everything=True")
+    where, args = scope_filter(
+        user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+    )
+    extra = f" AND {extra}" if extra else ""
+    return f"DELETE FROM {table} WHERE {where}{extra}", args
+
+
+def scope_count(
+    table: str,
+    *,
+    user_id: int | None,
+    group_id: int | None,
+    private_only: bool,
+    everything: bool,
+    extra: str = "",
+    by: str = "",
+) -> tuple[str, tuple[int, ...]]:
+    """The ``SELECT count(*)`` of the rows :func:`scope_delete` would delete, per ``by``
+    (a column, selected first) when given: what a /forget question names before it asks.
+
+    ``table``, ``extra`` and ``by`` are constants of the callers, never user input.
+    """
+    where, args = scope_filter(
+        user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+    )
+    extra = f" AND {extra}" if extra else ""
+    if by:
+        return f"SELECT {by}, count(*) FROM {table} WHERE {where}{extra} GROUP BY {by}", args
+    return f"SELECT count(*) FROM {table} WHERE {where}{extra}", args
 
 
 def covers(scope: ForgetScope, turn: TurnInput) -> bool:

@@ -10,6 +10,8 @@ the trie's answer, which NoneBot computes once per event anyway. An ordinary mes
 one check.
 
 Commands run at ``COMMAND_PRIORITY`` and block: the chat matcher (``handlers``) never sees them.
+What follows a command is at most ``COMMAND_ARG_MAX_CHARS`` characters: a longer one gets one
+short answer and reaches no handler, so none can echo it back or search, store or delete by it.
 """
 
 from collections.abc import Awaitable, Callable
@@ -21,9 +23,13 @@ from nonebot.rule import Rule, command
 from nonebot.typing import T_State
 
 from .intake import accepts
+from .messaging import send_answer
 from .runtime import Runtime, RuntimeDep, get_runtime
 
 COMMAND_PRIORITY = 5
+COMMAND_ARG_MAX_CHARS = 500
+"""The longest argument a command takes (a /remember note, a /recall query, /忘记 words)."""
+ARG_TOO_LONG = "内容太长（{length} 字），请控制在 {limit} 字以内。"
 
 CommandHandler = Callable[[Bot, MessageEvent, Message, Runtime], Awaitable[None]]
 """A command's handler: the bot, the event, what follows the command, the runtime."""
@@ -69,4 +75,10 @@ async def dispatch(bot: Bot, event: MessageEvent, state: T_State, runtime: Runti
     if handler is None:  # the rule has checked it; a matcher's state is its own copy
         return
     arg = state[PREFIX_KEY][CMD_ARG_KEY]
-    await handler(bot, event, arg if arg is not None else Message(), runtime)
+    arg = arg if arg is not None else Message()
+    length = len(arg.extract_plain_text().strip())
+    if length > COMMAND_ARG_MAX_CHARS:
+        text = ARG_TOO_LONG.format(length=length, limit=COMMAND_ARG_MAX_CHARS)
+        await send_answer(bot, event, text, max_chars=runtime.settings.chat_reply_max_chars)
+        return
+    await handler(bot, event, arg, runtime)

@@ -3,11 +3,13 @@
 Each runs before the chat matcher and blocks it (``command_dispatch``). Anyone may act on
 their own session; touching another user, a whole group or everything takes a superuser, and
 others get a clear refusal.
-Forgetting asks for a "确认" within ``BOT_CONFIRM_TIMEOUT`` seconds.
+Forgetting names what will go and asks for a "确认" within ``BOT_CONFIRM_TIMEOUT`` seconds
+(``handle_confirm`` says what counts as one).
 """
 
 import re
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,6 +26,7 @@ from nonebot.adapters.onebot.v11 import (
 )
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.log import logger
+from nonebot.matcher import Matcher
 from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 
@@ -40,27 +43,33 @@ from memory_core.recall.options import RecallOptions
 
 from .command_dispatch import plugin_command
 from .intake import accepts, group_id_of, segments_of, sender_name
-from .messaging import send_text
+from .messaging import ANSWER_MESSAGES, at_most, send_answer, send_text
 from .runtime import Runtime, RuntimeDep, get_runtime
 from .segments import flatten_segments
 
 CONFIRM_PRIORITY = 1
-# Said alone (punctuation and spaces aside) these confirm; deleting is never guessed further.
-CONFIRM_WORDS = frozenset(
-    {"确认", "确定", "确认删除", "确定删除", "删", "删吧", "删除", "好", "好的", "是", "是的", "对",
-     "嗯", "可以", "ok", "okay", "y", "yes", "confirm"}
-)  # fmt: skip
-# These cancel alone or at the start of a sentence ("算了，我再想想").
+# Only these, said alone (punctuation, spaces and full-width forms aside), confirm a delete;
+# a "好" or "嗯" is too often said to someone else, or to something else, to delete on.
+CONFIRM_WORDS = frozenset({"确认", "确定"})
+CONFIRM_ALL = "确认删除全部"
+"""What a /forget all (every chat of every person) takes: a plain 确认 is not enough."""
+# These cancel alone or at the start of a sentence ("算了，我再想想"); any other message
+# drops the question as well, but then goes on to be handled as what it is.
 CANCEL_WORDS = frozenset(
     {"取消", "算了", "不", "不了", "不要", "不用", "别", "别删", "否", "n", "no"}
 )
 CANCEL_OPENINGS = ("取消", "算了", "不了", "不要", "不用", "别删", "先不", "还是不", "cancel")
 # A late answer to a /forget still gets a word (that it expired) for this long.
 LATE_ANSWER_GRACE = 600.0
-_ANSWER_NOISE = re.compile(r"[\s。.!！?？~～、,，…]+")
 
 DB_DOWN = "记忆数据库暂时连不上，请稍后再试。"
 FORGET_TOO_LATE = "确认已超时，未删除任何记忆。如仍要删除，请重新发送 /forget。"
+FORGET_CANCELLED = "已取消，记忆保持不变。"
+FORGET_DROPPED = "已取消删除：没有收到“{yes}”。"
+FORGET_DROPPED_UNADDRESSED = (
+    "已取消删除：在群里要 @我 或引用我的提问回复“{yes}”。如仍要删除，请重新发送命令。"
+)
+FORGET_DROPPED_ALL = f"已取消删除：删除全部要回复“{CONFIRM_ALL}”。如仍要删除，请重新发送命令。"
 NOT_SUPERUSER = "只有超级用户可以{action}。"
 
 FORGET_USAGE = (
@@ -75,7 +84,9 @@ REMEMBER_USAGE = "用法：/remember <内容>（记住）让我永久记住一�
 
 
 async def reply(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> None:
-    await send_text(bot, event, text, max_chars=runtime.settings.chat_reply_max_chars)
+    """A command's answer: at most two messages, quoting the command in a group (so the
+    member who asked sees it is theirs)."""
+    await send_answer(bot, event, text, max_chars=runtime.settings.chat_reply_max_chars)
 
 
 async def is_superuser(bot: Bot, event: MessageEvent) -> bool:
@@ -88,13 +99,21 @@ async def is_superuser(bot: Bot, event: MessageEvent) -> bool:
 @dataclass
 class PendingForget:
     """A /forget waiting for its "确认": of a ``scope`` (``TemporalMemory.forget``) or, for
-    the self-service deletes, whatever ``action`` deletes."""
+    the self-service deletes, whatever ``action`` deletes. ``yes`` is the word it waits for
+    (``确认``, which ``确定`` also answers, or ``CONFIRM_ALL``)."""
 
     scope: dict[str, Any]
     description: str
     deadline: float
     own_session: bool = False
     action: Callable[[Runtime], Awaitable[Forgotten]] | None = None
+    yes: str = "确认"
+
+    def confirmed_by(self, word: str) -> bool:
+        """Whether ``word`` (``answer_word``) is the answer that deletes."""
+        if self.yes == "确认":
+            return word in CONFIRM_WORDS or word == CONFIRM_ALL
+        return word == self.yes
 
 
 @dataclass
@@ -112,16 +131,14 @@ class Confirmations:
         self.pending[key] = request
 
     def waiting(self, key: tuple[Any, ...]) -> bool:
-        """A request in this chat that an answer may still refer to (on time or late)."""
+        """A request in this chat that a message may still refer to (on time or late)."""
         request = self.pending.get(key)
         return request is not None and request.deadline + LATE_ANSWER_GRACE > time.monotonic()
 
-    def take(self, key: tuple[Any, ...]) -> PendingForget | None:
-        """The request if it is still on time, else ``None``; either way it is settled."""
+    def take(self, key: tuple[Any, ...]) -> tuple[PendingForget | None, bool]:
+        """The request and whether it is still on time; either way it is settled."""
         request = self.pending.pop(key, None)
-        if request is None or request.deadline <= time.monotonic():
-            return None
-        return request
+        return request, request is not None and request.deadline > time.monotonic()
 
 
 confirmations = Confirmations()
@@ -131,25 +148,36 @@ def confirmation_key(event: MessageEvent) -> tuple[Any, ...]:
     return (event.self_id, group_id_of(event), event.user_id)
 
 
+def answer_word(text: str) -> str:
+    """The message as one word: full-width forms folded (NFKC), lower case, and spaces,
+    punctuation and symbols left out ("确认！" and " 确定。" are "确认" and "确定")."""
+    folded = unicodedata.normalize("NFKC", text).lower()
+    return "".join(c for c in folded if unicodedata.category(c)[0] not in "PSZC")
+
+
 def answer_kind(text: str) -> str | None:
-    """``"yes"``, ``"no"`` or ``None`` for the reply to a /forget question."""
-    word = _ANSWER_NOISE.sub("", text).lower()
+    """``"yes"`` (a 确认 or 确定), ``"no"`` or ``None`` for the reply to a /forget question.
+    ``确认删除全部`` is ``"all"``: only a /forget all takes it, and takes nothing less."""
+    word = answer_word(text)
     if word in CONFIRM_WORDS:
         return "yes"
+    if word == CONFIRM_ALL:
+        return "all"
     if word in CANCEL_WORDS or word.startswith(CANCEL_OPENINGS):
         return "no"
     return None
 
 
 async def answers_pending_forget(event: MessageEvent) -> bool:
-    """Rule: a yes or no from someone whose /forget is waiting in this chat, in a chat we
-    serve (one checker, the cheap test first: each checker of a rule is a task of its own)."""
-    if not confirmations.waiting(confirmation_key(event)):
-        return False
-    return answer_kind(event.get_plaintext()) is not None and accepts(event, get_runtime())
+    """Rule: any message from someone whose /forget question is waiting in this chat, in a
+    chat we serve (one checker, the cheap test first: each checker of a rule is a task of its
+    own). ``handle_confirm`` decides whether it answers the question."""
+    return confirmations.waiting(confirmation_key(event)) and accepts(event, get_runtime())
 
 
-confirm = on_message(rule=Rule(answers_pending_forget), priority=CONFIRM_PRIORITY, block=True)
+# Not blocking by default: a message that does not answer the question goes on to the
+# commands and the chat (``handle_confirm`` stops it when it was the answer).
+confirm = on_message(rule=Rule(answers_pending_forget), priority=CONFIRM_PRIORITY, block=False)
 
 
 async def ask_to_confirm(
@@ -162,10 +190,28 @@ async def ask_to_confirm(
     scope: dict[str, Any] | None = None,
     own_session: bool = False,
     action: Callable[[Runtime], Awaitable[Forgotten]] | None = None,
+    yes: str = "确认",
+    nothing: str | None = None,
 ) -> None:
-    """Ask ``question`` and wait for a "确认" (``handle_confirm``) before deleting: ``scope``
-    through ``TemporalMemory.forget``, or whatever ``action`` deletes."""
+    """Ask ``question`` and wait for ``yes`` (``handle_confirm``) before deleting: ``scope``
+    through ``TemporalMemory.forget``, or whatever ``action`` deletes.
+
+    A ``scope`` is counted first, and the question names what will go by kind and count;
+    when nothing would, the person is told so (``nothing``, or that nothing is stored) and
+    nothing is asked."""
     timeout = runtime.config.bot_confirm_timeout
+    what = ""
+    if scope is not None:
+        counted = await count_scope(event, runtime, scope, own_session=own_session)
+        if counted is not None and not counted.total:
+            text = nothing or f"{description}没有可删除的记忆，什么也没有删。"
+            await reply(bot, event, runtime, text)
+            return
+        what = (
+            f"将删除{description}的记忆：{describe_forgotten(counted)}。"
+            if counted is not None
+            else f"将删除{description}的全部记忆（数据库暂时连不上，数不出条数）。"
+        )
     confirmations.ask(
         confirmation_key(event),
         PendingForget(
@@ -174,14 +220,31 @@ async def ask_to_confirm(
             deadline=time.monotonic() + timeout,
             own_session=own_session,
             action=action,
+            yes=yes,
         ),
     )
+    how = "回复" if group_id_of(event) is None else " @我 或引用这条消息回复"
     await reply(
         bot,
         event,
         runtime,
-        f"{question}删除后无法恢复。请在 {timeout:g} 秒内回复“确认”，回复“取消”放弃。",
+        f"{question}{what}删除后无法恢复。请在 {timeout:g} 秒内{how}“{yes}”，回复“取消”放弃。",
     )
+
+
+async def count_scope(
+    event: MessageEvent, runtime: Runtime, scope: dict[str, Any], *, own_session: bool
+) -> Forgotten | None:
+    """What forgetting ``scope`` would delete now; ``None`` when the database cannot say."""
+    try:
+        if own_session:
+            # After this person's messages still being answered, as the forget itself waits.
+            async with runtime.engine.session(event.user_id, group_id_of(event)):
+                return await runtime.memory.count_forget(**scope)
+        return await runtime.memory.count_forget(**scope)
+    except MemoryCoreError as exc:
+        logger.warning(f"counting a /forget failed: {exc}")
+        return None
 
 
 def describe_forgotten(forgotten: Forgotten) -> str:
@@ -196,15 +259,48 @@ def describe_forgotten(forgotten: Forgotten) -> str:
     return "、".join(f"{name} {count} 条" for count, name in parts if count)
 
 
+def answered(matcher: Matcher) -> None:
+    """The message answered the question: no command or chat sees it."""
+    matcher.block = True  # what ``Matcher.stop_propagation`` does (it is untyped)
+
+
 @confirm.handle()
-async def handle_confirm(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
-    request = confirmations.take(confirmation_key(event))
-    if request is None:
-        await reply(bot, event, runtime, FORGET_TOO_LATE)
+async def handle_confirm(
+    bot: Bot, event: MessageEvent, matcher: Matcher, runtime: RuntimeDep
+) -> None:
+    """The next message of someone asked to confirm, in that chat: a delete only on the exact
+    word, addressed to the bot in a group; any other message drops the question (said once)
+    and, unless it was an answer to it, goes on to be handled as usual."""
+    request, on_time = confirmations.take(confirmation_key(event))
+    kind = answer_kind(event.get_plaintext())
+    addressed = group_id_of(event) is None or event.is_tome()
+    if request is None or not on_time:
+        if kind is not None and addressed:
+            answered(matcher)
+            await reply(bot, event, runtime, FORGET_TOO_LATE)
+        return  # a late unrelated message: the question has expired, nothing to say
+    word = answer_word(event.get_plaintext())
+    if addressed and request.confirmed_by(word):
+        answered(matcher)
+        await forget_now(bot, event, runtime, request)
         return
-    if answer_kind(event.get_plaintext()) == "no":
-        await reply(bot, event, runtime, "已取消，记忆保持不变。")
+    if addressed and kind is not None:
+        # An answer, but not the one that deletes: no, or a plain 确认 to a /forget all.
+        answered(matcher)
+        text = FORGET_CANCELLED if kind == "no" else FORGET_DROPPED_ALL
+        await reply(bot, event, runtime, text)
         return
+    # Not an answer: the question goes, and the message is handled as what it is (chat,
+    # a command, a group message recorded), not swallowed.
+    unaddressed_yes = kind in ("yes", "all") and not addressed
+    dropped = FORGET_DROPPED_UNADDRESSED if unaddressed_yes else FORGET_DROPPED
+    await reply(bot, event, runtime, dropped.format(yes=request.yes))
+
+
+async def forget_now(
+    bot: Bot, event: MessageEvent, runtime: Runtime, request: PendingForget
+) -> None:
+    """Delete what ``request`` names and say what went."""
     try:
         if request.action is not None:
             forgotten = await request.action(runtime)
@@ -277,10 +373,11 @@ async def handle_forget(bot: Bot, event: MessageEvent, args: Message, runtime: R
         bot,
         event,
         runtime,
-        f"确定要删除{description}的全部记忆吗？",
+        "",
         description=description,
         scope=scope,
         own_session=own_session,
+        yes=CONFIRM_ALL if scope.get("everything") else "确认",
     )
 
 
@@ -318,8 +415,9 @@ async def memstat_text(runtime: Runtime) -> str:
 
 
 async def send_private_text(bot: Bot, user_id: int, text: str, *, max_chars: int) -> bool:
-    """Send ``text`` to ``user_id`` in a private chat; ``False`` if any piece failed."""
-    for piece in split_reply(text, max_chars):
+    """Send ``text`` to ``user_id`` in a private chat, in at most ``ANSWER_MESSAGES``
+    messages (a command's answer); ``False`` if any piece failed."""
+    for piece in at_most(split_reply(text, max_chars), ANSWER_MESSAGES, max_chars):
         try:
             await bot.send_private_msg(user_id=user_id, message=Message(MessageSegment.text(piece)))
         except (ActionFailed, NetworkError, ApiNotAvailable) as exc:

@@ -1,7 +1,8 @@
 """Conversation matchers: chat when addressed, record when not, forget recalled messages.
 
-Priorities: commands (5) and confirmations (1) run first and block, so this catch-all chat
-matcher (90) never sees them; the passive recorder (91) sees only what chat did not take.
+Priorities: confirmations (1) and commands (5) run first and block (a confirmation only when
+the message answered the question), so this catch-all chat matcher (90) never sees them; the
+passive recorder (91) sees only what chat did not take.
 Each matcher has one rule checker: NoneBot runs every checker of a rule as a task of its own,
 on every message.
 """

@@ -360,14 +360,15 @@ async def handle_opt_out(bot: Bot, event: MessageEvent, args: Message, runtime: 
     if not new:
         await reply(bot, event, runtime, f"你在{where}已经是不记录状态。发送 /记我 恢复。")
         return
+    stopped = f"好的，从现在起不再记录你在{where}说的话，也不会从中提炼记忆；发送 /记我 恢复。"
     await ask_to_confirm(
         bot,
         event,
         runtime,
-        f"好的，从现在起不再记录你在{where}说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
-        f"已经记住的要一起删除吗？",
+        f"{stopped}\n已经记住的要一起删除吗？",
         description=f"你{where}" if where.startswith("所有") else f"你在{where}",
         scope=scope,
+        nothing=stopped,
     )
 
 

@@ -15,7 +15,8 @@ from nonebug import App
 
 from memory_core.models import TurnInput
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
-from tests.plugin.test_matchers import adapt, text
+from tests.plugin.test_commands import answer_to
+from tests.plugin.test_matchers import adapt
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 USER = 20002
@@ -31,7 +32,7 @@ async def say(app: App, segments: list[dict[str, Any]], answer: str | None, **pa
         event = await adapt(bot, message_payload(segments, user_id=USER, **payload))
         ctx.receive_event(bot, event)
         if answer is not None:
-            ctx.should_call_send(event, text(answer), {"message_id": 1})
+            ctx.should_call_send(event, answer_to(event, answer), {"message_id": 1})
 
 
 async def stored(runtime: Any, group: int | None) -> list[str]:

@@ -1,4 +1,6 @@
-"""Admin commands with nonebug: permissions, the /forget confirmation, what each one answers."""
+"""Admin commands with nonebug: permissions, the /forget confirmation, what each one answers.
+
+In a group every command answer quotes the command (``run`` expects the reply segment)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from nonebot.adapters.onebot.v11 import Adapter, Bot, Event, Message, MessageEvent, MessageSegment
+from nonebot.adapters.onebot.v11 import (
+    Adapter,
+    Bot,
+    Event,
+    GroupMessageEvent,
+    Message,
+    MessageEvent,
+    MessageSegment,
+)
 from nonebug import App
 
 from memory_core.distill.memory import ExtractedMemory
@@ -20,12 +30,21 @@ USER = 20002
 THEN = datetime.now(timezone.utc) - timedelta(hours=2)
 
 
-def event_of(value: str, *, user_id: int = USER, group_id: int | None = None) -> Event:
+def event_of(
+    value: str, *, user_id: int = USER, group_id: int | None = None, to_me: bool = False
+) -> Event:
+    """A message event; in a group ``to_me`` is what the adapter sets for an @ of the bot, a
+    reply to it or its nickname first (nonebug skips the adapter's own checks)."""
     payload = message_payload([text_seg(value)], user_id=user_id, group_id=group_id)
     event = Adapter.json_to_event(payload)
     assert isinstance(event, MessageEvent)
-    event.to_me = group_id is None  # what the adapter sets for private chats
+    event.to_me = group_id is None or to_me  # what the adapter sets for private chats
     return event
+
+
+def to_bot(value: str, **kwargs: Any) -> Event:
+    """``value`` said to the bot (in a group: with an @ of it)."""
+    return event_of(value, to_me=True, **kwargs)
 
 
 def text(value: str) -> Message:
@@ -58,28 +77,54 @@ async def contents(runtime: Any, user: int, group: int | None) -> list[str]:
     ]
 
 
-async def run(app: App, *steps: tuple[Event, str | None]) -> None:
-    """Send each event; expect the bot to answer with the given text (None: no answer)."""
+def answer_to(event: Event, value: str) -> Message:
+    """What the bot sends: in a group, quoting the message it answers."""
+    if isinstance(event, GroupMessageEvent):
+        return MessageSegment.reply(event.message_id) + text(value)
+    return text(value)
+
+
+class StartsWith:
+    """An expected message that only has to begin with ``head`` (after any quote)."""
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and other.extract_plain_text().startswith(self.head)
+
+
+Expected = str | StartsWith
+
+
+async def run(app: App, *steps: tuple[Event, Expected | list[Expected] | None]) -> None:
+    """Send each event; expect the bot to answer with the given text, or these texts in
+    order (None: no answer)."""
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
         for event, answer in steps:
             ctx.receive_event(bot, event)
-            if answer is not None:
-                ctx.should_call_send(event, text(answer), {"message_id": 1})
+            for value in answer if isinstance(answer, list) else [answer] if answer else []:
+                expected = answer_to(event, value) if isinstance(value, str) else value
+                ctx.should_call_send(event, expected, {"message_id": 1})
 
 
 # ----------------------------------------------------------------------------- /forget
 
+ASK = "删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
+ASK_IN_GROUP = "删除后无法恢复。请在 60 秒内 @我 或引用这条消息回复“确认”，回复“取消”放弃。"
+ASK_ALL = "删除后无法恢复。请在 60 秒内回复“确认删除全部”，回复“取消”放弃。"
+GROUP_PROMPT = f"将删除你在本群的记忆：对话 1 条。{ASK_IN_GROUP}"
+PRIVATE_PROMPT = f"将删除你在私聊中的记忆：对话 1 条。{ASK}"
+DROPPED = "已取消删除：没有收到“确认”。"
+
 
 async def test_forget_own_group_session_after_confirmation_only(app: App, runtime, model):
     await seed(runtime)
-    prompt = (
-        "确定要删除你在本群的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
-    )
     await run(
         app,
-        (event_of("/forget", group_id=GROUP), prompt),
-        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条。"),
+        (event_of("/forget", group_id=GROUP), GROUP_PROMPT),
+        (to_bot("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条。"),
     )
     assert await contents(runtime, USER, GROUP) == []
     assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
@@ -95,13 +140,13 @@ async def test_forget_also_removes_the_sessions_distilled_memories(app: App, run
         await runtime.memory.distilled.save(
             [ExtractedMemory(kind="facts", content=fact)], USER, group, stated_at=THEN
         )
-    prompt = (
-        "确定要删除你在本群的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
-    )
     await run(
         app,
-        (event_of("/forget", group_id=GROUP), prompt),
-        (event_of("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条、事实 1 条。"),
+        (
+            event_of("/forget", group_id=GROUP),
+            f"将删除你在本群的记忆：对话 1 条、事实 1 条。{ASK_IN_GROUP}",
+        ),
+        (to_bot("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条、事实 1 条。"),
     )
     assert await runtime.memory.distilled.recall_by_type(USER, GROUP, "facts") == []
     [kept] = await runtime.memory.distilled.recall_by_type(USER, None, "facts")
@@ -112,17 +157,16 @@ async def test_forget_in_private_chat_uses_the_chinese_alias_and_can_be_cancelle
     app: App, runtime
 ):
     await seed(runtime)
-    prompt = (
-        "确定要删除你在私聊中的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
-    )
     await run(
         app,
-        (event_of("/忘记"), prompt),
+        (event_of("/忘记"), PRIVATE_PROMPT),
         (event_of("取消"), "已取消，记忆保持不变。"),
     )
     assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
     await run(
-        app, (event_of("/忘记"), prompt), (event_of("确认"), "已删除你在私聊中的记忆：对话 1 条。")
+        app,
+        (event_of("/忘记"), PRIVATE_PROMPT),
+        (event_of("确认"), "已删除你在私聊中的记忆：对话 1 条。"),
     )
     assert await contents(runtime, USER, None) == []
     assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪"]
@@ -135,7 +179,7 @@ async def test_confirmation_expires(app: App, runtime, model):
         app,
         (
             event_of("/forget"),
-            "确定要删除你在私聊中的全部记忆吗？删除后无法恢复。"
+            "将删除你在私聊中的记忆：对话 1 条。删除后无法恢复。"
             "请在 0.05 秒内回复“确认”，回复“取消”放弃。",
         ),
     )
@@ -150,13 +194,8 @@ async def test_confirmation_expires(app: App, runtime, model):
     await run(app, (event_of("确认"), "好的"))
 
 
-PRIVATE_PROMPT = (
-    "确定要删除你在私聊中的全部记忆吗？删除后无法恢复。请在 60 秒内回复“确认”，回复“取消”放弃。"
-)
-
-
-async def test_forget_accepts_the_usual_ways_of_saying_yes(app: App, runtime, model):
-    for yes in ("确认。", "确定", "好的！", " OK ", "是的"):
+async def test_forget_takes_only_an_explicit_yes_with_any_punctuation(app: App, runtime, model):
+    for yes in ("确认。", "确定", "确认！", " 确 定 ", "确认～", "确认!!"):
         await seed(runtime)
         await run(
             app,
@@ -165,6 +204,77 @@ async def test_forget_accepts_the_usual_ways_of_saying_yes(app: App, runtime, mo
         )
         assert await contents(runtime, USER, None) == [], yes
     assert model.prompts == []
+
+
+async def test_a_bare_yes_in_private_confirms_nothing_and_is_answered_as_chat(
+    app: App, runtime, model
+):
+    await seed(runtime)
+    for yes in ("好", "好的", "嗯", "是的", "OK"):
+        # The question goes (said once), and the message is chat like any other.
+        prompt = StartsWith("将删除你在私聊中的记忆：对话 ")
+        await run(app, (event_of("/forget"), prompt), (event_of(yes), [DROPPED, "好的"]))
+        assert (await contents(runtime, USER, None))[0] == "我的狗叫旺财", yes
+    assert len(model.prompts) == 5
+    # A 确认 now is chat, not a late answer to a dropped question.
+    await run(app, (event_of("确认"), "好的"))
+    assert (await contents(runtime, USER, None))[0] == "我的狗叫旺财"
+
+
+async def test_a_bare_yes_in_a_group_to_someone_else_confirms_nothing(app: App, runtime, model):
+    await seed(runtime)
+    runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
+    for n, yes in enumerate(("好", "好的", "嗯")):
+        prompt = f"将删除你在本群的记忆：对话 {1 + n} 条。{ASK_IN_GROUP}"
+        await run(
+            app,
+            (event_of("/forget", group_id=GROUP), prompt),
+            # Someone else speaks in between; then the asker answers them, not the bot.
+            (event_of("小红，晚上一起吃饭吗？", user_id=30001, group_id=GROUP), None),
+            (event_of(yes, group_id=GROUP), DROPPED),
+        )
+    # Nothing went, and the asker's "好" was recorded like any group message.
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪", "好", "好的", "嗯"]
+    assert model.prompts == []
+
+
+async def test_a_yes_in_a_group_counts_only_when_said_to_the_bot(app: App, runtime):
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("/forget", group_id=GROUP), GROUP_PROMPT),
+        (
+            event_of("确认", group_id=GROUP),
+            "已取消删除：在群里要 @我 或引用我的提问回复“确认”。如仍要删除，请重新发送命令。",
+        ),
+        (to_bot("确认", group_id=GROUP), "好的"),  # the question is gone: chat
+    )
+    assert (await contents(runtime, USER, GROUP))[0] == "我的猫叫咪咪"
+
+
+async def test_ordinary_chat_drops_the_question_once_and_is_still_answered(
+    app: App, runtime, model
+):
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("/forget"), PRIVATE_PROMPT),
+        (event_of("今天天气怎么样"), [DROPPED, "好的"]),
+        (event_of("确认"), "好的"),  # dropped: no late answer either
+    )
+    stored = await contents(runtime, USER, None)
+    assert stored[:4] == ["我的狗叫旺财", "今天天气怎么样", "好的", "确认"]
+    assert len(model.prompts) == 2
+
+
+async def test_a_command_after_the_question_drops_it_and_runs(app: App, runtime):
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("/forget"), PRIVATE_PROMPT),
+        (event_of("/记住 我的生日是五月三日"), [DROPPED, "记住了，这条会一直保留。"]),
+    )
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财", "我的生日是五月三日"]
 
 
 async def test_forget_accepts_the_usual_ways_of_saying_no(app: App, runtime, model):
@@ -182,6 +292,7 @@ async def test_forget_accepts_the_usual_ways_of_saying_no(app: App, runtime, mod
 async def test_commands_also_start_with_a_full_width_slash_or_the_chinese_ime_mark(
     app: App, runtime
 ):
+    await seed(runtime)
     for prefix in ("／", "、"):
         await run(
             app,
@@ -190,12 +301,13 @@ async def test_commands_also_start_with_a_full_width_slash_or_the_chinese_ime_ma
         )
 
 
-async def test_forget_with_nothing_stored_says_nothing_was_deleted(app: App, runtime):
+async def test_forget_with_nothing_stored_says_so_and_asks_nothing(app: App, runtime, model):
     await run(
         app,
-        (event_of("/forget"), PRIVATE_PROMPT),
-        (event_of("确认"), "你在私聊中没有可删除的记忆，什么也没有删。"),
+        (event_of("/forget"), "你在私聊中没有可删除的记忆，什么也没有删。"),
+        (event_of("确认"), "好的"),  # nothing was asked: chat
     )
+    assert len(model.prompts) == 1
 
 
 async def test_forget_other_targets_is_refused_for_ordinary_users(app: App, runtime):
@@ -218,33 +330,69 @@ async def test_superuser_forgets_a_user_everywhere_or_a_whole_group(app: App, ru
         app,
         (
             event_of("/forget user 20002", **su),
-            "确定要删除用户 20002 在所有会话中的全部记忆吗？删除后无法恢复。"
-            "请在 60 秒内回复“确认”，回复“取消”放弃。",
+            f"将删除用户 20002 在所有会话中的记忆：对话 3 条。{ASK}",
         ),
         (event_of("确认", **su), "已删除用户 20002 在所有会话中的记忆：对话 3 条。"),
-        (
-            event_of("/forget group 30003", **su),
-            "确定要删除群 30003 中所有人的全部记忆吗？删除后无法恢复。"
-            "请在 60 秒内回复“确认”，回复“取消”放弃。",
-        ),
+        (event_of("/forget group 30003", **su), f"将删除群 30003 中所有人的记忆：对话 1 条。{ASK}"),
         (event_of("确认", **su), "已删除群 30003 中所有人的记忆：对话 1 条。"),
+    )
+    assert (await runtime.memory.stats()).total_rows == 0
+
+
+ALL_PROMPT = f"将删除所有人的记忆：对话 4 条。{ASK_ALL}"
+
+
+async def test_forget_all_takes_only_the_full_phrase(app: App, runtime, model):
+    await seed(runtime)
+    su = {"user_id": SUPERUSER_ID}
+    await run(
+        app,
+        (event_of("/forget all", **su), ALL_PROMPT),
+        (event_of("好的", **su), ["已取消删除：没有收到“确认删除全部”。", "好的"]),
+        (event_of("/forget all", **su), f"将删除所有人的记忆：对话 6 条。{ASK_ALL}"),
+        (
+            event_of("确认", **su),
+            "已取消删除：删除全部要回复“确认删除全部”。如仍要删除，请重新发送命令。",
+        ),
+    )
+    assert (await runtime.memory.stats()).total_rows == 4 + 2  # the seeds, and the chat
+    await run(
+        app,
+        (event_of("/forget all", **su), f"将删除所有人的记忆：对话 6 条。{ASK_ALL}"),
+        (event_of("确认删除全部！", **su), "已删除所有人的记忆：对话 6 条。"),
     )
     assert (await runtime.memory.stats()).total_rows == 0
 
 
 async def test_confirmation_belongs_to_the_person_who_asked(app: App, runtime):
     await seed(runtime)
+    su = {"user_id": SUPERUSER_ID, "group_id": GROUP}
+    all_in_group = f"将删除所有人的记忆：对话 4 条。{ASK_IN_GROUP.replace('确认', '确认删除全部')}"
     await run(
         app,
+        (event_of("/forget all", **su), all_in_group),
+        # Someone else saying it to the bot in the same group is chat, and confirms nothing.
+        (to_bot("确认删除全部", user_id=USER, group_id=GROUP), "好的"),
+        # The asker saying it to the group, not to the bot, confirms nothing either.
         (
-            event_of("/forget all", user_id=SUPERUSER_ID, group_id=GROUP),
-            "确定要删除所有人的全部记忆吗？删除后无法恢复。"
-            "请在 60 秒内回复“确认”，回复“取消”放弃。",
+            event_of("确认删除全部", **su),
+            "已取消删除：在群里要 @我 或引用我的提问回复“确认删除全部”。"
+            "如仍要删除，请重新发送命令。",
         ),
-        # Someone else saying 确认 in the same group confirms nothing (and is not addressed).
-        (event_of("确认", user_id=USER, group_id=GROUP), None),
     )
-    assert (await runtime.memory.stats()).total_rows == 4
+    assert (await contents(runtime, USER, GROUP))[0] == "我的猫叫咪咪"
+    assert (await runtime.memory.stats()).total_rows == 4 + 2
+
+
+def test_answers_are_read_as_one_word(plugin: Any) -> None:
+    from nonebot_plugin_temporal_memory.commands import answer_kind
+
+    for yes in ("确认", "确定。", " 确认！", "\u3000确定\u3000", "确认~", "确定?!", "确认，"):
+        assert answer_kind(yes) == "yes", yes
+    for other in ("好", "好的", "嗯", "是", "对", "ok", "ＯＫ", "y", "yes", "确认一下", "可以"):
+        assert answer_kind(other) is None, other
+    assert answer_kind("确认删除全部。") == "all"
+    assert answer_kind("取消") == answer_kind("算了，我再想想") == "no"
 
 
 def test_forget_targets_parse(plugin: Any) -> None:
@@ -461,3 +609,62 @@ async def test_remember_stores_a_note_without_expiry_and_does_not_chat(app: App,
     ]
     assert model.prompts == []
     await run(app, (event_of("/remember"), "用法：/remember <内容>（记住）让我永久记住一条笔记。"))
+
+
+# ----------------------------------------------------------------------------- every command
+
+
+async def test_a_huge_argument_gets_one_short_answer_and_reaches_no_command(
+    app: App, runtime, model
+):
+    await seed(runtime)
+    huge = "花生" * 49_500  # 99,000 characters
+    too_long = "内容太长（99000 字），请控制在 500 字以内。"
+    for command in ("/忘记", "/回忆", "/remember", "/recall"):
+        for group in (None, GROUP):
+            # nonebug fails on any send not expected here: one answer, and no echo of it.
+            await run(app, (event_of(f"{command} {huge}", group_id=group), too_long))
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]  # no note stored
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪"]
+    assert model.prompts == []
+
+
+async def test_an_argument_at_the_limit_is_still_the_commands(app: App, runtime):
+    note = "长" * 500
+    await run(app, (event_of(f"/remember {note}"), "记住了，这条会一直保留。"))
+    assert await contents(runtime, USER, None) == [note]
+
+
+async def test_group_command_answers_quote_the_command(app: App, runtime):
+    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
+
+    answers = {
+        "/remember 我的生日是五月三日": "记住了，这条会一直保留。",
+        "/forget user 1": "只有超级用户可以删除其他人、整个群或全部的记忆。",
+        "/回忆": RECALL_USAGE,
+    }
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        for said, answer in answers.items():
+            event = event_of(said, group_id=GROUP)
+            ctx.receive_event(bot, event)
+            quoting = MessageSegment.reply(event.message_id) + text(answer)
+            ctx.should_call_send(event, quoting, {"message_id": 1})
+
+
+def test_an_answer_needing_more_than_two_messages_is_cut_to_two(plugin: Any) -> None:
+    from nonebot_plugin_temporal_memory.messaging import ANSWER_CUT_MARK, at_most
+
+    pieces = ["一" * 100, "二" * 100, "三" * 100]
+    kept = at_most(pieces, 2, 100)
+    assert kept[0] == pieces[0] and kept[1].endswith(ANSWER_CUT_MARK)
+    assert all(len(p) <= 100 for p in kept) and "三" not in "".join(kept)
+    assert at_most(pieces[:2], 2, 100) == pieces[:2]
+
+
+def test_a_quoted_argument_is_one_line_of_at_most_thirty_characters(plugin: Any) -> None:
+    from nonebot_plugin_temporal_memory.messaging import quoted
+
+    assert quoted("花生") == "“花生”"
+    assert quoted("花\n生  酱") == "“花 生 酱”"
+    assert quoted("花" * 99_000) == "“" + "花" * 30 + "…”"

@@ -17,7 +17,19 @@ from nonebug import App
 from memory_core.answer_cache.store import PgAnswerCacheStore
 from memory_core.distill.memory import DistilledKind, ExtractedMemory
 from tests.plugin.events import SELF_ID, message_payload, text_seg
-from tests.plugin.test_commands import GROUP, THEN, USER, contents, event_of, run, seed, text
+from tests.plugin.test_commands import (
+    ASK_IN_GROUP,
+    GROUP,
+    THEN,
+    USER,
+    answer_to,
+    contents,
+    event_of,
+    run,
+    seed,
+    text,
+    to_bot,
+)
 
 OTHER = 30001
 DAY = datetime(2026, 11, 20, 4, tzinfo=timezone.utc)  # 12:00 in Asia/Shanghai
@@ -25,7 +37,7 @@ CONFIRM = "删除后无法恢复。请在 60 秒内回复“确认”，回复�
 LOCAL_THEN = THEN.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%m-%d %H:%M")
 FORGET_ME = (
     "确定要删除你在所有会话（私聊和所有群）中的全部记忆吗？"
-    f"包括对话、事实、偏好、摘要和缓存的回答。{CONFIRM}"
+    "包括对话、事实、偏好、摘要和缓存的回答。将删除你在所有会话中的记忆：{what}。" + CONFIRM
 )
 LISTED_DOG = (
     "我记得关于你的 1 条（第 1/1 页，新的在前）：\n"
@@ -209,9 +221,9 @@ async def test_forget_item_in_a_group_touches_only_that_groups_items(app: App, r
         app,
         (
             event_of("/忘记 狗", group_id=GROUP),
-            f"确定要删除你在本群包含“狗”的 1 条记忆吗？{CONFIRM}",  # the group reads it
+            f"确定要删除你在本群包含“狗”的 1 条记忆吗？{ASK_IN_GROUP}",  # the group reads it
         ),
-        (event_of("确认", group_id=GROUP), "已删除你在本群选中的记忆：事实 1 条。"),
+        (to_bot("确认", group_id=GROUP), "已删除你在本群选中的记忆：事实 1 条。"),
     )
     assert await facts_of(runtime, USER, GROUP) == []
     assert await facts_of(runtime, USER, None) == ["用户养了一条狗"]
@@ -223,11 +235,7 @@ async def test_superuser_targets_and_bare_forget_keep_their_meaning(app: App, ru
         app,
         (event_of("/forget user 30001"), "只有超级用户可以删除其他人、整个群或全部的记忆。"),
         (event_of("/忘记 全部"), "只有超级用户可以删除其他人、整个群或全部的记忆。"),
-        (
-            event_of("/忘记"),
-            "确定要删除你在私聊中的全部记忆吗？删除后无法恢复。"
-            "请在 60 秒内回复“确认”，回复“取消”放弃。",
-        ),
+        (event_of("/忘记"), f"将删除你在私聊中的记忆：事实 1 条。{CONFIRM}"),
     )
 
 
@@ -250,7 +258,7 @@ async def test_forget_me_deletes_my_turns_memories_and_cached_answers_in_every_c
         )  # fmt: skip
     await run(
         app,
-        (event_of("/忘记我"), FORGET_ME),
+        (event_of("/忘记我"), FORGET_ME.format(what="对话 3 条、事实 2 条、缓存回答 2 条")),
         (
             event_of("确认"),
             "已删除你在所有会话中的记忆：对话 3 条、事实 2 条、缓存回答 2 条。",
@@ -269,7 +277,7 @@ async def test_forget_me_with_a_space_is_the_same_and_with_more_words_a_search(a
     await remember(runtime, "用户说我的猫很胖")
     await run(
         app,
-        (event_of("/忘记 我"), FORGET_ME),
+        (event_of("/忘记 我"), FORGET_ME.format(what="事实 1 条")),
         (event_of("取消"), "已取消，记忆保持不变。"),
         (
             event_of("/忘记我的猫"),
@@ -342,7 +350,8 @@ async def test_export_asked_in_a_group_is_sent_privately(app: App, runtime):
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
         event = event_of("/导出我的记忆", group_id=GROUP)
         ctx.receive_event(bot, event)
-        ctx.should_call_send(event, text("你的记忆不在群里发，我会私聊发给你。"), {"message_id": 1})
+        answer = answer_to(event, "你的记忆不在群里发，我会私聊发给你。")
+        ctx.should_call_send(event, answer, {"message_id": 1})
         ctx.should_call_api(
             "upload_private_file",
             {"user_id": USER, "file": str(path), "name": path.name},
@@ -370,7 +379,7 @@ async def test_export_with_nothing_stored_says_so(app: App, runtime):
 
 OPTED_OUT_PRIVATE = (
     "好的，从现在起不再记录你在私聊中说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
-    f"已经记住的要一起删除吗？{CONFIRM}"
+    f"已经记住的要一起删除吗？将删除你在私聊中的记忆：对话 1 条。{CONFIRM}"
 )
 
 
@@ -410,7 +419,7 @@ async def test_opt_out_everywhere_offers_to_forget_me_and_stops_the_group_record
         (
             event_of("/不记我 全部"),
             "好的，从现在起不再记录你在所有会话中说的话，也不会从中提炼记忆；发送 /记我 恢复。\n"
-            f"已经记住的要一起删除吗？{CONFIRM}",
+            f"已经记住的要一起删除吗？将删除你所有会话中的记忆：对话 3 条。{CONFIRM}",
         ),
         (event_of("确认"), "已删除你所有会话中的记忆：对话 3 条。"),
     )

@@ -285,7 +285,7 @@ async def test_a_shared_groups_notes_reach_a_second_member_but_no_other_group_or
     # 小明 forgets himself everywhere: his words leave the shared pool.
     confirm = await wire.say([text_seg("/忘记我")], user_id=xiaoming, group_id=team)
     assert "确认" in confirm
-    await wire.say([text_seg("确认")], user_id=xiaoming, group_id=team)
+    await wire.say([at_seg(SELF_ID), text_seg(" 确认")], user_id=xiaoming, group_id=team)
     assert meeting not in await ask("(忘记后)", team)
 
 

@@ -17,8 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugin.events import message_payload, text_seg
-from tests.plugin.wire import REPO, BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+from tests.plugin.events import SELF_ID, at_seg, message_payload, reply_seg, text_seg
+from tests.plugin.wire import (
+    REPO,
+    ApiCall,
+    BotProcess,
+    OneBotPeer,
+    StubLLM,
+    sent_text,
+    start_bot,
+    stop_bot,
+)
 
 MEMBER, GROUP = 20031, 88001
 SECRET = "用户的银行卡密码是778899"
@@ -110,13 +119,64 @@ async def test_forget_by_number_or_word_in_a_group_names_no_memory_there(wire):
     await wire.say_in_group("/我的记忆")
     _, question = await wire.say_in_group("/忘记 1")
     assert question.startswith("确定要删除你在本群的第 1 条记忆吗？")
-    _, cancelled = await wire.say_in_group("取消")
+    _, cancelled = await wire.say_in_group("小诗 取消")
     assert cancelled == "已取消，记忆保持不变。"
     _, question = await wire.say_in_group("/忘记 银行卡")
     assert question.startswith("确定要删除你在本群包含“银行卡”的 1 条记忆吗？")
-    _, done = await wire.say_in_group("确认")
+    _, done = await wire.say_in_group("小诗 确认")  # in a group, said to the bot
     assert done == "已删除你在本群选中的记忆：事实 1 条。"
     assert not any("778899" in text for text in wire.group_texts())
     mark, _ = await wire.say_in_group("/我的记忆")
     listing = sent_text(await wire.peer.wait_reply(user_id=MEMBER, after=mark))
     assert "银行卡" not in listing
+
+
+# ----------------------------------------------------------------------------- confirmations
+
+ASKER, NEIGHBOUR, TEAM = 20041, 20042, 88002
+
+
+async def say_in_team(
+    wire: Wire, segments: list[dict[str, object]], *, user_id: int = ASKER
+) -> tuple[int, ApiCall]:
+    """Send ``segments`` to TEAM; the id of the message sent and the bot's answer there."""
+    payload = message_payload(segments, user_id=user_id, group_id=TEAM)
+    mark = len(wire.peer.calls)
+    await wire.peer.send_event(payload)
+    call = await wire.peer.wait_reply(user_id=user_id, group_id=TEAM, after=mark)
+    return int(str(payload["message_id"])), call
+
+
+def quotes(call: ApiCall, message_id: int) -> bool:
+    first = call.params["message"][0]
+    return bool(first == {"type": "reply", "data": {"id": str(message_id)}})
+
+
+async def test_a_bare_yes_in_a_group_confirms_nothing_and_a_reply_to_the_question_does(wire):
+    await say_in_team(wire, [at_seg(SELF_ID), text_seg(" 我家的猫叫年糕")])
+    asked_id, question = await say_in_team(wire, [text_seg("/忘记")])
+    assert sent_text(question).startswith("将删除你在本群的记忆：对话 2 条。")
+    assert quotes(question, asked_id)  # the group sees whose question it is
+    # Someone else talks to the asker, who answers them: that deletes nothing.
+    await wire.peer.send_event(
+        message_payload([text_seg("晚上一起吃饭吗？")], user_id=NEIGHBOUR, group_id=TEAM)
+    )
+    said_id, dropped = await say_in_team(wire, [text_seg("好")])
+    assert sent_text(dropped) == "已取消删除：没有收到“确认”。" and quotes(dropped, said_id)
+    _, question = await say_in_team(wire, [text_seg("/忘记")])
+    assert sent_text(question).startswith("将删除你在本群的记忆：对话 2 条。")  # all still there
+    # A reply to the bot's question is said to the bot (the adapter reads the quoted message).
+    question_id = question.params["_message_id"]
+    _, done = await say_in_team(wire, [reply_seg(question_id), text_seg("确认")])
+    assert sent_text(done) == "已删除你在本群的记忆：对话 2 条。"
+
+
+async def test_a_huge_argument_in_a_group_gets_one_short_quoted_answer(wire):
+    for command in ("/忘记", "/回忆", "/remember"):
+        mark = len(wire.peer.calls)
+        said_id, answer = await say_in_team(wire, [text_seg(f"{command} {'花' * 99_000}")])
+        assert sent_text(answer) == "内容太长（99000 字），请控制在 500 字以内。"
+        assert quotes(answer, said_id)
+        _, after = await say_in_team(wire, [text_seg("/remember 短的笔记")])
+        sends = [c for c in wire.peer.calls[mark:] if c.action in SENDS]
+        assert sends == [answer, after], command  # nothing else was sent in between
