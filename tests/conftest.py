@@ -14,6 +14,7 @@ import pytest
 
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
+from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
 
 
@@ -34,13 +35,38 @@ def dsn_for_database(server_dsn: str, name: str) -> str:
     return f"{base}/{name}?{query}" if query else f"{base}/{name}"
 
 
+MIGRATED_TEMPLATE = "tm_migrated_template"
+"""A database with pgvector and every migration applied, made once per run
+(``migrated_template``): a test's database is copied from it instead of migrated anew."""
+
+
+@pytest.fixture(scope="session")
+async def migrated_template(pg_server_dsn: str) -> str:
+    """Create ``MIGRATED_TEMPLATE`` on the embedded server (migrations as ``open_memory``
+    applies them) and return its name."""
+    admin = await asyncpg.connect(pg_server_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{MIGRATED_TEMPLATE}"')
+    finally:
+        await admin.close()
+    conn = await asyncpg.connect(dsn_for_database(pg_server_dsn, MIGRATED_TEMPLATE))
+    try:
+        await ensure_pgvector(conn)
+        await apply_migrations(conn)
+    finally:
+        await conn.close()
+    return MIGRATED_TEMPLATE
+
+
 @contextlib.asynccontextmanager
-async def new_database(server_dsn: str) -> AsyncIterator[str]:
-    """A new, empty database on the server (its DSN), dropped on leaving."""
+async def new_database(server_dsn: str, *, template: str | None = None) -> AsyncIterator[str]:
+    """A new database on the server (its DSN), dropped on leaving: empty, or a copy of
+    ``template``."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(server_dsn)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
+        copied = f' TEMPLATE "{template}"' if template else ""
+        await admin.execute(f'CREATE DATABASE "{name}"{copied}')
     finally:
         await admin.close()
     try:
@@ -54,8 +80,16 @@ async def new_database(server_dsn: str) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def fresh_dsn(pg_server_dsn: str) -> AsyncIterator[str]:
-    """A new, empty database on the embedded server, dropped after the test."""
+async def fresh_dsn(pg_server_dsn: str, migrated_template: str) -> AsyncIterator[str]:
+    """A new database on the embedded server, already migrated (a copy of the run's
+    template: opening the memory applies nothing more), dropped after the test."""
+    async with new_database(pg_server_dsn, template=migrated_template) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+async def empty_dsn(pg_server_dsn: str) -> AsyncIterator[str]:
+    """A new, empty database (no pgvector, no migrations), dropped after the test."""
     async with new_database(pg_server_dsn) as dsn:
         yield dsn
 
