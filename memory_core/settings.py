@@ -125,7 +125,8 @@ class MemorySettings(BaseModel):
     chat_recent_turns: int = Field(default=6, ge=0, le=100)
     chat_recent_minutes: float = Field(default=30.0, ge=0)
     chat_notice_interval: float = Field(default=60.0, ge=0)
-    chat_slow_notice_after: float = Field(default=0.0, ge=0)
+    # on by default: a reply that takes longer than this looks like a bot that stopped answering
+    chat_slow_notice_after: float = Field(default=8.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
     chat_max_input_chars: int = Field(default=4000, ge=100)
