@@ -30,6 +30,8 @@ TOKEN_HINT = 'python3 -c "import secrets; print(secrets.token_hex(16))"'
 PLACEHOLDER_TOKENS = frozenset(
     {
         "自己想一个令牌",
+        "上面生成的令牌",
+        "the-token-printed-above",
         "你的令牌",
         "令牌",
         "changeme",

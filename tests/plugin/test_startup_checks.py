@@ -28,8 +28,8 @@ def refusal_line(exited: ExitedBot) -> str:
 
 @pytest.mark.parametrize(
     "token",
-    ["自己想一个令牌", "令牌abcdefghijklmn", "wire-test-token-é", " padded-token-123",
-     "tab\ttoken-12345"],
+    ["自己想一个令牌", "上面生成的令牌", "令牌abcdefghijklmn", "wire-test-token-é",
+     " padded-token-123", "tab\ttoken-12345"],
 )  # fmt: skip
 def test_a_token_no_http_header_can_carry_is_refused(token: str) -> None:
     from nonebot_plugin_temporal_memory.startup_checks import ConfigRefusal, check_access_token
@@ -41,7 +41,7 @@ def test_a_token_no_http_header_can_carry_is_refused(token: str) -> None:
 @pytest.mark.parametrize(
     "token",
     ["changeme", "CHANGE_ME", "your_token", "your-secret-token", "xxx", "xxxxxxxxxxxxxxxx",
-     "choose-a-token", "the-same-token", "<token>", "123456"],
+     "choose-a-token", "the-same-token", "the-token-printed-above", "<token>", "123456"],
 )  # fmt: skip
 def test_a_placeholder_token_is_refused(token: str) -> None:
     from nonebot_plugin_temporal_memory.startup_checks import ConfigRefusal, check_access_token
