@@ -1,7 +1,7 @@
 """Where the bot listens for its QQ client, and who may connect there.
 
-``check_listener`` runs first at start-up (before the database opens): it refuses a listen
-address other machines can reach when no ``ONEBOT_ACCESS_TOKEN`` is set, and otherwise logs the
+``check_listener`` runs at start-up, before the database opens: it refuses a listen address
+other machines can reach when no ``ONEBOT_ACCESS_TOKEN`` is set, and otherwise logs the
 one line an operator needs — the WebSocket address for NapCat, whether it takes a token, and
 whether events over HTTP POST are accepted (only with ``ONEBOT_SECRET``, see
 ``http_event_guard``).
