@@ -151,9 +151,15 @@ async def open_runtime() -> None:
         await end_start_up(refusal)
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)
     # An unreachable database is not fatal: turns are spooled and written once it is back.
-    memory = await open_memory(settings, require_database=False)
+    try:
+        memory = await open_memory(settings, require_database=False)
+    except ConfigError as exc:  # e.g. EMBEDDING_DIM against the model; the server is stopped
+        await end_start_up(settings_refusal(exc))
     try:
         chat_model = build_chat_model(settings)
+    except ConfigError as exc:  # e.g. LLM_BASE_URL that is not a URL
+        await memory.aclose()
+        await end_start_up(settings_refusal(exc))
     except BaseException:
         await memory.aclose()
         raise

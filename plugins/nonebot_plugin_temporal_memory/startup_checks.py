@@ -7,8 +7,10 @@ A setting that works but is weak (a short token) is a warning and the bot starts
 
 The process ends itself because there is no other way to one line: NoneBot runs start-up hooks
 inside Starlette's lifespan, which turns any exception (``SystemExit`` included) into a logged
-traceback, and uvicorn then exits with code 3. Every check runs before the embedded PostgreSQL
-starts, so there is nothing to stop on the way out.
+traceback, and uvicorn then exits with code 3. The checks of ``runtime.checked_configuration``
+run before the embedded PostgreSQL starts; a setting refused while the memory opens
+(``EMBEDDING_DIM`` against the model, ``LLM_BASE_URL``) ends the start once the memory has
+stopped its server again. Either way nothing is left to stop on the way out.
 """
 
 from __future__ import annotations
