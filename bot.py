@@ -11,6 +11,8 @@ from nonebot.adapters.onebot.v11 import Adapter as OneBotV11Adapter
 from nonebot.log import default_filter, logger, logger_id
 from pydantic import ValidationError
 
+from memory_core.settings import validation_problems
+
 if TYPE_CHECKING:
     from loguru import Record
 
@@ -74,12 +76,7 @@ try:
     driver = nonebot.get_driver()
     driver.register_adapter(OneBotV11Adapter)
 except ValidationError as exc:
-    refuse_to_start(
-        "; ".join(
-            f"{'.'.join(str(part) for part in item['loc']).upper()}: {item['msg']}"
-            for item in exc.errors(include_url=False, include_input=False)
-        )
-    )
+    refuse_to_start(validation_problems(exc))
 log_clock.zone = time_zone(getattr(driver.config, "memory_timezone", "") or DEFAULT_TIMEZONE)
 
 nonebot.load_from_toml(str(Path(__file__).with_name("pyproject.toml")))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .errors import ConfigError
 from .resources import DEFAULTS_DIR
@@ -302,10 +302,23 @@ class MemorySettings(BaseModel):
 def settings_from_mapping(values: Mapping[str, Any]) -> MemorySettings:
     """Validate settings from a mapping whose keys are env names in any case.
 
-    Raises ``ConfigError`` naming the offending keys instead of a pydantic traceback.
+    Raises ``ConfigError`` naming the offending keys (``validation_problems``) instead of a
+    pydantic traceback.
     """
     lowered = {str(key).lower(): value for key, value in values.items()}
     try:
         return MemorySettings.model_validate(lowered)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid memory settings: {validation_problems(exc)}") from exc
     except ValueError as exc:
         raise ConfigError(f"invalid memory settings: {exc}") from exc
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """One line naming each refused setting as its env key and why (``MEMORY_TOP_N: Input
+    should be a valid integer``), in place of pydantic's report of several lines. The values
+    are left out: one may be a secret."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']).upper() or 'settings'}: {item['msg']}"
+        for item in exc.errors(include_url=False, include_input=False)
+    )

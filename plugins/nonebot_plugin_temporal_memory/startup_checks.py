@@ -23,6 +23,7 @@ from nonebot.log import logger
 from pydantic import ValidationError
 
 from memory_core.errors import ConfigError
+from memory_core.settings import validation_problems
 
 MIN_ACCESS_TOKEN_CHARS = 12
 
@@ -112,8 +113,7 @@ def check_access_token(token: str | None) -> list[str]:
 
 
 def settings_refusal(*errors: ValidationError | ConfigError) -> ConfigRefusal:
-    """One line naming each refused setting (as its ``.env.prod`` key) and why, in place of
-    pydantic's multi-line report. The values are left out: one may be a secret."""
+    """One line naming each refused setting (as its ``.env.prod`` key) and why."""
     problems = "; ".join(_problems(error) for error in errors)
     return ConfigRefusal(
         f"TemporalMemory 拒绝启动：设置有误 / refuses to start, invalid setting: {problems}. "
@@ -123,12 +123,9 @@ def settings_refusal(*errors: ValidationError | ConfigError) -> ConfigRefusal:
 
 def _problems(error: ValidationError | ConfigError) -> str:
     cause = error.__cause__ if isinstance(error, ConfigError) else error
-    if not isinstance(cause, ValidationError):
-        return " ".join(str(error).split())
-    return "; ".join(
-        f"{'.'.join(str(part) for part in item['loc']).upper() or 'settings'}: {item['msg']}"
-        for item in cause.errors(include_url=False, include_input=False)
-    )
+    if isinstance(cause, ValidationError):
+        return validation_problems(cause)
+    return " ".join(str(error).split())
 
 
 async def end_start_up(refusal: ConfigRefusal) -> NoReturn:
