@@ -3,12 +3,15 @@
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo
+from typing import TYPE_CHECKING, NoReturn
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import nonebot
 from nonebot.adapters.onebot.v11 import Adapter as OneBotV11Adapter
 from nonebot.log import default_filter, logger, logger_id
+from pydantic import ValidationError
+
+from memory_core.settings import validation_problems
 
 if TYPE_CHECKING:
     from loguru import Record
@@ -45,14 +48,36 @@ class LogClock:
         )
 
 
-log_clock = LogClock(os.environ.get("MEMORY_TIMEZONE") or DEFAULT_TIMEZONE)
+def refuse_to_start(problems: str) -> NoReturn:
+    """NoneBot's own settings (``PORT``, ``DRIVER``…), the adapter's and the log's time zone
+    are read before the plugin loads: a bad value ends the start here in one line and exit
+    code 1, as the plugin's checks do (``nonebot_plugin_temporal_memory.startup_checks``),
+    instead of a traceback."""
+    logger.error(
+        f"TemporalMemory 拒绝启动：设置有误 / refuses to start, invalid setting: {problems}. "
+        "Fix it in .env.prod or the environment"
+    )
+    sys.exit(1)
+
+
+def time_zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        refuse_to_start(f"MEMORY_TIMEZONE: {name!r} is not a time zone (e.g. Asia/Shanghai)")
+
+
+log_clock = LogClock(DEFAULT_TIMEZONE)
 log_clock.install()
+log_clock.zone = time_zone(os.environ.get("MEMORY_TIMEZONE") or DEFAULT_TIMEZONE)
 
-nonebot.init()
-
-driver = nonebot.get_driver()
-log_clock.zone = ZoneInfo(getattr(driver.config, "memory_timezone", "") or DEFAULT_TIMEZONE)
-driver.register_adapter(OneBotV11Adapter)
+try:
+    nonebot.init()
+    driver = nonebot.get_driver()
+    driver.register_adapter(OneBotV11Adapter)
+except ValidationError as exc:
+    refuse_to_start(validation_problems(exc))
+log_clock.zone = time_zone(getattr(driver.config, "memory_timezone", "") or DEFAULT_TIMEZONE)
 
 nonebot.load_from_toml(str(Path(__file__).with_name("pyproject.toml")))
 

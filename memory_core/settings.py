@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from .errors import ConfigError
 from .resources import DEFAULTS_DIR
@@ -125,7 +125,8 @@ class MemorySettings(BaseModel):
     chat_recent_turns: int = Field(default=6, ge=0, le=100)
     chat_recent_minutes: float = Field(default=30.0, ge=0)
     chat_notice_interval: float = Field(default=60.0, ge=0)
-    chat_slow_notice_after: float = Field(default=0.0, ge=0)
+    # on by default: a reply that takes longer than this looks like a bot that stopped answering
+    chat_slow_notice_after: float = Field(default=8.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
     chat_max_input_chars: int = Field(default=4000, ge=100)
@@ -301,10 +302,23 @@ class MemorySettings(BaseModel):
 def settings_from_mapping(values: Mapping[str, Any]) -> MemorySettings:
     """Validate settings from a mapping whose keys are env names in any case.
 
-    Raises ``ConfigError`` naming the offending keys instead of a pydantic traceback.
+    Raises ``ConfigError`` naming the offending keys (``validation_problems``) instead of a
+    pydantic traceback.
     """
     lowered = {str(key).lower(): value for key, value in values.items()}
     try:
         return MemorySettings.model_validate(lowered)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid memory settings: {validation_problems(exc)}") from exc
     except ValueError as exc:
         raise ConfigError(f"invalid memory settings: {exc}") from exc
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """One line naming each refused setting as its env key and why (``MEMORY_TOP_N: Input
+    should be a valid integer``), in place of pydantic's report of several lines. The values
+    are left out: one may be a secret."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']).upper() or 'settings'}: {item['msg']}"
+        for item in exc.errors(include_url=False, include_input=False)
+    )

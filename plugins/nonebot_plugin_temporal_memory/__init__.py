@@ -45,5 +45,6 @@ from . import (  # noqa: E402, F401
     jobs,
     runtime,
     self_service,
+    ws_access_guard,
     ws_frame_guard,
 )

@@ -49,6 +49,39 @@ class WarningThrottle:
         self._next_at = now + WARNING_INTERVAL
         return others
 
+    def idle(self) -> bool:
+        """Whether its minute is over with nothing counted since its last warning."""
+        return self._since_warning == 0 and self._clock() >= self._next_at
+
+
+class AddressThrottle:
+    """A ``WarningThrottle`` per remote address: one address's reconnect loop cannot hide
+    another's problem, and neither fills the log.
+
+    At most ``MAX_ADDRESSES`` are remembered; past that, those whose minute is over are
+    forgotten, and while that does not make room (a flood from many addresses) the others share
+    one throttle."""
+
+    MAX_ADDRESSES = 1024
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._by_address: dict[str, WarningThrottle] = {}
+        self._overflow = WarningThrottle(clock)
+
+    def due(self, address: str) -> int | None:
+        """``WarningThrottle.due`` for ``address``'s own throttle."""
+        throttle = self._by_address.get(address)
+        if throttle is None:
+            if len(self._by_address) >= self.MAX_ADDRESSES:
+                self._by_address = {
+                    known: kept for known, kept in self._by_address.items() if not kept.idle()
+                }
+            if len(self._by_address) >= self.MAX_ADDRESSES:
+                return self._overflow.due()
+            throttle = self._by_address[address] = WarningThrottle(self._clock)
+        return throttle.due()
+
 
 class AdapterRouteGuard:
     """Pure ASGI middleware on the OneBot v11 adapter's routes of one kind: a request of

@@ -1,7 +1,7 @@
 """Where the bot listens for its QQ client, and who may connect there.
 
-``check_listener`` runs first at start-up (before the database opens): it refuses a listen
-address other machines can reach when no ``ONEBOT_ACCESS_TOKEN`` is set, and otherwise logs the
+``check_listener`` runs at start-up, before the database opens: it refuses a listen address
+other machines can reach when no ``ONEBOT_ACCESS_TOKEN`` is set, and otherwise logs the
 one line an operator needs — the WebSocket address for NapCat, whether it takes a token, and
 whether events over HTTP POST are accepted (only with ``ONEBOT_SECRET``, see
 ``http_event_guard``).
@@ -17,10 +17,12 @@ from nonebot.adapters.onebot.v11.config import Config as OneBotConfig
 from nonebot.drivers import ASGIMixin, Driver
 from nonebot.log import logger
 
+from .startup_checks import ConfigRefusal
+
 WS_PATH = "/onebot/v11/ws"
 
 
-class UnsafeListenerError(RuntimeError):
+class UnsafeListenerError(ConfigRefusal):
     """The bot would listen beyond loopback with no access token."""
 
 
@@ -52,8 +54,7 @@ def websocket_url(host: Any, port: int) -> str:
 def check_listener(driver: Driver) -> None:
     """Refuse to start on a non-loopback ``HOST`` without a token; else log how to connect.
 
-    Raises ``UnsafeListenerError`` (after logging what to set); NoneBot's start-up then fails
-    before uvicorn binds the socket.
+    Raises ``UnsafeListenerError``, whose text is the line to log (``startup_checks``).
     """
     if not isinstance(driver, ASGIMixin):
         logger.info("TemporalMemory OneBot: no server (the driver only dials out)")
@@ -61,14 +62,14 @@ def check_listener(driver: Driver) -> None:
     host, port = driver.config.host, driver.config.port
     onebot = get_plugin_config(OneBotConfig)
     if not onebot.onebot_access_token and not is_loopback(host):
-        # The clear line for the operator; uvicorn follows it with the exception's traceback.
-        logger.error(
-            f"TemporalMemory refuses to start: HOST={host} lets other machines connect, but "
-            f"ONEBOT_ACCESS_TOKEN is empty, so anyone reaching port {port} could act as the QQ "
-            "client. Set ONEBOT_ACCESS_TOKEN (the same token in NapCat), or HOST=127.0.0.1 "
-            "when the client runs on this machine."
+        raise UnsafeListenerError(
+            f"TemporalMemory 拒绝启动：HOST={host} 允许其他机器连接，但没有设置 "
+            "ONEBOT_ACCESS_TOKEN；请设置令牌（NapCat 里填同一个），或 QQ 客户端在本机时用 "
+            f"HOST=127.0.0.1 / TemporalMemory refuses to start: HOST={host} lets other "
+            f"machines connect, but ONEBOT_ACCESS_TOKEN is empty, so anyone reaching port {port} "
+            "could act as the QQ client. Set ONEBOT_ACCESS_TOKEN (the same token in NapCat), or "
+            "HOST=127.0.0.1 when the client runs on this machine."
         )
-        raise UnsafeListenerError(f"HOST={host} without ONEBOT_ACCESS_TOKEN (see the error above)")
     token = "access token required" if onebot.onebot_access_token else "no access token"
     address = _ip(host)
     where = (

@@ -9,18 +9,22 @@ from types import FrameType
 from typing import Annotated
 
 from nonebot import get_driver, get_plugin_config
+from nonebot.adapters.onebot.v11.config import Config as OneBotConfig
 from nonebot.log import LoguruHandler, logger
 from nonebot.params import Depends
 from nonebot_plugin_localstore import get_plugin_data_dir
+from pydantic import ValidationError
 
 import memory_core
 from memory_core.conversation.engine import ConversationEngine
+from memory_core.errors import ConfigError
 from memory_core.providers.llm import ChatModel, build_chat_model
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
 from .config import Config, bot_name_from, memory_settings_from_config
 from .listener import check_listener
+from .startup_checks import ConfigRefusal, check_access_token, end_start_up, settings_refusal
 
 
 class Runtime:
@@ -113,22 +117,49 @@ RuntimeDep = Annotated[Runtime, Depends(runtime_dependency)]
 """Handler parameter type that receives the open runtime."""
 
 
+def checked_configuration() -> tuple[Config, MemorySettings]:
+    """The plugin's and the core's settings, once every start-up check passed; raises
+    ``ConfigRefusal`` with the one line to log otherwise (``startup_checks``)."""
+    invalid: list[ValidationError | ConfigError] = []
+    try:
+        config = get_plugin_config(Config)
+    except ValidationError as exc:
+        invalid.append(exc)
+    try:
+        # Without MEMORY_DATA_DIR: localstore's folder for this plugin
+        # (~/.local/share/nonebot2/...). Run as root that is under /root, and the core then
+        # keeps the embedded PostgreSQL cluster out of it (embedded_cluster_dir).
+        settings = memory_settings_from_config(
+            driver.config.model_dump(), default_data_dir=get_plugin_data_dir
+        )
+    except ConfigError as exc:
+        invalid.append(exc)
+    if invalid:
+        raise settings_refusal(*invalid)
+    for warning in check_access_token(get_plugin_config(OneBotConfig).onebot_access_token):
+        logger.warning(warning)
+    check_listener(driver)  # last: it logs where to connect once nothing refuses the start
+    return config, settings
+
+
 @driver.on_startup
 async def open_runtime() -> None:
-    # First: an unsafe listen address must stop the start before the database server starts.
-    check_listener(driver)
-    config = get_plugin_config(Config)
-    # Without MEMORY_DATA_DIR: localstore's folder for this plugin (~/.local/share/nonebot2/...).
-    # Run as root that is under /root, and the core then keeps the embedded PostgreSQL cluster
-    # out of it (memory_core.storage.database.embedded_cluster_dir).
-    settings = memory_settings_from_config(
-        driver.config.model_dump(), default_data_dir=get_plugin_data_dir
-    )
+    # First, before the database server starts: a setting that cannot work ends the start.
+    try:
+        config, settings = checked_configuration()
+    except ConfigRefusal as refusal:
+        await end_start_up(refusal)
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)
     # An unreachable database is not fatal: turns are spooled and written once it is back.
-    memory = await open_memory(settings, require_database=False)
+    try:
+        memory = await open_memory(settings, require_database=False)
+    except ConfigError as exc:  # e.g. EMBEDDING_DIM against the model; the server is stopped
+        await end_start_up(settings_refusal(exc))
     try:
         chat_model = build_chat_model(settings)
+    except ConfigError as exc:  # e.g. LLM_BASE_URL that is not a URL
+        await memory.aclose()
+        await end_start_up(settings_refusal(exc))
     except BaseException:
         await memory.aclose()
         raise

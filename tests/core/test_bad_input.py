@@ -140,3 +140,15 @@ async def test_odd_text_in_sender_name_and_raw_segments_is_stored_cleaned(
     assert json.loads(row["raw_segments"]) == [
         {"type": "text", "data": {"text": cleaned, cleaned: [cleaned, 1.5, None]}}
     ]
+
+
+def test_invalid_settings_are_named_in_one_line_without_their_values():
+    from memory_core.errors import ConfigError
+    from memory_core.settings import settings_from_mapping
+
+    with pytest.raises(ConfigError) as refused:
+        settings_from_mapping({"MEMORY_TOP_N": "abc", "LLM_TEMPERATURE": "9.5"})
+    text = str(refused.value)
+    assert "\n" not in text and "abc" not in text and "9.5" not in text
+    assert "MEMORY_TOP_N: Input should be a valid integer" in text
+    assert "LLM_TEMPERATURE: Input should be less than or equal to 2" in text

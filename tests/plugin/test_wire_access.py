@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from tests.plugin.events import SUPERUSER_ID, message_payload, text_seg
 from tests.plugin.wire import (
@@ -163,6 +165,73 @@ def test_start_up_warns_that_admin_commands_are_refused_without_superusers(signe
     assert "[WARNING]" in line and "admin command" in line
 
 
+# ----------------------------------------------------------------------------- refused clients
+
+CONNECTION_REFUSED = "refused a OneBot WebSocket connection from"
+
+
+async def handshake_status(
+    bot: BotProcess, *, source: str, path: str = WS_PATH, token: str | None
+) -> int:
+    """Open a WebSocket as NapCat would, from the loopback address ``source``; the HTTP
+    status the handshake got (101 when it was accepted, then closed again)."""
+    headers = {"X-Self-ID": "1234567", "X-Client-Role": "Universal"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        ws = await connect(
+            f"ws://127.0.0.1:{bot.port}{path}", additional_headers=headers, local_addr=(source, 0)
+        )
+    except InvalidStatus as refused:
+        return int(refused.response.status_code)
+    await ws.close()
+    return 101
+
+
+def refusal_lines(bot: BotProcess, source: str) -> list[str]:
+    return [
+        line for line in bot.log_text().splitlines() if f"{CONNECTION_REFUSED} {source} " in line
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "path", "token", "cause"),
+    [
+        ("127.0.0.2", WS_PATH, "wrong-token-123456", "wrong token"),
+        ("127.0.0.3", WS_PATH, None, "no token sent"),
+        ("127.0.0.4", "/onebot/v11", "wire-test-token", "must end in /onebot/v11/ws"),
+    ],
+    ids=["wrong-token", "no-token", "path-without-ws"],
+)
+async def test_a_refused_client_is_told_in_one_line_a_minute_naming_the_cause(
+    unsigned: Connected, source: str, path: str, token: str | None, cause: str
+):
+    # Each case from its own loopback address: the line is once a minute per address.
+    token = unsigned.bot.token if token == "wire-test-token" else token
+    assert await handshake_status(unsigned.bot, source=source, path=path, token=token) == 403
+    [line] = refusal_lines(unsigned.bot, source)
+    assert "[WARNING]" in line and f" to {path}: " in line and cause in line
+    # NapCat reconnects every few seconds: the next refusals within the minute add no line.
+    for _ in range(3):
+        assert await handshake_status(unsigned.bot, source=source, path=path, token=token) == 403
+    assert refusal_lines(unsigned.bot, source) == [line]
+    assert unsigned.bot.token not in unsigned.bot.log_text()
+
+
+async def test_the_adapter_no_longer_logs_each_refused_token_itself(unsigned: Connected):
+    for _ in range(3):
+        status = await handshake_status(unsigned.bot, source="127.0.0.5", token="wrong-token-98")
+        assert status == 403
+    assert "Authorization Header is invalid" not in unsigned.bot.log_text()
+    assert len(refusal_lines(unsigned.bot, "127.0.0.5")) == 1
+
+
+async def test_the_right_token_from_another_address_is_still_let_in(unsigned: Connected):
+    status = await handshake_status(unsigned.bot, source="127.0.0.6", token=unsigned.bot.token)
+    assert status == 101
+    assert refusal_lines(unsigned.bot, "127.0.0.6") == []
+
+
 # ----------------------------------------------------------------------------- with a secret
 
 
@@ -235,10 +304,11 @@ async def test_start_up_on_a_non_loopback_host_without_a_token_fails_before_the_
 ):
     started = time.monotonic()
     exited = await run_bot_until_exit(extra_env={"HOST": host, "ONEBOT_ACCESS_TOKEN": ""})
-    assert exited.returncode != 0, exited.log
+    assert exited.returncode == 1, exited.log
     assert time.monotonic() - started < 30, exited.log
     refusals = [line for line in exited.log.splitlines() if "refuses to start" in line]
     assert len(refusals) == 1, exited.log
+    assert "Traceback" not in exited.log, exited.log  # the one line, not a traceback after it
     assert "[ERROR]" in refusals[0] and f"HOST={host}" in refusals[0]
     assert "Set ONEBOT_ACCESS_TOKEN" in refusals[0]
     # The check runs before the embedded PostgreSQL starts: no server was ever left behind.

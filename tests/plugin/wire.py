@@ -301,6 +301,7 @@ class ExitedBot:
     returncode: int
     log: str
     database_started: bool
+    database_left_running: bool = False  # its postmaster.pid outlived the bot
 
 
 async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 60.0) -> ExitedBot:
@@ -324,6 +325,7 @@ async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 60.0
             returncode=process.returncode,
             log=bot.log_text(),
             database_started=(data_dir / "pg").exists(),
+            database_left_running=(data_dir / "pg" / "postmaster.pid").exists(),
         )
     finally:
         _stop_orphan_postgres(data_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from nonebot import get_driver, get_plugin_config
 from nonebot.drivers import ASGIMixin, Driver
 from nonebot.log import logger
+from pydantic import ValidationError
 from starlette.applications import Starlette
 
 from ..config import Config
@@ -30,7 +31,12 @@ class _State:
 
 def install_console(driver: Driver) -> bool:
     """Mount the console when a long enough token is set; True if mounted."""
-    config = get_plugin_config(Config)
+    try:
+        config = get_plugin_config(Config)
+    except ValidationError:
+        # The start-up check refuses these settings in one line (runtime.checked_configuration).
+        _State.problem = "invalid settings"
+        return False
     token = config.memory_console_token.get_secret_value() if config.memory_console_token else ""
     if not token:
         return False

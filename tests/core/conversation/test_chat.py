@@ -292,12 +292,15 @@ async def test_a_slow_model_gets_one_short_wait_message_before_the_answer(memory
     assert [t.content for t in stored] == ["一个难题", "想好了"]
 
 
-async def test_a_quick_model_or_the_default_setting_sends_no_wait_message(memory_factory):
+async def test_a_quick_model_sends_no_wait_message(memory_factory):
     quick = await memory_factory(chat_slow_notice_after=5)
     outbox = Outbox()
     await engine_for(quick, RecordingModel("马上")).converse(user_turn("简单问题"), outbox)
     assert outbox.sent == ["马上"]
-    assert MemorySettings().chat_slow_notice_after == 0  # off unless the operator sets it
+
+
+def test_the_slow_notice_is_on_by_default_after_8_seconds():
+    assert MemorySettings().chat_slow_notice_after == 8
 
 
 async def test_two_messages_in_the_same_second_are_both_in_the_next_prompts_context(memory):
