@@ -42,6 +42,7 @@ from . import (  # noqa: E402, F401
     handlers,
     http_event_guard,
     intake,
+    log_redaction,
     jobs,
     runtime,
     self_service,

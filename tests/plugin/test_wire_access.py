@@ -226,6 +226,14 @@ async def test_the_adapter_no_longer_logs_each_refused_token_itself(unsigned: Co
     assert len(refusal_lines(unsigned.bot, "127.0.0.5")) == 1
 
 
+async def test_a_token_sent_in_the_url_never_reaches_the_log(unsigned: Connected):
+    secret_path = f"{WS_PATH}?access_token={unsigned.bot.token}"
+    await handshake_status(unsigned.bot, source="127.0.0.7", path=secret_path, token=None)
+    log = unsigned.bot.log_text()
+    assert "access_token=***" in log  # the server's own line is there, masked
+    assert unsigned.bot.token not in log
+
+
 async def test_the_right_token_from_another_address_is_still_let_in(unsigned: Connected):
     status = await handshake_status(unsigned.bot, source="127.0.0.6", token=unsigned.bot.token)
     assert status == 101
