@@ -340,6 +340,7 @@ class ConversationEngine:
                 except (LLMError, asyncio.TimeoutError) as exc:
                     log.warning("chat model failed for session %s: %s", turn.session_key, exc)
                     await send(APOLOGY)
+                    await self._keep_unanswered(stored.turn)
                     return result(Outcome.APOLOGIZED)
 
             delivery = await send(answer)
@@ -385,6 +386,15 @@ class ConversationEngine:
         # (taken from the chat platform) is a little ahead of this machine's clock.
         assert turn.created_at is not None
         return turn.created_at + _JUST_BEFORE
+
+    async def _keep_unanswered(self, turn: MemoryTurn | None) -> None:
+        """An unanswered message expires like a scored one (see ``keep_unanswered``)."""
+        if turn is None:
+            return  # spooled while the database is away: the spool keeps it as it came
+        try:
+            await self._memory.evaluations.keep_unanswered(turn)
+        except MemoryCoreError as exc:
+            log.warning("could not set the expiry of an unanswered turn: %s", exc)
 
     async def _store(self, turn: TurnInput) -> AddOutcome | None:
         # Only the query's embedding is needed for the reply: the turn's own follows in the

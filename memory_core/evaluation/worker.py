@@ -16,8 +16,9 @@ from zoneinfo import ZoneInfo
 from ..background import RoundLoop
 from ..errors import LLMError
 from ..storage.database_handle import Database
+from ..models import MemoryTurn
 from ..storage.dialogue_store import PgDialogueStore
-from .evaluator import Evaluator, Exchange
+from .evaluator import Evaluator, Exchange, heuristic_score
 from .retention import RetentionPolicy
 from .store import ClaimedEvaluation, PendingEvaluation, PgEvaluationStore
 
@@ -79,6 +80,14 @@ class EvaluationWorker:
         """Durably queue one exchange and wake the worker; returns at once."""
         await self._store().enqueue(user_turn_id, assistant_turn_id)
         self._rounds.wake()
+
+    async def keep_unanswered(self, turn: MemoryTurn) -> None:
+        """Give a message the bot could not answer (the chat model failed: no exchange to
+        judge) the expiry of its rule-of-thumb score's band, as it would have had with the
+        heuristic evaluator; unscored, it would be kept for ever."""
+        score = heuristic_score(Exchange(turn.content, ""))
+        expires_at = self.policy.expires_at(score, turn.created_at)
+        await self._database.store(PgDialogueStore).set_score((turn.id, turn.id), score, expires_at)
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Score every exchange that is due; returns how many were settled (scored or failed)."""
@@ -197,6 +206,9 @@ class EvaluationOff:
         pass
 
     async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
+        pass
+
+    async def keep_unanswered(self, turn: MemoryTurn) -> None:
         pass
 
     async def run_once(self, now: datetime | None = None) -> int:

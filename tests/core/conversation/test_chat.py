@@ -240,6 +240,19 @@ async def test_model_failure_sends_apology_and_keeps_the_user_turn(memory):
     assert (await memory.stats()).evaluation.pending == 0
 
 
+async def test_a_message_answered_with_the_apology_gets_its_rule_of_thumb_expiry(memory):
+    model, outbox = RecordingModel(), Outbox()
+    model.fail = LLMError("HTTP 500")
+    engine = engine_for(memory, model)
+    await engine.converse(user_turn("你好"), outbox)  # a greeting: not kept
+    await engine.converse(user_turn("我的生日是5月3日"), outbox)  # about the user: a week
+    async with memory.database.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT score, expires_at - created_at AS kept FROM dialogues ORDER BY id"
+        )
+    assert [(r["score"], r["kept"]) for r in rows] == [(15, timedelta(0)), (70, timedelta(days=7))]
+
+
 async def test_model_timeout_sends_apology(memory):
     model, outbox = RecordingModel(), Outbox()
     model.fail = asyncio.TimeoutError()
