@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 
 from ..background import RoundLoop
 from ..errors import LLMError
-from ..storage.database_handle import Database
 from ..models import MemoryTurn
+from ..storage.database_handle import Database
 from ..storage.dialogue_store import PgDialogueStore
 from .evaluator import Evaluator, Exchange, heuristic_score
 from .retention import RetentionPolicy
