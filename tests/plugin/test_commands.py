@@ -360,12 +360,11 @@ def memory_line(runtime: Any, content: str) -> str:
 
 async def test_recall_shows_own_session_memory_lines(app: App, runtime):
     await seed(runtime)
-    stamp = THEN.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
     await run(
         app,
         (
             event_of("/回忆 猫叫什么", group_id=GROUP),
-            f"与“猫叫什么”相关的记忆（群 {GROUP}）：\n① {stamp} 你：我的猫叫咪咪\n"
+            f"与“猫叫什么”相关的记忆（群 {GROUP}）：\n· 2小时前 你：我的猫叫咪咪\n"
             "加 --full 查看带上下文的完整记忆。",
         ),
     )
@@ -382,7 +381,7 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
             )
         )
     await runtime.memory.distilled.save(
-        [ExtractedMemory(kind="facts", content="用户常在京东买东西")], USER, stated_at=THEN
+        [ExtractedMemory(kind="facts", content="用户的订单常在京东下")], USER, stated_at=THEN
     )
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
@@ -391,10 +390,10 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
         ctx.should_call_send(event, ANY_TEXT, {"message_id": 1})
     [answer] = ANY_TEXT.seen
     lines = answer.splitlines()
-    items = [line for line in lines if line[:1] in "①②③④⑤⑥⑦⑧⑨⑩"]
-    assert len(items) == 5 and all("你：我的第" in line for line in items)
+    items = [line for line in lines if line.startswith("· ") and "你：" in line]
+    assert len(items) == 5 and all("小时前 你：我的第" in line for line in items)
     assert all(len(line) <= 60 for line in lines)
-    assert "事实（会提供给模型）：" in lines and "· 用户常在京东买东西" in lines
+    assert "事实（会提供给模型）：" in lines and "· 用户的订单常在京东下" in lines
     assert "user" not in answer and "assistant" not in answer and "相关记忆 ---" not in answer
 
 
@@ -402,14 +401,13 @@ async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
     from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
 
     await seed(runtime)
-    stamp = THEN.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
     await run(
         app,
         (event_of("/recall --user 30001 --group 30003 鱼"), "只有超级用户可以查看其他会话的记忆。"),
         (event_of("/recall"), RECALL_USAGE),
         (
             event_of("/recall --user 30001 --group 30003 鱼", user_id=SUPERUSER_ID),
-            f"与“鱼”相关的记忆（群 30003 · 用户 30001）：\n① {stamp} TA：我的鱼叫泡泡\n"
+            "与“鱼”相关的记忆（群 30003 · 用户 30001）：\n· 2小时前 TA：我的鱼叫泡泡\n"
             "加 --full 查看带上下文的完整记忆。",
         ),
         (
