@@ -120,7 +120,7 @@ async def list_recall(
     else:
         options = RecallOptions(top_n=items * CANDIDATES_PER_ITEM, window_size=0, now=now)
     result = await memory.recall(user_id, query, group_id, options)
-    windows = [w for w in result.windows if _relevant_window(w, relevance, skip)]
+    windows = [w for w in result.windows if _relevant_window(w, relevance, skip, whole=full)]
     facts = await memory.distilled.recall(user_id, group_id, query, now=now)
     shown_facts = _distinct(
         [h for h in facts if relevance.admits(h.memory.content, h.similarity)],
@@ -144,12 +144,22 @@ def _anchor(window: RecallWindow) -> MemoryTurn | None:
 
 
 def _relevant_window(
-    window: RecallWindow, relevance: Relevance, skip: Callable[[MemoryTurn], bool]
+    window: RecallWindow,
+    relevance: Relevance,
+    skip: Callable[[MemoryTurn], bool],
+    *,
+    whole: bool,
 ) -> bool:
+    """Its anchor is relevant; ``whole``: or another of its turns mentions the query (windows
+    that overlap were merged under the best anchor, which may be one that is skipped)."""
     anchor = _anchor(window)
-    if anchor is None or skip(anchor):
+    if anchor is not None and not skip(anchor):
+        admitted = relevance.admits(anchor.content, window.similarity, anchor.created_at)
+        if admitted or not whole:
+            return admitted
+    elif not whole:
         return False
-    return relevance.admits(anchor.content, window.similarity, anchor.created_at)
+    return any(relevance.admits(t.content, None, t.created_at) for t in window.turns if not skip(t))
 
 
 def _distinct(found: Sequence[_T], *, key: Callable[[_T], str]) -> list[_T]:
