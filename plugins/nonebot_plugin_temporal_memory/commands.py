@@ -353,9 +353,7 @@ RECALL_LINE_CHARS = 60
 RECALL_QUOTE_CHARS = 30
 RECALL_MESSAGES = 2  # an answer fits in this many messages
 # A stored /recall (with any command start, after an @ of the bot) and the bot's answer to one.
-_RECALL_COMMAND = re.compile(
-    r"\s*(?:@\S+\s*)?(?:[/／、!！]\s*(?:recall|回忆)|(?:recall|回忆)(?:\s|$))", re.I
-)
+_RECALL_COMMAND = re.compile(r"\s*(?:@\S+\s*)?[/／、!！]\s*(?:recall|回忆)", re.I)
 _RECALL_ANSWER = re.compile(r"(?:与“.*”相关的(?:记忆|对话)|在.*中没有找到与“)", re.S)
 
 
