@@ -121,7 +121,8 @@ async def list_recall(
         options = RecallOptions(top_n=items * CANDIDATES_PER_ITEM, window_size=0, now=now)
     result = await memory.recall(user_id, query, group_id, options)
     windows = [w for w in result.windows if _relevant_window(w, relevance, skip, whole=full)]
-    facts = await memory.distilled.recall(user_id, group_id, query, now=now)
+    # Shown, not used: a fact's use count ranks it for the prompt.
+    facts = await memory.distilled.recall(user_id, group_id, query, now=now, touch=False)
     shown_facts = _distinct(
         [h for h in facts if relevance.admits(h.memory.content, h.similarity)],
         key=lambda h: same_words(h.memory.content),

@@ -73,6 +73,9 @@ async def test_the_bundled_model_lists_nothing_for_words_never_said(memory_facto
         listing = await list_recall(memory, 1, query, GROUP, now=NOW, items=5)
         assert listing.empty, (query, texts(listing), listing.facts)
         assert listing.turns == () and listing.facts == ()
+    # Looking is not using: the fact's use count, which ranks it for the prompt, is unchanged.
+    [fact] = await memory.distilled.recall_by_type(1, GROUP, "facts", now=NOW)
+    assert fact.access_count == 0
 
 
 async def test_the_bundled_model_finds_a_said_word_and_a_meaning_above_its_floor(
