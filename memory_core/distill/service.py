@@ -154,9 +154,11 @@ class DistilledService:
         kinds: Sequence[DistilledKind] = ("facts", "preferences"),
         top_k: int | None = None,
         now: datetime | None = None,
+        touch: bool = True,
     ) -> list[DistilledHit]:
         """Current distilled memories for ``query`` ranked by similarity, time decay,
-        importance and use, in this session or the user scope."""
+        importance and use, in this session or the user scope; ``touch=False``: a look that
+        does not count as a use (``/recall`` showing them)."""
         return await self.keeper.recall(
             user_id,
             group_id,
@@ -164,6 +166,7 @@ class DistilledService:
             kinds=kinds,
             top_k=self.settings.memory_distilled_facts if top_k is None else top_k,
             now=now,
+            touch=touch,
         )
 
     async def recall_by_type(

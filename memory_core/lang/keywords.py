@@ -120,6 +120,35 @@ def query_terms(text: str) -> list[str]:
     return terms(_QUERY_STOP.sub(" ", normalize(text)), limit=MAX_QUERY_TERMS)
 
 
+_PARTICLES = frozenset("的了")
+
+
+def query_words(text: str) -> list[tuple[str, ...]]:
+    """A query's words, each as its terms: a run of CJK characters (its bigrams, or the lone
+    character), or a letter-and-digit token; question words and fillers dropped first, at
+    most ``MAX_QUERY_TERMS`` words. ``query_terms`` is these terms flattened; kept apart, they
+    say whether a text holds *a word* of the query rather than any one of its bigrams."""
+    words: list[tuple[str, ...]] = []
+    opening = text[: MAX_QUERY_TERMS * MAX_TERM_CHARS]  # a pasted book is not a query
+    for match in _RUNS.finditer(_QUERY_STOP.sub(" ", normalize(opening))):
+        run = match.group()
+        if not run[0].isascii():
+            # A particle left alone or at an edge by a dropped phrase or time word (昨天的周会
+            # -> 的周会, 我们的 -> 的) is no word; two characters may be one (的士, 了解).
+            if run in _PARTICLES:
+                continue
+            if len(run) >= 3:
+                run = run.removeprefix("的")
+                run = run[:-1] if run[-1] in _PARTICLES else run
+        found = _cjk_terms(run) if not run[0].isascii() else _alnum_terms(run)
+        word = tuple(dict.fromkeys(t for t in found if len(t) <= MAX_TERM_CHARS))
+        if word:
+            words.append(word)
+            if len(words) >= MAX_QUERY_TERMS:
+                break
+    return words
+
+
 def conversation_terms(message: str, earlier: Sequence[str]) -> list[str]:
     """The terms of a conversational query: the message's, then each earlier line's from the
     newest back, until ``MAX_QUERY_TERMS`` — the end of a conversation is what is asked about,

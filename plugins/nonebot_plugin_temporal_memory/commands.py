@@ -38,8 +38,9 @@ from memory_core.dashboard import (
     unavailable_dashboard_zh,
 )
 from memory_core.errors import MemoryCoreError
-from memory_core.models import Forgotten, TurnInput
-from memory_core.recall.options import RecallOptions
+from memory_core.lang.timefmt import relative_time_zh
+from memory_core.models import Forgotten, MemoryTurn, TurnInput
+from memory_core.recall.listing import list_recall
 
 from .command_dispatch import plugin_command
 from .intake import accepts, group_id_of, segments_of, sender_name
@@ -447,7 +448,11 @@ async def handle_memstat(bot: Bot, event: MessageEvent, _args: Message, runtime:
 _FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private|full)(?!\S)")
 RECALL_ITEMS = 5
 RECALL_LINE_CHARS = 60
-CIRCLED = "①②③④⑤⑥⑦⑧⑨⑩"
+RECALL_QUOTE_CHARS = 30
+RECALL_MESSAGES = 2  # an answer fits in this many messages
+# A stored /recall (with any command start, after an @ of the bot) and the bot's answer to one.
+_RECALL_COMMAND = re.compile(r"\s*(?:@\S+\s*)?[/／、!！]\s*(?:recall|回忆)", re.I)
+_RECALL_ANSWER = re.compile(r"(?:与“.*”相关的(?:记忆|对话)|在.*中没有找到与“)", re.S)
 
 
 @dataclass(frozen=True)
@@ -506,15 +511,18 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         async with runtime.engine.session(user_id, group_id):
             await runtime.memory.settle_embeddings(runtime.settings.embedding_store_deadline)
             now = datetime.now(timezone.utc)
-            # The short list: the best anchors alone; --full: what the prompt would get.
-            top_n, window = (None, None) if request.full else (RECALL_ITEMS, 0)
-            result = await runtime.memory.recall(
+            # The short list: the best relevant anchors alone; --full: what the prompt would
+            # get, less what is not about the query.
+            listing = await list_recall(
+                runtime.memory,
                 user_id,
                 request.query,
                 group_id,
-                RecallOptions(top_n=top_n, window_size=window, now=now),
+                now=now,
+                items=RECALL_ITEMS,
+                full=request.full,
+                skip=_asking_or_echo(event),
             )
-            facts = await runtime.memory.distilled.recall(user_id, group_id, request.query, now=now)
     except MemoryCoreError as exc:
         logger.warning(f"/recall failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -522,29 +530,64 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
     where = "私聊" if group_id is None else f"群 {group_id}"
     if user_id != event.user_id:
         where += f" · 用户 {user_id}"
-    if not result.windows and not facts:
-        await reply(bot, event, runtime, f"在{where}中没有找到与“{request.query}”相关的记忆。")
+    quoted = _quote(request.query)
+    if listing.empty:
+        await reply(bot, event, runtime, f"在{where}中没有找到与“{quoted}”相关的记忆。")
         return
-    if request.full:
-        block = runtime.memory.format_block(result, now, asker=user_id)
-        await reply(
-            bot, event, runtime, f"与“{request.query}”相关的对话（{where}，完整）：\n{block.text}"
-        )
-        return
-    speaker = "你" if user_id == event.user_id else "TA"
-    lines = [_one_line("", f"与“{request.query}”相关的记忆（{where}）：")]
-    anchors = [a for w in result.windows for a in w.turns if a.id == w.anchor_id]
-    for number, turn in zip(CIRCLED, anchors[:RECALL_ITEMS], strict=False):
-        who = runtime.bot_name if turn.role == "assistant" else speaker
-        if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
-            who = turn.sender_name or f"QQ {turn.user_id}"
-        stamp = turn.created_at.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
-        lines.append(_one_line(f"{number} {stamp} {who}：", turn.content))
-    if facts:
+    if listing.windows is not None:
+        block = runtime.memory.format_block(listing.windows, now, asker=user_id)
+        lines = [f"与“{quoted}”相关的对话（{where}，完整）："]
+        if block.text:
+            lines.append(block.text)
+    else:
+        speaker = "你" if user_id == event.user_id else "TA"
+        lines = [_one_line("", f"与“{quoted}”相关的记忆（{where}）：")]
+        for turn in listing.turns:
+            who = runtime.bot_name if turn.role == "assistant" else speaker
+            if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
+                who = turn.sender_name or f"QQ {turn.user_id}"
+            when = relative_time_zh(turn.created_at, now, runtime.memory.tz)
+            lines.append(_one_line(f"· {when} {who}：", turn.content))
+    if listing.facts:
         lines.append("事实（会提供给模型）：")
-        lines.extend(_one_line("· ", hit.memory.content) for hit in facts[:RECALL_ITEMS])
-    lines.append("加 --full 查看带上下文的完整记忆。")
-    await reply(bot, event, runtime, "\n".join(lines))
+        lines.extend(_one_line("· ", hit.memory.content) for hit in listing.facts)
+    if listing.windows is None:
+        lines.append("加 --full 查看带上下文的完整记忆。")
+    max_chars = runtime.settings.chat_reply_max_chars
+    await reply(bot, event, runtime, _within_messages("\n".join(lines), max_chars, RECALL_MESSAGES))
+
+
+def _quote(query: str) -> str:
+    """The argument as quoted back: at most ``RECALL_QUOTE_CHARS`` characters on one line."""
+    query = " ".join(query.split())
+    if len(query) > RECALL_QUOTE_CHARS:
+        return query[: RECALL_QUOTE_CHARS - 1] + "…"
+    return query
+
+
+def _asking_or_echo(event: MessageEvent) -> Callable[[MemoryTurn], bool]:
+    """Turns that are no memory of anything: this /recall message itself (when it was stored),
+    a stored /recall command, and the bot's stored answers to one."""
+
+    def skip(turn: MemoryTurn) -> bool:
+        if turn.role == "user":
+            asked_here = turn.message_id == event.message_id and turn.user_id == event.user_id
+            return asked_here or _RECALL_COMMAND.match(turn.content) is not None
+        return _RECALL_ANSWER.match(turn.content) is not None
+
+    return skip
+
+
+def _within_messages(text: str, max_chars: int, messages: int) -> str:
+    """``text`` cut to what ``messages`` replies of ``max_chars`` hold (the reply splits it
+    the same way), ending in "…" when cut: a long answer is a flood of messages, and a QQ
+    account sending floods gets limited."""
+    pieces = split_reply(text, max_chars)
+    if len(pieces) <= messages:
+        return text
+    kept = pieces[:messages]
+    kept[-1] = kept[-1][: max_chars - 1] + "…"
+    return "\n".join(kept)
 
 
 def _one_line(head: str, text: str) -> str:

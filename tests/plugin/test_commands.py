@@ -508,12 +508,11 @@ def memory_line(runtime: Any, content: str) -> str:
 
 async def test_recall_shows_own_session_memory_lines(app: App, runtime):
     await seed(runtime)
-    stamp = THEN.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
     await run(
         app,
         (
             event_of("/回忆 猫叫什么", group_id=GROUP),
-            f"与“猫叫什么”相关的记忆（群 {GROUP}）：\n① {stamp} 你：我的猫叫咪咪\n"
+            f"与“猫叫什么”相关的记忆（群 {GROUP}）：\n· 2小时前 你：我的猫叫咪咪\n"
             "加 --full 查看带上下文的完整记忆。",
         ),
     )
@@ -530,7 +529,7 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
             )
         )
     await runtime.memory.distilled.save(
-        [ExtractedMemory(kind="facts", content="用户常在京东买东西")], USER, stated_at=THEN
+        [ExtractedMemory(kind="facts", content="用户的订单常在京东下")], USER, stated_at=THEN
     )
     async with app.test_matcher() as ctx:
         bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
@@ -539,10 +538,10 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
         ctx.should_call_send(event, ANY_TEXT, {"message_id": 1})
     [answer] = ANY_TEXT.seen
     lines = answer.splitlines()
-    items = [line for line in lines if line[:1] in "①②③④⑤⑥⑦⑧⑨⑩"]
-    assert len(items) == 5 and all("你：我的第" in line for line in items)
+    items = [line for line in lines if line.startswith("· ") and "你：" in line]
+    assert len(items) == 5 and all("小时前 你：我的第" in line for line in items)
     assert all(len(line) <= 60 for line in lines)
-    assert "事实（会提供给模型）：" in lines and "· 用户常在京东买东西" in lines
+    assert "事实（会提供给模型）：" in lines and "· 用户的订单常在京东下" in lines
     assert "user" not in answer and "assistant" not in answer and "相关记忆 ---" not in answer
 
 
@@ -550,14 +549,13 @@ async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
     from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
 
     await seed(runtime)
-    stamp = THEN.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
     await run(
         app,
         (event_of("/recall --user 30001 --group 30003 鱼"), "只有超级用户可以查看其他会话的记忆。"),
         (event_of("/recall"), RECALL_USAGE),
         (
             event_of("/recall --user 30001 --group 30003 鱼", user_id=SUPERUSER_ID),
-            f"与“鱼”相关的记忆（群 30003 · 用户 30001）：\n① {stamp} TA：我的鱼叫泡泡\n"
+            "与“鱼”相关的记忆（群 30003 · 用户 30001）：\n· 2小时前 TA：我的鱼叫泡泡\n"
             "加 --full 查看带上下文的完整记忆。",
         ),
         (
@@ -566,6 +564,112 @@ async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
             + memory_line(runtime, "我的鱼叫泡泡"),
         ),
     )
+
+
+async def say(runtime: Any, *lines: tuple[str, str], message_id: int | None = None) -> None:
+    """Store (role, text) turns of USER in GROUP, a minute apart, two hours ago and earlier."""
+    for i, (role, content) in enumerate(lines):
+        await runtime.memory.add_turn(
+            TurnInput(
+                user_id=USER,
+                group_id=GROUP,
+                role=role,  # type: ignore[arg-type]
+                content=content,
+                message_id=message_id if role == "user" else None,
+                created_at=THEN - timedelta(minutes=i),
+            )
+        )
+
+
+async def test_recall_of_a_word_never_said_finds_nothing_and_lists_nothing(app: App, runtime):
+    await say(
+        runtime,
+        ("user", "周会改到周四下午三点"),
+        ("assistant", "好的，周会改到周四下午三点，我记住了。"),
+        ("user", "我的猫叫咪咪"),
+        ("assistant", "咪咪这个名字真可爱！"),
+        ("user", "今天中午吃了牛肉面"),
+    )
+    await run(
+        app,
+        (
+            event_of("/recall 潜水艇", group_id=GROUP),
+            f"在群 {GROUP}中没有找到与“潜水艇”相关的记忆。",
+        ),
+    )
+
+
+async def test_recall_of_a_said_word_lists_it_once_with_its_relative_time(app: App, runtime):
+    await say(
+        runtime,
+        ("user", "周会几点？"),
+        ("user", "周会几点？"),
+        ("assistant", "周会几点？我查一下。"),
+        ("user", "周会几点？"),
+        ("user", "周会改到周四下午三点"),
+        ("user", "我的猫叫咪咪"),
+    )
+    ANY_TEXT.seen.clear()
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/回忆 周会", group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, ANY_TEXT, {"message_id": 1})
+    [answer] = ANY_TEXT.seen
+    items = sorted(line for line in answer.splitlines() if line.startswith("· "))
+    assert items == [
+        "· 2小时前 你：周会几点？",
+        "· 2小时前 你：周会改到周四下午三点",
+        "· 2小时前 小诗：周会几点？我查一下。",
+    ]
+    assert answer.startswith(f"与“周会”相关的记忆（群 {GROUP}）：\n")
+
+
+async def test_recall_leaves_out_the_asking_message_and_the_bots_answers_to_recalls(
+    app: App, runtime
+):
+    event = event_of("/recall 周会", group_id=GROUP)
+    assert isinstance(event, MessageEvent)
+    await say(runtime, ("user", "周会改到周四下午三点"))
+    # As a recorder that keeps every message (or an import of the chat) would have them: an
+    # earlier /recall, the bot's answer to it, and this very message.
+    await say(
+        runtime,
+        ("user", "／回忆 周会"),
+        ("assistant", f"与“周会”相关的记忆（群 {GROUP}）：\n· 3天前 你：周会改到周四下午三点"),
+        ("assistant", f"在群 {GROUP}中没有找到与“周会 时间”相关的记忆。"),
+    )
+    await say(runtime, ("user", "/recall 周会"), message_id=event.message_id)
+    await run(
+        app,
+        (
+            event,
+            f"与“周会”相关的记忆（群 {GROUP}）：\n· 2小时前 你：周会改到周四下午三点\n"
+            "加 --full 查看带上下文的完整记忆。",
+        ),
+    )
+
+
+async def test_recall_of_a_99000_character_argument_gets_one_short_reply(app: App, runtime):
+    ANY_TEXT.seen.clear()
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/recall " + "潜水艇下潜" * 19_800, group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, ANY_TEXT, {"message_id": 1})
+    [answer] = ANY_TEXT.seen
+    assert answer == f"在群 {GROUP}中没有找到与“{('潜水艇下潜' * 6)[:29]}…”相关的记忆。"
+    assert len(answer) < 60
+
+
+def test_a_long_recall_answer_is_cut_to_two_messages(plugin: Any) -> None:
+    from memory_core.conversation.engine import split_reply
+    from nonebot_plugin_temporal_memory.commands import _within_messages
+
+    text = "\n".join(f"· 2小时前 你：第{i}条" + "很长的内容" * 10 for i in range(200))
+    cut = _within_messages(text, 1000, 2)
+    assert len(split_reply(cut, 1000)) == 2 and cut.endswith("…")
+    assert _within_messages("短的回答", 1000, 2) == "短的回答"
 
 
 class _AnyText:

@@ -96,6 +96,21 @@ def test_numeric_looking_secrets_stay_text() -> None:
     assert settings.llm_model == "7"
 
 
+def test_the_recall_floor_is_the_bundled_models_unless_set() -> None:
+    from memory_core.settings import BUNDLED_MODEL_RECALL_FLOOR
+    from nonebot_plugin_temporal_memory.config import memory_settings_from_config
+
+    def floor(values: dict[str, object]) -> float | None:
+        values = {"memory_data_dir": "data", **values}
+        settings = memory_settings_from_config(values, default_data_dir=no_default_dir)
+        return settings.recall_floor
+
+    assert floor({"memory_recall_floor": ""}) == BUNDLED_MODEL_RECALL_FLOOR == 0.88
+    assert floor({"memory_recall_floor": 0.9}) == 0.9  # NoneBot hands a number over as one
+    assert floor({"embedding_provider": "api"}) is None  # no floor known for that model
+    assert floor({"embedding_provider": "api", "memory_recall_floor": 0.6}) == 0.6
+
+
 @pytest.mark.parametrize(
     "values",
     [{}, {"memory_data_dir": ""}, {"MEMORY_DATA_DIR": "  "}, {"memory_data_dir": None}],
