@@ -44,7 +44,7 @@ from memory_core.recall.listing import list_recall
 
 from .command_dispatch import plugin_command
 from .intake import accepts, group_id_of, segments_of, sender_name
-from .messaging import ANSWER_MESSAGES, at_most, send_answer, send_text
+from .messaging import ANSWER_MESSAGES, at_most, quoted, send_answer, send_text
 from .runtime import Runtime, RuntimeDep, get_runtime
 from .segments import flatten_segments
 
@@ -448,8 +448,6 @@ async def handle_memstat(bot: Bot, event: MessageEvent, _args: Message, runtime:
 _FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private|full)(?!\S)")
 RECALL_ITEMS = 5
 RECALL_LINE_CHARS = 60
-RECALL_QUOTE_CHARS = 30
-RECALL_MESSAGES = 2  # an answer fits in this many messages
 # A stored /recall (with any command start, after an @ of the bot) and the bot's answer to one.
 _RECALL_COMMAND = re.compile(r"\s*(?:@\S+\s*)?[/／、!！]\s*(?:recall|回忆)", re.I)
 _RECALL_ANSWER = re.compile(r"(?:与“.*”相关的(?:记忆|对话)|在.*中没有找到与“)", re.S)
@@ -530,18 +528,18 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
     where = "私聊" if group_id is None else f"群 {group_id}"
     if user_id != event.user_id:
         where += f" · 用户 {user_id}"
-    quoted = _quote(request.query)
+    asked = quoted(request.query)
     if listing.empty:
-        await reply(bot, event, runtime, f"在{where}中没有找到与“{quoted}”相关的记忆。")
+        await reply(bot, event, runtime, f"在{where}中没有找到与{asked}相关的记忆。")
         return
     if listing.windows is not None:
         block = runtime.memory.format_block(listing.windows, now, asker=user_id)
-        lines = [f"与“{quoted}”相关的对话（{where}，完整）："]
+        lines = [f"与{asked}相关的对话（{where}，完整）："]
         if block.text:
             lines.append(block.text)
     else:
         speaker = "你" if user_id == event.user_id else "TA"
-        lines = [_one_line("", f"与“{quoted}”相关的记忆（{where}）：")]
+        lines = [_one_line("", f"与{asked}相关的记忆（{where}）：")]
         for turn in listing.turns:
             who = runtime.bot_name if turn.role == "assistant" else speaker
             if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
@@ -553,16 +551,7 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         lines.extend(_one_line("· ", hit.memory.content) for hit in listing.facts)
     if listing.windows is None:
         lines.append("加 --full 查看带上下文的完整记忆。")
-    max_chars = runtime.settings.chat_reply_max_chars
-    await reply(bot, event, runtime, _within_messages("\n".join(lines), max_chars, RECALL_MESSAGES))
-
-
-def _quote(query: str) -> str:
-    """The argument as quoted back: at most ``RECALL_QUOTE_CHARS`` characters on one line."""
-    query = " ".join(query.split())
-    if len(query) > RECALL_QUOTE_CHARS:
-        return query[: RECALL_QUOTE_CHARS - 1] + "…"
-    return query
+    await reply(bot, event, runtime, "\n".join(lines))  # at most two messages (``reply``)
 
 
 def _asking_or_echo(event: MessageEvent) -> Callable[[MemoryTurn], bool]:
@@ -576,18 +565,6 @@ def _asking_or_echo(event: MessageEvent) -> Callable[[MemoryTurn], bool]:
         return _RECALL_ANSWER.match(turn.content) is not None
 
     return skip
-
-
-def _within_messages(text: str, max_chars: int, messages: int) -> str:
-    """``text`` cut to what ``messages`` replies of ``max_chars`` hold (the reply splits it
-    the same way), ending in "…" when cut: a long answer is a flood of messages, and a QQ
-    account sending floods gets limited."""
-    pieces = split_reply(text, max_chars)
-    if len(pieces) <= messages:
-        return text
-    kept = pieces[:messages]
-    kept[-1] = kept[-1][: max_chars - 1] + "…"
-    return "\n".join(kept)
 
 
 def _one_line(head: str, text: str) -> str:
