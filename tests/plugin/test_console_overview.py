@@ -111,6 +111,9 @@ async def test_headline_figures_count_today_memories_sessions_accounts_and_whats
     full_shot(browser, "overview-390", PHONE)
 
 
+Y_LABELS = 'svg text[text-anchor="end"]'  # the numbers up the axis
+
+
 def chart(browser: WebDriver, caption: str) -> Any:
     return next(
         f for f in browser.find_elements(By.CSS_SELECTOR, "figure.chart") if caption in f.text
@@ -121,10 +124,10 @@ async def test_charts_have_whole_number_axes_readable_labels_and_the_datas_own_r
     console_wire: ConsoleBot, connected: OneBotPeer, browser: WebDriver
 ):
     await go(browser, f"{console_wire.base}/")
-    ticks = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg text.tick")]
+    ticks = [t.text for t in browser.find_elements(By.CSS_SELECTOR, Y_LABELS)]
     assert ticks and all(t.isdigit() for t in ticks), ticks  # never "0.50"
     messages = chart(browser, "每天的消息")
-    assert [t.text for t in messages.find_elements(By.CSS_SELECTOR, "text.tick")] == [
+    assert [t.text for t in messages.find_elements(By.CSS_SELECTOR, Y_LABELS)] == [
         "0",
         "2",
         "4",
@@ -168,6 +171,10 @@ return [...document.querySelectorAll(arguments[0])].map(cell => {
 """
 
 
+SESSION_CELLS = ", ".join(f'tr.session td[data-label="{k}"]' for k in ("会话", "类型", "最近"))
+TURN_CELLS = ", ".join(f'tr.turn td[data-label="{k}"]' for k in ("时间", "说话人", "评分", "过期"))
+
+
 def cells(browser: WebDriver, selector: str) -> list[tuple[str, str, int]]:
     return [tuple(c) for c in browser.execute_script(LINES_OF, selector)]
 
@@ -176,8 +183,8 @@ async def test_time_and_name_cells_never_wrap_at_desktop_or_phone_width(
     console_wire: ConsoleBot, connected: OneBotPeer, browser: WebDriver
 ):
     pages = {
-        "sessions": (f"{console_wire.base}/sessions", "tr.session td.when, tr.session td.who"),
-        "session": (f"{console_wire.base}/session?key={ALICE}", "tr.turn td.when, tr.turn td.who"),
+        "sessions": (f"{console_wire.base}/sessions", SESSION_CELLS),
+        "session": (f"{console_wire.base}/session?key={ALICE}", TURN_CELLS),
     }
     for name, (url, selector) in pages.items():
         for size in (WIDE, PHONE):
@@ -191,8 +198,11 @@ async def test_time_and_name_cells_never_wrap_at_desktop_or_phone_width(
                 [f for f in found if f[1] != "nowrap" or f[2] != 1],
             )
             full_shot(browser, f"{name}-{size[0]}", size)
-    speakers = [c[0] for c in cells(browser, "tr.turn td.who")]
+    speakers = [c[0] for c in cells(browser, 'tr.turn td[data-label="说话人"]')]
     assert "机器人" in speakers  # the cell that wrapped as 机/器/人
+
+
+NAV_LINK = 'a[href$="/memory/bin"]'  # a link of the navigation
 
 
 async def test_a_phone_gets_the_content_first_and_a_wide_screen_the_navigation_on_top(
@@ -202,7 +212,7 @@ async def test_a_phone_gets_the_content_first_and_a_wide_screen_the_navigation_o
     for size, content_first in ((PHONE, True), (WIDE, False)):
         browser.set_window_size(*size)
         await go(browser, f"{console_wire.base}/sessions")
-        main, nav = (browser.execute_script(top_of, s) for s in ("main", "nav"))
+        main, nav = (browser.execute_script(top_of, s) for s in ("main", NAV_LINK))
         assert (main < nav) is content_first, (size, main, nav)
     browser.set_window_size(*PHONE)
     await go(browser, f"{console_wire.base}/sessions")
