@@ -44,3 +44,27 @@ def test_chart_text_and_page_values_are_escaped(plugin: Any):
     assert "<script>" not in svg and "<b>" not in svg and "&lt;script&gt;" in svg
     page = render("<p>{x}{y}</p>", x='"><img src=x>', y=Markup("<em>ok</em>"))
     assert page == "<p>&quot;&gt;&lt;img src=x&gt;<em>ok</em></p>"
+
+
+def test_count_axes_step_by_whole_numbers_and_reach_the_largest_value(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.charts import MAX_INTERVALS, count_ticks
+
+    assert count_ticks(0) == [0, 1]
+    assert count_ticks(1) == [0, 1]  # once 0, 0.50, 1
+    assert count_ticks(3) == [0, 1, 2, 3]
+    assert count_ticks(7) == [0, 2, 4, 6, 8]
+    assert count_ticks(168) == [0, 50, 100, 150, 200]
+    for largest in range(0, 2001, 7):
+        ticks = count_ticks(largest)
+        assert all(isinstance(t, int) for t in ticks) and ticks[-1] >= largest
+        assert len(ticks) - 1 <= MAX_INTERVALS
+
+
+def test_a_chart_of_one_message_has_no_fractional_tick_and_an_empty_one_says_so(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.charts import EMPTY, Series, bar_chart
+
+    one = str(bar_chart("图", ["a", "b"], [Series("甲", (1, 0))]))
+    ticks = re.findall(r'class="axis tick"[^>]*>([^<]*)</text>', one)
+    assert ticks == ["0", "1"] and "viewBox" not in one  # text is never scaled down
+    empty = str(bar_chart("图", ["a", "b"], [Series("甲", (0, 0))]))
+    assert EMPTY in empty and "<rect" not in empty and "tick" not in empty
