@@ -324,8 +324,8 @@ def session_page(
     )
     summary = render(
         '<div class="summary">{who}'
-        '<div class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · 最近 '
-        "{last}</div></div>",
+        '<div class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · '
+        '<span class="nowrap">最近 {last}</span></div></div>',
         who=who(row),
         key=row.session_key,
         turns=row.turns,
