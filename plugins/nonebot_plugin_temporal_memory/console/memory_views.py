@@ -354,6 +354,7 @@ def session_page(
         "from": start_text,
         "to": end_text,
     }
+    hits = hit_count(search, found)
     debug_href = f"{BASE}/debug?" + query_string({"user": row.user_id, "group": row.group_id or ""})
     body = render(
         "{summary}<p>"
@@ -365,8 +366,11 @@ def session_page(
         bin=f"{BASE}/bin?" + query_string({"key": row.session_key}),
         filters=filters,
         memories=_memory_rows(page, row.session_key, memories, sources, pinned_memories),
-        hits=hit_count(search, found),
-        turns=_turn_rows(page, row.session_key, found.items, policy),
+        hits=hits,
+        # An empty search result is said once, by the count.
+        turns=_turn_rows(page, row.session_key, found.items, policy)
+        if found.items or not hits
+        else Markup(""),
         pager=pager(f"{BASE}/session", query, search.page, len(found.items)),
     )
     return layout(page, "sessions", row.name or f"会话 {row.session_key}", body)
