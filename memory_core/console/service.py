@@ -22,6 +22,7 @@ from ..lang.keywords import document_terms, normalize, substring_terms, tsquery_
 from ..lang.text import clean_content
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
+from ..providers.openai_api import is_failing
 from ..settings import LOCAL_EMBEDDING_MODEL
 from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Transaction
@@ -127,6 +128,7 @@ class Headline:
     memories: dict[str, int]  # kind (facts, preferences, summary) -> current memories
     pending_embeddings: int  # turns stored without a vector (the embedder failed or lags)
     extraction_failed_today: int
+    embedder_failing: bool = False  # the embedding API failed its calls in a row, none since
 
 
 def session_search_text(text: str) -> str | None:
@@ -562,6 +564,7 @@ class MemoryConsole:
             memories={kind: current for kind, (current, _) in counts.items()},
             pending_embeddings=await dialogues.count_pending_embeddings(),
             extraction_failed_today=failed[-1] if failed else 0,
+            embedder_failing=is_failing(self.memory.embedder),
         )
 
     async def daily_figures(self, days: int = 30, now: datetime | None = None) -> DailyFigures:

@@ -68,3 +68,39 @@ def test_a_chart_of_one_message_has_no_fractional_tick_and_an_empty_one_says_so(
     assert ticks == ["0", "1"] and "viewBox" not in one  # text is never scaled down
     empty = str(bar_chart("图", ["a", "b"], [Series("甲", (0, 0))]))
     assert EMPTY in empty and "<rect" not in empty and "tick" not in empty
+
+
+def test_the_headline_names_each_degraded_part_and_is_green_when_none_is(plugin: Any):
+    from datetime import date, datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
+
+    from memory_core.console import DailyFigures, Headline
+    from memory_core.dashboard import Connection, DatabaseState
+    from nonebot_plugin_temporal_memory.console.admin_views import BotStatus, headline_row
+    from nonebot_plugin_temporal_memory.console.views import Page
+
+    page = Page(tz=ZoneInfo("Asia/Shanghai"), csrf="x")
+    today = DailyFigures((date(2026, 12, 2),), (8,), (4,), {})
+    now = datetime(2026, 12, 2, 3, tzinfo=timezone.utc)
+
+    def status(database: DatabaseState, model: str | None, **kw: Any) -> BotStatus:
+        connection = Connection(database=database, embedded=True, chat_model=model, uptime=None)
+        return BotStatus(("10001",), connection, now - timedelta(hours=26), now, **kw)
+
+    def state(headline: Headline, *args: Any, **kw: Any) -> str:
+        html = str(headline_row(page, headline, today, status(*args, **kw)))
+        return re.sub(r"<[^>]+>", " ", html.split('id="figure-state"')[1])
+
+    well = Headline(12, 3, {"facts": 2}, pending_embeddings=0, extraction_failed_today=0)
+    assert "正常" in state(well, DatabaseState.CONNECTED, "qwen")
+    ill = Headline(12, 3, {}, 5, 2, embedder_failing=True)
+    said = state(ill, DatabaseState.DEGRADED, "qwen", chat_failing=True)
+    for part in ("数据库写入受阻", "向量服务连续出错", "向量待补 5 条", "大模型连续出错",
+                 "今天提炼失败 2 次", "5 项异常"):  # fmt: skip
+        assert part in said, said
+    down = state(well, DatabaseState.DOWN, None)
+    assert "数据库连不上" in down and "大模型未配置" in down
+
+    whole = str(headline_row(page, well, today, status(DatabaseState.CONNECTED, "qwen")))
+    assert "1 天 2 小时" in whole and "用户 8 · 机器人 4" in whole
+    assert "自 2026-12-01 09:00" in whole  # started 01:00 UTC, shown in MEMORY_TIMEZONE

@@ -134,6 +134,7 @@ class BotStatus:
     connection: Connection  # the database's state and the chat model
     started_at: datetime
     now: datetime
+    chat_failing: bool = False  # the chat model's endpoint failed its calls in a row
 
 
 def _troubles(headline: Headline, status: BotStatus) -> list[str]:
@@ -142,10 +143,14 @@ def _troubles(headline: Headline, status: BotStatus) -> list[str]:
     database = status.connection.database
     if database is not DatabaseState.CONNECTED:
         found.append(f"数据库{database.value}")
+    if headline.embedder_failing:
+        found.append("向量服务连续出错")
     if headline.pending_embeddings:
         found.append(f"向量待补 {headline.pending_embeddings} 条")
     if status.connection.chat_model is None:
         found.append("大模型未配置")
+    elif status.chat_failing:
+        found.append("大模型连续出错")
     if headline.extraction_failed_today:
         found.append(f"今天提炼失败 {headline.extraction_failed_today} 次")
     return found

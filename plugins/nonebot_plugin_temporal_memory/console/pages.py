@@ -31,6 +31,7 @@ from memory_core.console import (
 )
 from memory_core.dashboard import connection_of
 from memory_core.errors import EmbeddingError, InvalidTurnError, MemoryCoreError
+from memory_core.providers.openai_api import is_failing
 
 from ..runtime import Runtime, RuntimeNotReady, get_runtime
 from . import admin_views, memory_views, views
@@ -265,6 +266,7 @@ class ConsoleApp:
             ),
             started_at=runtime.started_at,
             now=datetime.now(timezone.utc),
+            chat_failing=is_failing(runtime.chat_model),
         )
         headline = await ctx.console.headline(figures)
         return html(admin_views.overview_page(ctx.page, headline, status, figures, bands, bin_size))
