@@ -77,9 +77,6 @@ class TurnSearch:
     page: int = 0
 
 
-CHART_MIN_DAYS = 7  # a chart fitted to its data still spans a week: one bar is no trend
-
-
 @dataclass(frozen=True)
 class TurnPage:
     """One page of a session's turns as searched, and how many matched in all."""
@@ -87,7 +84,10 @@ class TurnPage:
     items: list[FoundTurn]
     total: int | None  # every match (a keyword search counts only when it fits one page)
     floor: float | None = None  # a meaning search's cut-off (None: not cut)
-    capped: bool = False  # a meaning search weighed MEANING_SEARCH_MAX turns: maybe more
+    capped: bool = False  # every turn a meaning search weighed passed: there may be more
+
+
+CHART_MIN_DAYS = 7  # a chart fitted to its data still spans a week: one bar is no trend
 
 
 @dataclass(frozen=True)
@@ -287,12 +287,13 @@ class MemoryConsole:
         dialogue = self._dialogues()
         scope = RecallScope(session_key)  # one session, as the console shows it
         size = await dialogue.session_size(scope)
+        weighed = max(MEANING_SEARCH_MAX, (page + 1) * PAGE_SIZE)  # a later page: more
         nearest = await dialogue.anchor_candidates(
             scope=scope,
             model=memory.embedding_model,
             query_vector=vector,
             now=datetime.now(timezone.utc),
-            limit=MEANING_SEARCH_MAX,
+            limit=weighed,
             index_dim=memory.embedding_dim
             if memory.vector_index.serves(session_key, size)
             else None,
@@ -312,8 +313,8 @@ class MemoryConsole:
             for c in chosen
             if c.id in turns
         ]
-        # Nearest first: only a floor below all MEANING_SEARCH_MAX can leave more beyond them.
-        return TurnPage(items, len(relevant), floor, capped=len(relevant) >= MEANING_SEARCH_MAX)
+        # Nearest first: only a floor below every turn weighed can leave more beyond them.
+        return TurnPage(items, len(relevant), floor, capped=len(relevant) >= weighed)
 
     async def memories(self, session_key: str, text: str = "") -> list[DistilledMemory]:
         """The session's distilled memories: current ones first, superseded ones as history."""
