@@ -92,7 +92,8 @@ def _vector_index_zh(stats: MemoryStats) -> str:
     return f"{stats.indexed_sessions} 个会话{building}"
 
 
-def _uptime_zh(uptime: timedelta) -> str:
+def uptime_zh(uptime: timedelta) -> str:
+    """How long the bot has run, to the minute under a day and to the hour above."""
     minutes = int(uptime.total_seconds()) // 60
     days, rest = divmod(minutes, 24 * 60)
     hours, minutes = divmod(rest, 60)
@@ -206,7 +207,7 @@ def connection_section(connection: Connection) -> list[str]:
         lines.append(_shorten(f"原因：{connection.trouble}", LINE_CHARS))
     lines.append(f"聊天模型：{connection.chat_model or '未配置'}")
     if connection.uptime is not None:
-        lines.append(f"已运行：{_uptime_zh(connection.uptime)}")
+        lines.append(f"已运行：{uptime_zh(connection.uptime)}")
     return lines
 
 

@@ -10,7 +10,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,26 +71,33 @@ async def forget_memories(
 @dataclass(frozen=True)
 class PersonalExport:
     """Everything stored about one person (/导出我的记忆): turns of every chat, distilled
-    memories (superseded ones included) and their cached answers, each oldest first."""
+    memories (superseded ones included) and their cached answers, each oldest first.
+    ``tz`` is the clock its times are written in (``MEMORY_TIMEZONE``)."""
 
     user_id: int
     exported_at: datetime
     turns: tuple[MemoryTurn, ...]
     memories: tuple[DistilledMemory, ...]
     cached_answers: tuple[OwnCachedAnswer, ...]
+    tz: tzinfo = timezone.utc
 
     @property
     def empty(self) -> bool:
         return not (self.turns or self.memories or self.cached_answers)
 
     def as_json(self) -> dict[str, Any]:
-        """The export as plain JSON data (times in ISO 8601 with their offset)."""
+        """The export as plain JSON data (times in ISO 8601, in ``tz`` with its offset: the
+        clock the person reads everywhere else)."""
+
+        def local(moment: datetime) -> str:
+            return moment.astimezone(self.tz).isoformat()
+
         return {
             "user_id": self.user_id,
-            "exported_at": self.exported_at.isoformat(),
+            "exported_at": local(self.exported_at),
             "turns": [
                 {
-                    "time": t.created_at.isoformat(),
+                    "time": local(t.created_at),
                     "chat": _chat(t.group_id),
                     "role": t.role,
                     "content": t.content,
@@ -103,8 +110,8 @@ class PersonalExport:
                     "chat": _chat(m.group_id),
                     "content": m.content,
                     "category": m.category,
-                    "first_seen": m.first_seen.isoformat(),
-                    "last_confirmed": m.last_confirmed.isoformat(),
+                    "first_seen": local(m.first_seen),
+                    "last_confirmed": local(m.last_confirmed),
                     "times_mentioned": m.times_mentioned,
                     "current": m.current,
                 }
@@ -112,7 +119,7 @@ class PersonalExport:
             ],
             "cached_answers": [
                 {
-                    "time": c.created_at.isoformat(),
+                    "time": local(c.created_at),
                     "chat": _chat(c.group_id),
                     "question": c.question,
                     "answer": c.answer,
@@ -147,6 +154,7 @@ async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:
         turns=tuple(await memory.database.store(PgDialogueStore).user_turns(user_id)),
         memories=tuple(await memory.database.store(PgDistilledStore).by_user(user_id)),
         cached_answers=tuple(await memory.database.store(PgAnswerCacheStore).by_user(user_id)),
+        tz=memory.tz,
     )
 
 

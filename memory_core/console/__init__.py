@@ -6,8 +6,10 @@ from .service import (
     ChatNames,
     DailyFigures,
     GroupSwitches,
+    Headline,
     MemoryConsole,
     NameLookup,
+    TurnPage,
     TurnSearch,
 )
 from .settings_view import masked_settings
@@ -21,10 +23,12 @@ __all__ = [
     "DailyFigures",
     "FoundTurn",
     "GroupSwitches",
+    "Headline",
     "MemoryConsole",
     "NameLookup",
     "RecallTrace",
     "SessionRow",
+    "TurnPage",
     "TurnSearch",
     "masked_settings",
     "trace_recall",

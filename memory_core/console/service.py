@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
 from ..distill.store import MemoryEdit, MemorySessionStats, PgDistilledStore
+from ..distill.worker import EXTRACTION_FAILED
 from ..errors import EmbeddingError, InvalidTurnError
 from ..lang.indexed import indexed_text
 from ..lang.keywords import document_terms, normalize, substring_terms, tsquery_all
 from ..lang.text import clean_content
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
+from ..providers.openai_api import is_failing
+from ..settings import LOCAL_EMBEDDING_MODEL
 from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Transaction
 from ..storage.dialogue_store import (
@@ -47,6 +50,13 @@ if TYPE_CHECKING:
     from ..service import TemporalMemory
 
 PAGE_SIZE = 50
+# A meaning search's relevance cut-off (cosine) per embedding model. Cosines are the model's
+# own scale: the local e5 model puts chat on another topic at 0.80-0.85 (0.87 for a greeting,
+# which is near everything) and a turn on the asked topic at 0.87-0.92 (14 queries against 12
+# turns, 2026-12-02). MEMORY_SIMILARITY_FLOOR, when set, is used instead; a model named here
+# by neither is not cut, and the page says so.
+MEANING_FLOORS = {LOCAL_EMBEDDING_MODEL: 0.86}
+MEANING_SEARCH_MAX = 200  # nearest turns a meaning search weighs: counted, then paged
 EditedT = TypeVar("EditedT", MemoryTurn, DistilledMemory)
 MEMORY_LIMIT = 200
 SEARCH_MAX_CHARS = 200
@@ -68,6 +78,19 @@ class TurnSearch:
 
 
 @dataclass(frozen=True)
+class TurnPage:
+    """One page of a session's turns as searched, and how many matched in all."""
+
+    items: list[FoundTurn]
+    total: int | None  # every match (a keyword search counts only when it fits one page)
+    floor: float | None = None  # a meaning search's cut-off (None: not cut)
+    capped: bool = False  # every turn a meaning search weighed passed: there may be more
+
+
+CHART_MIN_DAYS = 7  # a chart fitted to its data still spans a week: one bar is no trend
+
+
+@dataclass(frozen=True)
 class DailyFigures:
     """The charts' data: one value per local day, oldest first."""
 
@@ -75,6 +98,37 @@ class DailyFigures:
     user_turns: tuple[int, ...]
     bot_turns: tuple[int, ...]
     metrics: dict[str, tuple[int, ...]]  # metric name -> one value per day
+
+    def fitted(self, min_days: int = CHART_MIN_DAYS) -> DailyFigures:
+        """The same figures from the first day with anything in them, or the last
+        ``min_days`` if that is later: a bot running for three days gets no 27 empty days."""
+        columns = (self.user_turns, self.bot_turns, *self.metrics.values())
+        used = [i for i in range(len(self.days)) if any(c[i] for c in columns)]
+        start = min(used[0] if used else len(self.days), max(len(self.days) - min_days, 0))
+        return DailyFigures(
+            days=self.days[start:],
+            user_turns=self.user_turns[start:],
+            bot_turns=self.bot_turns[start:],
+            metrics={name: values[start:] for name, values in self.metrics.items()},
+        )
+
+    @property
+    def today_turns(self) -> int:
+        """Turns stored on the last day (today), the user's and the bot's."""
+        return self.user_turns[-1] + self.bot_turns[-1] if self.days else 0
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The overview's row of figures that the database knows (the plugin adds what only the
+    running bot knows: connected accounts, uptime, the database's reachability)."""
+
+    today_turns: int
+    sessions: int
+    memories: dict[str, int]  # kind (facts, preferences, summary) -> current memories
+    pending_embeddings: int  # turns stored without a vector (the embedder failed or lags)
+    extraction_failed_today: int
+    embedder_failing: bool = False  # the embedding API failed its calls in a row, none since
 
 
 def session_search_text(text: str) -> str | None:
@@ -188,7 +242,20 @@ class MemoryConsole:
         return (await self._named([activity], memory_sessions))[0]
 
     async def turns(self, session_key: str, search: TurnSearch) -> list[FoundTurn]:
-        """One page of the session's turns: newest first, or by meaning nearest first.
+        """One page of the session's turns (``search_turns`` without the count)."""
+        return (await self.search_turns(session_key, search)).items
+
+    @property
+    def meaning_floor(self) -> float | None:
+        """The cut-off of a meaning search: ``MEMORY_SIMILARITY_FLOOR`` or the model's own."""
+        configured = self.memory.settings.memory_similarity_floor
+        if configured is not None:
+            return configured
+        return MEANING_FLOORS.get(self.memory.embedding_model)
+
+    async def search_turns(self, session_key: str, search: TurnSearch) -> TurnPage:
+        """One page of the session's turns: newest first, or by meaning nearest first (only
+        those at or above ``meaning_floor``), with how many matched.
 
         A search by meaning needs the embedder; when it fails this raises ``EmbeddingError``."""
         query = search.text.strip()[:SEARCH_MAX_CHARS]
@@ -205,42 +272,49 @@ class MemoryConsole:
             offset=page * PAGE_SIZE,
         )
         rows = await self._dialogues().session_turns(session_key, shown)
-        return [FoundTurn(r.turn, None, r.pinned) for r in rows]
+        items = [FoundTurn(r.turn, None, r.pinned) for r in rows]
+        counted = page == 0 and len(items) < PAGE_SIZE
+        return TurnPage(items, len(items) if counted else None)
 
     async def _turns_by_meaning(
         self, session_key: str, query: str, search: TurnSearch, page: int
-    ) -> list[FoundTurn]:
-        """The nearest live turns, found the way recall finds them: exactly, or through the
-        session's own vector index when it has one (a large session)."""
+    ) -> TurnPage:
+        """The nearest live turns at or above the floor, found the way recall finds them:
+        exactly, or through the session's own vector index when it has one (a large
+        session)."""
         memory = self.memory
         vector = await memory.embedder.embed_query(query)
         dialogue = self._dialogues()
         scope = RecallScope(session_key)  # one session, as the console shows it
         size = await dialogue.session_size(scope)
-        wanted = (page + 1) * PAGE_SIZE
+        weighed = max(MEANING_SEARCH_MAX, (page + 1) * PAGE_SIZE)  # a later page: more
         nearest = await dialogue.anchor_candidates(
             scope=scope,
             model=memory.embedding_model,
             query_vector=vector,
             now=datetime.now(timezone.utc),
-            limit=wanted,
+            limit=weighed,
             index_dim=memory.embedding_dim
             if memory.vector_index.serves(session_key, size)
             else None,
             filters=AnchorFilters(start=search.start, end=search.end),
         )
-        chosen = nearest[page * PAGE_SIZE : wanted]
+        floor = self.meaning_floor
+        relevant = [c for c in nearest if floor is None or c.similarity >= floor]
+        chosen = relevant[page * PAGE_SIZE : (page + 1) * PAGE_SIZE]
         turns = {
             r.turn.id: r
             for r in await self._dialogues().session_turns_by_ids(
                 session_key, [c.id for c in chosen]
             )
         }
-        return [
+        items = [
             FoundTurn(turns[c.id].turn, c.similarity, turns[c.id].pinned)
             for c in chosen
             if c.id in turns
         ]
+        # Nearest first: only a floor below every turn weighed can leave more beyond them.
+        return TurnPage(items, len(relevant), floor, capped=len(relevant) >= weighed)
 
     async def memories(self, session_key: str, text: str = "") -> list[DistilledMemory]:
         """The session's distilled memories: current ones first, superseded ones as history."""
@@ -477,6 +551,22 @@ class MemoryConsole:
         return changed
 
     # ------------------------------------------------------------------ figures
+
+    async def headline(self, figures: DailyFigures) -> Headline:
+        """The overview's headline figures; today's from ``figures`` (read at the same time)."""
+        distilled = self._distilled()
+        memory_sessions = await distilled.memory_sessions()
+        counts = await distilled.counts()
+        dialogues = self._dialogues()
+        failed = figures.metrics.get(EXTRACTION_FAILED, ())
+        return Headline(
+            today_turns=figures.today_turns,
+            sessions=await dialogues.session_count(list(memory_sessions)),
+            memories={kind: current for kind, (current, _) in counts.items()},
+            pending_embeddings=await dialogues.count_pending_embeddings(),
+            extraction_failed_today=failed[-1] if failed else 0,
+            embedder_failing=is_failing(self.memory.embedder),
+        )
 
     async def daily_figures(self, days: int = 30, now: datetime | None = None) -> DailyFigures:
         """Turns stored per day and the daily counters, for the last ``days`` local days."""

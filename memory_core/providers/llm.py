@@ -75,6 +75,11 @@ class OpenAIChatModel:
         self._temperature = temperature
         self._deadline = deadline
 
+    @property
+    def failing(self) -> bool:
+        """Whether the endpoint keeps failing (see ``OpenAIEndpoint.failing``)."""
+        return self._endpoint.failing
+
     async def complete(
         self,
         messages: Sequence[Mapping[str, str]],

@@ -24,7 +24,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 from pydantic import SecretStr
@@ -100,6 +100,12 @@ class OpenAIEndpoint:
     @property
     def max_retries(self) -> int:
         return self._max_retries
+
+    @property
+    def failing(self) -> bool:
+        """Whether the endpoint failed its breaker's count of calls in a row, none answered
+        since (the console's headline shows it)."""
+        return self._breaker.failing
 
     async def post(
         self, path: str, payload: dict[str, Any], *, deadline: float | None = None
@@ -217,6 +223,10 @@ class CircuitBreaker:
     def allows(self) -> bool:
         return self._in_a_row < self.failures or self._clock() >= self._open_until
 
+    @property
+    def failing(self) -> bool:
+        return self._in_a_row >= self.failures
+
     def failed(self) -> None:
         self._in_a_row += 1
         if self._in_a_row >= self.failures:
@@ -233,6 +243,20 @@ class CircuitBreaker:
             logger.info("an endpoint answers again after %d failed calls", self._in_a_row)
         self._in_a_row = 0
         self._open_until = float("-inf")
+
+
+@runtime_checkable
+class ReportsFailing(Protocol):
+    """A client over an endpoint that can say it is failing (``OpenAIEndpoint.failing``)."""
+
+    @property
+    def failing(self) -> bool: ...
+
+
+def is_failing(part: object) -> bool:
+    """Whether ``part`` (a chat model, an embedder) says its endpoint is failing; a part that
+    cannot tell (the local model) never is."""
+    return isinstance(part, ReportsFailing) and part.failing
 
 
 class _Unavailable(Exception):

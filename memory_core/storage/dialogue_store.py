@@ -449,6 +449,12 @@ WHERE ($1::text IS NULL OR chat_type = $1) AND ($2::bigint IS NULL OR group_id =
   AND ($3::bigint IS NULL OR user_id = $3) AND ($8::text IS NULL OR session_key = $8)
 ORDER BY last_at DESC, session_key LIMIT $4 OFFSET $5
 """
+# How many sessions the list above holds: those with turns and those of $1 without any.
+SQL_SESSION_COUNT = """
+SELECT (SELECT count(*) FROM dialogue_sessions)
+     + (SELECT count(*) FROM unnest($1::text[]) AS e(session_key)
+        WHERE NOT EXISTS (SELECT 1 FROM dialogue_sessions s WHERE s.session_key = e.session_key))
+"""
 SQL_SESSION_ACTIVITY = f"""
 SELECT session_key, turns, last_at, {_SESSION_WHO} FROM dialogue_sessions WHERE session_key = $1
 """
@@ -1324,6 +1330,11 @@ class PgDialogueStore(RowTaker):
                 keys, [without_turns[k] for k in keys], session_key,
             )  # fmt: skip
         return [_activity(r) for r in rows]
+
+    async def session_count(self, without_turns: Sequence[str]) -> int:
+        """How many sessions ``session_list`` would list in all (``without_turns`` as there)."""
+        async with self._connection() as conn:
+            return int(await conn.fetchval(SQL_SESSION_COUNT, list(without_turns)))
 
     async def session_activity(self, session_key: str) -> SessionActivity | None:
         async with self._connection() as conn:

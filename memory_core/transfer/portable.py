@@ -13,13 +13,15 @@ One JSON object a line, told apart by ``type``:
   ``sources`` (the ``message_uuid`` of each turn it was drawn from) and ``superseded_by`` (the
   exported ``id`` of its successor, for history rows).
 
-Times are ISO 8601 with their offset. Turns come before the memories that cite them.
+Times are ISO 8601 in ``MEMORY_TIMEZONE`` with its offset (the clock the operator reads in the
+console and the bot's replies); an import reads any offset. Turns come before the memories that
+cite them.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from ..distill.memory import KINDS, DistilledMemory
@@ -41,23 +43,23 @@ EXPORT_PAGE = 1000
 
 
 def header_line(
-    session_keys: Sequence[str] | None, embedding_model: str, now: datetime
+    session_keys: Sequence[str] | None, embedding_model: str, now: datetime, tz: tzinfo
 ) -> dict[str, Any]:
     return {
         "type": "header",
         "format": FORMAT,
         "version": VERSION,
-        "exported_at": now.isoformat(),
+        "exported_at": _iso(now, tz),
         "sessions": None if session_keys is None else list(session_keys),
         "embedding_model": embedding_model,
     }
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+def _iso(value: datetime | None, tz: tzinfo) -> str | None:
+    return value.astimezone(tz).isoformat() if value is not None else None
 
 
-def turn_line(exported: ExportedTurn) -> dict[str, Any]:
+def turn_line(exported: ExportedTurn, tz: tzinfo) -> dict[str, Any]:
     turn = exported.turn
     return {
         "type": "turn",
@@ -70,14 +72,14 @@ def turn_line(exported: ExportedTurn) -> dict[str, Any]:
         "content": turn.content,
         "sender_name": turn.sender_name,
         "message_id": turn.message_id,
-        "created_at": turn.created_at.isoformat(),
+        "created_at": _iso(turn.created_at, tz),
         "score": turn.score,
-        "expires_at": _iso(turn.expires_at),
+        "expires_at": _iso(turn.expires_at, tz),
         "raw_segments": exported.raw_segments,
     }
 
 
-def memory_line(row: PortableMemory) -> dict[str, Any]:
+def memory_line(row: PortableMemory, tz: tzinfo) -> dict[str, Any]:
     m = row.memory
     return {
         "type": "memory",
@@ -95,16 +97,16 @@ def memory_line(row: PortableMemory) -> dict[str, Any]:
         "sentiment": m.sentiment,
         "action_items": list(m.action_items),
         "sources": list(row.source_uuids),
-        "first_seen": m.first_seen.isoformat(),
-        "last_confirmed": m.last_confirmed.isoformat(),
+        "first_seen": _iso(m.first_seen, tz),
+        "last_confirmed": _iso(m.last_confirmed, tz),
         "times_mentioned": m.times_mentioned,
         "base_importance": row.base_importance,
         "importance": m.importance,
         "access_count": m.access_count,
-        "last_accessed_at": _iso(m.last_accessed_at),
-        "valid_until": _iso(m.valid_until),
+        "last_accessed_at": _iso(m.last_accessed_at, tz),
+        "valid_until": _iso(m.valid_until, tz),
         "superseded_by": m.superseded_by,
-        "created_at": m.created_at.isoformat(),
+        "created_at": _iso(m.created_at, tz),
     }
 
 
@@ -114,12 +116,13 @@ async def export_lines(
     """The export of these sessions (every session when ``None``), a line at a time: the
     header, the turns, then the distilled memories. Read page by page, so an export of any
     size streams (the CLI writes it to a file; a web page could send it as a download)."""
-    yield header_line(session_keys, memory.embedding_model, datetime.now(timezone.utc))
+    tz = memory.tz
+    yield header_line(session_keys, memory.embedding_model, datetime.now(timezone.utc), tz)
     turns = memory.database.store(PgDialogueStore)
     after = 0
     while page := await turns.export_turns(session_keys, after, EXPORT_PAGE):
         for exported in page:
-            yield turn_line(exported)
+            yield turn_line(exported, tz)
         after = page[-1].turn.id
     distilled = memory.database.store(PgDistilledStore)
     after = 0
@@ -128,7 +131,7 @@ async def export_lines(
         uuids = await turns.uuids_by_id({i for m, _ in memories for i in m.source_turn_ids})
         for m, base_importance in memories:
             sources = tuple(uuids[i] for i in sorted(set(m.source_turn_ids)) if i in uuids)
-            yield memory_line(PortableMemory(m, base_importance, sources))
+            yield memory_line(PortableMemory(m, base_importance, sources), tz)
         after = memories[-1][0].id
 
 

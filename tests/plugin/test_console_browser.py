@@ -8,6 +8,7 @@ Screenshots of each step, at a desktop and a phone width, go to ``test-artifacts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,13 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
+    with chromium() as driver:
+        yield driver
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[WebDriver]:
+    """Headless Chromium through Debian's chromedriver, screenshots going to ``ARTIFACTS``."""
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -99,7 +107,7 @@ async def log_in(browser: WebDriver, console_wire: ConsoleBot) -> None:
     shot(browser, "01-login", PHONE)
     browser.find_element(By.NAME, "token").send_keys(CONSOLE_TOKEN)
     await submit(
-        browser, browser.find_element(By.CSS_SELECTOR, "form.login button"), then="近 30 天"
+        browser, browser.find_element(By.CSS_SELECTOR, "form.login button"), then="今天的消息"
     )
     assert browser.find_element(By.TAG_NAME, "h1").text == "概览"
 

@@ -53,3 +53,63 @@ def test_chart_text_and_page_values_are_escaped(plugin: Any):
     assert "<script>" not in svg and "<b>" not in svg and "&lt;script&gt;" in svg
     page = render("<p>{x}{y}</p>", x='"><img src=x>', y=Markup("<em>ok</em>"))
     assert page == "<p>&quot;&gt;&lt;img src=x&gt;<em>ok</em></p>"
+
+
+def test_count_axes_step_by_whole_numbers_and_reach_the_largest_value(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.charts import MAX_INTERVALS, count_ticks
+
+    assert count_ticks(0) == [0, 1]
+    assert count_ticks(1) == [0, 1]  # once 0, 0.50, 1
+    assert count_ticks(3) == [0, 1, 2, 3]
+    assert count_ticks(7) == [0, 2, 4, 6, 8]
+    assert count_ticks(168) == [0, 50, 100, 150, 200]
+    for largest in range(0, 2001, 7):
+        ticks = count_ticks(largest)
+        assert all(isinstance(t, int) for t in ticks) and ticks[-1] >= largest
+        assert len(ticks) - 1 <= MAX_INTERVALS
+
+
+def test_a_chart_of_one_message_has_no_fractional_tick_and_an_empty_one_says_so(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.charts import EMPTY, Series, bar_chart
+
+    one = str(bar_chart("图", ["a", "b"], [Series("甲", (1, 0))]))
+    ticks = re.findall(r'class="axis tick"[^>]*>([^<]*)</text>', one)
+    assert ticks == ["0", "1"] and "viewBox" not in one  # text is never scaled down
+    empty = str(bar_chart("图", ["a", "b"], [Series("甲", (0, 0))]))
+    assert EMPTY in empty and "<rect" not in empty and "tick" not in empty
+
+
+def test_the_headline_names_each_degraded_part_and_is_green_when_none_is(plugin: Any):
+    from datetime import date, datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
+
+    from memory_core.console import DailyFigures, Headline
+    from memory_core.dashboard import Connection, DatabaseState
+    from nonebot_plugin_temporal_memory.console.admin_views import BotStatus, headline_row
+    from nonebot_plugin_temporal_memory.console.views import Page
+
+    page = Page(tz=ZoneInfo("Asia/Shanghai"), csrf="x")
+    today = DailyFigures((date(2026, 12, 2),), (8,), (4,), {})
+    now = datetime(2026, 12, 2, 3, tzinfo=timezone.utc)
+
+    def status(database: DatabaseState, model: str | None, **kw: Any) -> BotStatus:
+        connection = Connection(database=database, embedded=True, chat_model=model, uptime=None)
+        return BotStatus(("10001",), connection, now - timedelta(hours=26), now, **kw)
+
+    def state(headline: Headline, *args: Any, **kw: Any) -> str:
+        html = str(headline_row(page, headline, today, status(*args, **kw)))
+        return re.sub(r"<[^>]+>", " ", html.split('id="figure-state"')[1])
+
+    well = Headline(12, 3, {"facts": 2}, pending_embeddings=0, extraction_failed_today=0)
+    assert "正常" in state(well, DatabaseState.CONNECTED, "qwen")
+    ill = Headline(12, 3, {}, 5, 2, embedder_failing=True)
+    said = state(ill, DatabaseState.DEGRADED, "qwen", chat_failing=True)
+    for part in ("数据库写入受阻", "向量服务连续出错", "向量待补 5 条", "大模型连续出错",
+                 "今天提炼失败 2 次", "5 项异常"):  # fmt: skip
+        assert part in said, said
+    down = state(well, DatabaseState.DOWN, None)
+    assert "数据库连不上" in down and "大模型未配置" in down
+
+    whole = str(headline_row(page, well, today, status(DatabaseState.CONNECTED, "qwen")))
+    assert "1 天 2 小时" in whole and "用户 8 · 机器人 4" in whole
+    assert "自 2026-12-01 09:00" in whole  # started 01:00 UTC, shown in MEMORY_TIMEZONE

@@ -64,6 +64,11 @@ class ApiEmbedder:
         # keywords alone rather than keep them waiting.
         self._query_deadline = query_deadline
 
+    @property
+    def failing(self) -> bool:
+        """Whether the endpoint keeps failing (see ``OpenAIEndpoint.failing``)."""
+        return self._endpoint.failing
+
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed stored turns, ``batch_size`` texts per request; shape ``(n, dim)``."""
         prepared = [self._prepare(text) for text in texts]

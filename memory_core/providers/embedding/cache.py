@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 
 from ...errors import EmbeddingError
+from ..openai_api import is_failing
 from .base import Embedder
 
 Kind = Literal["passage", "query"]
@@ -56,6 +57,11 @@ class CachedEmbedder:
         self._failure_memory = failure_memory
         self._clock = clock
         self._failed: dict[_Key, tuple[float, str]] = {}  # query -> (when, why)
+
+    @property
+    def failing(self) -> bool:
+        """Whether the embedder behind the cache says its endpoint keeps failing."""
+        return is_failing(self._inner)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed stored turns, asking ``inner`` only for texts not cached."""

@@ -4,19 +4,28 @@ and the settings."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
-from memory_core.console import AuditEntry, BinItem, DailyFigures, GroupSwitches, RecallTrace
+from memory_core.console import (
+    AuditEntry,
+    BinItem,
+    DailyFigures,
+    GroupSwitches,
+    Headline,
+    RecallTrace,
+)
 from memory_core.conversation.engine import (
     RECALL_BANDS,
     RECALL_MS_TOTAL,
     RECALL_REPLIES,
     RECALL_SLOW,
 )
-from memory_core.dashboard import band_label
+from memory_core.dashboard import Connection, DatabaseState, band_label, uptime_zh
 
 from .charts import Series, bar_chart
 from .markup import Markup, join, render
-from .views import BASE, Page, button_form, layout, pager, session_link, speaker
+from .views import BASE, KIND_ZH, Page, button_form, layout, pager, session_link, speaker
 
 ACTION_ZH = {
     "edit": "修改",
@@ -33,11 +42,11 @@ TARGET_ZH = {"turn": "对话", "distilled": "提炼记忆", "group": "群"}
 def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:
     rows = join(
         render(
-            '<tr class="binned"><td data-label="类型">{kind}</td>'
+            '<tr class="binned"><td class="nowrap" data-label="类型">{kind}</td>'
             '<td class="text" data-label="内容">{summary}</td>'
             '<td data-label="会话"><a href="{href}">{key}</a></td>'
-            '<td data-label="删除">{when}<div class="muted">{who}</div></td>'
-            '<td data-label="保留到">{until}</td>'
+            '<td class="nowrap when" data-label="删除">{when}<div class="muted">{who}</div></td>'
+            '<td class="nowrap when" data-label="保留到">{until}</td>'
             '<td><form method="post" action="{base}/bin/restore">{csrf}'
             '<input type="hidden" name="id" value="{id}"><button type="submit">恢复</button></form>'
             "</td></tr>",
@@ -79,8 +88,8 @@ def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:
 def audit_page(page: Page, entries: Sequence[AuditEntry], number: int) -> Markup:
     rows = join(
         render(
-            '<tr class="audit"><td data-label="时间">{when}</td>'
-            '<td data-label="操作人">{actor}</td>'
+            '<tr class="audit"><td class="nowrap when" data-label="时间">{when}</td>'
+            '<td class="nowrap who" data-label="操作人">{actor}</td>'
             '<td data-label="操作">{action} {target} #{id}</td><td data-label="会话">{key}</td>'
             '<td class="text" data-label="之前">{before}</td>'
             '<td class="text" data-label="之后">{after}</td></tr>',
@@ -117,20 +126,108 @@ def _recall_title(total_ms: int, replies: int) -> str:
     return f"每天回复前读取记忆的耗时（回复数{average}）"
 
 
+@dataclass(frozen=True)
+class BotStatus:
+    """What only the running bot knows, for the overview's headline."""
+
+    accounts: Sequence[str]  # the connected QQ accounts (OneBot self_id)
+    connection: Connection  # the database's state and the chat model
+    started_at: datetime
+    now: datetime
+    chat_failing: bool = False  # the chat model's endpoint failed its calls in a row
+
+
+def _troubles(headline: Headline, status: BotStatus) -> list[str]:
+    """What is degraded, one short line each (database, embeddings, chat model); none: all well."""
+    found = []
+    database = status.connection.database
+    if database is not DatabaseState.CONNECTED:
+        found.append(f"数据库{database.value}")
+    if headline.embedder_failing:
+        found.append("向量服务连续出错")
+    if headline.pending_embeddings:
+        found.append(f"向量待补 {headline.pending_embeddings} 条")
+    if status.connection.chat_model is None:
+        found.append("大模型未配置")
+    elif status.chat_failing:
+        found.append("大模型连续出错")
+    if headline.extraction_failed_today:
+        found.append(f"今天提炼失败 {headline.extraction_failed_today} 次")
+    return found
+
+
+def _figure(key: str, label: str, value: object, sub: str, warn: bool = False) -> Markup:
+    return render(
+        '<div class="figure{warn}" id="figure-{key}"><span class="label">{label}</span>'
+        '<strong class="value">{value}</strong><span class="sub">{sub}</span></div>',
+        warn=" warn" if warn else "",
+        key=key,
+        label=label,
+        value=value,
+        sub=sub,
+    )
+
+
+def headline_row(page: Page, headline: Headline, today: DailyFigures, status: BotStatus) -> Markup:
+    """The row an operator reads first: today's messages, memories, sessions, connected QQ
+    accounts, uptime and what is degraded (MaiBot's and AstrBot's dashboards lead with these)."""
+    kinds = " · ".join(f"{KIND_ZH[k]} {headline.memories.get(k, 0)}" for k in KIND_ZH)
+    user, bot = (today.user_turns[-1], today.bot_turns[-1]) if today.days else (0, 0)
+    accounts = status.accounts
+    troubles = _troubles(headline, status)
+    return render(
+        '<section class="headline" aria-label="概况">{figures}</section>',
+        figures=join(
+            [
+                _figure("today", "今天的消息", headline.today_turns, f"用户 {user} · 机器人 {bot}"),
+                _figure("memories", "记忆", sum(headline.memories.values()), kinds),
+                _figure("sessions", "会话", headline.sessions, "私聊与群成员各算一个"),
+                _figure(
+                    "accounts",
+                    "在线 QQ 账号",
+                    len(accounts),
+                    "、".join(accounts) if accounts else "没有 QQ 客户端连着",
+                    warn=not accounts,
+                ),
+                _figure(
+                    "uptime",
+                    "已运行",
+                    uptime_zh(status.now - status.started_at),
+                    f"自 {page.when(status.started_at)}",
+                ),
+                _figure(
+                    "state",
+                    "状态",
+                    "正常" if not troubles else f"{len(troubles)} 项异常",
+                    "、".join(troubles) or "数据库、向量、大模型都正常",
+                    warn=bool(troubles),
+                ),
+            ]
+        ),
+    )
+
+
 def overview_page(
-    page: Page, figures: DailyFigures, band_names: Sequence[str], bin_size: int
+    page: Page,
+    headline: Headline,
+    status: BotStatus,
+    figures: DailyFigures,
+    band_names: Sequence[str],
+    bin_size: int,
 ) -> Markup:
-    labels = [f"{d:%m-%d}" for d in figures.days]
-    m = figures.metrics
+    """The headline row, then a chart per daily figure over the days that have any."""
+    shown = figures.fitted()
+    labels = [f"{d:%m-%d}" for d in shown.days]
+    m = shown.metrics
 
     def metric(name: str) -> tuple[int, ...]:
-        return m.get(name, tuple(0 for _ in figures.days))
+        return m.get(name, tuple(0 for _ in shown.days))
 
     charts = [
         bar_chart(
             "每天的消息（已存储的对话）",
             labels,
-            [Series("用户", figures.user_turns), Series("机器人", figures.bot_turns)],
+            [Series("用户", shown.user_turns), Series("机器人", shown.bot_turns)],
         ),
         bar_chart(
             "每天的评估结果（保留时长）",
@@ -173,10 +270,15 @@ def overview_page(
             ],
         ),
     ]
+    first, last = shown.days[0], shown.days[-1]
     body = render(
-        '<p class="muted">近 {days} 天（{tz}）· 回收站 {bin} 条</p>'
+        '{headline}<p class="muted range">{first} 至 {last}，共 {days} 天（{tz}）· '
+        "回收站 {bin} 条</p>"
         '<div class="cards">{charts}</div>',
-        days=len(figures.days),
+        headline=headline_row(page, headline, figures, status),
+        first=f"{first:%Y-%m-%d}",
+        last=f"{last:%Y-%m-%d}",
+        days=len(shown.days),
         tz=page.tz.key,
         bin=bin_size,
         charts=join(charts),

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_core.console import FoundTurn, SessionRow, TurnSearch
+from memory_core.console import FoundTurn, SessionRow, TurnPage, TurnSearch
+from memory_core.console.service import PAGE_SIZE
 from memory_core.dashboard import band_label
 from memory_core.distill.memory import CATEGORY_ZH, DistilledMemory
 from memory_core.evaluation.retention import RetentionPolicy
@@ -57,9 +58,11 @@ def sessions_page(
     )
     body_rows = join(
         render(
-            '<tr class="session"><td data-label="会话">{who}</td>'
-            '<td data-label="类型">{kind}</td><td data-label="对话">{turns}</td>'
-            '<td data-label="记忆">{memories}</td><td data-label="最近">{last}</td></tr>',
+            '<tr class="session"><td class="nowrap who" data-label="会话">{who}</td>'
+            '<td class="nowrap" data-label="类型">{kind}</td>'
+            '<td class="nowrap num" data-label="对话">{turns}</td>'
+            '<td class="nowrap num" data-label="记忆">{memories}</td>'
+            '<td class="nowrap when" data-label="最近">{last}</td></tr>',
             who=who(r),
             kind=CHAT_ZH.get(r.chat_type, r.chat_type),
             turns=r.turns,
@@ -169,9 +172,12 @@ def _turn_rows(
         rows.append(
             render(
                 '<tr class="turn{pinned_cls}" id="turn-{id}">'
-                '<td data-label="时间">{select} {when}<div class="muted">#{id}{sim}</div></td>'
-                '<td data-label="说话人">{who}</td><td data-label="评分">{band}</td>'
-                '<td data-label="过期">{expiry}</td><td class="text" data-label="内容">{text}</td>'
+                '<td class="nowrap when" data-label="时间">{select} {when}'
+                '<div class="muted">#{id}{sim}</div></td>'
+                '<td class="nowrap who" data-label="说话人">{who}</td>'
+                '<td class="nowrap" data-label="评分">{band}</td>'
+                '<td class="nowrap when" data-label="过期">{expiry}</td>'
+                '<td class="text" data-label="内容">{text}</td>'
                 '<td><div class="row-actions">{edit}{pin}{delete}</div></td></tr>',
                 id=t.id,
                 pinned_cls=" pinned" if item.pinned else "",
@@ -235,10 +241,11 @@ def _memory_rows(
         rows.append(
             render(
                 '<tr class="memory{pinned_cls}" id="memory-{id}">'
-                '<td data-label="类型">{select} {kind} {state}{pin_tag}'
+                '<td class="nowrap" data-label="类型">{select} {kind} {state}{pin_tag}'
                 '<div class="muted">{category}</div></td>'
                 '<td class="text" data-label="内容">{text}</td>'
-                '<td data-label="时间">首次 {first}<br>确认 {last}<div class="muted">提到 {times} '
+                '<td class="nowrap when" data-label="时间">首次 {first}<br>确认 {last}'
+                '<div class="muted">提到 {times} '
                 "次 · 重要度 "
                 "{importance}</div></td>"
                 '<td data-label="来源">{sources}</td>'
@@ -275,6 +282,23 @@ def _memory_rows(
     )
 
 
+def hit_count(search: TurnSearch, found: TurnPage) -> Markup:
+    """How many turns the search found, and below which relevance a meaning search cut."""
+    if not search.text.strip():
+        return Markup("")
+    if search.by_meaning:
+        cut = "未设相关度下限" if found.floor is None else f"相关度 ≥ {found.floor:.2f}"
+        if found.total == 0:
+            text = f"没有找到相关的对话（{cut}）。"
+        else:
+            text = f"找到{'至少 ' if found.capped else ' '}{found.total} 条（{cut}）"
+    elif found.total is None:
+        text = f"找到 {PAGE_SIZE} 条以上，分页显示"
+    else:
+        text = f"找到 {found.total} 条" if found.total else "没有找到包含这个词的对话。"
+    return render('<p class="hits" role="status">{text}</p>', text=text)
+
+
 def session_page(
     page: Page,
     row: SessionRow,
@@ -282,7 +306,7 @@ def session_page(
     *,
     start_text: str,
     end_text: str,
-    found: Sequence[FoundTurn],
+    found: TurnPage,
     memories: Sequence[DistilledMemory],
     sources: dict[int, list[MemoryTurn]],
     pinned_memories: set[int],
@@ -299,9 +323,9 @@ def session_page(
         for v, label in (("keyword", "关键词"), ("meaning", "语义"))
     )
     summary = render(
-        "<p>{who}<br>"
-        '<span class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · 最近 '
-        "{last}</span></p>",
+        '<div class="summary">{who}'
+        '<div class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · '
+        '<span class="nowrap">最近 {last}</span></div></div>',
         who=who(row),
         key=row.session_key,
         turns=row.turns,
@@ -330,18 +354,23 @@ def session_page(
         "from": start_text,
         "to": end_text,
     }
+    hits = hit_count(search, found)
     debug_href = f"{BASE}/debug?" + query_string({"user": row.user_id, "group": row.group_id or ""})
     body = render(
         "{summary}<p>"
         '<a href="{debug}">在回忆调试中以此会话提问</a> · <a href="{bin}">此会话的回收站</a></p>'
-        "{filters}{selection}<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{turns}{pager}",
+        "{filters}{selection}<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{hits}{turns}{pager}",
         summary=summary,
         selection=_selection_form(page, row.session_key),
         debug=debug_href,
         bin=f"{BASE}/bin?" + query_string({"key": row.session_key}),
         filters=filters,
         memories=_memory_rows(page, row.session_key, memories, sources, pinned_memories),
-        turns=_turn_rows(page, row.session_key, found, policy),
-        pager=pager(f"{BASE}/session", query, search.page, len(found)),
+        hits=hits,
+        # An empty search result is said once, by the count.
+        turns=_turn_rows(page, row.session_key, found.items, policy)
+        if found.items or not hits
+        else Markup(""),
+        pager=pager(f"{BASE}/session", query, search.page, len(found.items)),
     )
     return layout(page, "sessions", row.name or f"会话 {row.session_key}", body)

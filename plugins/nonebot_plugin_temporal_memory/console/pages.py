@@ -24,18 +24,21 @@ from memory_core.console import (
     ConsoleConflictError,
     DailyFigures,
     MemoryConsole,
+    TurnPage,
     TurnSearch,
     masked_settings,
     trace_recall,
 )
+from memory_core.dashboard import connection_of
 from memory_core.errors import EmbeddingError, InvalidTurnError, MemoryCoreError
+from memory_core.providers.openai_api import is_failing
 from memory_core.time_bounds import RANGE_TEXT, time_problem
 
 from ..runtime import Runtime, RuntimeNotReady, get_runtime
 from . import admin_views, memory_views, views
 from .access import COOKIE, ConsoleAccess, ConsoleSession, client_of, cross_site
 from .markup import Markup
-from .qq_names import qq_names
+from .qq_names import connected_accounts, qq_names
 
 log = logging.getLogger("nonebot_plugin_temporal_memory.console")
 
@@ -271,15 +274,28 @@ class ConsoleApp:
     # ------------------------------------------------------------------ pages
 
     async def overview(self, request: Request, ctx: Context) -> Response:
-        # Daily figures change slowly and cost a scan of the month's turns: kept a minute.
+        # Daily figures change slowly and cost a scan of the month's turns: kept a minute
+        # (today's message count in the headline comes from them too).
         now = time_now()
         if self._figures is None or now - self._figures[0] > FIGURES_TTL:
             self._figures = (now, await ctx.console.daily_figures())
         figures = self._figures[1]
-        retention = ctx.runtime.memory.retention
+        runtime = ctx.runtime
+        retention = runtime.memory.retention
         bands = retention.band_names if retention else ()
         bin_size = await ctx.console.recycle_bin_size()
-        return html(admin_views.overview_page(ctx.page, figures, bands, bin_size))
+        status = admin_views.BotStatus(
+            accounts=connected_accounts(),
+            connection=connection_of(
+                runtime.memory,
+                chat_model=runtime.settings.llm_model if runtime.chat_model else None,
+            ),
+            started_at=runtime.started_at,
+            now=datetime.now(timezone.utc),
+            chat_failing=is_failing(runtime.chat_model),
+        )
+        headline = await ctx.console.headline(figures)
+        return html(admin_views.overview_page(ctx.page, headline, status, figures, bands, bin_size))
 
     async def sessions(self, request: Request, ctx: Context) -> Response:
         q = request.query_params
@@ -330,9 +346,9 @@ class ConsoleApp:
         )
         page = ctx.with_message(notice=q.get("notice", "")[:200], error=error)
         try:
-            found = await ctx.console.turns(key, search)
+            found = await ctx.console.search_turns(key, search)
         except EmbeddingError:
-            found = []
+            found = TurnPage([], None)
             page = ctx.with_message(error="向量服务暂时不可用，语义搜索失败；可改用关键词搜索。")
         shown = await ctx.console.shown_memories(key, search.text if not search.by_meaning else "")
         memories = [m for m, _ in shown]

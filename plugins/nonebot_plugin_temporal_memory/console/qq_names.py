@@ -28,6 +28,11 @@ def connected_bot() -> Bot | None:
     return next((b for b in get_bots().values() if isinstance(b, Bot)), None)
 
 
+def connected_accounts() -> list[str]:
+    """The QQ accounts (OneBot ``self_id``) connected now, for the overview."""
+    return sorted(b.self_id for b in get_bots().values() if isinstance(b, Bot))
+
+
 class QQNames:
     """``NameLookup`` for ``MemoryConsole``: asks the connected QQ client."""
 

@@ -75,10 +75,16 @@ def layout(page: Page, current: str, title: str, body: Markup) -> Markup:
         messages = render(
             '{before}<div class="error" role="alert">{text}</div>', before=messages, text=page.error
         )
-    header = render(
-        "<header><strong>记忆控制台</strong>{links}"
+    # Content first in the page: on a phone the navigation follows it (the bar's 菜单 jumps
+    # there); on a wide screen the style sheet shows it as the top bar.
+    header = Markup(
+        '<header class="bar"><strong>记忆控制台</strong><a class="menu" href="#nav">菜单 ↓</a>'
+        "</header>"
+    )
+    nav = render(
+        '<nav id="nav" aria-label="控制台导航"><strong>记忆控制台</strong>{links}'
         '<form method="post" action="{base}/logout">{csrf}'
-        '<button class="plain" type="submit">退出</button></form></header>',
+        '<button class="plain" type="submit">退出</button></form></nav>',
         links=links,
         base=BASE,
         csrf=page.csrf_field(),
@@ -86,11 +92,12 @@ def layout(page: Page, current: str, title: str, body: Markup) -> Markup:
     return document(
         title,
         render(
-            "{header}<main><h1>{title}</h1>{messages}{body}</main>",
+            "{header}<main><h1>{title}</h1>{messages}{body}</main>{nav}",
             header=header,
             title=title,
             messages=messages,
             body=body,
+            nav=nav,
         ),
     )
 
@@ -140,7 +147,7 @@ def who(row: SessionRow) -> Markup:
     if row.group_id is not None:
         where = f"群 {row.group_id}" + (f"（{row.group_name}）" if row.group_name else "")
     return render(
-        '<a href="{href}">{name}</a> <span class="muted">QQ {user} · {where}</span>',
+        '<a href="{href}">{name}</a><div class="muted">QQ {user} · {where}</div>',
         href=session_link(row.session_key),
         name=name,
         user=row.user_id,

@@ -548,3 +548,68 @@ async def test_a_group_switch_whose_audit_entry_fails_is_rolled_back(memory_fact
 
     assert await console.group_switches() == before
     assert not await memory.sharing.shared(GROUP)  # nothing kept from the rolled-back switch
+
+
+def test_daily_figures_fitted_start_at_the_first_day_with_data_and_keep_a_week():
+    from datetime import date
+
+    from memory_core.console import DailyFigures
+
+    days = tuple(date(2026, 11, 1) + timedelta(days=i) for i in range(30))
+    zeros = (0,) * 30
+    late = DailyFigures(days, (*zeros[:27], 2, 0, 1), zeros, {"purged": zeros})
+    fitted = late.fitted()
+    assert fitted.days[0] == date(2026, 11, 24) and len(fitted.days) == 7  # a week at least
+    assert fitted.today_turns == 1 and fitted.user_turns[-3:] == (2, 0, 1)
+
+    early = DailyFigures(days, zeros, zeros, {"purged": (*zeros[:10], 5, *zeros[11:])})
+    assert early.fitted().days[0] == date(2026, 11, 11)  # a metric counts as data too
+    assert len(early.fitted().metrics["purged"]) == 20
+    assert DailyFigures(days, zeros, zeros, {}).fitted().days == days[-7:]
+
+
+async def test_headline_counts_todays_turns_sessions_memories_and_turns_without_a_vector(
+    memory_factory, hashing_embedder
+):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    hashing_embedder.fail = True  # the embedder is down: the next turn is stored without one
+    await memory.add_turn(
+        TurnInput(user_id=3003, role="user", content="向量服务挂了", created_at=T0)
+    )
+
+    figures = await console.daily_figures(now=T0 + timedelta(hours=1))
+    headline = await console.headline(figures)
+
+    assert headline.today_turns == 7  # the six seeded and the one without a vector, all on T0
+    assert headline.sessions == 5  # Alice, Bob, both in the group, and 3003
+    assert headline.memories == {"facts": 2}
+    assert headline.pending_embeddings == 1 and headline.extraction_failed_today == 0
+
+
+async def test_meaning_search_keeps_only_turns_at_or_above_the_floor_and_counts_them(
+    memory_factory,
+):
+    memory = await memory_factory(memory_similarity_floor=0.99)
+    await _seed(memory)
+    console = MemoryConsole(memory)
+
+    found = await console.search_turns(str(ALICE), TurnSearch(text="旺财真可爱", by_meaning=True))
+
+    assert [f.turn.content for f in found.items] == ["旺财真可爱"]  # its own text, ~1.0
+    assert (found.total, found.floor, found.capped) == (1, 0.99, False)
+
+
+async def test_meaning_search_of_a_model_without_a_floor_shows_every_turn_and_says_so(
+    memory_factory,
+):
+    memory = await memory_factory()  # the test model is named in no floor table
+    await _seed(memory)
+    console = MemoryConsole(memory)
+
+    found = await console.search_turns(str(ALICE), TurnSearch(text="旺财真可爱", by_meaning=True))
+
+    assert (len(found.items), found.total, found.floor) == (3, 3, None)
+    keyword = await console.search_turns(str(ALICE), TurnSearch(text="旺财"))
+    assert keyword.total == 2 and keyword.floor is None

@@ -46,7 +46,10 @@ async def test_export_holds_my_turns_memories_and_cached_answers_of_every_chat_o
         (f"group:{GROUP}", "user", "我的猫叫咪咪"),
         ("private", "assistant", "好的"),
     ]
-    assert data["turns"][0]["time"] == T0.isoformat()
+    # In MEMORY_TIMEZONE (Asia/Shanghai here), as the person reads times in every reply.
+    assert data["turns"][0]["time"] == "2026-11-20T12:00:00+08:00"
+    assert data["exported_at"].endswith("+08:00")
+    assert data["memories"][0]["first_seen"].endswith("+08:00")
     assert [(m["kind"], m["content"]) for m in data["memories"]] == [("facts", "用户养狗")]
     assert [(c["chat"], c["answer"]) for c in data["cached_answers"]] == [
         (f"group:{GROUP}", "答案")

@@ -619,6 +619,27 @@ async def test_a_dead_endpoint_is_not_asked_again_until_its_cooldown_has_passed(
     assert len(server.received) == 5
 
 
+async def test_an_embedder_says_it_is_failing_from_its_breakers_count_until_a_call_answers(
+    server: EmbeddingServer, make_embedder: EmbedderFactory
+) -> None:
+    from memory_core.providers.embedding import CachedEmbedder
+    from memory_core.providers.openai_api import is_failing
+
+    clock = FakeClock()
+    embedder = make_embedder(max_retries=0, breaker_failures=3, breaker_cooldown=30.0, clock=clock)
+    cached = CachedEmbedder(embedder, 10)  # as build_embedder wraps it: the console asks this
+    server.plan = [Step(status=503) for _ in range(3)]
+    for failed in range(3):
+        assert not is_failing(cached)  # two failures in a row are no outage yet
+        with pytest.raises(EmbeddingError):
+            await embedder.embed_passages([f"x{failed}"])
+    assert is_failing(cached) and embedder.failing
+    clock.now += 31  # past the cooldown the breaker lets one call through: still failing
+    assert is_failing(cached)
+    assert (await cached.embed_query("y")).shape == (DIM,)
+    assert not is_failing(cached)
+
+
 async def test_a_query_embedding_gives_up_at_its_deadline_whatever_the_retries(
     server: EmbeddingServer, make_embedder: EmbedderFactory
 ) -> None:

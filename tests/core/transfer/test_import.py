@@ -19,6 +19,7 @@ from memory_core.personal import opt_out
 from memory_core.recall.options import RecallOptions
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
+from memory_core.storage.dialogue_store import PgDialogueStore
 from memory_core.transfer.importer import import_json_lines, import_qq_text
 from memory_core.transfer.portable import export_lines
 from memory_core.transfer.target import ImportTarget
@@ -233,6 +234,24 @@ async def test_export_of_one_session_holds_its_turns_and_memories_with_their_sou
     assert beijing["valid_until"] is not None and beijing["superseded_by"] == shanghai["id"]
     assert beijing["sources"] == [turns[0]["message_uuid"]]
     assert turns[1]["score"] == 85 and turns[1]["expires_at"] is not None
+
+
+TIME_FIELDS = ("exported_at", "created_at", "expires_at", "first_seen", "last_confirmed",
+               "last_accessed_at", "valid_until")  # fmt: skip
+
+
+async def test_export_times_are_written_in_memory_timezone_and_read_back_as_the_same_moment(
+    memory_factory,
+):
+    memory = await memory_factory(memory_timezone="Asia/Shanghai")
+    await seed_session(memory)
+    lines = await exported(memory, ["123456"])
+
+    times = [line[k] for line in lines for k in TIME_FIELDS if line.get(k) is not None]
+    assert len(times) > 10 and all(t.endswith("+08:00") for t in times), times
+    first = next(line for line in lines if line["type"] == "turn")
+    stored = (await memory.database.store(PgDialogueStore).user_turns(123456))[0]
+    assert datetime.fromisoformat(first["created_at"]) == stored.created_at
 
 
 async def test_round_trip_to_a_fresh_database_gives_the_same_rows_and_the_same_recall(
