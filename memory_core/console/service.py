@@ -23,7 +23,7 @@ from ..lang.text import clean_content
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
 from ..providers.openai_api import is_failing
-from ..settings import LOCAL_EMBEDDING_MODEL
+from ..settings import BUNDLED_MODEL_RECALL_FLOOR, LOCAL_EMBEDDING_MODEL
 from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Transaction
 from ..storage.dialogue_store import (
@@ -50,12 +50,6 @@ if TYPE_CHECKING:
     from ..service import TemporalMemory
 
 PAGE_SIZE = 50
-# A meaning search's relevance cut-off (cosine) per embedding model. Cosines are the model's
-# own scale: the local e5 model puts chat on another topic at 0.80-0.85 (0.87 for a greeting,
-# which is near everything) and a turn on the asked topic at 0.87-0.92 (14 queries against 12
-# turns, 2026-12-02). MEMORY_SIMILARITY_FLOOR, when set, is used instead; a model named here
-# by neither is not cut, and the page says so.
-MEANING_FLOORS = {LOCAL_EMBEDDING_MODEL: 0.86}
 MEANING_SEARCH_MAX = 200  # nearest turns a meaning search weighs: counted, then paged
 EditedT = TypeVar("EditedT", MemoryTurn, DistilledMemory)
 MEMORY_LIMIT = 200
@@ -247,11 +241,15 @@ class MemoryConsole:
 
     @property
     def meaning_floor(self) -> float | None:
-        """The cut-off of a meaning search: ``MEMORY_SIMILARITY_FLOOR`` or the model's own."""
-        configured = self.memory.settings.memory_similarity_floor
+        """The cut-off of a meaning search: the one ``/recall`` lists by
+        (``MEMORY_RECALL_FLOOR``, else the bundled model's measured floor when the memory runs
+        it, else none), so both show the same memories for a question."""
+        configured = self.memory.settings.memory_recall_floor
         if configured is not None:
             return configured
-        return MEANING_FLOORS.get(self.memory.embedding_model)
+        if self.memory.embedding_model == LOCAL_EMBEDDING_MODEL:
+            return BUNDLED_MODEL_RECALL_FLOOR
+        return None
 
     async def search_turns(self, session_key: str, search: TurnSearch) -> TurnPage:
         """One page of the session's turns: newest first, or by meaning nearest first (only

@@ -20,9 +20,8 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from memory_core.console.service import MEANING_FLOORS
 from memory_core.service import open_memory
-from memory_core.settings import LOCAL_EMBEDDING_MODEL, MemorySettings
+from memory_core.settings import BUNDLED_MODEL_RECALL_FLOOR, MemorySettings
 from tests.core.console.test_console import store_chat
 from tests.plugin.console_bot import ALICE, ConsoleBot
 from tests.plugin.events import SELF_ID
@@ -224,7 +223,7 @@ async def test_a_phone_gets_the_content_first_and_a_wide_screen_the_navigation_o
 async def test_meaning_search_counts_its_hits_and_leaves_out_what_is_below_the_cut_off(
     console_wire: ConsoleBot, connected: OneBotPeer, browser: WebDriver
 ):
-    floor = MEANING_FLOORS[LOCAL_EMBEDDING_MODEL]  # the bot runs the local model
+    floor = BUNDLED_MODEL_RECALL_FLOOR  # the bot runs the local model
     browser.set_window_size(*WIDE)
     base = f"{console_wire.base}/session?key={ALICE}&mode=meaning"
 

@@ -591,7 +591,7 @@ async def test_headline_counts_todays_turns_sessions_memories_and_turns_without_
 async def test_meaning_search_keeps_only_turns_at_or_above_the_floor_and_counts_them(
     memory_factory,
 ):
-    memory = await memory_factory(memory_similarity_floor=0.99)
+    memory = await memory_factory(memory_recall_floor=0.99)
     await _seed(memory)
     console = MemoryConsole(memory)
 
