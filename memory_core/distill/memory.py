@@ -138,6 +138,8 @@ class ExtractedMemory:
     ``score`` is the fact's confidence or the preference's strength (summaries: importance).
     ``same_as`` / ``replaces`` are row ids of stored memories the extraction LLM says this item
     restates / makes untrue (they were shown to it as numbered known items).
+    ``source_turn_ids``: the turns the model cited for it; empty when it cited none usable, and
+    the item then draws on its whole batch.
     """
 
     kind: DistilledKind
@@ -150,6 +152,7 @@ class ExtractedMemory:
     action_items: tuple[str, ...] = ()
     same_as: int | None = None
     replaces: tuple[int, ...] = ()
+    source_turn_ids: tuple[int, ...] = ()
 
     @property
     def embedding_text(self) -> str:
