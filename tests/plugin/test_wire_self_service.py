@@ -102,7 +102,8 @@ async def test_mymem_in_a_group_goes_to_the_member_privately_and_the_group_gets_
     private = await wire.peer.wait_reply(user_id=MEMBER, after=mark)
     listing = sent_text(private)
     assert listing.startswith("在群 88001 中我记得关于你的 1 条")
-    assert SECRET in listing and "猫" not in listing  # this group's memories only
+    # This group's memories only, shown to their person as 你….
+    assert "你的银行卡密码是778899" in listing and "猫" not in listing
     assert not any("778899" in text for text in wire.group_texts())
 
 
