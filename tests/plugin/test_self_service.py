@@ -582,3 +582,44 @@ async def test_forget_by_number_in_a_group_counts_the_turns_it_takes_and_names_n
     )
     assert await contents(runtime, USER, GROUP) == ["我住在杭州", "杭州不错", "推荐点零食"]
     assert await facts_of(runtime, USER, GROUP) == ["用户住在杭州"]
+
+
+async def test_a_fact_drawn_from_a_whole_batch_names_its_turns_short_before_it_asks(
+    app: App, runtime
+):
+    from memory_core.models import TurnInput
+
+    batch = []
+    for n in range(10):
+        role = "user" if n % 2 == 0 else "assistant"
+        content = f"第{n}句话，" + "很长很长的内容" * 6 if n == 0 else f"第{n}句话"
+        stored = await runtime.memory.add_turn(
+            TurnInput(user_id=USER, role=role, content=content,
+                      created_at=THEN + timedelta(minutes=n))
+        )  # fmt: skip
+        batch.append(stored.turn.id)
+    # A row stored before facts cited their lines: its sources are the whole batch.
+    await runtime.memory.distilled.save(
+        [ExtractedMemory("facts", "用户说了很多话")], USER, source_turn_ids=batch, stated_at=THEN
+    )
+    day = THEN.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%m-%d")
+    listing = (
+        f"我记得关于你的 1 条（第 1/1 页，新的在前）：\n1. [事实 {day}] 你说了很多话\n"
+        "删除一条：/忘记 <编号> 或 /忘记 <词语>。"
+    )
+    await run(app, (event_of("/我的记忆"), listing))
+    question = (
+        "确定要删除这 1 条记忆吗？\n"
+        "· [事实] 你说了很多话\n"
+        "连同这些对话：\n"
+        "· 你：第0句话，很长很长的内容很长很长的内容很长很长的内容很长很…\n"
+        + "".join(f"· {'你' if n % 2 == 0 else '小诗'}：第{n}句话\n" for n in range(1, 8))
+        + "…… 共 10 条\n"
+        f"一共：对话 5 条、机器人回复 5 条、事实 1 条。\n{CONFIRM}"
+    )
+    await run(
+        app,
+        (event_of("/忘记 1"), question),
+        (event_of("确认"), "已删除“你说了很多话”的记忆：对话 5 条、机器人回复 5 条、事实 1 条。"),
+    )
+    assert await contents(runtime, USER, None) == []
