@@ -380,7 +380,7 @@ ORDER BY id LIMIT $3
 """
 LATER_REPLIES_READ = 2000
 SQL_DELETE_TURNS = """
-DELETE FROM dialogues WHERE id = ANY($1::bigint[]) RETURNING id, user_id, role, content, created_at
+DELETE FROM dialogues WHERE id = ANY($1::bigint[]) RETURNING id, user_id, role, created_at
 """
 
 SQL_ANY_EMBEDDED = "SELECT EXISTS (SELECT 1 FROM dialogues WHERE embedding IS NOT NULL)"
@@ -640,7 +640,6 @@ class DeletedTurn:
     user_id: int
     created_at: datetime
     role: Role = "user"
-    content: str = ""
 
 
 @dataclass(frozen=True)
@@ -790,10 +789,7 @@ async def _delete(conn: PoolConnectionProxy[asyncpg.Record], ids: set[int]) -> l
     if not ids:
         return []
     records = await conn.fetch(SQL_DELETE_TURNS, sorted(ids))
-    return [
-        DeletedTurn(r["id"], r["user_id"], r["created_at"], r["role"], r["content"])
-        for r in records
-    ]
+    return [DeletedTurn(r["id"], r["user_id"], r["created_at"], r["role"]) for r in records]
 
 
 def session_index_name(dim: int, session_key: str) -> str | None:
