@@ -243,15 +243,17 @@ def group_question(preview: ForgetPreview, words: str) -> str:
     """``确定要删除你在本群的第 2 条记忆吗？连同对话 1 条、机器人回复 1 条。``: counts only."""
     listed = preview.count("facts") + preview.count("preferences")
     if words.isdigit():
-        return f"确定要删除你在本群的第 {int(words)} 条记忆吗？" + _along(preview)
+        # Other facts drawn from the same turns go with them: counted, never named.
+        others = f"另外 {listed - 1} 条记忆" if listed > 1 else ""
+        return f"确定要删除你在本群的第 {int(words)} 条记忆吗？" + _along(preview, others)
     where = f"你在本群包含“{shorten(words, QUOTE_CHARS)}”的"
     if not listed:
         return f"确定要删除{where}内容吗？会删除{preview_counts(preview)}。"
     return f"确定要删除{where} {listed} 条记忆吗？" + _along(preview)
 
 
-def _along(preview: ForgetPreview) -> str:
-    rest = preview_counts(preview, listed=False)
+def _along(preview: ForgetPreview, first: str = "") -> str:
+    rest = "、".join(p for p in (first, preview_counts(preview, listed=False)) if p)
     return f"连同{rest}。" if rest else ""
 
 

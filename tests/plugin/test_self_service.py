@@ -623,3 +623,32 @@ async def test_a_fact_drawn_from_a_whole_batch_names_its_turns_short_before_it_a
         (event_of("确认"), "已删除“你说了很多话”的记忆：对话 5 条、机器人回复 5 条、事实 1 条。"),
     )
     assert await contents(runtime, USER, None) == []
+
+
+async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_named(
+    app: App, runtime
+):
+    ids = await peanut_chat(runtime, group=GROUP)
+    await runtime.memory.distilled.save(
+        [ExtractedMemory("facts", "用户不能吃花生酱", source_turn_ids=(ids["我对花生过敏"],))],
+        USER, GROUP, source_turn_ids=list(ids.values()), stated_at=THEN - timedelta(days=1),
+    )  # fmt: skip
+    from memory_core.personal import known_about
+    from nonebot_plugin_temporal_memory.self_service import listings
+
+    shown = await known_about(runtime.memory, USER, GROUP)
+    assert [m.content for m in shown] == ["用户住在杭州", "用户对花生过敏", "用户不能吃花生酱"]
+    listings.remember((SELF_ID, GROUP, USER), shown)
+    await run(
+        app,
+        (
+            event_of("/忘记 2", group_id=GROUP),
+            "确定要删除你在本群的第 2 条记忆吗？"
+            "连同另外 1 条记忆、对话 1 条、机器人回复 2 条、摘要 1 条。" + CONFIRM,
+        ),
+        (
+            event_of("确认", group_id=GROUP),
+            "已删除你在本群选中的记忆：对话 1 条、机器人回复 2 条、事实 2 条、摘要 1 条。",
+        ),
+    )
+    assert await facts_of(runtime, USER, GROUP) == ["用户住在杭州"]
