@@ -6,11 +6,15 @@ kept), so "银行卡密码：778899" and "你的银行卡密码是 778899" share
 the text when it holds a run of it worth ``RUN_WEIGHT``: five CJK characters or digits, or ten
 Latin letters (a Latin letter says less than a character: "ation" is in half the words of a
 sentence). A text worth less than that is repeated only when the reply holds all of it, and a
-text worth less than ``MIN_WEIGHT`` (one character, "ok") is never found repeated.
+text worth less than ``MIN_WEIGHT`` (one character, "ok") is never found repeated. Bracketed
+placeholders of the deleted text (``[图片]``, ``[表情:笑]``, ``[回复 小明: …]``: what the plugin
+writes for pictures, faces and quotes) are not its words and are left out, so withdrawing a
+picture never takes a reply that mentions "图片".
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 RUN_WEIGHT = 5.0
@@ -18,6 +22,7 @@ MIN_WEIGHT = 2.0
 LATIN_WEIGHT = 0.5
 _LONGEST_RUN = int(RUN_WEIGHT / LATIN_WEIGHT)  # the most characters a shortest run can need
 MAX_FOLDED = 20_000  # longer texts are compared by their start only
+_PLACEHOLDER = re.compile(r"\[[^\[\]\n]{1,60}\]")
 
 
 def fold(text: str) -> str:
@@ -50,7 +55,7 @@ class Repeats:
         self._whole: list[str] = []
         self._runs: set[str] = set()
         for text in texts:
-            said = fold(text)
+            said = fold(_PLACEHOLDER.sub(" ", text))
             worth = sum(_weight(c) for c in said)
             if worth < MIN_WEIGHT:
                 continue

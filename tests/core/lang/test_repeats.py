@@ -16,6 +16,7 @@ from memory_core.lang.repeats import Repeats, repeats
         ("ＯＫ，你的取件码是 ８８１２３", "取件码88123"),  # full-width forms fold
         ("Your password is hunter2, right?", "my password is hunter2"),
         ("好，叫小明对吧", "小明"),  # a short text: all of it
+        ("你说取件码是 88123", "[图片] 取件码88123"),  # the words beside a picture still count
     ],
 )
 def test_a_reply_holding_a_run_of_the_text_repeats_it(reply, said):
@@ -32,6 +33,8 @@ def test_a_reply_holding_a_run_of_the_text_repeats_it(reply, said):
         ("好", "好"),  # one character is never found repeated
         ("ok", "ok"),
         ("", "我对花生过敏"),
+        ("这张图片里的猫真可爱", "[图片]"),  # a placeholder is not what the person said
+        ("你回复的是小明说的周末去爬山", "[回复 小明: 周末去爬山吗] 好"),
     ],
 )
 def test_a_reply_sharing_less_does_not_repeat_it(reply, said):
