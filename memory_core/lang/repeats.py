@@ -21,6 +21,7 @@ RUN_WEIGHT = 5.0
 MIN_WEIGHT = 2.0
 LATIN_WEIGHT = 0.5
 _LONGEST_RUN = int(RUN_WEIGHT / LATIN_WEIGHT)  # the most characters a shortest run can need
+_SHORTEST_RUN = int(RUN_WEIGHT)  # the fewest (each worth 1)
 MAX_FOLDED = 20_000  # longer texts are compared by their start only
 _PLACEHOLDER = re.compile(r"\[[^\[\]\n]{1,60}\]")
 
@@ -54,6 +55,7 @@ class Repeats:
     def __init__(self, texts: list[str]) -> None:
         self._whole: list[str] = []
         self._runs: set[str] = set()
+        self._heads: set[str] = set()  # the first SHORTEST characters of every run
         for text in texts:
             said = fold(_PLACEHOLDER.sub(" ", text))
             worth = sum(_weight(c) for c in said)
@@ -63,6 +65,7 @@ class Repeats:
                 self._whole.append(said)
             else:
                 self._runs.update(_runs(said))
+        self._heads = {run[:_SHORTEST_RUN] for run in self._runs}
 
     def __bool__(self) -> bool:
         return bool(self._whole or self._runs)
@@ -72,10 +75,12 @@ class Repeats:
         folded = fold(reply)
         if any(said in folded for said in self._whole):
             return True
+        # One set lookup a character: a run can start only where a run's head does.
         return any(
             folded[start : start + size] in self._runs
-            for size in range(int(RUN_WEIGHT), _LONGEST_RUN + 1)
-            for start in range(len(folded) - size + 1)
+            for start in range(len(folded) - _SHORTEST_RUN + 1)
+            if folded[start : start + _SHORTEST_RUN] in self._heads
+            for size in range(_SHORTEST_RUN, _LONGEST_RUN + 1)
         )
 
 
