@@ -120,7 +120,7 @@ def listing_text(
 
 
 def item_line(number: int, memory: DistilledMemory, runtime: Runtime) -> str:
-    """``3. [事实 11-30] 用户是老师``, cut with … to ``LINE_CHARS`` characters."""
+    """``3. [事实 11-30] 你是老师``, cut with … to ``LINE_CHARS`` characters."""
     day = memory.last_confirmed.astimezone(runtime.memory.tz).strftime("%m-%d")
     head = f"{number}. [{KIND_ZH.get(memory.kind, memory.kind)} {day}] "
     return head + shorten(addressed(memory.content), LINE_CHARS - len(head))
@@ -176,14 +176,16 @@ async def handle_forget_words(
 
 async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, words: str) -> None:
     user_id, group_id = event.user_id, group_id_of(event)
-    if words.isdigit():
+    if is_number(words):
         shown = listings.get(confirmation_key(event))
         if shown is None:
             await reply(bot, event, runtime, LIST_FIRST)
             return
-        number = int(words)
+        # A listing holds a few hundred items; a 5,000-digit "number" is none of them (and
+        # past what int() converts).
+        number = int(words) if len(words) <= 6 else 0
         if not 1 <= number <= len(shown):
-            await reply(bot, event, runtime, f"没有第 {number} 条。{LIST_FIRST}")
+            await reply(bot, event, runtime, f"没有第 {shorten(words, 12)} 条。{LIST_FIRST}")
             return
         named = Named(user_id, group_id, (shown[number - 1].id,))
         description = f"“{shorten(addressed(shown[number - 1].content), QUOTE_CHARS)}”"
@@ -225,6 +227,11 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
     await ask_to_confirm(bot, event, runtime, question, description=description, action=delete)
 
 
+def is_number(words: str) -> bool:
+    """An item number: ASCII digits only ("²" or "٣" is a word to look for, not a number)."""
+    return words.isascii() and words.isdigit()
+
+
 def preview_counts(preview: ForgetPreview, *, listed: bool = True) -> str:
     """``对话 2 条、机器人回复 1 条、事实 1 条``: what a delete would take, by kind, in the
     receipt's order (``commands.describe_forgotten``); without the facts and preferences when
@@ -242,7 +249,7 @@ def preview_counts(preview: ForgetPreview, *, listed: bool = True) -> str:
 def group_question(preview: ForgetPreview, words: str) -> str:
     """``确定要删除你在本群的第 2 条记忆吗？连同对话 1 条、机器人回复 1 条。``: counts only."""
     listed = preview.count("facts") + preview.count("preferences")
-    if words.isdigit():
+    if is_number(words):
         # Other facts drawn from the same turns go with them: counted, never named.
         others = f"另外 {listed - 1} 条记忆" if listed > 1 else ""
         return f"确定要删除你在本群的第 {int(words)} 条记忆吗？" + _along(preview, others)

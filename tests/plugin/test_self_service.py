@@ -652,3 +652,17 @@ async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_n
         ),
     )
     assert await facts_of(runtime, USER, GROUP) == ["用户住在杭州"]
+
+
+async def test_forget_odd_digits_and_huge_numbers_get_one_short_answer(app: App, runtime):
+    await remember(runtime, "用户养了一条狗")
+    await run(app, (event_of("/我的记忆"), LISTED_DOG))
+    await run(
+        app,
+        (
+            event_of("/忘记 " + "9" * 5000),
+            f"没有第 {'9' * 11}… 条。请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。",
+        ),
+        (event_of("/忘记 ²"), "没有找到包含“²”的记忆，什么也没有删。"),  # a word, not a number
+    )
+    assert await facts_of(runtime, USER, None) == ["用户养了一条狗"]
