@@ -352,19 +352,23 @@ class MemoryConsole:
 
         A fact or preference takes the turns it was drawn from along, with the bot's replies to
         them and its later replies repeating them (``PgDialogueStore.turns_to_forget``, the
-        rule of a person's own delete), each as a bin item of its own, restored on its own."""
+        rule of a person's own delete); a turn takes the memories drawn from it (the 撤回
+        rule). Each goes in as a bin item of its own, restored on its own."""
         if kind not in KINDS:
             raise InvalidTurnError(f"unknown kind {kind!r}")
         now = now or datetime.now(timezone.utc)
         async with self.memory.database.transaction() as tx:
-            along: list[int] = []
+            along: list[tuple[str, int]] = []
             if kind == "distilled":
-                along = await self._sources_to_bin(tx, session_key, item_id)
+                along = [("turn", t) for t in await self._sources_to_bin(tx, session_key, item_id)]
+            else:
+                drawn = await tx.store(PgDistilledStore).drawn_from([item_id])
+                along = [("distilled", m.id) for m in drawn if m.session_key == session_key]
             bin_id = await self._to_bin(tx, kind, session_key, item_id, actor=actor, now=now)
             if bin_id is None:
                 return None
-            for turn_id in along:
-                await self._to_bin(tx, "turn", session_key, turn_id, actor=actor, now=now)
+            for other_kind, other_id in along:
+                await self._to_bin(tx, other_kind, session_key, other_id, actor=actor, now=now)
         return bin_id
 
     async def _sources_to_bin(self, tx: Transaction, session_key: str, memory_id: int) -> list[int]:
