@@ -113,6 +113,9 @@ class Forgotten:
     preferences: int = 0
     summaries: int = 0
     cached_answers: int = 0
+    # Of ``dialogues``, the bot's own turns (its replies), where the delete counted them apart:
+    # a 撤回 and a person's delete of items do, a /forget of a whole scope does not.
+    bot_replies: int = 0
     # The database could not be reached: only turns waiting in the local spool went (counted
     # in ``dialogues``); what the database holds is deleted once it can be reached again.
     deferred: bool = False

@@ -1,7 +1,9 @@
 """A person's own view of their memories: list them, delete some, take them away, stop them.
 
-These back the self-service commands (/我的记忆, /忘记 3, /导出我的记忆); each works on one
-person's rows only. Forgetting a person everywhere is ``TemporalMemory.forget(user_id=…)``.
+These back the self-service commands (/我的记忆, /忘记 3, /忘记 花生, /导出我的记忆); each works
+on one person's rows only. A delete of named memories takes what they came from too
+(``Named``); ``preview_forget`` says what that is before anything goes. Forgetting a person
+everywhere is ``TemporalMemory.forget(user_id=…)``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .answer_cache.store import OwnCachedAnswer, PgAnswerCacheStore
 from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
+from .lang.keywords import normalize
 from .models import Forgotten, MemoryTurn, generate_session_key
 from .storage.database_handle import Transaction
 from .storage.dialogue_store import PgDialogueStore
@@ -53,19 +56,106 @@ async def known_about(
     return own[:limit]
 
 
+@dataclass(frozen=True)
+class Named:
+    """What a person names for deletion in one chat: memories by id (/忘记 2, the console) and
+    a word (/忘记 花生). A delete takes the named memories, the turns they were drawn from,
+    every turn of the chat holding the word, the bot's replies to those turns and its later
+    replies repeating them (``lang.repeats``), and then whatever was drawn from any of those
+    turns; the word also takes the chat's summaries and cached answers that hold it."""
+
+    user_id: int
+    group_id: int | None
+    memory_ids: tuple[int, ...] = ()
+    word: str | None = None
+
+    @property
+    def session_key(self) -> str:
+        return generate_session_key(self.user_id, self.group_id)
+
+    @property
+    def folded(self) -> str | None:
+        """The word as the stores compare it (NFKC, lower case), ``None`` without one."""
+        word = normalize(" ".join((self.word or "").split()))
+        return word or None
+
+
+@dataclass(frozen=True)
+class ForgetPreview:
+    """What deleting ``Named`` would take now (the question asked before it)."""
+
+    memories: tuple[DistilledMemory, ...]  # named, drawn from the turns, or holding the word
+    turns: tuple[MemoryTurn, ...]  # in time order
+
+    def count(self, kind: DistilledKind) -> int:
+        return sum(1 for m in self.memories if m.kind == kind)
+
+    @property
+    def bot_replies(self) -> int:
+        return sum(1 for t in self.turns if t.role == "assistant")
+
+
+def _sources(rows: Sequence[DistilledMemory]) -> list[int]:
+    # A summary speaks of its whole batch: deleting it for a word takes none of the batch.
+    return sorted({t for m in rows if m.kind != "summary" for t in m.source_turn_ids})
+
+
+async def preview_forget(memory: TemporalMemory, named: Named) -> ForgetPreview:
+    """What ``forget_named`` would delete now; deletes nothing."""
+    distilled = memory.database.store(PgDistilledStore)
+    rows = await distilled.own_named(
+        user_id=named.user_id,
+        session_key=named.session_key,
+        ids=named.memory_ids,
+        containing=named.folded,
+    )
+    turns = await memory.database.store(PgDialogueStore).turns_to_forget(
+        named.session_key, _sources(rows), named.folded
+    )
+    drawn = await distilled.drawn_from([t.id for t in turns])
+    chosen = {m.id: m for m in (*rows, *drawn)}
+    return ForgetPreview(memories=tuple(chosen.values()), turns=tuple(turns))
+
+
+async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
+    """Delete what ``named`` names (see ``Named``) in one transaction; returns what went, by
+    kind. Other people's rows and other chats' rows are never touched."""
+    async with memory.database.transaction() as tx:
+        distilled = tx.store(PgDistilledStore)
+        rows = await distilled.own_named(
+            user_id=named.user_id,
+            session_key=named.session_key,
+            ids=named.memory_ids,
+            containing=named.folded,
+        )
+        turns = await tx.store(PgDialogueStore).forget_turns(
+            named.session_key, _sources(rows), named.folded
+        )
+        by_kind = await distilled.delete_own(
+            [m.id for m in rows], user_id=named.user_id, session_key=named.session_key
+        )
+        fed = await memory.distilled.forget_turns(turns, within=tx)
+        cached = fed.cached_answers
+        if named.folded is not None:
+            cached += await tx.store(PgAnswerCacheStore).delete_user_containing(
+                named.user_id, named.group_id, named.folded
+            )
+    return Forgotten(
+        dialogues=len(turns),
+        bot_replies=sum(1 for t in turns if t.role == "assistant"),
+        facts=by_kind.get("facts", 0) + fed.facts,
+        preferences=by_kind.get("preferences", 0) + fed.preferences,
+        summaries=by_kind.get("summary", 0) + fed.summaries,
+        cached_answers=cached,
+    )
+
+
 async def forget_memories(
     memory: TemporalMemory, user_id: int, group_id: int | None, ids: Sequence[int]
 ) -> Forgotten:
-    """Delete these distilled memories of ``user_id`` in this chat (others' rows and other
-    chats' rows are never touched); returns how many of each kind went."""
-    by_kind = await memory.database.store(PgDistilledStore).delete_own(
-        ids, user_id=user_id, session_key=generate_session_key(user_id, group_id)
-    )
-    return Forgotten(
-        facts=by_kind.get("facts", 0),
-        preferences=by_kind.get("preferences", 0),
-        summaries=by_kind.get("summary", 0),
-    )
+    """Delete these distilled memories of ``user_id`` in this chat with the turns they were
+    drawn from (``forget_named``); others' rows and other chats' rows are never touched."""
+    return await forget_named(memory, Named(user_id, group_id, tuple(ids)))
 
 
 @dataclass(frozen=True)

@@ -747,8 +747,9 @@ class TemporalMemory:
     # ----------------------------------------------------------------- deleting
 
     async def delete_message(self, message: RecalledMessage) -> Forgotten | None:
-        """Forget a recalled (撤回) QQ message: its turn, the bot's reply to it, the distilled
-        memories drawn from either and the sender's answers cached since. Returns what went,
+        """Forget a recalled (撤回) QQ message: its turn, the bot's reply to it and its later
+        replies repeating it (``lang.repeats``), the distilled memories drawn from any of them
+        and the sender's answers cached since. Returns what went,
         or ``None`` when the database is unreachable or refuses writes: the recall is then
         spooled and done once it takes them again."""
         try:
@@ -764,7 +765,8 @@ class TemporalMemory:
     async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
         turns = await self._dialogues().delete_recalled(message)
         distilled = await self.distilled.forget_turns(turns)
-        return dataclasses.replace(distilled, dialogues=len(turns))
+        replies = sum(1 for t in turns if t.role == "assistant")
+        return dataclasses.replace(distilled, dialogues=len(turns), bot_replies=replies)
 
     async def forget(
         self,

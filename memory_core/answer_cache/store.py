@@ -58,6 +58,12 @@ SQL_CACHE_HIT = _COUNT_HIT + bump_sql("$2", "$3", "1")
 SQL_CACHE_DROP_USER_SINCE = """
 DELETE FROM answer_cache WHERE scope = 'user' AND user_id = $1 AND created_at >= $2
 """
+# A person's entries in one chat ($2, 0 for the private chat) holding the case-folded text $3.
+SQL_CACHE_DROP_USER_CONTAINING = """
+DELETE FROM answer_cache
+WHERE scope = 'user' AND user_id = $1 AND coalesce(group_id, 0) = $2
+  AND strpos(lower(normalize(question || E'\\n' || answer, NFKC)), $3) > 0
+"""
 SQL_CACHE_BY_USER = """
 SELECT group_id, question, answer, created_at, expires_at FROM answer_cache
 WHERE scope = 'user' AND user_id = $1 ORDER BY created_at, id
@@ -208,6 +214,15 @@ class PgAnswerCacheStore(PgCounterStore):
         something the user has since recalled)."""
         async with self._connection() as conn:
             status = await conn.execute(SQL_CACHE_DROP_USER_SINCE, user_id, since)
+        return rows_affected(status)
+
+    async def delete_user_containing(self, user_id: int, group_id: int | None, text: str) -> int:
+        """Delete the user's own entries of this chat whose question or answer holds ``text``
+        (case-folded, as ``lang.keywords.normalize`` gives it)."""
+        async with self._connection() as conn:
+            status = await conn.execute(
+                SQL_CACHE_DROP_USER_CONTAINING, user_id, group_id or 0, text
+            )
         return rows_affected(status)
 
     async def by_user(self, user_id: int) -> list[OwnCachedAnswer]:

@@ -420,20 +420,52 @@ class MemoryConsole:
         self, kind: str, session_key: str, item_id: int, *, actor: str, now: datetime | None = None
     ) -> int | None:
         """Move a turn or distilled memory of this session into the recycle bin; the bin
-        item's id, or ``None`` if there is no such row."""
+        item's id, or ``None`` if there is no such row.
+
+        A fact or preference takes the turns it was drawn from along, with the bot's replies to
+        them and its later replies repeating them (``PgDialogueStore.turns_to_forget``, the
+        rule of a person's own delete); a turn takes the memories drawn from it (the 撤回
+        rule). Each goes in as a bin item of its own, restored on its own."""
         if kind not in KINDS:
             raise InvalidTurnError(f"unknown kind {kind!r}")
         now = now or datetime.now(timezone.utc)
-        keep = timedelta(days=self.memory.settings.memory_recycle_days)
         async with self.memory.database.transaction() as tx:
-            taken = await tx.store(OWNERS[kind]).take_row(session_key, item_id)
-            if taken is None:
+            along: list[tuple[str, int]] = []
+            if kind == "distilled":
+                along = [("turn", t) for t in await self._sources_to_bin(tx, session_key, item_id)]
+            else:
+                drawn = await tx.store(PgDistilledStore).drawn_from([item_id])
+                along = [("distilled", m.id) for m in drawn if m.session_key == session_key]
+            bin_id = await self._to_bin(tx, kind, session_key, item_id, actor=actor, now=now)
+            if bin_id is None:
                 return None
-            console = tx.store(PgConsoleStore)
-            bin_id = await console.to_bin(kind, taken, deleted_by=actor, purge_after=now + keep)
-            await console.write_audit(
-                Audit(actor, "delete", kind, item_id, session_key, before_text=taken.summary)
-            )
+            for other_kind, other_id in along:
+                await self._to_bin(tx, other_kind, session_key, other_id, actor=actor, now=now)
+        return bin_id
+
+    async def _sources_to_bin(self, tx: Transaction, session_key: str, memory_id: int) -> list[int]:
+        """The turns a fact or preference of this session takes along into the bin."""
+        found = await tx.store(PgDistilledStore).by_ids([memory_id])
+        if not found or found[0].session_key != session_key or found[0].kind == "summary":
+            return []  # a summary speaks of its whole batch: it takes none of it
+        turns = await tx.store(PgDialogueStore).turns_to_forget(
+            session_key, found[0].source_turn_ids, None
+        )
+        return [t.id for t in turns]
+
+    async def _to_bin(
+        self, tx: Transaction, kind: str, session_key: str, item_id: int, *, actor: str,
+        now: datetime,
+    ) -> int | None:  # fmt: skip
+        taken = await tx.store(OWNERS[kind]).take_row(session_key, item_id)
+        if taken is None:
+            return None
+        keep = timedelta(days=self.memory.settings.memory_recycle_days)
+        console = tx.store(PgConsoleStore)
+        bin_id = await console.to_bin(kind, taken, deleted_by=actor, purge_after=now + keep)
+        await console.write_audit(
+            Audit(actor, "delete", kind, item_id, session_key, before_text=taken.summary)
+        )
         return bin_id
 
     async def delete_many(

@@ -12,6 +12,12 @@ full-width punctuation), a top-level list, an object holding the list, a single 
 "无"/"none" for nothing. Anything else raises ``ExtractionParseError``: rejected, never
 guessed. (``json-repair`` from PyPI was considered: it turns any prose into *some* value, which
 defeats a clean rejection.)
+
+Each conversation line starts with its number (``[3] ``) and the facts and preferences prompts
+ask for ``sources: [3, …]``: the lines an item was drawn from. An item whose sources all name
+lines of the conversation stores those turns as its sources, so a 撤回 of another line keeps
+it; an item without them, or with any number that names no line (out of range, not an integer),
+keeps the whole batch as its sources, the rule for rows stored before this existed.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ CONVERSATION_CHARS = 6000
 ITEM_CHARS = 300
 LIST_ITEMS = 10
 MAX_ITEMS = 20
+MAX_SOURCES = 50  # lines one item may cite
 EXTRACTION_MAX_TOKENS = 1024
 SUMMARY_CONFIDENCE = 0.7  # summaries are stored with importance 0.7
 
@@ -169,6 +176,32 @@ def _category(value: Any, allowed: Sequence[str]) -> str:
     return text if text in allowed else "other"
 
 
+def _line_number(entry: Any) -> int | None:
+    """A cited line number as the model wrote it (``3``, ``"3"``, ``"[3]"``, ``"#3"``)."""
+    if isinstance(entry, bool):
+        return None
+    if isinstance(entry, int):
+        return entry
+    if isinstance(entry, float) and entry.is_integer():
+        return int(entry)
+    text = entry.strip().strip("[]#").strip() if isinstance(entry, str) else ""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _sources(value: Any, lines: Sequence[int]) -> tuple[int, ...]:
+    """The turn ids of the conversation lines an item cites (``lines[n - 1]`` is line n's
+    turn); ``()`` (the batch rule) when it cites none, or any number that names no line."""
+    if not lines or value is None:
+        return ()
+    values = value if isinstance(value, list) else [value]
+    if len(values) > MAX_SOURCES:
+        return ()
+    numbers = [_line_number(entry) for entry in values]
+    if not numbers or any(n is None or not 1 <= n <= len(lines) for n in numbers):
+        return ()  # a garbled citation: none of it is trusted
+    return tuple(dict.fromkeys(lines[n - 1] for n in numbers if n is not None))
+
+
 def _refs(value: Any, known: Sequence[DistilledMemory]) -> tuple[int, ...]:
     """Row ids of known items cited by their 1-based number; unknown numbers are ignored."""
     values = value if isinstance(value, list) else [value]
@@ -183,12 +216,16 @@ def _refs(value: Any, known: Sequence[DistilledMemory]) -> tuple[int, ...]:
 
 
 def parse_items(
-    text: str, kind: DistilledKind, known: Sequence[DistilledMemory] = ()
+    text: str,
+    kind: DistilledKind,
+    known: Sequence[DistilledMemory] = (),
+    lines: Sequence[int] = (),
 ) -> list[ExtractedMemory]:
     """Facts or preferences from a model's answer; items without usable text are skipped.
 
     ``known`` are the items listed (numbered from 1) in the prompt, for ``same_as`` and
-    ``replaces``. Raises ``ExtractionParseError`` when the answer is unusable as a whole.
+    ``replaces``; ``lines`` the turn ids of the conversation's numbered lines, for
+    ``sources``. Raises ``ExtractionParseError`` when the answer is unusable as a whole.
     """
     if kind == "summary":
         raise ValueError("use parse_summary for summaries")
@@ -213,6 +250,7 @@ def parse_items(
                 evidence=_texts(entry.get("evidence")) if kind == "preferences" else (),
                 same_as=same[0] if same else None,
                 replaces=_refs(entry.get("replaces"), known),
+                source_turn_ids=_sources(entry.get("sources"), lines),
             )
         )
     return found
@@ -249,11 +287,21 @@ def parse_summary(text: str) -> ExtractedMemory | None:
 # ------------------------------------------------------------------ prompts
 
 
+@dataclass(frozen=True)
+class Conversation:
+    """The conversation as the prompts show it: numbered lines, and the turn of each line
+    (``turn_ids[n - 1]`` said line n)."""
+
+    text: str
+    turn_ids: tuple[int, ...]
+
+
 def render_conversation(
     turns: Sequence[SourceTurn], tz: ZoneInfo, max_chars: int = CONVERSATION_CHARS
-) -> str:
-    """``[2024-01-16 10:30:15] 用户(小明): …`` lines in time order, the latest kept if long."""
-    lines: list[str] = []
+) -> Conversation:
+    """``[1] [2024-01-16 10:30:15] 用户(小明): …`` lines in time order, numbered from 1; the
+    latest kept if long."""
+    kept: list[tuple[SourceTurn, str]] = []
     used = 0
     for turn in sorted(turns, key=lambda t: (t.created_at, t.id), reverse=True):
         who = "用户" if turn.role == "user" else "助手"
@@ -263,11 +311,15 @@ def render_conversation(
         if len(content) > TURN_CHARS:
             content = content[:TURN_CHARS] + "…"
         line = f"[{format_absolute(turn.created_at, tz)}] {who}: {content}"
-        if lines and used + len(line) > max_chars:
+        if kept and used + len(line) > max_chars:
             break
-        lines.append(line)
+        kept.append((turn, line))
         used += len(line) + 1
-    return "\n".join(reversed(lines))
+    kept.reverse()
+    return Conversation(
+        text="\n".join(f"[{n}] {line}" for n, (_, line) in enumerate(kept, start=1)),
+        turn_ids=tuple(turn.id for turn, _ in kept),
+    )
 
 
 def render_known(known: Sequence[DistilledMemory]) -> str:
@@ -359,7 +411,8 @@ class Extractor:
         known_preferences: Sequence[DistilledMemory] = (),
         summarise: bool = True,
     ) -> Extraction:
-        conversation = render_conversation(turns, self._tz)
+        shown = render_conversation(turns, self._tz)
+        conversation = shown.text
         rejected: list[DistilledKind] = []
         facts: list[ExtractedMemory] = []
         preferences: list[ExtractedMemory] = []
@@ -370,7 +423,7 @@ class Extractor:
             )
         )
         try:
-            facts = parse_items(answer, "facts", known_facts)
+            facts = parse_items(answer, "facts", known_facts, shown.turn_ids)
         except ExtractionParseError:
             rejected.append("facts")
         answer = await self._ask(
@@ -383,7 +436,7 @@ class Extractor:
             )
         )
         try:
-            preferences = parse_items(answer, "preferences", known_preferences)
+            preferences = parse_items(answer, "preferences", known_preferences, shown.turn_ids)
         except ExtractionParseError:
             rejected.append("preferences")
         summary = None

@@ -109,6 +109,9 @@ class MemoryKeeper:
         """Store extracted items of one session, deduplicated, merged or superseding, all in
         one transaction.
 
+        An item's sources are the turns it cites (``ExtractedMemory.source_turn_ids``) when it
+        cites any of ``source_turn_ids``, else all of ``source_turn_ids`` (the batch).
+
         ``sources_must_exist`` (items just extracted from those turns): when any of
         ``source_turn_ids`` no longer exists (a /forget or 撤回 came while the items were
         extracted), nothing is stored and the outcome says ``discarded``.
@@ -131,7 +134,7 @@ class MemoryKeeper:
                     user_id=user_id,
                     group_id=group_id,
                     content_hash=content_hash(item.content),
-                    source_turn_ids=tuple(source_turn_ids),
+                    source_turn_ids=_own_sources(item, source_turn_ids),
                     stated_at=stated_at,
                     embedding=vectors[index] if vectors is not None else None,
                     embedding_model=self.embedder.model if vectors is not None else None,
@@ -328,6 +331,15 @@ class MemoryKeeper:
             await store.set_embeddings([r[0] for r in rows], vectors, self.embedder.model)
             done += len(rows)
             last_id = rows[-1][0]
+
+
+def _own_sources(item: ExtractedMemory, batch: Sequence[int]) -> tuple[int, ...]:
+    """The turns an item is drawn from: those it cites, if they are all of this batch; else
+    the whole batch (a 撤回 of any of them then takes the item)."""
+    cited = item.source_turn_ids
+    if cited and set(cited) <= set(batch):
+        return tuple(cited)
+    return tuple(batch)
 
 
 def _distinct(items: Sequence[_T], *, key: Callable[[_T], object]) -> list[_T]:

@@ -126,6 +126,20 @@ def embedding_text(kind: str, content: str, key_topics: Sequence[str] = ()) -> s
     return content
 
 
+# "用户" where it names the person a memory is about: at the start, after punctuation, or after
+# a word that takes a person (是 / 和 / 给 …); not in a compound such as 用户名 or 用户群.
+_THE_USER = re.compile(
+    r"(?:^|(?<=[，。；：、,;:！!？?\s是和跟与给对帮叫让被为向替陪把请]))"
+    r"用户(?!名|数|量|群|协议|体验|界面|手册|中心|画像|反馈|[A-Za-z0-9])"
+)
+
+
+def addressed(text: str) -> str:
+    """A memory as said to its own person: ``用户对花生过敏`` reads ``你对花生过敏`` (facts are
+    stored in the third person, as the extraction prompt asks; only the display changes)."""
+    return _THE_USER.sub("你", text)
+
+
 def flatten(text: str) -> str:
     """One line: distilled text goes into memory lines, where a newline could forge a line."""
     return " ".join(text.split())
@@ -138,6 +152,8 @@ class ExtractedMemory:
     ``score`` is the fact's confidence or the preference's strength (summaries: importance).
     ``same_as`` / ``replaces`` are row ids of stored memories the extraction LLM says this item
     restates / makes untrue (they were shown to it as numbered known items).
+    ``source_turn_ids``: the turns the model cited for it; empty when it cited none usable, and
+    the item then draws on its whole batch.
     """
 
     kind: DistilledKind
@@ -150,6 +166,7 @@ class ExtractedMemory:
     action_items: tuple[str, ...] = ()
     same_as: int | None = None
     replaces: tuple[int, ...] = ()
+    source_turn_ids: tuple[int, ...] = ()
 
     @property
     def embedding_text(self) -> str:

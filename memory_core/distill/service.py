@@ -19,7 +19,7 @@ from ..answer_cache.store import PgAnswerCacheStore
 from ..models import ForgetScope, Forgotten
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
-from ..storage.database_handle import Database
+from ..storage.database_handle import Database, Transaction
 from ..storage.dialogue_store import DeletedTurn
 from .extraction import build_extractor, extraction_off_reason
 from .keeper import MaintenanceReport, MemoryKeeper
@@ -205,16 +205,19 @@ class DistilledService:
         by_kind = await self._distilled().count_scope(**options)
         return _forgotten(by_kind, await self._cache().count_scope(**options))
 
-    async def forget_turns(self, turns: Sequence[DeletedTurn]) -> Forgotten:
+    async def forget_turns(
+        self, turns: Sequence[DeletedTurn], *, within: Transaction | None = None
+    ) -> Forgotten:
         """Forget what deleted turns fed: distilled memories drawn from them, and the cached
-        answers of their users since the earliest of them."""
+        answers of their users since the earliest of them (in ``within``, if given)."""
         if not turns:
             return Forgotten()
-        by_kind = await self._distilled().delete_from_sources([t.id for t in turns])
+        stores = within or self._database
+        by_kind = await stores.store(PgDistilledStore).delete_from_sources([t.id for t in turns])
         cached = 0
         for user_id in {t.user_id for t in turns}:
             since = min(t.created_at for t in turns if t.user_id == user_id)
-            cached += await self._cache().delete_user_since(user_id, since)
+            cached += await stores.store(PgAnswerCacheStore).delete_user_since(user_id, since)
         return _forgotten(by_kind, cached)
 
     # ------------------------------------------------------------------ answer cache

@@ -230,6 +230,9 @@ UPDATE distilled_sessions SET
 WHERE session_key = $1
 """
 
+SQL_DRAWN_FROM = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE source_turn_ids && $1::bigint[]
+"""
 SQL_DELETE_FROM_SOURCES = """
 DELETE FROM distilled_memories WHERE source_turn_ids && $1::bigint[] RETURNING kind
 """
@@ -238,6 +241,17 @@ SQL_DELETE_OWN = """
 DELETE FROM distilled_memories
 WHERE id = ANY($1::bigint[]) AND user_id = $2 AND session_key = $3
 RETURNING kind
+"""
+# What a person names for deletion in one session ($1, $2): these ids ($3), and every row,
+# history included, whose text, evidence, topics or action items hold the case-folded text $4.
+SQL_OWN_NAMED = f"""
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories
+WHERE session_key = $1 AND user_id = $2
+  AND (id = ANY($3::bigint[])
+       OR ($4::text IS NOT NULL AND strpos(lower(normalize(concat_ws(E'\\n', content,
+               array_to_string(evidence, E'\\n'), array_to_string(key_topics, E'\\n'),
+               array_to_string(action_items, E'\\n')), NFKC)), $4) > 0))
+ORDER BY (valid_until IS NULL) DESC, last_confirmed DESC, id DESC
 """
 SQL_BY_USER = f"""
 SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 ORDER BY created_at, id
@@ -599,6 +613,14 @@ class PgDistilledStore(PgCounterStore, RowTaker):
             kinds = [r["kind"] for r in await conn.fetch(SQL_DELETE_FROM_SOURCES, list(turn_ids))]
         return {kind: kinds.count(kind) for kind in set(kinds)}
 
+    async def drawn_from(self, turn_ids: Sequence[int]) -> list[DistilledMemory]:
+        """Every memory drawn from any of these turns (what ``delete_from_sources`` takes)."""
+        if not turn_ids:
+            return []
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_DRAWN_FROM, list(turn_ids))
+        return [_distilled(r) for r in records]
+
     async def delete_own(
         self, ids: Sequence[int], *, user_id: int, session_key: str
     ) -> dict[str, int]:
@@ -608,6 +630,15 @@ class PgDistilledStore(PgCounterStore, RowTaker):
             records = await conn.fetch(SQL_DELETE_OWN, list(ids), user_id, session_key)
         kinds = [r["kind"] for r in records]
         return {kind: kinds.count(kind) for kind in set(kinds)}
+
+    async def own_named(
+        self, *, user_id: int, session_key: str, ids: Sequence[int], containing: str | None
+    ) -> list[DistilledMemory]:
+        """``user_id``'s rows in ``session_key`` with these ids or holding the case-folded text
+        ``containing`` anywhere (``SQL_OWN_NAMED``); current ones first."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_OWN_NAMED, session_key, user_id, list(ids), containing)
+        return [_distilled(r) for r in records]
 
     async def by_user(self, user_id: int) -> list[DistilledMemory]:
         """Every distilled memory about ``user_id``, every chat, history included."""

@@ -16,7 +16,8 @@ from asyncpg.pool import PoolConnectionProxy
 from ..errors import StorageError
 from ..lang.indexed import indexed_text
 from ..lang.keywords import tsquery_any
-from ..models import MemoryTurn, RecalledMessage
+from ..lang.repeats import Repeats
+from ..models import MemoryTurn, RecalledMessage, Role
 from .opt_outs import not_opted_out
 from .pg import rows_affected
 from .row_changes import RowTaker, edit_sql, put_back_sql, take_sql
@@ -342,28 +343,44 @@ SELECT count(*) FROM dialogues WHERE id > $1 AND refers_start IS NULL
 SQL_SET_TIME_REFERENCE = "UPDATE dialogues SET refers_start = $2, refers_end = $3 WHERE id = $1"
 
 # A recalled (撤回) QQ message: its turns in the chat the notice names (a group, or a private
-# chat with that user — or any private chat of the bot, when the bot recalled its own message),
-# and for a user's message the bot's reply to it: the assistant turns of the session after it,
-# up to the session's next user turn.
-SQL_DELETE_RECALLED = """
-WITH recalled AS (
-    DELETE FROM dialogues
-    WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
-      AND CASE WHEN $3::bigint IS NOT NULL THEN group_id = $3
-               ELSE group_id IS NULL AND ($4::bigint IS NULL OR $4 IN (user_id, self_id)) END
-    RETURNING id, session_key, role, user_id, created_at
-), replies AS (
-    DELETE FROM dialogues d USING recalled r
-    WHERE r.role = 'user' AND d.session_key = r.session_key AND d.role = 'assistant'
-      AND d.id > r.id
-      AND d.id < coalesce(
-          (SELECT min(n.id) FROM dialogues n
-           WHERE n.session_key = r.session_key AND n.role = 'user' AND n.id > r.id),
-          9223372036854775807)
-    RETURNING d.id, d.user_id, d.created_at
-)
-SELECT id, user_id, created_at FROM recalled
-UNION ALL SELECT id, user_id, created_at FROM replies
+# chat with that user — or any private chat of the bot, when the bot recalled its own message).
+SQL_RECALLED_TURNS = """
+SELECT id, session_key, role, content FROM dialogues
+WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
+  AND CASE WHEN $3::bigint IS NOT NULL THEN group_id = $3
+           ELSE group_id IS NULL AND ($4::bigint IS NULL OR $4 IN (user_id, self_id)) END
+FOR UPDATE
+"""
+# Turns a person deletes in one session (/忘记): these ids, and those containing the case-folded
+# text $3 (NULL: none).
+SQL_CHOSEN_TURNS = """
+SELECT id, session_key, role, content FROM dialogues
+WHERE session_key = $1
+  AND (id = ANY($2::bigint[])
+       OR ($3::text IS NOT NULL AND strpos(lower(normalize(content, NFKC)), $3) > 0))
+ORDER BY id
+"""
+# The bot's reply to each of these user turns: the assistant turns of its session after it, up
+# to the session's next user turn.
+SQL_REPLIES_TO = """
+SELECT d.id FROM dialogues u
+JOIN dialogues d ON d.session_key = u.session_key AND d.role = 'assistant' AND d.id > u.id
+WHERE u.id = ANY($1::bigint[]) AND u.role = 'user'
+  AND d.id < coalesce(
+      (SELECT min(n.id) FROM dialogues n
+       WHERE n.session_key = u.session_key AND n.role = 'user' AND n.id > u.id),
+      9223372036854775807)
+"""
+# The bot's later words in a session, read to find those repeating a deleted turn
+# (``lang.repeats``); the nearest first, at most $3.
+SQL_LATER_REPLIES = """
+SELECT id, content FROM dialogues
+WHERE session_key = $1 AND role = 'assistant' AND id > $2
+ORDER BY id LIMIT $3
+"""
+LATER_REPLIES_READ = 2000
+SQL_DELETE_TURNS = """
+DELETE FROM dialogues WHERE id = ANY($1::bigint[]) RETURNING id, user_id, role, created_at
 """
 
 SQL_ANY_EMBEDDED = "SELECT EXISTS (SELECT 1 FROM dialogues WHERE embedding IS NOT NULL)"
@@ -623,11 +640,12 @@ class ExportedTurn:
 
 @dataclass(frozen=True)
 class DeletedTurn:
-    """A turn deleted because its message was recalled (what depended on it goes next)."""
+    """A turn deleted by a 撤回 or a person's delete (what depended on it goes next)."""
 
     id: int
     user_id: int
     created_at: datetime
+    role: Role = "user"
 
 
 @dataclass(frozen=True)
@@ -749,6 +767,35 @@ class StoreStats:
 
 _SESSION_KEY = re.compile(r"^(\d+)(?::(\d+))?$")
 _SESSION_INDEX_NAME = re.compile(r"^dialogues_hnsw_(\d+)_s(\d+)(?:_(\d+))?$")
+
+
+async def _with_replies(
+    conn: PoolConnectionProxy[asyncpg.Record], said: Sequence[asyncpg.Record]
+) -> set[int]:
+    """The ids of turns ``said`` (id, session_key, role, content), the bot's replies to the
+    user turns among them, and the bot's later replies in their sessions that repeat them
+    (``lang.repeats``: the same text found again, as the first reply is found by place)."""
+    chosen = {r["id"] for r in said}
+    users = [r for r in said if r["role"] == "user"]
+    if not users:
+        return chosen
+    chosen.update(r["id"] for r in await conn.fetch(SQL_REPLIES_TO, [r["id"] for r in users]))
+    for session_key in {r["session_key"] for r in users}:
+        own = [r for r in users if r["session_key"] == session_key]
+        repeated = Repeats([r["content"] for r in own])
+        if not repeated:
+            continue
+        first = min(r["id"] for r in own)
+        later = await conn.fetch(SQL_LATER_REPLIES, session_key, first, LATER_REPLIES_READ)
+        chosen.update(r["id"] for r in later if repeated.found_in(r["content"]))
+    return chosen
+
+
+async def _delete(conn: PoolConnectionProxy[asyncpg.Record], ids: set[int]) -> list[DeletedTurn]:
+    if not ids:
+        return []
+    records = await conn.fetch(SQL_DELETE_TURNS, sorted(ids))
+    return [DeletedTurn(r["id"], r["user_id"], r["created_at"], r["role"]) for r in records]
 
 
 def session_index_name(dim: int, session_key: str) -> str | None:
@@ -1169,16 +1216,36 @@ class PgDialogueStore(RowTaker):
         return rows_affected(status)
 
     async def delete_recalled(self, message: RecalledMessage) -> list[DeletedTurn]:
-        """Delete a recalled message's turns and the bot's reply to it (``SQL_DELETE_RECALLED``)."""
-        async with self._connection() as conn:
-            records = await conn.fetch(
-                SQL_DELETE_RECALLED,
+        """Delete a recalled message's turns with the bot's replies to it and its later replies
+        that repeat it (``with_replies``)."""
+        async with self._connection() as conn, conn.transaction():
+            said = await conn.fetch(
+                SQL_RECALLED_TURNS,
                 message.message_id,
                 message.self_id,
                 message.group_id,
                 message.user_id,
             )
-        return [DeletedTurn(r["id"], r["user_id"], r["created_at"]) for r in records]
+            return await _delete(conn, await _with_replies(conn, said))
+
+    async def turns_to_forget(
+        self, session_key: str, ids: Sequence[int], containing: str | None
+    ) -> list[MemoryTurn]:
+        """What ``forget_turns`` would delete now, in time order (the question before it)."""
+        async with self._connection() as conn:
+            said = await conn.fetch(SQL_CHOSEN_TURNS, session_key, list(ids), containing)
+            chosen = await _with_replies(conn, said)
+            records = await conn.fetch(SQL_TURNS_BY_ID, sorted(chosen))
+        return sorted((_turn(r) for r in records), key=lambda t: (t.created_at, t.id))
+
+    async def forget_turns(
+        self, session_key: str, ids: Sequence[int], containing: str | None
+    ) -> list[DeletedTurn]:
+        """Delete turns of one session: ``ids``, every turn holding the case-folded text
+        ``containing``, and the bot's replies to them and later replies repeating them."""
+        async with self._connection() as conn, conn.transaction():
+            said = await conn.fetch(SQL_CHOSEN_TURNS, session_key, list(ids), containing)
+            return await _delete(conn, await _with_replies(conn, said))
 
     async def delete_scope(
         self,

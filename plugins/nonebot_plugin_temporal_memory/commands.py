@@ -249,9 +249,11 @@ async def count_scope(
 
 
 def describe_forgotten(forgotten: Forgotten) -> str:
-    """``对话 12 条、事实 3 条、…`` naming only the kinds that had something."""
+    """``对话 12 条、事实 3 条、…`` naming only the kinds that had something (the bot's
+    replies apart, where the delete counted them)."""
     parts = [
-        (forgotten.dialogues, "对话"),
+        (forgotten.dialogues - forgotten.bot_replies, "对话"),
+        (forgotten.bot_replies, "机器人回复"),
         (forgotten.facts, "事实"),
         (forgotten.preferences, "偏好"),
         (forgotten.summaries, "摘要"),

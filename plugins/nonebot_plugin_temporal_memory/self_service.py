@@ -2,9 +2,13 @@
 /不记我 and /记我; group admins: /群记忆 开|关.
 
 Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
-confirmation (``commands.ask_to_confirm``). ``/忘记`` alone (this chat) and the superuser
-targets (``/forget user <QQ号>`` …) keep their meaning in ``commands.py``; a number or any
-other word after ``/忘记`` names items of the person's own memory in this chat.
+confirmation (``commands.ask_to_confirm``). Deleting an item takes what it came from too (the
+turns, the bot's replies repeating them; for a word every turn, summary and cached answer of
+this chat holding it: ``memory_core.personal.Named``), and the question says so first.
+Memories are shown to their person as ``你…`` (``addressed``); the stored text is unchanged.
+``/忘记`` alone (this chat) and the superuser targets (``/forget user <QQ号>`` …) keep their
+meaning in ``commands.py``; a number or any other word after ``/忘记`` names items of the
+person's own memory in this chat.
 """
 
 from typing import Any
@@ -21,16 +25,19 @@ from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
 from nonebot.log import logger
 from nonebot.permission import SUPERUSER
 
-from memory_core.distill.memory import DistilledMemory
+from memory_core.distill.memory import DistilledMemory, addressed
 from memory_core.errors import MemoryCoreError
-from memory_core.models import Forgotten
+from memory_core.models import Forgotten, MemoryTurn
 from memory_core.personal import (
+    ForgetPreview,
+    Named,
     PersonalExport,
     export_person,
-    forget_memories,
+    forget_named,
     known_about,
     opt_in,
     opt_out,
+    preview_forget,
     switch_group_memory,
 )
 
@@ -50,6 +57,8 @@ from .runtime import Runtime
 PAGE_SIZE = 10
 MAX_LISTINGS = 1000
 LINE_CHARS = 60
+QUOTE_CHARS = 30  # a turn quoted in a question
+QUOTED_TURNS = 8  # at most this many turns are quoted; the rest are counted
 KIND_ZH = {"facts": "事实", "preferences": "偏好", "summary": "摘要"}
 # First words after /forget that belong to the superuser targets of commands.py.
 SUPERUSER_WORDS = frozenset({"user", "用户", "group", "群", "all", "全部", "所有"})
@@ -111,10 +120,10 @@ def listing_text(
 
 
 def item_line(number: int, memory: DistilledMemory, runtime: Runtime) -> str:
-    """``3. [事实 11-30] 用户是老师``, cut with … to ``LINE_CHARS`` characters."""
+    """``3. [事实 11-30] 你是老师``, cut with … to ``LINE_CHARS`` characters."""
     day = memory.last_confirmed.astimezone(runtime.memory.tz).strftime("%m-%d")
     head = f"{number}. [{KIND_ZH.get(memory.kind, memory.kind)} {day}] "
-    return head + shorten(memory.content, LINE_CHARS - len(head))
+    return head + shorten(addressed(memory.content), LINE_CHARS - len(head))
 
 
 def shorten(text: str, room: int) -> str:
@@ -166,53 +175,123 @@ async def handle_forget_words(
 
 
 async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, words: str) -> None:
-    if words.isdigit():
+    user_id, group_id = event.user_id, group_id_of(event)
+    if is_number(words):
         shown = listings.get(confirmation_key(event))
         if shown is None:
             await reply(bot, event, runtime, LIST_FIRST)
             return
-        number = int(words)
+        # A listing holds a few hundred items; a 5,000-digit "number" is none of them (and
+        # past what int() converts).
+        number = int(words) if len(words) <= 6 else 0
         if not 1 <= number <= len(shown):
-            await reply(bot, event, runtime, f"没有第 {number} 条。{LIST_FIRST}")
+            await reply(bot, event, runtime, f"没有第 {shorten(words, 12)} 条。{LIST_FIRST}")
             return
-        chosen = [shown[number - 1]]
-        description = f"“{shorten(chosen[0].content, 30)}”"
-        in_group = f"确定要删除你在本群的第 {number} 条记忆吗？"
+        named = Named(user_id, group_id, (shown[number - 1].id,))
+        description = f"“{shorten(addressed(shown[number - 1].content), QUOTE_CHARS)}”"
     else:
-        try:
-            memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
-        except MemoryCoreError as exc:
-            logger.warning(f"/忘记 <词语> failed: {exc}")
-            await reply(bot, event, runtime, DB_DOWN)
-            return
-        needle = words.casefold()
-        chosen = [m for m in memories if needle in m.content.casefold()]
-        if not chosen:
-            await reply(bot, event, runtime, f"没有找到包含“{words}”的记忆，什么也没有删。")
-            return
-        description = f"包含“{words}”"
-        in_group = f"确定要删除你在本群包含“{words}”的 {len(chosen)} 条记忆吗？"
-    ids = [m.id for m in chosen]
-    user_id, group_id = event.user_id, group_id_of(event)
+        named = Named(user_id, group_id, word=words)
+        description = f"包含“{shorten(words, QUOTE_CHARS)}”"
+    try:
+        preview = await preview_forget(runtime.memory, named)
+    except MemoryCoreError as exc:
+        logger.warning(f"/忘记 <编号|词语> failed: {exc}")
+        await reply(bot, event, runtime, DB_DOWN)
+        return
+    if not preview.memories and not preview.turns:
+        if named.word is None:  # deleted meanwhile (another chat window, the console)
+            await reply(bot, event, runtime, f"第 {words} 条已经不在了。{LIST_FIRST}")
+        else:
+            await reply(
+                bot,
+                event,
+                runtime,
+                f"没有找到包含“{shorten(words, QUOTE_CHARS)}”的记忆，什么也没有删。",
+            )
+        return
 
     async def delete(runtime: Runtime) -> Forgotten:
-        return await forget_memories(runtime.memory, user_id, group_id, ids)
+        # After this person's messages still being answered, so no reply holding it is
+        # stored after the delete.
+        async with runtime.engine.session(user_id, group_id):
+            return await forget_named(runtime.memory, named)
 
     if group_id is not None:
         # In a group the question and the answer name no memory: the whole group reads them.
+        question = group_question(preview, words)
         await ask_to_confirm(
-            bot, event, runtime, in_group, description="你在本群选中", action=delete
+            bot, event, runtime, question, description="你在本群选中", action=delete
         )
         return
-    lines = [f"确定要删除这 {len(chosen)} 条记忆吗？"]
-    lines.extend(
-        f"· [{KIND_ZH.get(m.kind, m.kind)}] {shorten(m.content, LINE_CHARS - 7)}"
-        for m in chosen[:PAGE_SIZE]
-    )
-    if len(chosen) > PAGE_SIZE:
-        lines.append(f"…… 共 {len(chosen)} 条")
-    question = "\n".join(lines) + "\n"
+    question = forget_question(preview, runtime)
     await ask_to_confirm(bot, event, runtime, question, description=description, action=delete)
+
+
+def is_number(words: str) -> bool:
+    """An item number: ASCII digits only ("²" or "٣" is a word to look for, not a number)."""
+    return words.isascii() and words.isdigit()
+
+
+def preview_counts(preview: ForgetPreview, *, listed: bool = True) -> str:
+    """``对话 2 条、机器人回复 1 条、事实 1 条``: what a delete would take, by kind, in the
+    receipt's order (``commands.describe_forgotten``); without the facts and preferences when
+    ``listed`` is false."""
+    parts = [
+        ("对话", len(preview.turns) - preview.bot_replies),
+        ("机器人回复", preview.bot_replies),
+        ("事实", preview.count("facts") if listed else 0),
+        ("偏好", preview.count("preferences") if listed else 0),
+        ("摘要", preview.count("summary")),
+    ]
+    return "、".join(f"{name} {count} 条" for name, count in parts if count)
+
+
+def group_question(preview: ForgetPreview, words: str) -> str:
+    """``确定要删除你在本群的第 2 条记忆吗？连同对话 1 条、机器人回复 1 条。``: counts only."""
+    listed = preview.count("facts") + preview.count("preferences")
+    if is_number(words):
+        # Other facts drawn from the same turns go with them: counted, never named.
+        others = f"另外 {listed - 1} 条记忆" if listed > 1 else ""
+        return f"确定要删除你在本群的第 {int(words)} 条记忆吗？" + _along(preview, others)
+    where = f"你在本群包含“{shorten(words, QUOTE_CHARS)}”的"
+    if not listed:
+        return f"确定要删除{where}内容吗？会删除{preview_counts(preview)}。"
+    return f"确定要删除{where} {listed} 条记忆吗？" + _along(preview)
+
+
+def _along(preview: ForgetPreview, first: str = "") -> str:
+    rest = "、".join(p for p in (first, preview_counts(preview, listed=False)) if p)
+    return f"连同{rest}。" if rest else ""
+
+
+def forget_question(preview: ForgetPreview, runtime: Runtime) -> str:
+    """The private question: the memories, the turns they came from (quoted short), and the
+    count of each kind, before the confirmation's own words."""
+    listed = [m for m in preview.memories if m.kind != "summary"]
+    lines = [f"确定要删除这 {len(listed)} 条记忆吗？" if listed else "确定要删除这些内容吗？"]
+    lines.extend(
+        f"· [{KIND_ZH.get(m.kind, m.kind)}] {shorten(addressed(m.content), LINE_CHARS - 7)}"
+        for m in listed[:PAGE_SIZE]
+    )
+    if len(listed) > PAGE_SIZE:
+        lines.append(f"…… 共 {len(listed)} 条")
+    if preview.turns:
+        lines.append("连同这些对话：" if listed else "这些对话：")
+        lines.extend(turn_quote(t, runtime) for t in preview.turns[:QUOTED_TURNS])
+        if len(preview.turns) > QUOTED_TURNS:
+            lines.append(f"…… 共 {len(preview.turns)} 条")
+    summaries = preview.count("summary")
+    if summaries:
+        lines.append(f"以及提到它们的摘要 {summaries} 条。")
+    if preview.turns or summaries:
+        lines.append(f"一共：{preview_counts(preview)}。")
+    return "\n".join(lines) + "\n"
+
+
+def turn_quote(turn: MemoryTurn, runtime: Runtime) -> str:
+    """``· 你：我对花生过敏`` (the bot's turns under its name), cut to ``QUOTE_CHARS``."""
+    who = "你" if turn.role == "user" else runtime.bot_name
+    return f"· {who}：{shorten(turn.content, QUOTE_CHARS)}"
 
 
 # ----------------------------------------------------------------------------- /忘记我
@@ -305,7 +384,7 @@ def export_preview(export: PersonalExport, summary: str, runtime: Runtime) -> st
         lines.append("记忆：")
         for memory in export.memories[:EXPORT_PREVIEW]:
             head = f"· [{KIND_ZH.get(memory.kind, memory.kind)}] "
-            lines.append(head + shorten(memory.content, LINE_CHARS - len(head)))
+            lines.append(head + shorten(addressed(memory.content), LINE_CHARS - len(head)))
     if export.cached_answers:
         lines.append("缓存回答：")
         for cached in export.cached_answers[:EXPORT_PREVIEW]:

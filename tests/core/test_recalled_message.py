@@ -111,3 +111,39 @@ async def test_recalling_the_bots_own_reply_deletes_just_that_reply(memory_facto
     assert forgotten is not None and forgotten.dialogues == 1
     contents = [t.content for t in await memory.recent_turns(1, None, limit=9, since=T0)]
     assert contents == ["问题", "下一个问题", "下一个回答"]
+
+
+async def test_a_recall_also_takes_the_bots_later_replies_that_repeat_the_withdrawn_text(
+    memory_factory,
+):
+    memory = await memory_factory()
+    said = [
+        ("user", SECRET),
+        ("assistant", "好的。"),  # the reply to it: goes by place
+        ("user", "再确认一下"),
+        ("assistant", "你的银行卡密码是778899，我记着呢"),  # a later reply repeating it
+        ("user", "我的卡丢了怎么办"),
+        ("assistant", "银行卡丢了要尽快挂失"),  # shares only 银行卡: stays
+        ("user", "今天天气不错"),
+        ("assistant", "是的，适合散步"),
+    ]
+    for n, (role, content) in enumerate(said):
+        await memory.add_turn(turn(1, None, role, content, 700 + n, T0 + timedelta(seconds=n)))
+
+    forgotten = await memory.delete_message(RecalledMessage(BOT, 700, user_id=1))
+
+    assert forgotten is not None
+    assert (forgotten.dialogues, forgotten.bot_replies) == (3, 2)
+    assert (await rows_mentioning(memory, "778899"))["dialogues"] == 0
+    left = [t.content for t in await memory.recent_turns(1, None, limit=20, since=T0)]
+    assert left == [
+        "再确认一下",
+        "我的卡丢了怎么办",
+        "银行卡丢了要尽快挂失",
+        "今天天气不错",
+        "是的，适合散步",
+    ]
+    recalled = await memory.get_contextual_memory(
+        1, "银行卡密码", top_n=5, now=T0 + timedelta(hours=1)
+    )
+    assert all("778899" not in t.content for t in recalled)

@@ -39,9 +39,10 @@ FORGET_ME = (
     "确定要删除你在所有会话（私聊和所有群）中的全部记忆吗？"
     "包括对话、事实、偏好、摘要和缓存的回答。将删除你在所有会话中的记忆：{what}。" + CONFIRM
 )
+MYMEM_SENT = "你在本群的记忆已私聊发给你（不在群里公开）。"
 LISTED_DOG = (
     "我记得关于你的 1 条（第 1/1 页，新的在前）：\n"
-    "1. [事实 11-20] 用户养了一条狗\n"
+    "1. [事实 11-20] 你养了一条狗\n"
     "删除一条：/忘记 <编号> 或 /忘记 <词语>。"
 )
 
@@ -86,8 +87,8 @@ async def test_mymem_lists_this_chats_facts_and_preferences_newest_first(app: Ap
             event_of("/我的记忆"),
             "我记得关于你的 3 条（第 1/1 页，新的在前）：\n"
             "1. [偏好 11-22] 喜欢简短的回答\n"
-            "2. [事实 11-21] 用户住在杭州\n"
-            "3. [事实 11-20] 用户养了一条狗\n"
+            "2. [事实 11-21] 你住在杭州\n"
+            "3. [事实 11-20] 你养了一条狗\n"
             "删除一条：/忘记 <编号> 或 /忘记 <词语>。",
         ),
     )
@@ -104,15 +105,15 @@ async def test_mymem_pages_ten_at_a_time_and_cuts_long_items(app: App, runtime):
         (
             event_of("/mymem 2"),
             "我记得关于你的 12 条（第 2/2 页，新的在前）：\n"
-            "11. [事实 11-20] 用户的第1号收藏是邮票\n"
-            "12. [事实 11-19] 用户正在准备一场非常重要的考试，用户正在准备一场非常重要的考试，"
-            "用户正在准备一场非常重要…\n"
+            "11. [事实 11-20] 你的第1号收藏是邮票\n"
+            "12. [事实 11-19] 你正在准备一场非常重要的考试，你正在准备一场非常重要的考试，"
+            "你正在准备一场非常重要的考试…\n"
             "删除一条：/忘记 <编号> 或 /忘记 <词语>。",
         ),
     )
     first_page = "\n".join(
         ["我记得关于你的 12 条（第 1/2 页，新的在前）："]
-        + [f"{12 - n}. [事实 11-20] 用户的第{n}号收藏是邮票" for n in range(11, 1, -1)]
+        + [f"{12 - n}. [事实 11-20] 你的第{n}号收藏是邮票" for n in range(11, 1, -1)]
         + ["发送 /我的记忆 2 看下一页。", "删除一条：/忘记 <编号> 或 /忘记 <词语>。"]
     )
     await run(app, (event_of("/我的记忆"), first_page))
@@ -136,7 +137,7 @@ async def test_mymem_in_a_group_that_cannot_reach_the_member_privately_lists_not
         ctx.receive_event(bot, event)
         listing = (
             f"在群 {GROUP} 中我记得关于你的 1 条（第 1/1 页，新的在前）：\n"
-            "1. [事实 11-20] 用户的银行卡密码是778899\n"
+            "1. [事实 11-20] 你的银行卡密码是778899\n"
             "删除一条：/忘记 <编号> 或 /忘记 <词语>。"
         )
         ctx.should_call_api(
@@ -164,15 +165,15 @@ async def test_forget_item_by_number_of_the_last_listing_after_confirmation(app:
     await remember(runtime, "用户住在杭州", at=DAY + timedelta(days=1))
     listing = (
         "我记得关于你的 2 条（第 1/1 页，新的在前）：\n"
-        "1. [事实 11-21] 用户住在杭州\n"
-        "2. [事实 11-20] 用户养了一条狗\n"
+        "1. [事实 11-21] 你住在杭州\n"
+        "2. [事实 11-20] 你养了一条狗\n"
         "删除一条：/忘记 <编号> 或 /忘记 <词语>。"
     )
     await run(
         app,
         (event_of("/我的记忆"), listing),
-        (event_of("/忘记 2"), f"确定要删除这 1 条记忆吗？\n· [事实] 用户养了一条狗\n{CONFIRM}"),
-        (event_of("确认"), "已删除“用户养了一条狗”的记忆：事实 1 条。"),
+        (event_of("/忘记 2"), f"确定要删除这 1 条记忆吗？\n· [事实] 你养了一条狗\n{CONFIRM}"),
+        (event_of("确认"), "已删除“你养了一条狗”的记忆：事实 1 条。"),
     )
     assert await facts_of(runtime, USER, None) == ["用户住在杭州"]
     await others_untouched(runtime)
@@ -185,7 +186,7 @@ async def test_forget_item_number_needs_a_listing_and_cancel_keeps_it(app: App, 
         (event_of("/忘记 1"), "请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。"),
         (event_of("/我的记忆"), LISTED_DOG),
         (event_of("/忘记 5"), "没有第 5 条。请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。"),
-        (event_of("/忘记 1"), f"确定要删除这 1 条记忆吗？\n· [事实] 用户养了一条狗\n{CONFIRM}"),
+        (event_of("/忘记 1"), f"确定要删除这 1 条记忆吗？\n· [事实] 你养了一条狗\n{CONFIRM}"),
         (event_of("取消"), "已取消，记忆保持不变。"),
     )
     assert await facts_of(runtime, USER, None) == ["用户养了一条狗"]
@@ -203,8 +204,8 @@ async def test_forget_by_word_names_every_match_and_deletes_them_all(app: App, r
         (
             event_of("/忘记 密码"),
             "确定要删除这 2 条记忆吗？\n"
-            "· [事实] 用户的邮箱密码很长\n"
-            f"· [事实] 用户的银行密码提示是生日\n{CONFIRM}",
+            "· [事实] 你的邮箱密码很长\n"
+            f"· [事实] 你的银行密码提示是生日\n{CONFIRM}",
         ),
         (event_of("确认"), "已删除包含“密码”的记忆：事实 2 条。"),
         (event_of("/忘记 护照"), "没有找到包含“护照”的记忆，什么也没有删。"),
@@ -281,7 +282,7 @@ async def test_forget_me_with_a_space_is_the_same_and_with_more_words_a_search(a
         (event_of("取消"), "已取消，记忆保持不变。"),
         (
             event_of("/忘记我的猫"),
-            f"确定要删除这 1 条记忆吗？\n· [事实] 用户说我的猫很胖\n{CONFIRM}",
+            f"确定要删除这 1 条记忆吗？\n· [事实] 你说我的猫很胖\n{CONFIRM}",
         ),
     )
 
@@ -336,7 +337,7 @@ async def test_export_falls_back_to_text_when_the_client_cannot_upload(app: App,
                 f"· {LOCAL_THEN} 私聊 你：我的狗叫旺财\n"
                 f"· {LOCAL_THEN} 群40004 你：我的鸟叫啾啾\n"
                 "记忆：\n"
-                "· [事实] 用户养了一条狗"
+                "· [事实] 你养了一条狗"
             ),
             {"message_id": 1},
         )
@@ -479,3 +480,198 @@ async def test_group_admin_switches_memory_off_for_everyone_in_that_group_only(a
         (group_event("群里再说一句", "member"), None),
     )
     assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪", "群里再说一句"]
+
+
+# ----------------------------------------------------------------------------- what a delete takes
+
+PEANUT_CHAT = [  # USER's private chat, oldest first
+    ("user", "我对花生过敏"),
+    ("assistant", "好的，记住了"),
+    ("user", "我住在杭州"),
+    ("assistant", "杭州不错"),
+    ("user", "推荐点零食"),
+    ("assistant", "你对花生过敏，推荐海苔吧"),
+]
+
+
+async def peanut_chat(runtime: Any, group: int | None = None) -> dict[str, int]:
+    """PEANUT_CHAT stored in the chat, with a fact citing its first turn, a fact citing the
+    third and a summary of the whole batch; the turn ids by text."""
+    from memory_core.models import TurnInput
+
+    ids = {}
+    for n, (role, content) in enumerate(PEANUT_CHAT):
+        stored = await runtime.memory.add_turn(
+            TurnInput(user_id=USER, group_id=group, role=role, content=content,
+                      created_at=THEN + timedelta(minutes=n))
+        )  # fmt: skip
+        ids[content] = stored.turn.id
+    batch = list(ids.values())
+    for item in (
+        ExtractedMemory("facts", "用户对花生过敏", source_turn_ids=(ids["我对花生过敏"],)),
+        ExtractedMemory("facts", "用户住在杭州", source_turn_ids=(ids["我住在杭州"],)),
+        ExtractedMemory("summary", "用户说自己对花生过敏，住在杭州。"),
+    ):
+        await runtime.memory.distilled.save(
+            [item], USER, group, source_turn_ids=batch, stated_at=THEN
+        )
+    return ids
+
+
+async def holding(runtime: Any, word: str) -> list[str]:
+    """What of USER's private chat still holds ``word``: turns, memories, export lines."""
+    from memory_core.personal import export_person
+
+    export = (await export_person(runtime.memory, USER)).as_json()
+    found = [t["content"] for t in export["turns"] if t["chat"] == "private"]
+    found += [m["content"] for m in export["memories"] if m["chat"] == "private"]
+    found += [c["question"] + c["answer"] for c in export["cached_answers"]]
+    return [text for text in found if word in text]
+
+
+async def test_forget_a_word_takes_every_turn_echo_fact_and_summary_holding_it(
+    app: App, runtime, model
+):
+    await seed_others(runtime)
+    await peanut_chat(runtime)
+    await run(
+        app,
+        (
+            event_of("/忘记 花生"),
+            "确定要删除这 1 条记忆吗？\n"
+            "· [事实] 你对花生过敏\n"
+            "连同这些对话：\n"
+            "· 你：我对花生过敏\n"
+            "· 小诗：好的，记住了\n"
+            "· 小诗：你对花生过敏，推荐海苔吧\n"
+            "以及提到它们的摘要 1 条。\n"
+            f"一共：对话 1 条、机器人回复 2 条、事实 1 条、摘要 1 条。\n{CONFIRM}",
+        ),
+        (
+            event_of("确认"),
+            "已删除包含“花生”的记忆：对话 1 条、机器人回复 2 条、事实 1 条、摘要 1 条。",
+        ),
+    )
+    assert await holding(runtime, "花生") == []
+    assert await contents(runtime, USER, None) == ["我住在杭州", "杭州不错", "推荐点零食"]
+    assert await facts_of(runtime, USER, None) == ["用户住在杭州"]
+    await others_untouched(runtime)
+    await run(app, (event_of("还有什么零食"), "好的"))  # the next prompt holds none of it
+    assert "花生" not in model.text() and "杭州" in model.text()
+
+
+async def test_forget_by_number_in_a_group_counts_the_turns_it_takes_and_names_none(
+    app: App, runtime
+):
+    await peanut_chat(runtime, group=GROUP)
+    listing_sent = {"message_id": 1}
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/我的记忆", group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_api("send_private_msg", {"user_id": USER, "message": text(
+            f"在群 {GROUP} 中我记得关于你的 2 条（第 1/1 页，新的在前）：\n"
+            f"1. [事实 {THEN.astimezone(ZoneInfo('Asia/Shanghai')):%m-%d}] 你住在杭州\n"
+            f"2. [事实 {THEN.astimezone(ZoneInfo('Asia/Shanghai')):%m-%d}] 你对花生过敏\n"
+            "删除一条：/忘记 <编号> 或 /忘记 <词语>。")}, listing_sent)  # fmt: skip
+        ctx.should_call_send(
+            event, MessageSegment.reply(event.message_id) + text(MYMEM_SENT), listing_sent
+        )
+    await run(
+        app,
+        (
+            event_of("/忘记 2", group_id=GROUP),
+            "确定要删除你在本群的第 2 条记忆吗？连同对话 1 条、机器人回复 2 条、摘要 1 条。"
+            + CONFIRM,
+        ),
+        (
+            event_of("确认", group_id=GROUP),
+            "已删除你在本群选中的记忆：对话 1 条、机器人回复 2 条、事实 1 条、摘要 1 条。",
+        ),
+    )
+    assert await contents(runtime, USER, GROUP) == ["我住在杭州", "杭州不错", "推荐点零食"]
+    assert await facts_of(runtime, USER, GROUP) == ["用户住在杭州"]
+
+
+async def test_a_fact_drawn_from_a_whole_batch_names_its_turns_short_before_it_asks(
+    app: App, runtime
+):
+    from memory_core.models import TurnInput
+
+    batch = []
+    for n in range(10):
+        role = "user" if n % 2 == 0 else "assistant"
+        content = f"第{n}句话，" + "很长很长的内容" * 6 if n == 0 else f"第{n}句话"
+        stored = await runtime.memory.add_turn(
+            TurnInput(user_id=USER, role=role, content=content,
+                      created_at=THEN + timedelta(minutes=n))
+        )  # fmt: skip
+        batch.append(stored.turn.id)
+    # A row stored before facts cited their lines: its sources are the whole batch.
+    await runtime.memory.distilled.save(
+        [ExtractedMemory("facts", "用户说了很多话")], USER, source_turn_ids=batch, stated_at=THEN
+    )
+    day = THEN.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%m-%d")
+    listing = (
+        f"我记得关于你的 1 条（第 1/1 页，新的在前）：\n1. [事实 {day}] 你说了很多话\n"
+        "删除一条：/忘记 <编号> 或 /忘记 <词语>。"
+    )
+    await run(app, (event_of("/我的记忆"), listing))
+    question = (
+        "确定要删除这 1 条记忆吗？\n"
+        "· [事实] 你说了很多话\n"
+        "连同这些对话：\n"
+        "· 你：第0句话，很长很长的内容很长很长的内容很长很长的内容很长很…\n"
+        + "".join(f"· {'你' if n % 2 == 0 else '小诗'}：第{n}句话\n" for n in range(1, 8))
+        + "…… 共 10 条\n"
+        f"一共：对话 5 条、机器人回复 5 条、事实 1 条。\n{CONFIRM}"
+    )
+    await run(
+        app,
+        (event_of("/忘记 1"), question),
+        (event_of("确认"), "已删除“你说了很多话”的记忆：对话 5 条、机器人回复 5 条、事实 1 条。"),
+    )
+    assert await contents(runtime, USER, None) == []
+
+
+async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_named(
+    app: App, runtime
+):
+    ids = await peanut_chat(runtime, group=GROUP)
+    await runtime.memory.distilled.save(
+        [ExtractedMemory("facts", "用户不能吃花生酱", source_turn_ids=(ids["我对花生过敏"],))],
+        USER, GROUP, source_turn_ids=list(ids.values()), stated_at=THEN - timedelta(days=1),
+    )  # fmt: skip
+    from memory_core.personal import known_about
+    from nonebot_plugin_temporal_memory.self_service import listings
+
+    shown = await known_about(runtime.memory, USER, GROUP)
+    assert [m.content for m in shown] == ["用户住在杭州", "用户对花生过敏", "用户不能吃花生酱"]
+    listings.remember((SELF_ID, GROUP, USER), shown)
+    await run(
+        app,
+        (
+            event_of("/忘记 2", group_id=GROUP),
+            "确定要删除你在本群的第 2 条记忆吗？"
+            "连同另外 1 条记忆、对话 1 条、机器人回复 2 条、摘要 1 条。" + CONFIRM,
+        ),
+        (
+            event_of("确认", group_id=GROUP),
+            "已删除你在本群选中的记忆：对话 1 条、机器人回复 2 条、事实 2 条、摘要 1 条。",
+        ),
+    )
+    assert await facts_of(runtime, USER, GROUP) == ["用户住在杭州"]
+
+
+async def test_forget_odd_digits_and_huge_numbers_get_one_short_answer(app: App, runtime):
+    await remember(runtime, "用户养了一条狗")
+    await run(app, (event_of("/我的记忆"), LISTED_DOG))
+    await run(
+        app,
+        (
+            event_of("/忘记 " + "9" * 5000),
+            f"没有第 {'9' * 11}… 条。请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。",
+        ),
+        (event_of("/忘记 ²"), "没有找到包含“²”的记忆，什么也没有删。"),  # a word, not a number
+    )
+    assert await facts_of(runtime, USER, None) == ["用户养了一条狗"]

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.plugin.events import SELF_ID, at_seg, message_payload, reply_seg, text_seg
+from tests.plugin.events import (
+    SELF_ID,
+    at_seg,
+    message_payload,
+    recall_payload,
+    reply_seg,
+    text_seg,
+)
 from tests.plugin.wire import (
     REPO,
     ApiCall,
@@ -111,7 +118,8 @@ async def test_mymem_in_a_group_goes_to_the_member_privately_and_the_group_gets_
     private = await wire.peer.wait_reply(user_id=MEMBER, after=mark)
     listing = sent_text(private)
     assert listing.startswith("在群 88001 中我记得关于你的 1 条")
-    assert SECRET in listing and "猫" not in listing  # this group's memories only
+    # This group's memories only, shown to their person as 你….
+    assert "你的银行卡密码是778899" in listing and "猫" not in listing
     assert not any("778899" in text for text in wire.group_texts())
 
 
@@ -180,3 +188,92 @@ async def test_a_huge_argument_in_a_group_gets_one_short_quoted_answer(wire):
         _, after = await say_in_team(wire, [text_seg("/remember 短的笔记")])
         sends = [c for c in wire.peer.calls[mark:] if c.action in SENDS]
         assert sends == [answer, after], command  # nothing else was sent in between
+
+
+# ----------------------------------------------------------------------------- what a delete takes
+
+TALKER = 20041  # a private chat with the bot
+
+
+async def export_lines(data_dir: Path) -> list[str]:
+    """``python -m memory_core export`` of TALKER's private chat, run beside the bot."""
+    env = {**os.environ, "MEMORY_DSN": "", "PYTHONPATH": str(REPO)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memory_core", "--data-dir", str(data_dir), "export",
+        "--session", str(TALKER), cwd=data_dir, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 300)
+    assert process.returncode == 0, err.decode()
+    return out.decode().splitlines()
+
+
+@dataclass
+class Chat:
+    bot: BotProcess
+    peer: OneBotPeer
+    llm: StubLLM
+
+    async def say(self, text: str, *, answer: str | None = None) -> tuple[dict[str, object], str]:
+        """Say ``text`` privately as TALKER (the model answering ``answer``); the event sent
+        and the bot's reply."""
+        if answer is not None:
+            self.llm.reply = answer
+        mark = len(self.peer.calls)
+        payload = message_payload([text_seg(text)], user_id=TALKER)
+        await self.peer.send_event(payload)
+        call = await self.peer.wait_reply(user_id=TALKER, after=mark)
+        return payload, sent_text(call)
+
+
+@pytest.fixture(scope="module")
+async def chat() -> AsyncIterator[Chat]:
+    llm = StubLLM().start()
+    bot = await start_bot(llm_url=llm.base_url)
+    peer = None
+    try:
+        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+        yield Chat(bot=bot, peer=peer, llm=llm)
+    finally:
+        if peer is not None:
+            await peer.close()
+        await stop_bot(bot)
+        llm.stop()
+        log = bot.log_text()
+        shutil.rmtree(bot.data_dir, ignore_errors=True)
+        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+
+
+async def test_forget_a_word_and_confirm_leaves_no_turn_or_echo_holding_it(chat):
+    await chat.say("我对花生过敏，记住哦", answer="好的，你对花生过敏，我记住了。")
+    await chat.say("我住在杭州", answer="杭州很美。")
+    await chat.say("推荐点零食", answer="你对花生过敏，推荐海苔吧。")
+    assert sum("花生" in line for line in await export_lines(chat.bot.data_dir)) == 3
+
+    _, question = await chat.say("/忘记 花生")
+    assert question.startswith("确定要删除这些内容吗？\n这些对话：\n· 你：我对花生过敏，记住哦\n")
+    assert "· 小诗：你对花生过敏，推荐海苔吧。\n一共：对话 1 条、机器人回复 2 条。" in question
+    _, done = await chat.say("确认")
+    assert done == "已删除包含“花生”的记忆：对话 1 条、机器人回复 2 条。"
+
+    lines = await export_lines(chat.bot.data_dir)
+    assert not [line for line in lines if "花生" in line]
+    assert any("我住在杭州" in line for line in lines)
+    await chat.say("还有别的零食吗", answer="有的。")
+    assert "花生" not in "\n".join(m["content"] for m in chat.llm.calls[-1].messages)
+
+
+async def test_a_recall_takes_the_bots_later_reply_repeating_the_message(chat):
+    secret, _ = await chat.say("我的银行卡密码是778899", answer="收到。")
+    await chat.say("再确认一下", answer="你的银行卡密码是778899，我记着呢。")
+    await chat.say("今天天气不错", answer="适合散步。")
+    assert sum("778899" in line for line in await export_lines(chat.bot.data_dir)) == 2
+
+    await chat.peer.send_event(recall_payload(int(str(secret["message_id"])), user_id=TALKER))
+    for _ in range(30):
+        lines = await export_lines(chat.bot.data_dir)
+        if not any("778899" in line for line in lines):
+            break
+        await asyncio.sleep(0.2)
+    assert not any("778899" in line for line in lines)
+    assert any("再确认一下" in line for line in lines) and any("适合散步" in line for line in lines)

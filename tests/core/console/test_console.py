@@ -217,6 +217,59 @@ async def test_delete_goes_to_the_bin_and_restore_brings_back_the_same_row(memor
     assert actions == ["restore", "restore", "delete", "delete"]
 
 
+async def test_deleting_a_fact_takes_the_turns_it_came_from_and_the_replies_into_the_bin(
+    memory_factory,
+):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    said = (await console.turns(str(ALICE), TurnSearch(text="很喜欢吃骨头")))[0].turn
+    await memory.distilled.save(
+        [ExtractedMemory("facts", "用户的狗喜欢吃骨头", source_turn_ids=(said.id,))],
+        ALICE,
+        source_turn_ids=[said.id],
+        stated_at=T0,
+    )
+    fact = next(m for m in await console.memories(str(ALICE)) if "骨头" in m.content)
+
+    fact_bin = await console.delete("distilled", str(ALICE), fact.id, actor=ACTOR)
+
+    assert fact_bin is not None
+    left = [f.turn.content for f in await console.turns(str(ALICE), TurnSearch())]
+    assert left == ["明天我要去北京出差"]  # the turn and the bot's reply to it went
+    binned = {(b.kind, b.summary) for b in await console.recycle_bin(str(ALICE))}
+    assert binned == {
+        ("distilled", "用户的狗喜欢吃骨头"),
+        ("turn", "我家的狗叫旺财，很喜欢吃骨头"),
+        ("turn", "旺财真可爱"),
+    }
+    assert [m.content for m in await console.memories(str(ALICE))] == ["用户养了一条狗叫旺财"]
+    # Each comes back on its own.
+    [turn_bin] = [b.id for b in await console.recycle_bin(str(ALICE)) if b.summary == "旺财真可爱"]
+    await console.restore(turn_bin, actor=ACTOR)
+    left = [f.turn.content for f in await console.turns(str(ALICE), TurnSearch())]
+    assert left == ["明天我要去北京出差", "旺财真可爱"]
+
+
+async def test_deleting_a_turn_takes_the_memories_drawn_from_it_into_the_bin(memory_factory):
+    memory = await memory_factory()
+    await _seed(memory)
+    console = MemoryConsole(memory)
+    said = (await console.turns(str(ALICE), TurnSearch(text="北京出差")))[0].turn
+    await memory.distilled.save(
+        [ExtractedMemory("facts", "用户明天去北京出差", source_turn_ids=(said.id,))],
+        ALICE,
+        source_turn_ids=[said.id],
+        stated_at=T0,
+    )
+
+    assert await console.delete("turn", str(ALICE), said.id, actor=ACTOR) is not None
+
+    assert [m.content for m in await console.memories(str(ALICE))] == ["用户养了一条狗叫旺财"]
+    binned = {(b.kind, b.summary) for b in await console.recycle_bin(str(ALICE))}
+    assert binned == {("turn", "明天我要去北京出差"), ("distilled", "用户明天去北京出差")}
+
+
 async def test_restore_refuses_a_fact_stored_again_meanwhile(memory_factory):
     memory = await memory_factory()
     await _seed(memory)

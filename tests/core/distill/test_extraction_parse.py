@@ -192,3 +192,33 @@ def test_restatements_are_recognised(a, b):
 )
 def test_a_changed_name_place_number_or_negation_is_not_a_restatement(a, b):
     assert not restates(a, b) and not restates(b, a)
+
+
+LINES = (101, 102, 103)  # the turn ids of a three-line conversation
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        ("[2]", (102,)),
+        ('[3, "1", "[3]", "#2"]', (103, 101, 102)),
+        ("2", (102,)),
+        ("[4]", ()),
+        ("[0]", ()),
+        ("[2, 9]", ()),
+        ('["第二行"]', ()),
+        ("[1.5]", ()),
+        ("[true]", ()),
+        ("[]", ()),
+        ("null", ()),
+        ('{"line": 2}', ()),
+    ],
+)
+def test_cited_lines_become_turn_ids_and_any_bad_number_falls_back_to_the_batch(sources, expected):
+    answer = f'[{{"fact": "用户住在北京", "sources": {sources}}}]'
+    [fact] = parse_items(answer, "facts", (), LINES)
+    assert fact.source_turn_ids == expected
+    [preference] = parse_items(
+        f'[{{"preference": "喜欢简短的回答", "sources": {sources}}}]', "preferences", (), LINES
+    )
+    assert preference.source_turn_ids == expected
