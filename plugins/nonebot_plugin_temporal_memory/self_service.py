@@ -75,7 +75,7 @@ MYMEM_NOT_SENT = (
 @plugin_command("我的记忆", "mymem")
 async def handle_mymem(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
     word = args.extract_plain_text().strip()
-    if word and not word.isdigit():
+    if word and not (word.isascii() and word.isdigit()):  # "²" is a digit int() refuses
         await reply(bot, event, runtime, MYMEM_USAGE)
         return
     page = max(int(word), 1) if word else 1

@@ -582,10 +582,10 @@ async def test_forget_by_number_in_a_group_counts_the_turns_it_takes_and_names_n
         (
             event_of("/忘记 2", group_id=GROUP),
             "确定要删除你在本群的第 2 条记忆吗？连同对话 1 条、机器人回复 2 条、摘要 1 条。"
-            + CONFIRM,
+            + ASK_IN_GROUP,
         ),
         (
-            event_of("确认", group_id=GROUP),
+            to_bot("确认", group_id=GROUP),
             "已删除你在本群选中的记忆：对话 1 条、机器人回复 2 条、事实 1 条、摘要 1 条。",
         ),
     )
@@ -653,10 +653,10 @@ async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_n
         (
             event_of("/忘记 2", group_id=GROUP),
             "确定要删除你在本群的第 2 条记忆吗？"
-            "连同另外 1 条记忆、对话 1 条、机器人回复 2 条、摘要 1 条。" + CONFIRM,
+            "连同另外 1 条记忆、对话 1 条、机器人回复 2 条、摘要 1 条。" + ASK_IN_GROUP,
         ),
         (
-            event_of("确认", group_id=GROUP),
+            to_bot("确认", group_id=GROUP),
             "已删除你在本群选中的记忆：对话 1 条、机器人回复 2 条、事实 2 条、摘要 1 条。",
         ),
     )
@@ -670,8 +670,13 @@ async def test_forget_odd_digits_and_huge_numbers_get_one_short_answer(app: App,
         app,
         (
             event_of("/忘记 " + "9" * 5000),
-            f"没有第 {'9' * 11}… 条。请先发送 /我的记忆 查看编号，再用 /忘记 <编号> 删除。",
+            "内容太长（5000 字），请控制在 500 字以内。",  # refused before any handler reads it
         ),
         (event_of("/忘记 ²"), "没有找到包含“²”的记忆，什么也没有删。"),  # a word, not a number
+        (
+            event_of("/我的记忆 ²"),
+            "用法：/我的记忆 [页码]（mymem）查看我记得的关于你的事实和偏好。",
+        ),
+        (event_of("/我的记忆 " + "9" * 400), LISTED_DOG),  # past the end: the last page
     )
     assert await facts_of(runtime, USER, None) == ["用户养了一条狗"]
