@@ -449,6 +449,8 @@ async def handle_memstat(bot: Bot, event: MessageEvent, _args: Message, runtime:
 
 _FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private|full)(?!\S)")
 RECALL_ITEMS = 5
+RECALL_SENT_PRIVATELY = "其他会话的记忆已私聊发给你（不在群里公开）。"
+RECALL_NOT_SENT = "没能私聊发给你（可先加我为好友），其他会话的记忆不在群里公开。"
 RECALL_LINE_CHARS = 60
 # A stored /recall (with any command start, after an @ of the bot) and the bot's answer to one.
 _RECALL_COMMAND = re.compile(r"\s*(?:@\S+\s*)?[/／、!！]\s*(?:recall|回忆)", re.I)
@@ -531,8 +533,14 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
     if user_id != event.user_id:
         where += f" · 用户 {user_id}"
     asked = quoted(request.query)
+    # Another chat's memory (a superuser's --user / --group / --private) asked in a group
+    # is not for that group: it goes to the superuser privately.
+    elsewhere = group_id_of(event) is not None and (
+        user_id != event.user_id or group_id != group_id_of(event)
+    )
     if listing.empty:
-        await reply(bot, event, runtime, f"在{where}中没有找到与{asked}相关的记忆。")
+        text = f"在{where}中没有找到与{asked}相关的记忆。"
+        await _answer_recall(bot, event, runtime, text, privately=elsewhere)
         return
     if listing.windows is not None:
         block = runtime.memory.format_block(listing.windows, now, asker=user_id)
@@ -553,7 +561,20 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         lines.extend(_one_line("· ", hit.memory.content) for hit in listing.facts)
     if listing.windows is None:
         lines.append("加 --full 查看带上下文的完整记忆。")
-    await reply(bot, event, runtime, "\n".join(lines))  # at most two messages (``reply``)
+    await _answer_recall(bot, event, runtime, "\n".join(lines), privately=elsewhere)
+
+
+async def _answer_recall(
+    bot: Bot, event: MessageEvent, runtime: Runtime, text: str, *, privately: bool
+) -> None:
+    """The answer, in at most two messages: in the chat, or to the asker privately (and a
+    note in the group saying so)."""
+    if not privately:
+        await reply(bot, event, runtime, text)
+        return
+    max_chars = runtime.settings.chat_reply_max_chars
+    sent = await send_private_text(bot, event.user_id, text, max_chars=max_chars)
+    await reply(bot, event, runtime, RECALL_SENT_PRIVATELY if sent else RECALL_NOT_SENT)
 
 
 def _asking_or_echo(event: MessageEvent) -> Callable[[MemoryTurn], bool]:

@@ -566,6 +566,40 @@ async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
     )
 
 
+async def test_another_chats_recall_asked_in_a_group_goes_privately_to_the_superuser(
+    app: App, runtime
+):
+    await seed(runtime)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        # In group 30003, the superuser asks about user 30001's private chat.
+        event = event_of("/recall --user 30001 --private 鱼", user_id=SUPERUSER_ID, group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_api("send_private_msg", ANY_PRIVATE, {"message_id": 5})
+        ctx.should_call_send(
+            event,
+            MessageSegment.reply(event.message_id)
+            + text("其他会话的记忆已私聊发给你（不在群里公开）。"),
+            {"message_id": 6},
+        )
+    assert ANY_PRIVATE.seen[0]["user_id"] == SUPERUSER_ID
+
+
+class _AnyPrivate:
+    """Matches the parameters of any private send, keeping them."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def __eq__(self, other: object) -> bool:
+        assert isinstance(other, dict)
+        self.seen.append(other)
+        return True
+
+
+ANY_PRIVATE = _AnyPrivate()
+
+
 async def say(runtime: Any, *lines: tuple[str, str], message_id: int | None = None) -> None:
     """Store (role, text) turns of USER in GROUP, a minute apart, two hours ago and earlier."""
     for i, (role, content) in enumerate(lines):
