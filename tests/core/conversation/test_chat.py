@@ -689,11 +689,25 @@ async def test_answering_a_message_with_a_time_word_embeds_its_query_once(memory
     assert "用户喜欢在雨天看书" in model.prompt_text()
 
 
+class HeldPassages(HashingEmbedder):
+    """Embeds queries at once and passages only once ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        await self.release.wait()
+        return await super().embed_passages(texts)
+
+
 async def test_both_turns_of_an_exchange_are_stored_at_once_and_embedded_together_after(
     memory_factory,
 ):
-    embedder = HashingEmbedder()
-    memory = await memory_factory(embedder=embedder, embedding_defer_window=0.2)
+    embedder = HeldPassages()
+    # A window far longer than the exchange takes, however loaded the machine: both turns
+    # are in it; the held embedder (not a timer) keeps their vectors away until released.
+    memory = await memory_factory(embedder=embedder, embedding_defer_window=3.0)
     model, outbox = RecordingModel("记住了，周三去图书馆"), Outbox()
     result = await engine_for(memory, model).converse(
         user_turn("我周三要去图书馆还书", message_id=1), outbox
@@ -702,6 +716,7 @@ async def test_both_turns_of_an_exchange_are_stored_at_once_and_embedded_togethe
     # The reply was asked for with only the query embedded; both turns wait for their vectors.
     assert (await memory.stats()).store.pending_embeddings == 2
     calls_before = embedder.calls
+    embedder.release.set()
     await memory.settle_embeddings()
     assert (await memory.stats()).store.pending_embeddings == 0
     assert embedder.calls == calls_before + 1  # one call for the user turn and the reply
