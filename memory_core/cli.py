@@ -62,6 +62,11 @@ def _parse_time(value: str | None, field: str) -> datetime | None:
     return check_time(datetime.fromisoformat(value), field)
 
 
+def _shown(moment: datetime | None, tz: tzinfo) -> str | None:
+    """A time as the CLI prints it: ISO 8601 in ``MEMORY_TIMEZONE``, with its offset."""
+    return moment.astimezone(tz).isoformat() if moment is not None else None
+
+
 def _optional_int(data: Mapping[str, Any], key: str) -> int | None:
     value = data.get(key)
     if value is None:
@@ -265,8 +270,8 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
             "by_chat_type_role": {f"{c}/{r}": n for (c, r), n in stats.store.by_type_role.items()},
             "sessions": stats.store.sessions,
             "bytes": stats.store.total_bytes,
-            "oldest": stats.store.oldest.isoformat() if stats.store.oldest else None,
-            "newest": stats.store.newest.isoformat() if stats.store.newest else None,
+            "oldest": _shown(stats.store.oldest, memory.tz),
+            "newest": _shown(stats.store.newest, memory.tz),
             "pending_embeddings": stats.store.pending_embeddings,
             "spooled_turns": stats.spooled_turns,
             "dead_letters": stats.dead_letters,

@@ -218,6 +218,8 @@ def test_stats_reports_counts_and_model(imported):
     assert data["rows"] == 4 and data["sessions"] == 3
     assert data["by_chat_type_role"] == {"private/user": 2, "private/assistant": 1, "group/user": 1}
     assert data["embedding_dim"] == 384
+    # Times in MEMORY_TIMEZONE (Asia/Shanghai by default), as every time shown.
+    assert data["oldest"] == "2024-01-16T10:30:15+08:00"
 
 
 def test_stats_prints_the_sectioned_chinese_dashboard_of_memstat(imported):
