@@ -146,7 +146,9 @@ async def run_import(
     async def run() -> ImportReport:
         options: dict[str, Any] = {"dry_run": args.dry_run, "progress": progress, "show": show}
         if target is not None:
-            return await import_qq_text(memory, path, target, chat=args.chat, **options)
+            return await import_qq_text(
+                memory, path, target, chat=args.chat, encoding=args.encoding, **options
+            )
         if fmt == "chatrecorder":
             return await import_chatrecorder(memory, source, **options)
         return await import_json_lines(memory, read_json_lines(path), **options)
@@ -362,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="qq-txt, private chat: the user's name in the export (default: 消息对象)",
     )
     imp.add_argument("--chat", help="qq-txt: which 消息对象 of an export holding several")
+    imp.add_argument(
+        "--encoding",
+        help="qq-txt: the file's encoding, e.g. shift_jis (default: detected among UTF-8, "
+        "UTF-16 and GB18030)",
+    )
     imp.add_argument(
         "--dry-run", action="store_true", help="print what would be stored; store nothing"
     )

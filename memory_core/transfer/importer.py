@@ -165,16 +165,19 @@ async def import_qq_text(
     target: ImportTarget,
     *,
     chat: str | None = None,
+    encoding: str | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
     show: Show | None = None,
 ) -> ImportReport:
-    """Import a QQ PC text export into ``target`` (see ``memory_core.transfer.target``).
+    """Import a QQ PC text export into ``target`` (see ``memory_core.transfer.target``), read
+    in ``encoding`` if given (else detected, see ``decode_export``).
 
     ``ValueError`` when the file cannot be read as an export at all (unknown encoding, no
     message in it, several chats and no ``chat`` picked); bad lines are reported and skipped.
     """
-    export = parse_qq_text(decode_export(await asyncio.to_thread(path.read_bytes)))
+    data = await asyncio.to_thread(path.read_bytes)
+    export = parse_qq_text(decode_export(data, encoding))
     if not export.messages:
         first = f" (line {export.problems[0].line}: {export.problems[0].reason})"
         raise ValueError(

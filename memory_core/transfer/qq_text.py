@@ -75,9 +75,18 @@ class QQTextExport:
     chats: tuple[str, ...]  # the 消息对象 names, in file order
 
 
-def decode_export(data: bytes) -> str:
-    """The text of an export file: BOM first, then UTF-16 without BOM (NUL bytes), then
-    UTF-8, then GB18030 (older Windows exports); ``ValueError`` if none fits."""
+def decode_export(data: bytes, encoding: str | None = None) -> str:
+    """The text of an export file: in ``encoding`` when one is stated (an export of another
+    locale: a Japanese Windows's Shift-JIS also reads as GB18030, as nonsense); else BOM
+    first, then UTF-16 without BOM (NUL bytes), then UTF-8, then GB18030 (older Windows
+    exports); ``ValueError`` if none fits."""
+    if encoding is not None:
+        try:
+            return data.decode(encoding)
+        except LookupError as exc:
+            raise ValueError(f"unknown encoding {encoding!r}") from exc
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not text in {encoding} (byte {exc.start} is unreadable)") from exc
     for bom, encoding in (
         (codecs.BOM_UTF8, "utf-8-sig"),
         (codecs.BOM_UTF16_LE, "utf-16"),

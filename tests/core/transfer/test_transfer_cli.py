@@ -105,3 +105,31 @@ def test_a_chatrecorder_sqlite_file_is_recognised_and_shown_in_a_dry_run(
     )
     assert "would store 5 new in 3 session(s)" in result.stdout
     assert "1 messages without text skipped" in result.stdout
+
+
+def test_an_export_in_another_locales_encoding_is_read_as_stated(
+    fresh_dsn: str, tmp_data_dir: Path
+):
+    said = "明日は東京に行きます、お土産を買ってくるね"
+    export = tmp_data_dir / "japanese.txt"
+    export.write_bytes(f"2024-01-16 10:30:15 太郎(123456)\n{said}\n\n".encode("shift_jis"))
+    guessed = run_cli(
+        "import", str(export), *TARGET, "--dry-run", dsn=fresh_dsn, data_dir=tmp_data_dir
+    )
+    assert guessed.returncode == 0 and said not in guessed.stdout  # read as GB18030: nonsense
+    stated = run_cli(
+        "import", str(export), *TARGET, "--encoding", "shift_jis", "--dry-run",
+        dsn=fresh_dsn, data_dir=tmp_data_dir,
+    )  # fmt: skip
+    assert stated.returncode == 0, stated.stderr
+    assert f"user(太郎): {said}" in stated.stdout
+    unknown = run_cli(
+        "import",
+        str(export),
+        *TARGET,
+        "--encoding",
+        "klingon",
+        dsn=fresh_dsn,
+        data_dir=tmp_data_dir,
+    )
+    assert unknown.returncode == 2 and "unknown encoding 'klingon'" in unknown.stderr
