@@ -428,4 +428,4 @@ async def test_llm_down_gives_the_apology_and_keeps_the_users_turn(wire: Wire):
     finally:
         wire.llm.mode = "ok"
     assert answer == APOLOGY
-    assert "今天下午三点开项目会" in await recall_text(wire, "开会", user_id=user)
+    assert "今天下午三点开项目会" in await recall_text(wire, "项目会", user_id=user)
