@@ -54,9 +54,11 @@ async def stored_turns(memory: TemporalMemory) -> int:
     return sum((await memory.stats(NOW)).store.by_type_role.values())
 
 
-@pytest.mark.parametrize("group", [None, GROUP], ids=["private", "group"])
+@pytest.mark.parametrize(
+    ("group", "group_name"), [(None, None), (GROUP, "面食爱好者")], ids=["private", "group"]
+)
 async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
-    memory_factory, group
+    memory_factory, group, group_name
 ):
     # Few anchors, no window: among lines like the message, what the query holds besides it
     # decides which old line reaches the prompt.
@@ -86,6 +88,7 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
         now=NOW,
         sender_name="小明",
         bot_name="小诗",
+        group_name=group_name,
     )
     assert await stored_turns(memory) == stored_before  # the debugger stores nothing
 
@@ -95,7 +98,7 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     async def send(text: str) -> Delivery:
         return Delivery(text=text, message_id=9001)
 
-    result = await engine.converse(said(message, 0, group), send)
+    result = await engine.converse(said(message, 0, group), send, group_name=group_name)
 
     assert result.outcome is Outcome.REPLIED
     [sent] = model.prompts
@@ -103,3 +106,5 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     # The conversational query (the recent lines about the noodle shop) found the old line.
     assert NOODLES in sent[0]["content"]
     assert trace.search_text.endswith(message) and "面馆" in trace.search_text
+    [noodles] = [c for c in trace.candidates if c.turn is not None and c.turn.content == NOODLES]
+    assert noodles.fate == "进入提示词"  # the candidates are the bot's recall's, widened
