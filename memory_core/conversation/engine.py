@@ -220,7 +220,6 @@ class ConversationEngine:
         self._memory = memory
         self._model = chat_model
         self._settings = memory.settings
-        self._tz = memory.tz
         self._bot_name = bot_name
         self._preparer = PromptPreparer(memory, bot_name=bot_name)
         self._clock = clock or (lambda: datetime.now(timezone.utc))
