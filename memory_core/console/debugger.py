@@ -1,24 +1,24 @@
 """The recall debugger: what the bot would put in the prompt for one message, and why.
 
-It retraces a reply's preparation (``conversation.engine``) for a message typed by the
-operator, as a given session at a given time, without storing the message or counting any
-memory as used: the short-term turns, the recall with each candidate's channel scores, the
-memory context within the token budget, and the final chat messages.
+It prepares a reply's prompt on the bot's own path (``conversation.preparation``) for a
+message typed by the operator, as a given session at a given time, without storing the message
+or counting any memory as used, and shows the short-term turns, the recall with each
+candidate's channel scores, the memory context within the token budget, and the final chat
+messages.
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..context.builder import MemoryContext
-from ..conversation.prompt import ChatPlace, build_chat_messages, build_system_prompt
+from ..conversation.preparation import PromptPreparer, not_before
 from ..lang.keywords import document_terms, query_terms
 from ..lang.timerange import analyse_query
-from ..models import MemoryTurn, generate_session_key
-from ..recall.options import RecallOptions
+from ..models import MemoryTurn, TurnInput, generate_session_key
 from ..recall.ranking import DecayPolicy
 
 if TYPE_CHECKING:
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 # Candidates shown beyond the ones recall keeps, so a near miss can be seen.
 WIDER_RECALL = 3
-# The engine recalls dialogue as of just before the message (it is being stored meanwhile).
-JUST_BEFORE = timedelta(microseconds=1)
 
 KEPT = "进入提示词"
 RECENT = "已在近期对话中（作为聊天记录发送）"
@@ -83,40 +81,40 @@ async def trace_recall(
     now: datetime,
     sender_name: str | None = None,
     bot_name: str | None = None,
+    group_name: str | None = None,
 ) -> RecallTrace:
-    """Prepare the prompt for ``message`` from this session at ``now``, as a reply would."""
+    """Prepare the prompt for ``message`` from this session at ``now`` as a reply would (the
+    bot's own path, ``conversation.preparation``), and add what became of each candidate."""
     s = memory.settings
-    cutoff = now - JUST_BEFORE
-    recent: list[MemoryTurn] = []
-    if s.chat_recent_turns > 0 and s.chat_recent_minutes > 0:
-        recent = await memory.recent_turns(
-            user_id,
-            group_id,
-            limit=s.chat_recent_turns,
-            since=now - timedelta(minutes=s.chat_recent_minutes),
-            now=cutoff,
-        )
-    recalled, wider = await asyncio.gather(
-        memory.recall(user_id, message, group_id, RecallOptions(now=cutoff)),
-        memory.recall(
-            user_id,
-            message,
-            group_id,
-            RecallOptions(now=cutoff, top_n=max(s.memory_top_n, 1) * WIDER_RECALL, window_size=0),
+    asked = TurnInput(
+        user_id=user_id,
+        group_id=group_id,
+        role="user",
+        content=message,
+        sender_name=sender_name,
+        created_at=now,
+    )
+    preparer = PromptPreparer(memory, bot_name=bot_name)
+    tail = await preparer.read_tail(asked, now)
+    asked = not_before(asked, tail.previous_at)
+    prepared = await preparer.prepare(asked, tail, now, group_name=group_name, touch=False)
+    if prepared.failure is not None:
+        raise prepared.failure
+    assert prepared.context is not None and prepared.recalled is not None
+    assert prepared.options is not None
+    context, recalled = prepared.context, prepared.recalled
+    # The same query (context included) asked for more anchors, so a near miss can be seen.
+    wider = await memory.recall(
+        user_id,
+        prepared.question,
+        group_id,
+        dataclasses.replace(
+            prepared.options, top_n=max(s.memory_top_n, 1) * WIDER_RECALL, window_size=0
         ),
     )
-    recent_ids = {t.id for t in recent}
-    context = await memory.build_context(
-        user_id,
-        group_id,
-        message,
-        now,
-        exclude_ids=tuple(recent_ids),
-        recall=recalled,
-        touch=False,
-    )
+    recent_ids = {t.id for t in prepared.recent}
     when = analyse_query(message, now, memory.tz) if s.memory_time_understanding else None
-    wanted = set(query_terms(recalled.search_text or message))
+    wanted = set(query_terms(recalled.search_text or prepared.question))
     decay = _decay(memory)
     # Windows that share turns are merged, so a candidate may be inside another's window.
     recalled_ids = {t.id for w in recalled.windows for t in w.turns}
@@ -147,26 +145,15 @@ async def trace_recall(
                 rerank=reranked.get(window.anchor_id),
             )
         )
-    system = build_system_prompt(
-        now,
-        memory.tz,
-        bot_name=bot_name,
-        last_turn_at=await memory.last_turn_time(user_id, group_id, cutoff),
-        persona=s.chat_persona or None,
-        place=ChatPlace(user_id, sender_name, group_id, None),
-    )
-    messages = build_chat_messages(
-        system, context.text, recent, message, now, memory.tz, sender_name=sender_name
-    )
     return RecallTrace(
         session_key=generate_session_key(user_id, group_id),
         message=message,
         now=now,
-        search_text=recalled.search_text or message,
+        search_text=recalled.search_text or prepared.question,
         time_range=None if when is None else when.range.expression,
         candidates=tuple(candidates),
         context=context,
-        recent=tuple(recent),
-        messages=tuple(messages),
+        recent=prepared.recent,
+        messages=tuple(prepared.messages),
         budget=s.memory_max_tokens,
     )

@@ -6,10 +6,10 @@ One user message goes through :meth:`ConversationEngine.converse`:
    follows in the background, batched with other turns': only the query's is needed here);
 2. short-term memory (the session's last few turns within a few minutes) and long-term memory
    are gathered: one token budget filled with the person's preferences, the relevant facts,
-   recent summaries, then recalled dialogue windows minus what short-term memory already shows
-   (``TemporalMemory.build_context``);
+   recent summaries, then recalled dialogue windows minus what short-term memory already shows;
 3. the system prompt carries the current time, the timezone and the time rules, and offers a
-   recap when the previous turn is more than an hour old;
+   recap when the previous turn is more than an hour old (steps 2 and 3 are
+   ``conversation.preparation``, the path the console's recall debugger takes too);
 4. with the answer cache on (ANSWER_CACHE_ENABLED), a cached answer is sent instead of asking
    the model when the question is neither time-dependent nor personal (the policy is explained
    above ``_personal_for_lookup``);
@@ -43,24 +43,18 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 
 from ..answer_cache.store import CachedAnswer
-from ..context.builder import MemoryContext
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
-from ..lang.text import scrub
-from ..models import AddOutcome, MemoryTurn, RecallResult, TurnInput, generate_session_key
+from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
 from ..providers.llm import ChatModel
-from ..recall.options import RecallOptions
 from ..service import TemporalMemory
 from ..storage.turn_rows import message_uuid_for
-from .prompt import ChatPlace, build_chat_messages, build_system_prompt
+from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
 
 log = logging.getLogger(__name__)
 
 APOLOGY = "抱歉，我这边暂时没法回答，请稍后再试。"
 NOT_CONFIGURED_NOTICE = "聊天模型还没有配置，暂时不能聊天；你说的话我先记下了。"
 SLOW_NOTICE = "稍等，我想一想……"
-INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
-# The current message is excluded from its own recall by cutting recall off just before it.
-_JUST_BEFORE = timedelta(microseconds=1)
 # The same message delivered twice (HTTP + WebSocket, a reconnect) arrives within minutes.
 REDELIVERY_WINDOW = timedelta(minutes=10)
 _NOTICE_TABLE_MAX = 4096
@@ -102,28 +96,6 @@ class ChatResult:
     from_cache: bool = False  # the reply came from the answer cache; the model was not asked
 
 
-@dataclass(frozen=True)
-class _Tail:
-    """What a message reads of its session before it is stored: the previous turn's time and
-    the short-term turns up to it (``failure``: the read failed; answer without memory)."""
-
-    previous_at: datetime | None
-    recent: tuple[MemoryTurn, ...] = ()
-    failure: MemoryCoreError | None = None
-
-
-@dataclass(frozen=True)
-class _Prompt:
-    """The model's messages and what went into them."""
-
-    messages: list[dict[str, str]]
-    question: str  # the current message as the model sees it (also the cache's key)
-    memory_ok: bool = True  # memory could be read
-    context: MemoryContext | None = None
-    recent: tuple[MemoryTurn, ...] = ()
-    memory_ms: float | None = None  # how long reading memory took (recall and context)
-
-
 # Daily counters of the time memory took to read for a reply (the console's chart): how many
 # replies, their milliseconds summed, and how many fell in each band.
 RECALL_REPLIES = "recall_replies"
@@ -154,12 +126,12 @@ def recall_metrics(milliseconds: float) -> dict[str, int]:
 #   are looked up only there, as recall never lets one chat's words reach another.
 #
 # Both keep the cache's refusals in force: a time-dependent or personal answer is never served.
-def _personal_for_lookup(prompt: _Prompt) -> bool:
+def _personal_for_lookup(prompt: PreparedPrompt) -> bool:
     context = prompt.context
     return context is None or bool(context.fact_ids or context.preference_ids)
 
 
-def _personal_for_caching(prompt: _Prompt) -> bool:
+def _personal_for_caching(prompt: PreparedPrompt) -> bool:
     return prompt.context is None or prompt.context.personal or bool(prompt.recent)
 
 
@@ -233,14 +205,6 @@ def split_reply(text: str, max_chars: int) -> list[str]:
     return pieces
 
 
-def prompt_text(content: str, max_chars: int) -> str:
-    """The current message as the model gets it: storable text, cut (visibly) when very long."""
-    text = scrub(content)
-    if len(text) <= max_chars:
-        return text
-    return text[:max_chars] + INPUT_CUT_MARK.format(dropped=len(text) - max_chars)
-
-
 class ConversationEngine:
     """Turns one user message into one reply, with memory (see the module docstring)."""
 
@@ -256,8 +220,8 @@ class ConversationEngine:
         self._memory = memory
         self._model = chat_model
         self._settings = memory.settings
-        self._tz = memory.tz
         self._bot_name = bot_name
+        self._preparer = PromptPreparer(memory, bot_name=bot_name)
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._monotonic = monotonic
         self._locks = SessionLocks()
@@ -297,15 +261,15 @@ class ConversationEngine:
         async with self._locks.hold(turn.session_key):
             turn = self._stamped(turn)
             tail = await self._tail(turn)
-            turn = _not_before(turn, tail.previous_at)
+            turn = not_before(turn, tail.previous_at)
             if self._model is None:
                 stored = await self._store(turn)
-                prompt = _Prompt(messages=[], question="")
+                prompt = PreparedPrompt(messages=[], question="")
             else:
                 # Memory is read only up to just before this message, so reading it need not
                 # wait for the message to be stored; the model is asked only after both.
                 stored, prompt = await asyncio.gather(
-                    self._store(turn), self._build_prompt(turn, tail, group_name)
+                    self._store(turn), self._prepare(turn, tail, group_name)
                 )
             if stored is None:
                 return ChatResult(Outcome.EMPTY)
@@ -385,7 +349,7 @@ class ConversationEngine:
         # The reply is stored after the message it answers even if the message's own time
         # (taken from the chat platform) is a little ahead of this machine's clock.
         assert turn.created_at is not None
-        return turn.created_at + _JUST_BEFORE
+        return turn.created_at + JUST_BEFORE
 
     async def _keep_unanswered(self, turn: MemoryTurn | None) -> None:
         """An unanswered message expires like a scored one (see ``keep_unanswered``)."""
@@ -446,30 +410,20 @@ class ConversationEngine:
         finally:
             answer.cancel()  # only matters when this call itself is cancelled
 
-    async def _tail(self, turn: TurnInput) -> _Tail:
-        """The session's last turn time, and with a model its short-term turns of the last
-        CHAT_RECENT_MINUTES, read in one round trip before ``turn`` is stored.
+    async def _tail(self, turn: TurnInput) -> Tail:
+        # With no model only the previous turn's time matters (for stamping the message).
+        tail = await self._preparer.read_tail(turn, self._now(turn), recent=self._model is not None)
+        if tail.failure is not None:
+            log.warning("last turn time unavailable for %s: %s", turn.session_key, tail.failure)
+        return tail
 
-        Read up to this message's time, the recent turns are those ``_build_prompt`` would read
-        up to just before its (possibly later, ``_not_before``) stamp: no turn of the session
-        lies between the two, as the previous turn is the last one up to now."""
-        limit = self._settings.chat_recent_turns
-        minutes = self._settings.chat_recent_minutes
-        now = self._now(turn)
-        try:
-            if self._model is None or limit <= 0 or minutes <= 0:
-                return _Tail(await self._memory.last_turn_time(turn.user_id, turn.group_id, now))
-            tail = await self._memory.session_tail(
-                turn.user_id,
-                turn.group_id,
-                limit=limit,
-                since=now - timedelta(minutes=minutes),
-                now=now,
-            )
-        except MemoryCoreError as exc:
-            log.warning("last turn time unavailable for %s: %s", turn.session_key, exc)
-            return _Tail(None, failure=exc)
-        return _Tail(tail.last_turn_at, tail.recent)
+    async def _prepare(self, turn: TurnInput, tail: Tail, group_name: str | None) -> PreparedPrompt:
+        """The chat messages for the model (``conversation.preparation``, shared with the
+        console's debugger); memory may be missing."""
+        prompt = await self._preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
+        if prompt.failure is not None:
+            log.warning("answering session %s without memory: %s", turn.session_key, prompt.failure)
+        return prompt
 
     async def _notice(self, turn: TurnInput, send: SendText, stored: AddOutcome) -> ChatResult:
         # Once per interval in each chat: a group's members all read the same notice.
@@ -489,74 +443,9 @@ class ConversationEngine:
         assert turn.created_at is not None
         return max(self._clock(), turn.created_at)
 
-    async def _build_prompt(
-        self, turn: TurnInput, tail: _Tail, group_name: str | None = None
-    ) -> _Prompt:
-        """The chat messages for the model and what went into them (memory may be missing)."""
-        assert turn.created_at is not None
-        now = self._now(turn)
-        cutoff = turn.created_at - _JUST_BEFORE
-        text = prompt_text(turn.content, self._settings.chat_max_input_chars)
-        recent: list[MemoryTurn] = []
-        context: MemoryContext | None = None
-        memory_ok = True
-        started = time.perf_counter()
-        memory_ms: float | None = None
-        try:
-            # Dialogue as of just before this message: it is being stored meanwhile and must
-            # not come back as its own memory. Distilled memory as of now: the platform's clock
-            # (the message's time) may lag behind the moment a fact was distilled.
-            recent, recalled = await self._recent_and_recalled(turn, tail, text, now, cutoff)
-            context = await self._memory.build_context(
-                turn.user_id,
-                turn.group_id,
-                text,
-                now,
-                exclude_ids=tuple(t.id for t in recent),
-                recall=recalled,
-            )
-            memory_ms = (time.perf_counter() - started) * 1000
-        except MemoryCoreError as exc:
-            memory_ok = False
-            log.warning("answering session %s without memory: %s", turn.session_key, exc)
-        system = build_system_prompt(
-            now,
-            self._tz,
-            bot_name=self._bot_name,
-            last_turn_at=tail.previous_at,
-            persona=self._settings.chat_persona or None,
-            place=ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name),
-        )
-        block = context.text if context is not None else ""
-        return _Prompt(
-            messages=build_chat_messages(
-                system, block, recent, text, now, self._tz, sender_name=turn.sender_name
-            ),
-            question=text,
-            memory_ok=memory_ok,
-            context=context,
-            recent=tuple(recent),
-            memory_ms=memory_ms,
-        )
-
-    async def _recent_and_recalled(
-        self, turn: TurnInput, tail: _Tail, text: str, now: datetime, cutoff: datetime
-    ) -> tuple[list[MemoryTurn], RecallResult]:
-        """The short-term turns (read with the tail) and the recall for ``text``. A
-        conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message and
-        this session's recent turns."""
-        if tail.failure is not None:
-            raise tail.failure
-        # ``now`` may have moved on since the tail was read: its window starts as late.
-        since = now - timedelta(minutes=self._settings.chat_recent_minutes)
-        recent = [t for t in tail.recent if t.created_at >= since]
-        context = tuple(t.content for t in recent)
-        if self._settings.memory_query_context_turns <= 0:
-            context = ()
-        options = RecallOptions(now=cutoff, context=context)
-        return recent, await self._memory.recall(turn.user_id, text, turn.group_id, options)
-
-    async def _cached(self, turn: TurnInput, prompt: _Prompt, now: datetime) -> CachedAnswer | None:
+    async def _cached(
+        self, turn: TurnInput, prompt: PreparedPrompt, now: datetime
+    ) -> CachedAnswer | None:
         """A cached answer for this message, if the cache is on and may serve it (when it is
         off, ``AnswerCacheOff`` serves nothing)."""
         if not prompt.memory_ok:
@@ -578,7 +467,7 @@ class ConversationEngine:
             )
         return found
 
-    async def _count_recall(self, prompt: _Prompt, now: datetime) -> None:
+    async def _count_recall(self, prompt: PreparedPrompt, now: datetime) -> None:
         # After the reply is delivered, like the cache: one counter upsert off the reply's path.
         if prompt.memory_ms is None:
             return
@@ -587,7 +476,9 @@ class ConversationEngine:
         except MemoryCoreError as exc:
             log.warning("recall latency not counted: %s", exc)
 
-    async def _cache(self, turn: TurnInput, prompt: _Prompt, answer: str, now: datetime) -> None:
+    async def _cache(
+        self, turn: TurnInput, prompt: PreparedPrompt, answer: str, now: datetime
+    ) -> None:
         # After the reply is delivered: an embedding and one upsert, off the reply's path.
         if not prompt.memory_ok:
             return
@@ -602,15 +493,6 @@ class ConversationEngine:
             )
         except MemoryCoreError as exc:
             log.warning("answer of session %s not cached: %s", turn.session_key, exc)
-
-
-def _not_before(turn: TurnInput, previous_at: datetime | None) -> TurnInput:
-    """``turn`` stamped just after the session's previous turn if its own time is not later
-    (see the module docstring)."""
-    assert turn.created_at is not None
-    if previous_at is None or turn.created_at > previous_at:
-        return turn
-    return dataclasses.replace(turn, created_at=previous_at + _JUST_BEFORE)
 
 
 def _reused_message_id(stored: MemoryTurn | None, turn: TurnInput) -> bool:

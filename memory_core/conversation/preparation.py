@@ -1,0 +1,235 @@
+"""How a reply's prompt is prepared: the one path the bot and the console's debugger share.
+
+For one user message (a ``TurnInput`` with its time) a :class:`PromptPreparer` reads
+
+1. the session's tail (``read_tail``): the previous turn's time and the short-term turns of the
+   last CHAT_RECENT_MINUTES, in one round trip, before the message is stored; the message is
+   then stamped after the previous turn (``not_before``);
+2. the recall, with the conversational query (the message and the short-term turns, when
+   MEMORY_QUERY_CONTEXT_TURNS > 0), as of just before the message;
+3. the memory context within MEMORY_MAX_TOKENS: preferences, relevant facts, summaries, then
+   the recalled dialogue minus the short-term turns (``context.builder``);
+4. the system prompt and the chat messages (``prompt``).
+
+``ConversationEngine.converse`` sends these messages to the model; ``console.debugger`` shows
+them with ``touch=False``, so a look at the prompt counts no memory as used. Keeping both on
+this one path is what makes the debugger show the recall the bot really makes
+(``tests/core/conversation/test_one_prompt_path.py``). The answer-cache lookup is not part of
+it: a lookup counts hits and misses, and the debugger must count nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+from ..context.builder import MemoryContext
+from ..errors import MemoryCoreError
+from ..lang.text import scrub
+from ..models import MemoryTurn, RecallResult, TurnInput
+from ..recall.options import RecallOptions
+from ..settings import MemorySettings
+from ..storage.dialogue_store import SessionTail
+from .prompt import ChatPlace, build_chat_messages, build_system_prompt
+
+# The current message is excluded from its own recall by cutting recall off just before it.
+JUST_BEFORE = timedelta(microseconds=1)
+INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
+
+
+class MemoryReader(Protocol):
+    """What preparing a prompt reads of the memory (``TemporalMemory`` is one)."""
+
+    @property
+    def settings(self) -> MemorySettings: ...
+
+    @property
+    def tz(self) -> ZoneInfo: ...
+
+    async def last_turn_time(
+        self, user_id: int, group_id: int | None, now: datetime | None = None
+    ) -> datetime | None: ...
+
+    async def session_tail(
+        self, user_id: int, group_id: int | None, *, limit: int, since: datetime, now: datetime
+    ) -> SessionTail: ...
+
+    async def recall(
+        self, user_id: int, query: str, group_id: int | None = None, options: RecallOptions = ...
+    ) -> RecallResult: ...
+
+    async def build_context(
+        self,
+        user_id: int,
+        group_id: int | None,
+        query: str,
+        now: datetime | None = None,
+        exclude_ids: Sequence[int] = (),
+        *,
+        recall: RecallResult | None = None,
+        max_tokens: int | None = None,
+        touch: bool = True,
+    ) -> MemoryContext: ...
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What a message reads of its session before it is stored: the previous turn's time and
+    the short-term turns up to it (``failure``: the read failed; answer without memory)."""
+
+    previous_at: datetime | None
+    recent: tuple[MemoryTurn, ...] = ()
+    failure: MemoryCoreError | None = None
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """The model's messages and what went into them."""
+
+    messages: list[dict[str, str]]
+    question: str  # the current message as the model sees it (also the answer cache's key)
+    failure: MemoryCoreError | None = None  # memory could not be read: answered without it
+    context: MemoryContext | None = None
+    recent: tuple[MemoryTurn, ...] = ()
+    recalled: RecallResult | None = None
+    options: RecallOptions | None = None  # what the recall was asked with
+    memory_ms: float | None = None  # how long reading memory took (recall and context)
+
+    @property
+    def memory_ok(self) -> bool:
+        return self.failure is None
+
+
+def prompt_text(content: str, max_chars: int) -> str:
+    """The current message as the model gets it: storable text, cut (visibly) when very long."""
+    text = scrub(content)
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + INPUT_CUT_MARK.format(dropped=len(text) - max_chars)
+
+
+def not_before(turn: TurnInput, previous_at: datetime | None) -> TurnInput:
+    """``turn`` stamped just after the session's previous turn if its own time is not later:
+    QQ stamps messages to the second, so two sent within one second would otherwise tie with
+    (or precede) the first one's reply and drop out of each other's short-term context."""
+    assert turn.created_at is not None
+    if previous_at is None or turn.created_at > previous_at:
+        return turn
+    return dataclasses.replace(turn, created_at=previous_at + JUST_BEFORE)
+
+
+class PromptPreparer:
+    """Prepares the prompt for one message (see the module docstring); stores nothing."""
+
+    def __init__(self, memory: MemoryReader, *, bot_name: str | None = None) -> None:
+        self._memory = memory
+        self._settings = memory.settings
+        self._tz = memory.tz
+        self._bot_name = bot_name
+
+    async def read_tail(self, turn: TurnInput, now: datetime, *, recent: bool = True) -> Tail:
+        """The session's last turn time up to ``now`` and, with ``recent``, its short-term
+        turns of the last CHAT_RECENT_MINUTES, read in one round trip before ``turn`` is stored.
+
+        Read up to this message's time, the recent turns are those ``prepare`` would read up
+        to just before its (possibly later, ``not_before``) stamp: no turn of the session lies
+        between the two, as the previous turn is the last one up to now."""
+        limit = self._settings.chat_recent_turns
+        minutes = self._settings.chat_recent_minutes
+        try:
+            if not recent or limit <= 0 or minutes <= 0:
+                return Tail(await self._memory.last_turn_time(turn.user_id, turn.group_id, now))
+            tail = await self._memory.session_tail(
+                turn.user_id,
+                turn.group_id,
+                limit=limit,
+                since=now - timedelta(minutes=minutes),
+                now=now,
+            )
+        except MemoryCoreError as exc:
+            return Tail(None, failure=exc)
+        return Tail(tail.last_turn_at, tail.recent)
+
+    async def prepare(
+        self,
+        turn: TurnInput,
+        tail: Tail,
+        now: datetime,
+        *,
+        group_name: str | None = None,
+        touch: bool = True,
+    ) -> PreparedPrompt:
+        """The chat messages for ``turn`` at ``now`` and what went into them; memory that
+        cannot be read is left out (``failure`` says why). ``touch=False`` counts no memory
+        as used."""
+        assert turn.created_at is not None
+        now = max(now, turn.created_at)
+        cutoff = turn.created_at - JUST_BEFORE
+        text = prompt_text(turn.content, self._settings.chat_max_input_chars)
+        recent: list[MemoryTurn] = []
+        context: MemoryContext | None = None
+        recalled: RecallResult | None = None
+        options: RecallOptions | None = None
+        failure: MemoryCoreError | None = None
+        started = time.perf_counter()
+        memory_ms: float | None = None
+        try:
+            if tail.failure is not None:
+                raise tail.failure
+            # Dialogue as of just before this message: it is being stored meanwhile and must
+            # not come back as its own memory. Distilled memory as of now: the platform's clock
+            # (the message's time) may lag behind the moment a fact was distilled.
+            recent = self._short_term(tail, now)
+            options = self._recall_options(recent, cutoff)
+            recalled = await self._memory.recall(turn.user_id, text, turn.group_id, options)
+            context = await self._memory.build_context(
+                turn.user_id,
+                turn.group_id,
+                text,
+                now,
+                exclude_ids=tuple(t.id for t in recent),
+                recall=recalled,
+                touch=touch,
+            )
+            memory_ms = (time.perf_counter() - started) * 1000
+        except MemoryCoreError as exc:
+            failure = exc
+        system = build_system_prompt(
+            now,
+            self._tz,
+            bot_name=self._bot_name,
+            last_turn_at=tail.previous_at,
+            persona=self._settings.chat_persona or None,
+            place=ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name),
+        )
+        block = context.text if context is not None else ""
+        return PreparedPrompt(
+            messages=build_chat_messages(
+                system, block, recent, text, now, self._tz, sender_name=turn.sender_name
+            ),
+            question=text,
+            failure=failure,
+            context=context,
+            recent=tuple(recent),
+            recalled=recalled,
+            options=options,
+            memory_ms=memory_ms,
+        )
+
+    def _short_term(self, tail: Tail, now: datetime) -> list[MemoryTurn]:
+        # ``now`` may have moved on since the tail was read: its window starts as late.
+        since = now - timedelta(minutes=self._settings.chat_recent_minutes)
+        return [t for t in tail.recent if t.created_at >= since]
+
+    def _recall_options(self, recent: Sequence[MemoryTurn], cutoff: datetime) -> RecallOptions:
+        """A conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message
+        and this session's short-term turns."""
+        context: tuple[str, ...] = ()
+        if self._settings.memory_query_context_turns > 0:
+            context = tuple(t.content for t in recent)
+        return RecallOptions(now=cutoff, context=context)
