@@ -393,13 +393,18 @@ class ConsoleApp:
             user_id = _int(user)
             if user_id is None:
                 raise ValueError("user")
+            group_id = _int(group)
+            # The names the bot's prompt would carry, from the same QQ client lookups.
+            names = await qq_names(user_id, group_id)
             trace = await trace_recall(
                 ctx.runtime.memory,
                 user_id=user_id,
-                group_id=_int(group),
+                group_id=group_id,
                 message=message[:2000],
                 now=when,
+                sender_name=names.person,
                 bot_name=ctx.runtime.bot_name,
+                group_name=names.group,
             )
         if not at.strip():
             at = f"{now.astimezone(tz):%Y-%m-%dT%H:%M}"
