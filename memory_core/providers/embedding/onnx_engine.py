@@ -108,7 +108,8 @@ class OnnxE5:
         for pack in _packs([len(w) for w in windows], budget):
             out[pack] = self._run([windows[i] for i in pack])
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.maximum(norms, 1e-6)
+        normalized: np.ndarray = out / np.maximum(norms, 1e-6)
+        return normalized
 
     def _run(self, windows: list[list[int]]) -> np.ndarray:
         """Mean-pooled hidden states of ``windows`` run as one sequence."""
@@ -121,8 +122,9 @@ class OnnxE5:
             ["hidden"], {"embeddings": embeddings.astype(np.float32), "segments": segments}
         )
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        sums: np.ndarray = np.add.reduceat(hidden, starts, axis=0)
-        return sums / lengths[:, None]
+        sums = np.add.reduceat(hidden, starts, axis=0)
+        pooled: np.ndarray = sums / lengths[:, None]
+        return pooled
 
 
 def _packs(lengths: list[int], budget: int) -> list[list[int]]:

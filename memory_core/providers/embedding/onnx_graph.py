@@ -52,8 +52,10 @@ class CachedGraph:
     built: bool
 
 
-def cached_graph(source: Path, weights: E5Weights, cache_dir: Path, precision: Precision) -> CachedGraph:
-    """The graph for ``source`` at ``precision``, built into ``cache_dir`` unless a sound one is there."""
+def cached_graph(
+    source: Path, weights: E5Weights, cache_dir: Path, precision: Precision
+) -> CachedGraph:
+    """The graph of ``source`` at ``precision``: the sound one in ``cache_dir``, else built."""
     stem = f"e5-small-v{GRAPH_VERSION}-{precision}"
     target = cache_dir / f"{stem}-{file_checksum(source)[:16]}.onnx"
     sidecar = target.with_suffix(".onnx.sha256")
