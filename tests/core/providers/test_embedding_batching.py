@@ -211,21 +211,3 @@ async def test_a_caller_that_gives_up_waiting_does_not_keep_the_model_from_the_n
     async with slot.queries:  # and gave it back
         pass
 
-
-async def test_a_slot_of_two_runs_two_turns_at_once_and_queues_the_third_queries_first() -> None:
-    slot = ModelSlot(capacity=2)
-    order: list[str] = []
-
-    async def use(turn: Any, name: str) -> None:
-        async with turn:
-            order.append(name)
-
-    async with slot.passages, slot.queries:  # the second turn does not wait for the first
-        order.append("both held")
-        passage = asyncio.create_task(use(slot.passages, "passage"))
-        await asyncio.sleep(0)
-        query = asyncio.create_task(use(slot.queries, "query"))
-        await asyncio.sleep(0)
-        assert order == ["both held"]  # the third and fourth wait while two run
-    await asyncio.gather(passage, query)
-    assert order == ["both held", "query", "passage"]  # a freed turn goes to the query first

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -139,11 +140,40 @@ def test_each_run_uses_one_thread_without_spinning(graph_cache: Path) -> None:
     assert len(os.listdir("/proc/self/task")) == threads_before  # no pool of its own
 
 
+def test_a_batch_is_shared_by_the_workers_with_the_same_vectors(graph_cache: Path) -> None:
+    engine, _ = load(bundled_weights(), graph_cache)
+    alone = engine.passage(FIXED_SET)
+    shared, _ = OnnxE5.load(
+        bundled_weights(),
+        cache_dir=graph_cache,
+        precision="int8",
+        max_tokens=E5_MAX_TOKENS,
+        workers=2,
+    )
+    ran_on: set[str] = set()
+    inner = shared._run
+
+    def recording(windows: list[list[int]]) -> np.ndarray:
+        ran_on.add(threading.current_thread().name)
+        return inner(windows)
+
+    shared._run = recording  # type: ignore[method-assign]
+    try:
+        together = shared.passage(FIXED_SET)
+    finally:
+        shared.close()
+
+    np.testing.assert_allclose(together, alone, atol=1e-6)
+    assert ran_on and all(name.startswith("e5-onnx") for name in ran_on)
+    assert len(ran_on) <= 2
+
+
 async def test_the_embedder_runs_onnx_with_one_worker_per_core(
     graph_cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger=LOGGER):
         embedder = await LocalE5Embedder.load(cache_dir=graph_cache)
+    engine = embedder._engine
     try:
         vector = await embedder.embed_query("你好")
     finally:
@@ -152,7 +182,8 @@ async def test_the_embedder_runs_onnx_with_one_worker_per_core(
     (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     cores = len(os.sched_getaffinity(0))
     assert line == f"local embedder: onnxruntime int8, {cores} worker(s) of 1 thread"
-    assert embedder._slot._free == cores
+    assert isinstance(engine, OnnxE5)
+    assert engine.workers == cores
     assert vector.shape == (384,)
 
 
