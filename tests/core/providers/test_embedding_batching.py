@@ -210,4 +210,3 @@ async def test_a_caller_that_gives_up_waiting_does_not_keep_the_model_from_the_n
     await slot.passages.__aexit__(None, None, None)
     async with slot.queries:  # and gave it back
         pass
-
