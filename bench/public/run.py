@@ -140,7 +140,7 @@ async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) ->
 async def passage_vectors(memory: TemporalMemory, texts: Sequence[str]) -> np.ndarray:
     """The texts' passage embeddings by the memory's own embedder, kept between runs in a
     cache file by text (a cold run embeds ~6,600 texts: minutes on 2 busy cores)."""
-    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model)
+    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model, memory.settings)
     known = load_vector_cache(cache)
     missing = sorted({t for t in texts if t not in known})
     if missing:

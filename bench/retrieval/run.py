@@ -112,7 +112,7 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
     their indexed text in the memory's text form; returns uuid -> row id."""
     names = [speaker(t) for t in data.turns]
     texts = [indexed_text(t.content, speaker(t), memory.text_form) for t in data.turns]
-    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model)
+    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model, memory.settings)
     known = load_vector_cache(cache)
     missing = sorted({t for t in texts if t not in known})
     started = time.perf_counter()

@@ -46,6 +46,9 @@ async def build_embedder(settings: MemorySettings) -> Embedder:
         embedder = await LocalE5Embedder.load(
             model=settings.effective_embedding_model,
             query_deadline=settings.embedding_query_deadline,
+            engine=settings.embedding_local_engine,
+            precision=settings.embedding_local_precision,
+            cache_dir=settings.memory_data_dir / "models",
         )
     else:
         embedder = build_api_embedder(settings)

