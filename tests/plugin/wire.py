@@ -9,6 +9,7 @@ call with its ``echo``, so the bot never waits 30 s for a missing answer.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import hmac
 import itertools
@@ -193,6 +194,37 @@ def bot_environment(
     return env
 
 
+# The bundled model's ONNX graph is built in a bot's data folder the first time it embeds
+# (seconds of CPU). Every bot of this test run starts from the first one's graph instead:
+# linked from this folder, which lives as long as the run (a later run, of other code, builds
+# its own).
+SHARED_MODELS = Path(tempfile.gettempdir()) / f"tm-wire-models-{os.getpid()}"
+atexit.register(shutil.rmtree, SHARED_MODELS, ignore_errors=True)
+
+
+def _share_models(data_dir: Path) -> None:
+    """Link the graphs kept from an earlier bot of this run into ``data_dir/models``."""
+    kept = [path for path in SHARED_MODELS.glob("*") if path.is_file()]
+    if not kept:
+        return
+    models = data_dir / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    for path in kept:
+        with contextlib.suppress(OSError):
+            os.link(path, models / path.name)
+
+
+def _keep_models(data_dir: Path) -> None:
+    """After a bot stopped: keep the graphs it built, if none are kept yet."""
+    built = [path for path in (data_dir / "models").glob("*") if path.is_file()]
+    if not built or any(SHARED_MODELS.glob("*")):
+        return
+    SHARED_MODELS.mkdir(parents=True, exist_ok=True)
+    for path in built:
+        with contextlib.suppress(OSError):
+            os.link(path, SHARED_MODELS / path.name)
+
+
 async def start_bot(
     *,
     llm_url: str | None,
@@ -203,6 +235,7 @@ async def start_bot(
     """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens."""
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
+    _share_models(data_dir)
     env = bot_environment(
         port=port, token=token, llm_url=llm_url, data_dir=data_dir, extra=extra_env or {}
     )
@@ -294,6 +327,7 @@ async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
         process.kill()
         process.wait()
         _stop_orphan_postgres(bot.data_dir)
+    _keep_models(bot.data_dir)
 
 
 @dataclass
