@@ -59,12 +59,15 @@ class LLMCall:
 class StubLLM:
     """An OpenAI-compatible ``/chat/completions`` on loopback that records every prompt.
 
-    ``mode`` is ``"ok"`` (answer ``reply``, after ``delay`` seconds) or ``"fail"`` (HTTP 500).
+    ``mode`` is ``"ok"`` (answer ``reply``) or ``"fail"`` (HTTP 500). With ``held`` every
+    answer waits until ``release`` is set (a model still thinking for as long as the test
+    wants, instead of a fixed delay raced against the bot's timers); ``stop`` sets it.
     """
 
-    def __init__(self, reply: str = "好的，我记下了。", delay: float = 0.0) -> None:
+    def __init__(self, reply: str = "好的，我记下了。", held: bool = False) -> None:
         self.reply = reply
-        self.delay = delay
+        self.held = held
+        self.release = threading.Event()
         self.mode = "ok"
         self.calls: list[LLMCall] = []
         self._lock = threading.Lock()
@@ -82,8 +85,8 @@ class StubLLM:
                 call = LLMCall(messages=body.get("messages", []), received_at=time.monotonic())
                 with stub._lock:
                     stub.calls.append(call)
-                if stub.delay:
-                    time.sleep(stub.delay)
+                if stub.held:
+                    stub.release.wait(timeout=300)  # a bound against a stuck test only
                 if stub.mode == "fail" or not self.path.endswith("/chat/completions"):
                     self._send(500, {"error": {"message": "stub LLM is down"}})
                 else:
@@ -126,6 +129,7 @@ class StubLLM:
         return self
 
     def stop(self) -> None:
+        self.release.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -304,7 +308,7 @@ class ExitedBot:
     database_left_running: bool = False  # its postmaster.pid outlived the bot
 
 
-async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 60.0) -> ExitedBot:
+async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 120.0) -> ExitedBot:
     """Start ``bot.py`` expecting it to exit by itself; one that starts listening or still runs
     after ``timeout`` is stopped and fails the caller. Reports whether it started its embedded
     PostgreSQL."""
