@@ -280,6 +280,10 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
                 "LLM_MODEL=stub-model",
                 "LLM_API_KEY=test-key",
                 "LLM_MAX_RETRIES=0",
+                # Timers this test expects never to run out (see tests/plugin/wire.py).
+                "CHAT_SLOW_NOTICE_AFTER=0",
+                "EMBEDDING_QUERY_DEADLINE=60",
+                "EMBEDDING_STORE_DEADLINE=60",
                 f"EVALUATOR_PROMPT_FILE={prompt_file}",
                 "",
             ]

@@ -186,7 +186,14 @@ def bot_environment(
             "LLM_MODEL": "stub-model" if llm_url else "",
             "LLM_API_KEY": "test-key",
             "LLM_MAX_RETRIES": "0",
-            "LLM_TIMEOUT": "10",
+            # Timers the wire tests expect never to run out, made far longer than a loaded
+            # machine takes (the tests of each timer set their own): a stand-in model's answer,
+            # the local embedder's query and store deadlines, and the wait message (0 = never),
+            # which a reply slower than its 8 s would otherwise send in place of the answer.
+            "LLM_TIMEOUT": "60",
+            "EMBEDDING_QUERY_DEADLINE": "60",
+            "EMBEDDING_STORE_DEADLINE": "60",
+            "CHAT_SLOW_NOTICE_AFTER": "0",
             "SUPERUSERS": '["99999"]',
             "NICKNAME": '["小诗"]',
             "LOG_LEVEL": "INFO",
