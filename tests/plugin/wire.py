@@ -59,13 +59,17 @@ class LLMCall:
 class StubLLM:
     """An OpenAI-compatible ``/chat/completions`` on loopback that records every prompt.
 
-    ``mode`` is ``"ok"`` (answer ``reply``) or ``"fail"`` (HTTP 500). With ``held`` every
-    answer waits until ``release`` is set (a model still thinking for as long as the test
-    wants, instead of a fixed delay raced against the bot's timers); ``stop`` sets it.
+    ``mode`` is ``"ok"`` (answer ``reply``, after ``delay`` seconds: a model's latency, for
+    the benchmarks) or ``"fail"`` (HTTP 500). With ``held`` every answer waits until
+    ``release`` is set (a model still thinking for as long as the test wants; tests use this,
+    never a delay raced against the bot's timers); ``stop`` sets it.
     """
 
-    def __init__(self, reply: str = "好的，我记下了。", held: bool = False) -> None:
+    def __init__(
+        self, reply: str = "好的，我记下了。", delay: float = 0.0, held: bool = False
+    ) -> None:
         self.reply = reply
+        self.delay = delay
         self.held = held
         self.release = threading.Event()
         self.mode = "ok"
@@ -85,6 +89,8 @@ class StubLLM:
                 call = LLMCall(messages=body.get("messages", []), received_at=time.monotonic())
                 with stub._lock:
                     stub.calls.append(call)
+                if stub.delay:
+                    time.sleep(stub.delay)
                 if stub.held:
                     stub.release.wait(timeout=300)  # a bound against a stuck test only
                 if stub.mode == "fail" or not self.path.endswith("/chat/completions"):
