@@ -114,7 +114,13 @@ async def memory_factory(
     opened: list[TemporalMemory] = []
 
     async def factory(embedder: Any = None, **overrides: Any) -> TemporalMemory:
-        values: dict[str, Any] = {"memory_dsn": fresh_dsn, "memory_data_dir": tmp_data_dir}
+        values: dict[str, Any] = {
+            "memory_dsn": fresh_dsn,
+            "memory_data_dir": tmp_data_dir,
+            # A turn's own embedding (from a loopback stand-in) is expected at store time; the
+            # 3 s default is a timer a loaded machine can run out (its test sets its own).
+            "embedding_store_deadline": 60.0,
+        }
         values.update(overrides)
         memory = await open_memory(
             MemorySettings(**values),

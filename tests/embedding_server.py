@@ -61,7 +61,9 @@ class EmbeddingServer:
     def embedder(self, *, model: str = "test-embed", batch_size: int = 8) -> ApiEmbedder:
         """An API embedder talking to this server, retrying at once (no breaker cooldown)."""
         endpoint = OpenAIEndpoint(
-            httpx.AsyncClient(base_url=self.base_url, timeout=5),
+            # A bound against a stuck test, never a timeout meant to be hit (the stand-in
+            # answers at once or with a 500): a loaded machine must not turn it into one.
+            httpx.AsyncClient(base_url=self.base_url, timeout=30),
             label="embedding API",
             error=EmbeddingError,
             max_retries=1,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,9 +12,12 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Answer:
+    """What to answer; with ``held`` the answer waits until that event is set (a model that
+    is still thinking, for as long as the test wants, instead of a fixed delay to race)."""
+
     content: str = ""
     status: int = 200
-    delay: float = 0.0
+    held: threading.Event | None = None
 
 
 Responder = Callable[[list[dict[str, str]]], Answer]
@@ -37,8 +39,8 @@ class ScriptedLLM:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append(body["messages"])
                 answer = outer.responder(body["messages"])
-                if answer.delay:
-                    time.sleep(answer.delay)
+                if answer.held is not None:
+                    answer.held.wait(timeout=300)  # a bound against a stuck test only
                 if answer.status != 200:
                     payload: dict[str, Any] = {"error": {"message": "stub failure"}}
                 else:

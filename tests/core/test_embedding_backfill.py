@@ -14,6 +14,7 @@ from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
 from tests.embedding_server import EmbeddingServer
 from tests.fakes import HashingEmbedder
+from tests.window_gate import gate_the_window
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -146,20 +147,27 @@ async def test_a_failed_backfill_is_tried_again_by_the_maintenance_loop_without_
     memory = await memory_factory(embedder=embedder)
     embedder.fail = True
     await memory.add_turn(said("我的生日是三月三日", 1))
+    failed_at_store = embedder.calls
     memory.start_maintenance(interval=0.05)
-    for _ in range(20):  # several rounds of the loop fail meanwhile
+    for _ in range(3000):  # until two rounds of the loop failed (60 s at most), not a fixed time
+        if embedder.calls >= failed_at_store + 2:
+            break
         await asyncio.sleep(0.02)
+    assert embedder.calls >= failed_at_store + 2
     assert (await memory.stats()).store.pending_embeddings == 1
 
     embedder.fail = False
-    for _ in range(500):
+    for _ in range(3000):  # polling (60 s at most), not timing it
         if (await memory.stats()).store.pending_embeddings == 0:
             break
         await asyncio.sleep(0.02)
     assert (await memory.stats()).store.pending_embeddings == 0
 
 
-async def test_turns_to_embed_later_are_stored_at_once_and_embedded_in_one_call(memory_factory):
+async def test_turns_to_embed_later_are_stored_at_once_and_embedded_in_one_call(
+    memory_factory, monkeypatch
+):
+    window = gate_the_window(monkeypatch)  # lasts until opened below, not 0.2 s
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder, embedding_defer_window=0.2)
     outcomes = [
@@ -168,6 +176,8 @@ async def test_turns_to_embed_later_are_stored_at_once_and_embedded_in_one_call(
     assert all(o.turn is not None for o in outcomes)
     assert embedder.calls == 0
     assert (await memory.stats()).store.pending_embeddings == 3
+    assert window.waits == [0.2]  # one window collects all three
+    window.open()
     await memory.settle_embeddings()
     assert embedder.calls == 1
     assert (await memory.stats()).store.pending_embeddings == 0
@@ -188,8 +198,9 @@ async def test_a_deferred_embedding_that_fails_is_left_to_the_backfill(memory_fa
 
 
 async def test_the_backfill_leaves_a_turn_whose_deferred_embedding_is_still_to_come(
-    memory_factory,
+    memory_factory, monkeypatch
 ):
+    window = gate_the_window(monkeypatch)  # the deferred turn is surely still to come
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder, embedding_defer_window=0.5)
     await memory.add_turn(said("我喜欢爬山", 1))  # embedded at once
@@ -199,5 +210,6 @@ async def test_the_backfill_leaves_a_turn_whose_deferred_embedding_is_still_to_c
     await memory.add_turn(said("下周去黄山", 3), embed_later=True)
     assert await memory.backfill_embeddings() == 1  # not the deferred one: not embedded twice
     assert (await memory.stats()).store.pending_embeddings == 1
+    window.open()
     await memory.settle_embeddings()
     assert (await memory.stats()).store.pending_embeddings == 0

@@ -213,7 +213,7 @@ async def test_session_names_come_from_the_connected_qq_client(console_wire: Con
     try:
         async with console_wire.logged_in() as client:
             page = ""
-            for _ in range(40):  # the bot registers the connection, then asks the client
+            for _ in range(240):  # the bot registers the connection, then asks the client
                 page = (await client.get("/memory/sessions")).text
                 if "群名片波波酱" in page and "QQ昵称阿丽丽" in page:
                     break

@@ -280,6 +280,10 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
                 "LLM_MODEL=stub-model",
                 "LLM_API_KEY=test-key",
                 "LLM_MAX_RETRIES=0",
+                # Timers this test expects never to run out (see tests/plugin/wire.py).
+                "CHAT_SLOW_NOTICE_AFTER=0",
+                "EMBEDDING_QUERY_DEADLINE=60",
+                "EMBEDDING_STORE_DEADLINE=60",
                 f"EVALUATOR_PROMPT_FILE={prompt_file}",
                 "",
             ]
@@ -319,7 +323,7 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
             recalled = await peer.wait_reply(user_id=user, after=mark, timeout=60)
             assert "Momo" in sent_text(recalled)
             # The exchange was scored with the project's own prompt file, not the shipped one.
-            for _ in range(150):
+            for _ in range(300):  # at least 60 s, not a timing check
                 if any(EVALUATOR_MARK in text for text in llm.prompt_texts()):
                     break
                 await asyncio.sleep(0.2)
@@ -333,7 +337,7 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
         returncode = await asyncio.to_thread(bot.process.wait, 60)
         log = bot.log_text()
         assert returncode == 0, log
-        for _ in range(50):
+        for _ in range(300):  # at least 60 s, not a timing check
             if not _postgres_pids(data_dir):
                 break
             await asyncio.sleep(0.2)

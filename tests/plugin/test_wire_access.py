@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -310,10 +309,8 @@ def test_start_up_line_says_signed_posts_are_accepted_when_onebot_secret_is_set(
 async def test_start_up_on_a_non_loopback_host_without_a_token_fails_before_the_database_starts(
     host: str,
 ):
-    started = time.monotonic()
     exited = await run_bot_until_exit(extra_env={"HOST": host, "ONEBOT_ACCESS_TOKEN": ""})
     assert exited.returncode == 1, exited.log
-    assert time.monotonic() - started < 30, exited.log
     refusals = [line for line in exited.log.splitlines() if "refuses to start" in line]
     assert len(refusals) == 1, exited.log
     assert "Traceback" not in exited.log, exited.log  # the one line, not a traceback after it

@@ -60,12 +60,19 @@ class LLMCall:
 class StubLLM:
     """An OpenAI-compatible ``/chat/completions`` on loopback that records every prompt.
 
-    ``mode`` is ``"ok"`` (answer ``reply``, after ``delay`` seconds) or ``"fail"`` (HTTP 500).
+    ``mode`` is ``"ok"`` (answer ``reply``, after ``delay`` seconds: a model's latency, for
+    the benchmarks) or ``"fail"`` (HTTP 500). With ``held`` every answer waits until
+    ``release`` is set (a model still thinking for as long as the test wants; tests use this,
+    never a delay raced against the bot's timers); ``stop`` sets it.
     """
 
-    def __init__(self, reply: str = "好的，我记下了。", delay: float = 0.0) -> None:
+    def __init__(
+        self, reply: str = "好的，我记下了。", delay: float = 0.0, held: bool = False
+    ) -> None:
         self.reply = reply
         self.delay = delay
+        self.held = held
+        self.release = threading.Event()
         self.mode = "ok"
         self.calls: list[LLMCall] = []
         self._lock = threading.Lock()
@@ -85,6 +92,8 @@ class StubLLM:
                     stub.calls.append(call)
                 if stub.delay:
                     time.sleep(stub.delay)
+                if stub.held:
+                    stub.release.wait(timeout=300)  # a bound against a stuck test only
                 if stub.mode == "fail" or not self.path.endswith("/chat/completions"):
                     self._send(500, {"error": {"message": "stub LLM is down"}})
                 else:
@@ -127,6 +136,7 @@ class StubLLM:
         return self
 
     def stop(self) -> None:
+        self.release.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -183,7 +193,14 @@ def bot_environment(
             "LLM_MODEL": "stub-model" if llm_url else "",
             "LLM_API_KEY": "test-key",
             "LLM_MAX_RETRIES": "0",
-            "LLM_TIMEOUT": "10",
+            # Timers the wire tests expect never to run out, made far longer than a loaded
+            # machine takes (the tests of each timer set their own): a stand-in model's answer,
+            # the local embedder's query and store deadlines, and the wait message (0 = never),
+            # which a reply slower than its 8 s would otherwise send in place of the answer.
+            "LLM_TIMEOUT": "60",
+            "EMBEDDING_QUERY_DEADLINE": "60",
+            "EMBEDDING_STORE_DEADLINE": "60",
+            "CHAT_SLOW_NOTICE_AFTER": "0",
             "SUPERUSERS": '["99999"]',
             "NICKNAME": '["小诗"]',
             "LOG_LEVEL": "INFO",
@@ -338,7 +355,7 @@ class ExitedBot:
     database_left_running: bool = False  # its postmaster.pid outlived the bot
 
 
-async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 60.0) -> ExitedBot:
+async def run_bot_until_exit(*, extra_env: dict[str, str], timeout: float = 120.0) -> ExitedBot:
     """Start ``bot.py`` expecting it to exit by itself; one that starts listening or still runs
     after ``timeout`` is stopped and fails the caller. Reports whether it started its embedded
     PostgreSQL."""

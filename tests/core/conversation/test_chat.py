@@ -34,6 +34,7 @@ from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.fakes import HashingEmbedder
 from tests.stub_llm import Answer, ScriptedLLM
+from tests.window_gate import gate_the_window
 
 MEMORY_LINE = re.compile(
     r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \((?:刚刚|\d+(?:分钟|小时|天|周|个月|年)前|昨天)\) "
@@ -292,7 +293,7 @@ async def test_a_slow_model_gets_one_short_wait_message_before_the_answer(memory
     model.gate = asyncio.Event()
     engine = engine_for(memory, model)
     talk = asyncio.create_task(engine.converse(user_turn("一个难题"), outbox))
-    for _ in range(200):  # bounded wait for the notice, not a timing check
+    for _ in range(6000):  # bounded wait (60 s) for the notice, not a timing check
         if outbox.sent:
             break
         await asyncio.sleep(0.01)
@@ -400,7 +401,7 @@ async def test_one_session_is_served_in_order_while_other_sessions_proceed(memor
     assert len(model.prompts) == 1
     # Another session gets through while session 1 is busy... up to the (gated) model.
     other = asyncio.create_task(engine.converse(user_turn("别的会话", user=2), Outbox()))
-    for _ in range(100):
+    for _ in range(1200):  # bounded wait (60 s) for the other session, not a timing check
         if len(model.prompts) == 2:
             break
         await asyncio.sleep(0.05)
@@ -702,12 +703,13 @@ class HeldPassages(HashingEmbedder):
 
 
 async def test_both_turns_of_an_exchange_are_stored_at_once_and_embedded_together_after(
-    memory_factory,
+    memory_factory, monkeypatch
 ):
     embedder = HeldPassages()
-    # A window far longer than the exchange takes, however loaded the machine: both turns
-    # are in it; the held embedder (not a timer) keeps their vectors away until released.
-    memory = await memory_factory(embedder=embedder, embedding_defer_window=3.0)
+    # The window lasts until opened below, however long the exchange takes: both turns are
+    # in it; the held embedder (not a timer) keeps their vectors away until released.
+    window = gate_the_window(monkeypatch)
+    memory = await memory_factory(embedder=embedder, embedding_defer_window=0.5)
     model, outbox = RecordingModel("记住了，周三去图书馆"), Outbox()
     result = await engine_for(memory, model).converse(
         user_turn("我周三要去图书馆还书", message_id=1), outbox
@@ -716,6 +718,8 @@ async def test_both_turns_of_an_exchange_are_stored_at_once_and_embedded_togethe
     # The reply was asked for with only the query embedded; both turns wait for their vectors.
     assert (await memory.stats()).store.pending_embeddings == 2
     calls_before = embedder.calls
+    assert len(window.waits) == 1  # one window for the user turn and the reply
+    window.open()
     embedder.release.set()
     await memory.settle_embeddings()
     assert (await memory.stats()).store.pending_embeddings == 0

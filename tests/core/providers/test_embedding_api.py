@@ -6,7 +6,6 @@ import hashlib
 import json
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +20,7 @@ from memory_core.providers.embedding import ApiEmbedder, CachedEmbedder, build_e
 from memory_core.providers.embedding.api import QWEN3_QUERY_PREFIX, build_api_embedder
 from memory_core.providers.openai_api import OpenAIEndpoint
 from memory_core.settings import MemorySettings
+from tests.first_read_short import FirstReadShort
 
 DIM = 8
 API_KEY = "sk-test-0123456789abcdef"
@@ -39,10 +39,12 @@ def unit_vector(text: str, dim: int = DIM) -> np.ndarray:
 
 @dataclass
 class Step:
-    """How the stub answers one request; the default is a correct answer."""
+    """How the stub answers one request; the default is a correct answer. With ``hang`` it
+    answers only once the test is over (the server is stopped), so the client surely gives up
+    first however slow the machine."""
 
     status: int = 200
-    delay: float = 0.0
+    hang: bool = False
     dim: int | None = None
     body: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -64,7 +66,8 @@ class StubHandler(BaseHTTPRequestHandler):
         payload = json.loads(self.rfile.read(length).decode("utf-8"))
         headers = {key.lower(): value for key, value in self.headers.items()}
         step = stub.record(Received(self.path, headers, payload))
-        time.sleep(step.delay)
+        if step.hang:
+            stub.released.wait(timeout=300)
         if step.body is not None:
             body = step.body
         elif step.echo_authorization:
@@ -107,6 +110,7 @@ class EmbeddingServer:
         self.dim = dim
         self.plan: list[Step] = []
         self.received: list[Received] = []
+        self.released = threading.Event()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), StubHandler)
         self._httpd.daemon_threads = True
@@ -130,6 +134,7 @@ class EmbeddingServer:
         return [item.payload["input"] for item in self.received]
 
     def stop(self) -> None:
+        self.released.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -158,8 +163,15 @@ EmbedderFactory = Callable[..., ApiEmbedder]
 async def make_embedder(server: EmbeddingServer) -> AsyncIterator[EmbedderFactory]:
     clients: list[httpx.AsyncClient] = []
 
-    def factory(*, timeout: float = 5.0, base_url: str | None = None, **kwargs: Any) -> ApiEmbedder:
+    def factory(
+        *,
+        timeout: float = 5.0,
+        base_url: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **kwargs: Any,
+    ) -> ApiEmbedder:
         client = httpx.AsyncClient(
+            transport=transport,
             base_url=base_url or server.url,
             # Only reads are made short: a loaded CI machine may take longer to connect.
             timeout=httpx.Timeout(timeout, connect=max(timeout, 5.0)),
@@ -382,7 +394,7 @@ async def test_retry_after_as_http_date_is_understood(
 async def test_timeouts_are_retried_then_raise_embedding_error(
     server: EmbeddingServer, make_embedder: EmbedderFactory
 ) -> None:
-    server.plan = [Step(delay=1.0), Step(delay=1.0)]
+    server.plan = [Step(hang=True), Step(hang=True)]
     embedder = make_embedder(timeout=0.2, max_retries=1)
 
     with pytest.raises(EmbeddingError, match="unreachable after 2 attempts") as caught:
@@ -395,8 +407,10 @@ async def test_timeouts_are_retried_then_raise_embedding_error(
 async def test_one_slow_answer_is_retried_and_the_next_one_used(
     server: EmbeddingServer, make_embedder: EmbedderFactory
 ) -> None:
-    server.plan = [Step(delay=1.0)]
-    embedder = make_embedder(timeout=0.2, max_retries=1)
+    # Only the first attempt has the short read timeout (it hangs, so it surely times out);
+    # the retry's answer has the client's own 5 s, not a 0.2 s race against a busy machine.
+    server.plan = [Step(hang=True)]
+    embedder = make_embedder(max_retries=1, transport=FirstReadShort(read=0.2))
 
     vectors = await embedder.embed_passages(["x"])
 
@@ -643,7 +657,7 @@ async def test_an_embedder_says_it_is_failing_from_its_breakers_count_until_a_ca
 async def test_a_query_embedding_gives_up_at_its_deadline_whatever_the_retries(
     server: EmbeddingServer, make_embedder: EmbedderFactory
 ) -> None:
-    server.plan = [Step(delay=2.0) for _ in range(4)]
+    server.plan = [Step(hang=True) for _ in range(4)]
     embedder = make_embedder(timeout=5.0, max_retries=3, query_deadline=0.3)
     with pytest.raises(EmbeddingError, match=r"no answer within 0\.3s"):
         await embedder.embed_query("我的猫叫什么")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -41,19 +40,17 @@ class GatedEngine:
 
     dim = 384
 
-    def __init__(self, bad: str | None = None, delay: float = 0.0) -> None:
+    def __init__(self, bad: str | None = None) -> None:
         self.release = threading.Event()
         self.started = threading.Event()
         self.bad = bad
-        self.delay = delay
         self.calls: list[list[str]] = []
 
     def passage(self, texts: Any) -> np.ndarray:
         self.calls.append(list(texts))
         self.started.set()
         if len(self.calls) == 1:
-            self.release.wait(10)
-        time.sleep(self.delay)
+            self.release.wait(120)  # a bound against a stuck test, never reached by a passing one
         if self.bad is not None and self.bad in texts:
             raise RuntimeError("the engine cannot take this text")
         rows = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -128,7 +125,7 @@ async def test_a_caller_that_gave_up_before_its_batch_started_costs_the_model_no
     engine = GatedEngine()
     embedder = LocalE5Embedder(engine=engine)
     first = asyncio.create_task(embedder.embed_passages(["先来的"]))
-    await asyncio.to_thread(engine.started.wait, 10)  # the model is busy with the first text
+    await asyncio.to_thread(engine.started.wait, 120)  # the model is busy with the first text
 
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(embedder.embed_passages(["等不及的"]), 0.05)
@@ -170,7 +167,7 @@ async def test_closing_fails_the_callers_still_waiting() -> None:
     engine = GatedEngine()
     embedder = LocalE5Embedder(engine=engine)
     first = asyncio.create_task(embedder.embed_passages(["在算的"]))
-    await asyncio.to_thread(engine.started.wait, 10)
+    await asyncio.to_thread(engine.started.wait, 120)
     waiting = asyncio.create_task(embedder.embed_passages(["在等的"]))
     await asyncio.sleep(0.01)
 
@@ -206,7 +203,7 @@ async def test_a_caller_that_gives_up_waiting_does_not_keep_the_model_from_the_n
         gone.cancel()
         nxt = asyncio.create_task(slot.passages.__aenter__())
         await asyncio.sleep(0)
-    await asyncio.wait_for(nxt, 1)  # it got the model
+    await asyncio.wait_for(nxt, 30)  # it got the model (the bound only stops a hang)
     await slot.passages.__aexit__(None, None, None)
     async with slot.queries:  # and gave it back
         pass

@@ -20,6 +20,7 @@ from memory_core.errors import ConfigError, LLMError
 from memory_core.providers.llm import ChatModel, OpenAIChatModel, build_chat_model, strip_reasoning
 from memory_core.providers.openai_api import OpenAIEndpoint
 from memory_core.settings import MemorySettings
+from tests.first_read_short import FirstReadShort
 
 API_KEY = "sk-test-secret-0123456789"
 MESSAGES = [{"role": "system", "content": "你是小诗"}, {"role": "user", "content": "你好"}]
@@ -163,6 +164,7 @@ async def make_model(server: StubServer) -> AsyncIterator[ModelFactory]:
         timeout: float = 5.0,
         base_url: str | None = None,
         max_delay: float = 0.05,
+        transport: httpx.AsyncBaseTransport | None = None,
         **kwargs: Any,
     ) -> OpenAIChatModel:
         client = httpx.AsyncClient(
@@ -170,6 +172,7 @@ async def make_model(server: StubServer) -> AsyncIterator[ModelFactory]:
             headers={"Authorization": f"Bearer {API_KEY}"},
             timeout=httpx.Timeout(timeout, connect=max(timeout, 5.0)),  # CI may connect slowly
             trust_env=False,
+            transport=transport,
         )
         endpoint = OpenAIEndpoint(
             client, label="chat model", error=LLMError, max_retries=max_retries,
@@ -315,17 +318,23 @@ async def test_deadline_bounds_the_whole_call_when_the_model_hangs(
 async def test_no_retry_is_started_that_the_deadline_cannot_wait_for(
     server: StubServer, make_model: ModelFactory
 ) -> None:
+    # The deadline is far longer than the 503 takes to come back on a loaded machine (so it is
+    # not what ends the call) and still shorter than the 30 s the server asks to wait.
     server.reset(send_json(503, {}, headers={"Retry-After": "30"}), ok())
     with pytest.raises(LLMError, match="deadline leaves no time to retry"):
-        await make_model(max_retries=2, max_delay=60.0, deadline=2.0).complete(MESSAGES)
+        await make_model(max_retries=2, max_delay=60.0, deadline=20.0).complete(MESSAGES)
     assert len(server.requests) == 1
 
 
 async def test_timeout_then_success_returns_the_answer(
     server: StubServer, make_model: ModelFactory
 ) -> None:
+    # Only the first attempt has the short read timeout (it hangs, so it surely times out);
+    # the retry's answer has the client's own 5 s, not a 0.2 s race against a busy machine.
     server.reset(hang(), ok("第二次成功"))
-    assert await make_model(max_retries=1, timeout=0.2).complete(MESSAGES) == "第二次成功"
+    model = make_model(max_retries=1, transport=FirstReadShort(read=0.2))
+    assert await model.complete(MESSAGES) == "第二次成功"
+    assert len(server.requests) == 2
 
 
 async def test_connection_refused_raises_llm_error(make_model: ModelFactory) -> None:
