@@ -1,9 +1,11 @@
-"""Keeps the OneBot access token out of the web server's log lines.
+"""Keeps the web server's log lines free of the OneBot token and of refusal floods.
 
 A OneBot client may send its token in the URL (``/onebot/v11/ws?access_token=…``, which
 go-cqhttp and Lagrange offer); uvicorn writes the path with its query into every WebSocket and
-access line, so the token would sit in the log in clear text. This filter masks the value of
-any ``access_token`` query parameter in those lines' arguments.
+access line, so the token would sit in the log in clear text: ``TokenQueryFilter`` masks it.
+A refused client reconnects every few seconds, and uvicorn logs each refused handshake
+(``"WebSocket /onebot/v11/ws" 403``); ``ws_access_guard`` already says why, once a minute per
+address, so ``RefusedHandshakeFilter`` drops uvicorn's own line.
 """
 
 from __future__ import annotations
@@ -31,13 +33,26 @@ class TokenQueryFilter(logging.Filter):
         return True
 
 
+class RefusedHandshakeFilter(logging.Filter):
+    """Drops uvicorn's line for a WebSocket handshake answered 403."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not isinstance(record.msg, str) or '"WebSocket %s"' not in record.msg:
+            return True
+        if record.msg.endswith(" 403"):
+            return False
+        args = record.args
+        return not (isinstance(args, tuple) and len(args) >= 3 and args[2] == 403)
+
+
 def hide_access_tokens() -> None:
-    """Install the filter once on uvicorn's loggers (it keeps their filters when it
+    """Install the filters once on uvicorn's loggers (it keeps their filters when it
     configures logging)."""
     for name in SERVER_LOGGERS:
         logger = logging.getLogger(name)
-        if not any(isinstance(f, TokenQueryFilter) for f in logger.filters):
-            logger.addFilter(TokenQueryFilter())
+        for kind in (TokenQueryFilter, RefusedHandshakeFilter):
+            if not any(isinstance(f, kind) for f in logger.filters):
+                logger.addFilter(kind())
 
 
 hide_access_tokens()
