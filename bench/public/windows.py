@@ -19,6 +19,7 @@ from bench.public.scoring import SEVERAL, Case, Item, Task, format_table
 from memory_core import RecallResult, TemporalMemory
 from memory_core.models import RecallWindow
 from memory_core.recall.options import RecallOptions
+from memory_core.settings import RetrievalMode
 
 AT_K = (1, 5, 10)
 BM25_CHANNEL = "plain BM25"
@@ -76,7 +77,7 @@ async def evaluate_windows(
     task: Task,
     base: int,
     units: dict[int, int],
-    modes: Sequence[str],
+    modes: Sequence[RetrievalMode],
     misses: list[dict[str, Any]] | None,
     time_aware: bool | None = None,
     later: timedelta = timedelta(0),
@@ -99,7 +100,7 @@ async def evaluate_windows(
                         top_n=k,
                         window_size=task.window,
                         now=case.now + later,
-                        mode=mode,  # type: ignore[arg-type]
+                        mode=mode,
                         time_aware=time_aware,
                     ),
                 )
@@ -123,6 +124,18 @@ async def evaluate_windows(
     elapsed = time.perf_counter() - started
     for label, found in bm25_figures(task).items():
         per_case[(label, BM25_CHANNEL)] = found
+    report(task, per_case, modes, calls, elapsed)
+
+
+def report(
+    task: Task,
+    per_case: dict[tuple[str, str], Figures],
+    modes: Sequence[str],
+    calls: int,
+    elapsed: float,
+) -> None:
+    """Print the set's table (whole set, then each group; every mode, then plain BM25) and
+    how hybrid and each mode stand against the best single channel and BM25."""
     channels = [*modes, BM25_CHANNEL]
     groups = [("all questions", [c.label for c in task.cases])]
     for name in sorted({task.groups[c.label] for c in task.cases if c.label in task.groups}):
