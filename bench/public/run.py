@@ -4,11 +4,14 @@ Each set (see ``bench.public.madial`` and ``bench.public.chitchat``) is stored i
 embedded database through ``TemporalMemory`` with the shipped defaults and the local embedder,
 then every case is recalled in its user's private session with ``top_n = k`` and window 0, for
 every retrieval mode (``MEMORY_RETRIEVAL_MODE``) and query form. Nothing here changes a default:
-the figures are what a bot with ``MEMORY_TOP_N=k`` would recall.
+the figures are what a bot with ``MEMORY_TOP_N=k`` would recall. LoCoMo-dev
+(``bench.public.locomo``) follows its own protocol instead: window ±2, one conversation a
+session, a plain BM25 over the same turns beside (``bench.public.windows``).
 
     python -m bench.public                    # every set found
     python -m bench.public --sets zh --limit 20 --misses /tmp/misses.jsonl
     python -m bench.public --forms conversation --context-turns 2,4 --index-speaker
+    python -m bench.public --sets locomo --set MEMORY_INDEX_SPEAKER=true
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from bench.common import (
     save_vector_cache,
     vector_cache_path,
 )
-from bench.public import chitchat, madial
+from bench.public import chitchat, locomo, madial
 from bench.public.scoring import (
     ALL_AT_K,
     AT_K,
@@ -47,13 +50,14 @@ from bench.public.scoring import (
     format_table,
     hits,
 )
+from bench.public.windows import evaluate_windows
 from memory_core import MemorySettings, RecallResult, TemporalMemory, TurnInput, open_memory
 from memory_core.lang.indexed import indexed_text
 from memory_core.recall.options import RecallOptions
 
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
-SETS = ("zh", "en", "chitchat")
+SETS = ("zh", "en", "chitchat", "locomo")
 REPO = Path(__file__).resolve().parents[2]
 MADIAL_ENV = "TM_MADIAL_DIR"
 DEFAULT_MADIAL = REPO.parent / "shared" / "data" / "madial-bench"
@@ -89,6 +93,15 @@ def load_tasks(args: argparse.Namespace, settings: MemorySettings) -> list[Task]
             tasks.append(chitchat.task(people=args.chitchat_people))
         except chitchat.NotInstalledError as exc:
             print(f"Chit-Chat: skipped, {exc}")
+    if "locomo" in args.sets:
+        root = locomo.data_dir(args.locomo_dir)
+        try:
+            tasks.append(locomo.task(locomo.load(root, settings.tz)))
+        except FileNotFoundError as exc:
+            print(
+                f"LoCoMo-dev: skipped, {exc.filename} not found "
+                f"(point --locomo-dir or ${locomo.DIR_ENV} at the data set's folder)"
+            )
     if args.limit:
         tasks = [_limited(t, args.limit) for t in tasks]
     return tasks
@@ -317,6 +330,11 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 units = await store(memory, task, base, first_id)
                 first_id += len(task.items)
                 later = timedelta(days=args.later_days)
+                if task.window:
+                    await evaluate_windows(
+                        memory, task, base, units, args.modes, misses, args.time_aware, later
+                    )
+                    continue
                 await evaluate(
                     memory,
                     task,
@@ -346,6 +364,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--madial-dir",
         help=f"MADial-Bench folder (default: ${MADIAL_ENV}, else {DEFAULT_MADIAL})",
+    )
+    parser.add_argument(
+        "--locomo-dir",
+        help=f"LoCoMo-dev folder (default: ${locomo.DIR_ENV}, else {locomo.DEFAULT_DIR})",
     )
     parser.add_argument(
         "--chitchat-people",

@@ -64,6 +64,11 @@ class Task:
     # label -> figures (COLUMNS keys; a missing key prints as "–") of published systems
     published: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     published_note: str = ""
+    # A hit counts the anchors' ±window neighbouring turns too (0: the anchors alone), each
+    # item then being its own unit, numbered in conversation order (neighbours are unit ± d).
+    window: int = 0
+    # case label -> the group it is reported in besides the whole set (e.g. a category)
+    groups: Mapping[str, str] = field(default_factory=dict)
 
 
 def hits(ranked_units: Sequence[int], relevant: frozenset[int], k: int) -> tuple[bool, bool]:
