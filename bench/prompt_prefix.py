@@ -3,7 +3,8 @@
 A 10-message private chat and a 3-member group chat (12 messages, each member addressing the
 bot in turn) go through the real ``ConversationEngine`` on an embedded PostgreSQL, with a day of
 earlier history in each session so recall has something to bring back. A recording stand-in chat
-model keeps every ``messages`` array it is sent. For each prompt after the first it prints the
+model keeps every ``messages`` array it is sent and answers with ``--reply-chars`` characters
+(80 by default, a short chat reply). For each prompt after the first it prints the
 share of its serialised JSON that is a common prefix
 
 * with the previous prompt of the chat (what the issue measured), and
@@ -36,15 +37,17 @@ BLOCK_TOKENS = 64
 PRIVATE_USER = 20_001
 GROUP_ID = 600_001
 MEMBERS = ((30_001, "小明"), (30_002, "小红"), (30_003, "阿强"))
+REPLY = "好的，我记下了。这件事听起来挺重要的，我们可以一步一步来想想办法。"
 TOPICS = ("周末去爬山", "新买的咖啡机", "下周的考试", "猫又生病了", "想换工作", "北京的天气")
 
 
 class RecordingModel:
     """A ChatModel that records every prompt and answers with a fixed sentence."""
 
-    def __init__(self) -> None:
+    def __init__(self, reply_chars: int) -> None:
         self.prompts: list[tuple[int, list[dict[str, str]]]] = []
         self.chat = 0  # which chat the next prompts belong to
+        self.reply_chars = reply_chars
 
     async def complete(
         self,
@@ -54,7 +57,8 @@ class RecordingModel:
         temperature: float | None = None,
     ) -> str:
         self.prompts.append((self.chat, [dict(m) for m in messages]))
-        return "好的，我记下了，还有什么想聊的吗？"
+        n = len(self.prompts)
+        return (f"第{n}个回答：" + REPLY * (1 + self.reply_chars // len(REPLY)))[: self.reply_chars]
 
     async def aclose(self) -> None:
         return None
@@ -109,14 +113,14 @@ def history(user_id: int, group_id: int | None, name: str, start: datetime) -> l
     return turns
 
 
-async def run(messages: int) -> None:
-    print(f"== prompt prefix shares ({machine_line()})")
+async def run(messages: int, reply_chars: int) -> None:
+    print(f"== prompt prefix shares ({machine_line()}), replies of {reply_chars} characters")
     with bench_data_dir("prefix") as data_dir:
         settings = MemorySettings(memory_data_dir=data_dir, evaluator_enabled=False)
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
-        model = RecordingModel()
+        model = RecordingModel(reply_chars)
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
             memory=memory, chat_model=model, bot_name="小忆", clock=lambda: clock[0]
@@ -157,8 +161,11 @@ async def run(messages: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=10)
+    parser.add_argument(
+        "--reply-chars", type=int, default=80, help="length of the stand-in model's replies"
+    )
     args = parser.parse_args(argv)
-    asyncio.run(run(args.messages))
+    asyncio.run(run(args.messages, args.reply_chars))
 
 
 if __name__ == "__main__":
