@@ -45,7 +45,7 @@ from functools import partial
 from ..answer_cache.store import CachedAnswer
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
-from ..providers.llm import ChatModel
+from ..providers.llm import ChatModel, PromptUsage
 from ..service import TemporalMemory
 from ..storage.turn_rows import message_uuid_for
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
@@ -216,9 +216,13 @@ class ConversationEngine:
         bot_name: str | None = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        usage: PromptUsage | None = None,
     ) -> None:
+        """``usage``: where the chat model adds up the prompt tokens its answers report
+        (``OpenAIChatModel.usage``); counted per day after each reply (``/memstat``)."""
         self._memory = memory
         self._model = chat_model
+        self._usage = usage if usage is not None else PromptUsage()
         self._settings = memory.settings
         self._bot_name = bot_name
         self._preparer = PromptPreparer(memory, bot_name=bot_name)
@@ -469,12 +473,17 @@ class ConversationEngine:
 
     async def _count_recall(self, prompt: PreparedPrompt, now: datetime) -> None:
         # After the reply is delivered, like the cache: one counter upsert off the reply's path.
-        if prompt.memory_ms is None:
+        # The prompt tokens are those of every answer since the last count (sessions run
+        # concurrently: whichever counts first counts the others' too).
+        metrics = self._usage.take()
+        if prompt.memory_ms is not None:
+            metrics.update(recall_metrics(prompt.memory_ms))
+        if not any(metrics.values()):
             return
         try:
-            await self._memory.count_daily(recall_metrics(prompt.memory_ms), now)
+            await self._memory.count_daily(metrics, now)
         except MemoryCoreError as exc:
-            log.warning("recall latency not counted: %s", exc)
+            log.warning("recall latency and prompt tokens not counted: %s", exc)
 
     async def _cache(
         self, turn: TurnInput, prompt: PreparedPrompt, answer: str, now: datetime

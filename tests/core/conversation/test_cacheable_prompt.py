@@ -13,7 +13,9 @@ from memory_core.context.block import time_key
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.conversation.prompt import NOTE_CLOSE, NOTE_OPEN
 from memory_core.conversation.window import SteppedWindow
+from memory_core.dashboard import prompt_cache_line
 from memory_core.models import MemoryTurn
+from memory_core.providers.llm import PromptUsage
 from tests.core.conversation.test_chat import Outbox, RecordingModel, user_turn
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -121,3 +123,25 @@ def test_the_window_grows_to_twice_the_setting_then_drops_its_oldest_half() -> N
     ]
     assert all(len(ids) >= min(3, n + 1) for n, ids in enumerate(shown))
     assert sorted(every[:3], key=time_key) == window.shown("other", every[:3])
+
+
+class ReportingModel(RecordingModel):
+    """Answers like the OpenAI client would after an answer reporting ``usage``."""
+
+    def __init__(self, usage: PromptUsage) -> None:
+        super().__init__("好的")
+        self.usage = usage
+
+    async def complete(self, messages, **kwargs):  # type: ignore[no-untyped-def]
+        self.usage.add({"prompt_tokens": 1000, "prompt_cache_hit_tokens": 750})
+        return await super().complete(messages, **kwargs)
+
+
+async def test_the_days_cached_share_of_prompt_tokens_reaches_memstat(memory):
+    usage = PromptUsage()
+    engine = ConversationEngine(memory=memory, chat_model=ReportingModel(usage), usage=usage)
+    for text in ("你好", "再问一句"):
+        await engine.converse(user_turn(text), Outbox())
+    stats = await memory.stats()
+    assert (stats.prompt_tokens_today, stats.cached_tokens_today) == (2000, 1500)
+    assert prompt_cache_line(stats) == "提示词缓存（今日）：75.0%（1500/2000 tokens）"
