@@ -26,7 +26,14 @@ import statistics
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from bench.common import T0, RandomQueryEmbedder, bench_data_dir, machine_line
+from bench.common import (
+    T0,
+    RandomQueryEmbedder,
+    add_set_option,
+    bench_data_dir,
+    machine_line,
+    setting_overrides,
+)
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.lang.tokens import TokenCounter
 from memory_core.models import TurnInput
@@ -113,10 +120,14 @@ def history(user_id: int, group_id: int | None, name: str, start: datetime) -> l
     return turns
 
 
-async def run(messages: int, reply_chars: int) -> None:
+async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> None:
     print(f"== prompt prefix shares ({machine_line()}), replies of {reply_chars} characters")
+    if overrides:
+        print(f"settings: {overrides}")
     with bench_data_dir("prefix") as data_dir:
-        settings = MemorySettings(memory_data_dir=data_dir, evaluator_enabled=False)
+        settings = MemorySettings.model_validate(
+            {"memory_data_dir": data_dir, "evaluator_enabled": False, **overrides}
+        )
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
@@ -164,8 +175,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--reply-chars", type=int, default=80, help="length of the stand-in model's replies"
     )
+    add_set_option(parser)
     args = parser.parse_args(argv)
-    asyncio.run(run(args.messages, args.reply_chars))
+    asyncio.run(run(args.messages, args.reply_chars, setting_overrides(args.set)))
 
 
 if __name__ == "__main__":

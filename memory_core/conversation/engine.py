@@ -7,8 +7,9 @@ One user message goes through :meth:`ConversationEngine.converse`:
 2. short-term memory (the session's last few turns within a few minutes) and long-term memory
    are gathered: one token budget filled with the person's preferences, the relevant facts,
    recent summaries, then recalled dialogue windows minus what short-term memory already shows;
-3. the system prompt carries the current time, the timezone and the time rules, and offers a
-   recap when the previous turn is more than an hour old (steps 2 and 3 are
+3. the prompt carries the current time, the timezone and the time rules, and offers a recap
+   when the previous turn is more than an hour old, laid out so that a provider's prefix cache
+   can reuse the beginning of the previous prompt (steps 2 and 3 are
    ``conversation.preparation``, the path the console's recall debugger takes too);
 4. with the answer cache on (ANSWER_CACHE_ENABLED), a cached answer is sent instead of asking
    the model when the question is neither time-dependent nor personal (the policy is explained
