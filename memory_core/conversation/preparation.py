@@ -138,7 +138,8 @@ class PromptPreparer:
 
     async def read_tail(self, turn: TurnInput, now: datetime, *, recent: bool = True) -> Tail:
         """The session's last turn time up to ``now`` and, with ``recent``, its short-term
-        turns of the last CHAT_RECENT_MINUTES, read in one round trip before ``turn`` is stored.
+        turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show: twice
+        CHAT_RECENT_TURNS), read in one round trip before ``turn`` is stored.
 
         Read up to this message's time, the recent turns are those ``prepare`` would read up
         to just before its (possibly later, ``not_before``) stamp: no turn of the session lies
