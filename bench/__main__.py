@@ -25,6 +25,7 @@ STANDARD = [
     ["bench.import_bench", "--messages", "1000"],
     ["bench.console_bench", "--rows", "100000"],
     ["bench.shared_group_bench"],
+    ["bench.prompt_prefix"],
 ]
 FULL = [
     ["bench.storage_bench", "--rows", "1000000", "--sessions", "1000", "--heavy-share", "0.05"],

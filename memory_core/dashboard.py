@@ -200,6 +200,17 @@ def cache_section(distilled: DistilledStats) -> list[str]:
     ]
 
 
+def prompt_cache_line(stats: MemoryStats) -> str:
+    """Today's share of the chat model's prompt tokens the provider billed as cached."""
+    share = stats.prompt_cache_share
+    if share is None:
+        return "提示词缓存（今日）：无记录"
+    return (
+        f"提示词缓存（今日）：{_percent(share)}"
+        f"（{stats.cached_tokens_today}/{stats.prompt_tokens_today} tokens）"
+    )
+
+
 def connection_section(connection: Connection) -> list[str]:
     where = "内置" if connection.embedded else "外部"
     lines = ["【连接】", f"数据库：{connection.database.value}（{where} PostgreSQL）"]
@@ -219,13 +230,15 @@ def dashboard_zh(
     now: datetime,
     tz: tzinfo,
 ) -> str:
-    """The whole ``/memstat`` reply: a title line, then 存储 / 评估 / 提炼 / 缓存 / 连接."""
+    """The whole ``/memstat`` reply: a title line, then 存储 / 评估 / 提炼 / 缓存 / 连接 (the
+    缓存 section ends with today's share of prompt tokens the chat provider served cached)."""
     lines = [
         title_line(now, tz),
         *storage_section(stats, tz),
         *evaluation_section(stats),
         *distill_section(distilled),
         *cache_section(distilled),
+        prompt_cache_line(stats),
         *connection_section(connection),
     ]
     return "\n".join(lines)

@@ -44,6 +44,7 @@ from .models import (
     generate_session_key,
 )
 from .providers.embedding import Embedder, build_embedder
+from .providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS
 from .providers.rerank import ApiReranker, build_reranker
 from .recall.options import DEFAULT_RECALL, RecallOptions
 from .recall.retriever import Retriever
@@ -838,6 +839,7 @@ class TemporalMemory:
         cache_stats = getattr(self.embedder, "stats", None)
         evaluation_store = self.database.store(PgEvaluationStore)
         today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
+        today_totals = await evaluation_store.metric_totals(today)
         return MemoryStats(
             evaluation=EvaluationFigures(
                 evaluator=self.evaluations.evaluator_name,
@@ -856,6 +858,8 @@ class TemporalMemory:
             dead_letters=self._spool.dead_letters(),
             dead_letter_file=str(self._spool.dead_path),
             write_trouble=self._write_trouble,
+            prompt_tokens_today=today_totals.get(CHAT_PROMPT_TOKENS, 0),
+            cached_tokens_today=today_totals.get(CHAT_CACHED_TOKENS, 0),
             embedding_cache=cache_stats() if callable(cache_stats) else {},
             vector_index=self.settings.memory_vector_index,
             indexed_sessions=len(self.vector_index.indexed),

@@ -78,6 +78,16 @@ class MemoryStats:
     dead_letters: int = 0  # items the database can never take (storage.spool)
     dead_letter_file: str = ""
     write_trouble: str | None = None  # why turns go to the spool now; None: writes work
+    prompt_tokens_today: int = 0  # the chat model's prompt tokens today, as its answers report
+    cached_tokens_today: int = 0  # ... of which the provider served from its prefix cache
+
+    @property
+    def prompt_cache_share(self) -> float | None:
+        """Today's share of prompt tokens served from the provider's cache (None: none
+        reported)."""
+        if not self.prompt_tokens_today:
+            return None
+        return self.cached_tokens_today / self.prompt_tokens_today
 
     @property
     def total_rows(self) -> int:

@@ -7,8 +7,9 @@ One user message goes through :meth:`ConversationEngine.converse`:
 2. short-term memory (the session's last few turns within a few minutes) and long-term memory
    are gathered: one token budget filled with the person's preferences, the relevant facts,
    recent summaries, then recalled dialogue windows minus what short-term memory already shows;
-3. the system prompt carries the current time, the timezone and the time rules, and offers a
-   recap when the previous turn is more than an hour old (steps 2 and 3 are
+3. the prompt carries the current time, the timezone and the time rules, and offers a recap
+   when the previous turn is more than an hour old, laid out so that a provider's prefix cache
+   can reuse the beginning of the previous prompt (steps 2 and 3 are
    ``conversation.preparation``, the path the console's recall debugger takes too);
 4. with the answer cache on (ANSWER_CACHE_ENABLED), a cached answer is sent instead of asking
    the model when the question is neither time-dependent nor personal (the policy is explained
@@ -45,7 +46,7 @@ from functools import partial
 from ..answer_cache.store import CachedAnswer
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
-from ..providers.llm import ChatModel
+from ..providers.llm import ChatModel, PromptUsage
 from ..service import TemporalMemory
 from ..storage.turn_rows import message_uuid_for
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
@@ -216,9 +217,13 @@ class ConversationEngine:
         bot_name: str | None = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        usage: PromptUsage | None = None,
     ) -> None:
+        """``usage``: where the chat model adds up the prompt tokens its answers report
+        (``OpenAIChatModel.usage``); counted per day after each reply (``/memstat``)."""
         self._memory = memory
         self._model = chat_model
+        self._usage = usage if usage is not None else PromptUsage()
         self._settings = memory.settings
         self._bot_name = bot_name
         self._preparer = PromptPreparer(memory, bot_name=bot_name)
@@ -469,12 +474,17 @@ class ConversationEngine:
 
     async def _count_recall(self, prompt: PreparedPrompt, now: datetime) -> None:
         # After the reply is delivered, like the cache: one counter upsert off the reply's path.
-        if prompt.memory_ms is None:
+        # The prompt tokens are those of every answer since the last count (sessions run
+        # concurrently: whichever counts first counts the others' too).
+        metrics = self._usage.take()
+        if prompt.memory_ms is not None:
+            metrics.update(recall_metrics(prompt.memory_ms))
+        if not any(metrics.values()):
             return
         try:
-            await self._memory.count_daily(recall_metrics(prompt.memory_ms), now)
+            await self._memory.count_daily(metrics, now)
         except MemoryCoreError as exc:
-            log.warning("recall latency not counted: %s", exc)
+            log.warning("recall latency and prompt tokens not counted: %s", exc)
 
     async def _cache(
         self, turn: TurnInput, prompt: PreparedPrompt, answer: str, now: datetime

@@ -9,7 +9,9 @@ For one user message (a ``TurnInput`` with its time) a :class:`PromptPreparer` r
    MEMORY_QUERY_CONTEXT_TURNS > 0), as of just before the message;
 3. the memory context within MEMORY_MAX_TOKENS: preferences, relevant facts, summaries, then
    the recalled dialogue minus the short-term turns (``context.builder``);
-4. the system prompt and the chat messages (``prompt``).
+4. the chat messages (``prompt``): the system prompt, which stays the same across a chat's
+   calls, the short-term turns in a window that moves in steps (``window``), then the note of
+   this moment (time, memory) and the message, so a provider's prefix cache can reuse the rest.
 
 ``ConversationEngine.converse`` sends these messages to the model; ``console.debugger`` shows
 them with ``touch=False``, so a look at the prompt counts no memory as used. Keeping both on
@@ -35,7 +37,8 @@ from ..models import MemoryTurn, RecallResult, TurnInput
 from ..recall.options import RecallOptions
 from ..settings import MemorySettings
 from ..storage.dialogue_store import SessionTail
-from .prompt import ChatPlace, build_chat_messages, build_system_prompt
+from .prompt import ChatPlace, build_chat_messages, build_moment_note, build_system_prompt
+from .window import SteppedWindow
 
 # The current message is excluded from its own recall by cutting recall off just before it.
 JUST_BEFORE = timedelta(microseconds=1)
@@ -131,15 +134,17 @@ class PromptPreparer:
         self._settings = memory.settings
         self._tz = memory.tz
         self._bot_name = bot_name
+        self._window = SteppedWindow(self._settings.chat_recent_turns)
 
     async def read_tail(self, turn: TurnInput, now: datetime, *, recent: bool = True) -> Tail:
         """The session's last turn time up to ``now`` and, with ``recent``, its short-term
-        turns of the last CHAT_RECENT_MINUTES, read in one round trip before ``turn`` is stored.
+        turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show: twice
+        CHAT_RECENT_TURNS), read in one round trip before ``turn`` is stored.
 
         Read up to this message's time, the recent turns are those ``prepare`` would read up
         to just before its (possibly later, ``not_before``) stamp: no turn of the session lies
         between the two, as the previous turn is the last one up to now."""
-        limit = self._settings.chat_recent_turns
+        limit = self._window.capacity
         minutes = self._settings.chat_recent_minutes
         try:
             if not recent or limit <= 0 or minutes <= 0:
@@ -184,7 +189,7 @@ class PromptPreparer:
             # Dialogue as of just before this message: it is being stored meanwhile and must
             # not come back as its own memory. Distilled memory as of now: the platform's clock
             # (the message's time) may lag behind the moment a fact was distilled.
-            recent = self._short_term(tail, now)
+            recent = self._short_term(turn.session_key, tail, now)
             options = self._recall_options(recent, cutoff)
             recalled = await self._memory.recall(turn.user_id, text, turn.group_id, options)
             context = await self._memory.build_context(
@@ -199,18 +204,20 @@ class PromptPreparer:
             memory_ms = (time.perf_counter() - started) * 1000
         except MemoryCoreError as exc:
             failure = exc
+        place = ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name)
         system = build_system_prompt(
+            bot_name=self._bot_name, persona=self._settings.chat_persona or None, place=place
+        )
+        note = build_moment_note(
             now,
             self._tz,
-            bot_name=self._bot_name,
+            memory_block=context.text if context is not None else "",
             last_turn_at=tail.previous_at,
-            persona=self._settings.chat_persona or None,
-            place=ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name),
+            place=place,
         )
-        block = context.text if context is not None else ""
         return PreparedPrompt(
             messages=build_chat_messages(
-                system, block, recent, text, now, self._tz, sender_name=turn.sender_name
+                system, note, recent, text, now, self._tz, sender_name=turn.sender_name
             ),
             question=text,
             failure=failure,
@@ -221,10 +228,10 @@ class PromptPreparer:
             memory_ms=memory_ms,
         )
 
-    def _short_term(self, tail: Tail, now: datetime) -> list[MemoryTurn]:
+    def _short_term(self, session_key: str, tail: Tail, now: datetime) -> list[MemoryTurn]:
         # ``now`` may have moved on since the tail was read: its window starts as late.
         since = now - timedelta(minutes=self._settings.chat_recent_minutes)
-        return [t for t in tail.recent if t.created_at >= since]
+        return self._window.shown(session_key, [t for t in tail.recent if t.created_at >= since])
 
     def _recall_options(self, recent: Sequence[MemoryTurn], cutoff: datetime) -> RecallOptions:
         """A conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message

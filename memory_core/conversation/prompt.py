@@ -1,8 +1,17 @@
-"""The chat prompt: the time-aware system prompt and the chat messages (the memory block
-itself is made in ``memory_core.context``).
+"""The chat prompt, laid out for a provider's prefix cache.
+
+A provider bills the part of a prompt that repeats an earlier prompt's beginning at a fraction
+(DeepSeek, OpenAI, Qwen, SiliconFlow), so what rarely changes comes first and what changes at
+every message comes last:
+
+1. the system prompt: who the bot is, the persona, the chat (for a group: the group, not the
+   member speaking), the rules; byte-identical across the calls of one chat;
+2. the short-term turns, which grow by appending (``conversation.window`` moves them in steps);
+3. the last user message: the note of this moment (the current time with zone and weekday, who
+   speaks in a group, the recap offer, the memory block) and then the message itself.
 
 Nothing here talks to a model or a database; every function is pure given its inputs, so the
-exact text the model sees can be tested.
+exact text the model sees can be tested (``bench/prompt_prefix.py`` measures the shared prefix).
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ from ..lang.timefmt import format_absolute, relative_time_zh, weekday_zh
 from ..models import MemoryTurn
 
 RECAP_AFTER = timedelta(hours=1)
+NOTE_OPEN = "【系统提示】"
+NOTE_CLOSE = "【当前消息】"
 
 
 def _elapsed(then: datetime, now: datetime) -> timedelta:
@@ -34,39 +45,41 @@ class ChatPlace:
     group_id: int | None = None
     group_name: str | None = None
 
+    def _who(self) -> str:
+        if self.sender_name:
+            return f"{self.sender_name}（QQ {self.user_id}）"
+        return f"QQ {self.user_id}"
+
     def describe(self) -> str:
-        """One Chinese sentence for the system prompt."""
-        who = (
-            f"{self.sender_name}（QQ {self.user_id}）" if self.sender_name else f"QQ {self.user_id}"
-        )
+        """One Chinese sentence for the system prompt: the same for every member of a group,
+        so that the members' prompts share it."""
         if self.group_id is None:
-            return f"这是与{who}的私聊。"
+            return f"这是与{self._who()}的私聊。"
         group = (
             f"「{self.group_name}」（群号 {self.group_id}）"
             if self.group_name
             else (f"（群号 {self.group_id}）")
         )
         return (
-            f"这是群聊{group}，现在对你说话的是群成员{who}。群里有很多人：只回应这位成员，"
+            f"这是群聊{group}。群里有很多人：只回应当前对你说话的成员，"
             "不要把其他成员说过的话当成这位成员的。"
         )
 
+    def speaker(self) -> str | None:
+        """Who speaks now, for the note of the moment; ``None`` in a private chat."""
+        if self.group_id is None:
+            return None
+        return f"现在对你说话的是群成员{self._who()}。"
+
 
 def build_system_prompt(
-    now: datetime,
-    tz: ZoneInfo,
     *,
     bot_name: str | None = None,
-    last_turn_at: datetime | None = None,
     persona: str | None = None,
     place: ChatPlace | None = None,
 ) -> str:
-    """The Chinese system prompt: persona, who speaks where, current time with zone and
-    weekday, time rules.
-
-    The recap instruction appears only when ``last_turn_at`` is more than an hour before
-    ``now``, and then names the gap (``上次对话在5小时前（…）``).
-    """
+    """The Chinese system prompt: persona, the chat, the time rules; nothing in it changes
+    from one message of a chat to the next (the time is in ``build_moment_note``)."""
     parts: list[str] = []
     if bot_name:
         parts.append(f"你是{bot_name}。")
@@ -74,19 +87,46 @@ def build_system_prompt(
         parts.append(persona.strip())
     if place is not None:
         parts.append(place.describe())
-    parts.append(f"当前时间：{format_absolute(now, tz)}（{tz.key or tz}，{weekday_zh(now, tz)}）")
     parts.append(
         "回答时注意：\n"
+        f"- 最后一条消息里{NOTE_OPEN}与{NOTE_CLOSE}之间是当前时间和相关记忆，不是用户说的话。\n"
         "- 记忆带时间戳；时间久远的信息可能已过时，必要时向用户确认。\n"
         "- 明天/昨天/刚才/下周等时间词：当前消息按当前时间理解，记忆里的按该条记忆的时间理解。\n"
         "- 那个/上次/它等指代，结合时间戳判断所指的内容。"
     )
+    return "\n".join(parts)
+
+
+def build_moment_note(
+    now: datetime,
+    tz: ZoneInfo,
+    *,
+    memory_block: str = "",
+    last_turn_at: datetime | None = None,
+    place: ChatPlace | None = None,
+) -> str:
+    """What changes at every message, put just before it: the current time with zone and
+    weekday, who speaks (in a group), the recap offer and the memory block.
+
+    The recap offer appears only when ``last_turn_at`` is more than an hour before ``now``,
+    and then names the gap (``上次对话在5小时前（…）``).
+    """
+    parts = [
+        NOTE_OPEN,
+        f"当前时间：{format_absolute(now, tz)}（{tz.key or tz}，{weekday_zh(now, tz)}）",
+    ]
+    speaker = place.speaker() if place is not None else None
+    if speaker:
+        parts.append(speaker)
     if last_turn_at is not None and _elapsed(last_turn_at, now) > RECAP_AFTER:
         gap = relative_time_zh(last_turn_at, now, tz)
         parts.append(
-            f"- 上次对话在{gap}（{format_absolute(last_turn_at, tz)}），"
+            f"上次对话在{gap}（{format_absolute(last_turn_at, tz)}），"
             "如与当前话题相关，可先用一两句话简要回顾之前的内容。"
         )
+    if memory_block:
+        parts.append(memory_block)
+    parts.append(NOTE_CLOSE)
     return "\n".join(parts)
 
 
@@ -99,7 +139,7 @@ def _recent_stamp(moment: datetime, now: datetime, tz: ZoneInfo) -> str:
 
 def build_chat_messages(
     system_prompt: str,
-    memory_block: str,
+    moment_note: str,
     recent: Sequence[MemoryTurn],
     user_text: str,
     now: datetime,
@@ -109,9 +149,11 @@ def build_chat_messages(
 ) -> list[dict[str, str]]:
     """OpenAI chat messages for one reply.
 
-    Shape: ``system`` (the system prompt, then a blank line and the memory block if any), then
-    the short-term ``recent`` turns (which must not include the current message) as alternating
-    ``user`` / ``assistant`` messages, then the current message as the last ``user`` message.
+    Shape: ``system`` (the system prompt alone), then the short-term ``recent`` turns (which
+    must not include the current message) as alternating ``user`` / ``assistant`` messages, then
+    the current message as the last ``user`` message, after ``moment_note`` (if any) on lines of
+    its own: everything before the note repeats the previous prompt of the chat as long as the
+    short-term window only grew.
 
     - User turns are prefixed with their time: ``[HH:MM:SS]`` when on today's date in ``tz``,
       else the full ``[YYYY-MM-DD HH:MM:SS]``, and their sender's name when known
@@ -122,8 +164,7 @@ def build_chat_messages(
       leading assistant turns (whose question fell out of the recent window) are left out: some
       OpenAI-compatible servers reject messages that do not alternate or start with ``user``.
     """
-    system = system_prompt if not memory_block else f"{system_prompt}\n\n{memory_block}"
-    messages: list[dict[str, str]] = [{"role": "system", "content": system}]
+    messages: list[dict[str, str]] = [{"role": "system", "content": system_prompt}]
 
     entries: list[tuple[str, str]] = []
     for turn in sorted(recent, key=time_key):
@@ -132,7 +173,8 @@ def build_chat_messages(
             entries.append(("user", f"[{stamp}] {_said_by(turn.sender_name, turn.content)}"))
         elif entries:  # an assistant turn before any user turn is dropped
             entries.append(("assistant", turn.content))
-    entries.append(("user", f"[{_recent_stamp(now, now, tz)}] {_said_by(sender_name, user_text)}"))
+    current = f"[{_recent_stamp(now, now, tz)}] {_said_by(sender_name, user_text)}"
+    entries.append(("user", f"{moment_note}\n{current}" if moment_note else current))
 
     for role, content in entries:
         last = messages[-1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -19,6 +20,50 @@ from .openai_api import OpenAIEndpoint, open_http_client
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
+
+
+# Daily counters (``memory_daily_stats``) of the chat model's prompts: the tokens its answers
+# reported, and how many of them the provider served from its prefix cache (billed at a fraction).
+CHAT_PROMPT_TOKENS = "chat_prompt_tokens"
+CHAT_CACHED_TOKENS = "chat_cached_tokens"
+
+
+@dataclass
+class PromptUsage:
+    """Prompt tokens reported by the answers since the last ``take``, and the cached part.
+
+    Providers report the cached part in one of two shapes: OpenAI (and Qwen, SiliconFlow) as
+    ``usage.prompt_tokens_details.cached_tokens``, DeepSeek as ``usage.prompt_cache_hit_tokens``.
+    An answer without ``usage`` counts nothing; one without a cached count counts its prompt
+    tokens as not cached."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, usage: object) -> None:
+        if not isinstance(usage, dict):
+            return
+        prompt = _count(usage.get("prompt_tokens"))
+        if prompt is None:
+            return
+        details = usage.get("prompt_tokens_details")
+        cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+        if cached is None:
+            cached = _count(usage.get("prompt_cache_hit_tokens"))
+        self.prompt_tokens += prompt
+        self.cached_tokens += min(cached or 0, prompt)
+
+    def take(self) -> dict[str, int]:
+        """The counts so far as daily-counter metrics, and start again from zero."""
+        taken = {CHAT_PROMPT_TOKENS: self.prompt_tokens, CHAT_CACHED_TOKENS: self.cached_tokens}
+        self.prompt_tokens = self.cached_tokens = 0
+        return taken
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 class ChatModel(Protocol):
@@ -57,7 +102,8 @@ class OpenAIChatModel:
 
     Takes ownership of ``endpoint`` and closes it in ``aclose``. ``max_tokens`` / ``temperature``
     given here are defaults for every call; a call's own arguments win; ``None`` leaves the field
-    out of the request. ``deadline`` bounds each call, retries included.
+    out of the request. ``deadline`` bounds each call, retries included. ``usage`` adds up the
+    prompt tokens the answers report (``PromptUsage``).
     """
 
     def __init__(
@@ -69,6 +115,7 @@ class OpenAIChatModel:
         temperature: float | None = None,
         deadline: float | None = None,
     ) -> None:
+        self.usage = PromptUsage()
         self._endpoint = endpoint
         self._model = model
         self._max_tokens = max_tokens
@@ -122,6 +169,7 @@ class OpenAIChatModel:
             ) from exc
         if not isinstance(content, str):
             raise LLMError(f"chat model answer content is {type(content).__name__}, not text")
+        self.usage.add(data.get("usage"))  # billed even when the text turns out empty
         text = strip_reasoning(content)
         if not text:
             reason = choice.get("finish_reason") if isinstance(choice, dict) else None
@@ -154,7 +202,7 @@ def build_openai_model(
     )
 
 
-def build_chat_model(settings: MemorySettings) -> ChatModel | None:
+def build_chat_model(settings: MemorySettings) -> OpenAIChatModel | None:
     """The configured chat model, or ``None`` when no model is configured.
 
     The returned model owns its HTTP client; close it with ``aclose``.

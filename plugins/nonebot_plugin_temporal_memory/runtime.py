@@ -163,7 +163,12 @@ async def open_runtime() -> None:
     except BaseException:
         await memory.aclose()
         raise
-    engine = ConversationEngine(memory=memory, chat_model=chat_model, bot_name=bot_name)
+    engine = ConversationEngine(
+        memory=memory,
+        chat_model=chat_model,
+        bot_name=bot_name,
+        usage=chat_model.usage if chat_model is not None else None,
+    )
     _Holder.runtime = Runtime(
         settings=settings,
         config=config,

@@ -113,3 +113,12 @@ def test_the_headline_names_each_degraded_part_and_is_green_when_none_is(plugin:
     whole = str(headline_row(page, well, today, status(DatabaseState.CONNECTED, "qwen")))
     assert "1 天 2 小时" in whole and "用户 8 · 机器人 4" in whole
     assert "自 2026-12-01 09:00" in whole  # started 01:00 UTC, shown in MEMORY_TIMEZONE
+
+
+def test_the_prompt_cache_chart_stacks_cached_and_uncached_tokens_and_names_the_share(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.admin_views import prompt_cache_chart
+
+    svg = str(prompt_cache_chart(["a", "b"], [1000, 3000], [600, 1400]))
+    assert "缓存命中 50.0%" in svg  # 2000 of 4000 tokens over the days shown
+    assert "<title>a 缓存命中：600</title>" in svg and "<title>b 未命中：1600</title>" in svg
+    assert "缓存命中 " not in str(prompt_cache_chart(["a"], [0], [0]))

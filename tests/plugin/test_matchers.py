@@ -361,8 +361,9 @@ async def test_the_prompt_says_who_speaks_in_which_group(app: App, runtime, mode
                     {"group_id": GROUP, "group_name": "读书会"},
                 )
             ctx.should_call_send(event, quoted(payload["message_id"], "好的"), {"message_id": 9})
-    system = model.prompts[-1][0]["content"]
-    assert "这是群聊「读书会」（群号 30003），现在对你说话的是群成员小明（QQ 20002）" in system
+    # The group in the system prompt (the same for every member), the speaker with the message.
+    assert "这是群聊「读书会」（群号 30003）。" in model.prompts[-1][0]["content"]
+    assert "现在对你说话的是群成员小明（QQ 20002）" in model.prompts[-1][-1]["content"]
     assert model.prompts[-1][-1]["content"].endswith("小明: 记一下")
 
 

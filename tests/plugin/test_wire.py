@@ -197,7 +197,7 @@ async def test_a_fact_stays_in_its_session_and_returns_as_a_timed_memory_line(wi
         [text_seg("小诗，我的猫叫什么名字？(A群)")], user_id=alice, group_id=GROUP_A, card="爱丽丝"
     )
     prompt = wire.llm.last_prompt_for("我的猫叫什么名字？(A群)")
-    system = prompt[0]["content"]
+    system = prompt[-1]["content"]  # the time and memory come with the message
     assert MEMORY_LINE.search(system), system
     assert f"当前时间：{now:%Y-%m-%d %H:}" in system and "Asia/Shanghai" in system
     # The only prompts that ever carried the fact are the ones for (group A, alice).
@@ -229,7 +229,7 @@ async def test_a_fact_distilled_in_group_a_reaches_later_prompts_there_but_not_i
         await wire.say(
             [at_seg(SELF_ID), text_seg(f" 给我一点职业建议{marker}")], user_id=carol, group_id=group
         )
-    in_a = wire.llm.last_prompt_for("给我一点职业建议(A群)")[0]["content"]
+    in_a = wire.llm.last_prompt_for("给我一点职业建议(A群)")[-1]["content"]
     assert re.search(r"\) 事实\(工作\): 用户是一名咖啡师$", in_a, re.MULTILINE), in_a
     in_b = all_text(wire.llm.last_prompt_for("给我一点职业建议(B群)"))
     assert "咖啡师" not in in_b and "拉花" not in in_b

@@ -22,6 +22,7 @@ from memory_core.conversation.engine import (
     RECALL_SLOW,
 )
 from memory_core.dashboard import Connection, DatabaseState, band_label, uptime_zh
+from memory_core.providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS
 
 from .charts import Series, bar_chart
 from .markup import Markup, join, render
@@ -124,6 +125,23 @@ def audit_page(page: Page, entries: Sequence[AuditEntry], number: int) -> Markup
 def _recall_title(total_ms: int, replies: int) -> str:
     average = f"，平均 {total_ms / replies:.0f} ms" if replies else ""
     return f"每天回复前读取记忆的耗时（回复数{average}）"
+
+
+def prompt_cache_chart(
+    labels: Sequence[str], prompt: Sequence[int], cached: Sequence[int]
+) -> Markup:
+    """The chat model's prompt tokens a day, split into what the provider served from its
+    prefix cache and the rest; the title gives the share over the days shown."""
+    total = sum(prompt)
+    share = f"，缓存命中 {sum(cached) / total:.1%}" if total else ""
+    return bar_chart(
+        f"每天聊天模型的提示词 tokens（服务商报告{share}）",
+        labels,
+        [
+            Series("缓存命中", tuple(cached)),
+            Series("未命中", tuple(max(p - c, 0) for p, c in zip(prompt, cached, strict=True))),
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -269,6 +287,7 @@ def overview_page(
                 Series("300 ms 以上", metric(RECALL_SLOW)),
             ],
         ),
+        prompt_cache_chart(labels, metric(CHAT_PROMPT_TOKENS), metric(CHAT_CACHED_TOKENS)),
     ]
     first, last = shown.days[0], shown.days[-1]
     body = render(

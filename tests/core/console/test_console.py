@@ -326,7 +326,7 @@ async def test_debugger_shows_candidates_with_scores_and_the_prompt(memory_facto
     top = trace.candidates[0]
     assert "旺财" in top.turn.content and top.fate == "进入提示词"
     assert top.similarity > 0 and top.decay == 1.0 and "狗叫" in top.keyword_hits
-    system = trace.messages[0]["content"]
+    system = trace.messages[-1]["content"]  # the memory comes with the message
     assert "用户养了一条狗叫旺财" in system and "我家的狗叫旺财" in system
     assert trace.messages[-1]["content"].endswith("我的狗叫什么")
     fact = (await MemoryConsole(memory).memories(str(ALICE)))[0]

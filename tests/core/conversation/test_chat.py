@@ -25,6 +25,7 @@ from memory_core.conversation.engine import (
     SessionLocks,
     split_reply,
 )
+from memory_core.conversation.prompt import NOTE_OPEN
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
@@ -147,7 +148,7 @@ async def test_prompt_has_current_time_and_old_facts_as_seed_format_memory_lines
     await memory.add_turn(user_turn("我的猫叫咪咪，三岁了", at=now - timedelta(minutes=45)))
     model = RecordingModel()
     await engine_for(memory, model).converse(user_turn("我的猫叫什么名字"), Outbox())
-    system = model.prompts[-1][0]["content"]
+    system = model.prompts[-1][-1]["content"]  # the time and memory come with the message
     local_now = now.astimezone(memory.tz)
     assert f"当前时间：{local_now:%Y-%m-%d %H:}" in system
     assert "Asia/Shanghai" in system
@@ -170,8 +171,8 @@ async def test_recent_turns_are_short_term_messages_and_not_repeated_as_memory(m
     assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
     assert prompt[1]["content"].endswith("我明天要去北京出差")
     assert prompt[2]["content"] == "记住了"
-    # ...and not a second time inside the recalled memory block.
-    assert "我明天要去北京出差" not in prompt[0]["content"]
+    # ...and not a second time inside the recalled memory block (with the current message).
+    assert "我明天要去北京出差" not in prompt[-1]["content"]
 
 
 async def test_recall_never_crosses_sessions(memory):
@@ -184,7 +185,7 @@ async def test_recall_never_crosses_sessions(memory):
         await engine.converse(user_turn("我的暗号是什么", user=user, group=group), Outbox())
         assert "青蛙跳" not in model.prompt_text(), (user, group)
     await engine.converse(user_turn("我的暗号是什么", user=1, group=100), Outbox())
-    assert "青蛙跳" in model.prompts[-1][0]["content"]
+    assert "青蛙跳" in model.prompts[-1][-1]["content"]
 
 
 async def test_recap_is_offered_after_more_than_an_hour_of_silence(memory):
@@ -193,9 +194,9 @@ async def test_recap_is_offered_after_more_than_an_hour_of_silence(memory):
     model = RecordingModel()
     engine = engine_for(memory, model)
     await engine.converse(user_turn("我回来了"), Outbox())
-    assert "上次对话在3小时前" in model.prompts[-1][0]["content"]
+    assert "上次对话在3小时前" in model.prompts[-1][-1]["content"]
     await engine.converse(user_turn("继续说"), Outbox())
-    assert "上次对话在" not in model.prompts[-1][0]["content"]
+    assert "上次对话在" not in model.prompt_text()
 
 
 async def test_duplicate_message_is_answered_once(memory):
@@ -350,7 +351,9 @@ async def test_a_turn_leaving_the_short_term_window_while_the_message_is_read_st
     model = RecordingModel()
     await engine_for(memory, model, clock=clock).converse(user_turn("新的一句"), Outbox())
     assert [m["role"] for m in model.prompts[-1]] == ["system", "user"]
-    assert "快要过期的一句" not in model.prompts[-1][1]["content"]
+    # (the memory block before the message may recall it: it is no longer short-term)
+    short_term = model.prompts[-1][1]["content"].split(NOTE_OPEN)[0]
+    assert "快要过期的一句" not in short_term
 
 
 async def test_undelivered_reply_is_not_stored(memory):
@@ -379,7 +382,7 @@ async def test_database_down_answers_without_memory_and_spools_the_turns():
             assert result.outcome is Outcome.REPLIED
             assert result.spooled and not result.memory_available
             assert outbox.sent == ["没问题"]
-            assert "当前时间" in model.prompts[-1][0]["content"]
+            assert "当前时间" in model.prompts[-1][-1]["content"]
             spool = (Path(data_dir) / "spool.jsonl").read_text(encoding="utf-8")
             assert "数据库挂了吗" in spool and "没问题" in spool
         finally:
@@ -546,7 +549,7 @@ async def test_distilled_preference_and_fact_come_before_dialogue_and_stay_in_th
     assert await memory.distilled.extract_due() == 1
 
     await engine.converse(user_turn("推荐一款适合手冲的咖啡豆", group=100), Outbox())
-    system = model.prompts[-1][0]["content"]
+    system = model.prompts[-1][-1]["content"]
     preference = system.index(f"{PREFERENCES_HEADER}\n")
     fact = system.index(f"{FACTS_HEADER}\n")
     dialogue = system.index(f"{MEMORY_HEADER}\n")
@@ -604,7 +607,7 @@ async def test_cache_never_serves_someone_the_bot_knows_facts_about_in_this_chat
     known = await engine.converse(user_turn(PUBLIC_QUESTION, user=14, group=400), Outbox())
     elsewhere = await engine.converse(user_turn(PUBLIC_QUESTION, user=14, group=500), Outbox())
     assert not known.from_cache and len(model.prompts) == 1
-    assert "用户在做一个网站项目" in model.prompts[0][0]["content"]
+    assert "用户在做一个网站项目" in model.prompts[0][-1]["content"]
     assert elsewhere.from_cache  # no facts about them in group 500: the public answer serves
 
 

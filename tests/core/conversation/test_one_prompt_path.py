@@ -104,7 +104,7 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     [sent] = model.prompts
     assert list(trace.messages) == sent
     # The conversational query (the recent lines about the noodle shop) found the old line.
-    assert NOODLES in sent[0]["content"]
+    assert NOODLES in sent[-1]["content"]
     assert trace.search_text.endswith(message) and "面馆" in trace.search_text
     [noodles] = [c for c in trace.candidates if c.turn is not None and c.turn.content == NOODLES]
     assert noodles.fate == "进入提示词"  # the candidates are the bot's recall's, widened

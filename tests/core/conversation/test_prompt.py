@@ -7,7 +7,14 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from memory_core.context.block import MEMORY_HEADER, LineBudget, MemoryBlock, build_memory_block
-from memory_core.conversation.prompt import build_chat_messages, build_system_prompt
+from memory_core.conversation.prompt import (
+    NOTE_CLOSE,
+    NOTE_OPEN,
+    ChatPlace,
+    build_chat_messages,
+    build_moment_note,
+    build_system_prompt,
+)
 from memory_core.lang.timefmt import format_memory_line
 from memory_core.lang.tokens import TiktokenCounter, load_token_counter
 from memory_core.models import MemoryTurn, RecallWindow, Role
@@ -205,62 +212,83 @@ def test_multiline_turns_are_kept_whole() -> None:
     assert block.text == f"{MEMORY_HEADER}\n[2024-01-15 10:00:00] (昨天) user: 第一行\n  第二行"
 
 
-# --- build_system_prompt ------------------------------------------------------------------
+# --- build_system_prompt and build_moment_note ---------------------------------------------
+# The layout for a provider's prefix cache moved the time and the recap out of the system prompt
+# into the note before the message: the tests below check the same content in its new place.
 
 
-def test_system_prompt_states_current_time_zone_and_weekday() -> None:
-    prompt = build_system_prompt(NOW.astimezone(timezone.utc), TZ)
-    assert "当前时间：2024-01-16 16:00:00" in prompt
-    assert "Asia/Shanghai" in prompt
-    assert "星期二" in prompt
+def test_the_moment_note_states_current_time_zone_and_weekday() -> None:
+    note = build_moment_note(NOW.astimezone(timezone.utc), TZ)
+    assert "当前时间：2024-01-16 16:00:00" in note
+    assert "Asia/Shanghai" in note
+    assert "星期二" in note
+    assert note.startswith(NOTE_OPEN) and note.endswith(NOTE_CLOSE)
 
 
 def test_system_prompt_carries_the_time_rules() -> None:
-    prompt = build_system_prompt(NOW, TZ)
+    prompt = build_system_prompt()
     for word in ("过时", "明天", "昨天", "刚才", "下周", "那个", "上次", "它", "时间戳"):
         assert word in prompt, word
+
+
+def test_system_prompt_is_the_same_at_every_moment_and_for_every_member_of_a_group() -> None:
+    def system(user_id: int, name: str) -> str:
+        place = ChatPlace(user_id, name, 300, "读书会")
+        return build_system_prompt(bot_name="小诗", persona="说话温柔。", place=place)
+
+    assert system(1, "小明") == system(2, "小红")
+    assert "小明" not in system(1, "小明") and "当前时间：" not in system(1, "小明")
+    note = build_moment_note(NOW, TZ, place=ChatPlace(1, "小明", 300, "读书会"))
+    assert "现在对你说话的是群成员小明（QQ 1）。" in note
+    assert "对你说话" not in build_moment_note(NOW, TZ, place=ChatPlace(1, "小明"))
 
 
 @pytest.mark.parametrize(
     "last_turn_at", [None, NOW - timedelta(minutes=30), NOW - timedelta(hours=1)]
 )
 def test_no_recap_instruction_within_an_hour(last_turn_at: datetime | None) -> None:
-    assert "回顾" not in build_system_prompt(NOW, TZ, last_turn_at=last_turn_at)
+    assert "回顾" not in build_moment_note(NOW, TZ, last_turn_at=last_turn_at)
 
 
 def test_recap_instruction_names_the_gap_when_over_an_hour() -> None:
-    prompt = build_system_prompt(NOW, TZ, last_turn_at=datetime(2024, 1, 16, 10, 59, tzinfo=TZ))
-    assert "回顾" in prompt
-    assert "5小时前" in prompt
-    assert "2024-01-16 10:59:00" in prompt
-    assert "3天前" in build_system_prompt(NOW, TZ, last_turn_at=NOW - timedelta(days=3))
+    note = build_moment_note(NOW, TZ, last_turn_at=datetime(2024, 1, 16, 10, 59, tzinfo=TZ))
+    assert "回顾" in note
+    assert "5小时前" in note
+    assert "2024-01-16 10:59:00" in note
+    assert "3天前" in build_moment_note(NOW, TZ, last_turn_at=NOW - timedelta(days=3))
+
+
+def test_the_memory_block_is_in_the_note_after_the_time() -> None:
+    note = build_moment_note(NOW, TZ, memory_block="MEM")
+    assert note.index("当前时间") < note.index("MEM") < note.index(NOTE_CLOSE)
 
 
 def test_bot_name_and_persona_are_included_when_given() -> None:
-    prompt = build_system_prompt(NOW, TZ, bot_name="小诗", persona="  说话温柔，爱用颜文字。 ")
-    assert prompt.startswith("你是小诗。\n说话温柔，爱用颜文字。\n当前时间：")
-    assert build_system_prompt(NOW, TZ).startswith("当前时间：")
+    prompt = build_system_prompt(bot_name="小诗", persona="  说话温柔，爱用颜文字。 ")
+    assert prompt.startswith("你是小诗。\n说话温柔，爱用颜文字。\n回答时注意：")
+    assert build_system_prompt().startswith("回答时注意：")
 
 
-def test_system_prompt_stays_small(tiktoken_counter: TiktokenCounter) -> None:
-    prompt = build_system_prompt(NOW, TZ, last_turn_at=NOW - timedelta(days=2))
-    assert tiktoken_counter.count(prompt) < 250
+def test_system_prompt_and_note_stay_small(tiktoken_counter: TiktokenCounter) -> None:
+    assert tiktoken_counter.count(build_system_prompt()) < 250
+    note = build_moment_note(NOW, TZ, last_turn_at=NOW - timedelta(days=2))
+    assert tiktoken_counter.count(note) < 250
 
 
 # --- build_chat_messages ------------------------------------------------------------------
 
 
-def test_chat_messages_shape_system_recent_then_current_user_message() -> None:
+def test_chat_messages_shape_system_recent_then_note_and_current_user_message() -> None:
     recent = [
         make_turn(1, datetime(2024, 1, 16, 15, 50, 0, tzinfo=TZ), "在吗"),
         make_turn(2, datetime(2024, 1, 16, 15, 50, 5, tzinfo=TZ), "在的", role="assistant"),
     ]
-    messages = build_chat_messages("SYS", "MEM", recent, "订单到哪了？", NOW, TZ)
+    messages = build_chat_messages("SYS", "NOTE", recent, "订单到哪了？", NOW, TZ)
     assert messages == [
-        {"role": "system", "content": "SYS\n\nMEM"},
+        {"role": "system", "content": "SYS"},
         {"role": "user", "content": "[15:50:00] 在吗"},
         {"role": "assistant", "content": "在的"},
-        {"role": "user", "content": "[16:00:00] 订单到哪了？"},
+        {"role": "user", "content": "NOTE\n[16:00:00] 订单到哪了？"},
     ]
 
 

@@ -452,3 +452,25 @@ async def test_build_chat_model_without_key_sends_no_authorization(server: StubS
     finally:
         await model.aclose()
     assert "Authorization" not in server.requests[0].headers
+
+
+# --- the provider's prefix cache, from usage --------------------------------------------------
+
+
+async def test_cached_prompt_tokens_are_read_from_both_usage_shapes(
+    server: StubServer, make_model: ModelFactory
+) -> None:
+    server.reset(
+        # OpenAI, Qwen, SiliconFlow
+        ok(usage={"prompt_tokens": 1200, "prompt_tokens_details": {"cached_tokens": 1024}}),
+        # DeepSeek
+        ok(usage={"prompt_tokens": 800, "prompt_cache_hit_tokens": 640}),
+        ok(usage={"prompt_tokens": 100}),  # no cached count: nothing cached
+        ok(),  # no usage at all: nothing counted
+        ok(usage={"prompt_tokens": "many", "prompt_cache_hit_tokens": 5}),  # nonsense: skipped
+    )
+    model = make_model()
+    for _ in range(5):
+        assert await model.complete(MESSAGES) == "你好呀"
+    assert model.usage.take() == {"chat_prompt_tokens": 2100, "chat_cached_tokens": 1664}
+    assert model.usage.take() == {"chat_prompt_tokens": 0, "chat_cached_tokens": 0}
