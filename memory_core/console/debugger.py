@@ -82,6 +82,7 @@ async def trace_recall(
     sender_name: str | None = None,
     bot_name: str | None = None,
     group_name: str | None = None,
+    preparer: PromptPreparer | None = None,
 ) -> RecallTrace:
     """Prepare the prompt for ``message`` from this session at ``now`` as a reply would (the
     bot's own path, ``conversation.preparation``), and add what became of each candidate."""
@@ -94,7 +95,8 @@ async def trace_recall(
         sender_name=sender_name,
         created_at=now,
     )
-    preparer = PromptPreparer(memory, bot_name=bot_name)
+    # The bot's own preparer when given: its short-term window is where the bot's is.
+    preparer = preparer or PromptPreparer(memory, bot_name=bot_name)
     tail = await preparer.read_tail(asked, now)
     asked = not_before(asked, tail.previous_at)
     prepared = await preparer.prepare(asked, tail, now, group_name=group_name, touch=False)

@@ -226,7 +226,8 @@ class ConversationEngine:
         self._usage = usage if usage is not None else PromptUsage()
         self._settings = memory.settings
         self._bot_name = bot_name
-        self._preparer = PromptPreparer(memory, bot_name=bot_name)
+        self.preparer = PromptPreparer(memory, bot_name=bot_name)
+        """How this engine prepares a prompt; the console's debugger looks through it."""
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._monotonic = monotonic
         self._locks = SessionLocks()
@@ -417,7 +418,7 @@ class ConversationEngine:
 
     async def _tail(self, turn: TurnInput) -> Tail:
         # With no model only the previous turn's time matters (for stamping the message).
-        tail = await self._preparer.read_tail(turn, self._now(turn), recent=self._model is not None)
+        tail = await self.preparer.read_tail(turn, self._now(turn), recent=self._model is not None)
         if tail.failure is not None:
             log.warning("last turn time unavailable for %s: %s", turn.session_key, tail.failure)
         return tail
@@ -425,7 +426,7 @@ class ConversationEngine:
     async def _prepare(self, turn: TurnInput, tail: Tail, group_name: str | None) -> PreparedPrompt:
         """The chat messages for the model (``conversation.preparation``, shared with the
         console's debugger); memory may be missing."""
-        prompt = await self._preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
+        prompt = await self.preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
         if prompt.failure is not None:
             log.warning("answering session %s without memory: %s", turn.session_key, prompt.failure)
         return prompt

@@ -171,7 +171,7 @@ class PromptPreparer:
     ) -> PreparedPrompt:
         """The chat messages for ``turn`` at ``now`` and what went into them; memory that
         cannot be read is left out (``failure`` says why). ``touch=False`` counts no memory
-        as used."""
+        as used and leaves the short-term window where it is (a look, not a reply)."""
         assert turn.created_at is not None
         now = max(now, turn.created_at)
         cutoff = turn.created_at - JUST_BEFORE
@@ -189,7 +189,7 @@ class PromptPreparer:
             # Dialogue as of just before this message: it is being stored meanwhile and must
             # not come back as its own memory. Distilled memory as of now: the platform's clock
             # (the message's time) may lag behind the moment a fact was distilled.
-            recent = self._short_term(turn.session_key, tail, now)
+            recent = self._short_term(turn.session_key, tail, now, remember=touch)
             options = self._recall_options(recent, cutoff)
             recalled = await self._memory.recall(turn.user_id, text, turn.group_id, options)
             context = await self._memory.build_context(
@@ -228,10 +228,13 @@ class PromptPreparer:
             memory_ms=memory_ms,
         )
 
-    def _short_term(self, session_key: str, tail: Tail, now: datetime) -> list[MemoryTurn]:
+    def _short_term(
+        self, session_key: str, tail: Tail, now: datetime, *, remember: bool
+    ) -> list[MemoryTurn]:
         # ``now`` may have moved on since the tail was read: its window starts as late.
         since = now - timedelta(minutes=self._settings.chat_recent_minutes)
-        return self._window.shown(session_key, [t for t in tail.recent if t.created_at >= since])
+        recent = [t for t in tail.recent if t.created_at >= since]
+        return self._window.shown(session_key, recent, remember=remember)
 
     def _recall_options(self, recent: Sequence[MemoryTurn], cutoff: datetime) -> RecallOptions:
         """A conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message

@@ -35,9 +35,12 @@ class SteppedWindow:
         self._max_sessions = max_sessions
         self._starts: OrderedDict[str, tuple[datetime, int]] = OrderedDict()
 
-    def shown(self, session_key: str, turns: Sequence[MemoryTurn]) -> list[MemoryTurn]:
+    def shown(
+        self, session_key: str, turns: Sequence[MemoryTurn], *, remember: bool = True
+    ) -> list[MemoryTurn]:
         """The turns to show, oldest first, out of ``turns``: the session's newest
-        short-term turns, at most ``capacity`` of them (more than that were not read)."""
+        short-term turns, at most ``capacity`` of them (more than that were not read).
+        ``remember=False``: a look (the console's debugger) that does not move the window."""
         ordered = sorted(turns, key=time_key)
         if not ordered:
             self._starts.pop(session_key, None)
@@ -54,7 +57,8 @@ class SteppedWindow:
         else:
             # ``or ordered``: the window's turns were forgotten (``/forget``); start afresh
             shown = [t for t in ordered if time_key(t) >= start] or ordered
-        self._remember(session_key, time_key(shown[0]))
+        if remember:
+            self._remember(session_key, time_key(shown[0]))
         return shown
 
     def _remember(self, session_key: str, start: tuple[datetime, int]) -> None:

@@ -405,6 +405,7 @@ class ConsoleApp:
                 sender_name=names.person,
                 bot_name=ctx.runtime.bot_name,
                 group_name=names.group,
+                preparer=ctx.runtime.engine.preparer,
             )
         if not at.strip():
             at = f"{now.astimezone(tz):%Y-%m-%dT%H:%M}"

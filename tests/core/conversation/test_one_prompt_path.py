@@ -3,6 +3,7 @@ path (``conversation.preparation``), the conversational query included."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 
@@ -108,3 +109,46 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     assert trace.search_text.endswith(message) and "面馆" in trace.search_text
     [noodles] = [c for c in trace.candidates if c.turn is not None and c.turn.content == NOODLES]
     assert noodles.fate == "进入提示词"  # the candidates are the bot's recall's, widened
+
+
+async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_bots_prompt(
+    memory_factory,
+):
+    # Two recent turns at least: the window grows to four, then drops its oldest half.
+    memory = await memory_factory(chat_recent_turns=2, memory_top_n=1, memory_window_size=0)
+    model = RecordingModel()
+    clock = [NOW]
+    engine = ConversationEngine(
+        memory=memory, chat_model=model, bot_name="小诗", clock=lambda: clock[0]
+    )
+
+    sent_ids = iter(range(9100, 9200))
+
+    async def send(text: str) -> Delivery:
+        clock[0] += timedelta(seconds=20)  # the reply comes a little after the message
+        return Delivery(text=text, message_id=next(sent_ids))
+
+    def message(text: str, minute: int) -> TurnInput:
+        clock[0] = NOW + timedelta(minutes=minute)
+        return dataclasses.replace(said(text, 0, None), created_at=clock[0])
+
+    for minute, text in enumerate(["第一句", "第二句", "第三句"]):
+        await engine.converse(message(text, minute), send)  # six turns: the window stepped
+    fourth = message("第四句", 3)
+    looks = [
+        await trace_recall(
+            memory,
+            user_id=USER,
+            group_id=None,
+            message="第四句",
+            now=clock[0],
+            sender_name="小明",
+            bot_name="小诗",
+            preparer=engine.preparer,
+        )
+        for _ in range(2)  # looking twice shows the same prompt
+    ]
+    await engine.converse(fourth, send)
+    sent = model.prompts[-1]
+    assert "第一句" not in str(sent) and "第三句" in str(sent)  # the window did step
+    assert list(looks[0].messages) == list(looks[1].messages) == sent
