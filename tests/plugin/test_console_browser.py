@@ -183,7 +183,9 @@ async def test_operator_edits_a_fact_and_the_debugger_uses_the_new_text(
         browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), then="最终提示词"
     )
     prompts = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "pre.prompt")]
-    assert prompts and EDITED_FACT in prompts[0]  # found by its new embedding
+    # Found by its new embedding; the memory is in the last message, next to the question
+    # (the system prompt stays the same for every message: the provider's prefix cache).
+    assert prompts and EDITED_FACT in prompts[-1] and EDITED_FACT not in prompts[0]
     assert browser.find_elements(By.CSS_SELECTOR, "tr.candidate")
     shot(browser, "05-debugger")
 
