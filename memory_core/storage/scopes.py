@@ -29,6 +29,24 @@ def scope_filter(
     raise ValueError("forget needs a user, a group, or everything=True")
 
 
+def _scoped_rows(
+    table: str,
+    extra: str,
+    *,
+    user_id: int | None,
+    group_id: int | None,
+    private_only: bool,
+    everything: bool,
+) -> tuple[str, tuple[int, ...]]:
+    """``FROM table WHERE <scope> [AND extra]`` and its arguments: what a /forget deletes and
+    what its question counts are the same rows."""
+    where, args = scope_filter(
+        user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+    )
+    extra = f" AND {extra}" if extra else ""
+    return f"FROM {table} WHERE {where}{extra}", args
+
+
 def scope_delete(
     table: str,
     *,
@@ -42,11 +60,15 @@ def scope_delete(
 
     ``table`` and ``extra`` are constants of this module's callers, never user input.
     """
-    where, args = scope_filter(
-        user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+    rows, args = _scoped_rows(
+        table,
+        extra,
+        user_id=user_id,
+        group_id=group_id,
+        private_only=private_only,
+        everything=everything,
     )
-    extra = f" AND {extra}" if extra else ""
-    return f"DELETE FROM {table} WHERE {where}{extra}", args
+    return f"DELETE {rows}", args
 
 
 def scope_count(
@@ -64,13 +86,17 @@ def scope_count(
 
     ``table``, ``extra`` and ``by`` are constants of the callers, never user input.
     """
-    where, args = scope_filter(
-        user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+    rows, args = _scoped_rows(
+        table,
+        extra,
+        user_id=user_id,
+        group_id=group_id,
+        private_only=private_only,
+        everything=everything,
     )
-    extra = f" AND {extra}" if extra else ""
     if by:
-        return f"SELECT {by}, count(*) FROM {table} WHERE {where}{extra} GROUP BY {by}", args
-    return f"SELECT count(*) FROM {table} WHERE {where}{extra}", args
+        return f"SELECT {by}, count(*) {rows} GROUP BY {by}", args
+    return f"SELECT count(*) {rows}", args
 
 
 def covers(scope: ForgetScope, turn: TurnInput) -> bool:

@@ -4,7 +4,6 @@ path (``conversation.preparation``), the conversational query included."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -13,30 +12,11 @@ from memory_core.console import trace_recall
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.models import TurnInput
 from memory_core.service import TemporalMemory
+from tests.core.conversation.test_chat import RecordingModel
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)  # in the past: no turn is stored dated ahead
 USER, GROUP = 1, 555
 NOODLES = "学校门口那家面馆叫老张面馆，牛肉面很好吃"
-
-
-class RecordingModel:
-    """A ChatModel that keeps every prompt it is sent."""
-
-    def __init__(self) -> None:
-        self.prompts: list[list[dict[str, str]]] = []
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> str:
-        self.prompts.append([dict(m) for m in messages])
-        return "叫老张面馆。"
-
-    async def aclose(self) -> None:
-        return None
 
 
 def said(text: str, minutes_ago: float, group: int | None, *, role: str = "user") -> TurnInput:
@@ -93,7 +73,7 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     )
     assert await stored_turns(memory) == stored_before  # the debugger stores nothing
 
-    model = RecordingModel()
+    model = RecordingModel("叫老张面馆。")
     engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗", clock=lambda: NOW)
 
     async def send(text: str) -> Delivery:
@@ -116,7 +96,7 @@ async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_
 ):
     # Two recent turns at least: the window grows to four, then drops its oldest half.
     memory = await memory_factory(chat_recent_turns=2, memory_top_n=1, memory_window_size=0)
-    model = RecordingModel()
+    model = RecordingModel("叫老张面馆。")
     clock = [NOW]
     engine = ConversationEngine(
         memory=memory, chat_model=model, bot_name="小诗", clock=lambda: clock[0]
