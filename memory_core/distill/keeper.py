@@ -25,12 +25,12 @@ from typing import TypeVar
 
 import numpy as np
 
+from ..dialogue.source_store import PgSourceStore
 from ..errors import EmbeddingError
 from ..models import generate_session_key
 from ..providers.embedding import Embedder
 from ..settings import DistilledScope
 from ..storage.database_handle import Database
-from ..storage.dialogue_store import PgDialogueStore
 from .memory import (
     DistilledHit,
     DistilledKind,
@@ -124,7 +124,7 @@ class MemoryKeeper:
         outcome = SaveOutcome()
         locked = source_turn_ids if sources_must_exist else ()
         async with self._database.transaction() as tx:
-            if not await tx.store(PgDialogueStore).keep_turns(locked):
+            if not await tx.store(PgSourceStore).keep_turns(locked):
                 return SaveOutcome(discarded=True)
             store = tx.store(PgDistilledStore)
             for index, item in enumerate(items):

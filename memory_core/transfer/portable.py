@@ -24,11 +24,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from ..dialogue.admin_store import ExportedTurn, PgAdminStore
 from ..distill.memory import KINDS, DistilledMemory
 from ..distill.store import PgDistilledStore, PortableMemory
 from ..lang.text import scrub
 from ..models import TurnInput, generate_session_key
-from ..storage.dialogue_store import ExportedTurn, PgDialogueStore
 from ..time_bounds import check_time
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ async def export_lines(
     size streams (the CLI writes it to a file; a web page could send it as a download)."""
     tz = memory.tz
     yield header_line(session_keys, memory.embedding_model, datetime.now(timezone.utc), tz)
-    turns = memory.database.store(PgDialogueStore)
+    turns = memory.database.store(PgAdminStore)
     after = 0
     while page := await turns.export_turns(session_keys, after, EXPORT_PAGE):
         for exported in page:

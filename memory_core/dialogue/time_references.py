@@ -15,7 +15,7 @@ import time
 from datetime import tzinfo
 
 from ..lang.timerange import referred_range
-from .dialogue_store import PgDialogueStore
+from .upkeep_store import PgUpkeepStore
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,12 @@ class TimeReferenceBackfill:
     def due(self) -> bool:
         return self.after is not None
 
-    async def check(self, store: PgDialogueStore) -> None:
+    async def check(self, store: PgUpkeepStore) -> None:
         """Read from the metadata whether (and from where) the walk is still to do."""
         progress = (await store.read_meta()).get(PROGRESS_META, "0")
         self.after = None if progress == DONE else int(progress)
 
-    async def run(self, store: PgDialogueStore, *, max_seconds: float | None = None) -> bool:
+    async def run(self, store: PgUpkeepStore, *, max_seconds: float | None = None) -> bool:
         """Walk on; with ``max_seconds`` stop after about that long. True once done."""
         if self.after is None:
             return True
