@@ -15,6 +15,7 @@ import time
 from datetime import tzinfo
 
 from ..lang.timerange import referred_range
+from ..storage.paging import keyset_pages
 from .upkeep_store import PgUpkeepStore
 
 log = logging.getLogger(__name__)
@@ -59,14 +60,12 @@ class TimeReferenceBackfill:
                 )
         started = time.monotonic()
         read = found = 0
-        while True:
-            rows = await store.rows_without_time_reference(self.after, self.batch_size)
-            if not rows:
-                await store.write_meta({PROGRESS_META: DONE})
-                if read or self.after:
-                    log.info("time references done: every stored turn has been read")
-                self.after = None
-                return True
+        pages = keyset_pages(
+            lambda last: store.rows_without_time_reference(last, self.batch_size),
+            lambda row: row[0],
+            after=self.after,
+        )
+        async for rows in pages:
             references = []
             for row_id, content, created_at in rows:
                 referred = referred_range(content, created_at, self.tz)
@@ -86,3 +85,8 @@ class TimeReferenceBackfill:
                     left,
                 )
                 return False
+        await store.write_meta({PROGRESS_META: DONE})
+        if read or self.after:
+            log.info("time references done: every stored turn has been read")
+        self.after = None
+        return True

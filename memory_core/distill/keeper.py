@@ -31,6 +31,7 @@ from ..models import generate_session_key
 from ..providers.embedding import Embedder
 from ..settings import DistilledScope
 from ..storage.database_handle import Database
+from ..storage.paging import keyset_pages
 from .memory import (
     DistilledHit,
     DistilledKind,
@@ -319,18 +320,18 @@ class MemoryKeeper:
 
     async def reembed(self, *, batch_size: int = 256) -> int:
         """Re-embed every distilled row not embedded by the current model."""
-        store = self._store()
-        done, last_id = 0, 0
-        while True:
-            rows = await store.rows_needing_reembed(self.embedder.model, last_id, batch_size)
-            if not rows:
-                return done
+        store, model = self._store(), self.embedder.model
+        done = 0
+        pages = keyset_pages(
+            lambda last: store.rows_needing_reembed(model, last, batch_size), lambda r: r[0]
+        )
+        async for rows in pages:
             vectors = await self.embedder.embed_passages(
                 [embedding_text(kind, content, topics) for _, kind, content, topics in rows]
             )
-            await store.set_embeddings([r[0] for r in rows], vectors, self.embedder.model)
+            await store.set_embeddings([r[0] for r in rows], vectors, model)
             done += len(rows)
-            last_id = rows[-1][0]
+        return done
 
 
 def _own_sources(item: ExtractedMemory, batch: Sequence[int]) -> tuple[int, ...]:

@@ -423,7 +423,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
 
     await memory.add_turn(said("一切正常时说的", 1))
     await refusal.apply(fresh_dsn, memory)
-    with caplog.at_level(logging.INFO, logger="memory_core.service"):
+    with caplog.at_level(logging.INFO, logger="memory_core.dialogue.writing"):
         for number in (2, 3, 4):
             result = await engine.converse(said(f"写不进去时说的第{number}句", number), send)
             assert result.outcome is Outcome.REPLIED and result.spooled
@@ -479,7 +479,7 @@ async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_
         assert await stored_contents(fresh_dsn) == ["停电时的第一句", "停电时的最后一句"]
         # The same alone, arriving live: spooled; once other writes go through, buried.
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="memory_core.service"):
+        with caplog.at_level(logging.INFO, logger="memory_core.dialogue.writing"):
             assert (await memory.add_turn(said("又一句有毒的", 10))).spooled
             with pytest.raises(StorageError):
                 await memory.flush_spool()  # alone and refused: cannot tell yet
