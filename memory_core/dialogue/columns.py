@@ -78,6 +78,7 @@ class NewTurnRow:
 
 
 def turn_from_record(record: asyncpg.Record) -> MemoryTurn:
+    """A row read with ``TURN_COLUMNS`` as the turn every caller gets."""
     return MemoryTurn(
         id=record["id"],
         message_uuid=record["message_uuid"],

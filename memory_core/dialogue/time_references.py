@@ -29,7 +29,7 @@ BATCH_SIZE = 1000
 class TimeReferenceBackfill:
     """The walk's state: ``after`` is the last row id read, ``None`` when no walk is due.
 
-    Like ``VectorIndex`` it works on the dialogue store it is given: ``check`` runs while
+    Like ``VectorIndex`` it works on the upkeep store it is given: ``check`` runs while
     connecting, before ``Database`` hands the new pool out."""
 
     def __init__(self, tz: tzinfo, batch_size: int = BATCH_SIZE) -> None:

@@ -21,7 +21,6 @@ SQL_PENDING_EMBEDDINGS = f"""
 SELECT {_INDEX_SOURCE} FROM dialogues WHERE embedding IS NULL ORDER BY id LIMIT $1
 """
 
-
 # Rows to embed again: another model, no embedding yet, or another text form than $2.
 _NEEDING_REINDEX = "(embedding_model IS DISTINCT FROM $1 OR embedding IS NULL OR text_form <> $2)"
 

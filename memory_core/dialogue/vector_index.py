@@ -38,7 +38,7 @@ RETRY_WHILE_BUSY = 60.0
 class VectorIndex:
     """Which sessions have a usable HNSW index, and the builds of new ones.
 
-    Holds no database: each call works on the dialogue store it is given, because on
+    Holds no database: each call works on the index store it is given, because on
     connecting the indexes are settled on the new pool before ``Database`` hands it out
     (nothing may use a database whose embedding model is not yet checked)."""
 

@@ -66,7 +66,7 @@ def conversational_query(message: str, earlier: Sequence[str]) -> str:
 
 
 class Retriever:
-    """Finds a session's anchors and their windows, through the dialogue store of the moment."""
+    """Finds a session's anchors and their windows, through the recall store of the moment."""
 
     def __init__(
         self,
