@@ -63,7 +63,7 @@ class MemoryTurn:
 @dataclass(frozen=True)
 class AddOutcome:
     """What ``add_turn`` did: stored (``turn``), found a duplicate, spooled it (to be written
-    later), dead-lettered it (the database refused its values; see ``storage.spool``), or
+    later), dead-lettered it (the database refused its values; see ``dialogue.spool``), or
     kept nothing because its person opted out of that chat (``storage.opt_outs``); ``failed``
     when storing failed outright and the turn was kept nowhere (the chat engine goes on
     without memory)."""

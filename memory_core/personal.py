@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .answer_cache.store import OwnCachedAnswer, PgAnswerCacheStore
+from .dialogue.admin_store import PgAdminStore
+from .dialogue.forget_store import PgForgetStore
 from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
 from .lang.keywords import normalize
 from .models import Forgotten, MemoryTurn, generate_session_key
 from .storage.database_handle import Transaction
-from .storage.dialogue_store import PgDialogueStore
 from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ async def preview_forget(memory: TemporalMemory, named: Named) -> ForgetPreview:
         ids=named.memory_ids,
         containing=named.folded,
     )
-    turns = await memory.database.store(PgDialogueStore).turns_to_forget(
+    turns = await memory.database.store(PgForgetStore).turns_to_forget(
         named.session_key, _sources(rows), named.folded
     )
     drawn = await distilled.drawn_from([t.id for t in turns])
@@ -128,7 +129,7 @@ async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
             ids=named.memory_ids,
             containing=named.folded,
         )
-        turns = await tx.store(PgDialogueStore).forget_turns(
+        turns = await tx.store(PgForgetStore).forget_turns(
             named.session_key, _sources(rows), named.folded
         )
         by_kind = await distilled.delete_own(
@@ -241,7 +242,7 @@ async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:
     return PersonalExport(
         user_id=user_id,
         exported_at=datetime.now(timezone.utc),
-        turns=tuple(await memory.database.store(PgDialogueStore).user_turns(user_id)),
+        turns=tuple(await memory.database.store(PgAdminStore).user_turns(user_id)),
         memories=tuple(await memory.database.store(PgDistilledStore).by_user(user_id)),
         cached_answers=tuple(await memory.database.store(PgAnswerCacheStore).by_user(user_id)),
         tz=memory.tz,

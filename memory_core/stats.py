@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
+from .dialogue.admin_store import StoreStats
 from .evaluation.worker import EVALUATED, FAILED, NOT_KEPT, band_metric
-from .storage.dialogue_store import StoreStats
 
 PRIVATE_USER, PRIVATE_BOT = ("private", "user"), ("private", "assistant")
 GROUP_USER, GROUP_BOT = ("group", "user"), ("group", "assistant")
@@ -75,7 +75,7 @@ class MemoryStats:
     indexed_sessions: int = 0  # sessions with their own HNSW index
     indexing_sessions: int = 0  # ... being built
     exact_search_max_rows: int = 0
-    dead_letters: int = 0  # items the database can never take (storage.spool)
+    dead_letters: int = 0  # items the database can never take (dialogue.spool)
     dead_letter_file: str = ""
     write_trouble: str | None = None  # why turns go to the spool now; None: writes work
     prompt_tokens_today: int = 0  # the chat model's prompt tokens today, as its answers report

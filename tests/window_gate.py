@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from memory_core.storage.deferred_embeddings import DeferredEmbeddings
+from memory_core.dialogue.deferred_embeddings import DeferredEmbeddings
 
 
 class WindowGate:

@@ -37,6 +37,7 @@ from ..lang.text import normalize_content
 from ..providers.embedding import Embedder
 from ..settings import LOCAL_EMBEDDING_MODEL
 from ..storage.database_handle import Database
+from ..storage.paging import keyset_pages
 from .store import CachedAnswer, PgAnswerCacheStore
 
 log = logging.getLogger(__name__)
@@ -301,16 +302,16 @@ class AnswerCache:
 
     async def reembed(self, *, batch_size: int = 256) -> int:
         """Re-embed every entry not embedded by the current model."""
-        store = self._store()
-        done, last_id = 0, 0
-        while True:
-            rows = await store.rows_needing_reembed(self.embedder.model, last_id, batch_size)
-            if not rows:
-                return done
+        store, model = self._store(), self.embedder.model
+        done = 0
+        pages = keyset_pages(
+            lambda last: store.rows_needing_reembed(model, last, batch_size), lambda r: r[0]
+        )
+        async for rows in pages:
             vectors = np.stack([await self.embedder.embed_query(norm) for _, norm in rows])
-            await store.set_embeddings([r[0] for r in rows], vectors, self.embedder.model)
+            await store.set_embeddings([r[0] for r in rows], vectors, model)
             done += len(rows)
-            last_id = rows[-1][0]
+        return done
 
 
 class AnswerCacheOff(AnswerCache):

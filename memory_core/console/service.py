@@ -13,27 +13,22 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TypeVar
 
+from ..dialogue.admin_store import PgAdminStore, SessionActivity, TurnEdit, TurnsShown
+from ..dialogue.forget_store import PgForgetStore
+from ..dialogue.recall_store import AnchorFilters, PgRecallStore, RecallScope
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
 from ..distill.store import MemoryEdit, MemorySessionStats, PgDistilledStore
 from ..distill.worker import EXTRACTION_FAILED
 from ..errors import EmbeddingError, InvalidTurnError
 from ..lang.indexed import indexed_text
 from ..lang.keywords import document_terms, normalize, substring_terms, tsquery_all
-from ..lang.text import clean_content
+from ..lang.text import clean_content, scrub
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
 from ..providers.openai_api import is_failing
 from ..settings import BUNDLED_MODEL_RECALL_FLOOR, LOCAL_EMBEDDING_MODEL
 from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Transaction
-from ..storage.dialogue_store import (
-    AnchorFilters,
-    PgDialogueStore,
-    RecallScope,
-    SessionActivity,
-    TurnEdit,
-    TurnsShown,
-)
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
 from ..storage.row_changes import RowTaker
 from .store import (
@@ -56,7 +51,7 @@ MEMORY_LIMIT = 200
 SEARCH_MAX_CHARS = 200
 DISTILLED_MAX_CHARS = 2000
 # The store owning each kind of row the console deletes into its bin and restores.
-OWNERS: dict[str, type[RowTaker]] = {"turn": PgDialogueStore, "distilled": PgDistilledStore}
+OWNERS: dict[str, type[RowTaker]] = {"turn": PgAdminStore, "distilled": PgDistilledStore}
 KINDS = tuple(OWNERS)
 
 
@@ -165,8 +160,8 @@ class MemoryConsole:
 
     # ------------------------------------------------------------------ reading
 
-    def _dialogues(self) -> PgDialogueStore:
-        return self.memory.database.store(PgDialogueStore)
+    def _dialogues(self) -> PgAdminStore:
+        return self.memory.database.store(PgAdminStore)
 
     def _distilled(self) -> PgDistilledStore:
         return self.memory.database.store(PgDistilledStore)
@@ -282,7 +277,7 @@ class MemoryConsole:
         session)."""
         memory = self.memory
         vector = await memory.embedder.embed_query(query)
-        dialogue = self._dialogues()
+        dialogue = self.memory.database.store(PgRecallStore)
         scope = RecallScope(session_key)  # one session, as the console shows it
         size = await dialogue.session_size(scope)
         weighed = max(MEANING_SEARCH_MAX, (page + 1) * PAGE_SIZE)  # a later page: more
@@ -350,7 +345,7 @@ class MemoryConsole:
     ) -> MemoryTurn | None:
         """Replace a turn's text (re-embedded, keywords and tokens recounted); ``None`` if
         the session has no such turn. Raises ``InvalidTurnError`` for empty text."""
-        content = clean_content(text, self.memory.settings.memory_max_content_chars)
+        content = clean_content(scrub(text), self.memory.settings.memory_max_content_chars)
         current = [
             r.turn for r in await self._dialogues().session_turns_by_ids(session_key, [turn_id])
         ]
@@ -370,7 +365,7 @@ class MemoryConsole:
             text_form=form,
         )
         async with self.memory.database.transaction() as tx:
-            edited = await tx.store(PgDialogueStore).edit_turn(session_key, turn_id, edit)
+            edited = await tx.store(PgAdminStore).edit_turn(session_key, turn_id, edit)
             return await self._audited_edit(tx, "turn", session_key, turn_id, edited, actor)
 
     async def edit_memory(
@@ -379,7 +374,7 @@ class MemoryConsole:
         """Replace a distilled memory's text (re-embedded); ``None`` if the session has none
         such. Raises ``InvalidTurnError`` for empty text, ``ConsoleConflictError`` when the
         session already holds the same current memory."""
-        content = " ".join(clean_content(text, DISTILLED_MAX_CHARS).split())
+        content = " ".join(clean_content(scrub(text), DISTILLED_MAX_CHARS).split())
         current = [m for m in await self.memories(session_key) if m.id == memory_id]
         if not current:
             return None
@@ -423,7 +418,7 @@ class MemoryConsole:
         item's id, or ``None`` if there is no such row.
 
         A fact or preference takes the turns it was drawn from along, with the bot's replies to
-        them and its later replies repeating them (``PgDialogueStore.turns_to_forget``, the
+        them and its later replies repeating them (``PgForgetStore.turns_to_forget``, the
         rule of a person's own delete); a turn takes the memories drawn from it (the 撤回
         rule). Each goes in as a bin item of its own, restored on its own."""
         if kind not in KINDS:
@@ -448,7 +443,7 @@ class MemoryConsole:
         found = await tx.store(PgDistilledStore).by_ids([memory_id])
         if not found or found[0].session_key != session_key or found[0].kind == "summary":
             return []  # a summary speaks of its whole batch: it takes none of it
-        turns = await tx.store(PgDialogueStore).turns_to_forget(
+        turns = await tx.store(PgForgetStore).turns_to_forget(
             session_key, found[0].source_turn_ids, None
         )
         return [t.id for t in turns]
@@ -510,7 +505,7 @@ class MemoryConsole:
         """Pin or unpin the row in ``tx``; its text, or ``None`` if the session has no such row."""
         if kind != "turn":
             return await tx.store(PgDistilledStore).pin_memory(session_key, item_id, pinned=pinned)
-        dialogues = tx.store(PgDialogueStore)
+        dialogues = tx.store(PgAdminStore)
         expires_at = None
         if not pinned:
             rows = await dialogues.session_turns_by_ids(session_key, [item_id])

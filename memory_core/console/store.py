@@ -1,5 +1,5 @@
 """The console's own tables (migration 009): the recycle bin and the audit log. The turns and
-distilled memories it shows and changes belong to their stores (``PgDialogueStore``,
+distilled memories it shows and changes belong to their stores (``dialogue.admin_store``,
 ``PgDistilledStore``); ``MemoryConsole`` runs a change and its audit entry in one transaction.
 
 Every query about a session names it, so no change through one session can touch another's

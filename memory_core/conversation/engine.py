@@ -44,11 +44,11 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 
 from ..answer_cache.store import CachedAnswer
+from ..dialogue.turn_rows import message_uuid_for
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
 from ..providers.llm import ChatModel, PromptUsage
 from ..service import TemporalMemory
-from ..storage.turn_rows import message_uuid_for
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
 
 log = logging.getLogger(__name__)

@@ -31,12 +31,12 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from ..context.builder import MemoryContext
+from ..dialogue.recall_store import SessionTail
 from ..errors import MemoryCoreError
 from ..lang.text import scrub
 from ..models import MemoryTurn, RecallResult, TurnInput
 from ..recall.options import RecallOptions
 from ..settings import MemorySettings
-from ..storage.dialogue_store import SessionTail
 from .prompt import ChatPlace, build_chat_messages, build_moment_note, build_system_prompt
 from .window import SteppedWindow
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from ..dialogue.source_store import SourceTurn
 from ..lang.timefmt import format_absolute
 from ..providers.llm import ChatModel, build_openai_model, strip_reasoning
 from ..resources import read_prompt_template
 from ..settings import MemorySettings
-from ..storage.dialogue_store import SourceTurn
 from .memory import (
     FACT_CATEGORIES,
     PREFERENCE_CATEGORIES,

@@ -25,12 +25,13 @@ from typing import TypeVar
 
 import numpy as np
 
+from ..dialogue.source_store import PgSourceStore
 from ..errors import EmbeddingError
 from ..models import generate_session_key
 from ..providers.embedding import Embedder
 from ..settings import DistilledScope
 from ..storage.database_handle import Database
-from ..storage.dialogue_store import PgDialogueStore
+from ..storage.paging import keyset_pages
 from .memory import (
     DistilledHit,
     DistilledKind,
@@ -124,7 +125,7 @@ class MemoryKeeper:
         outcome = SaveOutcome()
         locked = source_turn_ids if sources_must_exist else ()
         async with self._database.transaction() as tx:
-            if not await tx.store(PgDialogueStore).keep_turns(locked):
+            if not await tx.store(PgSourceStore).keep_turns(locked):
                 return SaveOutcome(discarded=True)
             store = tx.store(PgDistilledStore)
             for index, item in enumerate(items):
@@ -319,18 +320,18 @@ class MemoryKeeper:
 
     async def reembed(self, *, batch_size: int = 256) -> int:
         """Re-embed every distilled row not embedded by the current model."""
-        store = self._store()
-        done, last_id = 0, 0
-        while True:
-            rows = await store.rows_needing_reembed(self.embedder.model, last_id, batch_size)
-            if not rows:
-                return done
+        store, model = self._store(), self.embedder.model
+        done = 0
+        pages = keyset_pages(
+            lambda last: store.rows_needing_reembed(model, last, batch_size), lambda r: r[0]
+        )
+        async for rows in pages:
             vectors = await self.embedder.embed_passages(
                 [embedding_text(kind, content, topics) for _, kind, content, topics in rows]
             )
-            await store.set_embeddings([r[0] for r in rows], vectors, self.embedder.model)
+            await store.set_embeddings([r[0] for r in rows], vectors, model)
             done += len(rows)
-            last_id = rows[-1][0]
+        return done
 
 
 def _own_sources(item: ExtractedMemory, batch: Sequence[int]) -> tuple[int, ...]:

@@ -16,11 +16,11 @@ from zoneinfo import ZoneInfo
 
 from ..answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
 from ..answer_cache.store import PgAnswerCacheStore
+from ..dialogue.forget_store import DeletedTurn
 from ..models import ForgetScope, Forgotten
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
 from ..storage.database_handle import Database, Transaction
-from ..storage.dialogue_store import DeletedTurn
 from .extraction import build_extractor, extraction_off_reason
 from .keeper import MaintenanceReport, MemoryKeeper
 from .memory import (

@@ -1,7 +1,7 @@
 """All SQL of distilled memory and extraction bookkeeping (migration 004).
 
 Rows leave as frozen dataclasses (``DistilledMemory``, ``SessionDue``); the turns a batch is
-distilled from are read and locked through their own store (``PgDialogueStore``). Vector search
+distilled from are read and locked through their own store (``PgSourceStore``). Vector search
 here is exact (``ORDER BY embedding <=> q`` over a session's or a user's rows, read through ordinary
 indexes): those sets are small, and an HNSW index would post-filter them (a filtered HNSW scan
 can return fewer than k rows).

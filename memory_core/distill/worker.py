@@ -17,10 +17,10 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from ..background import RoundLoop
+from ..dialogue.source_store import PgSourceStore, SourceTurn
 from ..errors import EmbeddingError, LLMError
 from ..models import generate_session_key
 from ..storage.database_handle import Database
-from ..storage.dialogue_store import PgDialogueStore, SourceTurn
 from .extraction import Extractor
 from .keeper import MemoryKeeper
 from .memory import SaveOutcome
@@ -184,7 +184,7 @@ class ExtractionWorker:
     async def _extract(self, session: SessionDue, now: datetime) -> ExtractionReport:
         store = self._store()
         day = now.astimezone(self._tz).date()
-        turns = await self._database.store(PgDialogueStore).undistilled_turns(
+        turns = await self._database.store(PgSourceStore).undistilled_turns(
             session.session_key, session.last_turn_id, now, self._max_turns + 1
         )
         settled_before = now - self.settle

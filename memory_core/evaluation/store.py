@@ -1,5 +1,6 @@
 """All SQL of the evaluation queue (migration 002), behind ``PgEvaluationStore``. The scores,
-expiries and purge of the turns themselves are their store's (``PgDialogueStore``)."""
+expiries and purge of the turns themselves are their stores' (``dialogue.source_store``,
+``dialogue.upkeep_store``)."""
 
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 from ..background import RoundLoop
+from ..dialogue.source_store import PgSourceStore
 from ..errors import LLMError
 from ..models import MemoryTurn
 from ..storage.database_handle import Database
-from ..storage.dialogue_store import PgDialogueStore
 from .evaluator import Evaluator, Exchange, heuristic_score
 from .retention import RetentionPolicy
 from .store import ClaimedEvaluation, PendingEvaluation, PgEvaluationStore
@@ -87,7 +87,7 @@ class EvaluationWorker:
         heuristic evaluator; unscored, it would be kept for ever."""
         score = heuristic_score(Exchange(turn.content, ""))
         expires_at = self.policy.expires_at(score, turn.created_at)
-        await self._database.store(PgDialogueStore).set_score((turn.id, turn.id), score, expires_at)
+        await self._database.store(PgSourceStore).set_score((turn.id, turn.id), score, expires_at)
 
     async def run_once(self, now: datetime | None = None) -> int:
         """Score every exchange that is due; returns how many were settled (scored or failed)."""
@@ -112,7 +112,7 @@ class EvaluationWorker:
         """The claimed exchanges with their turns' texts (an item whose turn is gone is left
         out: the queue row went with it)."""
         wanted = {i for c in claimed for i in (c.user_turn_id, c.assistant_turn_id)}
-        turns = await self._database.store(PgDialogueStore).turns_by_id(wanted)
+        turns = await self._database.store(PgSourceStore).turns_by_id(wanted)
         pending = []
         for c in claimed:
             user, reply = turns.get(c.user_turn_id), turns.get(c.assistant_turn_id)
@@ -159,7 +159,7 @@ class EvaluationWorker:
                 metrics[NOT_KEPT] = 1
             async with self._database.transaction() as tx:
                 turns = (item.user_turn_id, item.assistant_turn_id)
-                await tx.store(PgDialogueStore).set_score(turns, score, expires_at)
+                await tx.store(PgSourceStore).set_score(turns, score, expires_at)
                 await tx.store(PgEvaluationStore).finish(item, metrics=metrics, day=day)
             log.info(
                 "memory evaluation of session %s: %d -> %s", item.session_key, score, band.name

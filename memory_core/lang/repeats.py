@@ -1,5 +1,5 @@
 """Whether a bot reply repeats what a person said: how a 撤回 or a delete finds the bot's later
-words that still carry a deleted message (``PgDialogueStore.delete_with_replies``).
+words that still carry a deleted message (``dialogue.forget_store``).
 
 Both texts are compared folded (NFKC, case-folded, only letters, digits and CJK characters
 kept), so "银行卡密码：778899" and "你的银行卡密码是 778899" share "银行卡密码". A reply repeats

@@ -43,14 +43,14 @@ def scrub_json(value: object) -> Any:
 
 
 def clean_content(text: object, max_chars: int) -> str:
-    """Return storable content, or raise ``InvalidTurnError`` for non-text or blank text.
+    """Return storable content from text already scrubbed (:func:`scrub`), or raise
+    ``InvalidTurnError`` for non-text or blank text.
 
     Text longer than ``max_chars`` is cut with a visible mark saying how much was dropped, so
     nothing is cut silently.
     """
     if not isinstance(text, str):
         raise InvalidTurnError(f"content must be text, got {type(text).__name__}")
-    text = scrub(text)
     if not text.strip():
         raise InvalidTurnError("content is empty or whitespace only")
     if len(text) > max_chars:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import RerankError
+from ..lang.text import scrub
 from ..settings import MemorySettings
-from .embedding.base import sanitize_text
 from .openai_api import OpenAIEndpoint, open_http_client
 
 # A reranker reads each document with the query in one window (bge-reranker: 512 tokens by
@@ -39,8 +39,8 @@ class ApiReranker:
             return []
         body = {
             "model": self.model,
-            "query": sanitize_text(query, RERANK_MAX_CHARS) or " ",
-            "documents": [sanitize_text(d, RERANK_MAX_CHARS) or " " for d in documents],
+            "query": scrub(query[:RERANK_MAX_CHARS]) or " ",
+            "documents": [scrub(d[:RERANK_MAX_CHARS]) or " " for d in documents],
             "top_n": len(documents),
             "return_documents": False,
         }

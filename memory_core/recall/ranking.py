@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..dialogue.recall_store import AnchorCandidate
 from ..models import MemoryTurn, RecallResult, RecallWindow
-from ..storage.dialogue_store import AnchorCandidate
 
 
 @dataclass(frozen=True)

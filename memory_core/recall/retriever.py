@@ -12,6 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from ..dialogue.index_store import PgVectorIndexStore
+from ..dialogue.recall_store import (
+    AnchorCandidate,
+    AnchorFilters,
+    PgRecallStore,
+    RecallScope,
+)
+from ..dialogue.vector_index import VectorIndex
 from ..errors import EmbeddingError, RerankError
 from ..lang.keywords import conversation_terms, required_phrases
 from ..lang.text import scrub
@@ -21,13 +29,6 @@ from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
 from ..storage.database_handle import Database
-from ..storage.dialogue_store import (
-    AnchorCandidate,
-    AnchorFilters,
-    PgDialogueStore,
-    RecallScope,
-)
-from ..storage.vector_index import VectorIndex
 from .options import RecallOptions
 from .ranking import (
     Channel,
@@ -65,7 +66,7 @@ def conversational_query(message: str, earlier: Sequence[str]) -> str:
 
 
 class Retriever:
-    """Finds a session's anchors and their windows, through the dialogue store of the moment."""
+    """Finds a session's anchors and their windows, through the recall store of the moment."""
 
     def __init__(
         self,
@@ -121,7 +122,7 @@ class Retriever:
         memory). With ``MEMORY_QUERY_CONTEXT_TURNS`` > 0 the last that many join the query
         (see ``conversational_query``); time words are still read from the query alone.
         """
-        store = self._database.store(PgDialogueStore)  # one pool for the whole recall
+        store = self._database.store(PgRecallStore)  # one pool for the whole recall
         now = options.now or datetime.now(timezone.utc)
         top_n = self.settings.memory_top_n if options.top_n is None else options.top_n
         window = options.window_size
@@ -248,7 +249,7 @@ class Retriever:
 
     async def _reranked(
         self,
-        store: PgDialogueStore,
+        store: PgRecallStore,
         scope: RecallScope,
         text: str,
         ranked: Sequence[RankedAnchor],
@@ -295,7 +296,7 @@ class Retriever:
 
     async def _assemble(
         self,
-        store: PgDialogueStore,
+        store: PgRecallStore,
         scope: RecallScope,
         query: str,
         ranked: Sequence[RankedAnchor],
@@ -312,7 +313,7 @@ class Retriever:
 
     async def _anchor_candidates(
         self,
-        store: PgDialogueStore,
+        store: PgRecallStore,
         vector: np.ndarray,
         filters: AnchorFilters,
         session_rows: int,
@@ -324,7 +325,9 @@ class Retriever:
         session_key = scope.session_key
         if not self.vector_index.serves(session_key, session_rows):
             if session_rows > self.settings.memory_exact_search_max_rows:
-                self.vector_index.request(store, session_key)  # exact until it is built
+                self.vector_index.request(
+                    self._database.store(PgVectorIndexStore), session_key
+                )  # exact until it is built
             return await store.anchor_candidates(query_vector=vector, filters=filters, **search)
         found = await store.anchor_candidates(
             query_vector=vector, filters=filters, index_dim=self.embedding_dim, **search

@@ -24,11 +24,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..dialogue.admin_store import PgAdminStore
+from ..dialogue.turn_rows import message_uuid_for
 from ..distill.store import PgDistilledStore, PortableMemory
 from ..errors import DatabaseUnavailableError, EmbeddingError, MemoryCoreError
 from ..models import TurnInput
-from ..storage.dialogue_store import PgDialogueStore
-from ..storage.turn_rows import message_uuid_for
 from .chatrecorder import RecordRouter, read_chatrecorder
 from .portable import line_type, memory_from_json, retention_from_json, turn_from_json
 from .qq_text import LineProblem, decode_export, parse_qq_text
@@ -132,7 +132,7 @@ class TurnImporter:
         if not batch:
             return
         uuids = [message_uuid_for(p.turn) for p in batch]
-        stored = await self.memory.database.store(PgDialogueStore).ids_by_uuid(uuids)
+        stored = await self.memory.database.store(PgAdminStore).ids_by_uuid(uuids)
         fresh = [p for p, u in zip(batch, uuids, strict=True) if u not in stored]
         self.report.read += len(batch)
         self.report.already += len(batch) - len(fresh)
@@ -147,7 +147,7 @@ class TurnImporter:
             self.report.new += inserted
             self.report.refused += len(fresh) - inserted
             # What the source scored keeps its score and expiry (new rows only).
-            await self.memory.database.store(PgDialogueStore).set_retention(
+            await self.memory.database.store(PgAdminStore).set_retention(
                 [
                     (message_uuid_for(p.turn), *p.retention)
                     for p in fresh
@@ -276,7 +276,7 @@ async def _import_memories(
     if not rows:
         return
     sources = {u for _, row in rows for u in row.source_uuids}
-    turn_ids = await memory.database.store(PgDialogueStore).ids_by_uuid(sorted(sources))
+    turn_ids = await memory.database.store(PgAdminStore).ids_by_uuid(sorted(sources))
     if dry_run:
         report.memories_new += len(rows)  # an upper bound: matching rows are found on insert
         return

@@ -24,11 +24,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime, timezone, tzinfo
 from typing import TYPE_CHECKING, Any
 
+from ..dialogue.admin_store import ExportedTurn, PgAdminStore
 from ..distill.memory import KINDS, DistilledMemory
 from ..distill.store import PgDistilledStore, PortableMemory
 from ..lang.text import scrub
 from ..models import TurnInput, generate_session_key
-from ..storage.dialogue_store import ExportedTurn, PgDialogueStore
+from ..storage.paging import keyset_pages
 from ..time_bounds import check_time
 
 if TYPE_CHECKING:
@@ -118,21 +119,23 @@ async def export_lines(
     size streams (the CLI writes it to a file; a web page could send it as a download)."""
     tz = memory.tz
     yield header_line(session_keys, memory.embedding_model, datetime.now(timezone.utc), tz)
-    turns = memory.database.store(PgDialogueStore)
-    after = 0
-    while page := await turns.export_turns(session_keys, after, EXPORT_PAGE):
+    turns = memory.database.store(PgAdminStore)
+    turn_pages = keyset_pages(
+        lambda last: turns.export_turns(session_keys, last, EXPORT_PAGE), lambda e: e.turn.id
+    )
+    async for page in turn_pages:
         for exported in page:
             yield turn_line(exported, tz)
-        after = page[-1].turn.id
     distilled = memory.database.store(PgDistilledStore)
-    after = 0
-    while memories := await distilled.export_page(session_keys, after, EXPORT_PAGE):
+    memory_pages = keyset_pages(
+        lambda last: distilled.export_page(session_keys, last, EXPORT_PAGE), lambda m: m[0].id
+    )
+    async for memories in memory_pages:
         # Sources are named by message_uuid: row ids differ between databases.
         uuids = await turns.uuids_by_id({i for m, _ in memories for i in m.source_turn_ids})
         for m, base_importance in memories:
             sources = tuple(uuids[i] for i in sorted(set(m.source_turn_ids)) if i in uuids)
             yield memory_line(PortableMemory(m, base_importance, sources), tz)
-        after = memories[-1][0].id
 
 
 # ----------------------------------------------------------------------------- reading

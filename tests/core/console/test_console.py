@@ -380,7 +380,8 @@ async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_chan
 async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the_purge(
     memory_factory,
 ):
-    from memory_core.storage.dialogue_store import PgDialogueStore
+    from memory_core.dialogue.source_store import PgSourceStore
+    from memory_core.dialogue.upkeep_store import PgUpkeepStore
 
     memory = await memory_factory()
     await _seed(memory)
@@ -388,10 +389,10 @@ async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the
     user, bot = sorted((await console.turns(str(ALICE), TurnSearch())), key=lambda f: f.turn.id)[:2]
     assert await console.pin("turn", str(ALICE), user.turn.id, pinned=True, actor=ACTOR)
 
-    dialogues = memory.database.store(PgDialogueStore)
     soon = T0 + timedelta(hours=1)
-    await dialogues.set_score((user.turn.id, bot.turn.id), 5, soon)  # what the evaluator writes
-    await dialogues.purge_expired(T0 + timedelta(days=1), 100)
+    sources = memory.database.store(PgSourceStore)
+    await sources.set_score((user.turn.id, bot.turn.id), 5, soon)  # what the evaluator writes
+    await memory.database.store(PgUpkeepStore).purge_expired(T0 + timedelta(days=1), 100)
 
     left = {f.turn.id: f for f in await console.turns(str(ALICE), TurnSearch())}
     assert left[user.turn.id].pinned and left[user.turn.id].turn.expires_at is None

@@ -74,5 +74,5 @@ async def test_a_bot_with_its_clock_ahead_purges_nothing_before_its_time(
         await conn.execute(
             "UPDATE dialogues SET expires_at = now() - $1::interval", recent - timedelta(minutes=5)
         )
-    monkeypatch.setattr("memory_core.service.datetime", ClockAhead)
+    monkeypatch.setattr("memory_core.dialogue.upkeep.datetime", ClockAhead)
     assert await memory.purge_expired() == 0

@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from memory_core import MemorySettings
+from memory_core.dialogue.recall_store import AnchorCandidate
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import (
@@ -23,7 +24,6 @@ from memory_core.recall.ranking import (
     fuse_channels,
     keyword_hit_gate,
 )
-from memory_core.storage.dialogue_store import AnchorCandidate
 from tests.fakes import HashingEmbedder
 
 SH = timezone(timedelta(hours=8))

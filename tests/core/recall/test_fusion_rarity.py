@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memory_core.dialogue.recall_store import PgRecallStore, RecallScope
 from memory_core.models import TurnInput, generate_session_key
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import RARITY_FULL, RARITY_NONE, keyword_rarity_weight
-from memory_core.storage.dialogue_store import PgDialogueStore, RecallScope
 
 SH = timezone(timedelta(hours=8))
 NOW = datetime(2024, 1, 15, 10, 0, tzinfo=SH)
@@ -50,7 +50,7 @@ async def test_the_store_tells_how_rare_the_querys_terms_are_in_this_session_onl
     # Another user's session says "火锅" everywhere: it must not make it common in this one.
     turns += [said(f"火锅真好吃 {i}", 50, user=2) for i in range(30)]
     await memory.add_dialogues(turns)
-    store = memory.database.store(PgDialogueStore)
+    store = memory.database.store(PgRecallStore)
     scope = RecallScope(generate_session_key(1, None), None)
     search = dict(
         scope=scope, model=memory.embedding_model, now=NOW, limit=40, session_rows=len(CHAT)

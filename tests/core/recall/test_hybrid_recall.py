@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memory_core.dialogue.recall_store import AnchorCandidate
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import (
@@ -18,7 +19,6 @@ from memory_core.recall.ranking import (
     fuse_channels,
     keyword_confidence,
 )
-from memory_core.storage.dialogue_store import AnchorCandidate
 from tests.turns import said as said_by
 
 SH = timezone(timedelta(hours=8))

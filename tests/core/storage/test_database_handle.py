@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from memory_core.dialogue.upkeep_store import PgUpkeepStore
 from memory_core.distill.store import PgDistilledStore
 from memory_core.errors import DatabaseUnavailableError
 from memory_core.storage.database import create_pool
 from memory_core.storage.database_handle import Database
-from memory_core.storage.dialogue_store import PgDialogueStore
 
 
 async def test_a_store_is_built_once_per_pool_and_a_new_pool_gets_new_stores(
@@ -20,15 +20,15 @@ async def test_a_store_is_built_once_per_pool_and_a_new_pool_gets_new_stores(
     try:
         database = Database()
         database.attach(first)
-        dialogues = database.store(PgDialogueStore)
-        assert database.store(PgDialogueStore) is dialogues
+        dialogues = database.store(PgUpkeepStore)
+        assert database.store(PgUpkeepStore) is dialogues
         assert database.store(PgDistilledStore) is not dialogues  # one store per kind
         assert isinstance(database.store(PgDistilledStore), PgDistilledStore)
         assert "embedding_model" in await dialogues.read_meta()  # it reaches the database
 
         assert database.detach() is first
         database.attach(second)
-        again = database.store(PgDialogueStore)
+        again = database.store(PgUpkeepStore)
         assert again is not dialogues
         assert again._pool is second
     finally:
@@ -40,7 +40,7 @@ async def test_without_a_pool_every_store_and_the_pool_say_the_database_is_not_c
     database = Database()
     assert not database.connected
     with pytest.raises(DatabaseUnavailableError, match="the memory database is not connected"):
-        database.store(PgDialogueStore)
+        database.store(PgUpkeepStore)
     with pytest.raises(DatabaseUnavailableError, match="not connected"):
         _ = database.pool
     assert database.detach() is None

@@ -16,11 +16,11 @@ import asyncpg
 import pytest
 
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
+from memory_core.dialogue.spool import TurnSpool
 from memory_core.errors import DatabaseUnavailableError, StorageError
 from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
-from memory_core.storage.spool import TurnSpool
 from tests.core.test_bad_input import ODD_TEXTS
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
@@ -330,7 +330,7 @@ async def test_a_torn_last_line_is_skipped_with_a_warning_and_the_turns_around_i
             spool.write(line.encode("utf-8")[:-4])
         await memory.add_turn(said("重启之后的话", 2))
         await proxy.start()
-        with caplog.at_level(logging.WARNING, logger="memory_core.storage.spool"):
+        with caplog.at_level(logging.WARNING, logger="memory_core.dialogue.spool"):
             assert await memory.flush_spool() == 2
         assert await stored_contents(fresh_dsn) == ["崩溃之前的话", "重启之后的话"]
         assert any("spool line 2 is skipped" in r.message for r in caplog.records)
@@ -423,7 +423,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
 
     await memory.add_turn(said("一切正常时说的", 1))
     await refusal.apply(fresh_dsn, memory)
-    with caplog.at_level(logging.INFO, logger="memory_core.service"):
+    with caplog.at_level(logging.INFO, logger="memory_core.dialogue.writing"):
         for number in (2, 3, 4):
             result = await engine.converse(said(f"写不进去时说的第{number}句", number), send)
             assert result.outcome is Outcome.REPLIED and result.spooled
@@ -479,7 +479,7 @@ async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_
         assert await stored_contents(fresh_dsn) == ["停电时的第一句", "停电时的最后一句"]
         # The same alone, arriving live: spooled; once other writes go through, buried.
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="memory_core.service"):
+        with caplog.at_level(logging.INFO, logger="memory_core.dialogue.writing"):
             assert (await memory.add_turn(said("又一句有毒的", 10))).spooled
             with pytest.raises(StorageError):
                 await memory.flush_spool()  # alone and refused: cannot tell yet
@@ -589,7 +589,7 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
     disk = FullSpoolDisk(monkeypatch)
     full_disk = RefusingTrigger("53100", "DiskFullError [53100]")
     await full_disk.apply(fresh_dsn, memory)
-    with caplog.at_level(logging.WARNING, logger="memory_core.storage.spool"):
+    with caplog.at_level(logging.WARNING, logger="memory_core.dialogue.spool"):
         for number in (1, 2, 3):
             result = await engine.converse(said(f"磁盘满时说的第{number}句", number), send)
             assert result.outcome is Outcome.REPLIED and result.spooled

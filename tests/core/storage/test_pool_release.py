@@ -40,12 +40,12 @@ async def test_release_still_rolls_back_a_transaction_left_open(memory_factory, 
 async def test_a_vector_index_build_leaves_its_memory_setting_on_no_pooled_connection(
     memory_factory, monkeypatch
 ):
+    from memory_core.dialogue import index_store
     from memory_core.recall.options import RecallOptions
-    from memory_core.storage import dialogue_store
     from tests.core.storage.test_vector_index import LIMIT, NOW, turns
 
     # Above PostgreSQL's default (64MB), so that a setting left behind would show.
-    monkeypatch.setattr(dialogue_store, "INDEX_BUILD_MEMORY_MIN_MB", 96)
+    monkeypatch.setattr(index_store, "INDEX_BUILD_MEMORY_MIN_MB", 96)
     memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
     await memory.add_dialogues(turns(1, 40))
     async with memory.database.pool.acquire() as conn:

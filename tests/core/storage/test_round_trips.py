@@ -9,10 +9,10 @@ from datetime import date, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+from memory_core.dialogue.upkeep_store import PgUpkeepStore
 from memory_core.errors import StorageError
 from memory_core.models import TurnInput
 from memory_core.storage.counters import PgCounterStore
-from memory_core.storage.dialogue_store import PgDialogueStore
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(minutes=30)
@@ -84,7 +84,7 @@ async def test_an_embedding_batch_is_written_all_or_none(memory_factory):
     await memory.add_dialogues([turn(1, "第一句"), turn(2, "第二句")])
     ids = [t.id for t in await memory.recent_turns(1, None, limit=5, since=T0, now=NOW)]
     assert len(ids) == 2
-    store = memory.database.store(PgDialogueStore)
+    store = memory.database.store(PgUpkeepStore)
     dim = memory.embedder.dim
     good = np.full(dim, 0.5, dtype=np.float32)
     bad = np.full(dim, np.nan, dtype=np.float32)  # the vector types refuse NaN

@@ -7,10 +7,10 @@ import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
 
+from memory_core.dialogue.time_references import DONE, PROGRESS_META
+from memory_core.dialogue.upkeep_store import PgUpkeepStore
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
-from memory_core.storage.dialogue_store import PgDialogueStore
-from memory_core.storage.time_references import DONE, PROGRESS_META
 
 SH = timezone(timedelta(hours=8))
 TUESDAY = datetime(2024, 1, 16, 8, 0, tzinfo=SH)  # 08:00 in Shanghai
@@ -62,14 +62,14 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
 ):
     await stored_before_migration_008(memory_factory)
     memory = await memory_factory()
-    assert memory.time_references.due
+    assert memory.upkeep.time_references.due
     assert all(r == (None, None) for r in (await references(memory)).values())
-    memory.time_references.batch_size = 2
+    memory.upkeep.time_references.batch_size = 2
 
-    caplog.set_level(logging.INFO, logger="memory_core.storage.time_references")
+    caplog.set_level(logging.INFO, logger="memory_core.dialogue.time_references")
     # No time to spare: one batch a round, and the metadata says how far the walk got.
-    assert not await memory.time_references.run(
-        memory.database.store(PgDialogueStore), max_seconds=0
+    assert not await memory.upkeep.time_references.run(
+        memory.database.store(PgUpkeepStore), max_seconds=0
     )
     first_two = await references(memory)
     assert first_two["我明天上午十点要去体检"][0] is not None
@@ -82,8 +82,8 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
 
     # A restart goes on from there and finishes.
     resumed = await memory_factory()
-    assert resumed.time_references.after == int(walked)
-    assert await resumed.time_references.run(resumed.database.store(PgDialogueStore))
+    assert resumed.upkeep.time_references.after == int(walked)
+    assert await resumed.upkeep.time_references.run(resumed.database.store(PgUpkeepStore))
     assert "time references done" in caplog.text
     found = await references(resumed)
     tuesday_morning = found["我明天上午十点要去体检"]
@@ -100,20 +100,20 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
     await resumed.aclose()
 
     # Once done, later starts have no walk to do.
-    assert not (await memory_factory()).time_references.due
+    assert not (await memory_factory()).upkeep.time_references.due
 
 
 async def test_the_maintenance_loop_fills_old_time_references_by_itself(memory_factory):
     await stored_before_migration_008(memory_factory)
     memory = await memory_factory()
-    memory.time_references.batch_size = 2
+    memory.upkeep.time_references.batch_size = 2
     memory.start_maintenance(interval=0.05)
     for _ in range(1200):  # polling (60 s at most) for the background walk, not timing it
         if await progress(memory) == DONE:
             break
         await asyncio.sleep(0.05)
     assert await progress(memory) == DONE
-    assert not memory.time_references.due
+    assert not memory.upkeep.time_references.due
     assert (await references(memory))["我明天上午十点要去体检"][0] is not None
 
 
@@ -121,8 +121,8 @@ async def test_a_new_database_walks_once_and_rows_stored_after_it_are_filled_whe
     memory_factory,
 ):
     memory = await memory_factory()
-    assert await memory.time_references.run(memory.database.store(PgDialogueStore))
+    assert await memory.upkeep.time_references.run(memory.database.store(PgUpkeepStore))
     await memory.add_dialogues(turns())
     assert (await references(memory))["我明天上午十点要去体检"][0] is not None
     await memory.aclose()
-    assert not (await memory_factory()).time_references.due
+    assert not (await memory_factory()).upkeep.time_references.due

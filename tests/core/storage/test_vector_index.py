@@ -9,13 +9,10 @@ import asyncpg
 import numpy as np
 from pgvector.asyncpg import register_vector
 
+from memory_core.dialogue.index_store import parse_session_index_name, session_index_name
+from memory_core.dialogue.recall_store import SQL_ANCHORS_INDEX
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
-from memory_core.storage.dialogue_store import (
-    SQL_ANCHORS_INDEX,
-    parse_session_index_name,
-    session_index_name,
-)
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
 NOW = T0 + timedelta(days=1)
@@ -115,7 +112,7 @@ async def test_the_planner_searches_a_large_session_through_its_own_index(
         await register_vector(conn)
         vector = np.ones(memory.embedding_dim, dtype=np.float32) / memory.embedding_dim**0.5
         async with conn.transaction():
-            # The settings of PgDialogueStore.anchor_candidates' index path.
+            # The settings of PgRecallStore.anchor_candidates' index path.
             await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
             await conn.execute("SET LOCAL enable_sort = off")
             statement = await conn.prepare(

@@ -13,13 +13,13 @@ from typing import Any
 import asyncpg
 import pytest
 
+from memory_core.dialogue.admin_store import PgAdminStore
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
 from memory_core.personal import opt_out
 from memory_core.recall.options import RecallOptions
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
-from memory_core.storage.dialogue_store import PgDialogueStore
 from memory_core.transfer.importer import import_json_lines, import_qq_text
 from memory_core.transfer.portable import export_lines
 from memory_core.transfer.target import ImportTarget
@@ -250,7 +250,7 @@ async def test_export_times_are_written_in_memory_timezone_and_read_back_as_the_
     times = [line[k] for line in lines for k in TIME_FIELDS if line.get(k) is not None]
     assert len(times) > 10 and all(t.endswith("+08:00") for t in times), times
     first = next(line for line in lines if line["type"] == "turn")
-    stored = (await memory.database.store(PgDialogueStore).user_turns(123456))[0]
+    stored = (await memory.database.store(PgAdminStore).user_turns(123456))[0]
     assert datetime.fromisoformat(first["created_at"]) == stored.created_at
 
 

@@ -61,7 +61,7 @@ import asyncpg
 
 from ..errors import DatabaseUnavailableError, InvalidTurnError, StorageError
 from ..models import ForgetScope, RecalledMessage, TurnInput
-from .scopes import covers
+from ..storage.scopes import covers
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import time
 
 from ..errors import StorageError
 from ..settings import VectorIndexMode
-from .dialogue_store import PgDialogueStore, parse_session_index_name, session_index_name
+from .index_store import PgVectorIndexStore, parse_session_index_name, session_index_name
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ RETRY_WHILE_BUSY = 60.0
 class VectorIndex:
     """Which sessions have a usable HNSW index, and the builds of new ones.
 
-    Holds no database: each call works on the dialogue store it is given, because on
+    Holds no database: each call works on the index store it is given, because on
     connecting the indexes are settled on the new pool before ``Database`` hands it out
     (nothing may use a database whose embedding model is not yet checked)."""
 
@@ -60,7 +60,7 @@ class VectorIndex:
         """How many sessions' indexes are being built in the background."""
         return sum(1 for task in self._builds.values() if not task.done())
 
-    async def settle(self, store: PgDialogueStore, *, check_sessions: bool = False) -> None:
+    async def settle(self, store: PgVectorIndexStore, *, check_sessions: bool = False) -> None:
         """Make the indexes agree with the settings: on opening, and after bulk work.
 
         Keeps the valid indexes of this dimension and drops the others (broken ones, another
@@ -96,13 +96,13 @@ class VectorIndex:
                 time.perf_counter() - started,
             )
 
-    async def suspend(self, store: PgDialogueStore) -> None:
+    async def suspend(self, store: PgVectorIndexStore) -> None:
         """Drop every index for bulk work; :meth:`settle` afterwards builds the wanted ones."""
         await self.cancel_builds()
         await store.drop_vector_indexes()
         self.indexed.clear()
 
-    def request(self, store: PgDialogueStore, session_key: str) -> None:
+    def request(self, store: PgVectorIndexStore, session_key: str) -> None:
         """A recall met this session above the limit: build its index in the background."""
         if self.mode == "never" or session_key in self.indexed:
             return
@@ -133,11 +133,11 @@ class VectorIndex:
                 await task
         self._builds.clear()
 
-    async def _build(self, store: PgDialogueStore, session_key: str) -> None:
+    async def _build(self, store: PgVectorIndexStore, session_key: str) -> None:
         async with self._one_build_at_a_time:
             await self._build_now(store, session_key)
 
-    async def _build_now(self, store: PgDialogueStore, session_key: str) -> None:
+    async def _build_now(self, store: PgVectorIndexStore, session_key: str) -> None:
         started = time.perf_counter()
         try:
             if await store.index_build_running():  # by another process

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, tzinfo
-
-import numpy as np
+from typing import Any
 
 from ..errors import InvalidTurnError
 from ..lang.indexed import CONTENT_ONLY, indexed_text
@@ -16,7 +17,7 @@ from ..lang.timerange import referred_range
 from ..lang.tokens import TokenCounter
 from ..models import TurnInput
 from ..time_bounds import time_problem
-from .dialogue_store import NewTurnRow, raw_segments_json
+from .columns import NewTurnRow
 
 BIGINT_MAX = 2**63 - 1
 ROLES = ("user", "assistant")
@@ -42,14 +43,20 @@ def message_uuid_for(turn: TurnInput) -> str:
     return f"local:{uuid.uuid4()}"
 
 
-def scrubbed(turn: TurnInput) -> TurnInput:
+def _scrubbed(turn: TurnInput) -> TurnInput:
     """``turn`` with its text made storable by ``lang.text.scrub``: content, sender name and raw
-    segments (keys and values). Applied where a turn enters the core, so that the row stored,
-    the line spooled and the text embedded are the same text."""
+    segments (keys and values)."""
     content = scrub(turn.content) if isinstance(turn.content, str) else turn.content
     sender = None if turn.sender_name is None else scrub(str(turn.sender_name))
     segments = None if turn.raw_segments is None else scrub_json(turn.raw_segments)
     return dataclasses.replace(turn, content=content, sender_name=sender, raw_segments=segments)
+
+
+def raw_segments_json(segments: Sequence[dict[str, Any]] | None) -> str | None:
+    if segments is None:
+        return None
+    # Segments arrive scrubbed (_scrubbed): no NUL, which jsonb refuses, is left.
+    return json.dumps(list(segments), ensure_ascii=False, default=str)
 
 
 def prepare_row(
@@ -58,15 +65,18 @@ def prepare_row(
     now: datetime,
     max_chars: int,
     token_counter: TokenCounter,
-    embedding: np.ndarray | None,
-    embedding_model: str,
     tz: tzinfo,
     text_form: int = CONTENT_ONLY,
-) -> NewTurnRow:
-    """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row from its
-    :func:`scrubbed` text; its keywords (and ``indexed``, the text to embed) in
-    ``text_form``."""
-    turn = scrubbed(turn)
+) -> tuple[TurnInput, NewTurnRow]:
+    """Validate ``turn`` (``InvalidTurnError`` naming the problem) and build its row, without an
+    embedding; its keywords (and ``indexed``, the text to embed) in ``text_form``.
+
+    Returns the turn as it was stored too: its text scrubbed (``lang.text.scrub``, the one
+    scrub a turn's text gets on its way in) and stamped with the row's ``message_uuid`` and
+    ``created_at``, so that the row written, the line spooled if the write fails and the text
+    embedded are the same, and a spooled turn is stored under the same key when it comes back.
+    """
+    turn = _scrubbed(turn)
     if turn.role not in ROLES:
         raise InvalidTurnError(f"role must be 'user' or 'assistant', got {turn.role!r}")
     _check_id("user_id", turn.user_id, optional=False)
@@ -81,7 +91,7 @@ def prepare_row(
     sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
     refers = referred_range(content, created_at, tz)
     indexed = indexed_text(content, sender, text_form)
-    return NewTurnRow(
+    row = NewTurnRow(
         message_uuid=message_uuid_for(turn),
         self_id=turn.self_id,
         session_key=turn.session_key,
@@ -93,8 +103,8 @@ def prepare_row(
         sender_name=sender or None,
         qq_message_id=turn.message_id,
         raw_segments=raw_segments_json(turn.raw_segments),
-        embedding=embedding,
-        embedding_model=embedding_model if embedding is not None else None,
+        embedding=None,
+        embedding_model=None,
         token_count=token_counter.count(content),
         created_at=created_at,
         refers_start=refers.start if refers is not None else None,
@@ -103,3 +113,5 @@ def prepare_row(
         text_form=text_form,
         indexed=indexed,
     )
+    stamped = dataclasses.replace(turn, message_uuid=row.message_uuid, created_at=created_at)
+    return stamped, row

@@ -15,7 +15,8 @@ import time
 from datetime import tzinfo
 
 from ..lang.timerange import referred_range
-from .dialogue_store import PgDialogueStore
+from ..storage.paging import keyset_pages
+from .upkeep_store import PgUpkeepStore
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ BATCH_SIZE = 1000
 class TimeReferenceBackfill:
     """The walk's state: ``after`` is the last row id read, ``None`` when no walk is due.
 
-    Like ``VectorIndex`` it works on the dialogue store it is given: ``check`` runs while
+    Like ``VectorIndex`` it works on the upkeep store it is given: ``check`` runs while
     connecting, before ``Database`` hands the new pool out."""
 
     def __init__(self, tz: tzinfo, batch_size: int = BATCH_SIZE) -> None:
@@ -40,12 +41,12 @@ class TimeReferenceBackfill:
     def due(self) -> bool:
         return self.after is not None
 
-    async def check(self, store: PgDialogueStore) -> None:
+    async def check(self, store: PgUpkeepStore) -> None:
         """Read from the metadata whether (and from where) the walk is still to do."""
         progress = (await store.read_meta()).get(PROGRESS_META, "0")
         self.after = None if progress == DONE else int(progress)
 
-    async def run(self, store: PgDialogueStore, *, max_seconds: float | None = None) -> bool:
+    async def run(self, store: PgUpkeepStore, *, max_seconds: float | None = None) -> bool:
         """Walk on; with ``max_seconds`` stop after about that long. True once done."""
         if self.after is None:
             return True
@@ -59,14 +60,12 @@ class TimeReferenceBackfill:
                 )
         started = time.monotonic()
         read = found = 0
-        while True:
-            rows = await store.rows_without_time_reference(self.after, self.batch_size)
-            if not rows:
-                await store.write_meta({PROGRESS_META: DONE})
-                if read or self.after:
-                    log.info("time references done: every stored turn has been read")
-                self.after = None
-                return True
+        pages = keyset_pages(
+            lambda last: store.rows_without_time_reference(last, self.batch_size),
+            lambda row: row[0],
+            after=self.after,
+        )
+        async for rows in pages:
             references = []
             for row_id, content, created_at in rows:
                 referred = referred_range(content, created_at, self.tz)
@@ -86,3 +85,8 @@ class TimeReferenceBackfill:
                     left,
                 )
                 return False
+        await store.write_meta({PROGRESS_META: DONE})
+        if read or self.after:
+            log.info("time references done: every stored turn has been read")
+        self.after = None
+        return True
