@@ -168,10 +168,12 @@ class PromptPreparer:
         *,
         group_name: str | None = None,
         touch: bool = True,
+        memory_tokens: int | None = None,
     ) -> PreparedPrompt:
         """The chat messages for ``turn`` at ``now`` and what went into them; memory that
         cannot be read is left out (``failure`` says why). ``touch=False`` counts no memory
-        as used and leaves the short-term window where it is (a look, not a reply)."""
+        as used and leaves the short-term window where it is (a look, not a reply).
+        ``memory_tokens``: the memory block's budget (``None``: MEMORY_MAX_TOKENS)."""
         assert turn.created_at is not None
         now = max(now, turn.created_at)
         cutoff = turn.created_at - JUST_BEFORE
@@ -199,6 +201,7 @@ class PromptPreparer:
                 now,
                 exclude_ids=tuple(t.id for t in recent),
                 recall=recalled,
+                max_tokens=memory_tokens,
                 touch=touch,
             )
             memory_ms = (time.perf_counter() - started) * 1000
