@@ -53,12 +53,11 @@ from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
 from ..providers.llm import ChatModel, PromptUsage
 from ..service import TemporalMemory
-from ..storage.opt_outs import PgOptOutStore
 from ..storage.turn_rows import message_uuid_for
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
-from .tools import ChatScope, MemoryTools
+from .tools import ChatScope, MemoryTools, StoredOptOuts
 
 log = logging.getLogger(__name__)
 
@@ -579,7 +578,7 @@ def _asking(
         MemoryTools(
             recall=memory,
             notes=memory.distilled,
-            opt_outs=memory.database.store(PgOptOutStore),
+            opt_outs=StoredOptOuts(memory.database),
             bot_name=bot_name,
         )
         if settings.chat_tools != "off"

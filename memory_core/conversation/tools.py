@@ -36,6 +36,8 @@ from ..models import MemoryTurn, RecallResult, Role
 from ..providers.chat_turn import ModelTurn, ToolCall
 from ..providers.llm import ToolChatModel, strip_reasoning
 from ..recall.options import RecallOptions
+from ..storage.database_handle import Database
+from ..storage.opt_outs import PgOptOutStore
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,16 @@ class OptOuts(Protocol):
     async def opted_out(self, user_id: int, group_id: int | None) -> bool: ...
 
 
+class StoredOptOuts:
+    """``OptOuts`` read from the database at each call (the pool may come and go)."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    async def opted_out(self, user_id: int, group_id: int | None) -> bool:
+        return await self._database.store(PgOptOutStore).opted_out(user_id, group_id)
+
+
 class BadArguments(ValueError):
     """The model's arguments cannot be used; the text goes back to it as the tool's answer."""
 
@@ -206,7 +218,10 @@ class MemoryTools:
         if name is not None:
             windows = tuple(w for w in windows if _said_by(w, name))[:SEARCH_TOP_N]
         turns = sorted({t.id: t for w in windows for t in w.turns}.values(), key=_time_order)
-        turns = [t for t in turns if t.created_at < scope.before]
+        # Windows widen each anchor by its neighbours; those outside the asked time go.
+        turns = [
+            t for t in turns if t.created_at < now and (since is None or t.created_at >= since)
+        ]
         if not turns:
             return "没有找到相关的记忆。"
         return self._listing(turns)
