@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from memory_core.errors import LLMError
@@ -14,6 +15,8 @@ from memory_core.providers.chat_turn import (
     turn_from_message,
     wants_stream,
 )
+from memory_core.providers.llm import OpenAIChatModel
+from memory_core.providers.openai_api import OpenAIEndpoint
 
 
 def _events(*chunks: object) -> str:
@@ -129,3 +132,46 @@ def test_other_errors_are_neither():
     ):
         error = LLMError(text)
         assert not wants_stream(error) and not refuses_tools(error), text
+
+
+def _model(handler) -> OpenAIChatModel:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://x/v1")
+    endpoint = OpenAIEndpoint(client, label="chat model", error=LLMError, max_retries=0)
+    return OpenAIChatModel(endpoint, "m")
+
+
+async def test_a_relay_that_streams_unasked_is_read_as_a_stream():
+    body = _events(
+        {"choices": [{"delta": {"content": "<think>嗯</think>你好"}}]},
+        {"choices": [], "usage": {"prompt_tokens": 12, "total_tokens": 14}},
+    )
+    model = _model(lambda request: httpx.Response(200, text=body))
+    try:
+        assert await model.complete([{"role": "user", "content": "hi"}]) == "你好"
+        assert model.usage.take()["chat_prompt_tokens"] == 12
+        assert not model.streams  # nothing was refused: the calls stay as they were
+    finally:
+        await model.aclose()
+
+
+async def test_plain_completions_learn_that_a_provider_streams_only():
+    seen: list[bool] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        streamed = json.loads(request.content)["stream"]
+        seen.append(streamed)
+        if not streamed:
+            message = "This model only support stream mode, please enable the stream parameter"
+            return httpx.Response(400, json={"error": {"message": message}})
+        chunk = {"choices": [{"delta": {"content": "好"}}]}
+        return httpx.Response(
+            200, text=_events(chunk), headers={"content-type": "text/event-stream"}
+        )
+
+    model = _model(handle)
+    try:
+        assert await model.complete([{"role": "user", "content": "hi"}]) == "好"
+        assert await model.complete([{"role": "user", "content": "hi"}]) == "好"
+        assert seen == [False, True, True] and model.streams
+    finally:
+        await model.aclose()
