@@ -47,6 +47,11 @@ class ModelAsking:
     def state(self, group_id: int | None, now: datetime) -> BudgetState:
         return self.budget.state(group_id, now)
 
+    def memory_tokens_for(self, group_id: int | None, now: datetime) -> int | None:
+        """The memory block's budget for a message of ``group_id`` at ``now`` (the prompt
+        preparer asks, for the bot and the console's debugger alike)."""
+        return self.memory_tokens(self.state(group_id, now))
+
     def memory_tokens(self, state: BudgetState) -> int | None:
         """The memory block's budget for a reply in ``state`` (``None``: MEMORY_MAX_TOKENS)."""
         full = self._settings.memory_max_tokens

@@ -235,13 +235,17 @@ class ConversationEngine:
         self._usage = usage if usage is not None else PromptUsage()
         self._settings = memory.settings
         self._bot_name = bot_name
-        self.preparer = PromptPreparer(memory, bot_name=bot_name)
+        self._asking = _asking(memory, chat_model, bot_name)
+        self.preparer = PromptPreparer(
+            memory,
+            bot_name=bot_name,
+            memory_budget=self._asking.memory_tokens_for if self._asking else None,
+        )
         """How this engine prepares a prompt; the console's debugger looks through it."""
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._monotonic = monotonic
         self._locks = SessionLocks()
         self._last_notice: dict[str, float] = {}
-        self._asking = _asking(memory, chat_model, bot_name)
 
     @property
     def chat_configured(self) -> bool:
@@ -286,7 +290,7 @@ class ConversationEngine:
                 # Memory is read only up to just before this message, so reading it need not
                 # wait for the message to be stored; the model is asked only after both.
                 stored, prompt = await asyncio.gather(
-                    self._store(turn), self._prepare(turn, tail, group_name, budget)
+                    self._store(turn), self._prepare(turn, tail, group_name)
                 )
             if stored is None:
                 return ChatResult(Outcome.EMPTY)
@@ -452,16 +456,11 @@ class ConversationEngine:
             log.warning("last turn time unavailable for %s: %s", turn.session_key, tail.failure)
         return tail
 
-    async def _prepare(
-        self, turn: TurnInput, tail: Tail, group_name: str | None, budget: BudgetState | None
-    ) -> PreparedPrompt:
+    async def _prepare(self, turn: TurnInput, tail: Tail, group_name: str | None) -> PreparedPrompt:
         """The chat messages for the model (``conversation.preparation``, shared with the
         console's debugger); memory may be missing. The memory block is smaller with the tools
-        offered or the group near its budget (``ModelAsking.memory_tokens``)."""
-        tokens = self._asking.memory_tokens(budget) if self._asking and budget else None
-        prompt = await self.preparer.prepare(
-            turn, tail, self._now(turn), group_name=group_name, memory_tokens=tokens
-        )
+        offered or the group near its budget (``ModelAsking.memory_tokens_for``)."""
+        prompt = await self.preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
         if prompt.failure is not None:
             log.warning("answering session %s without memory: %s", turn.session_key, prompt.failure)
         return prompt

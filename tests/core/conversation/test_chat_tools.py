@@ -342,3 +342,23 @@ async def test_a_group_past_its_daily_budget_rests_once_then_stays_quiet(open_ch
     tomorrow = now + timedelta(days=1)
     again = await engine.converse(said("早上好", user=1, group=100, at=tomorrow), outbox)
     assert again.outcome is Outcome.REPLIED
+
+
+async def test_the_memory_block_is_smaller_with_tools_and_the_debugger_sees_the_same(open_chat):
+    tokens = {}
+    for mode in ("off", "auto"):
+        engine = await open_chat(chat_tools=mode, memory_max_tokens=400)
+        memory = engine.memory  # type: ignore[attr-defined]
+        then = datetime.now(timezone.utc) - timedelta(days=2)
+        for n in range(30):
+            text = f"关于旅行的第{n}件事：我们去了很多地方，看了山和海，吃了很多好吃的东西。"
+            await memory.add_turn(said(text, user=1, group=None, at=then + timedelta(minutes=n)))
+        turn = said("旅行的事你还记得吗", user=1, group=None, at=datetime.now(timezone.utc))
+        tail = await engine.preparer.read_tail(turn, datetime.now(timezone.utc))
+        prepared = await engine.preparer.prepare(
+            turn, tail, datetime.now(timezone.utc), touch=False
+        )
+        assert prepared.context is not None
+        tokens[mode] = prepared.context.tokens
+    assert 300 < tokens["off"] <= 400
+    assert 0 < tokens["auto"] <= 200
