@@ -38,6 +38,7 @@ from ..providers.llm import ToolChatModel, strip_reasoning
 from ..recall.options import RecallOptions
 from ..storage.database_handle import Database
 from ..storage.opt_outs import PgOptOutStore
+from .preparation import JUST_BEFORE
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,9 @@ class MemoryTools:
         since = self._moment(arguments, "since", end_of_day=False)
         until = self._moment(arguments, "until", end_of_day=True)
         speaker = _text(arguments, "speaker", required=False)
-        now = scope.before if until is None else min(until, scope.before)
+        # Recall sees turns up to ``now`` inclusive: the message itself (stored meanwhile) not.
+        latest = scope.before - JUST_BEFORE
+        now = latest if until is None else min(until, latest)
         if since is not None and since >= now:
             raise BadArguments("since 要早于 until 和当前消息")
         roles: tuple[Role, ...] | None = None
@@ -220,7 +223,7 @@ class MemoryTools:
         turns = sorted({t.id: t for w in windows for t in w.turns}.values(), key=_time_order)
         # Windows widen each anchor by its neighbours; those outside the asked time go.
         turns = [
-            t for t in turns if t.created_at < now and (since is None or t.created_at >= since)
+            t for t in turns if t.created_at <= now and (since is None or t.created_at >= since)
         ]
         if not turns:
             return "没有找到相关的记忆。"

@@ -107,3 +107,6 @@ async def test_until_and_since_are_read_on_the_memory_timezone_clock():
     [options] = recall.asked
     assert options.since == datetime(2026, 11, 29, 16, 0, tzinfo=timezone.utc)
     assert options.now == datetime(2026, 11, 30, 16, 0, tzinfo=timezone.utc)
+    call = ToolCall("b", "search_memory", '{"query": "猫"}')
+    await tools(recall).run(call, SCOPE)
+    assert recall.asked[-1].now is not None and recall.asked[-1].now < SCOPE.before
