@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 ToolsMode = Literal["auto", "on", "off"]
 
+# (base URL, model) of the endpoints found to serve only streamed calls, for the whole process:
+# the chat, evaluation and extraction models often share one endpoint, each learns it once.
+_STREAM_ONLY: set[tuple[str, str]] = set()
+
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
@@ -136,8 +140,9 @@ class OpenAIChatModel:
     prompt tokens the answers report (``PromptUsage``).
 
     Two things are learnt from the endpoint once and kept for the process (each logged once):
-    that it serves only streamed calls (every later call is streamed, ``chat_turn``), and, with
-    ``tools="auto"``, that it refuses tools (no later call offers them). ``tools="on"`` offers
+    that it serves only streamed calls (every later call to that URL and model is streamed, by
+    any instance, ``chat_turn``), and, with ``tools="auto"``, that it refuses tools (no later
+    call of this instance, the chat model, offers them). ``tools="on"`` offers
     them always (a refused call is asked again without them); ``"off"`` never.
     """
 
@@ -159,7 +164,7 @@ class OpenAIChatModel:
         self._deadline = deadline
         self._tools_mode: ToolsMode = tools
         self._tools_refused = False
-        self._stream_only = False
+        self._key = (endpoint.base_url, model)
 
     @property
     def failing(self) -> bool:
@@ -174,7 +179,7 @@ class OpenAIChatModel:
     @property
     def streams(self) -> bool:
         """Whether calls are streamed (the endpoint refused one that was not)."""
-        return self._stream_only
+        return self._key in _STREAM_ONLY
 
     async def complete(
         self,
@@ -238,14 +243,17 @@ class OpenAIChatModel:
             payload["max_tokens"] = max_tokens
         if temperature is not None:
             payload["temperature"] = temperature
-        streamed = self._stream_only
+        streamed = self.streams
         try:
             response = await self._post(payload, streamed)
         except LLMError as exc:
             if streamed or not wants_stream(exc):
                 raise
-            self._stream_only = True
-            log.warning("the chat model serves only streamed calls; streaming from now on")
+            if not self.streams:
+                _STREAM_ONLY.add(self._key)
+                log.warning(
+                    "%s at %s serves only streamed calls; streaming from now on", *self._key[::-1]
+                )
             response = await self._post(payload, True)
         return self._answer(response)
 

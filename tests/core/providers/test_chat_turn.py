@@ -134,10 +134,10 @@ def test_other_errors_are_neither():
         assert not wants_stream(error) and not refuses_tools(error), text
 
 
-def _model(handler) -> OpenAIChatModel:
+def _model(handler, name: str) -> OpenAIChatModel:
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://x/v1")
     endpoint = OpenAIEndpoint(client, label="chat model", error=LLMError, max_retries=0)
-    return OpenAIChatModel(endpoint, "m")
+    return OpenAIChatModel(endpoint, name)
 
 
 async def test_a_relay_that_streams_unasked_is_read_as_a_stream():
@@ -145,7 +145,7 @@ async def test_a_relay_that_streams_unasked_is_read_as_a_stream():
         {"choices": [{"delta": {"content": "<think>嗯</think>你好"}}]},
         {"choices": [], "usage": {"prompt_tokens": 12, "total_tokens": 14}},
     )
-    model = _model(lambda request: httpx.Response(200, text=body))
+    model = _model(lambda request: httpx.Response(200, text=body), "streams-unasked")
     try:
         assert await model.complete([{"role": "user", "content": "hi"}]) == "你好"
         assert model.usage.take()["chat_prompt_tokens"] == 12
@@ -168,10 +168,15 @@ async def test_plain_completions_learn_that_a_provider_streams_only():
             200, text=_events(chunk), headers={"content-type": "text/event-stream"}
         )
 
-    model = _model(handle)
+    model = _model(handle, "stream-only")
     try:
         assert await model.complete([{"role": "user", "content": "hi"}]) == "好"
         assert await model.complete([{"role": "user", "content": "hi"}]) == "好"
         assert seen == [False, True, True] and model.streams
+        # Another client of the same endpoint and model (the evaluator's) knows it too.
+        other = _model(handle, "stream-only")
+        assert await other.complete([{"role": "user", "content": "hi"}]) == "好"
+        assert seen == [False, True, True, True]
+        await other.aclose()
     finally:
         await model.aclose()
