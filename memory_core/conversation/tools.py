@@ -9,7 +9,8 @@ exactly as recall searches it (``recall.sharing``).
 
 The bounds (``answer_with_tools``): at most ``MAX_TOOL_ROUNDS`` rounds of calls, then one last
 call that must answer in text (``tool_choice: none``, the tools still in the request so the
-prompt's prefix is unchanged); each tool call gets ``TOOL_SECONDS`` at most; the whole exchange
+prompt's prefix is unchanged); at most ``MAX_CALLS_PER_ROUND`` calls run in a round; each tool
+call gets ``TOOL_SECONDS`` at most; the whole exchange
 runs inside the caller's reply deadline. A tool that fails, is too slow, is unknown or gets
 arguments it cannot use answers the model with a tool message saying so, never an exception.
 
@@ -43,6 +44,8 @@ from .preparation import JUST_BEFORE
 log = logging.getLogger(__name__)
 
 MAX_TOOL_ROUNDS = 2
+# Calls run in one round; the rest are answered "not run" (every call needs its tool message).
+MAX_CALLS_PER_ROUND = 3
 TOOL_SECONDS = 5.0
 SEARCH_TOP_N = 4
 SEARCH_MAX_CHARS = 1500
@@ -359,9 +362,12 @@ async def answer_with_tools(
                 "tool_calls": [call.as_message_part() for call in turn.tool_calls],
             }
         )
-        for call in turn.tool_calls:
-            tool_calls += 1
-            result = await tools.run(call, scope)
+        for index, call in enumerate(turn.tool_calls):
+            if index < MAX_CALLS_PER_ROUND:
+                tool_calls += 1
+                result = await tools.run(call, scope)
+            else:
+                result = f"未执行：每轮最多调用 {MAX_CALLS_PER_ROUND} 次工具。"
             history.append({"role": "tool", "tool_call_id": call.id, "content": result})
         offered = model.offers_tools  # a refusal in this round turned them off
     raise AssertionError("unreachable")  # pragma: no cover

@@ -190,6 +190,24 @@ async def test_a_model_that_keeps_calling_gets_a_final_call_without_tools(open_c
     assert llm.bodies[-1]["tools"] == llm.bodies[0]["tools"]
 
 
+async def test_calls_past_the_round_limit_are_answered_but_not_run(open_chat, llm):
+    engine = await open_chat()
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if not tool_messages(body):
+            calls = tuple(("search_memory", json.dumps({"query": f"第{n}"})) for n in range(5))
+            return Reply(content=None, tool_calls=calls)
+        return Reply(content="好")
+
+    llm.responder = respond
+    assert (
+        await engine.converse(said("查", user=1, group=None), Outbox())
+    ).outcome is Outcome.REPLIED
+    answers = tool_messages(llm.bodies[-1])
+    assert len(answers) == 5  # every call id has its tool message
+    assert [a.startswith("未执行") for a in answers] == [False] * 3 + [True] * 2
+
+
 async def test_a_model_that_ignores_the_last_call_gets_an_apology_not_a_hang(open_chat, llm):
     engine = await open_chat()
     llm.responder = lambda body: Reply(
