@@ -380,3 +380,18 @@ async def test_the_memory_block_is_smaller_with_tools_and_the_debugger_sees_the_
         tokens[mode] = prepared.context.tokens
     assert 300 < tokens["off"] <= 400
     assert 0 < tokens["auto"] <= 200
+
+
+async def test_chat_tools_on_keeps_offering_them_after_a_refusal(open_chat, llm):
+    engine = await open_chat(chat_tools="on")
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if "tools" in body:
+            return Reply(status=400, error="deepseek-reasoner does not support Function Calling")
+        return Reply(content="好")
+
+    llm.responder = respond
+    for text in ("一", "二"):
+        result = await engine.converse(said(text, user=1, group=None), Outbox())
+        assert result.outcome is Outcome.REPLIED
+    assert ["tools" in b for b in llm.bodies] == [True, False, True, False]
