@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+from memory_core.conversation.asking import ModelAsking
+from memory_core.conversation.budget import BudgetState, GroupBudget
 from memory_core.conversation.tools import ChatScope, MemoryTools
 from memory_core.distill.memory import ExtractedMemory, SaveOutcome
 from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import RecallResult
 from memory_core.providers.chat_turn import ToolCall
 from memory_core.recall.options import DEFAULT_RECALL, RecallOptions
+from memory_core.settings import MemorySettings
 
 SCOPE = ChatScope(1, 100, before=datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc))
 
@@ -110,3 +113,32 @@ async def test_until_and_since_are_read_on_the_memory_timezone_clock():
     call = ToolCall("b", "search_memory", '{"query": "猫"}')
     await tools(recall).run(call, SCOPE)
     assert recall.asked[-1].now is not None and recall.asked[-1].now < SCOPE.before
+
+
+class OffersTools:
+    offers_tools = True
+
+    async def complete(self, messages, *, max_tokens=None, temperature=None) -> str:
+        raise AssertionError("not asked")
+
+    async def aclose(self) -> None:
+        return None
+
+    async def respond(self, messages, *, tools=None, final=False):
+        raise AssertionError("not asked")
+
+
+def test_the_memory_block_shrinks_with_tools_and_near_the_budget():
+    settings = MemorySettings(memory_max_tokens=1000, chat_group_daily_tokens=100)
+    budget = GroupBudget(settings.chat_group_daily_tokens, ZoneInfo("Asia/Shanghai"))
+    recall = Recall()
+    with_tools = ModelAsking(OffersTools(), settings, budget, tools(recall))
+    without = ModelAsking(OffersTools(), settings, budget, None)
+    now = SCOPE.before
+    assert (with_tools.memory_tokens_for(7, now), without.memory_tokens_for(7, now)) == (500, None)
+    budget.spend(7, 80, now)  # 80 %: tight
+    assert with_tools.memory_tokens_for(7, now) == without.memory_tokens_for(7, now) == 250
+    assert with_tools.memory_tokens_for(None, now) == 500  # a private chat has no budget
+    budget.spend(7, 20, now)
+    assert budget.state(7, now) is BudgetState.SPENT
+    assert budget.state(7, now + timedelta(days=1)) is BudgetState.OPEN
