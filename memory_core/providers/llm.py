@@ -172,6 +172,11 @@ class OpenAIChatModel:
         return self._endpoint.failing
 
     @property
+    def tools_mode(self) -> ToolsMode:
+        """CHAT_TOOLS as given."""
+        return self._tools_mode
+
+    @property
     def offers_tools(self) -> bool:
         """Whether the next call may offer tools (CHAT_TOOLS, and no refusal seen in auto)."""
         return self._tools_mode == "on" or (self._tools_mode == "auto" and not self._tools_refused)
