@@ -89,7 +89,10 @@ TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
         "type": "function",
         "function": {
             "name": "remember",
-            "description": "把关于当前说话人的一条事实或约定长期记下（一句话，用第三人称）。",
+            "description": (
+                "把关于当前说话人的一条事实、偏好或约定长期记下：一句话，"
+                "以“用户”称呼他，如“用户对花生过敏”。"
+            ),
             "parameters": {
                 "type": "object",
                 "properties": {"text": {"type": "string", "description": "要记住的一句话"}},

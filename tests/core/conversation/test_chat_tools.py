@@ -241,7 +241,7 @@ async def test_remember_keeps_a_fact_of_that_person_in_that_chat(open_chat, llm)
 
     def respond(body: dict[str, Any]) -> Reply:
         if not tool_messages(body):
-            arguments = json.dumps({"text": "成员1对花生过敏"}, ensure_ascii=False)
+            arguments = json.dumps({"text": "用户对花生过敏"}, ensure_ascii=False)
             return Reply(content=None, tool_calls=(("remember", arguments),))
         return Reply(content="记住了")
 
@@ -249,9 +249,13 @@ async def test_remember_keeps_a_fact_of_that_person_in_that_chat(open_chat, llm)
     await engine.converse(said("我对花生过敏，记住哦", user=1, group=100), Outbox())
     assert tool_messages(llm.bodies[-1]) == ["已记下。"]
     facts = await known_about(memory, 1, 100)
-    assert [m.content for m in facts] == ["成员1对花生过敏"]
+    assert [m.content for m in facts] == ["用户对花生过敏"]
     assert await known_about(memory, 1, None) == []
     assert await known_about(memory, 1, 200) == []
+    # The fact reaches the next prompt of that chat as a distilled line.
+    llm.responder = lambda body: Reply(content="不能吃")
+    await engine.converse(said("我能吃花生吗", user=1, group=100), Outbox())
+    assert "事实: 用户对花生过敏" in llm.bodies[-1]["messages"][-1]["content"]
 
 
 async def test_remember_refuses_a_person_who_opted_out(open_chat, llm):
