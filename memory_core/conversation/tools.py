@@ -180,7 +180,8 @@ class MemoryTools:
 
     async def run(self, call: ToolCall, scope: ChatScope) -> str:
         """The tool's answer to ``call`` as text for a tool message; never raises (but for
-        cancellation)."""
+        cancellation): the arguments come from the model, so anything they break in is an
+        answer to it, not a failed reply."""
         try:
             arguments = _arguments(call.arguments)
             if call.name == "search_memory":
@@ -198,6 +199,9 @@ class MemoryTools:
         except MemoryCoreError as exc:
             log.warning("tool %s failed: %s", call.name, exc)
             return "错误：记忆暂时不可用，请不用它直接回答。"
+        except Exception:  # the model's input reached code that did not expect it: not a crash
+            log.exception("tool %s failed on arguments %.200r", call.name, call.arguments)
+            return "错误：这次工具调用失败了，请不用它直接回答。"
 
     async def _search(self, arguments: dict[str, Any], scope: ChatScope) -> str:
         query = _text(arguments, "query", required=True)

@@ -101,6 +101,13 @@ async def test_bad_times_and_types_are_refused_before_any_search():
     assert recall.asked == []
 
 
+async def test_arguments_that_break_something_unexpected_are_still_only_a_message():
+    recall = Recall(fail=True)
+    call = ToolCall("a", "search_memory", '{"query": "猫", "until": "9999-12-31"}')
+    answer = await tools(recall).run(call, SCOPE)  # the day after 9999-12-31 overflows
+    assert answer.startswith("错误")
+
+
 async def test_until_and_since_are_read_on_the_memory_timezone_clock():
     recall = Recall(fail=True)
     call = ToolCall(
