@@ -22,6 +22,7 @@ from .distill.worker import (
     EXTRACTION_GIVEN_UP,
     EXTRACTION_OK,
 )
+from .providers.llm import OpenAIChatModel
 from .stats import GROUP_BOT, GROUP_USER, PRIVATE_BOT, PRIVATE_USER, MemoryStats
 
 if TYPE_CHECKING:
@@ -52,6 +53,21 @@ class Connection:
     chat_model: str | None  # None: not configured
     uptime: timedelta | None  # None: not a running bot (the CLI)
     trouble: str | None = None  # why writes go to the spool, while the database is degraded
+    chat_calls: str | None = None  # how the chat model is called (``chat_calls_zh``)
+
+
+def chat_calls_zh(model: object) -> str | None:
+    """How the chat model is called, for the 连接 section: the memory tools on or off (and
+    why), and whether calls are streamed; ``None`` for a model that cannot tell."""
+    if not isinstance(model, OpenAIChatModel):
+        return None
+    if model.offers_tools:
+        tools = "开"
+    elif model.tools_mode == "off":
+        tools = "关（CHAT_TOOLS=off）"
+    else:
+        tools = "关（模型拒绝了工具调用）"
+    return f"记忆工具：{tools}" + ("；流式调用" if model.streams else "")
 
 
 def connection_of(
@@ -217,6 +233,8 @@ def connection_section(connection: Connection) -> list[str]:
     if connection.trouble:
         lines.append(_shorten(f"原因：{connection.trouble}", LINE_CHARS))
     lines.append(f"聊天模型：{connection.chat_model or '未配置'}")
+    if connection.chat_calls:
+        lines.append(connection.chat_calls)
     if connection.uptime is not None:
         lines.append(f"已运行：{uptime_zh(connection.uptime)}")
     return lines

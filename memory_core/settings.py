@@ -139,6 +139,10 @@ class MemorySettings(BaseModel):
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
     chat_max_input_chars: int = Field(default=4000, ge=100)
+    # memory as tools the chat model calls (conversation.tools); auto: until refused once
+    chat_tools: Literal["auto", "on", "off"] = "auto"
+    # tokens a group may spend a day (MEMORY_TIMEZONE) before the bot rests there; empty: no limit
+    chat_group_daily_tokens: int | None = Field(default=None, ge=1)
 
     # memory evaluation and retention; empty evaluator_* fall back to llm_*
     evaluator_enabled: bool = True

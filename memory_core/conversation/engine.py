@@ -27,6 +27,11 @@ Failures never escape as exceptions: the model failing gives a short apology, no
 a notice at most once per CHAT_NOTICE_INTERVAL in each chat (a private chat, or a whole group),
 and the database being down gives an answer without memory. With CHAT_SLOW_NOTICE_AFTER set, a
 model slower than that gets a short "稍等" first.
+
+How the model is asked is ``conversation.asking``: with the memory tools when the model offers
+them (CHAT_TOOLS, ``conversation.tools``; the memory block is then smaller), and within a
+group's daily token budget (CHAT_GROUP_DAILY_TOKENS, ``conversation.budget``): a group past it
+hears once that the bot rests for the day, then nothing until the day turns.
 """
 
 from __future__ import annotations
@@ -49,7 +54,10 @@ from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
 from ..providers.llm import ChatModel, PromptUsage
 from ..service import TemporalMemory
+from .asking import ModelAsking
+from .budget import RESTING_NOTICE, BudgetState, GroupBudget
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
+from .tools import ChatScope, MemoryTools, StoredOptOuts
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,7 @@ class Outcome(enum.Enum):
     APOLOGIZED = "apologized"  # the model failed; an apology was sent
     NOT_CONFIGURED = "not_configured"  # no model; the notice was sent
     QUIET = "quiet"  # no model; the notice was sent recently, so nothing was said
+    RESTING = "resting"  # the group's daily token budget is spent: said so once, then quiet
     DUPLICATE = "duplicate"  # this message was already stored: handled before
     UNSENT = "unsent"  # the reply could not be delivered
     EMPTY = "empty"  # nothing storable in the message (blank text)
@@ -226,7 +235,12 @@ class ConversationEngine:
         self._usage = usage if usage is not None else PromptUsage()
         self._settings = memory.settings
         self._bot_name = bot_name
-        self.preparer = PromptPreparer(memory, bot_name=bot_name)
+        self._asking = _asking(memory, chat_model, bot_name)
+        self.preparer = PromptPreparer(
+            memory,
+            bot_name=bot_name,
+            memory_budget=self._asking.memory_tokens_for if self._asking else None,
+        )
         """How this engine prepares a prompt; the console's debugger looks through it."""
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._monotonic = monotonic
@@ -268,7 +282,8 @@ class ConversationEngine:
             turn = self._stamped(turn)
             tail = await self._tail(turn)
             turn = not_before(turn, tail.previous_at)
-            if self._model is None:
+            budget = self._asking.state(turn.group_id, self._now(turn)) if self._asking else None
+            if self._model is None or budget is BudgetState.SPENT:
                 stored = await self._store(turn)
                 prompt = PreparedPrompt(messages=[], question="")
             else:
@@ -290,6 +305,8 @@ class ConversationEngine:
                 return ChatResult(Outcome.DUPLICATE, user_turn=stored.turn)
             if self._model is None:
                 return await self._notice(turn, send, stored)
+            if budget is BudgetState.SPENT:
+                return await self._rest(turn, send, stored)
             result = partial(
                 ChatResult,
                 user_turn=stored.turn,
@@ -300,11 +317,20 @@ class ConversationEngine:
 
             now = self._now(turn)
             cached = await self._cached(turn, prompt, now)
+            searched = False  # the model read memory through a tool: its answer is not cached
             if cached is not None:
                 answer = cached.answer
             else:
+                scope = ChatScope(
+                    turn.user_id,
+                    turn.group_id,
+                    before=turn.created_at or now,
+                    source_turn_id=stored.turn.id if stored.turn is not None else None,
+                )
                 try:
-                    answer = (await self._ask_model(prompt.messages, send)).strip()
+                    answer, searched = await self._ask_model(
+                        prompt.messages, send, scope, budget or BudgetState.OPEN
+                    )
                     if not answer:
                         raise LLMError("the chat model gave an empty answer")
                 except (LLMError, asyncio.TimeoutError) as exc:
@@ -333,7 +359,7 @@ class ConversationEngine:
                 await self._note_exchange(turn, reply)
             # Nothing of a person who opted out is kept: no turn (stored or spooled), no cache.
             kept = stored.turn is not None or stored.spooled
-            if cached is None and kept and _complete(delivery.text, answer):
+            if cached is None and kept and not searched and _complete(delivery.text, answer):
                 await self._cache(turn, prompt, answer, now)
             await self._count_recall(prompt, now)
             return result(
@@ -400,19 +426,26 @@ class ConversationEngine:
                 "exchange of session %s not counted for extraction: %s", turn.session_key, exc
             )
 
-    async def _ask_model(self, messages: list[dict[str, str]], send: SendText) -> str:
-        """The model's answer; past CHAT_SLOW_NOTICE_AFTER seconds a "稍等" is sent first
-        (once: the reply deadline bounds the whole wait)."""
-        assert self._model is not None
+    async def _ask_model(
+        self,
+        messages: list[dict[str, str]],
+        send: SendText,
+        scope: ChatScope,
+        budget: BudgetState,
+    ) -> tuple[str, bool]:
+        """The model's answer (through ``conversation.asking``, tools and budget) and whether
+        it called a tool; past CHAT_SLOW_NOTICE_AFTER seconds a "稍等" is sent first (once:
+        the reply deadline bounds the whole wait)."""
+        assert self._asking is not None
         patience = self._settings.chat_slow_notice_after
-        if patience <= 0:
-            return await self._model.complete(messages)
-        answer = asyncio.ensure_future(self._model.complete(messages))
+        answer = asyncio.ensure_future(self._asking.ask(messages, scope, budget))
         try:
-            done, _ = await asyncio.wait({answer}, timeout=patience)
-            if not done:
-                await send(SLOW_NOTICE)
-            return await answer
+            if patience > 0:
+                done, _ = await asyncio.wait({answer}, timeout=patience)
+                if not done:
+                    await send(SLOW_NOTICE)
+            reply = await answer
+            return reply.text.strip(), reply.tool_calls > 0
         finally:
             answer.cancel()  # only matters when this call itself is cancelled
 
@@ -425,7 +458,8 @@ class ConversationEngine:
 
     async def _prepare(self, turn: TurnInput, tail: Tail, group_name: str | None) -> PreparedPrompt:
         """The chat messages for the model (``conversation.preparation``, shared with the
-        console's debugger); memory may be missing."""
+        console's debugger); memory may be missing. The memory block is smaller with the tools
+        offered or the group near its budget (``ModelAsking.memory_tokens_for``)."""
         prompt = await self.preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
         if prompt.failure is not None:
             log.warning("answering session %s without memory: %s", turn.session_key, prompt.failure)
@@ -444,6 +478,14 @@ class ConversationEngine:
         self._last_notice[chat] = now
         await send(NOT_CONFIGURED_NOTICE)
         return ChatResult(Outcome.NOT_CONFIGURED, user_turn=stored.turn, spooled=stored.spooled)
+
+    async def _rest(self, turn: TurnInput, send: SendText, stored: AddOutcome) -> ChatResult:
+        # The group's budget is spent: said once today, then nothing (the turn is stored).
+        assert self._asking is not None and turn.group_id is not None
+        if self._asking.budget.announce(turn.group_id, self._now(turn)):
+            log.info("group %s spent its daily token budget; resting", turn.group_id)
+            await send(RESTING_NOTICE)
+        return ChatResult(Outcome.RESTING, user_turn=stored.turn, spooled=stored.spooled)
 
     def _now(self, turn: TurnInput) -> datetime:
         assert turn.created_at is not None
@@ -521,3 +563,25 @@ def _as_new_message(turn: TurnInput) -> TurnInput:
     assert turn.created_at is not None
     key = f"{message_uuid_for(turn)}:{turn.created_at.isoformat()}"
     return dataclasses.replace(turn, message_uuid=key)
+
+
+def _asking(
+    memory: TemporalMemory, model: ChatModel | None, bot_name: str | None
+) -> ModelAsking | None:
+    """How the chat model is asked (``conversation.asking``): the memory tools bound to the
+    memory's recall, distilled store and opt-outs, and the group budget."""
+    if model is None:
+        return None
+    settings = memory.settings
+    tools = (
+        MemoryTools(
+            recall=memory,
+            notes=memory.distilled,
+            opt_outs=StoredOptOuts(memory.database),
+            bot_name=bot_name,
+        )
+        if settings.chat_tools != "off"
+        else None
+    )
+    budget = GroupBudget(settings.chat_group_daily_tokens, memory.tz)
+    return ModelAsking(model, settings, budget, tools)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -126,11 +126,26 @@ def not_before(turn: TurnInput, previous_at: datetime | None) -> TurnInput:
     return dataclasses.replace(turn, created_at=previous_at + JUST_BEFORE)
 
 
-class PromptPreparer:
-    """Prepares the prompt for one message (see the module docstring); stores nothing."""
+MemoryBudget = Callable[[int | None, datetime], "int | None"]
+"""The memory block's token budget for a message in a group (or ``None``: a private chat) at
+a time; ``None`` for MEMORY_MAX_TOKENS (``ModelAsking.memory_tokens_for``)."""
 
-    def __init__(self, memory: MemoryReader, *, bot_name: str | None = None) -> None:
+
+class PromptPreparer:
+    """Prepares the prompt for one message (see the module docstring); stores nothing.
+
+    ``memory_budget`` (the engine's): how big the memory block may be for a message, so the
+    console's debugger, which prepares through the bot's own preparer, shows the same block."""
+
+    def __init__(
+        self,
+        memory: MemoryReader,
+        *,
+        bot_name: str | None = None,
+        memory_budget: MemoryBudget | None = None,
+    ) -> None:
         self._memory = memory
+        self._memory_budget = memory_budget
         self._settings = memory.settings
         self._tz = memory.tz
         self._bot_name = bot_name
@@ -189,6 +204,8 @@ class PromptPreparer:
             # Dialogue as of just before this message: it is being stored meanwhile and must
             # not come back as its own memory. Distilled memory as of now: the platform's clock
             # (the message's time) may lag behind the moment a fact was distilled.
+            budget = self._memory_budget
+            memory_tokens = budget(turn.group_id, now) if budget is not None else None
             recent = self._short_term(turn.session_key, tail, now, remember=touch)
             options = self._recall_options(recent, cutoff)
             recalled = await self._memory.recall(turn.user_id, text, turn.group_id, options)
@@ -199,6 +216,7 @@ class PromptPreparer:
                 now,
                 exclude_ids=tuple(t.id for t in recent),
                 recall=recalled,
+                max_tokens=memory_tokens,
                 touch=touch,
             )
             memory_ms = (time.perf_counter() - started) * 1000

@@ -6,16 +6,33 @@ HTTP rules (retries, backoff, ``Retry-After``, key masking) are ``openai_api``'s
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx
 
 from ..errors import LLMError
 from ..settings import MemorySettings, ModelEndpoint
+from .chat_turn import (
+    ModelTurn,
+    looks_like_events,
+    refuses_tools,
+    turn_from_events,
+    turn_from_message,
+    wants_stream,
+)
 from .openai_api import OpenAIEndpoint, open_http_client
+
+log = logging.getLogger(__name__)
+
+ToolsMode = Literal["auto", "on", "off"]
+
+# (base URL, model) of the endpoints found to serve only streamed calls, for the whole process:
+# the chat, evaluation and extraction models often share one endpoint, each learns it once.
+_STREAM_ONLY: set[tuple[str, str]] = set()
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
@@ -80,6 +97,23 @@ class ChatModel(Protocol):
     async def aclose(self) -> None: ...
 
 
+@runtime_checkable
+class ToolChatModel(Protocol):
+    """A chat model that can offer the model tools and report each call's cost
+    (``OpenAIChatModel``); ``conversation.tools`` uses it when the engine's model is one."""
+
+    @property
+    def offers_tools(self) -> bool: ...
+
+    async def respond(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        final: bool = False,
+    ) -> ModelTurn: ...
+
+
 def strip_reasoning(text: str) -> str:
     """Remove the ``<think>…</think>`` reasoning some models put before their answer.
 
@@ -104,6 +138,12 @@ class OpenAIChatModel:
     given here are defaults for every call; a call's own arguments win; ``None`` leaves the field
     out of the request. ``deadline`` bounds each call, retries included. ``usage`` adds up the
     prompt tokens the answers report (``PromptUsage``).
+
+    Two things are learnt from the endpoint once and kept for the process (each logged once):
+    that it serves only streamed calls (every later call to that URL and model is streamed, by
+    any instance, ``chat_turn``), and, with ``tools="auto"``, that it refuses tools (no later
+    call of this instance, the chat model, offers them). ``tools="on"`` offers
+    them always (a refused call is asked again without them); ``"off"`` never.
     """
 
     def __init__(
@@ -114,6 +154,7 @@ class OpenAIChatModel:
         max_tokens: int | None = None,
         temperature: float | None = None,
         deadline: float | None = None,
+        tools: ToolsMode = "auto",
     ) -> None:
         self.usage = PromptUsage()
         self._endpoint = endpoint
@@ -121,11 +162,29 @@ class OpenAIChatModel:
         self._max_tokens = max_tokens
         self._temperature = temperature
         self._deadline = deadline
+        self._tools_mode: ToolsMode = tools
+        self._tools_refused = False
+        self._key = (endpoint.base_url, model)
 
     @property
     def failing(self) -> bool:
         """Whether the endpoint keeps failing (see ``OpenAIEndpoint.failing``)."""
         return self._endpoint.failing
+
+    @property
+    def tools_mode(self) -> ToolsMode:
+        """CHAT_TOOLS as given."""
+        return self._tools_mode
+
+    @property
+    def offers_tools(self) -> bool:
+        """Whether the next call may offer tools (CHAT_TOOLS, and no refusal seen in auto)."""
+        return self._tools_mode == "on" or (self._tools_mode == "auto" and not self._tools_refused)
+
+    @property
+    def streams(self) -> bool:
+        """Whether calls are streamed (the endpoint refused one that was not)."""
+        return self._key in _STREAM_ONLY
 
     async def complete(
         self,
@@ -135,46 +194,113 @@ class OpenAIChatModel:
         temperature: float | None = None,
     ) -> str:
         """The assistant's answer, reasoning blocks removed; ``LLMError`` on any failure."""
+        turn = await self._call(messages, None, False, max_tokens, temperature)
+        text = strip_reasoning(turn.text)
+        if not text:
+            raise LLMError(f"chat model gave an empty answer (finish_reason={turn.finish_reason})")
+        return text
+
+    async def respond(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        final: bool = False,
+    ) -> ModelTurn:
+        """One call offering ``tools`` (when ``offers_tools``); ``final`` asks for text only
+        (``tool_choice: none``) while keeping the tools in the request, so the prompt's prefix
+        stays the same. The text keeps its reasoning blocks; ``LLMError`` on any failure."""
+        offered = tools if tools and self.offers_tools else None
+        try:
+            return await self._call(messages, offered, final, None, None)
+        except LLMError as exc:
+            if offered is None or not refuses_tools(exc):
+                raise
+            if self._tools_mode == "auto":
+                self._tools_refused = True
+                log.warning("the chat model refused tools; they are off from now on: %s", exc)
+            else:
+                log.warning("the chat model refused tools (CHAT_TOOLS=on): %s", exc)
+            return await self._call(messages, None, False, None, None)
+
+    async def aclose(self) -> None:
+        await self._endpoint.aclose()
+
+    async def _call(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        final: bool,
+        max_tokens: int | None,
+        temperature: float | None,
+    ) -> ModelTurn:
         payload: dict[str, Any] = {
             "model": self._model,
             "messages": [dict(message) for message in messages],
-            "stream": False,
         }
+        if tools:
+            payload["tools"] = [dict(tool) for tool in tools]
+            if final:
+                payload["tool_choice"] = "none"
         max_tokens = max_tokens if max_tokens is not None else self._max_tokens
         temperature = temperature if temperature is not None else self._temperature
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
         if temperature is not None:
             payload["temperature"] = temperature
-        response = await self._endpoint.post("chat/completions", payload, deadline=self._deadline)
+        streamed = self.streams
+        try:
+            response = await self._post(payload, streamed)
+        except LLMError as exc:
+            if streamed or not wants_stream(exc):
+                raise
+            if not self.streams:
+                _STREAM_ONLY.add(self._key)
+                log.warning(
+                    "%s at %s serves only streamed calls; streaming from now on", *self._key[::-1]
+                )
+            response = await self._post(payload, True)
         return self._answer(response)
 
-    async def aclose(self) -> None:
-        await self._endpoint.aclose()
+    async def _post(self, payload: dict[str, Any], streamed: bool) -> httpx.Response:
+        payload["stream"] = streamed
+        if streamed:
+            payload["stream_options"] = {"include_usage": True}  # the budget counts it
+        else:
+            payload.pop("stream_options", None)
+        return await self._endpoint.post("chat/completions", payload, deadline=self._deadline)
 
-    def _answer(self, response: httpx.Response) -> str:
+    def _answer(self, response: httpx.Response) -> ModelTurn:
+        body = response.text
+        if looks_like_events(response.headers.get("content-type", ""), body):
+            try:
+                turn = turn_from_events(body)
+            except ValueError as exc:
+                raise LLMError(
+                    f"chat model stream is unreadable ({exc}): {self._endpoint.excerpt(body)}"
+                ) from exc
+            self.usage.add(turn.usage)
+            return turn
         try:
             data = response.json()
         except ValueError as exc:
             raise LLMError(
-                f"chat model answered with invalid JSON: {self._endpoint.excerpt(response.text)}"
+                f"chat model answered with invalid JSON: {self._endpoint.excerpt(body)}"
             ) from exc
         try:
             choice = data["choices"][0]
-            content = choice["message"]["content"]
+            if not isinstance(choice, dict) or not isinstance(choice["message"], dict):
+                raise TypeError("choices[0].message is not an object")
         except (KeyError, IndexError, TypeError) as exc:
             raise LLMError(
-                "chat model answer has no choices[0].message: "
-                f"{self._endpoint.excerpt(response.text)}"
+                f"chat model answer has no choices[0].message: {self._endpoint.excerpt(body)}"
             ) from exc
-        if not isinstance(content, str):
-            raise LLMError(f"chat model answer content is {type(content).__name__}, not text")
+        try:
+            turn = turn_from_message(choice, data.get("usage"))
+        except ValueError as exc:
+            raise LLMError(f"chat model answer is unusable: {exc}") from exc
         self.usage.add(data.get("usage"))  # billed even when the text turns out empty
-        text = strip_reasoning(content)
-        if not text:
-            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-            raise LLMError(f"chat model gave an empty answer (finish_reason={reason})")
-        return text
+        return turn
 
 
 def build_openai_model(
@@ -184,8 +310,10 @@ def build_openai_model(
     max_tokens: int | None,
     temperature: float | None,
     deadline: float | None = None,
+    tools: ToolsMode = "off",
 ) -> OpenAIChatModel:
-    """An ``OpenAIChatModel`` for ``endpoint``, owning its one HTTP client."""
+    """An ``OpenAIChatModel`` for ``endpoint``, owning its one HTTP client (``tools``: see
+    ``OpenAIChatModel``; off for the evaluator's and extractor's models)."""
     client = open_http_client(
         base_url=endpoint.base_url,
         api_key=endpoint.api_key,
@@ -199,6 +327,7 @@ def build_openai_model(
         max_tokens=max_tokens,
         temperature=temperature,
         deadline=deadline,
+        tools=tools,
     )
 
 
@@ -215,4 +344,5 @@ def build_chat_model(settings: MemorySettings) -> OpenAIChatModel | None:
         max_tokens=settings.llm_max_reply_tokens,
         temperature=settings.llm_temperature,
         deadline=settings.llm_reply_deadline,
+        tools=settings.chat_tools,
     )

@@ -102,6 +102,10 @@ class OpenAIEndpoint:
         return self._max_retries
 
     @property
+    def base_url(self) -> str:
+        return str(self._client.base_url)
+
+    @property
     def failing(self) -> bool:
         """Whether the endpoint failed its breaker's count of calls in a row, none answered
         since (the console's headline shows it)."""

@@ -17,7 +17,8 @@ class RecallOptions:
     MEMORY_RETRIEVAL_MODE, MEMORY_TIME_UNDERSTANDING) and ``now`` the current time.
 
     ``roles`` limits anchors to those roles, ``keywords`` to turns containing every one of
-    them; ``context`` is the session's lines before the query, oldest first."""
+    them; ``context`` is the session's lines before the query, oldest first; ``since`` keeps
+    anchors at or after that time (``now`` is the other end)."""
 
     top_n: int | None = None
     window_size: int | None = None
@@ -27,6 +28,7 @@ class RecallOptions:
     mode: RetrievalMode | None = None
     time_aware: bool | None = None
     context: tuple[str, ...] = ()
+    since: datetime | None = None
 
     def __post_init__(self) -> None:
         # Lists given by a caller become tuples, so the value stays what it was when built.

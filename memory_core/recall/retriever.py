@@ -143,6 +143,7 @@ class Retriever:
         filters = AnchorFilters(
             roles=options.roles or None,
             phrases=tuple(required_phrases(options.keywords)) if options.keywords else None,
+            start=options.since,
         )
         # The query's embedding and the session's size are independent: fetch both at once.
         embedded, size = await asyncio.gather(
@@ -166,7 +167,10 @@ class Retriever:
             )
         within: TimeScope | None = None
         if when is not None:
-            in_range = dataclasses.replace(filters, start=when.range.start, end=when.range.end)
+            start = when.range.start
+            if options.since is not None and (start is None or start < options.since):
+                start = options.since
+            in_range = dataclasses.replace(filters, start=start, end=when.range.end)
             if when.range.recent or vector is None:  # newest first
                 searches["time"] = store.latest_candidates(
                     query_vector=vector, filters=in_range, **search

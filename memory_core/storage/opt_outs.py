@@ -33,6 +33,11 @@ INSERT INTO memory_opt_outs (user_id, chat) VALUES ($1, $2) ON CONFLICT DO NOTHI
 SQL_OPT_IN = "DELETE FROM memory_opt_outs WHERE user_id = $1 AND chat = $2"
 SQL_OPT_IN_EVERYWHERE = "DELETE FROM memory_opt_outs WHERE user_id = $1"
 SQL_CHATS_OPTED_OUT = "SELECT chat FROM memory_opt_outs WHERE user_id = $1"
+# The same test as ``not_opted_out`` for one person in one chat ($2: the chat's name).
+SQL_OPTED_OUT_HERE = f"""
+SELECT EXISTS (SELECT 1 FROM memory_opt_outs
+               WHERE user_id IN ($1, {EVERYONE}) AND chat IN ('{EVERYWHERE}', $2))
+"""
 
 
 def chat_name(group_id: int | None) -> str:
@@ -55,6 +60,12 @@ class PgOptOutStore(PgStore):
             else:
                 status = await conn.execute(SQL_OPT_IN, user_id, chat)
         return rows_affected(status)
+
+    async def opted_out(self, user_id: int, group_id: int | None) -> bool:
+        """Whether nothing may be kept of ``user_id`` in this chat (their own opt-out here or
+        everywhere, or the whole group's)."""
+        async with self._connection() as conn:
+            return bool(await conn.fetchval(SQL_OPTED_OUT_HERE, user_id, chat_name(group_id)))
 
     async def chats(self, user_id: int) -> set[str]:
         """The chats ``user_id`` opted out of (``EVERYWHERE`` for all)."""

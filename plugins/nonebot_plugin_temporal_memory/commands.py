@@ -7,6 +7,7 @@ Forgetting names what will go and asks for a "确认" within ``BOT_CONFIRM_TIMEO
 (``handle_confirm`` says what counts as one).
 """
 
+import dataclasses
 import re
 import time
 import unicodedata
@@ -33,6 +34,7 @@ from nonebot.rule import Rule
 from memory_core.conversation.engine import split_reply
 from memory_core.dashboard import (
     Connection,
+    chat_calls_zh,
     connection_of,
     dashboard_zh,
     unavailable_dashboard_zh,
@@ -392,11 +394,12 @@ MEMSTAT_NOT_SENT = "记忆统计没能私聊发给你（可先加机器人为好
 
 
 def bot_connection(runtime: Runtime, *, now: datetime) -> Connection:
-    return connection_of(
+    connection = connection_of(
         runtime.memory,
         chat_model=runtime.settings.llm_model if runtime.chat_model is not None else None,
         uptime=now - runtime.started_at,
     )
+    return dataclasses.replace(connection, chat_calls=chat_calls_zh(runtime.chat_model))
 
 
 def now_utc() -> datetime:

@@ -124,3 +124,30 @@ def test_dashboard_while_the_database_is_down_still_shows_the_connection():
     assert "截至 22:05" in lines[0]
     assert "数据库：连不上（外部 PostgreSQL）" in lines and "聊天模型：未配置" in lines
     assert all(len(line) <= LINE_CHARS for line in lines)
+
+
+def test_the_connection_says_how_the_chat_model_is_called():
+    import httpx
+
+    from memory_core.dashboard import chat_calls_zh
+    from memory_core.errors import LLMError
+    from memory_core.providers.llm import OpenAIChatModel
+    from memory_core.providers.openai_api import OpenAIEndpoint
+
+    def model(tools: str) -> OpenAIChatModel:
+        client = httpx.AsyncClient(base_url="http://dashboard.invalid/v1")
+        endpoint = OpenAIEndpoint(client, label="chat model", error=LLMError, max_retries=0)
+        return OpenAIChatModel(endpoint, "m", tools=tools)  # type: ignore[arg-type]
+
+    assert chat_calls_zh(model("auto")) == "记忆工具：开"
+    assert chat_calls_zh(model("off")) == "记忆工具：关（CHAT_TOOLS=off）"
+    assert chat_calls_zh(None) is None
+    with_calls = Connection(
+        DatabaseState.CONNECTED,
+        embedded=True,
+        chat_model="qwq-plus",
+        uptime=None,
+        chat_calls="记忆工具：开；流式调用",
+    )
+    lines = unavailable_dashboard_zh(with_calls, now=NOW, tz=SHANGHAI).split("\n")
+    assert lines[lines.index("聊天模型：qwq-plus") + 1] == "记忆工具：开；流式调用"
