@@ -25,7 +25,6 @@ from dotenv import dotenv_values
 
 from .dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
-from .mcp_server import serve_stdio
 from .models import MemoryTurn, RecallResult, TurnInput
 from .recall.options import RecallOptions
 from .service import TemporalMemory, open_memory
@@ -427,7 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
     if args.command == "mcp":
-        # Opens the memory itself, inside the stdio transport (see mcp_server).
+        # Imported here: the SDK takes a second to import, which no other command should pay.
+        from .agents.mcp_server import serve_stdio
+
+        # Opens the memory itself, inside the stdio transport (see agents.mcp_server).
         await serve_stdio(settings)
         return 0
     memory = await open_memory(

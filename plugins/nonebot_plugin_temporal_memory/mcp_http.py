@@ -4,7 +4,7 @@ Routed on NoneBot's FastAPI app while the plugin loads, and only when a token is
 one the path does not exist. Every request must carry ``Authorization: Bearer <token>``
 (compared in constant time) or is answered 401 before the SDK sees it. The bodies are bounded
 like every other body of the app (``body_limit`` sits on the whole app; the SDK's own limit is
-set to the same bytes). The tools are ``memory_core.mcp_server``'s, over the bot's running
+set to the same bytes). The tools are ``memory_core.agents.mcp_server``'s, over the bot's running
 memory and conversation engine, so a note remembered here is kept in order with the chat;
 ``MEMORY_MCP_READONLY=true`` serves ``recall`` alone.
 
@@ -30,8 +30,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from memory_core.agent_memory import AgentMemory
-from memory_core.mcp_server import build_server
+from memory_core.agents.mcp_server import build_server
+from memory_core.agents.memory import AgentMemory
 
 from .body_limit import MAX_REQUEST_BYTES
 from .config import Config

@@ -1,6 +1,6 @@
 """The memory served over MCP (the official ``mcp`` SDK): ``recall``, ``remember``, ``forget``.
 
-``build_server`` makes the SDK's server with the three tools of ``agent_memory`` (``recall``
+``build_server`` makes the SDK's server with the three tools of ``agents.memory`` (``recall``
 alone when read-only: the others are neither listed nor callable). Two transports use it:
 
 * stdio, ``python -m memory_core mcp`` (``serve_stdio``): a local agent starts this process and
@@ -24,11 +24,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-from .agent_memory import RECALL_ITEMS, AgentMemory
-from .conversation.engine import ConversationEngine
-from .errors import MemoryCoreError
-from .service import open_memory
-from .settings import MemorySettings
+from ..conversation.engine import ConversationEngine
+from ..errors import MemoryCoreError
+from ..service import open_memory
+from ..settings import MemorySettings
+from .memory import RECALL_ITEMS, AgentMemory
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The memory as another agent reaches it (``mcp_server``): recall, remember, forget.
+"""The memory as another agent reaches it (``agents.mcp_server``): recall, remember, forget.
 
 Each is the operation of a chat command, on the same core functions and the same scope: a
 person (``user_id``) in one chat (``group_id``, or the private chat without one).
@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .console.store import Audit, PgConsoleStore
-from .conversation.engine import ConversationEngine
-from .errors import MemoryCoreError
-from .models import Forgotten, MemoryTurn, TurnInput, generate_session_key
-from .personal import forget_memories
-from .recall.listing import list_recall
-from .service import TemporalMemory
-from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
+from ..console.store import Audit, PgConsoleStore
+from ..conversation.engine import ConversationEngine
+from ..errors import MemoryCoreError
+from ..models import Forgotten, MemoryTurn, TurnInput, generate_session_key
+from ..personal import forget_memories
+from ..recall.listing import list_recall
+from ..service import TemporalMemory
+from ..storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 RECALL_ITEMS = 5
 """Turns and facts a recall lists when the caller does not say (``/recall``'s five)."""
