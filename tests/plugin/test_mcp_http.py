@@ -22,6 +22,7 @@ from tests.plugin.test_startup_checks import refusal_line
 from tests.plugin.wire import BotProcess, run_bot_until_exit, start_bot, stop_bot
 
 TOKEN = "mcp-test-token-5c1e9a7b"
+CONSOLE_TOKEN = "console-token-for-mcp-test"
 ALICE, BOB, GROUP, OTHER_GROUP = 4001, 4002, 8008, 8009
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -93,7 +94,8 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 async def test_with_the_token_the_sdk_client_lists_and_calls_the_tools_in_one_chat_only(
     pg_server_dsn: str,
 ):
-    async with mcp_bot(pg_server_dsn) as (bot, dsn), sdk_client(bot) as client:
+    console = {"MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN}
+    async with mcp_bot(pg_server_dsn, **console) as (bot, dsn), sdk_client(bot) as client:
         tools = await client.list_tools()
         assert sorted(t.name for t in tools.tools) == ["forget", "recall", "remember"]
         said = [
@@ -123,6 +125,16 @@ async def test_with_the_token_the_sdk_client_lists_and_calls_the_tools_in_one_ch
         assert [r["action"] for r in rows] == [
             "remember", "remember", "remember", "recall", "forget", "recall", "recall",
         ]  # fmt: skip
+        # The operator reads them in the console's audit log, beside the console's own changes.
+        origin = f"http://127.0.0.1:{bot.port}"
+        browser = {"Origin": origin, "Sec-Fetch-Site": "same-origin"}
+        async with httpx.AsyncClient(base_url=origin, headers=browser, trust_env=False) as web:
+            login = await web.post("/memory/login", data={"token": CONSOLE_TOKEN})
+            assert login.status_code == 303, login.text
+            audit = (await web.get("/memory/audit")).text
+        assert audit.count('<tr class="audit">') == 7
+        assert audit.count("mcp:http") == 7 and "记住 对话" in audit and "忘记 会话" in audit
+        assert said[1][2] in audit  # a note's text, as an edit's text after is shown
 
 
 async def test_without_the_right_bearer_token_every_request_is_refused_401(pg_server_dsn: str):
