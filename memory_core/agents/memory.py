@@ -15,11 +15,13 @@ A person who opted out of a chat (``/不记我``, or a group switched off) is ne
 nor recalled there through an agent; forgetting is always allowed. Every call, read or change,
 writes an entry to the console's audit log naming ``actor``, so the operator sees what agents
 did (a forget's entry is written after the delete: ``TemporalMemory.forget`` owns its
-transactions).
+transactions). With the database away a note is spooled and a forget deferred, as from the chat;
+their entries are then lost (logged), and a recall is refused.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,12 +29,14 @@ from typing import Any
 
 from ..console.store import Audit, PgConsoleStore
 from ..conversation.engine import ConversationEngine
-from ..errors import MemoryCoreError
+from ..errors import MemoryCoreError, StorageError
 from ..models import Forgotten, MemoryTurn, TurnInput, generate_session_key
 from ..personal import forget_memories
 from ..recall.listing import list_recall
 from ..service import TemporalMemory
 from ..storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
+
+log = logging.getLogger(__name__)
 
 RECALL_ITEMS = 5
 """Turns and facts a recall lists when the caller does not say (``/recall``'s five)."""
@@ -103,7 +107,12 @@ class AgentMemory:
         text = text.strip()
         if not text:
             raise AgentRefusal("text is empty")
-        await self._refuse_opted_out(user_id, group_id)
+        try:
+            await self._refuse_opted_out(user_id, group_id)
+        except StorageError:
+            # The database is away: the note goes to the spool like a chat message, and the
+            # spool's flush honours an opt-out all the same (storage.opt_outs).
+            log.info("opt-outs unreadable, the note of %s is kept for the spool", user_id)
         turn = TurnInput(user_id=user_id, group_id=group_id, role="user", content=text)
         self.memory.check_turn(turn)  # InvalidTurnError (too long, …) says why
         outcome = await self.engine.record(turn)
@@ -182,7 +191,12 @@ class AgentMemory:
     ) -> None:
         session_key = generate_session_key(user_id, group_id)
         entry = Audit(self.actor, action, kind, item_id, session_key, before, after)
-        await self.memory.database.store(PgConsoleStore).write_audit(entry)
+        try:
+            await self.memory.database.store(PgConsoleStore).write_audit(entry)
+        except StorageError as exc:
+            # Only after a note was spooled or a forget deferred (anything else needed the
+            # database first): the call is done, its entry cannot be written.
+            log.warning("audit entry of %s %s %s lost: %s", self.actor, action, session_key, exc)
 
     def _time(self, moment: datetime) -> str:
         return moment.astimezone(self.memory.tz).isoformat()
