@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from importlib import metadata
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -57,6 +58,14 @@ async def _answering() -> AsyncIterator[None]:
         raise ToolError(str(exc)) from exc
 
 
+def _version() -> str:
+    """The installed distribution's version, named to the agent (``serverInfo``)."""
+    try:
+        return metadata.version("temporal-memory")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
 @contextmanager
 def _root_logging_kept() -> Iterator[None]:
     """The SDK's server calls ``logging.basicConfig`` when made: in the bot, whose root logger
@@ -74,7 +83,9 @@ def _root_logging_kept() -> Iterator[None]:
 def build_server(source: AgentMemorySource, *, readonly: bool, **options: Any) -> MCPServer:
     """The SDK server with the memory's tools; ``options`` go to ``MCPServer`` (a lifespan)."""
     with _root_logging_kept():
-        server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, **options)
+        server: MCPServer = MCPServer(
+            SERVER_NAME, instructions=INSTRUCTIONS, version=_version(), **options
+        )
 
     async def recall(
         user_id: int, query: str, group_id: int | None = None, top_n: int | None = None
@@ -107,9 +118,9 @@ def build_server(source: AgentMemorySource, *, readonly: bool, **options: Any) -
     server.add_tool(
         remember,
         description=(
-            "Store `text` as a note said by user_id in that chat (group_id, or none for the "
-            "private chat), recalled later like anything they said. The chat command "
-            "/remember. Refused for a person who opted out of memory there."
+            "Store `text` (at most 500 characters) as a note said by user_id in that chat "
+            "(group_id, or none for the private chat), recalled later like anything they said. "
+            "The chat command /remember. Refused for a person who opted out of memory there."
         ),
         annotations=ADDS,
     )

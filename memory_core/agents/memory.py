@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 RECALL_ITEMS = 5
 """Turns and facts a recall lists when the caller does not say (``/recall``'s five)."""
 MAX_RECALL_ITEMS = 50
+MAX_TEXT_CHARS = 500
+"""The longest query or note, as a chat command's argument (the plugin's
+``COMMAND_ARG_MAX_CHARS``): a note is a line to remember, not a document."""
 MAX_FORGET_IDS = 200
 
 
@@ -68,9 +71,7 @@ class AgentMemory:
         items = RECALL_ITEMS if top_n is None else top_n
         if not 1 <= items <= MAX_RECALL_ITEMS:
             raise AgentRefusal(f"top_n must be between 1 and {MAX_RECALL_ITEMS}")
-        query = " ".join(query.split())
-        if not query:
-            raise AgentRefusal("query is empty")
+        query = _bounded(" ".join(query.split()), "query")
         await self._refuse_opted_out(user_id, group_id)
         memory = self.memory
         async with self.engine.session(user_id, group_id):
@@ -104,9 +105,7 @@ class AgentMemory:
     ) -> dict[str, Any]:
         """Store ``text`` as a note of ``user_id`` in that chat (``/remember``); its turn id."""
         _check_ids(user_id, group_id)
-        text = text.strip()
-        if not text:
-            raise AgentRefusal("text is empty")
+        text = _bounded(text.strip(), "text")
         try:
             await self._refuse_opted_out(user_id, group_id)
         except StorageError:
@@ -217,6 +216,14 @@ _OPTED_OUT = (
     "this person asked not to be remembered in this chat (/不记我), or the group's memory is "
     "switched off: nothing is stored or recalled here"
 )
+
+
+def _bounded(text: str, name: str) -> str:
+    if not text:
+        raise AgentRefusal(f"{name} is empty")
+    if len(text) > MAX_TEXT_CHARS:
+        raise AgentRefusal(f"{name} has {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    return text
 
 
 def _check_ids(user_id: int, group_id: int | None) -> None:
