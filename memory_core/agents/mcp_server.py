@@ -23,6 +23,8 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 
 from ..conversation.engine import ConversationEngine
@@ -135,6 +137,30 @@ def build_server(source: AgentMemorySource, *, readonly: bool, **options: Any) -
         annotations=DELETES,
     )
     return server
+
+
+HttpSessions = StreamableHTTPSessionManager
+"""The SDK's handler of streamable-HTTP requests (``handle_request``), live inside ``run()``."""
+
+
+def http_sessions(
+    source: AgentMemorySource, *, readonly: bool, path: str, max_body_bytes: int
+) -> HttpSessions:
+    """The tools over streamable HTTP at ``path`` (the caller routes it and checks who may
+    call): stateless (each POST stands alone, nothing is kept per client, no session can be
+    taken over) and answered as plain JSON (a tool call is one short answer), bodies bounded
+    at ``max_body_bytes``. The SDK's DNS-rebinding check (an allowed-``Host`` list) is off: the
+    caller's bearer token is what a page in a browser cannot send, and the list would refuse
+    the bot's own name behind a reverse proxy."""
+    server = build_server(source, readonly=readonly)
+    server.streamable_http_app(
+        streamable_http_path=path,
+        stateless_http=True,
+        json_response=True,
+        max_request_body_size=max_body_bytes,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return server.session_manager
 
 
 async def serve_stdio(settings: MemorySettings) -> None:

@@ -8,10 +8,7 @@ set to the same bytes). The tools are ``memory_core.agents.mcp_server``'s, over 
 memory and conversation engine, so a note remembered here is kept in order with the chat;
 ``MEMORY_MCP_READONLY=true`` serves ``recall`` alone.
 
-Stateless (each POST stands alone, nothing is kept per client) and answered as plain JSON: a
-tool call is one short answer, and no session can be taken over by another client. The SDK's
-DNS-rebinding check (an allowed-``Host`` list) is off: a page a browser opens cannot send the
-bearer token, and the list would refuse the bot's own name behind a reverse proxy.
+Stateless, answered as plain JSON (``agents.mcp_server.http_sessions`` says why).
 """
 
 from __future__ import annotations
@@ -19,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from nonebot import get_driver, get_plugin_config
 from nonebot.drivers import ASGIMixin, Driver
 from nonebot.log import logger
@@ -30,7 +25,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from memory_core.agents.mcp_server import build_server
+from memory_core.agents.mcp_server import HttpSessions, http_sessions
 from memory_core.agents.memory import AgentMemory
 
 from .body_limit import MAX_REQUEST_BYTES
@@ -59,7 +54,7 @@ class McpEndpoint:
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode("ascii")
-        self._manager: StreamableHTTPSessionManager | None = None
+        self._manager: HttpSessions | None = None
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -89,19 +84,13 @@ class McpEndpoint:
                 memory.append(AgentMemory(runtime.memory, runtime.engine, ACTOR))
             return memory[0]
 
-        server = build_server(source, readonly=readonly)
-        server.streamable_http_app(
-            streamable_http_path=MCP_PATH,
-            stateless_http=True,
-            json_response=True,
-            max_request_body_size=MAX_REQUEST_BYTES,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        self._manager = http_sessions(
+            source, readonly=readonly, path=MCP_PATH, max_body_bytes=MAX_REQUEST_BYTES
         )
-        self._manager = server.session_manager
         self._task = asyncio.create_task(self._serve(self._manager))
         await self._ready.wait()
 
-    async def _serve(self, manager: StreamableHTTPSessionManager) -> None:
+    async def _serve(self, manager: HttpSessions) -> None:
         async with manager.run():
             self._ready.set()
             await self._stop.wait()
