@@ -98,6 +98,7 @@ class McpEndpoint:
     async def stop(self) -> None:
         if self._task is None:
             return
+        self._ready.clear()  # requests from now on get the 503, not a stopped manager
         self._stop.set()
         await self._task
         self._task = None
