@@ -49,8 +49,8 @@ def bearer_matches(scope: Scope, expected: bytes) -> bool:
 
 
 class McpEndpoint:
-    """The ASGI app at ``/mcp``: the bearer check, then the SDK's session manager, which
-    ``serve`` runs for as long as the bot does."""
+    """The ASGI app at ``/mcp``: the bearer check, then the SDK's handler, which ``start``
+    runs in a task of its own from the bot's start-up to its shutdown (``stop``)."""
 
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode("ascii")
