@@ -18,6 +18,7 @@ from memory_core.conversation.engine import ConversationEngine
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import MemoryCoreError
 from memory_core.models import TurnInput
+from memory_core.personal import opt_out, switch_group_memory
 from memory_core.service import TemporalMemory
 from memory_core.storage.opt_outs import SQL_OPT_OUT
 from tests.core.storage.test_database_outage import open_via_proxy
@@ -129,3 +130,19 @@ async def test_with_the_database_away_a_note_is_spooled_and_a_recall_refused(
         assert [a["action"] for a in actions] == ["recall"]  # the notes' entries were lost
     finally:
         await memory.aclose()
+
+
+async def test_a_group_switched_off_or_an_opt_out_everywhere_refuses_there_too(memory_factory):
+    memory = await memory_factory()
+    agent = agent_of(memory)
+    await agent.remember(ME, "群里的笔记", GROUP)
+    await agent.remember(ME, "私聊的笔记")
+    await switch_group_memory(memory, GROUP, on=False)  # what /群记忆 关 writes
+    for user_id in (ME, OTHER):
+        with pytest.raises(AgentRefusal, match="asked not to be remembered"):
+            await agent.recall(user_id, "笔记", GROUP)
+    assert [t["content"] for t in (await agent.recall(ME, "笔记"))["turns"]] == ["私聊的笔记"]
+    await opt_out(memory, ME, None, everywhere=True)  # /不记我 全部
+    with pytest.raises(AgentRefusal, match="asked not to be remembered"):
+        await agent.remember(ME, "再记一条")
+    assert (await agent.forget(ME))["dialogues"] == 1  # forgetting still works
