@@ -27,6 +27,7 @@ STANDARD = [
     ["bench.shared_group_bench"],
     ["bench.prompt_prefix"],
     ["bench.tool_rounds"],
+    ["bench.mcp_bench"],
 ]
 FULL = [
     ["bench.storage_bench", "--rows", "1000000", "--sessions", "1000", "--heavy-share", "0.05"],

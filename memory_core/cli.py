@@ -1,5 +1,5 @@
-"""``python -m memory_core``: import, export, recall, stats, reembed, purge — with the bot's
-settings.
+"""``python -m memory_core``: import, export, recall, stats, reembed, purge, mcp — with the
+bot's settings.
 
 Settings come from ``.env.prod`` in the working directory, overridden by environment variables,
 overridden by ``--data-dir``. This module is an entry point: it is the one place in the core
@@ -410,12 +410,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="re-embed (and re-keyword) every stored turn with the configured model and text form",
     )
 
+    sub.add_parser(
+        "mcp",
+        help="serve the memory to a local agent over MCP (stdio): recall, remember, forget",
+        description="Serve the memory over MCP on standard input and output, for an agent "
+        "that starts this command (Claude Desktop, AstrBot, any MCP client). Tools: recall, "
+        "remember, forget; recall alone with MEMORY_MCP_READONLY=true. Logs go to standard "
+        "error.",
+    )
+
     pur = sub.add_parser("purge", help="delete expired turns now (the bot also does it daily)")
     pur.add_argument("--now", help="reference time, ISO 8601 with offset (default: now)")
     return parser
 
 
 async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
+    if args.command == "mcp":
+        # Imported here: the SDK takes a second to import, which no other command should pay.
+        from .agents.mcp_server import serve_stdio
+
+        # Opens the memory itself, inside the stdio transport (see agents.mcp_server).
+        await serve_stdio(settings)
+        return 0
     memory = await open_memory(
         settings, allow_model_change=args.command == "reembed", maintenance_interval=None
     )

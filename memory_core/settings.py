@@ -159,6 +159,8 @@ class MemorySettings(BaseModel):
     memory_purge_batch_size: int = Field(default=5000, ge=100)
     # the web console's recycle bin: days a deleted memory can still be restored
     memory_recycle_days: float = Field(default=30.0, ge=0)
+    # the memory over MCP (agents.mcp_server): recall alone, no remember or forget
+    memory_mcp_readonly: bool = False
 
     # distilled memory: facts, preferences, summaries; see .env.prod for each key
     memory_distilled_enabled: bool = True

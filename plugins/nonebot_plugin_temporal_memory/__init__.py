@@ -44,6 +44,7 @@ from . import (  # noqa: E402, F401
     intake,
     jobs,
     log_redaction,
+    mcp_http,
     runtime,
     self_service,
     ws_access_guard,

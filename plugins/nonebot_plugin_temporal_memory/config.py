@@ -26,8 +26,10 @@ class Config(BaseModel):
     bot_name: str = ""
     # the web console (console/): off while empty
     memory_console_token: SecretStr | None = None
+    # the memory over MCP at /mcp (mcp_http): off while empty
+    memory_mcp_token: SecretStr | None = None
 
-    @field_validator("memory_console_token", mode="before")
+    @field_validator("memory_console_token", "memory_mcp_token", mode="before")
     @classmethod
     def _token_text(cls, value: Any) -> Any:
         # NoneBot decodes .env values as JSON: a token of digits arrives as a number.

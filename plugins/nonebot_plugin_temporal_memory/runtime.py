@@ -24,7 +24,13 @@ from memory_core.settings import MemorySettings
 
 from .config import Config, bot_name_from, memory_settings_from_config
 from .listener import check_listener
-from .startup_checks import ConfigRefusal, check_access_token, end_start_up, settings_refusal
+from .startup_checks import (
+    ConfigRefusal,
+    check_access_token,
+    check_mcp_token,
+    end_start_up,
+    settings_refusal,
+)
 
 
 class Runtime:
@@ -138,6 +144,8 @@ def checked_configuration() -> tuple[Config, MemorySettings]:
         raise settings_refusal(*invalid)
     for warning in check_access_token(get_plugin_config(OneBotConfig).onebot_access_token):
         logger.warning(warning)
+    mcp_token = config.memory_mcp_token
+    check_mcp_token(mcp_token.get_secret_value() if mcp_token else None)
     check_listener(driver)  # last: it logs where to connect once nothing refuses the start
     return config, settings
 

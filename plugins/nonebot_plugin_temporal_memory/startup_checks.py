@@ -112,6 +112,34 @@ def check_access_token(token: str | None) -> list[str]:
     return []
 
 
+MIN_MCP_TOKEN_CHARS = 16
+"""An MCP token opens the whole memory to whoever holds it: no shorter one is accepted."""
+
+
+def check_mcp_token(token: str | None) -> None:
+    """Refuse a ``MEMORY_MCP_TOKEN`` (set: the memory is served at ``/mcp``) that is shorter
+    than ``MIN_MCP_TOKEN_CHARS``, was never chosen, or no HTTP header can carry (raises
+    ``ConfigRefusal``). No token: nothing is served, nothing to check."""
+    if not token:
+        return
+    if not token.isascii() or not token.isprintable() or token != token.strip():
+        zh = "含非 ASCII 字符、空白或控制字符"
+        en = "contains non-ASCII, blank or control characters"
+    elif is_placeholder(token):
+        zh, en = "还是示例占位符", "is still an example placeholder"
+    elif len(token) < MIN_MCP_TOKEN_CHARS:
+        zh = f"不足 {MIN_MCP_TOKEN_CHARS} 个字符"
+        en = f"is shorter than {MIN_MCP_TOKEN_CHARS} characters"
+    else:
+        return
+    raise ConfigRefusal(
+        f"TemporalMemory 拒绝启动：MEMORY_MCP_TOKEN {zh}，请换成自己生成的令牌，或留空不提供 MCP / "
+        f"TemporalMemory refuses to start: MEMORY_MCP_TOKEN {en}, and whoever holds it reads and "
+        f"deletes the memory over /mcp. Set a token of your own, e.g. the output of {TOKEN_HINT}, "
+        "or leave it empty to serve no MCP"
+    )
+
+
 def settings_refusal(*errors: ValidationError | ConfigError) -> ConfigRefusal:
     """One line naming each refused setting (as its ``.env.prod`` key) and why."""
     problems = "; ".join(_problems(error) for error in errors)

@@ -115,3 +115,32 @@ async def test_a_setting_refused_while_the_memory_opens_ends_the_start_in_one_li
     exited = await run_bot_until_exit(extra_env={"ONEBOT_ACCESS_TOKEN": "3f9c2a71be04d5e8", **env})
     # Found once the database server was up: it is stopped again before the process ends.
     assert named in refusal_line(exited, before_the_database=False)
+
+
+# ----------------------------------------------------------------------------- the MCP token
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("3f9c2a71be04d5e", "is shorter than 16 characters"),
+        ("your-mcp-token-goes-here", "is still an example placeholder"),
+        ("x" * 20, "is still an example placeholder"),
+        ("令牌令牌令牌令牌令牌令牌令牌令牌", "non-ASCII"),
+        ("3f9c2a71be04d5e8a1\t", "non-ASCII, blank or control"),
+    ],
+)
+def test_an_mcp_token_that_is_short_or_never_chosen_is_refused(token: str, why: str) -> None:
+    from nonebot_plugin_temporal_memory.startup_checks import ConfigRefusal, check_mcp_token
+
+    with pytest.raises(ConfigRefusal) as refused:
+        check_mcp_token(token)
+    assert why in str(refusal := refused.value) and "MEMORY_MCP_TOKEN" in str(refusal)
+    assert token not in str(refusal)
+
+
+def test_no_mcp_token_or_a_chosen_one_passes() -> None:
+    from nonebot_plugin_temporal_memory.startup_checks import check_mcp_token
+
+    for token in (None, "", "3f9c2a71be04d5e8"):
+        check_mcp_token(token)

@@ -36,8 +36,18 @@ ACTION_ZH = {
     "unpin": "取消置顶",
     "group_switch": "群记忆开关",
     "group_sharing": "群共享开关",
+    # calls of other agents over MCP (memory_core.agents)
+    "recall": "回忆",
+    "remember": "记住",
+    "forget": "忘记",
 }
-TARGET_ZH = {"turn": "对话", "distilled": "提炼记忆", "group": "群"}
+TARGET_ZH = {
+    "turn": "对话",
+    "distilled": "提炼记忆",
+    "group": "群",
+    "query": "查询",
+    "session": "会话",
+}
 
 
 def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:

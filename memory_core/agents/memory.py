@@ -1,0 +1,231 @@
+"""The memory as another agent reaches it (``agents.mcp_server``): recall, remember, forget.
+
+Each is the operation of a chat command, on the same core functions and the same scope: a
+person (``user_id``) in one chat (``group_id``, or the private chat without one).
+
+* ``recall`` is ``/recall``: ``recall.listing.list_recall``, what a person is shown (relevant
+  turns and facts only), after the session's earlier messages are stored and embedded;
+* ``remember`` is ``/remember``: the text stored as the person's own turn in that chat, in
+  order with the chat (``ConversationEngine.record``);
+* ``forget`` is ``/forget`` alone (that chat, everything of the person there) or, with ``ids``,
+  ``/忘记 <编号>`` (``personal.forget_memories``: those facts or preferences and the turns
+  they were drawn from).
+
+A person who opted out of a chat (``/不记我``, or a group switched off) is neither remembered
+nor recalled there through an agent; forgetting is always allowed. Every call, read or change,
+writes an entry to the console's audit log naming ``actor``, so the operator sees what agents
+did (a forget's entry is written after the delete: ``TemporalMemory.forget`` owns its
+transactions). With the database away a note is spooled and a forget deferred, as from the chat;
+their entries are then lost (logged), and a recall is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ..console.store import Audit, PgConsoleStore
+from ..conversation.engine import ConversationEngine
+from ..errors import MemoryCoreError, StorageError
+from ..models import Forgotten, MemoryTurn, TurnInput, generate_session_key
+from ..personal import forget_memories
+from ..recall.listing import list_recall
+from ..service import TemporalMemory
+from ..storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
+
+log = logging.getLogger(__name__)
+
+RECALL_ITEMS = 5
+"""Turns and facts a recall lists when the caller does not say (``/recall``'s five)."""
+MAX_RECALL_ITEMS = 50
+MAX_TEXT_CHARS = 500
+"""The longest query or note, as a chat command's argument (the plugin's
+``COMMAND_ARG_MAX_CHARS``): a note is a line to remember, not a document."""
+MAX_FORGET_IDS = 200
+
+
+class AgentRefusal(MemoryCoreError):
+    """A call the memory will not carry out (bad arguments, an opted-out person); the text is
+    what the calling agent is told."""
+
+
+@dataclass(frozen=True)
+class AgentMemory:
+    """The three operations over one open memory. ``engine`` keeps each call in order with
+    the chat's own messages (the bot's engine; the stdio server makes one without a model);
+    ``actor`` names the caller in the audit log."""
+
+    memory: TemporalMemory
+    engine: ConversationEngine
+    actor: str
+
+    async def recall(
+        self, user_id: int, query: str, group_id: int | None = None, top_n: int | None = None
+    ) -> dict[str, Any]:
+        """What ``/recall <query>`` lists for ``user_id`` in that chat: at most ``top_n``
+        relevant turns (best first) and facts, each with its id."""
+        _check_ids(user_id, group_id)
+        items = RECALL_ITEMS if top_n is None else top_n
+        if not 1 <= items <= MAX_RECALL_ITEMS:
+            raise AgentRefusal(f"top_n must be between 1 and {MAX_RECALL_ITEMS}")
+        query = _bounded(" ".join(query.split()), "query")
+        await self._refuse_opted_out(user_id, group_id)
+        memory = self.memory
+        async with self.engine.session(user_id, group_id):
+            await memory.settle_embeddings(memory.settings.embedding_store_deadline)
+            now = datetime.now(timezone.utc)
+            listing = await list_recall(memory, user_id, query, group_id, now=now, items=items)
+        turns = [self._turn(t) for t in listing.turns]
+        facts = [
+            {
+                "id": hit.memory.id,
+                "kind": hit.memory.kind,
+                "content": hit.memory.content,
+                "last_confirmed": self._time(hit.memory.last_confirmed),
+            }
+            for hit in listing.facts
+        ]
+        await self._audit(
+            "recall", "query", None, user_id, group_id,
+            after=f"{query} → {len(turns)} turn(s), {len(facts)} fact(s)",
+        )  # fmt: skip
+        return {
+            "user_id": user_id,
+            "group_id": group_id,
+            "query": query,
+            "turns": turns,
+            "facts": facts,
+        }
+
+    async def remember(
+        self, user_id: int, text: str, group_id: int | None = None
+    ) -> dict[str, Any]:
+        """Store ``text`` as a note of ``user_id`` in that chat (``/remember``); its turn id."""
+        _check_ids(user_id, group_id)
+        text = _bounded(text.strip(), "text")
+        try:
+            await self._refuse_opted_out(user_id, group_id)
+        except StorageError:
+            # The database is away: the note goes to the spool like a chat message, and the
+            # spool's flush honours an opt-out all the same (storage.opt_outs).
+            log.info("opt-outs unreadable, the note of %s is kept for the spool", user_id)
+        turn = TurnInput(user_id=user_id, group_id=group_id, role="user", content=text)
+        self.memory.check_turn(turn)  # InvalidTurnError (too long, …) says why
+        outcome = await self.engine.record(turn)
+        if outcome is None or outcome.failed or outcome.dead_lettered:
+            raise AgentRefusal("the note could not be stored (see the bot's log)")
+        if outcome.opted_out:  # opted out between the check and the write
+            raise AgentRefusal(_OPTED_OUT)
+        stored = outcome.turn
+        await self._audit(
+            "remember", "turn", stored.id if stored else None, user_id, group_id, after=text
+        )
+        return {
+            "stored": stored is not None,
+            "id": stored.id if stored else None,
+            # The database is away: the note waits in the local spool and is written later.
+            "spooled": outcome.spooled,
+            "duplicate": outcome.duplicate,
+        }
+
+    async def forget(
+        self, user_id: int, group_id: int | None = None, ids: Sequence[int] | None = None
+    ) -> dict[str, Any]:
+        """Without ``ids``: everything of ``user_id`` in that chat (``/forget``). With them:
+        those distilled memories (the ids ``recall`` lists under facts) and the turns they
+        were drawn from (``/忘记 <编号>``). What went, by kind; others' rows never."""
+        _check_ids(user_id, group_id)
+        chosen = tuple(dict.fromkeys(ids or ()))
+        if len(chosen) > MAX_FORGET_IDS:
+            raise AgentRefusal(f"at most {MAX_FORGET_IDS} ids at a time")
+        async with self.engine.session(user_id, group_id):
+            if ids is not None and not chosen:
+                forgotten = Forgotten()  # an empty list names nothing: nothing goes
+            elif chosen:
+                forgotten = await forget_memories(self.memory, user_id, group_id, chosen)
+            elif group_id is None:
+                forgotten = await self.memory.forget(user_id=user_id, private_only=True)
+            else:
+                forgotten = await self.memory.forget(user_id=user_id, group_id=group_id)
+        went = {
+            "dialogues": forgotten.dialogues,
+            "bot_replies": forgotten.bot_replies,
+            "facts": forgotten.facts,
+            "preferences": forgotten.preferences,
+            "summaries": forgotten.summaries,
+            "cached_answers": forgotten.cached_answers,
+        }
+        what = ", ".join(f"{kind} {n}" for kind, n in went.items() if n) or "nothing"
+        named = f"memories {', '.join(map(str, chosen))}" if ids is not None else "the whole chat"
+        await self._audit(
+            "forget", "distilled" if ids is not None else "session", None, user_id, group_id,
+            before=named, after=what,
+        )  # fmt: skip
+        return {**went, "deferred": forgotten.deferred}
+
+    async def _refuse_opted_out(self, user_id: int, group_id: int | None) -> None:
+        """``AgentRefusal`` when ``user_id`` opted out of this chat (or of every chat), or the
+        group's memory is switched off."""
+        store = self.memory.database.store(PgOptOutStore)
+        chat = chat_name(group_id)
+        off = bool({EVERYWHERE, chat} & await store.chats(user_id))
+        if not off and group_id is not None:
+            off = chat in await store.chats(EVERYONE)
+        if off:
+            raise AgentRefusal(_OPTED_OUT)
+
+    async def _audit(
+        self,
+        action: str,
+        kind: str,
+        item_id: int | None,
+        user_id: int,
+        group_id: int | None,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+    ) -> None:
+        session_key = generate_session_key(user_id, group_id)
+        entry = Audit(self.actor, action, kind, item_id, session_key, before, after)
+        try:
+            await self.memory.database.store(PgConsoleStore).write_audit(entry)
+        except StorageError as exc:
+            # Only after a note was spooled or a forget deferred (anything else needed the
+            # database first): the call is done, its entry cannot be written.
+            log.warning("audit entry of %s %s %s lost: %s", self.actor, action, session_key, exc)
+
+    def _time(self, moment: datetime) -> str:
+        return moment.astimezone(self.memory.tz).isoformat()
+
+    def _turn(self, turn: MemoryTurn) -> dict[str, Any]:
+        return {
+            "id": turn.id,
+            "role": turn.role,
+            "content": turn.content,
+            "created_at": self._time(turn.created_at),
+            "user_id": turn.user_id,
+            "group_id": turn.group_id,
+            "sender_name": turn.sender_name,
+        }
+
+
+_OPTED_OUT = (
+    "this person asked not to be remembered in this chat (/不记我), or the group's memory is "
+    "switched off: nothing is stored or recalled here"
+)
+
+
+def _bounded(text: str, name: str) -> str:
+    if not text:
+        raise AgentRefusal(f"{name} is empty")
+    if len(text) > MAX_TEXT_CHARS:
+        raise AgentRefusal(f"{name} has {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    return text
+
+
+def _check_ids(user_id: int, group_id: int | None) -> None:
+    if user_id <= 0 or (group_id is not None and group_id <= 0):
+        raise AgentRefusal("user_id and group_id are positive QQ numbers")
