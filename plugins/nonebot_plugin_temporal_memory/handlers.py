@@ -18,11 +18,13 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.log import logger
 from nonebot.rule import Rule
 
+from memory_core.conversation.engine import Outcome
 from memory_core.errors import MemoryCoreError
 from memory_core.models import RecalledMessage
 
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
+from .pictures import after_stored, start_reading, with_read_pictures
 from .runtime import RuntimeDep
 
 CHAT_PRIORITY = 90
@@ -36,6 +38,8 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
     turn = await turn_from_event(bot, event, runtime)
+    pictures = await start_reading(bot, event, turn, runtime)
+    turn = await with_read_pictures(pictures, turn, runtime.settings.memory_image_reply_wait)
     send = sender_for(
         bot,
         event,
@@ -46,13 +50,18 @@ async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> Non
     if isinstance(event, GroupMessageEvent) and runtime.config.bot_resolve_group_names:
         group_name = await group_names.name(bot, event.group_id)
     result = await runtime.engine.converse(turn, send, group_name=group_name)
+    after_stored(
+        runtime, pictures, None if result.outcome is Outcome.DUPLICATE else result.user_turn
+    )
     logger.debug(f"message {event.message_id} in session {turn.session_key}: {result.outcome}")
 
 
 @record.handle()
 async def handle_unaddressed(bot: Bot, event: GroupMessageEvent, runtime: RuntimeDep) -> None:
     turn = await turn_from_event(bot, event, runtime)
-    await runtime.engine.record(turn)
+    pictures = await start_reading(bot, event, turn, runtime)
+    stored = await runtime.engine.record(turn)
+    after_stored(runtime, pictures, stored.turn if stored and not stored.duplicate else None)
 
 
 @recall_notice.handle()
