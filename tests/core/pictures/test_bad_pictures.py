@@ -138,3 +138,25 @@ async def test_base64_pictures_from_get_image_are_capped_and_checked():
             await fetcher.fetch("file:///etc/passwd")
     finally:
         await fetcher.aclose()
+
+
+async def test_a_picture_without_address_is_located_or_left_alone(
+    memory_factory, reader_factory, server
+):
+    memory = await memory_factory()
+    reader = reader_factory(memory)
+
+    async def located() -> str | None:
+        return server.url("/note.png")
+
+    async def unknown() -> str | None:
+        return None
+
+    turn, refs = picture_turn(ALICE, "", GROUP, mid=1)
+    refs = [dataclasses.replace(refs[0], url=None, locate=located)]
+    content, _, _ = await stored_after_reading(memory, reader, turn, refs)
+    assert "8848" in content
+    turn, refs = picture_turn(ALICE, "", GROUP, mid=2)
+    refs = [dataclasses.replace(refs[0], url=None, locate=unknown)]
+    content, _, readings = await stored_after_reading(memory, reader, turn, refs)
+    assert content == "帮我记一下[图片]" and readings[0].status == "refused"
