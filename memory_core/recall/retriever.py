@@ -17,6 +17,7 @@ from ..lang.keywords import conversation_terms, required_phrases
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, generate_session_key
+from ..pictures.recall import names_a_picture, pictures_first
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
@@ -243,6 +244,8 @@ class Retriever:
         rerank_scores: tuple[tuple[int, float], ...] = ()
         if self.reranker is not None and len(ranked) > 1:
             ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)
+        if names_a_picture(query) and not options.keywords and not options.roles:
+            ranked = await pictures_first(self._database, scope, ranked, now)
         result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(result, search_text=search_text, rerank_scores=rerank_scores)
 
