@@ -1,4 +1,4 @@
-""""刚才那张图 / 上次那张截图": a question about a picture gets the chat's latest pictures first.
+"""A question about a picture ("刚才那张图", "上次那张截图") gets the chat's latest pictures first.
 
 Meaning and keywords cannot find "that picture" (its text says nothing about being a picture
 the person sent), so when a query names a picture, the latest turns of the chat that carried a

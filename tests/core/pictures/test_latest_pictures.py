@@ -1,4 +1,4 @@
-""" "刚才那张图 / 上次那张截图" bring the chat's latest pictures first, and only that chat's."""
+"""A question about a picture ("刚才那张图") brings its chat's latest pictures first."""
 
 from __future__ import annotations
 
