@@ -158,3 +158,15 @@ def test_faces_by_name_and_market_faces_by_summary(plugin: Any):
         {"type": "marketface", "data": {"summary": "[比心]"}},
     ]
     assert flatten_segments(segments) == "[表情:捂脸][表情:开心][表情:比心]"
+
+
+def test_the_console_marks_what_was_read_off_a_picture(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.derived import marked_text
+
+    shown = marked_text("看<b>这个</b>[图片：文字 取件码8848 <script>] 和 [图片]")
+    assert shown == (
+        "看&lt;b&gt;这个&lt;/b&gt;"
+        '<mark class="derived" title="机器从图片中读出的文字">🖼[图片：文字 取件码8848 '
+        "&lt;script&gt;]</mark> 和 [图片]"
+    )
+    assert marked_text("[提示：明天开会]") == "[提示：明天开会]"  # typed, not read
