@@ -197,6 +197,12 @@ class MemorySettings(BaseModel):
     memory_image_reply_wait: float = Field(default=2.0, ge=0, le=30)
     memory_image_sticker_max_bytes: int = Field(default=300_000, ge=0)
     memory_image_text_max_chars: int = Field(default=300, ge=20, le=5000)
+    # optional descriptions by an OpenAI-compatible vision model; off while VISION_MODEL is empty
+    vision_base_url: str = SILICONFLOW_BASE_URL
+    vision_api_key: SecretStr | None = None
+    vision_model: str = ""
+    vision_timeout: float = Field(default=20.0, gt=0)
+    vision_max_retries: int = Field(default=1, ge=0, le=5)
 
     @field_validator("*", mode="before")
     @classmethod

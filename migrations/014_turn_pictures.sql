@@ -17,6 +17,8 @@ CREATE TABLE turn_pictures (
     -- sticker), may be read when it comes again
     status     text        NOT NULL CHECK (status IN ('read', 'refused', 'skipped')),
     text       text        NOT NULL DEFAULT '',
+    -- what an optional vision model (VISION_MODEL) said the picture shows; '' without one
+    description text       NOT NULL DEFAULT '',
     read_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (turn_id, position)
 );

@@ -42,6 +42,7 @@ from .ocr import RapidOcrReader, TextReader
 from .reading import READ, REFUSED, SKIPPED, PictureJob, PictureRef, Reading
 from .store import KnownPicture, PgPictureStore, PictureRecord, TextUpdate, TurnText
 from .text import picture_text, with_labels
+from .vision import Describer, NoDescriptions, build_describer
 
 if TYPE_CHECKING:
     from ..service import TemporalMemory
@@ -87,6 +88,7 @@ class PictureReader:
         per_minute: int,
         sticker_max_bytes: int,
         text_max_chars: int,
+        describer: Describer | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._memory = memory
@@ -97,6 +99,7 @@ class PictureReader:
         self._budget = MinuteBudget(per_minute, clock)
         self._sticker_max = sticker_max_bytes
         self._text_max = text_max_chars
+        self._describer: Describer = describer if describer is not None else NoDescriptions()
         self._workers: list[asyncio.Task[None]] = []
         self._follow_ups: set[asyncio.Task[None]] = set()
 
@@ -116,6 +119,7 @@ class PictureReader:
             per_minute=settings.memory_image_per_minute,
             sticker_max_bytes=settings.memory_image_sticker_max_bytes,
             text_max_chars=settings.memory_image_text_max_chars,
+            describer=build_describer(settings),
         )
 
     @property
@@ -132,6 +136,9 @@ class PictureReader:
                 await task
         self._workers.clear()
         await self._fetcher.aclose()
+        closing = getattr(self._describer, "aclose", None)
+        if closing is not None:
+            await closing()
 
     # ----------------------------------------------------------------- the caller's side
 
@@ -198,7 +205,7 @@ class PictureReader:
         store = self._memory.database.store(PgPictureStore)
         known = await self._known(store, ref.file_key, None)
         if known is not None:
-            return Reading(ref, known.status, known.text, known.sha256, "seen before")
+            return self._seen(ref, known, known.sha256)
         if not self._budget.take():
             return Reading(ref, SKIPPED, reason="over the per-minute budget")
         try:
@@ -210,12 +217,20 @@ class PictureReader:
             return Reading(ref, SKIPPED, sha256=digest, reason="a large sticker")
         known = await self._known(store, None, digest)
         if known is not None:
-            return Reading(ref, known.status, known.text, digest, "seen before")
+            return self._seen(ref, known, digest)
         try:
             lines = await self._text_reader.read(data)
         except PictureError as exc:
             return Reading(ref, REFUSED, sha256=digest, reason=str(exc))
-        return Reading(ref, READ, picture_text(lines, self._text_max), digest)
+        description = await self._describer.describe(data)
+        text = picture_text(lines, self._text_max)
+        return Reading(ref, READ, text, digest, description=description)
+
+    @staticmethod
+    def _seen(ref: PictureRef, known: KnownPicture, digest: bytes | None) -> Reading:
+        return Reading(
+            ref, known.status, known.text, digest, "seen before", description=known.description
+        )
 
     @staticmethod
     async def _known(
@@ -254,7 +269,7 @@ class PictureReader:
     async def _keep(self, job: PictureJob, stored: MemoryTurn, readings: Sequence[Reading]) -> None:
         store = self._memory.database.store(PgPictureStore)
         records = [
-            PictureRecord(r.ref.position, r.ref.file_key, r.sha256, r.status, r.text)
+            PictureRecord(r.ref.position, r.ref.file_key, r.sha256, r.status, r.text, r.description)
             for r in readings
         ]
         if not await store.record(stored.id, records) or job.in_text:

@@ -39,10 +39,11 @@ class Reading:
     text: str = ""
     sha256: bytes | None = None
     reason: str = ""
+    description: str = ""  # what a vision model said it shows (VISION_MODEL), if one is set
 
     @property
     def label(self) -> str:
-        return derived_label(self.ref.placeholder, self.text)
+        return derived_label(self.ref.placeholder, self.text, self.description)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from ..storage.pg import PgStore, rows_affected
 # What was read of a picture before, by the client's digest name or by the bytes' hash: the
 # newest answer that holds (a picture skipped for the budget is tried again).
 _KNOWN = """
-SELECT status, text, sha256 FROM turn_pictures
+SELECT status, text, description, sha256 FROM turn_pictures
 WHERE {key} = $1 AND status IN ('read', 'refused')
 ORDER BY read_at DESC LIMIT 1
 """
@@ -34,11 +34,11 @@ SELECT NOT EXISTS (
 # A reading of a turn's picture. The turn may have been deleted (撤回) while its picture was
 # read: then nothing is written.
 SQL_RECORD = """
-INSERT INTO turn_pictures (turn_id, position, file_key, sha256, status, text)
-SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM dialogues WHERE id = $1)
+INSERT INTO turn_pictures (turn_id, position, file_key, sha256, status, text, description)
+SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM dialogues WHERE id = $1)
 ON CONFLICT (turn_id, position) DO UPDATE
 SET file_key = EXCLUDED.file_key, sha256 = EXCLUDED.sha256, status = EXCLUDED.status,
-    text = EXCLUDED.text, read_at = now()
+    text = EXCLUDED.text, description = EXCLUDED.description, read_at = now()
 """
 
 SQL_TURN_TEXT = "SELECT content, sender_name, created_at FROM dialogues WHERE id = $1"
@@ -72,6 +72,7 @@ class KnownPicture:
 
     status: str
     text: str
+    description: str
     sha256: bytes | None
 
 
@@ -84,6 +85,7 @@ class PictureRecord:
     sha256: bytes | None
     status: str
     text: str
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,9 @@ class PgPictureStore(PgStore):
                     continue
                 record = await conn.fetchrow(sql, key)
                 if record is not None:
-                    return KnownPicture(record["status"], record["text"], record["sha256"])
+                    return KnownPicture(
+                        record["status"], record["text"], record["description"], record["sha256"]
+                    )
         return None
 
     async def may_read(self, user_id: int, chat: str) -> bool:
@@ -135,7 +139,14 @@ class PgPictureStore(PgStore):
             kept = 0
             for p in pictures:
                 status = await conn.execute(
-                    SQL_RECORD, turn_id, p.position, p.file_key, p.sha256, p.status, p.text
+                    SQL_RECORD,
+                    turn_id,
+                    p.position,
+                    p.file_key,
+                    p.sha256,
+                    p.status,
+                    p.text,
+                    p.description,
                 )
                 kept += rows_affected(status)
         return kept
