@@ -200,6 +200,16 @@ async def open_runtime() -> None:
         )
     else:
         logger.info(f"TemporalMemory chat model: {settings.llm_model} at {settings.llm_base_url}")
+    logger.info(
+        "TemporalMemory pictures: "
+        + (
+            f"text read offline, {settings.memory_image_workers} at a time, at most "
+            f"{settings.memory_image_per_minute} a minute"
+            + (f"; described by {settings.vision_model}" if settings.vision_model else "")
+            if settings.memory_image_enabled
+            else "not read (MEMORY_IMAGE_ENABLED=false)"
+        )
+    )
     logger.info(f"TemporalMemory bot name: {bot_name}; timezone: {settings.memory_timezone}")
     if not driver.config.superusers:
         logger.warning(
