@@ -6,14 +6,16 @@
   picture with the offline OCR, p50 / p95, for a parcel note (640x220) and a phone-sized chat
   screenshot (1080x1920, 16 lines), the first call (models loaded) apart;
 * a flood of stickers in one minute through ``PictureReader`` with the default bounds (20 distinct
-  stickers sent 200 times between them, from a loopback server): how many were fetched, read and
-  left, the queue's high-water mark and the process's resident memory before and after.
+  stickers sent 200 times between them, from a loopback server, named by their MD5 as NapCat
+  names them), twice, the second time with 20 new stickers: how many were fetched, read and
+  left, the queue's high-water mark and the process's resident memory after each minute.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import io
 import os
 import time
@@ -25,7 +27,7 @@ from bench.process_stats import load_average, rss_mb
 from memory_core.models import TurnInput
 from memory_core.pictures import PictureReader, PictureRef
 from memory_core.pictures.ocr import RapidOcrReader
-from memory_core.service import open_memory
+from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 from tests.picture_server import FONT, PictureServer, note_picture
 
@@ -105,54 +107,69 @@ def ocr_figures(count: int) -> None:
 
 
 async def flood(messages: int, distinct: int) -> None:
-    server = PictureServer({f"/s{i}.gif": sticker(i) for i in range(distinct)})
+    stickers = {f"/s{i}.gif": sticker(i) for i in range(2 * distinct)}
+    server = PictureServer(stickers)
     with bench_data_dir("pictures") as data_dir:
         settings = MemorySettings(memory_data_dir=data_dir)
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
         reader = PictureReader.from_settings(settings, memory)
-        pid = os.getpid()
-        before = rss_mb(pid)
-        deepest = 0
-        started = time.perf_counter()
-        jobs = []
         try:
-            for i in range(messages):
-                url = server.url(f"/s{i % distinct}.gif")
-                turn = TurnInput(
-                    user_id=20000 + i % 50,
-                    group_id=30003,
-                    role="user",
-                    content="[动画表情]",
-                    message_id=i,
-                    self_id=10001,
-                )
-                ref = PictureRef(0, "[动画表情]", url=url, sticker=True, declared_size=2000)
-                job = await reader.start(turn, [ref])
-                stored = await memory.add_turn(turn, embed_later=True)
-                if job is not None and stored.turn is not None:
-                    reader.follow(job, stored.turn)
-                    jobs.append(job)
-                deepest = max(deepest, reader.queued)
-                await asyncio.sleep(60 / messages)  # the flood spread over one minute
-            await reader.settled()
-            took = time.perf_counter() - started
-            statuses: dict[str, int] = {}
-            for job in jobs:
-                for reading in job.done.result():
-                    key = f"{reading.status} ({reading.reason or 'read'})"
-                    statuses[key] = statuses.get(key, 0) + 1
-            fetched = sum(server.hits.values())
-            print(
-                f"sticker flood: {messages} stickers ({distinct} distinct) in {took:.0f} s; "
-                f"fetched {fetched}; {statuses}; deepest queue {deepest}; "
-                f"RSS {before:.0f} -> {rss_mb(pid):.0f} MB (load {load_average()})"
-            )
+            for minute in (0, 1):
+                paths = [f"/s{minute * distinct + i % distinct}.gif" for i in range(messages)]
+                await one_minute(memory, reader, server, stickers, paths, minute * messages)
         finally:
             await reader.aclose()
             await memory.aclose()
             server.close()
+
+
+async def one_minute(
+    memory: TemporalMemory,
+    reader: PictureReader,
+    server: PictureServer,
+    stickers: dict[str, bytes],
+    paths: list[str],
+    first_id: int,
+) -> None:
+    """``paths`` sent as stickers over one minute, each read as the bot would."""
+    pid = os.getpid()
+    before, deepest, jobs = rss_mb(pid), 0, []
+    hits_before = sum(server.hits.values())
+    started = time.perf_counter()
+    for i, path in enumerate(paths):
+        turn = TurnInput(
+            user_id=20000 + i % 50,
+            group_id=30003,
+            role="user",
+            content="[动画表情]",
+            message_id=first_id + i,
+            self_id=10001,
+        )
+        digest = hashlib.md5(stickers[path]).hexdigest()  # NapCat's name of it
+        ref = PictureRef(
+            0, "[动画表情]", url=server.url(path), file_key=digest, sticker=True, declared_size=2000
+        )
+        job = await reader.start(turn, [ref])
+        stored = await memory.add_turn(turn, embed_later=True)
+        if job is not None and stored.turn is not None:
+            reader.follow(job, stored.turn)
+            jobs.append(job)
+        deepest = max(deepest, reader.queued)
+        await asyncio.sleep(60 / len(paths))  # the flood spread over one minute
+    await reader.settled()
+    took = time.perf_counter() - started
+    statuses: dict[str, int] = {}
+    for job in jobs:
+        for reading in job.done.result():
+            key = f"{reading.status} ({reading.reason or 'read'})"
+            statuses[key] = statuses.get(key, 0) + 1
+    print(
+        f"sticker flood: {len(paths)} stickers ({len(set(paths))} distinct) in {took:.0f} s; "
+        f"fetched {sum(server.hits.values()) - hits_before}; {statuses}; deepest queue "
+        f"{deepest}; RSS {before:.0f} -> {rss_mb(pid):.0f} MB (load {load_average()})"
+    )
 
 
 def main() -> None:

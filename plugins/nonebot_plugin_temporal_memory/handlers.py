@@ -24,7 +24,7 @@ from memory_core.models import RecalledMessage
 
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
-from .pictures import after_stored, start_reading, with_read_pictures
+from .pictures import OwnPictures, after_stored, start_reading
 from .runtime import RuntimeDep
 
 CHAT_PRIORITY = 90
@@ -38,8 +38,7 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
     turn = await turn_from_event(bot, event, runtime)
-    pictures = await start_reading(bot, event, turn, runtime)
-    turn = await with_read_pictures(pictures, turn, runtime.settings.memory_image_reply_wait)
+    pictures = OwnPictures(bot, event, runtime, runtime.settings.memory_image_reply_wait)
     send = sender_for(
         bot,
         event,
@@ -49,10 +48,8 @@ async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> Non
     group_name = None
     if isinstance(event, GroupMessageEvent) and runtime.config.bot_resolve_group_names:
         group_name = await group_names.name(bot, event.group_id)
-    result = await runtime.engine.converse(turn, send, group_name=group_name)
-    after_stored(
-        runtime, pictures, None if result.outcome is Outcome.DUPLICATE else result.user_turn
-    )
+    result = await runtime.engine.converse(turn, send, group_name=group_name, ready=pictures)
+    pictures.stored(None if result.outcome is Outcome.DUPLICATE else result.user_turn)
     logger.debug(f"message {event.message_id} in session {turn.session_key}: {result.outcome}")
 
 

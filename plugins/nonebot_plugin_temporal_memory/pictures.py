@@ -88,12 +88,23 @@ async def start_reading(
     return await runtime.pictures.start(turn, picture_refs(segments_of(event.message), bot))
 
 
-async def with_read_pictures(job: PictureJob | None, turn: TurnInput, wait: float) -> TurnInput:
-    """The turn with its pictures' text when they are read within ``wait`` seconds (a reply
-    to a picture should see what it says), else as it is: they follow into the stored turn."""
-    if job is None or not await job.wait(wait):
-        return turn
-    return dataclasses.replace(turn, content=job.labelled(turn.content))
+class OwnPictures:
+    """A message's pictures for a reply: queued, then waited for a moment (``wait`` seconds,
+    ``MEMORY_IMAGE_REPLY_WAIT``) in the session's turn, so the model sees what they say; what
+    is not read by then still follows into the stored turn (:meth:`stored`)."""
+
+    def __init__(self, bot: Bot, event: MessageEvent, runtime: Runtime, wait: float) -> None:
+        self._bot, self._event, self._runtime, self._wait = bot, event, runtime, wait
+        self.job: PictureJob | None = None
+
+    async def __call__(self, turn: TurnInput) -> TurnInput:
+        self.job = await start_reading(self._bot, self._event, turn, self._runtime)
+        if self.job is None or not await self.job.wait(self._wait):
+            return turn
+        return dataclasses.replace(turn, content=self.job.labelled(turn.content))
+
+    def stored(self, turn: MemoryTurn | None) -> None:
+        after_stored(self._runtime, self.job, turn)
 
 
 def after_stored(runtime: Runtime, job: PictureJob | None, stored: MemoryTurn | None) -> None:
