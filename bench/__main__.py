@@ -26,6 +26,7 @@ STANDARD = [
     ["bench.console_bench", "--rows", "100000"],
     ["bench.shared_group_bench"],
     ["bench.prompt_prefix"],
+    ["bench.pictures_bench"],
 ]
 FULL = [
     ["bench.storage_bench", "--rows", "1000000", "--sessions", "1000", "--heavy-share", "0.05"],
