@@ -16,7 +16,9 @@ from collections.abc import Sequence
 _BRACKETS = str.maketrans({"[": "［", "]": "］"})
 LABEL_SEPARATOR = "："
 TEXT_WORD = "文字"
-DERIVED_LABEL = re.compile(r"\[[^\[\]：]{1,20}：(?:[^\]]*；)?文字 [^\]]*\]")
+DERIVED_LABEL = re.compile(
+    r"\[[^\[\]：]{1,20}：(?:[^\]]*；)?文字 [^\]]*\]|\[(?:图片|动画表情)：[^\]]+\]"
+)
 """What a derived label looks like in a turn's text (the console marks these)."""
 
 

@@ -170,3 +170,5 @@ def test_the_console_marks_what_was_read_off_a_picture(plugin: Any):
         "&lt;script&gt;]</mark> 和 [图片]"
     )
     assert marked_text("[提示：明天开会]") == "[提示：明天开会]"  # typed, not read
+    described = marked_text("[图片：一只橘猫趴在键盘上]")  # a vision model's sentence alone
+    assert described.startswith('<mark class="derived"')
