@@ -188,6 +188,9 @@ class PictureReader:
             job, turn = await self._queue.get()
             try:
                 readings = [await self._read(ref) for ref in job.refs]
+            except MemoryCoreError as exc:  # the database went away meanwhile
+                log.info("pictures of session %s not read: %s", turn.session_key, exc)
+                readings = [Reading(r, SKIPPED, reason=str(exc)) for r in job.refs]
             except Exception as exc:  # a bug must not stop the worker; the turn stays as it is
                 log.exception("pictures of session %s could not be read", turn.session_key)
                 readings = [Reading(r, SKIPPED, reason=repr(exc)) for r in job.refs]

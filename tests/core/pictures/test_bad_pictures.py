@@ -160,3 +160,16 @@ async def test_a_picture_without_address_is_located_or_left_alone(
     refs = [dataclasses.replace(refs[0], url=None, locate=unknown)]
     content, _, readings = await stored_after_reading(memory, reader, turn, refs)
     assert content == "帮我记一下[图片]" and readings[0].status == "refused"
+
+
+async def test_without_the_database_no_picture_is_fetched(memory_factory, reader_factory, server):
+    memory = await memory_factory()
+    reader = reader_factory(memory)
+    pool = memory.database.detach()
+    assert pool is not None
+    try:
+        turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP)
+        assert await reader.start(turn, refs) is None
+        assert server.hits["/note.png"] == 0
+    finally:
+        memory.database.attach(pool)
