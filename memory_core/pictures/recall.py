@@ -19,9 +19,15 @@ LATEST_PICTURES = 2
 _NAMES_A_PICTURE = re.compile(r"图片|截图|截屏|照片|相片|[那这哪张][张幅个]?图(?!书|表|纸|案|标)")
 
 
+# What the bot wrote into a message in brackets ("[图片]", "[图片：文字 …]", "[回复 …]"): a
+# message that carries a picture is not a question about an earlier one.
+_BRACKETED = re.compile(r"\[[^\[\]]*\]")
+
+
 def names_a_picture(query: str) -> bool:
-    """Whether the query speaks of a picture (那张图, 截图, 照片…), not of 图书馆 or 地图."""
-    return bool(_NAMES_A_PICTURE.search(query))
+    """Whether the query speaks of a picture (那张图, 截图, 照片…), not of 图书馆 or 地图, in
+    the person's own words (not the ``[图片]`` a message carries)."""
+    return bool(_NAMES_A_PICTURE.search(_BRACKETED.sub("", query)))
 
 
 async def latest_pictures(

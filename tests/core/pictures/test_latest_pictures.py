@@ -21,7 +21,13 @@ def with_image(turn, *, sticker: bool = False):  # type: ignore[no-untyped-def]
 def test_which_questions_name_a_picture():
     for query in ("刚才那张图是什么", "上次那张截图里写了啥", "我发的照片呢", "这图什么意思"):
         assert names_a_picture(query), query
-    for query in ("图书馆几点关门", "地图上怎么走", "今天吃什么"):
+    for query in (
+        "图书馆几点关门",
+        "地图上怎么走",
+        "今天吃什么",
+        "帮我记一下[图片]",
+        "[图片：文字 截图]",
+    ):
         assert not names_a_picture(query), query
 
 
