@@ -28,6 +28,7 @@ STANDARD = [
     ["bench.prompt_prefix"],
     ["bench.tool_rounds"],
     ["bench.mcp_bench"],
+    ["bench.pictures_bench"],
 ]
 FULL = [
     ["bench.storage_bench", "--rows", "1000000", "--sessions", "1000", "--heavy-share", "0.05"],

@@ -13,6 +13,8 @@ Waiting for a free connection to the LLM counts as the bot's part, because it is
 
 ``--api-embedder`` replaces the local model by a stand-in embedding API on loopback (in this
 process: its CPU is not the bot's); ``--env KEY=VALUE`` sets any other setting of the bot.
+``--picture-every N`` sends a distinct screenshot (from a loopback server) with every N-th message
+of a session; the bot's own latency is then also given for the messages without one.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import asyncpg
 from bench.common import fmt, machine_line, percentiles
 from bench.faults.harness import StubEmbeddings, embedded_dsn
 from bench.process_stats import CpuMeter, load_average, rss_mb
+from tests.picture_server import PictureServer, note_picture
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
 
@@ -39,6 +42,10 @@ COUNT_UNEMBEDDED = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
 # Log lines of work the overloaded bot put off or skipped (memory_core's own warnings).
 KEYWORD_ONLY = "recalling by keywords only"
 EMBEDDED_LATER = "will be embedded later"
+
+
+def image_segment(url: str) -> dict[str, object]:
+    return {"type": "image", "data": {"summary": "", "file": "x.png", "sub_type": 0, "url": url}}
 
 
 def session_user(index: int) -> int:
@@ -106,8 +113,10 @@ async def run(
     evaluator: bool,
     settings: dict[str, str],
     api_embedder: bool,
+    picture_every: int = 0,
 ) -> None:
     load_before = load_average()
+    pictures = PictureServer({}) if picture_every else None
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
     extra = {"LOG_LEVEL": "WARNING", "EVALUATOR_ENABLED": "true" if evaluator else "false"}
     embeddings = StubEmbeddings() if api_embedder else None
@@ -140,6 +149,10 @@ async def run(
         for number in range(messages):
             text = f"会话{index}第{number}条：我周{number % 7 + 1}要去图书馆还书，提醒我一下"
             segments = [text_seg(text)] if group_id is None else [at_seg(SELF_ID), text_seg(text)]
+            if pictures is not None and number % picture_every == picture_every - 1:
+                path = f"/{index}-{number}.png"
+                pictures.pictures[path] = note_picture((f"取件码 {index}-{number}", "今晚取走"))
+                segments.append(image_segment(pictures.url(path)))
             sample = Sample(text=text, sent_at=time.monotonic())
             await peer.send_event(message_payload(segments, user_id=user_id, group_id=group_id))
             try:
@@ -174,6 +187,8 @@ async def run(
         llm.stop()
         if embeddings is not None:
             embeddings.close()
+        if pictures is not None:
+            pictures.close()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
 
     llm_ms: dict[str, float] = {}
@@ -201,6 +216,17 @@ async def run(
     )
     print(f"end-to-end latency: {fmt(percentiles(total))}")
     print(f"bot's own latency (LLM time excluded): {fmt(percentiles(own))}")
+    if picture_every:
+        # A picture message's prompt line carries its picture ("[图片…]"), so it matches no
+        # message text: ``own`` above is then the messages without a picture alone.
+        with_picture = [
+            t for sample, t in zip(samples, total, strict=True) if sample.text not in llm_ms
+        ]
+        print(
+            f"a picture every {picture_every} messages ({len(with_picture)} answered): "
+            f"the bot's own latency above is the messages without one; end-to-end of those "
+            f"with one: {fmt(percentiles(with_picture)) if with_picture else '-'}"
+        )
     answered = max(1, len(samples))
     for label, figures in (("while answering", cpu), ("with the backfill after it", settled)):
         per_message = {kind: seconds * 1000 / answered for kind, seconds in figures.items()}
@@ -240,6 +266,9 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a setting for the bot (repeatable), e.g. MEMORY_QUERY_CONTEXT_TURNS=0",
     )
+    parser.add_argument(
+        "--picture-every", type=int, default=0, help="a screenshot with every N-th message"
+    )
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.env)
     asyncio.run(
@@ -250,6 +279,7 @@ def main() -> None:
             args.evaluator,
             settings,
             args.api_embedder,
+            args.picture_every,
         )
     )
 

@@ -9,6 +9,7 @@
     │   └── EmbeddingModelMismatchError stored rows use another embedding model or dimension
     ├── EmbeddingError              the embedder failed (API down, timeout, bad answer)
     ├── RerankError                 the optional reranker failed (recall keeps the fused order)
+    ├── PictureError                a picture could not be fetched or read (the turn keeps "[图片]")
     └── LLMError                    the chat / evaluator model failed
         └── LLMNotConfiguredError   no chat model is configured
 
@@ -53,6 +54,15 @@ class EmbeddingError(MemoryCoreError):
 
 class RerankError(MemoryCoreError):
     """The reranker endpoint failed, timed out or answered with no usable ranking."""
+
+
+class PictureError(MemoryCoreError):
+    """A picture could not be fetched or read; ``lasting`` when trying again cannot help (too
+    big, not a picture, gone), so a picture seen again is not fetched again."""
+
+    def __init__(self, reason: str, *, lasting: bool = True) -> None:
+        super().__init__(reason)
+        self.lasting = lasting
 
 
 class LLMError(MemoryCoreError):

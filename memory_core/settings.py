@@ -191,6 +191,25 @@ class MemorySettings(BaseModel):
     answer_cache_ttl_hours: float = Field(default=168.0, gt=0)
     answer_cache_preload_file: Path | None = None
 
+    # pictures remembered (memory_core.pictures): what a picture says, read offline in the
+    # background and written into its turn; off: pictures stay "[图片]"
+    memory_image_enabled: bool = True
+    memory_image_max_bytes: int = Field(default=5_000_000, ge=1000)
+    memory_image_timeout: float = Field(default=10.0, gt=0)
+    memory_image_max_redirects: int = Field(default=3, ge=0, le=10)
+    memory_image_workers: int = Field(default=1, ge=1, le=8)
+    memory_image_queue: int = Field(default=32, ge=1, le=10_000)
+    memory_image_per_minute: int = Field(default=20, ge=1)
+    memory_image_reply_wait: float = Field(default=2.0, ge=0, le=30)
+    memory_image_sticker_max_bytes: int = Field(default=300_000, ge=0)
+    memory_image_text_max_chars: int = Field(default=300, ge=20, le=5000)
+    # optional descriptions by an OpenAI-compatible vision model; off while VISION_MODEL is empty
+    vision_base_url: str = SILICONFLOW_BASE_URL
+    vision_api_key: SecretStr | None = None
+    vision_model: str = ""
+    vision_timeout: float = Field(default=20.0, gt=0)
+    vision_max_retries: int = Field(default=1, ge=0, le=5)
+
     @field_validator("*", mode="before")
     @classmethod
     def _blank_is_unset(cls, value: Any, info: Any) -> Any:

@@ -273,12 +273,21 @@ class ConversationEngine:
             return await self._store(self._stamped(turn))
 
     async def converse(
-        self, turn: TurnInput, send: SendText, *, group_name: str | None = None
+        self,
+        turn: TurnInput,
+        send: SendText,
+        *,
+        group_name: str | None = None,
+        ready: Callable[[TurnInput], Awaitable[TurnInput]] | None = None,
     ) -> ChatResult:
         """Store ``turn`` (a user message), answer it through ``send``, store the answer.
 
-        ``group_name`` (looked up by the caller) tells the model which group it is in."""
+        ``group_name`` (looked up by the caller) tells the model which group it is in.
+        ``ready`` finishes the turn first, in the session's order (the plugin waits there a
+        moment for the message's pictures to be read): later messages still come after it."""
         async with self._locks.hold(turn.session_key):
+            if ready is not None:
+                turn = await ready(turn)
             turn = self._stamped(turn)
             tail = await self._tail(turn)
             turn = not_before(turn, tail.previous_at)

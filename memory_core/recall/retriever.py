@@ -25,6 +25,7 @@ from ..lang.keywords import conversation_terms, required_phrases
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, generate_session_key
+from ..pictures.recall import latest_pictures, names_a_picture
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
@@ -248,6 +249,8 @@ class Retriever:
         rerank_scores: tuple[tuple[int, float], ...] = ()
         if self.reranker is not None and len(ranked) > 1:
             ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)
+        if names_a_picture(query) and not options.keywords and not options.roles:
+            ranked = await self._pictures_first(scope, ranked, now)
         result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(result, search_text=search_text, rerank_scores=rerank_scores)
 
@@ -297,6 +300,16 @@ class Retriever:
                 return _NO_VECTOR
             log.warning("query could not be embedded, recalling by keywords only: %s", exc)
             return None
+
+    async def _pictures_first(
+        self, scope: RecallScope, ranked: Sequence[RankedAnchor], now: datetime
+    ) -> list[RankedAnchor]:
+        """``ranked`` with the chat's latest picture turns first (``pictures.recall``)."""
+        latest = await latest_pictures(self._database, scope.session_key, scope.shared_group, now)
+        score = max((a.score for a in ranked), default=1.0)
+        first = [RankedAnchor(AnchorCandidate(i, at, 1.0), score) for i, at in latest]
+        chosen = {i for i, _ in latest}
+        return first + [a for a in ranked if a.candidate.id not in chosen]
 
     async def _assemble(
         self,

@@ -18,11 +18,13 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.log import logger
 from nonebot.rule import Rule
 
+from memory_core.conversation.engine import Outcome
 from memory_core.errors import MemoryCoreError
 from memory_core.models import RecalledMessage
 
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
+from .pictures import OwnPictures, after_stored, start_reading
 from .runtime import RuntimeDep
 
 CHAT_PRIORITY = 90
@@ -36,6 +38,7 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
     turn = await turn_from_event(bot, event, runtime)
+    pictures = OwnPictures(bot, event, runtime, runtime.settings.memory_image_reply_wait)
     send = sender_for(
         bot,
         event,
@@ -45,14 +48,17 @@ async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> Non
     group_name = None
     if isinstance(event, GroupMessageEvent) and runtime.config.bot_resolve_group_names:
         group_name = await group_names.name(bot, event.group_id)
-    result = await runtime.engine.converse(turn, send, group_name=group_name)
+    result = await runtime.engine.converse(turn, send, group_name=group_name, ready=pictures)
+    pictures.stored(None if result.outcome is Outcome.DUPLICATE else result.user_turn)
     logger.debug(f"message {event.message_id} in session {turn.session_key}: {result.outcome}")
 
 
 @record.handle()
 async def handle_unaddressed(bot: Bot, event: GroupMessageEvent, runtime: RuntimeDep) -> None:
     turn = await turn_from_event(bot, event, runtime)
-    await runtime.engine.record(turn)
+    pictures = await start_reading(bot, event, turn, runtime)
+    stored = await runtime.engine.record(turn)
+    after_stored(runtime, pictures, stored.turn if stored and not stored.duplicate else None)
 
 
 @recall_notice.handle()

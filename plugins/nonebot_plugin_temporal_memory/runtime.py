@@ -18,6 +18,7 @@ from pydantic import ValidationError
 import memory_core
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.errors import ConfigError
+from memory_core.pictures import PictureReader, PicturesOff, build_picture_reader
 from memory_core.providers.llm import ChatModel, build_chat_model
 from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
@@ -49,8 +50,10 @@ class Runtime:
         engine: ConversationEngine,
         chat_model: ChatModel | None,
         bot_name: str,
+        pictures: PictureReader | PicturesOff | None = None,
     ) -> None:
         self.settings = settings
+        self.pictures = pictures if pictures is not None else PicturesOff()
         self.config = config
         self.memory = memory
         self.engine = engine
@@ -184,6 +187,7 @@ async def open_runtime() -> None:
         engine=engine,
         chat_model=chat_model,
         bot_name=bot_name,
+        pictures=build_picture_reader(settings, memory),
     )
     logger.info(f"TemporalMemory plugin from {PLUGIN_DIR}, core from {CORE_DIR}")
     logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
@@ -204,6 +208,16 @@ async def open_runtime() -> None:
         )
     else:
         logger.info(f"TemporalMemory chat model: {settings.llm_model} at {settings.llm_base_url}")
+    logger.info(
+        "TemporalMemory pictures: "
+        + (
+            f"text read offline, {settings.memory_image_workers} at a time, at most "
+            f"{settings.memory_image_per_minute} a minute"
+            + (f"; described by {settings.vision_model}" if settings.vision_model else "")
+            if settings.memory_image_enabled
+            else "not read (MEMORY_IMAGE_ENABLED=false)"
+        )
+    )
     logger.info(f"TemporalMemory bot name: {bot_name}; timezone: {settings.memory_timezone}")
     if not driver.config.superusers:
         logger.warning(
@@ -219,4 +233,5 @@ async def close_runtime() -> None:
         return
     if runtime.chat_model is not None:
         await runtime.chat_model.aclose()
+    await runtime.pictures.aclose()
     await runtime.memory.aclose()

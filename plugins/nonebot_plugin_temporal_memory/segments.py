@@ -172,12 +172,19 @@ def _face(data: Mapping[str, Any]) -> str:
     return f"[表情:{name}]" if name else "[表情]"
 
 
+def is_sticker(data: Mapping[str, Any]) -> bool:
+    """Whether an image segment is a sticker: ``sub_type`` 1 on most clients, NapCat's
+    ``[动画表情]`` summary."""
+    summary = _one_line(_text_of(data.get("summary"))).strip()
+    return _text_of(data.get("sub_type")).strip() == "1" or summary == "[动画表情]"
+
+
 def _image(data: Mapping[str, Any]) -> str:
     # NapCat puts "[动画表情]" in summary for stickers; sub_type 1 is a sticker on most clients.
     summary = _one_line(_text_of(data.get("summary"))).strip()
     if summary.startswith("[") and summary.endswith("]") and len(summary) <= 20:
         return summary
-    if _text_of(data.get("sub_type")) == "1":
+    if is_sticker(data):
         return "[动画表情]"
     return "[图片]"
 
@@ -229,7 +236,7 @@ def segment_to_text(
         return _at(data, None if self_id is None else str(self_id), self_name, names or {})
     if kind == "face":
         return _face(data)
-    if kind == "mface":
+    if kind in ("mface", "marketface"):  # NapCat's mface, a market face on other clients
         summary = _text_of(data.get("summary")).strip().strip("[]")
         return f"[表情:{summary}]" if summary else "[表情]"
     if kind == "image":

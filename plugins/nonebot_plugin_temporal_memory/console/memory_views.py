@@ -12,6 +12,7 @@ from memory_core.distill.memory import CATEGORY_ZH, DistilledMemory
 from memory_core.evaluation.retention import RetentionPolicy
 from memory_core.models import MemoryTurn
 
+from .derived import marked_text
 from .markup import Markup, join, render
 from .views import (
     BASE,
@@ -187,7 +188,7 @@ def _turn_rows(
                 who=speaker(t),
                 band=_band(t, policy),
                 expiry=_expiry(page, t, item.pinned),
-                text=t.content,
+                text=marked_text(t.content),
                 edit=_edit_form(page, "turn/edit", key, t.id, t.content),
                 pin=_pin_form(page, "turn", key, t.id, item.pinned),
                 delete=_delete_form(page, "turn", key, t.id),

@@ -1,0 +1,191 @@
+"""All SQL of ``turn_pictures`` (migration 014), and the one update of a turn's text that
+reading its pictures makes (content, keywords, embedding, time reference together)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from ..storage.opt_outs import EVERYONE, EVERYWHERE
+from ..storage.pg import PgStore, rows_affected
+
+# What was read of a picture before, by the client's digest name or by the bytes' hash: the
+# newest answer that holds (a picture skipped for the budget is tried again).
+_KNOWN = """
+SELECT status, text, description, sha256 FROM turn_pictures
+WHERE {key} = $1 AND status IN ('read', 'refused')
+ORDER BY read_at DESC LIMIT 1
+"""
+SQL_KNOWN_BY_FILE_KEY = _KNOWN.format(key="file_key")
+SQL_KNOWN_BY_SHA256 = _KNOWN.format(key="sha256")
+
+# Whether the person's pictures in this chat may be read at all (``storage.opt_outs``): asked
+# before anything is fetched, since the turn itself is stored only after.
+SQL_MAY_READ = f"""
+SELECT NOT EXISTS (
+    SELECT 1 FROM memory_opt_outs
+    WHERE user_id IN ($1, {EVERYONE}) AND chat IN ('{EVERYWHERE}', $2)
+)
+"""
+
+# A reading of a turn's picture. The turn may have been deleted (撤回) while its picture was
+# read: then nothing is written.
+SQL_RECORD = """
+INSERT INTO turn_pictures (turn_id, position, file_key, sha256, status, text, description)
+SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM dialogues WHERE id = $1)
+ON CONFLICT (turn_id, position) DO UPDATE
+SET file_key = EXCLUDED.file_key, sha256 = EXCLUDED.sha256, status = EXCLUDED.status,
+    text = EXCLUDED.text, description = EXCLUDED.description, read_at = now()
+"""
+
+SQL_TURN_TEXT = "SELECT content, sender_name, created_at FROM dialogues WHERE id = $1"
+
+# The turn's text with its pictures' labels, searched anew by both channels. Only while the
+# text is still the one the labels were made for: an edit in the console meanwhile wins.
+SQL_SET_TEXT = """
+UPDATE dialogues
+SET content = $2, token_count = $3, keywords = array_to_tsvector($4::text[]), text_form = $5,
+    embedding = $6::halfvec, embedding_model = $7, refers_start = $8, refers_end = $9
+WHERE id = $1 AND content = $10
+"""
+
+# The latest turns of a chat that carried a photo or screenshot (not a sticker), newest first,
+# for "刚才那张图": the session index walked backwards, each row's segments looked at.
+_LATEST_PICTURES = """
+SELECT id, created_at FROM dialogues
+WHERE {scope} AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $2)
+  AND jsonb_path_exists(raw_segments, '$[*] ? (@.type == "image"
+      && !exists(@.data.sub_type ? (@ == 1 || @ == "1"))
+      && !exists(@.data.summary ? (@ == "[动画表情]")))')
+ORDER BY created_at DESC, id DESC LIMIT $3
+"""
+SQL_LATEST_PICTURES = _LATEST_PICTURES.format(scope="session_key = $1")
+SQL_GROUP_LATEST_PICTURES = _LATEST_PICTURES.format(scope="group_id = $1::bigint")
+
+
+@dataclass(frozen=True)
+class KnownPicture:
+    """What was read of a picture before."""
+
+    status: str
+    text: str
+    description: str
+    sha256: bytes | None
+
+
+@dataclass(frozen=True)
+class PictureRecord:
+    """One picture of a stored turn, as ``turn_pictures`` keeps it."""
+
+    position: int
+    file_key: str | None
+    sha256: bytes | None
+    status: str
+    text: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class TurnText:
+    content: str
+    sender_name: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class TextUpdate:
+    """A turn's new text and everything searched by it."""
+
+    turn_id: int
+    before: str
+    content: str
+    token_count: int
+    keywords: Sequence[str]
+    text_form: int
+    embedding: np.ndarray | None
+    embedding_model: str | None
+    refers_start: datetime | None
+    refers_end: datetime | None
+
+
+class PgPictureStore(PgStore):
+    """The pictures of stored turns."""
+
+    async def known(self, *, file_key: str | None, sha256: bytes | None) -> KnownPicture | None:
+        """What was read of this picture before (by its digest name, else its hash)."""
+        async with self._connection() as conn:
+            for sql, key in ((SQL_KNOWN_BY_FILE_KEY, file_key), (SQL_KNOWN_BY_SHA256, sha256)):
+                if key is None:
+                    continue
+                record = await conn.fetchrow(sql, key)
+                if record is not None:
+                    return KnownPicture(
+                        record["status"], record["text"], record["description"], record["sha256"]
+                    )
+        return None
+
+    async def may_read(self, user_id: int, chat: str) -> bool:
+        """Whether ``user_id`` has not opted out of memory in ``chat`` (or everywhere)."""
+        async with self._connection() as conn:
+            return bool(await conn.fetchval(SQL_MAY_READ, user_id, chat))
+
+    async def record(self, turn_id: int, pictures: Sequence[PictureRecord]) -> int:
+        """Keep the readings of a turn's pictures; how many were kept (none when the turn is
+        gone)."""
+        async with self._connection() as conn, conn.transaction():
+            kept = 0
+            for p in pictures:
+                status = await conn.execute(
+                    SQL_RECORD,
+                    turn_id,
+                    p.position,
+                    p.file_key,
+                    p.sha256,
+                    p.status,
+                    p.text,
+                    p.description,
+                )
+                kept += rows_affected(status)
+        return kept
+
+    async def turn_text(self, turn_id: int) -> TurnText | None:
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_TURN_TEXT, turn_id)
+        if record is None:
+            return None
+        return TurnText(record["content"], record["sender_name"], record["created_at"])
+
+    async def set_text(self, update: TextUpdate) -> bool:
+        """Write the turn's new text; whether it was still the text the update was made for."""
+        async with self._connection() as conn:
+            status = await conn.execute(
+                SQL_SET_TEXT,
+                update.turn_id,
+                update.content,
+                update.token_count,
+                list(update.keywords),
+                update.text_form,
+                update.embedding,
+                update.embedding_model,
+                update.refers_start,
+                update.refers_end,
+                update.before,
+            )
+        return rows_affected(status) == 1
+
+    async def latest_pictures(
+        self, session_key: str, shared_group: int | None, now: datetime, limit: int
+    ) -> list[tuple[int, datetime]]:
+        """``(id, created_at)`` of the chat's latest turns carrying a photo or screenshot,
+        newest first: the session's, or the whole group's when it is shared."""
+        sql, key = (
+            (SQL_LATEST_PICTURES, session_key)
+            if shared_group is None
+            else (SQL_GROUP_LATEST_PICTURES, shared_group)
+        )
+        async with self._connection() as conn:
+            records = await conn.fetch(sql, key, now, limit)
+        return [(r["id"], r["created_at"]) for r in records]
