@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
-from bench.faults import clocks, scenarios
+from bench.faults import attacks, clocks, disk, scenarios
 
-SCENARIOS: dict[str, scenarios.Scenario] = {**scenarios.SCENARIOS, **clocks.SCENARIOS}
+SCENARIOS: dict[str, scenarios.Scenario] = {
+    **scenarios.SCENARIOS,
+    **attacks.SCENARIOS,
+    **disk.SCENARIOS,
+    **clocks.SCENARIOS,
+}
