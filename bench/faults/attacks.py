@@ -271,10 +271,9 @@ async def import_attacks() -> Tally:
             await chats.say("导入之前", user_id=IMPORTED_USER)
             dsn = embedded_dsn(bot)
             path, good, bad = _jsonl_with_bad_records(folder)
-            dry = await asyncio.to_thread(
-                _cli, dsn, folder / "cli", "import", str(path), "--dry-run"
-            )
-            real = await asyncio.to_thread(_cli, dsn, folder / "cli", "import", str(path))
+            cli = folder / "cli"
+            dry = await asyncio.to_thread(_cli, dsn, cli, "import", str(path), "--dry-run")
+            real = await asyncio.to_thread(_cli, dsn, cli, "import", str(path))
             named = sorted({int(n) for n in _skipped_lines(real.stderr, path)})
             tally.notes.append(
                 f"jsonl with {len(bad)} bad of {len(bad) + good} lines: exit {real.returncode}, "
