@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from bench.faults import attacks, clocks, disk, scenarios
+from bench.faults import attacks, clocks, disk, promises, scenarios
 
 SCENARIOS: dict[str, scenarios.Scenario] = {
     **scenarios.SCENARIOS,
+    **promises.SCENARIOS,
     **attacks.SCENARIOS,
     **disk.SCENARIOS,
     **clocks.SCENARIOS,
