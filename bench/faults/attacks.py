@@ -223,13 +223,13 @@ QQ_EXPORT = """消息记录（此消息记录为文本格式，不支持重新�
 {text}
 
 0001-01-01 00:00:00 {name}({qq})
-元年的话
+元年の話
 
 9999-12-31 23:59:59 {name}({qq})
-万年的话
+万年の話
 
 2025-03-02 09:01:00 {name}({qq})
-最后一句
+最後の一言
 """
 
 
@@ -246,10 +246,12 @@ def _qq_exports(folder: Path) -> list[tuple[str, Path, list[str], str]]:
         qq = 9500 + number
         path = folder / f"export-{encoding}.txt"
         name = "友達" if encoding == "shift_jis" else f"朋友{number}"
-        content = QQ_EXPORT.format(name=name, qq=qq, text=text).replace("\n", "\r\n")
-        # Shift-JIS has no 记 of the Chinese client's header: a Japanese client's export
-        # differs there, which the import does not read (the chat is named on the command line).
-        path.write_bytes(content.encode(encoding, errors="replace"))
+        content = QQ_EXPORT.format(name=name, qq=qq, text=text)
+        if encoding == "shift_jis":
+            # A Japanese client's header is not the Chinese one (and Shift-JIS has no 记):
+            # this export starts at its first message.
+            content = content[content.index("2025-03-02") :]
+        path.write_bytes(content.replace("\n", "\r\n").encode(encoding))
         extra = ["--user-id", str(qq), "--user-name", name]
         if args:
             extra += ["--encoding", encoding]

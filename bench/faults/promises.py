@@ -75,7 +75,7 @@ async def stored_bad_rows(chats: Chats, dsn: str, tally: Tally, log_text: Any) -
     await chats.say("我最喜欢的水果是草莓", user_id=BAD_ROW_USER)
     insert = (
         "INSERT INTO dialogues (session_key, user_id, chat_type, role, content, created_at, "
-        "message_uuid) VALUES ($1, $2, 'private', 'user', $3, $4::timestamptz, "
+        "message_uuid) VALUES ($1, $2, 'private', 'user', $3, $4::text::timestamptz, "
         "gen_random_uuid()::text)"
     )
     try:
