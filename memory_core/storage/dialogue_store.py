@@ -18,6 +18,8 @@ from ..lang.indexed import indexed_text
 from ..lang.keywords import tsquery_any
 from ..lang.repeats import Repeats
 from ..models import MemoryTurn, RecalledMessage, Role
+from ..time_bounds import EARLIEST, LATEST
+from .bad_rows import usable_time, usable_turn
 from .opt_outs import not_opted_out
 from .pg import rows_affected
 from .row_changes import RowTaker, edit_sql, put_back_sql, take_sql
@@ -430,10 +432,18 @@ COPY_TIMEOUT = 600.0
 SQL_STATS = """
 SELECT chat_type, role, count(*) AS n FROM dialogues GROUP BY chat_type, role
 """
-SQL_STATS_SUMMARY = """
-SELECT count(DISTINCT session_key) AS sessions, min(created_at) AS oldest,
-       max(created_at) AS newest, count(*) FILTER (WHERE embedding IS NULL) AS pending,
+# Rows with a time outside [$1, $2) (time_bounds; storage.bad_rows says how one can exist) are
+# counted apart and left out of the oldest and newest, which would show ±infinity otherwise.
+_GOOD_TIMES = (
+    "created_at >= $1 AND created_at < $2 AND coalesce(expires_at >= $1 AND expires_at < $2, true)"
+)
+SQL_STATS_SUMMARY = f"""
+SELECT count(DISTINCT session_key) AS sessions,
+       min(created_at) FILTER (WHERE {_GOOD_TIMES}) AS oldest,
+       max(created_at) FILTER (WHERE {_GOOD_TIMES}) AS newest,
+       count(*) FILTER (WHERE embedding IS NULL) AS pending,
        count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()) AS expired,
+       count(*) FILTER (WHERE NOT ({_GOOD_TIMES})) AS bad_times,
        pg_total_relation_size('dialogues') AS bytes
 FROM dialogues
 """
@@ -763,6 +773,7 @@ class StoreStats:
     pending_embeddings: int
     expired_not_purged: int
     total_bytes: int
+    bad_times: int = 0  # rows left out of every read for a time outside the range (bad_rows)
 
 
 _SESSION_KEY = re.compile(r"^(\d+)(?::(\d+))?$")
@@ -915,7 +926,7 @@ class PgDialogueStore(RowTaker):
         """Those of ``ids`` that are stored, by id."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_TURNS_BY_ID, list(ids))
-        return {r["id"]: _turn(r) for r in records}
+        return {r["id"]: _turn(r) for r in records if usable_turn(r)}
 
     async def uuids_by_id(self, ids: Collection[int]) -> dict[int, str]:
         """The message_uuid of those of ``ids`` that are stored (an export names turns so)."""
@@ -981,7 +992,11 @@ class PgDialogueStore(RowTaker):
                         limit,
                         *filters.args(),
                     )
-        return [AnchorCandidate(r["id"], r["created_at"], float(r["similarity"])) for r in records]
+        return [
+            AnchorCandidate(r["id"], r["created_at"], float(r["similarity"]))
+            for r in records
+            if usable_turn(r)
+        ]
 
     async def keyword_candidates(
         self,
@@ -1069,6 +1084,7 @@ class PgDialogueStore(RowTaker):
         return [
             AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))
             for r in records
+            if usable_turn(r)
         ]
 
     async def windows(
@@ -1092,25 +1108,25 @@ class PgDialogueStore(RowTaker):
                 now,
                 window_size,
             )
-        return [(r["anchor_id"], _turn(r)) for r in records]
+        return [(r["anchor_id"], _turn(r)) for r in records if usable_turn(r)]
 
     async def recent_turns(
         self, session_key: str, *, since: datetime, now: datetime, limit: int
     ) -> list[MemoryTurn]:
         async with self._connection() as conn:
             records = await conn.fetch(SQL_RECENT, session_key, since, now, limit)
-        return [_turn(r) for r in records]
+        return [_turn(r) for r in records if usable_turn(r)]
 
     async def user_turns(self, user_id: int) -> list[MemoryTurn]:
         """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_USER_TURNS, user_id)
-        return [_turn(r) for r in records]
+        return [_turn(r) for r in records if usable_turn(r)]
 
     async def last_turn_time(self, session_key: str, now: datetime) -> datetime | None:
         async with self._connection() as conn:
             value: datetime | None = await conn.fetchval(SQL_LAST_TURN_AT, session_key, now)
-        return value
+        return value if usable_time(value) else None
 
     async def session_tail(
         self, session_key: str, *, since: datetime, now: datetime, limit: int
@@ -1118,9 +1134,10 @@ class PgDialogueStore(RowTaker):
         """``last_turn_time`` and ``recent_turns`` of one moment, in one round trip."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_SESSION_TAIL, session_key, since, now, limit)
+        last_turn_at = records[0]["last_turn_at"]
         return SessionTail(
-            last_turn_at=records[0]["last_turn_at"],
-            recent=tuple(_turn(r) for r in records if r["id"] is not None),
+            last_turn_at=last_turn_at if usable_time(last_turn_at) else None,
+            recent=tuple(_turn(r) for r in records if r["id"] is not None and usable_turn(r)),
         )
 
     async def pending_embeddings(self, limit: int) -> list[tuple[int, str]]:
@@ -1236,7 +1253,8 @@ class PgDialogueStore(RowTaker):
             said = await conn.fetch(SQL_CHOSEN_TURNS, session_key, list(ids), containing)
             chosen = await _with_replies(conn, said)
             records = await conn.fetch(SQL_TURNS_BY_ID, sorted(chosen))
-        return sorted((_turn(r) for r in records), key=lambda t: (t.created_at, t.id))
+        turns = (_turn(r) for r in records if usable_turn(r))
+        return sorted(turns, key=lambda t: (t.created_at, t.id))
 
     async def forget_turns(
         self, session_key: str, ids: Sequence[int], containing: str | None
@@ -1362,7 +1380,7 @@ class PgDialogueStore(RowTaker):
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:
             by = {(r["chat_type"], r["role"]): r["n"] for r in await conn.fetch(SQL_STATS)}
-            s = await conn.fetchrow(SQL_STATS_SUMMARY)
+            s = await conn.fetchrow(SQL_STATS_SUMMARY, EARLIEST, LATEST)
         assert s is not None  # an aggregate always returns a row
         return StoreStats(
             by_type_role=by,
@@ -1372,6 +1390,7 @@ class PgDialogueStore(RowTaker):
             pending_embeddings=s["pending"],
             expired_not_purged=s["expired"],
             total_bytes=s["bytes"],
+            bad_times=s["bad_times"],
         )
 
     # ---------------------------------------------------------------- the console
@@ -1426,13 +1445,13 @@ class PgDialogueStore(RowTaker):
             args = [*args, shown.containing, shown.terms_query]
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *args)
-        return [ShownTurn(_turn(r), r["pinned"]) for r in rows]
+        return [ShownTurn(_turn(r), r["pinned"]) for r in rows if usable_turn(r)]
 
     async def session_turns_by_ids(self, session_key: str, ids: Sequence[int]) -> list[ShownTurn]:
         """These turns, if they are the session's, oldest first."""
         async with self._connection() as conn:
             rows = await conn.fetch(SQL_SESSION_TURNS_BY_ID, session_key, list(ids))
-        return [ShownTurn(_turn(r), r["pinned"]) for r in rows]
+        return [ShownTurn(_turn(r), r["pinned"]) for r in rows if usable_turn(r)]
 
     async def pin_turn(
         self, session_key: str, turn_id: int, *, pinned: bool, expires_at: datetime | None
@@ -1461,6 +1480,7 @@ class PgDialogueStore(RowTaker):
         return [
             SourceTurn(r["id"], r["role"], r["content"], r["sender_name"], r["created_at"])
             for r in records
+            if usable_turn(r)
         ]
 
     async def set_score(

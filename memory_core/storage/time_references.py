@@ -15,6 +15,7 @@ import time
 from datetime import tzinfo
 
 from ..lang.timerange import referred_range
+from .bad_rows import usable_time
 from .dialogue_store import PgDialogueStore
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class TimeReferenceBackfill:
                 return True
             references = []
             for row_id, content, created_at in rows:
+                if not usable_time(created_at):  # a bad row (bad_rows): passed, not read
+                    continue
                 referred = referred_range(content, created_at, self.tz)
                 if referred is not None:
                     references.append((row_id, referred.start, referred.end))
