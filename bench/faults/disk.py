@@ -18,7 +18,9 @@ import tempfile
 from pathlib import Path
 
 from bench.faults.harness import Chats, StubEmbeddings, Tally, embedded_dsn, finish_bot, settle
+from bench.faults.promises import send_event, text_of
 from bench.faults.scenarios import LLM_DELAY
+from tests.plugin.events import SUPERUSER_ID, message_payload, text_seg
 from tests.plugin.wire import (
     OneBotPeer,
     StubLLM,
@@ -100,6 +102,13 @@ async def real_full_disk() -> Tally:
         before = tally.answered
         await chats.stream(sessions=5, messages=6, first_user=9200, pause=0.3)
         answered_full = tally.answered - before
+        # What the operator reads meanwhile (/memstat's 存储 and 连接 lines).
+        status = text_of(
+            await send_event(
+                chats, peer, message_payload([text_seg("/memstat")], user_id=SUPERUSER_ID)
+            )
+        )
+        said = [line for line in status.splitlines() if "写入" in line or "数据库" in line]
         still_full = free_space(folder)
         (folder / "filler").unlink()
         log = bot.log_text()
@@ -107,7 +116,8 @@ async def real_full_disk() -> Tally:
             f"filled {filled / 2**20:.0f} MB of {DISK_MB} MB; answered while full "
             f"{answered_full}/30; free while full {still_full // 1024} KiB; log lines: "
             f"'No space left' {log.count('No space left')}, spool held in memory "
-            f"{log.count('wait in memory')}, PANIC {log.count('PANIC')}"
+            f"{log.count('wait in memory')}, PANIC {log.count('PANIC')}; /memstat while "
+            f"full: {' / '.join(said) or '-'}"
         )
         if not await chats.say("恢复了吗", user_id=9998):
             tally.misses.append("no answer after the disk was freed")

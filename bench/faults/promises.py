@@ -30,6 +30,8 @@ from tests.plugin.events import (
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM
 
 SECRET = "864209"
+# Evaluation on (its model the chat stand-in): an apology-answered turn's expiry is its work.
+ENV = {"LOG_LEVEL": "INFO", "EVALUATOR_ENABLED": "true"}
 BAD_ROW_USER = 9601
 
 
@@ -41,7 +43,7 @@ async def _execute(dsn: str, sql: str, *args: object) -> list[asyncpg.Record]:
         await conn.close()
 
 
-async def _send(
+async def send_event(
     chats: Chats, peer: OneBotPeer, payload: dict[str, Any], *, timeout: float = 60.0
 ) -> ApiCall | None:
     """Send one event as it is and wait for the bot's answer in the same chat."""
@@ -58,7 +60,7 @@ async def _send(
     return call
 
 
-def _text_of(call: ApiCall | None) -> str:
+def text_of(call: ApiCall | None) -> str:
     if call is None:
         return ""
     message = call.params.get("message")
@@ -69,7 +71,9 @@ def _text_of(call: ApiCall | None) -> str:
     )
 
 
-async def stored_bad_rows(chats: Chats, dsn: str, tally: Tally, log_text: Any) -> None:
+async def stored_bad_rows(
+    chats: Chats, peer: OneBotPeer, dsn: str, tally: Tally, log_text: Any
+) -> None:
     """Part 2: the CHECK refuses year 1; with it dropped, rows of year 1 and 9999 break no
     reply and no maintenance round."""
     await chats.say("我最喜欢的水果是草莓", user_id=BAD_ROW_USER)
@@ -99,13 +103,19 @@ async def stored_bad_rows(chats: Chats, dsn: str, tally: Tally, log_text: Any) -
     answered = 0
     for text in ("我最喜欢的水果是什么？", "榴莲", "水果"):
         answered += await chats.say(text, user_id=BAD_ROW_USER)
-    memstat = await chats.say("/memstat", user_id=SUPERUSER_ID)
+    memstat = text_of(
+        await send_event(chats, peer, message_payload([text_seg("/memstat")], user_id=SUPERUSER_ID))
+    )
+    counted = next((line for line in memstat.splitlines() if "时间超出范围" in line), None)
     await asyncio.sleep(35)  # a maintenance round (30 s) over the bad rows
     tracebacks = log_text().count("Traceback") - tracebacks_before
     tally.notes.append(
-        f"bad rows (year 1, -infinity, 9999): {answered}/3 answered, /memstat answered "
-        f"{'yes' if memstat else 'no'}, {tracebacks} traceback(s) in a maintenance round"
+        f"bad rows (year 1, -infinity, 9999): {answered}/3 answered, /memstat "
+        f"{'says ' + repr(counted) if counted else 'answered ' + str(bool(memstat))}, "
+        f"{tracebacks} traceback(s) in a maintenance round"
     )
+    if counted is None:
+        tally.misses.append("/memstat does not count the bad rows")
     if answered < 3:
         tally.misses.append("a stored row silenced a person")
     if tracebacks:
@@ -115,29 +125,41 @@ async def stored_bad_rows(chats: Chats, dsn: str, tally: Tally, log_text: Any) -
 async def withdrawn_repeats(
     chats: Chats, peer: OneBotPeer, llm: StubLLM, tally: Tally, dsn: str
 ) -> None:
-    """Part 4: the withdrawn message, the bot's reply and its later replies repeating it go."""
-    user = 9611
-    llm.reply = f"好的，你的银行卡密码是{SECRET}，我记住了。"
-    first = message_payload([text_seg(f"{marker()} 我的银行卡密码是{SECRET}")], user_id=user)
-    await _send(chats, peer, first)
-    again = message_payload([text_seg(f"{marker()} 再说一次：密码{SECRET}")], user_id=user)
-    await _send(chats, peer, again)
-    llm.reply = "好的，我记下了。"
-    await peer.ws.send(json.dumps(recall_payload(int(first["message_id"]), user_id=user)))
+    """Part 4: the withdrawn message, the bot's reply and its later replies repeating it go.
+
+    Twice: once withdrawn the moment the second reply arrives (the bot may not have stored
+    that reply yet: what that leaves is reported, not a target), once after both replies
+    are stored (a person's 撤回 comes seconds later; the target)."""
+    for user, secret, wait in ((9611, SECRET, False), (9612, "573918", True)):
+        llm.reply = f"好的，你的银行卡密码是{secret}，我记住了。"
+        first = message_payload([text_seg(f"{marker()} 我的银行卡密码是{secret}")], user_id=user)
+        await send_event(chats, peer, first)
+        again = message_payload([text_seg(f"{marker()} 再说一次：密码{secret}")], user_id=user)
+        await send_event(chats, peer, again)
+        llm.reply = "好的，我记下了。"
+        if wait:
+            await _holding(dsn, secret, {"assistant": 2, "user": 2})
+        await peer.ws.send(json.dumps(recall_payload(int(first["message_id"]), user_id=user)))
+        left = await _holding(dsn, secret, {"user": 1})
+        when = "after both replies were stored" if wait else "at once"
+        tally.notes.append(
+            f"撤回 {when}: rows holding the withdrawn text afterwards: {left or 'none'} "
+            "(the person's own later repeat is theirs and stays)"
+        )
+        if wait and left.get("assistant"):
+            tally.misses.append("撤回 left the bot's replies repeating the text")
+
+
+async def _holding(dsn: str, text: str, expected: dict[str, int]) -> dict[str, int]:
+    """Rows holding ``text`` by role, once they are ``expected`` or after 30 s (bounded)."""
     sql = "SELECT role, count(*) FROM dialogues WHERE content LIKE $1 GROUP BY role"
     deadline = time.monotonic() + 30
-    left: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        left = {row["role"]: int(row["count"]) for row in await _execute(dsn, sql, f"%{SECRET}%")}
-        if not left.get("assistant"):
-            break
+    while True:
+        rows = await _execute(dsn, sql, f"%{text}%")
+        found = {row["role"]: int(row["count"]) for row in rows}
+        if found == expected or time.monotonic() > deadline:
+            return found
         await asyncio.sleep(1.0)
-    tally.notes.append(
-        f"撤回: rows holding the withdrawn text afterwards: {left or 'none'} (the person's own "
-        "later repeat is theirs and stays)"
-    )
-    if left.get("assistant"):
-        tally.misses.append("撤回 left the bot's replies repeating the text")
 
 
 async def odd_digits(chats: Chats, tally: Tally) -> None:
@@ -183,12 +205,12 @@ async def cross_chat_views(chats: Chats, peer: OneBotPeer, llm: StubLLM, tally: 
     quoted = message_payload(
         [at_seg(10001), text_seg(f"{marker()} 暗号是{secret_word}")], user_id=9631, group_id=group
     )
-    await _send(chats, peer, quoted)
+    await send_event(chats, peer, quoted)
     tag = marker()
     asking = message_payload(
         [reply_seg(int(quoted["message_id"])), text_seg(f"{tag} 这是什么意思")], user_id=9632
     )
-    await _send(chats, peer, asking)
+    await send_event(chats, peer, asking)
     prompts = [
         call.messages
         for call in list(llm.calls)
@@ -220,13 +242,15 @@ async def apology_retention(chats: Chats, llm: StubLLM, tally: Tally, dsn: str) 
     user = 9641
     await chats.say("模型坏了的时候说的话", user_id=user)
     llm.mode = "ok"
-    await asyncio.sleep(3.0)
-    rows = await _execute(
-        dsn,
-        "SELECT expires_at FROM dialogues WHERE user_id = $1 AND role = 'user'",
-        user,
-    )
-    kept = [row["expires_at"] for row in rows]
+    deadline = time.monotonic() + 30
+    while True:  # the expiry is given by the evaluation worker's next round
+        rows = await _execute(
+            dsn, "SELECT expires_at FROM dialogues WHERE user_id = $1 AND role = 'user'", user
+        )
+        kept = [row["expires_at"] for row in rows]
+        if (kept and None not in kept) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(1.0)
     tally.notes.append(f"apology-answered turn: expires_at {kept}")
     if not kept or any(value is None for value in kept):
         tally.misses.append("an apology-answered turn never expires")
@@ -236,7 +260,7 @@ async def promises_kept() -> Tally:
     tally = Tally("issue 29 parts 2-5 over the wire")
     llm = StubLLM(delay=0.0).start()
     try:
-        async with running_bot(tally, llm_url=llm.base_url, extra_env={"LOG_LEVEL": "INFO"}) as (
+        async with running_bot(tally, llm_url=llm.base_url, extra_env=ENV) as (
             bot,
             peer,
         ):
@@ -246,7 +270,7 @@ async def promises_kept() -> Tally:
             await odd_digits(chats, tally)
             await cross_chat_views(chats, peer, llm, tally)
             await apology_retention(chats, llm, tally, dsn)
-            await stored_bad_rows(chats, dsn, tally, bot.log_text)
+            await stored_bad_rows(chats, peer, dsn, tally, bot.log_text)
             await settle(tally, dsn)
     finally:
         llm.stop()
