@@ -39,6 +39,10 @@ WHERE q.not_before > now()
 SQL_HELD_SESSIONS = """
 SELECT count(*) FROM distilled_sessions WHERE pending_turns > 0 AND not_before > now()
 """
+SQL_LEFT = """
+SELECT (SELECT count(*) FROM evaluation_queue) AS queued,
+       (SELECT coalesce(sum(pending_turns), 0) FROM distilled_sessions) AS pending
+"""
 SQL_SKEW = """
 SELECT extract(epoch FROM max(created_at) - now()) FROM dialogues WHERE self_id = $1
 """
@@ -158,7 +162,13 @@ async def skewed_clocks_and_a_kill() -> Tally:
         await chats[0].stream(sessions=2, messages=2, first_user=8900, pause=1.0)
         taken_over_after = await _takeover(judges[0], held_tags, TAKEOVER_TIMEOUT)
         await settle(tally, dsn)
-        await _wait_until_judged(dsn, timeout=120.0)
+        await _wait_until_judged(dsn, timeout=240.0)
+        left = (await _query(dsn, SQL_LEFT))[0]
+        tally.notes.append(
+            f"left at the end: {left['queued']} evaluation(s), {left['pending']} turn(s) to distil"
+        )
+        if left["queued"] or left["pending"]:
+            tally.misses.append("the survivor did not finish the killed bot's work")
         if taken_over_after is None:
             tally.misses.append("the killed bot's claims were not finished by the survivor")
         else:
