@@ -12,6 +12,7 @@ import pytest
 from memory_core.dashboard import storage_section
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
+from memory_core.storage.bad_rows import usable_time
 from memory_core.storage.dialogue_store import PgDialogueStore
 from memory_core.storage.time_references import TimeReferenceBackfill
 
@@ -76,3 +77,19 @@ async def test_the_time_reference_walk_passes_a_bad_row(bad_memory):
     walk.after = 0
     store = bad_memory.database.store(PgDialogueStore)
     assert await walk.run(store) is True
+
+
+@pytest.mark.parametrize(
+    ("value", "usable"),
+    [
+        (datetime(2026, 12, 2, tzinfo=UTC), True),
+        (datetime(1990, 1, 1, tzinfo=UTC), True),
+        (datetime.min, False),  # -infinity as asyncpg reads it
+        (datetime.max, False),
+        (datetime(2026, 12, 2), False),  # no zone
+        (datetime(2200, 1, 1, tzinfo=UTC), False),
+        (None, False),
+    ],
+)
+def test_usable_times_are_aware_and_inside_the_range(value: object, usable: bool):
+    assert usable_time(value) is usable
