@@ -313,6 +313,16 @@ async def import_attacks() -> Tally:
                     tally.misses.append(
                         f"{what}: {skipped} lines named, expected 2 (years 1, 9999)"
                     )
+            # Not a target: Shift-JIS read without --encoding (it decodes as GB18030 too).
+            what, export, extra, text = _qq_exports(folder)[0]
+            unstated = [arg for arg in extra if arg not in ("--encoding", "shift_jis")]
+            guessed = await asyncio.to_thread(
+                _cli, dsn, cli, "import", str(export), "--format", "qq-txt", *unstated, "--dry-run"
+            )
+            tally.notes.append(
+                f"{what.split(',')[0]} without --encoding (dry run): text intact "
+                f"{'yes' if text in guessed.stdout else 'no'}"
+            )
             # The imported person and the bot's upkeep are not broken by anything imported.
             for text in ("我喜欢吃什么？", "我住在哪里？"):
                 if not await chats.say(text, user_id=IMPORTED_USER):
