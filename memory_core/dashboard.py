@@ -166,6 +166,8 @@ def storage_section(stats: MemoryStats, tz: tzinfo) -> list[str]:
     ]
     if stats.store.expired_not_purged:
         lines.append(f"已过期待清理：{stats.store.expired_not_purged} 条")
+    if stats.store.bad_times:
+        lines.append(f"时间超出范围（读取时跳过，待修复）：{stats.store.bad_times} 条")
     return lines
 
 

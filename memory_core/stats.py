@@ -119,6 +119,8 @@ class MemoryStats:
             lines.append(f"无法写入的消息：{self.dead_letters} 条，已移至 {self.dead_letter_file}")
         if self.store.expired_not_purged:
             lines.append(f"已过期待清理：{self.store.expired_not_purged} 条")
+        if self.store.bad_times:
+            lines.append(f"时间超出范围（读取时跳过，待修复）：{self.store.bad_times} 条")
         return lines + self.evaluation.lines_zh()
 
     def _vector_index_zh(self) -> str:

@@ -8,8 +8,8 @@ import sys
 import time
 
 from bench.common import machine_line
+from bench.faults.catalogue import SCENARIOS
 from bench.faults.harness import HEADER, Tally
-from bench.faults.scenarios import SCENARIOS
 from bench.process_stats import load_average
 
 

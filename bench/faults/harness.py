@@ -376,12 +376,25 @@ def _hashed(text: str, dim: int) -> list[float]:
 
 class Judge:
     """The evaluation and extraction model: scores every exchange 60, distils nothing, and
-    counts how often each user turn was put before it, by task."""
+    counts how often each user turn was put before it, by task (``seen``) and how often its
+    answer was given (``answered``).
+
+    With ``hold`` set (``hold_answers``) it takes prompts and answers none until ``release``:
+    a model still thinking, while the bot that asked holds the claims on that work."""
 
     def __init__(self) -> None:
         self.seen: Counter[tuple[str, str]] = Counter()
+        self.answered: Counter[tuple[str, str]] = Counter()
+        self.hold: threading.Event | None = None
         self._lock = threading.Lock()
         self.server = ScriptedLLM(self._answer)
+
+    def hold_answers(self) -> None:
+        self.hold = threading.Event()
+
+    def release(self) -> None:
+        if self.hold is not None:
+            self.hold.set()
 
     def _answer(self, messages: list[dict[str, str]]) -> Answer:
         prompt = messages[-1]["content"]
@@ -391,13 +404,17 @@ class Judge:
             task = "extraction:" + prompt[:40]
         else:
             task = "other"
+        hold = self.hold
         with self._lock:
             for tag in set(markers_in(prompt)):
                 self.seen[(task, tag)] += 1
+                if hold is None:
+                    self.answered[(task, tag)] += 1
         if task == "evaluation":
             count = prompt.count("【回合 ")
-            return Answer("\n".join(f"{i}: 60" for i in range(1, count + 1)) if count else "60")
-        return Answer("无")
+            scores = "\n".join(f"{i}: 60" for i in range(1, count + 1)) if count else "60"
+            return Answer(scores, held=hold)
+        return Answer("无", held=hold)
 
     def env(self) -> dict[str, str]:
         return {

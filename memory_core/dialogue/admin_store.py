@@ -14,6 +14,8 @@ import numpy as np
 
 from ..models import MemoryTurn
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
+from ..time_bounds import EARLIEST, LATEST
+from .bad_rows import usable_turn
 from .columns import TURN_COLUMNS, turn_from_record
 
 # Everything stored of one person, every chat, oldest first (/导出我的记忆).
@@ -44,10 +46,18 @@ SQL_STATS = """
 SELECT chat_type, role, count(*) AS n FROM dialogues GROUP BY chat_type, role
 """
 
-SQL_STATS_SUMMARY = """
-SELECT count(DISTINCT session_key) AS sessions, min(created_at) AS oldest,
-       max(created_at) AS newest, count(*) FILTER (WHERE embedding IS NULL) AS pending,
+# Rows with a time outside [$1, $2) (time_bounds; bad_rows says how one can exist) are
+# counted apart and left out of the oldest and newest, which would show ±infinity otherwise.
+_GOOD_TIMES = (
+    "created_at >= $1 AND created_at < $2 AND coalesce(expires_at >= $1 AND expires_at < $2, true)"
+)
+SQL_STATS_SUMMARY = f"""
+SELECT count(DISTINCT session_key) AS sessions,
+       min(created_at) FILTER (WHERE {_GOOD_TIMES}) AS oldest,
+       max(created_at) FILTER (WHERE {_GOOD_TIMES}) AS newest,
+       count(*) FILTER (WHERE embedding IS NULL) AS pending,
        count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()) AS expired,
+       count(*) FILTER (WHERE NOT ({_GOOD_TIMES})) AS bad_times,
        pg_total_relation_size('dialogues') AS bytes
 FROM dialogues
 """
@@ -235,6 +245,7 @@ class StoreStats:
     pending_embeddings: int
     expired_not_purged: int
     total_bytes: int
+    bad_times: int = 0  # rows left out of every read for a time outside the range (bad_rows)
 
 
 def _activity(record: asyncpg.Record) -> SessionActivity:
@@ -289,7 +300,7 @@ class PgAdminStore(RowTaker):
         """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_USER_TURNS, user_id)
-        return [turn_from_record(r) for r in records]
+        return [turn_from_record(r) for r in records if usable_turn(r)]
 
     async def count_pending_embeddings(self) -> int:
         async with self._connection() as conn:
@@ -298,7 +309,7 @@ class PgAdminStore(RowTaker):
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:
             by = {(r["chat_type"], r["role"]): r["n"] for r in await conn.fetch(SQL_STATS)}
-            s = await conn.fetchrow(SQL_STATS_SUMMARY)
+            s = await conn.fetchrow(SQL_STATS_SUMMARY, EARLIEST, LATEST)
         assert s is not None  # an aggregate always returns a row
         return StoreStats(
             by_type_role=by,
@@ -308,6 +319,7 @@ class PgAdminStore(RowTaker):
             pending_embeddings=s["pending"],
             expired_not_purged=s["expired"],
             total_bytes=s["bytes"],
+            bad_times=s["bad_times"],
         )
 
     # ---------------------------------------------------------------- the console
@@ -362,13 +374,13 @@ class PgAdminStore(RowTaker):
             args = [*args, shown.containing, shown.terms_query]
         async with self._connection() as conn:
             rows = await conn.fetch(sql, *args)
-        return [ShownTurn(turn_from_record(r), r["pinned"]) for r in rows]
+        return [ShownTurn(turn_from_record(r), r["pinned"]) for r in rows if usable_turn(r)]
 
     async def session_turns_by_ids(self, session_key: str, ids: Sequence[int]) -> list[ShownTurn]:
         """These turns, if they are the session's, oldest first."""
         async with self._connection() as conn:
             rows = await conn.fetch(SQL_SESSION_TURNS_BY_ID, session_key, list(ids))
-        return [ShownTurn(turn_from_record(r), r["pinned"]) for r in rows]
+        return [ShownTurn(turn_from_record(r), r["pinned"]) for r in rows if usable_turn(r)]
 
     async def pin_turn(
         self, session_key: str, turn_id: int, *, pinned: bool, expires_at: datetime | None

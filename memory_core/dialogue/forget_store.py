@@ -14,6 +14,7 @@ from ..lang.repeats import Repeats
 from ..models import MemoryTurn, RecalledMessage, Role
 from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_count, scope_delete
+from .bad_rows import usable_turn
 from .columns import SQL_TURNS_BY_ID, turn_from_record
 
 # A recalled (撤回) QQ message: its turns in the chat the notice names (a group, or a private
@@ -126,7 +127,8 @@ class PgForgetStore(PgStore):
             said = await conn.fetch(SQL_CHOSEN_TURNS, session_key, list(ids), containing)
             chosen = await _with_replies(conn, said)
             records = await conn.fetch(SQL_TURNS_BY_ID, sorted(chosen))
-        return sorted((turn_from_record(r) for r in records), key=lambda t: (t.created_at, t.id))
+        turns = (turn_from_record(r) for r in records if usable_turn(r))
+        return sorted(turns, key=lambda t: (t.created_at, t.id))
 
     async def forget_turns(
         self, session_key: str, ids: Sequence[int], containing: str | None

@@ -14,6 +14,7 @@ from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn
 from ..storage.opt_outs import not_opted_out
 from ..storage.pg import PgStore, rows_affected
+from .bad_rows import usable_time, usable_turn
 from .columns import (
     COPY_TIMEOUT,
     INSERT_COLUMNS,
@@ -406,7 +407,11 @@ class PgRecallStore(PgStore):
                         limit,
                         *filters.args(),
                     )
-        return [AnchorCandidate(r["id"], r["created_at"], float(r["similarity"])) for r in records]
+        return [
+            AnchorCandidate(r["id"], r["created_at"], float(r["similarity"]))
+            for r in records
+            if usable_turn(r)
+        ]
 
     async def keyword_candidates(
         self,
@@ -494,6 +499,7 @@ class PgRecallStore(PgStore):
         return [
             AnchorCandidate(r["id"], r["created_at"], float(r["similarity"] or 0.0))
             for r in records
+            if usable_turn(r)
         ]
 
     async def windows(
@@ -517,19 +523,19 @@ class PgRecallStore(PgStore):
                 now,
                 window_size,
             )
-        return [(r["anchor_id"], turn_from_record(r)) for r in records]
+        return [(r["anchor_id"], turn_from_record(r)) for r in records if usable_turn(r)]
 
     async def recent_turns(
         self, session_key: str, *, since: datetime, now: datetime, limit: int
     ) -> list[MemoryTurn]:
         async with self._connection() as conn:
             records = await conn.fetch(SQL_RECENT, session_key, since, now, limit)
-        return [turn_from_record(r) for r in records]
+        return [turn_from_record(r) for r in records if usable_turn(r)]
 
     async def last_turn_time(self, session_key: str, now: datetime) -> datetime | None:
         async with self._connection() as conn:
             value: datetime | None = await conn.fetchval(SQL_LAST_TURN_AT, session_key, now)
-        return value
+        return value if usable_time(value) else None
 
     async def session_tail(
         self, session_key: str, *, since: datetime, now: datetime, limit: int
@@ -537,7 +543,10 @@ class PgRecallStore(PgStore):
         """``last_turn_time`` and ``recent_turns`` of one moment, in one round trip."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_SESSION_TAIL, session_key, since, now, limit)
+        last_turn_at = records[0]["last_turn_at"]
         return SessionTail(
-            last_turn_at=records[0]["last_turn_at"],
-            recent=tuple(turn_from_record(r) for r in records if r["id"] is not None),
+            last_turn_at=last_turn_at if usable_time(last_turn_at) else None,
+            recent=tuple(
+                turn_from_record(r) for r in records if r["id"] is not None and usable_turn(r)
+            ),
         )

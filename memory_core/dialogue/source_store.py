@@ -9,6 +9,7 @@ from datetime import datetime
 
 from ..models import MemoryTurn
 from ..storage.pg import PgStore
+from .bad_rows import usable_turn
 from .columns import SQL_TURNS_BY_ID, turn_from_record
 
 # Distillation reads a session after its watermark by id, not time: the watermark is an id, and
@@ -53,7 +54,7 @@ class PgSourceStore(PgStore):
         """Those of ``ids`` that are stored, by id."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_TURNS_BY_ID, list(ids))
-        return {r["id"]: turn_from_record(r) for r in records}
+        return {r["id"]: turn_from_record(r) for r in records if usable_turn(r)}
 
     async def set_score(
         self, turn_ids: tuple[int, int], score: int, expires_at: datetime | None
@@ -71,6 +72,7 @@ class PgSourceStore(PgStore):
         return [
             SourceTurn(r["id"], r["role"], r["content"], r["sender_name"], r["created_at"])
             for r in records
+            if usable_turn(r)
         ]
 
     async def keep_turns(self, turn_ids: Sequence[int]) -> bool:

@@ -16,6 +16,7 @@ from datetime import tzinfo
 
 from ..lang.timerange import referred_range
 from ..storage.paging import keyset_pages
+from .bad_rows import usable_time
 from .upkeep_store import PgUpkeepStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ class TimeReferenceBackfill:
         async for rows in pages:
             references = []
             for row_id, content, created_at in rows:
+                if not usable_time(created_at):  # a bad row (bad_rows): passed, not read
+                    continue
                 referred = referred_range(content, created_at, self.tz)
                 if referred is not None:
                     references.append((row_id, referred.start, referred.end))

@@ -397,6 +397,45 @@ async def test_recall_notices_delete_the_recalled_turn(wire: Wire):
     assert "hunter2" not in private_left and "swordfish" not in group_left
 
 
+async def test_a_recall_while_the_bot_answers_takes_the_reply_stored_after_it(wire: Wire):
+    """A 撤回 that arrives while the model is still answering that message waits for the
+    exchange, so the reply, stored only once it is sent, goes too (the fault suite found it
+    left behind). The wait for the notice's log line runs out when the fix holds the notice
+    back (the verdict is the database's, either way)."""
+    user = 20017
+    secret = "银行卡密码是905517"
+    wire.llm.reply = f"好的，你的{secret}，我记住了。"
+    wire.llm.release.clear()
+    wire.llm.held = True
+    try:
+        asked = len(wire.llm.calls)
+        message = message_payload([text_seg(f"我的{secret}")], user_id=user)
+        await wire.peer.send_event(message)
+        for _ in range(600):  # bounded: until the model is asked
+            if len(wire.llm.calls) > asked:
+                break
+            await asyncio.sleep(0.1)
+        mark = len(wire.peer.calls)
+        await wire.peer.send_event(recall_payload(message["message_id"], user_id=user))
+        handled = f"recalled message {message['message_id']}"
+        for _ in range(50):  # without the fix the notice is handled at once
+            if handled in wire.bot.log_text():
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        wire.llm.held = False
+        wire.llm.release.set()
+    await wire.peer.wait_reply(user_id=user, after=mark)
+    # The session's next message is handled after the notice: everything before it is done.
+    wire.llm.reply = "好的，我记下了。"
+    await wire.say([text_seg("下一句")], user_id=user)
+    for _ in range(300):  # bounded: until the notice is handled
+        if handled in wire.bot.log_text():
+            break
+        await asyncio.sleep(0.2)
+    assert secret not in await recall_text(wire, "银行卡密码", user_id=user)
+
+
 # ----------------------------------------------------------------------------- commands
 
 
