@@ -1,9 +1,11 @@
-"""Small stand-ins that implement the core's protocols without inheriting anything."""
+"""Small stand-ins that implement the core's protocols without inheriting anything: the one
+chat model every test and benchmark records prompts with, and a hashing embedder."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +53,49 @@ class HashingEmbedder:
 
     async def aclose(self) -> None:
         return None
+
+
+Prompt = list[dict[str, str]]
+
+
+class RecordingModel:
+    """A ``ChatModel`` that records every prompt and answers ``answer``.
+
+    ``answer`` is a text, or a function of the prompts recorded so far (this one included) for
+    an answer that changes. ``fail``, when set, is raised instead of answering (after the prompt
+    is recorded). ``gate``, when set, holds every answer until the test sets it (a model still
+    thinking for as long as the test wants, never a delay to race); ``started`` is set as soon
+    as a prompt arrives.
+    """
+
+    def __init__(self, answer: str | Callable[[Sequence[Prompt]], str] = "好的") -> None:
+        self.answer = answer
+        self.prompts: list[Prompt] = []
+        self.fail: Exception | None = None
+        self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> str:
+        self.prompts.append([dict(m) for m in messages])
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return self.answer if isinstance(self.answer, str) else self.answer(self.prompts)
+
+    async def aclose(self) -> None:
+        return None
+
+    def text(self, index: int = -1) -> str:
+        """The prompt ``index`` (the last by default) as one text, its messages one a line."""
+        return "\n".join(m["content"] for m in self.prompts[index])
 
 
 def stored_fact(content: str, at: datetime, **fields: Any) -> DistilledMemory:
