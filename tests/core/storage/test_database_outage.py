@@ -190,10 +190,18 @@ async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database
         await transaction.start()
         await writer.execute("LOCK TABLE dialogues IN ROW EXCLUSIVE MODE")
         assert (await memory.recall(7, "火锅")).windows  # exact; starts the build
-        for _ in range(1200):  # bounded wait (60 s) for the build to register, not a timing check
-            if await writer.fetchval("SELECT count(*) FROM pg_stat_progress_create_index"):
+        # Bounded wait (60 s) for the build to register, not a timing check. The writer is inside
+        # a transaction, where PostgreSQL answers the progress view from a snapshot taken at the
+        # first read: without clearing it, a first read before the build began read 0 for all
+        # 60 s (and the test then went on without having seen the build).
+        building = 0
+        for _ in range(1200):
+            await writer.execute("SELECT pg_stat_clear_snapshot()")
+            building = await writer.fetchval("SELECT count(*) FROM pg_stat_progress_create_index")
+            if building:
                 break
             await asyncio.sleep(0.05)
+        assert building == 1
         await proxy.stop()  # ... until the connection is cut under it
         await memory.vector_index.wait_built()
         assert memory.vector_index.indexed == set()  # failed, retried later
