@@ -1,14 +1,22 @@
 """Small stand-ins that implement the core's protocols without inheriting anything: the one
-chat model every test and benchmark records prompts with, and a hashing embedder."""
+chat model every test and benchmark records prompts with, a hashing embedder, and the one way
+HTTP APIs are stood in for (a ``Respond`` function, on httpx's ``MockTransport`` or served on
+loopback by ``Loopback``)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+import json
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import numpy as np
 
 from memory_core.distill.memory import DistilledMemory
@@ -127,3 +135,180 @@ def stored_fact(content: str, at: datetime, **fields: Any) -> DistilledMemory:
     )
     values.update(fields)
     return DistilledMemory(**values)
+
+
+# --- HTTP stand-ins ----------------------------------------------------------------------------
+#
+# Every stand-in for an HTTP API (chat, embeddings, rerank) is one ``Respond`` function from an
+# ``httpx.Request`` to an ``httpx.Response``. A unit test hands it to its client as httpx's
+# ``MockTransport`` (no socket, no thread); a test that needs the real wire (a client built from
+# settings, a bot in a subprocess, a real read timeout) serves the same function on loopback
+# with ``Loopback``.
+
+Respond = Callable[[httpx.Request], Awaitable[httpx.Response]]
+
+
+def json_response(
+    status: int, payload: Any, headers: Mapping[str, str] | None = None
+) -> httpx.Response:
+    """An answer with a JSON body (``ensure_ascii=False``, as the providers send Chinese)."""
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    return raw_response(status, body, headers)
+
+
+def raw_response(
+    status: int, body: bytes, headers: Mapping[str, str] | None = None
+) -> httpx.Response:
+    """An answer with ``body`` as it is, labelled JSON (a provider that sends garbage)."""
+    return httpx.Response(
+        status, content=body, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+
+
+def request_json(request: httpx.Request) -> Any:
+    """The JSON a client sent, or the raw bytes when they are not JSON."""
+    raw = request.content
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def mock_transport(respond: Respond) -> httpx.MockTransport:
+    """``respond`` as an httpx transport: the client's requests never leave the process."""
+    return httpx.MockTransport(respond)
+
+
+class Loopback:
+    """Serves ``respond`` on a real HTTP/1.1 server on 127.0.0.1 (a thread per connection,
+    each request answered in its own event loop, so a response may await a held event).
+
+    An exception in ``respond`` drops the connection unanswered. ``close`` stops the server.
+    """
+
+    def __init__(self, respond: Respond) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the providers' servers do
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                request = httpx.Request(
+                    "POST",
+                    f"http://127.0.0.1{self.path}",
+                    headers=list(self.headers.items()),
+                    content=self.rfile.read(length),
+                )
+                try:
+                    response = asyncio.run(respond(request))
+                except Exception:
+                    self.close_connection = True
+                    return
+                body = response.content
+                try:
+                    self.send_response(response.status_code)
+                    for name, value in response.headers.items():
+                        if name.lower() not in ("content-length", "transfer-encoding"):
+                            self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the client gave up waiting (the timeout tests)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        # ``close`` waits up to one poll for the serving loop to notice; 0.5 s by default.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def origin(self) -> str:
+        """``http://127.0.0.1:PORT``; APIs add their own ``/v1``."""
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+Reply = Respond
+"""One scripted answer of a ``ScriptedAPI``."""
+
+
+@dataclass(frozen=True)
+class Received:
+    """A request as the stand-in saw it: path, headers (lower-case names) and JSON body."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class ScriptedAPI:
+    """An HTTP API that answers each request with the next ``Reply`` of its script, then with
+    ``default``; every request is kept in ``received``. ``respond`` is its ``Respond``.
+
+    ``hang()`` is a reply that comes only once the test is over (``release``, which the
+    fixture calls), so a client surely gives up first however slow the machine;
+    ``fail_with(exc)`` raises what httpx's own transport raises (a timeout, a refused
+    connection) without a socket or a timer.
+    """
+
+    def __init__(self, default: Reply) -> None:
+        self.default = default
+        self.script: deque[Reply] = deque()
+        self.received: list[Received] = []
+        self.released = threading.Event()
+
+    def reset(self, *replies: Reply) -> None:
+        self.received.clear()
+        self.script = deque(replies)
+
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        self.received.append(Received(request.url.path, headers, request_json(request)))
+        reply = self.script.popleft() if self.script else self.default
+        return await reply(request)
+
+    def hang(self, then: Reply | None = None) -> Reply:
+        async def reply(request: httpx.Request) -> httpx.Response:
+            await asyncio.to_thread(self.released.wait, 300)  # a bound against a stuck test
+            return await (then or self.default)(request)
+
+        return reply
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def json_reply(status: int, payload: Any, headers: Mapping[str, str] | None = None) -> Reply:
+    """A reply that answers ``payload`` as JSON with ``status`` (a new response each time)."""
+
+    async def reply(request: httpx.Request) -> httpx.Response:
+        return json_response(status, payload, headers)
+
+    return reply
+
+
+def raw_reply(status: int, body: bytes, headers: Mapping[str, str] | None = None) -> Reply:
+    """A reply that answers ``body`` as it is with ``status``."""
+
+    async def reply(request: httpx.Request) -> httpx.Response:
+        return raw_response(status, body, headers)
+
+    return reply
+
+
+def fail_with(error: type[httpx.TransportError]) -> Reply:
+    """A reply that raises ``error`` as httpx's transport would (``httpx.ReadTimeout``,
+    ``httpx.ConnectError``)."""
+
+    async def reply(request: httpx.Request) -> httpx.Response:
+        raise error(f"stand-in: {error.__name__}", request=request)
+
+    return reply
