@@ -10,7 +10,7 @@ import hashlib
 import json
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +20,9 @@ import httpx
 import numpy as np
 
 from memory_core.distill.memory import DistilledMemory
+from memory_core.errors import EmbeddingError
+from memory_core.providers.embedding import ApiEmbedder
+from memory_core.providers.openai_api import OpenAIEndpoint
 
 
 class HashingEmbedder:
@@ -44,16 +47,12 @@ class HashingEmbedder:
         return vector / norm if norm else vector
 
     async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
-        from memory_core.errors import EmbeddingError
-
         self.calls += 1
         if self.fail:
             raise EmbeddingError("test embedder told to fail")
         return np.stack([self._vector(t) for t in texts]) if texts else np.zeros((0, self.dim))
 
     async def embed_query(self, text: str) -> np.ndarray:
-        from memory_core.errors import EmbeddingError
-
         self.calls += 1
         if self.fail:
             raise EmbeddingError("test embedder told to fail")
@@ -145,7 +144,7 @@ def stored_fact(content: str, at: datetime, **fields: Any) -> DistilledMemory:
 # settings, a bot in a subprocess, a real read timeout) serves the same function on loopback
 # with ``Loopback``.
 
-Respond = Callable[[httpx.Request], Awaitable[httpx.Response]]
+Respond = Callable[[httpx.Request], Coroutine[Any, Any, httpx.Response]]
 
 
 def json_response(
@@ -180,8 +179,8 @@ def mock_transport(respond: Respond) -> httpx.MockTransport:
 
 
 class Loopback:
-    """Serves ``respond`` on a real HTTP/1.1 server on 127.0.0.1 (a thread per connection,
-    each request answered in its own event loop, so a response may await a held event).
+    """Serves ``respond`` on a real HTTP/1.1 server on 127.0.0.1: a thread and an event loop
+    per connection, so one answer that waits (a held model) holds up no other.
 
     An exception in ``respond`` drops the connection unanswered. ``close`` stops the server.
     """
@@ -189,6 +188,15 @@ class Loopback:
     def __init__(self, respond: Respond) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as the providers' servers do
+            loop: asyncio.AbstractEventLoop
+
+            def setup(self) -> None:
+                super().setup()
+                self.loop = asyncio.new_event_loop()
+
+            def finish(self) -> None:
+                self.loop.close()
+                super().finish()
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
@@ -202,7 +210,7 @@ class Loopback:
                     content=self.rfile.read(length),
                 )
                 try:
-                    response = asyncio.run(respond(request))
+                    response = self.loop.run_until_complete(respond(request))
                 except Exception:
                     self.close_connection = True
                     return
@@ -312,3 +320,87 @@ def fail_with(error: type[httpx.TransportError]) -> Reply:
         raise error(f"stand-in: {error.__name__}", request=request)
 
     return reply
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a ``ScriptedLLM`` answers; with ``held`` the answer waits until that event is set
+    (a model that is still thinking, for as long as the test wants, instead of a fixed delay
+    to race)."""
+
+    content: str = ""
+    status: int = 200
+    held: threading.Event | None = None
+
+
+class ScriptedLLM:
+    """A real OpenAI-compatible chat server on loopback whose answers a test scripts, for the
+    clients the core builds from settings (extraction, evaluation, a bot in a subprocess):
+    ``responder(messages) -> Answer``; every request's messages are kept in ``requests``."""
+
+    def __init__(self, responder: Callable[[list[dict[str, str]]], Answer]) -> None:
+        self.responder = responder
+        self.requests: list[list[dict[str, str]]] = []
+        self._loopback = Loopback(self.respond)
+
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        messages = json.loads(request.content)["messages"]
+        self.requests.append(messages)
+        # The responder may block (it may wait for other requests): off the serving loop.
+        answer = await asyncio.to_thread(self.responder, messages)
+        if answer.held is not None:
+            await asyncio.to_thread(answer.held.wait, 300)  # a bound against a stuck test only
+        if answer.status != 200:
+            return json_response(answer.status, {"error": {"message": "stub failure"}})
+        choice = {"index": 0, "message": {"role": "assistant", "content": answer.content}}
+        return json_response(200, {"choices": [choice]})
+
+    @property
+    def base_url(self) -> str:
+        return f"{self._loopback.origin}/v1"
+
+    def close(self) -> None:
+        self._loopback.close()
+
+    def prompt_texts(self) -> list[str]:
+        return ["\n".join(m["content"] for m in request) for request in self.requests]
+
+
+class HashingEmbeddingAPI:
+    """An OpenAI-compatible ``/v1/embeddings`` answering with ``HashingEmbedder`` vectors, on
+    httpx's ``MockTransport``; every text it was asked to embed is kept in ``inputs``, every
+    request counted; answers 500 while ``healthy`` is false."""
+
+    def __init__(self, dim: int, *, healthy: bool = True) -> None:
+        self.dim = dim
+        self.healthy = healthy
+        self.requests = 0
+        self.inputs: list[str] = []
+        self._hashing = HashingEmbedder(dim=dim)
+
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        body = json.loads(request.content)
+        if not self.healthy:
+            return json_response(500, {"error": "upstream overloaded"})
+        self.inputs.extend(body["input"])
+        data = [
+            {"index": i, "embedding": self._hashing._vector(text).tolist()}
+            for i, text in enumerate(body["input"])
+        ]
+        return json_response(200, {"data": data, "model": body["model"]})
+
+    def embedder(self, *, model: str = "test-embed", batch_size: int = 8) -> ApiEmbedder:
+        """An API embedder talking to this stand-in, retrying at once (no breaker cooldown)."""
+        endpoint = OpenAIEndpoint(
+            httpx.AsyncClient(
+                base_url="https://embeddings.example.test/v1",
+                transport=mock_transport(self.respond),
+            ),
+            label="embedding API",
+            error=EmbeddingError,
+            max_retries=1,
+            backoff_base=0.01,
+            breaker_cooldown=0.0,
+        )
+        return ApiEmbedder(endpoint=endpoint, model=model, dim=self.dim, batch_size=batch_size)

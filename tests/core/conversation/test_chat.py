@@ -33,8 +33,7 @@ from memory_core.providers.embedding import CachedEmbedder
 from memory_core.recall.options import RecallOptions
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
-from tests.fakes import HashingEmbedder, RecordingModel
-from tests.stub_llm import Answer, ScriptedLLM
+from tests.fakes import Answer, HashingEmbedder, RecordingModel, ScriptedLLM
 from tests.window_gate import gate_the_window
 
 MEMORY_LINE = re.compile(
