@@ -74,11 +74,13 @@ async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> As
 
 @pytest.fixture(scope="module")
 async def console_wire(
-    pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory
+    pg_server_dsn: str, migrated_template: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Any]:
     """The real bot with its console on, over a seeded database (``console_bot``), one per
     test module."""
     from tests.plugin.console_bot import console_bot
 
-    async with console_bot(pg_server_dsn, tmp_path_factory.mktemp("console")) as bot:
+    async with console_bot(
+        pg_server_dsn, migrated_template, tmp_path_factory.mktemp("console")
+    ) as bot:
         yield bot

@@ -88,8 +88,9 @@ async def seed(dsn: str, data_dir: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def console_bot(server_dsn: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
-    async with new_database(server_dsn) as dsn:
+async def console_bot(server_dsn: str, template: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
+    """The bot over a copy of the run's migrated ``template``, seeded (``seed``)."""
+    async with new_database(server_dsn, template=template) as dsn:
         await seed(dsn, tmp_dir)
         bot = await start_bot(
             llm_url=None,
