@@ -69,7 +69,7 @@ def _package(module: str) -> str:
     return module.split(".")[1] if module.count(".") > 1 else module
 
 
-def test_the_import_reader_sees_imports_under_type_checking_and_in_functions() -> None:
+def test_the_import_reader_sees_imports_under_type_checking() -> None:
     module = CORE / "console" / "debugger.py"  # names TemporalMemory under TYPE_CHECKING only
     source = module.read_text(encoding="utf-8")
     assert "if TYPE_CHECKING:\n    from ..service import TemporalMemory" in source
