@@ -23,6 +23,12 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     # listing lives in `recall/` (below the facade) but takes the whole `TemporalMemory`, named
     # under TYPE_CHECKING only; given the parts it uses, it needs no arrow up.
     ("memory_core.recall.listing", "memory_core.service"): "facade",
+    # TEMPORARY, found in `main` after the merges of 2026-12-02 (not in this branch's tree, so
+    # these two entries match nothing until `testsuite` is merged): `pictures/reader.py` names
+    # TemporalMemory under TYPE_CHECKING, and `agents/memory.py` reaches the console's store
+    # (PgConsoleStore, Audit) at run time. Delete each when its module takes the parts it uses.
+    ("memory_core.pictures.reader", "memory_core.service"): "pictures",
+    ("memory_core.agents.memory", "memory_core.console.store"): "mcp/tools",
 }
 """Arrows the tests tolerate for now, each with the branch that removes it."""
 
