@@ -23,7 +23,7 @@ import argparse
 import asyncio
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from bench.common import (
@@ -39,6 +39,7 @@ from memory_core.lang.tokens import TokenCounter
 from memory_core.models import TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
+from tests.fakes import Prompt, RecordingModel
 
 BLOCK_TOKENS = 64
 PRIVATE_USER = 20_001
@@ -48,27 +49,13 @@ REPLY = "好的，我记下了。这件事听起来挺重要的，我们可以�
 TOPICS = ("周末去爬山", "新买的咖啡机", "下周的考试", "猫又生病了", "想换工作", "北京的天气")
 
 
-class RecordingModel:
-    """A ChatModel that records every prompt and answers with a fixed sentence."""
+def reply_of(reply_chars: int) -> Callable[[Sequence[Prompt]], str]:
+    """A fixed sentence of ``reply_chars`` characters, numbered by the prompts so far."""
 
-    def __init__(self, reply_chars: int) -> None:
-        self.prompts: list[tuple[int, list[dict[str, str]]]] = []
-        self.chat = 0  # which chat the next prompts belong to
-        self.reply_chars = reply_chars
+    def reply(prompts: Sequence[Prompt]) -> str:
+        return (f"第{len(prompts)}个回答：" + REPLY * (1 + reply_chars // len(REPLY)))[:reply_chars]
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> str:
-        self.prompts.append((self.chat, [dict(m) for m in messages]))
-        n = len(self.prompts)
-        return (f"第{n}个回答：" + REPLY * (1 + self.reply_chars // len(REPLY)))[: self.reply_chars]
-
-    async def aclose(self) -> None:
-        return None
+    return reply
 
 
 def serialised(messages: list[dict[str, str]]) -> str:
@@ -131,7 +118,7 @@ async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> Non
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
-        model = RecordingModel(reply_chars)
+        model = RecordingModel(reply_of(reply_chars))
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
             memory=memory, chat_model=model, bot_name="小忆", clock=lambda: clock[0]
@@ -150,7 +137,7 @@ async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> Non
                 text = f"第{i + 1}句：说说{TOPICS[i % len(TOPICS)]}吧，你还记得吗？"
                 turn = TurnInput(PRIVATE_USER, "user", text, None, 10001, "阿华", 1000 + i)
                 await engine.converse(turn, send)
-            model.chat = 1
+            first_group_prompt = len(model.prompts)  # the private chat's prompts come first
             for i in range(messages + 2):
                 clock[0] += timedelta(seconds=40)
                 user_id, name = MEMBERS[i % len(MEMBERS)]
@@ -159,8 +146,12 @@ async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> Non
                 await engine.converse(turn, send, group_name="爬山小队")
         finally:
             await memory.aclose()
-        for chat, label in ((0, f"private, {messages} messages"), (1, "group, 3 members")):
-            prompts = [serialised(m) for c, m in model.prompts if c == chat]
+        chats = (
+            (model.prompts[:first_group_prompt], f"private, {messages} messages"),
+            (model.prompts[first_group_prompt:], "group, 3 members"),
+        )
+        for chat, label in chats:
+            prompts = [serialised(m) for m in chat]
             previous, best, billed = shares(prompts, memory.token_counter)
             print(
                 f"{label}: prefix share vs previous prompt {previous:.2f}, "

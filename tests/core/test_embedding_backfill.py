@@ -12,8 +12,7 @@ import pytest
 from memory_core.errors import EmbeddingModelMismatchError
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
-from tests.embedding_server import EmbeddingServer
-from tests.fakes import HashingEmbedder
+from tests.fakes import HashingEmbedder, HashingEmbeddingAPI
 from tests.window_gate import gate_the_window
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
@@ -30,10 +29,8 @@ def said(text: str, message_id: int) -> TurnInput:
 
 
 @pytest.fixture
-def flaky_server():
-    server = EmbeddingServer(dim=64, healthy=False)
-    yield server
-    server.close()
+def flaky_server() -> HashingEmbeddingAPI:
+    return HashingEmbeddingAPI(dim=64, healthy=False)
 
 
 async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factory, flaky_server):

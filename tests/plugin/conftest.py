@@ -8,12 +8,13 @@ each test gets its runtime from the ``runtime`` fixture instead. The wire tests 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from nonebug import NONEBOT_INIT_KWARGS, NONEBOT_START_LIFESPAN
 
+from tests.fakes import RecordingModel
 from tests.plugin.events import SUPERUSER_ID
 
 
@@ -26,33 +27,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "log_level": "WARNING",
     }
     config.stash[NONEBOT_START_LIFESPAN] = False
-
-
-class RecordingModel:
-    """A ChatModel that records every prompt and answers with a fixed text (or fails)."""
-
-    def __init__(self, answer: str = "好的") -> None:
-        self.answer = answer
-        self.prompts: list[list[dict[str, str]]] = []
-        self.fail: Exception | None = None
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> str:
-        self.prompts.append([dict(m) for m in messages])
-        if self.fail is not None:
-            raise self.fail
-        return self.answer
-
-    async def aclose(self) -> None:
-        return None
-
-    def text(self, index: int = -1) -> str:
-        return "\n".join(m["content"] for m in self.prompts[index])
 
 
 @pytest.fixture(scope="session")
@@ -100,11 +74,13 @@ async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> As
 
 @pytest.fixture(scope="module")
 async def console_wire(
-    pg_server_dsn: str, tmp_path_factory: pytest.TempPathFactory
+    pg_server_dsn: str, migrated_template: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Any]:
     """The real bot with its console on, over a seeded database (``console_bot``), one per
     test module."""
     from tests.plugin.console_bot import console_bot
 
-    async with console_bot(pg_server_dsn, tmp_path_factory.mktemp("console")) as bot:
+    async with console_bot(
+        pg_server_dsn, migrated_template, tmp_path_factory.mktemp("console")
+    ) as bot:
         yield bot

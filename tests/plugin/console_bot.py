@@ -18,6 +18,7 @@ from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.conftest import new_database
 from tests.core.console.test_console import store_chat
+from tests.model_graphs import keep_graphs, share_graphs
 from tests.plugin.wire import BotProcess, start_bot, stop_bot
 
 CONSOLE_TOKEN = "console-test-token-7f3a"
@@ -66,6 +67,7 @@ def same_origin(wire: ConsoleBot) -> dict[str, str]:
 
 async def seed(dsn: str, data_dir: Path) -> None:
     """Store the turns and facts with the bot's own embedding model (the local one)."""
+    share_graphs(data_dir)  # the local model's graph, built once per run
     memory = await open_memory(
         MemorySettings(memory_dsn=dsn, memory_data_dir=data_dir), maintenance_interval=None
     )
@@ -82,11 +84,13 @@ async def seed(dsn: str, data_dir: Path) -> None:
             await memory.count_daily(recall_metrics(milliseconds), start)
     finally:
         await memory.aclose()
+        keep_graphs(data_dir)
 
 
 @contextlib.asynccontextmanager
-async def console_bot(server_dsn: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
-    async with new_database(server_dsn) as dsn:
+async def console_bot(server_dsn: str, template: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
+    """The bot over a copy of the run's migrated ``template``, seeded (``seed``)."""
+    async with new_database(server_dsn, template=template) as dsn:
         await seed(dsn, tmp_dir)
         bot = await start_bot(
             llm_url=None,

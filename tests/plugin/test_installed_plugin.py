@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import Answer, ScriptedLLM
 from tests.plugin.events import SELF_ID, SUPERUSER_ID, message_payload, text_seg
 from tests.plugin.wire import REPO, OneBotPeer, free_port, launch_bot, sent_text, stop_bot
-from tests.stub_llm import Answer, ScriptedLLM
 
 PLUGIN_MODULE = "nonebot_plugin_temporal_memory"
 

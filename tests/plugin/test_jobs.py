@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 
 from memory_core.models import TurnInput
+from memory_core.settings import MemorySettings
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
@@ -36,13 +37,14 @@ async def test_purge_job_deletes_exactly_the_expired_rows(runtime: Any, fresh_ds
 
 
 async def test_purge_is_scheduled_daily_at_the_configured_time_and_soon_after_start(
-    runtime: Any,
+    plugin: Any,
 ) -> None:
     from nonebot_plugin_apscheduler import scheduler
 
     from nonebot_plugin_temporal_memory.jobs import PURGE_JOB_ID, schedule_purge, unschedule_purge
 
-    settings = runtime.settings.model_copy(update={"memory_purge_time": "03:30"})
+    # Scheduling reads the settings only: no memory, no database.
+    settings = MemorySettings(memory_purge_time="03:30")
     schedule_purge(settings)
     try:
         job = scheduler.get_job(PURGE_JOB_ID)

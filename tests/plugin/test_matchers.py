@@ -27,7 +27,7 @@ from memory_core.conversation.engine import APOLOGY
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.recall.options import RecallOptions
-from tests.plugin.conftest import RecordingModel
+from tests.fakes import RecordingModel
 from tests.plugin.events import (
     SELF_ID,
     at_seg,

@@ -21,6 +21,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from memory_core.conversation.engine import APOLOGY
+from tests.fakes import Answer, ScriptedLLM
 from tests.plugin.events import (
     SELF_ID,
     SUPERUSER_ID,
@@ -31,7 +32,6 @@ from tests.plugin.events import (
     text_seg,
 )
 from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
-from tests.stub_llm import Answer, ScriptedLLM
 
 TZ = ZoneInfo("Asia/Shanghai")
 GROUP_A, GROUP_B = 30003, 40004

@@ -9,7 +9,6 @@ call with its ``echo``, so the bot never waits 30 s for a missing answer.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import hmac
 import itertools
@@ -25,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,8 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection
 
+from tests.fakes import Loopback, json_response
+from tests.model_graphs import keep_graphs, share_graphs
 from tests.plugin.events import SELF_ID
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,69 +76,43 @@ class StubLLM:
         self.mode = "ok"
         self.calls: list[LLMCall] = []
         self._lock = threading.Lock()
-        stub = self
+        self._loopback: Loopback | None = None
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                call = LLMCall(messages=body.get("messages", []), received_at=time.monotonic())
-                with stub._lock:
-                    stub.calls.append(call)
-                if stub.delay:
-                    time.sleep(stub.delay)
-                if stub.held:
-                    stub.release.wait(timeout=300)  # a bound against a stuck test only
-                if stub.mode == "fail" or not self.path.endswith("/chat/completions"):
-                    self._send(500, {"error": {"message": "stub LLM is down"}})
-                else:
-                    answer = stub.reply
-                    self._send(
-                        200,
-                        {
-                            "id": "stub",
-                            "object": "chat.completion",
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "message": {"role": "assistant", "content": answer},
-                                    "finish_reason": "stop",
-                                }
-                            ],
-                        },
-                    )
-                call.answered_at = time.monotonic()
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content or b"{}")
+        call = LLMCall(messages=body.get("messages", []), received_at=time.monotonic())
+        with self._lock:
+            self.calls.append(call)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.held:
+            await asyncio.to_thread(self.release.wait, 300)  # a bound against a stuck test only
+        if self.mode == "fail" or not request.url.path.endswith("/chat/completions"):
+            response = json_response(500, {"error": {"message": "stub LLM is down"}})
+        else:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": self.reply},
+                "finish_reason": "stop",
+            }
+            answer = {"id": "stub", "object": "chat.completion", "choices": [choice]}
+            response = json_response(200, answer)
+        call.answered_at = time.monotonic()
+        return response
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        assert self._loopback is not None, "start() the stand-in first"
+        return f"{self._loopback.origin}/v1"
 
     def start(self) -> StubLLM:
-        self._thread.start()
+        self._loopback = Loopback(self.respond)
         return self
 
     def stop(self) -> None:
         self.release.set()
-        self._server.shutdown()
-        self._server.server_close()
+        if self._loopback is not None:
+            self._loopback.close()
 
     def prompts_containing(self, text: str) -> list[list[dict[str, str]]]:
         with self._lock:
@@ -211,37 +185,6 @@ def bot_environment(
     return env
 
 
-# The bundled model's ONNX graph is built in a bot's data folder the first time it embeds
-# (seconds of CPU). Every bot of this test run starts from the first one's graph instead:
-# linked from this folder, which lives as long as the run (a later run, of other code, builds
-# its own).
-SHARED_MODELS = Path(tempfile.gettempdir()) / f"tm-wire-models-{os.getpid()}"
-atexit.register(shutil.rmtree, SHARED_MODELS, ignore_errors=True)
-
-
-def _share_models(data_dir: Path) -> None:
-    """Link the graphs kept from an earlier bot of this run into ``data_dir/models``."""
-    kept = [path for path in SHARED_MODELS.glob("*") if path.is_file()]
-    if not kept:
-        return
-    models = data_dir / "models"
-    models.mkdir(parents=True, exist_ok=True)
-    for path in kept:
-        with contextlib.suppress(OSError):
-            os.link(path, models / path.name)
-
-
-def _keep_models(data_dir: Path) -> None:
-    """After a bot stopped: keep the graphs it built, if none are kept yet."""
-    built = [path for path in (data_dir / "models").glob("*") if path.is_file()]
-    if not built or any(SHARED_MODELS.glob("*")):
-        return
-    SHARED_MODELS.mkdir(parents=True, exist_ok=True)
-    for path in built:
-        with contextlib.suppress(OSError):
-            os.link(path, SHARED_MODELS / path.name)
-
-
 async def start_bot(
     *,
     llm_url: str | None,
@@ -252,7 +195,7 @@ async def start_bot(
     """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens."""
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
-    _share_models(data_dir)
+    share_graphs(data_dir)  # the model's graph, built once per run
     env = bot_environment(
         port=port, token=token, llm_url=llm_url, data_dir=data_dir, extra=extra_env or {}
     )
@@ -344,7 +287,7 @@ async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
         process.kill()
         process.wait()
         _stop_orphan_postgres(bot.data_dir)
-    _keep_models(bot.data_dir)
+    keep_graphs(bot.data_dir)
 
 
 @dataclass

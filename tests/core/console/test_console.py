@@ -571,7 +571,8 @@ async def test_each_reply_counts_how_long_reading_memory_took_for_the_latency_ch
         RECALL_SLOW,
         ConversationEngine,
     )
-    from tests.core.conversation.test_chat import Outbox, RecordingModel, user_turn
+    from tests.core.conversation.test_chat import Outbox, user_turn
+    from tests.fakes import RecordingModel
 
     memory = await memory_factory()
     engine = ConversationEngine(memory=memory, chat_model=RecordingModel("好的"), bot_name="小诗")

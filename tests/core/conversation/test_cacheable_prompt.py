@@ -16,7 +16,8 @@ from memory_core.conversation.window import SteppedWindow
 from memory_core.dashboard import prompt_cache_line
 from memory_core.models import MemoryTurn
 from memory_core.providers.llm import PromptUsage
-from tests.core.conversation.test_chat import Outbox, RecordingModel, user_turn
+from tests.core.conversation.test_chat import Outbox, user_turn
+from tests.fakes import RecordingModel
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 OLD_FACT = "我的猫叫咪咪，三岁了"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -33,8 +33,7 @@ from memory_core.providers.embedding import CachedEmbedder
 from memory_core.recall.options import RecallOptions
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
-from tests.fakes import HashingEmbedder
-from tests.stub_llm import Answer, ScriptedLLM
+from tests.fakes import Answer, HashingEmbedder, RecordingModel, ScriptedLLM
 from tests.window_gate import gate_the_window
 
 MEMORY_LINE = re.compile(
@@ -45,38 +44,6 @@ MEMORY_LINE = re.compile(
 
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
-
-
-class RecordingModel:
-    """A ChatModel that records every prompt and answers from a script."""
-
-    def __init__(self, answer: str = "好的，记住了。") -> None:
-        self.answer = answer
-        self.prompts: list[list[dict[str, str]]] = []
-        self.fail: Exception | None = None
-        self.gate: asyncio.Event | None = None
-        self.started = asyncio.Event()
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> str:
-        self.prompts.append([dict(m) for m in messages])
-        self.started.set()
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.fail is not None:
-            raise self.fail
-        return self.answer
-
-    async def aclose(self) -> None:
-        return None
-
-    def prompt_text(self, index: int = -1) -> str:
-        return "\n".join(m["content"] for m in self.prompts[index])
 
 
 class Outbox:
@@ -183,7 +150,7 @@ async def test_recall_never_crosses_sessions(memory):
     engine = engine_for(memory, model)
     for user, group in ((1, 200), (2, 100), (1, None)):
         await engine.converse(user_turn("我的暗号是什么", user=user, group=group), Outbox())
-        assert "青蛙跳" not in model.prompt_text(), (user, group)
+        assert "青蛙跳" not in model.text(), (user, group)
     await engine.converse(user_turn("我的暗号是什么", user=1, group=100), Outbox())
     assert "青蛙跳" in model.prompts[-1][-1]["content"]
 
@@ -196,7 +163,7 @@ async def test_recap_is_offered_after_more_than_an_hour_of_silence(memory):
     await engine.converse(user_turn("我回来了"), Outbox())
     assert "上次对话在3小时前" in model.prompts[-1][-1]["content"]
     await engine.converse(user_turn("继续说"), Outbox())
-    assert "上次对话在" not in model.prompt_text()
+    assert "上次对话在" not in model.text()
 
 
 async def test_duplicate_message_is_answered_once(memory):
@@ -325,7 +292,7 @@ async def test_two_messages_in_the_same_second_are_both_in_the_next_prompts_cont
     second = datetime.now(timezone.utc).replace(microsecond=0)
     await engine.converse(user_turn("第一句", message_id=1, at=second), outbox)
     await engine.converse(user_turn("第二句", message_id=2, at=second), outbox)
-    assert "第一句" in model.prompt_text(-1)
+    assert "第一句" in model.text(-1)
     await engine.converse(user_turn("第三句", message_id=3), outbox)
     history = [(m["role"], m["content"][-3:]) for m in model.prompts[-1][1:]]
     assert history == [
@@ -560,7 +527,7 @@ async def test_distilled_preference_and_fact_come_before_dialogue_and_stay_in_th
 
     # The same person in another group: nothing of what was distilled in group 100.
     await engine.converse(user_turn("推荐一款适合手冲的咖啡豆", group=200), Outbox())
-    other = model.prompt_text()
+    other = model.text()
     assert "咖啡师" not in other and "简短" not in other
     assert FACTS_HEADER not in other and PREFERENCES_HEADER not in other
 
@@ -660,7 +627,7 @@ async def test_forget_removes_distilled_memories_and_cached_answers(cached_memor
 
     after = await engine.converse(user_turn(GENERAL_QUESTION, user=16), Outbox())
     assert not after.from_cache and len(model.prompts) == 2
-    assert "橘猫" not in model.prompt_text()
+    assert "橘猫" not in model.text()
 
 
 async def test_cache_lookup_failure_falls_back_to_the_model(cached_memory):
@@ -690,7 +657,7 @@ async def test_answering_a_message_with_a_time_word_embeds_its_query_once(memory
     await engine_for(memory, model).converse(user_turn("今天下雨了，做点什么好"), Outbox())
     # Dialogue and facts were both searched with the query less its time word, embedded once.
     assert inner.queries == ["下雨了,做点什么好"]
-    assert "用户喜欢在雨天看书" in model.prompt_text()
+    assert "用户喜欢在雨天看书" in model.text()
 
 
 class HeldPassages(HashingEmbedder):

@@ -12,8 +12,7 @@ from memory_core.models import TurnInput
 from memory_core.providers.llm import build_openai_model
 from memory_core.recall.options import RecallOptions
 from memory_core.settings import ModelEndpoint
-from tests.embedding_server import EmbeddingServer
-from tests.stub_llm import Answer, ScriptedLLM
+from tests.fakes import Answer, HashingEmbeddingAPI, ScriptedLLM
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)  # in the past: no turn is stored dated ahead
 USER, GROUP = 1, 555
@@ -34,10 +33,8 @@ def said(
 
 
 @pytest.fixture
-def server():
-    running = EmbeddingServer(dim=64)
-    yield running
-    running.close()
+def server() -> HashingEmbeddingAPI:
+    return HashingEmbeddingAPI(dim=64)
 
 
 @pytest.fixture
@@ -47,13 +44,13 @@ def chat_server():
     running.close()
 
 
-async def open_with(memory_factory, server: EmbeddingServer, **overrides):
+async def open_with(memory_factory, server: HashingEmbeddingAPI, **overrides):
     return await memory_factory(
         embedder=server.embedder(), embedding_provider="api", embedding_dim=64, **overrides
     )
 
 
-def query_inputs(server: EmbeddingServer, message: str) -> list[str]:
+def query_inputs(server: HashingEmbeddingAPI, message: str) -> list[str]:
     """The texts embedded as the query of ``message`` (it ends them; stored turns are
     embedded as they were said)."""
     return [text for text in server.inputs if text.endswith(message) and text != message]

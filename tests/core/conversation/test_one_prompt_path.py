@@ -12,7 +12,7 @@ from memory_core.console import trace_recall
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.models import TurnInput
 from memory_core.service import TemporalMemory
-from tests.core.conversation.test_chat import RecordingModel
+from tests.fakes import RecordingModel
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)  # in the past: no turn is stored dated ahead
 USER, GROUP = 1, 555

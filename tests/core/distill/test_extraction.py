@@ -13,7 +13,7 @@ import pytest
 
 from memory_core.distill.worker import ExtractionOff
 from memory_core.models import RecalledMessage, TurnInput
-from tests.stub_llm import Answer, ScriptedLLM
+from tests.fakes import Answer, ScriptedLLM
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 GROUP_A = 1001

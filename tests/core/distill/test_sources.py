@@ -16,7 +16,7 @@ import pytest
 
 from memory_core.models import RecalledMessage, TurnInput
 from tests.core.distill.test_extraction import conversation_of, llm_settings, prompt_kind
-from tests.stub_llm import Answer, ScriptedLLM
+from tests.fakes import Answer, ScriptedLLM
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 SAID = {  # what the user says -> the fact the model draws from it

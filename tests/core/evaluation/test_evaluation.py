@@ -20,7 +20,7 @@ from memory_core.evaluation.retention import load_retention_policy, policy_from_
 from memory_core.evaluation.store import PgEvaluationStore
 from memory_core.models import TurnInput
 from memory_core.resources import DEFAULTS_DIR
-from tests.stub_llm import Answer, ScriptedLLM
+from tests.fakes import Answer, ScriptedLLM
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -12,10 +12,10 @@ from memory_core.personal import export_person, forget_memories, known_about, op
 from tests.core.conversation.test_chat import (
     GENERAL_QUESTION,
     Outbox,
-    RecordingModel,
     engine_for,
     user_turn,
 )
+from tests.fakes import RecordingModel
 
 T0 = datetime(2026, 11, 20, 4, tzinfo=timezone.utc)
 ME, OTHER, GROUP = 1, 2, 300

@@ -39,4 +39,4 @@ async def test_a_later_message_waits_for_the_picture_message_before_it(memory_fa
         "帮我记一下[图片：文字 取件码8848]",
         "记下了吗",
     ]
-    assert "取件码8848" in model.prompt_text(0)
+    assert "取件码8848" in model.text(0)

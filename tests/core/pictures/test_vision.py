@@ -7,8 +7,8 @@ import base64
 
 from memory_core.pictures.vision import NoDescriptions, VisionDescriber, build_describer
 from memory_core.settings import MemorySettings
+from tests.fakes import Answer, ScriptedLLM
 from tests.picture_server import note_picture, picture_turn
-from tests.stub_llm import Answer, ScriptedLLM
 
 GROUP, ALICE = 30003, 20002
 

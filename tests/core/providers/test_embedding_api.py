@@ -1,14 +1,14 @@
-"""ApiEmbedder against a real OpenAI-style embeddings server on 127.0.0.1."""
+"""ApiEmbedder against a scripted OpenAI-style embeddings API: on httpx's ``MockTransport``,
+and on a real loopback socket for the embedders built from settings and a real read timeout."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -20,6 +20,14 @@ from memory_core.providers.embedding import ApiEmbedder, CachedEmbedder, build_e
 from memory_core.providers.embedding.api import QWEN3_QUERY_PREFIX, build_api_embedder
 from memory_core.providers.openai_api import OpenAIEndpoint
 from memory_core.settings import MemorySettings
+from tests.fakes import (
+    Loopback,
+    Received,
+    json_response,
+    mock_transport,
+    raw_response,
+    request_json,
+)
 from tests.first_read_short import FirstReadShort
 
 DIM = 8
@@ -39,12 +47,14 @@ def unit_vector(text: str, dim: int = DIM) -> np.ndarray:
 
 @dataclass
 class Step:
-    """How the stub answers one request; the default is a correct answer. With ``hang`` it
-    answers only once the test is over (the server is stopped), so the client surely gives up
-    first however slow the machine."""
+    """How the stand-in answers one request; the default is a correct answer. With ``hang`` it
+    answers only once the test is over (``release``), so the client surely gives up first
+    however slow the machine; ``fail`` raises what httpx's transport raises (a timeout, a
+    refused connection), with no socket and no timer."""
 
     status: int = 200
     hang: bool = False
+    fail: type[httpx.TransportError] | None = None
     dim: int | None = None
     body: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -52,98 +62,68 @@ class Step:
     echo_authorization: bool = False
 
 
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    payload: dict[str, Any]
-
-
-class StubHandler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        stub: EmbeddingServer = self.server.stub  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length", "0"))
-        payload = json.loads(self.rfile.read(length).decode("utf-8"))
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        step = stub.record(Received(self.path, headers, payload))
-        if step.hang:
-            stub.released.wait(timeout=300)
-        if step.body is not None:
-            body = step.body
-        elif step.echo_authorization:
-            body = json.dumps({"error": "bad key", "you_sent": headers.get("authorization")})
-        elif step.status != 200:
-            body = json.dumps({"error": {"message": f"stub says {step.status}"}})
-        else:
-            inputs = payload["input"]
-            data = [
-                {
-                    "object": "embedding",
-                    "index": index,
-                    "embedding": raw_vector(text, step.dim or stub.dim),
-                }
-                for index, text in enumerate(inputs)
-            ]
-            # Answer out of order: the client must sort by ``index``.
-            data = list(reversed(data))[: len(data) - step.drop_vectors]
-            body = json.dumps({"object": "list", "data": data, "model": payload["model"]})
-        encoded = body.encode("utf-8")
-        try:
-            self.send_response(step.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(encoded)))
-            for key, value in step.headers.items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(encoded)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up on a deliberately slow answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
-class EmbeddingServer:
-    """A real HTTP server that plays a scripted list of ``Step``s, then answers correctly."""
+class EmbeddingAPI:
+    """An OpenAI-style ``/v1/embeddings`` that plays a scripted list of ``Step``s, then answers
+    correctly. ``respond`` runs on httpx's ``MockTransport``; ``loopback`` serves it on a socket."""
 
     def __init__(self, dim: int = DIM) -> None:
         self.dim = dim
         self.plan: list[Step] = []
         self.received: list[Received] = []
         self.released = threading.Event()
-        self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), StubHandler)
-        self._httpd.daemon_threads = True
-        self._httpd.stub = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
 
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def record(self, received: Received) -> Step:
-        with self._lock:
-            self.received.append(received)
-            return self.plan.pop(0) if self.plan else Step()
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        payload = request_json(request)
+        headers = {key.lower(): value for key, value in request.headers.items()}
+        self.received.append(Received(request.url.path, headers, payload))
+        step = self.plan.pop(0) if self.plan else Step()
+        if step.fail is not None:
+            raise step.fail("stand-in: no answer", request=request)
+        if step.hang:
+            await asyncio.to_thread(self.released.wait, 300)  # a bound against a stuck test
+        if step.body is not None:
+            return raw_response(step.status, step.body.encode("utf-8"), step.headers)
+        if step.echo_authorization:
+            echoed = {"error": "bad key", "you_sent": headers.get("authorization")}
+            return json_response(step.status, echoed, step.headers)
+        if step.status != 200:
+            error = {"error": {"message": f"stub says {step.status}"}}
+            return json_response(step.status, error, step.headers)
+        data = [
+            {
+                "object": "embedding",
+                "index": index,
+                "embedding": raw_vector(text, step.dim or self.dim),
+            }
+            for index, text in enumerate(payload["input"])
+        ]
+        # Answer out of order: the client must sort by ``index``.
+        data = list(reversed(data))[: len(data) - step.drop_vectors]
+        answer = {"object": "list", "data": data, "model": payload["model"]}
+        return json_response(200, answer, step.headers)
 
     def inputs(self) -> list[list[str]]:
-        return [item.payload["input"] for item in self.received]
+        return [item.body["input"] for item in self.received]
 
-    def stop(self) -> None:
+    def release(self) -> None:
         self.released.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
 
 
 @pytest.fixture
-def server() -> Iterator[EmbeddingServer]:
-    stub = EmbeddingServer()
-    yield stub
-    stub.stop()
+def server() -> Iterator[EmbeddingAPI]:
+    api = EmbeddingAPI()
+    yield api
+    api.release()
+
+
+@pytest.fixture
+def loopback(server: EmbeddingAPI) -> Iterator[str]:
+    """``server`` on a real socket (its base URL): for embedders built from settings, and a
+    real read timeout."""
+    served = Loopback(server.respond)
+    yield f"{served.origin}/v1"
+    server.release()
+    served.close()
 
 
 class SleepRecorder:
@@ -160,19 +140,19 @@ EmbedderFactory = Callable[..., ApiEmbedder]
 
 
 @pytest.fixture
-async def make_embedder(server: EmbeddingServer) -> AsyncIterator[EmbedderFactory]:
+async def make_embedder(server: EmbeddingAPI) -> AsyncIterator[EmbedderFactory]:
     clients: list[httpx.AsyncClient] = []
 
     def factory(
         *,
         timeout: float = 5.0,
-        base_url: str | None = None,
+        base_url: str = "https://embed.example.test/v1",
         transport: httpx.AsyncBaseTransport | None = None,
         **kwargs: Any,
     ) -> ApiEmbedder:
         client = httpx.AsyncClient(
-            transport=transport,
-            base_url=base_url or server.url,
+            transport=transport or mock_transport(server.respond),
+            base_url=base_url,
             # Only reads are made short: a loaded CI machine may take longer to connect.
             timeout=httpx.Timeout(timeout, connect=max(timeout, 5.0)),
             headers={"Authorization": f"Bearer {API_KEY}"},
@@ -203,7 +183,7 @@ def sleeps_of(embedder: ApiEmbedder) -> list[float]:
 
 
 async def test_passages_come_back_in_input_order_normalised_float32(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     embedder = make_embedder()
     texts = ["早上好", "我们明天去爬山", "remember my cat is called Mochi"]
@@ -218,13 +198,13 @@ async def test_passages_come_back_in_input_order_normalised_float32(
 
 
 async def test_request_is_an_openai_embeddings_post_with_float_encoding(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     await make_embedder().embed_passages(["hello"])
 
     (request,) = server.received
     assert request.path == "/v1/embeddings"
-    assert request.payload == {
+    assert request.body == {
         "model": "test/embed",
         "input": ["hello"],
         "encoding_format": "float",
@@ -233,7 +213,7 @@ async def test_request_is_an_openai_embeddings_post_with_float_encoding(
 
 
 async def test_batches_are_split_by_batch_size(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     embedder = make_embedder(batch_size=2)
     texts = [f"turn {i}" for i in range(5)]
@@ -245,7 +225,7 @@ async def test_batches_are_split_by_batch_size(
 
 
 async def test_empty_passage_list_sends_no_request(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     vectors = await make_embedder().embed_passages([])
 
@@ -254,7 +234,7 @@ async def test_empty_passage_list_sends_no_request(
 
 
 async def test_query_of_a_qwen3_model_carries_the_instruction_but_passages_do_not(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     embedder = make_embedder(model="Qwen/Qwen3-Embedding-0.6B")
 
@@ -266,7 +246,7 @@ async def test_query_of_a_qwen3_model_carries_the_instruction_but_passages_do_no
 
 
 async def test_query_of_other_models_is_sent_as_is(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     await make_embedder(model="BAAI/bge-m3").embed_query("我的猫叫什么")
 
@@ -277,7 +257,7 @@ async def test_query_of_other_models_is_sent_as_is(
 
 
 async def test_surrogates_nul_empty_emoji_and_100kb_inputs_are_sent_safely(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     embedder = make_embedder(max_chars=4096)
     texts = [
@@ -307,7 +287,7 @@ async def test_surrogates_nul_empty_emoji_and_100kb_inputs_are_sent_safely(
 
 
 async def test_server_errors_are_retried_until_the_server_recovers(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=500), Step(status=503)]
     embedder = make_embedder(max_retries=3)
@@ -320,7 +300,7 @@ async def test_server_errors_are_retried_until_the_server_recovers(
 
 
 async def test_retries_are_bounded_and_end_in_embedding_error_naming_the_status(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=502) for _ in range(10)]
     embedder = make_embedder(max_retries=2)
@@ -332,7 +312,7 @@ async def test_retries_are_bounded_and_end_in_embedding_error_naming_the_status(
 
 
 async def test_zero_retries_means_exactly_one_request(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=500)]
 
@@ -343,7 +323,7 @@ async def test_zero_retries_means_exactly_one_request(
 
 
 async def test_backoff_grows_exponentially_with_jitter_within_each_step(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=500) for _ in range(4)]
     embedder = make_embedder(max_retries=4, backoff_base=1.0, max_delay=3.0)
@@ -358,7 +338,7 @@ async def test_backoff_grows_exponentially_with_jitter_within_each_step(
 
 
 async def test_429_waits_for_retry_after_then_succeeds(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=429, headers={"Retry-After": "7"})]
     embedder = make_embedder(max_delay=20.0)
@@ -370,7 +350,7 @@ async def test_429_waits_for_retry_after_then_succeeds(
 
 
 async def test_retry_after_is_capped_at_max_delay(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=429, headers={"Retry-After": "3600"})]
     embedder = make_embedder(max_delay=5.0)
@@ -381,7 +361,7 @@ async def test_retry_after_is_capped_at_max_delay(
 
 
 async def test_retry_after_as_http_date_is_understood(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=503, headers={"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})]
     embedder = make_embedder()
@@ -392,10 +372,11 @@ async def test_retry_after_as_http_date_is_understood(
 
 
 async def test_timeouts_are_retried_then_raise_embedding_error(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
-    server.plan = [Step(hang=True), Step(hang=True)]
-    embedder = make_embedder(timeout=0.2, max_retries=1)
+    # The read timeout as httpx's transport raises it; a real one is in the next test.
+    server.plan = [Step(fail=httpx.ReadTimeout), Step(fail=httpx.ReadTimeout)]
+    embedder = make_embedder(max_retries=1)
 
     with pytest.raises(EmbeddingError, match="unreachable after 2 attempts") as caught:
         await embedder.embed_passages(["x"])
@@ -405,12 +386,13 @@ async def test_timeouts_are_retried_then_raise_embedding_error(
 
 
 async def test_one_slow_answer_is_retried_and_the_next_one_used(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, loopback: str, make_embedder: EmbedderFactory
 ) -> None:
-    # Only the first attempt has the short read timeout (it hangs, so it surely times out);
-    # the retry's answer has the client's own 5 s, not a 0.2 s race against a busy machine.
+    # A real read timeout, on a real socket. Only the first attempt has the short read timeout
+    # (it hangs, so it surely times out); the retry's answer has the client's own 5 s, not a
+    # 0.2 s race against a busy machine.
     server.plan = [Step(hang=True)]
-    embedder = make_embedder(max_retries=1, transport=FirstReadShort(read=0.2))
+    embedder = make_embedder(max_retries=1, base_url=loopback, transport=FirstReadShort(read=0.2))
 
     vectors = await embedder.embed_passages(["x"])
 
@@ -419,12 +401,10 @@ async def test_one_slow_answer_is_retried_and_the_next_one_used(
 
 
 async def test_refused_connections_are_retried_then_raise_embedding_error(
-    make_embedder: EmbedderFactory,
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
-    embedder = make_embedder(base_url=f"http://127.0.0.1:{closed_port}/v1", max_retries=2)
+    server.plan = [Step(fail=httpx.ConnectError) for _ in range(3)]
+    embedder = make_embedder(max_retries=2)
 
     with pytest.raises(EmbeddingError, match="unreachable after 3 attempts") as caught:
         await embedder.embed_query("x")
@@ -437,7 +417,7 @@ async def test_refused_connections_are_retried_then_raise_embedding_error(
 
 
 async def test_401_fails_at_once_and_never_repeats_the_api_key(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=401, echo_authorization=True)]
     embedder = make_embedder(max_retries=3)
@@ -452,7 +432,7 @@ async def test_401_fails_at_once_and_never_repeats_the_api_key(
 
 
 async def test_400_fails_at_once_with_a_short_body_excerpt(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(status=400, body="input too long " + "x" * 5000)]
 
@@ -464,7 +444,7 @@ async def test_400_fails_at_once_with_a_short_body_excerpt(
 
 
 async def test_wrong_dimension_raises_naming_both_dimensions(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(dim=16)]
 
@@ -477,7 +457,7 @@ async def test_wrong_dimension_raises_naming_both_dimensions(
 
 
 async def test_fewer_vectors_than_inputs_raises(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(drop_vectors=1)]
 
@@ -486,7 +466,7 @@ async def test_fewer_vectors_than_inputs_raises(
 
 
 async def test_unreadable_answer_raises_embedding_error(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(body="<html>gateway says hi</html>")]
 
@@ -495,7 +475,7 @@ async def test_unreadable_answer_raises_embedding_error(
 
 
 async def test_all_zero_vector_raises_embedding_error(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     zero = json.dumps({"data": [{"index": 0, "embedding": [0.0] * DIM}]})
     server.plan = [Step(body=zero)]
@@ -508,7 +488,7 @@ async def test_all_zero_vector_raises_embedding_error(
 
 
 async def test_cached_api_embedder_sends_each_text_once(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     cached = CachedEmbedder(make_embedder(), max_entries=100)
 
@@ -525,10 +505,10 @@ async def test_cached_api_embedder_sends_each_text_once(
 # --- the factory ------------------------------------------------------------------------
 
 
-def api_settings(server: EmbeddingServer, **overrides: Any) -> MemorySettings:
+def api_settings(base_url: str, **overrides: Any) -> MemorySettings:
     values: dict[str, Any] = {
         "embedding_provider": "api",
-        "embedding_base_url": server.url,
+        "embedding_base_url": base_url,
         "embedding_api_key": API_KEY,
         "embedding_model": "test/embed",
         "embedding_dim": DIM,
@@ -541,9 +521,9 @@ def api_settings(server: EmbeddingServer, **overrides: Any) -> MemorySettings:
 
 
 async def test_build_api_embedder_uses_base_url_key_model_and_batch_size(
-    server: EmbeddingServer,
+    server: EmbeddingAPI, loopback: str
 ) -> None:
-    embedder = build_api_embedder(api_settings(server))
+    embedder = build_api_embedder(api_settings(loopback))
     try:
         await embedder.embed_passages(["a", "b", "c"])
     finally:
@@ -551,13 +531,13 @@ async def test_build_api_embedder_uses_base_url_key_model_and_batch_size(
 
     assert server.inputs() == [["a", "b"], ["c"]]
     assert {item.headers["authorization"] for item in server.received} == {f"Bearer {API_KEY}"}
-    assert {item.payload["model"] for item in server.received} == {"test/embed"}
+    assert {item.body["model"] for item in server.received} == {"test/embed"}
 
 
 async def test_build_api_embedder_without_a_key_sends_no_authorization(
-    server: EmbeddingServer,
+    server: EmbeddingAPI, loopback: str
 ) -> None:
-    embedder = build_api_embedder(api_settings(server, embedding_api_key=None))
+    embedder = build_api_embedder(api_settings(loopback, embedding_api_key=None))
     try:
         await embedder.embed_query("a")
     finally:
@@ -567,17 +547,19 @@ async def test_build_api_embedder_without_a_key_sends_no_authorization(
 
 
 async def test_built_embedder_owns_its_client_and_fails_cleanly_after_aclose(
-    server: EmbeddingServer,
+    server: EmbeddingAPI, loopback: str
 ) -> None:
-    embedder = build_api_embedder(api_settings(server))
+    embedder = build_api_embedder(api_settings(loopback))
     await embedder.aclose()
 
     with pytest.raises(EmbeddingError):
         await embedder.embed_query("a")
 
 
-async def test_build_embedder_for_api_wraps_in_cache_when_enabled(server: EmbeddingServer) -> None:
-    embedder = await build_embedder(api_settings(server, embedding_cache_size=10))
+async def test_build_embedder_for_api_wraps_in_cache_when_enabled(
+    server: EmbeddingAPI, loopback: str
+) -> None:
+    embedder = await build_embedder(api_settings(loopback, embedding_cache_size=10))
     try:
         assert isinstance(embedder, CachedEmbedder)
         assert (embedder.model, embedder.dim) == ("test/embed", DIM)
@@ -614,7 +596,7 @@ class FakeClock:
 
 
 async def test_a_dead_endpoint_is_not_asked_again_until_its_cooldown_has_passed(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     clock = FakeClock()
     embedder = make_embedder(max_retries=0, breaker_failures=3, breaker_cooldown=30.0, clock=clock)
@@ -634,7 +616,7 @@ async def test_a_dead_endpoint_is_not_asked_again_until_its_cooldown_has_passed(
 
 
 async def test_an_embedder_says_it_is_failing_from_its_breakers_count_until_a_call_answers(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     from memory_core.providers.embedding import CachedEmbedder
     from memory_core.providers.openai_api import is_failing
@@ -655,7 +637,7 @@ async def test_an_embedder_says_it_is_failing_from_its_breakers_count_until_a_ca
 
 
 async def test_a_query_embedding_gives_up_at_its_deadline_whatever_the_retries(
-    server: EmbeddingServer, make_embedder: EmbedderFactory
+    server: EmbeddingAPI, make_embedder: EmbedderFactory
 ) -> None:
     server.plan = [Step(hang=True) for _ in range(4)]
     embedder = make_embedder(timeout=5.0, max_retries=3, query_deadline=0.3)

@@ -9,9 +9,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 
 from memory_core.errors import ConfigError
@@ -19,6 +19,7 @@ from memory_core.models import TurnInput
 from memory_core.providers.rerank import build_reranker
 from memory_core.recall.options import RecallOptions
 from memory_core.settings import MemorySettings
+from tests.fakes import Loopback, json_response
 
 SH = timezone(timedelta(hours=8))
 NOW = datetime(2024, 1, 15, 10, 0, tzinfo=SH)
@@ -40,51 +41,34 @@ class RerankServer:
     answered: int = 0
     url: str = ""
 
-    def answer(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async def respond(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/rerank":
+            return json_response(404, {})
+        payload = json.loads(request.content)
         self.requests.append(payload)
         if self.hung:
-            self.released.wait(timeout=300)
+            await asyncio.to_thread(self.released.wait, 300)  # a bound against a stuck test
         self.answered += 1
         if self.status != 200:
-            return self.status, {"error": {"message": f"stand-in says {self.status}"}}
+            return json_response(
+                self.status, {"error": {"message": f"stand-in says {self.status}"}}
+            )
         results = [
             {"index": i, "relevance_score": 0.9 if self.favourite in doc else 0.1 / (i + 1)}
             for i, doc in enumerate(payload["documents"])
         ]
-        return 200, {"results": results + self.extra_results}
+        return json_response(200, {"results": results + self.extra_results})
 
 
 @pytest.fixture
 def rerank_server() -> Iterator[RerankServer]:
+    """The stand-in on a real loopback socket: the reranker is built from settings."""
     stub = RerankServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            payload = json.loads(self.rfile.read(length).decode("utf-8"))
-            status, body = stub.answer(payload) if self.path == "/v1/rerank" else (404, {})
-            data = json.dumps(body).encode("utf-8")
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:  # the client gave up waiting (the hung case)
-                pass
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    stub.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    served = Loopback(stub.respond)
+    stub.url = f"{served.origin}/v1"
     yield stub
     stub.released.set()
-    server.shutdown()
-    server.server_close()
+    served.close()
 
 
 def said(text: str, minutes_ago: float, user: int = 1, group: int | None = None) -> TurnInput:

@@ -7,7 +7,6 @@ import asyncio
 import errno
 import json
 import logging
-from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,6 +21,7 @@ from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.core.test_bad_input import ODD_TEXTS
+from tests.fakes import RecordingModel
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 
@@ -190,10 +190,18 @@ async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database
         await transaction.start()
         await writer.execute("LOCK TABLE dialogues IN ROW EXCLUSIVE MODE")
         assert (await memory.recall(7, "火锅")).windows  # exact; starts the build
-        for _ in range(1200):  # bounded wait (60 s) for the build to register, not a timing check
-            if await writer.fetchval("SELECT count(*) FROM pg_stat_progress_create_index"):
+        # Bounded wait (60 s) for the build to register, not a timing check. The writer is inside
+        # a transaction, where PostgreSQL answers the progress view from a snapshot taken at the
+        # first read: without clearing it, a first read before the build began read 0 for all
+        # 60 s (and the test then went on without having seen the build).
+        building = 0
+        for _ in range(1200):
+            await writer.execute("SELECT pg_stat_clear_snapshot()")
+            building = await writer.fetchval("SELECT count(*) FROM pg_stat_progress_create_index")
+            if building:
                 break
             await asyncio.sleep(0.05)
+        assert building == 1
         await proxy.stop()  # ... until the connection is cut under it
         await memory.vector_index.wait_built()
         assert memory.vector_index.indexed == set()  # failed, retried later
@@ -212,22 +220,8 @@ async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database
         await memory.aclose()
 
 
-class FixedAnswer:
-    """A chat model that always answers the same."""
-
-    answer = "收到。"
-
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> str:
-        return self.answer
-
-    async def aclose(self) -> None:
-        return None
+ANSWER = "收到。"
+"""What the chat model (a ``RecordingModel``) answers every time."""
 
 
 async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_down(
@@ -237,7 +231,7 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
         memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
     )
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -260,7 +254,7 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
                 result = await engine.converse(turn, send)
                 assert result.outcome is Outcome.REPLIED and result.spooled is down
                 expected[message_id] = cleaned
-        assert sent == [FixedAnswer.answer] * len(expected)
+        assert sent == [ANSWER] * len(expected)
         await proxy.start()
         await memory.flush_spool()
         reader = await asyncpg.connect(fresh_dsn)
@@ -417,7 +411,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
     memory_factory, fresh_dsn, caplog, refusal
 ):
     memory = await memory_factory()
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -427,7 +421,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
         for number in (2, 3, 4):
             result = await engine.converse(said(f"写不进去时说的第{number}句", number), send)
             assert result.outcome is Outcome.REPLIED and result.spooled
-        assert sent == [FixedAnswer.answer] * 3
+        assert sent == [ANSWER] * 3
         assert memory.write_trouble is not None and memory.write_trouble.startswith(refusal.label)
         stats = await memory.stats()  # reading still works
         assert stats.spooled_turns == 6
@@ -439,7 +433,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
         assert await memory.flush_spool() == 6
     assert memory.write_trouble is None
     contents = await stored_contents(fresh_dsn)
-    assert len(contents) == 7 and contents.count(FixedAnswer.answer) == 3
+    assert len(contents) == 7 and contents.count(ANSWER) == 3
     stats = await memory.stats()
     assert stats.spooled_turns == 0 and stats.dead_letters == 0
     assert not any(line.startswith("记忆写入受阻") for line in stats.lines_zh())
@@ -512,11 +506,11 @@ async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_a
     sent: list[str] = []
     send = recorded_in(sent)
 
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
     result = await engine.converse(said("数据库拒收这一句", 1), send)
     assert result.outcome is Outcome.REPLIED and result.user_turn is None
-    assert sent == [FixedAnswer.answer]
-    assert await stored_contents(fresh_dsn) == [FixedAnswer.answer]
+    assert sent == [ANSWER]
+    assert await stored_contents(fresh_dsn) == [ANSWER]
     assert [letter["item"]["content"] for letter in dead_letters(memory)] == ["数据库拒收这一句"]
     assert memory.write_trouble is None and memory._spool.pending() == 0
     assert (await memory.stats()).dead_letters == 1
@@ -582,7 +576,7 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
 ):
     """The spool usually shares the database's disk: both refuse writes as a full disk does."""
     memory = await memory_factory()
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -593,7 +587,7 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
         for number in (1, 2, 3):
             result = await engine.converse(said(f"磁盘满时说的第{number}句", number), send)
             assert result.outcome is Outcome.REPLIED and result.spooled
-    assert sent == [FixedAnswer.answer] * 3
+    assert sent == [ANSWER] * 3
     assert memory._spool.pending() == 6  # three user turns and three replies, in memory
     assert any("wait in memory" in r.getMessage() for r in caplog.records)
     with pytest.raises(StorageError):
@@ -604,9 +598,7 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
     assert await memory.flush_spool() == 6
     assert memory._spool.pending() == 0
     contents = await stored_contents(fresh_dsn)
-    assert sorted(c for c in contents if c != FixedAnswer.answer) == [
-        f"磁盘满时说的第{n}句" for n in (1, 2, 3)
-    ]
+    assert sorted(c for c in contents if c != ANSWER) == [f"磁盘满时说的第{n}句" for n in (1, 2, 3)]
 
 
 async def test_forget_drops_turns_waiting_in_memory_for_a_full_spool_file(tmp_path, monkeypatch):

@@ -207,8 +207,12 @@ async def test_a_running_postmaster_of_the_folder_is_joined_and_stops_with_its_l
 
 def start_in_other_process(data_dir: Path) -> subprocess.Popen[str]:
     """Another process (a bot) holding the same embedded server; waits until it has started."""
+    # SIGINT (how the test stops it) is ignored in a process started in the background by a
+    # shell without job control (``make test &``, some CI runners) and the child inherits that;
+    # it would then never exit. Python's own handler is put back explicitly.
     code = (
-        "import sys, time\n"
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from pathlib import Path\n"
         "from memory_core.storage.embedded_server import EmbeddedServer, embedded_cluster_dir\n"
         "EmbeddedServer(embedded_cluster_dir(Path(sys.argv[1]))).start()\n"

@@ -15,7 +15,7 @@ from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
-from tests.embedding_server import EmbeddingServer
+from tests.fakes import HashingEmbeddingAPI
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 SAID = [
@@ -45,13 +45,11 @@ def speaker_texts() -> list[str]:
 
 
 @pytest.fixture
-def server():
-    running = EmbeddingServer(dim=64)
-    yield running
-    running.close()
+def server() -> HashingEmbeddingAPI:
+    return HashingEmbeddingAPI(dim=64)
 
 
-async def open_with(memory_factory, server: EmbeddingServer, **overrides):
+async def open_with(memory_factory, server: HashingEmbeddingAPI, **overrides):
     return await memory_factory(
         embedder=server.embedder(), embedding_provider="api", embedding_dim=64, **overrides
     )

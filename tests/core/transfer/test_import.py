@@ -4,7 +4,6 @@ idempotent, session-isolated, with a round trip export → fresh database → im
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,7 +22,7 @@ from memory_core.settings import MemorySettings
 from memory_core.transfer.importer import import_json_lines, import_qq_text
 from memory_core.transfer.portable import export_lines
 from memory_core.transfer.target import ImportTarget
-from tests.conftest import dsn_for_database
+from tests.conftest import new_database
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PRIVATE = ImportTarget(user_id=123456, self_id=10001)
@@ -139,22 +138,17 @@ async def test_an_opted_out_person_is_not_imported(memory_factory):
 
 @pytest.fixture
 async def second_memory(
-    pg_server_dsn: str, hashing_embedder, tmp_path: Path
+    pg_server_dsn: str, migrated_template: str, hashing_embedder, tmp_path: Path
 ) -> AsyncIterator[TemporalMemory]:
-    """Another installation: its own fresh database, the same embedding model."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_server_dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    settings = MemorySettings(
-        memory_dsn=dsn_for_database(pg_server_dsn, name), memory_data_dir=tmp_path / "other"
-    )
-    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
-    yield memory
-    await memory.aclose()
-    admin = await asyncpg.connect(pg_server_dsn)
-    await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    await admin.close()
+    """Another installation: its own fresh database (a copy of the run's migrated template),
+    the same embedding model."""
+    async with new_database(pg_server_dsn, template=migrated_template) as dsn:
+        settings = MemorySettings(memory_dsn=dsn, memory_data_dir=tmp_path / "other")
+        memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+        try:
+            yield memory
+        finally:
+            await memory.aclose()
 
 
 async def seed_session(memory: TemporalMemory) -> None:
