@@ -1,11 +1,13 @@
 """How much of consecutive chat prompts a provider's prefix cache can reuse.
 
 A 10-message private chat and a 3-member group chat (12 messages, each member addressing the
-bot in turn) go through the real ``ConversationEngine`` on an embedded PostgreSQL, with a day of
-earlier history in each session so recall has something to bring back. A recording stand-in chat
-model keeps every ``messages`` array it is sent and answers with ``--reply-chars`` characters
-(80 by default, a short chat reply). For each prompt after the first it prints the
-share of its serialised JSON that is a common prefix
+bot in turn) go through the real ``ConversationEngine`` and ``OpenAIChatModel`` on an embedded
+PostgreSQL, with a day of earlier history in each session so recall has something to bring
+back. A stand-in endpoint behind an in-process HTTP transport keeps every request body and
+answers with ``--reply-chars`` characters (80 by default, a short chat reply). A prompt is the
+request's tool definitions (offered with CHAT_TOOLS on or auto; ``--set CHAT_TOOLS=off`` for
+none), which a provider's template puts first, then its ``messages``. For each prompt after the
+first it prints the share of it that is a common prefix
 
 * with the previous prompt of the chat (what the issue measured), and
 * with the best earlier prompt of the chat (what a provider's cache, which keeps every prefix
@@ -14,7 +16,8 @@ share of its serialised JSON that is a common prefix
 and the share a cache billing whole 64-token blocks of the prefix would count as cached
 (DeepSeek's unit; OpenAI's is 128 tokens past the first 1,024, which prompts this short never
 reach). Embeddings are random (``bench.common.RandomQueryEmbedder``): the recalled memories
-change from message to message, as real ones do.
+change from message to message, as real ones do. ``--where`` prints, for each prompt, where it
+first differs from the previous one (message, role, offset in its content).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import argparse
 import asyncio
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
 
 from bench.common import (
     T0,
@@ -35,8 +41,11 @@ from bench.common import (
     setting_overrides,
 )
 from memory_core.conversation.engine import ConversationEngine, Delivery
+from memory_core.errors import LLMError
 from memory_core.lang.tokens import TokenCounter
 from memory_core.models import TurnInput
+from memory_core.providers.llm import OpenAIChatModel
+from memory_core.providers.openai_api import OpenAIEndpoint
 from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 
@@ -48,31 +57,50 @@ REPLY = "好的，我记下了。这件事听起来挺重要的，我们可以�
 TOPICS = ("周末去爬山", "新买的咖啡机", "下周的考试", "猫又生病了", "想换工作", "北京的天气")
 
 
-class RecordingModel:
-    """A ChatModel that records every prompt and answers with a fixed sentence."""
+class RecordingEndpoint:
+    """The stand-in chat endpoint behind ``OpenAIChatModel``: keeps every request body as a
+    provider gets it (the tool definitions, then the messages) and answers with a fixed text."""
 
     def __init__(self, reply_chars: int) -> None:
-        self.prompts: list[tuple[int, list[dict[str, str]]]] = []
+        self.prompts: list[tuple[int, dict[str, Any]]] = []
         self.chat = 0  # which chat the next prompts belong to
         self.reply_chars = reply_chars
 
-    async def complete(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> str:
-        self.prompts.append((self.chat, [dict(m) for m in messages]))
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.prompts.append((self.chat, body))
         n = len(self.prompts)
-        return (f"第{n}个回答：" + REPLY * (1 + self.reply_chars // len(REPLY)))[: self.reply_chars]
+        text = (f"第{n}个回答：" + REPLY * (1 + self.reply_chars // len(REPLY)))[: self.reply_chars]
+        message = {"role": "assistant", "content": text}
+        usage = {"prompt_tokens": 500, "completion_tokens": 20, "total_tokens": 520}
+        return httpx.Response(200, json={"choices": [{"message": message}], "usage": usage})
 
-    async def aclose(self) -> None:
-        return None
+
+def serialised(body: Mapping[str, Any]) -> str:
+    """The request's prompt as a provider's template lays it out: the tool definitions (when
+    offered) before the messages."""
+    tools = json.dumps(body.get("tools") or [], ensure_ascii=False)
+    return tools + json.dumps(body["messages"], ensure_ascii=False)
 
 
-def serialised(messages: list[dict[str, str]]) -> str:
-    return json.dumps(messages, ensure_ascii=False)
+def first_difference(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> str:
+    """Where ``later``'s messages first differ from ``earlier``'s: the message's index and
+    role, the offset in its content and a few characters either side of it."""
+    old, new = earlier["messages"], later["messages"]
+    for index, message in enumerate(new):
+        if index >= len(old):
+            return f"message {index} ({message['role']}) is new"
+        if old[index] == message:
+            continue
+        a, b = str(old[index].get("content")), str(message.get("content"))
+        at = common_prefix(a, b)
+        if old[index]["role"] != message["role"]:
+            return f"message {index}: role {old[index]['role']} -> {message['role']}"
+        return (
+            f"message {index} ({message['role']}) at char {at}/{len(b)}: "
+            f"{b[max(0, at - 12) : at]!r} | {a[at : at + 16]!r} -> {b[at : at + 16]!r}"
+        )
+    return "identical"
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -120,18 +148,32 @@ def history(user_id: int, group_id: int | None, name: str, start: datetime) -> l
     return turns
 
 
-async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> None:
+async def run(messages: int, reply_chars: int, where: bool, overrides: dict[str, str]) -> None:
     print(f"== prompt prefix shares ({machine_line()}), replies of {reply_chars} characters")
     if overrides:
         print(f"settings: {overrides}")
     with bench_data_dir("prefix") as data_dir:
         settings = MemorySettings.model_validate(
-            {"memory_data_dir": data_dir, "evaluator_enabled": False, **overrides}
+            {
+                "memory_data_dir": data_dir,
+                "evaluator_enabled": False,
+                "chat_slow_notice_after": 0,
+                **overrides,
+            }
         )
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
-        model = RecordingModel(reply_chars)
+        endpoint = RecordingEndpoint(reply_chars)
+        client = httpx.AsyncClient(
+            transport=httpx.MockTransport(endpoint.handle), base_url="http://stand-in/v1"
+        )
+        model = OpenAIChatModel(
+            OpenAIEndpoint(client, label="chat model", error=LLMError, max_retries=0),
+            "stand-in",
+            deadline=settings.llm_reply_deadline,
+            tools=settings.chat_tools,
+        )
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
             memory=memory, chat_model=model, bot_name="小忆", clock=lambda: clock[0]
@@ -150,7 +192,7 @@ async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> Non
                 text = f"第{i + 1}句：说说{TOPICS[i % len(TOPICS)]}吧，你还记得吗？"
                 turn = TurnInput(PRIVATE_USER, "user", text, None, 10001, "阿华", 1000 + i)
                 await engine.converse(turn, send)
-            model.chat = 1
+            endpoint.chat = 1
             for i in range(messages + 2):
                 clock[0] += timedelta(seconds=40)
                 user_id, name = MEMBERS[i % len(MEMBERS)]
@@ -158,15 +200,27 @@ async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> Non
                 turn = TurnInput(user_id, "user", text, GROUP_ID, 10001, name, 2000 + i)
                 await engine.converse(turn, send, group_name="爬山小队")
         finally:
+            await model.aclose()
             await memory.aclose()
+        tools = endpoint.prompts[0][1].get("tools")
+        print(
+            f"tool definitions: {len(json.dumps(tools, ensure_ascii=False)) if tools else 0} chars"
+        )
         for chat, label in ((0, f"private, {messages} messages"), (1, "group, 3 members")):
-            prompts = [serialised(m) for c, m in model.prompts if c == chat]
+            bodies = [body for c, body in endpoint.prompts if c == chat]
+            prompts = [serialised(body) for body in bodies]
             previous, best, billed = shares(prompts, memory.token_counter)
+            tokens = statistics.mean(memory.token_counter.count(p) for p in prompts)
             print(
                 f"{label}: prefix share vs previous prompt {previous:.2f}, "
                 f"vs best earlier prompt {best:.2f}, billed as cached ({BLOCK_TOKENS}-token "
-                f"blocks) {billed:.2f}; mean prompt {statistics.mean(map(len, prompts)):.0f} chars"
+                f"blocks) {billed:.2f}; mean prompt {statistics.mean(map(len, prompts)):.0f} "
+                f"chars, {tokens:.0f} tokens"
             )
+            if where:
+                for i in range(1, len(bodies)):
+                    share = common_prefix(prompts[i - 1], prompts[i]) / len(prompts[i])
+                    print(f"  {i}: {share:.2f} {first_difference(bodies[i - 1], bodies[i])}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -175,9 +229,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--reply-chars", type=int, default=80, help="length of the stand-in model's replies"
     )
+    parser.add_argument(
+        "--where", action="store_true", help="print where each prompt first differs"
+    )
     add_set_option(parser)
     args = parser.parse_args(argv)
-    asyncio.run(run(args.messages, args.reply_chars, setting_overrides(args.set)))
+    asyncio.run(run(args.messages, args.reply_chars, args.where, setting_overrides(args.set)))
 
 
 if __name__ == "__main__":
