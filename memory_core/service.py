@@ -474,11 +474,23 @@ class TemporalMemory:
         )
 
     async def session_tail(
-        self, user_id: int, group_id: int | None, *, limit: int, since: datetime, now: datetime
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime,
+        group_wide: bool = False,
     ) -> SessionTail:
-        """``last_turn_time`` and ``recent_turns`` (both up to ``now``) in one round trip."""
+        """``last_turn_time`` and ``recent_turns`` (both up to ``now``) in one round trip;
+        ``group_wide``: the recent turns of the whole group (every member's), not the session's."""
         return await self.database.store(PgRecallStore).session_tail(
-            generate_session_key(user_id, group_id), since=since, now=now, limit=limit
+            generate_session_key(user_id, group_id),
+            since=since,
+            now=now,
+            limit=limit,
+            group_id=group_id if group_wide else None,
         )
 
     # ----------------------------------------------------------------- deleting

@@ -13,6 +13,13 @@ For one user message (a ``TurnInput`` with its time) a :class:`PromptPreparer` r
    calls, the short-term turns in a window that moves in steps (``window``), then the note of
    this moment (time, memory) and the message, so a provider's prefix cache can reuse the rest.
 
+In a group (CHAT_GROUP_WINDOW, on by default) the short-term turns are the group's: what every
+member said to the bot there in the last minutes, and its replies, which every member sees in
+the chat anyway. One window for the whole group means every member's call repeats the same
+bytes up to the note, so the provider's cache serves the members' calls from one prefix. Only
+the note differs per member, and only it carries memory (recall scopes it as before:
+``recall.sharing``), so no member's private memory enters the part the members share.
+
 ``ConversationEngine.converse`` sends these messages to the model; ``console.debugger`` shows
 them with ``touch=False``, so a look at the prompt counts no memory as used. Keeping both on
 this one path is what makes the debugger show the recall the bot really makes
@@ -59,7 +66,14 @@ class MemoryReader(Protocol):
     ) -> datetime | None: ...
 
     async def session_tail(
-        self, user_id: int, group_id: int | None, *, limit: int, since: datetime, now: datetime
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime,
+        group_wide: bool = False,
     ) -> SessionTail: ...
 
     async def recall(
@@ -149,12 +163,15 @@ class PromptPreparer:
         self._settings = memory.settings
         self._tz = memory.tz
         self._bot_name = bot_name
-        self._window = SteppedWindow(self._settings.chat_recent_turns)
+        self._window = SteppedWindow(
+            self._settings.chat_recent_turns, growth=self._settings.chat_recent_growth
+        )
 
     async def read_tail(self, turn: TurnInput, now: datetime, *, recent: bool = True) -> Tail:
         """The session's last turn time up to ``now`` and, with ``recent``, its short-term
-        turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show: twice
-        CHAT_RECENT_TURNS), read in one round trip before ``turn`` is stored.
+        turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show:
+        CHAT_RECENT_GROWTH times CHAT_RECENT_TURNS; in a group window, the group's), read in
+        one round trip before ``turn`` is stored.
 
         Read up to this message's time, the recent turns are those ``prepare`` would read up
         to just before its (possibly later, ``not_before``) stamp: no turn of the session lies
@@ -170,6 +187,7 @@ class PromptPreparer:
                 limit=limit,
                 since=now - timedelta(minutes=minutes),
                 now=now,
+                group_wide=self._group_wide(turn),
             )
         except MemoryCoreError as exc:
             return Tail(None, failure=exc)
@@ -206,8 +224,9 @@ class PromptPreparer:
             # (the message's time) may lag behind the moment a fact was distilled.
             budget = self._memory_budget
             memory_tokens = budget(turn.group_id, now) if budget is not None else None
-            recent = self._short_term(turn.session_key, tail, now, remember=touch)
-            options = self._recall_options(recent, cutoff)
+            recent = self._short_term(self._window_key(turn), tail, now, remember=touch)
+            own = [t for t in recent if t.session_key == turn.session_key]
+            options = self._recall_options(own, cutoff)
             recalled = await self._memory.recall(turn.user_id, text, turn.group_id, options)
             context = await self._memory.build_context(
                 turn.user_id,
@@ -246,6 +265,14 @@ class PromptPreparer:
             memory_ms=memory_ms,
         )
 
+    def _group_wide(self, turn: TurnInput) -> bool:
+        return turn.group_id is not None and self._settings.chat_group_window
+
+    def _window_key(self, turn: TurnInput) -> str:
+        """Whose stepped window a message shows: its group's (one start for every member, so
+        their prompts carry the same turns) or its session's."""
+        return f"group:{turn.group_id}" if self._group_wide(turn) else turn.session_key
+
     def _short_term(
         self, session_key: str, tail: Tail, now: datetime, *, remember: bool
     ) -> list[MemoryTurn]:
@@ -256,7 +283,7 @@ class PromptPreparer:
 
     def _recall_options(self, recent: Sequence[MemoryTurn], cutoff: datetime) -> RecallOptions:
         """A conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message
-        and this session's short-term turns."""
+        and this session's short-term turns (in a group window, the member's own)."""
         context: tuple[str, ...] = ()
         if self._settings.memory_query_context_turns > 0:
             context = tuple(t.content for t in recent)

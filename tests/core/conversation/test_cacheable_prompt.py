@@ -4,6 +4,7 @@ while the time and the recalled memory still reach the model with every message.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -76,6 +77,71 @@ async def test_the_members_of_a_group_share_the_system_prompt(memory):
     assert "QQ 1" not in first[0]["content"] and "QQ 2" not in second[0]["content"]
     assert "群成员小明（QQ 2）" in second[-1]["content"]  # who speaks comes with the message
     assert third[: len(first) - 1] == first[:-1]  # member 1's own turns grow by appending
+
+
+SECRETS = {1: "我的银行卡密码是四八一五", 2: "我偷偷养了一只刺猬叫团子"}
+PRIVATE_SECRET = "私聊里说过下个月辞职"
+
+
+async def group_chat(memory, members: list[int]) -> RecordingModel:
+    """Members of an unshared group 100 speak in turn, 40 s apart; each has a day-old secret
+    in the group and member 1 one in his private chat."""
+    day_before = START - timedelta(days=1)
+    for user, secret in SECRETS.items():
+        await memory.add_turn(user_turn(secret, user=user, group=100, at=day_before))
+    await memory.add_turn(user_turn(PRIVATE_SECRET, user=1, at=day_before))
+    model = RecordingModel("好的，我们接着聊。")
+    now = [START]
+    engine = ConversationEngine(memory=memory, chat_model=model, clock=lambda: now[0])
+    for i, user in enumerate(members):
+        now[0] += timedelta(seconds=40)
+        text = f"第{i}句：密码和刺猬的事你还记得吗"
+        await engine.converse(user_turn(text, user=user, group=100), Outbox())
+    return model
+
+
+async def test_a_groups_members_share_one_window_that_holds_nobodys_memory(memory):
+    members = [1, 2, 1, 2, 1, 2]
+    model = await group_chat(memory, members)
+    for earlier, later in zip(model.prompts, model.prompts[1:], strict=False):
+        # The next member's prompt repeats the previous member's up to its note.
+        assert later[: len(earlier) - 1] == earlier[:-1]
+    window = json.dumps(model.prompts[1][1:-1], ensure_ascii=False)
+    assert "第0句" in window  # member 1's words in member 2's window
+    for user, prompt in zip(members, model.prompts, strict=True):
+        text = json.dumps(prompt, ensure_ascii=False)
+        shared, note = text.rsplit(NOTE_OPEN, 1)  # (the system prompt names the note too)
+        assert not any(secret in shared for secret in SECRETS.values())
+        assert SECRETS[3 - user] not in text and PRIVATE_SECRET not in text
+        assert SECRETS[user] in note  # the member's own memory still reaches the model
+
+
+async def test_with_chat_group_window_off_each_member_keeps_a_window_of_his_own(memory_factory):
+    memory = await memory_factory(chat_group_window=False)
+    model = await group_chat(memory, [1, 2, 1, 2])
+    second_of_member_2 = model.prompts[3]
+    assert "第1句" in json.dumps(second_of_member_2, ensure_ascii=False)
+    assert "第0句" not in json.dumps(second_of_member_2, ensure_ascii=False)
+
+
+def test_the_window_grows_to_its_growth_times_the_setting_before_it_steps() -> None:
+    window = SteppedWindow(2, growth=3)
+    every = turns(12)
+    shown = [
+        [t.id for t in window.shown("1", every[max(0, upto - window.capacity) : upto])]
+        for upto in range(1, 10)
+    ]
+    assert shown == [
+        [0],
+        [0, 1],
+        [0, 1, 2],
+        [0, 1, 2, 3],
+        [0, 1, 2, 3, 4],
+        [0, 1, 2, 3, 4, 5],
+        [5, 6],  # full at 6 turns: all but the last 2 went at once
+        [5, 6, 7],
+        [5, 6, 7, 8],
+    ]
 
 
 def turns(n: int) -> list[MemoryTurn]:
