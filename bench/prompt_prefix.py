@@ -17,7 +17,8 @@ and the share a cache billing whole 64-token blocks of the prefix would count as
 (DeepSeek's unit; OpenAI's is 128 tokens past the first 1,024, which prompts this short never
 reach). Embeddings are random (``bench.common.RandomQueryEmbedder``): the recalled memories
 change from message to message, as real ones do. ``--where`` prints, for each prompt, where it
-first differs from the previous one (message, role, offset in its content).
+first differs from the previous one (message, role, offset in its content); ``--distilled``
+gives every session two preferences, a fact and a summary (as extraction would have made).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from bench.common import (
     setting_overrides,
 )
 from memory_core.conversation.engine import ConversationEngine, Delivery
+from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
 from memory_core.lang.tokens import TokenCounter
 from memory_core.models import TurnInput
@@ -126,6 +128,14 @@ def shares(prompts: list[str], counter: TokenCounter) -> tuple[float, float, flo
     return statistics.mean(previous), statistics.mean(best), statistics.mean(billed)
 
 
+DISTILLED = (
+    ExtractedMemory(kind="preferences", content="用户喜欢简短、直接的回答", score=0.9),
+    ExtractedMemory(kind="preferences", content="用户不喜欢被催促", score=0.7),
+    ExtractedMemory(kind="facts", content="用户养了一只猫", score=0.9),
+    ExtractedMemory(kind="summary", content="用户聊了周末爬山、咖啡机和下周的考试", score=0.6),
+)
+
+
 def history(user_id: int, group_id: int | None, name: str, start: datetime) -> list[TurnInput]:
     """A day-old exchange per topic, for recall to find."""
     turns = []
@@ -148,7 +158,9 @@ def history(user_id: int, group_id: int | None, name: str, start: datetime) -> l
     return turns
 
 
-async def run(messages: int, reply_chars: int, where: bool, overrides: dict[str, str]) -> None:
+async def run(
+    messages: int, reply_chars: int, where: bool, distilled: bool, overrides: dict[str, str]
+) -> None:
     print(f"== prompt prefix shares ({machine_line()}), replies of {reply_chars} characters")
     if overrides:
         print(f"settings: {overrides}")
@@ -187,6 +199,12 @@ async def run(messages: int, reply_chars: int, where: bool, overrides: dict[str,
             await memory.add_dialogues(history(PRIVATE_USER, None, "阿华", day_before))
             for user_id, name in MEMBERS:
                 await memory.add_dialogues(history(user_id, GROUP_ID, name, day_before))
+            if distilled:
+                for user_id, group_id in (
+                    (PRIVATE_USER, None),
+                    *((u, GROUP_ID) for u, _ in MEMBERS),
+                ):
+                    await memory.distilled.save(DISTILLED, user_id, group_id, stated_at=day_before)
             for i in range(messages):
                 clock[0] += timedelta(seconds=40)
                 text = f"第{i + 1}句：说说{TOPICS[i % len(TOPICS)]}吧，你还记得吗？"
@@ -232,9 +250,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--where", action="store_true", help="print where each prompt first differs"
     )
+    parser.add_argument(
+        "--distilled",
+        action="store_true",
+        help="give every session two preferences, a fact and a summary",
+    )
     add_set_option(parser)
     args = parser.parse_args(argv)
-    asyncio.run(run(args.messages, args.reply_chars, args.where, setting_overrides(args.set)))
+    overrides = setting_overrides(args.set)
+    asyncio.run(run(args.messages, args.reply_chars, args.where, args.distilled, overrides))
 
 
 if __name__ == "__main__":

@@ -660,11 +660,13 @@ class TemporalMemory:
         recall: RecallResult | None = None,
         max_tokens: int | None = None,
         touch: bool = True,
+        settled: bool = False,
     ) -> MemoryContext:
         """The memory text for a reply within MEMORY_MAX_TOKENS: preferences, relevant facts,
         recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
         already in the messages). Pass ``recall`` to reuse a recall already made;
-        ``touch=False`` does not count the memories as used."""
+        ``touch=False`` does not count the memories as used; ``settled``: preferences and
+        summaries apart (``MemoryContext.settled``)."""
         now = now or datetime.now(timezone.utc)
         return await self._context_builder.build(
             user_id,
@@ -679,6 +681,7 @@ class TemporalMemory:
             ),
             max_tokens=max_tokens,
             touch=touch,
+            settled=settled,
         )
 
 

@@ -8,7 +8,8 @@ For one user message (a ``TurnInput`` with its time) a :class:`PromptPreparer` r
 2. the recall, with the conversational query (the message and the short-term turns, when
    MEMORY_QUERY_CONTEXT_TURNS > 0), as of just before the message;
 3. the memory context within MEMORY_MAX_TOKENS: preferences, relevant facts, summaries, then
-   the recalled dialogue minus the short-term turns (``context.builder``);
+   the recalled dialogue minus the short-term turns (``context.builder``); in a private chat
+   the preferences and summaries, which do not depend on the message, end the system prompt;
 4. the chat messages (``prompt``): the system prompt, which stays the same across a chat's
    calls, the short-term turns in a window that moves in steps (``window``), then the note of
    this moment (time, memory) and the message, so a provider's prefix cache can reuse the rest.
@@ -91,6 +92,7 @@ class MemoryReader(Protocol):
         recall: RecallResult | None = None,
         max_tokens: int | None = None,
         touch: bool = True,
+        settled: bool = False,
     ) -> MemoryContext: ...
 
 
@@ -237,13 +239,19 @@ class PromptPreparer:
                 recall=recalled,
                 max_tokens=memory_tokens,
                 touch=touch,
+                # A private chat's preferences and summaries join its system prompt; a group's
+                # system prompt is every member's, so there they stay in the member's note.
+                settled=turn.group_id is None,
             )
             memory_ms = (time.perf_counter() - started) * 1000
         except MemoryCoreError as exc:
             failure = exc
         place = ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name)
         system = build_system_prompt(
-            bot_name=self._bot_name, persona=self._settings.chat_persona or None, place=place
+            bot_name=self._bot_name,
+            persona=self._settings.chat_persona or None,
+            place=place,
+            settled=context.settled if context is not None else "",
         )
         note = build_moment_note(
             now,

@@ -15,6 +15,7 @@ from memory_core.conversation.engine import ConversationEngine
 from memory_core.conversation.prompt import NOTE_CLOSE, NOTE_OPEN
 from memory_core.conversation.window import SteppedWindow
 from memory_core.dashboard import prompt_cache_line
+from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import MemoryTurn
 from memory_core.providers.llm import PromptUsage
 from tests.core.conversation.test_chat import Outbox, RecordingModel, user_turn
@@ -77,6 +78,33 @@ async def test_the_members_of_a_group_share_the_system_prompt(memory):
     assert "QQ 1" not in first[0]["content"] and "QQ 2" not in second[0]["content"]
     assert "群成员小明（QQ 2）" in second[-1]["content"]  # who speaks comes with the message
     assert third[: len(first) - 1] == first[:-1]  # member 1's own turns grow by appending
+
+
+async def test_a_private_chats_preferences_and_summaries_end_its_system_prompt(memory):
+    told = START - timedelta(days=1)
+    liked, summary, members = "用户喜欢简短的回答", "用户聊了他的猫咪咪", "用户喜欢长篇大论"
+    await memory.distilled.save(
+        [
+            ExtractedMemory(kind="preferences", content=liked, score=0.9),
+            ExtractedMemory(kind="summary", content=summary, score=0.8),
+        ],
+        1,
+        None,
+        stated_at=told,
+    )
+    await memory.distilled.save(
+        [ExtractedMemory(kind="preferences", content=members, score=0.9)], 2, 100, stated_at=told
+    )
+    model = await chat(memory, [(1, None)] * 3 + [(2, 100)])
+    private, group = model.prompts[:3], model.prompts[3]
+    [system] = {prompt[0]["content"] for prompt in private}  # the same in every call
+    assert liked in system and summary in system and "天前" not in system
+    for prompt in private:
+        note = prompt[-1]["content"]
+        assert liked not in note and summary not in note
+        assert OLD_FACT in note  # the recalled dialogue is still in the note
+    # A group's system prompt is every member's: a member's preference stays in his note.
+    assert members not in group[0]["content"] and members in group[-1]["content"]
 
 
 SECRETS = {1: "我的银行卡密码是四八一五", 2: "我偷偷养了一只刺猬叫团子"}
