@@ -263,10 +263,17 @@ async def test_a_shared_groups_notes_reach_a_second_member_but_no_other_group_or
             )
         return all_text(wire.llm.last_prompt_for(question))
 
+    # Said 40 minutes ago: beyond the group's short-term window (CHAT_GROUP_WINDOW shows every
+    # member the group's last minutes, which they all saw in the chat), so only recall could
+    # bring it back.
     await wire.say(
-        [at_seg(SELF_ID), text_seg(f" {meeting}")], user_id=xiaoming, group_id=team, card="小明"
+        [at_seg(SELF_ID), text_seg(f" {meeting}")],
+        user_id=xiaoming,
+        group_id=team,
+        card="小明",
+        sent_at=time.time() - 40 * 60,
     )
-    # Per member by default: 小红 does not get 小明's words.
+    # Per member by default: 小红's recall does not get 小明's words.
     assert meeting not in await ask("(未共享)", team)
     member = await wire.say([text_seg("/群共享 开")], user_id=xiaohong, group_id=team)
     assert member == "只有群主、管理员或超级用户可以开关本群的共享记忆。"
