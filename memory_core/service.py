@@ -474,11 +474,23 @@ class TemporalMemory:
         )
 
     async def session_tail(
-        self, user_id: int, group_id: int | None, *, limit: int, since: datetime, now: datetime
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime,
+        group_wide: bool = False,
     ) -> SessionTail:
-        """``last_turn_time`` and ``recent_turns`` (both up to ``now``) in one round trip."""
+        """``last_turn_time`` and ``recent_turns`` (both up to ``now``) in one round trip;
+        ``group_wide``: the recent turns of the whole group (every member's), not the session's."""
         return await self.database.store(PgRecallStore).session_tail(
-            generate_session_key(user_id, group_id), since=since, now=now, limit=limit
+            generate_session_key(user_id, group_id),
+            since=since,
+            now=now,
+            limit=limit,
+            group_id=group_id if group_wide else None,
         )
 
     # ----------------------------------------------------------------- deleting
@@ -648,11 +660,13 @@ class TemporalMemory:
         recall: RecallResult | None = None,
         max_tokens: int | None = None,
         touch: bool = True,
+        settled: bool = False,
     ) -> MemoryContext:
         """The memory text for a reply within MEMORY_MAX_TOKENS: preferences, relevant facts,
         recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
         already in the messages). Pass ``recall`` to reuse a recall already made;
-        ``touch=False`` does not count the memories as used."""
+        ``touch=False`` does not count the memories as used; ``settled``: preferences and
+        summaries apart (``MemoryContext.settled``)."""
         now = now or datetime.now(timezone.utc)
         return await self._context_builder.build(
             user_id,
@@ -667,6 +681,7 @@ class TemporalMemory:
             ),
             max_tokens=max_tokens,
             touch=touch,
+            settled=settled,
         )
 
 

@@ -133,6 +133,11 @@ class MemorySettings(BaseModel):
     # conversation (memory_core.conversation.engine)
     chat_recent_turns: int = Field(default=6, ge=0, le=100)
     chat_recent_minutes: float = Field(default=30.0, ge=0)
+    # the short-term window grows to this many times chat_recent_turns, then steps back
+    chat_recent_growth: int = Field(default=3, ge=2, le=10)
+    # a group's short-term window is the group's recent turns, the same for every member; off by
+    # default: a member's words reach only his own prompts unless the group shares (recall.sharing)
+    chat_group_window: bool = False
     chat_notice_interval: float = Field(default=60.0, ge=0)
     # on by default: a reply that takes longer than this looks like a bot that stopped answering
     chat_slow_notice_after: float = Field(default=8.0, ge=0)

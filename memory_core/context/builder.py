@@ -8,6 +8,11 @@ is left). Every line carries its time like a dialogue line::
     --- 用户偏好 ---
     [2024-01-16 10:30:15] (5小时前) 偏好(沟通风格): 喜欢简洁的回复
 
+With ``settled`` (a private chat) the preferences and summaries, which do not depend on the
+message, come apart as ``MemoryContext.settled``, dated without the relative time (which
+changes with every message): the prompt puts them at the end of the system prompt, so they are
+part of the beginning a provider's prefix cache reuses, until a new one is distilled.
+
 Nothing appears twice: a memory already shown (same kind and content, e.g. from two chats in
 the user scope) is skipped, and dialogue turns in ``exclude_ids`` (the short-term turns the
 chat engine puts in the messages) are left out of the recalled windows.
@@ -50,6 +55,7 @@ class MemoryContext:
     summary_ids: tuple[int, ...] = ()
     turn_ids: tuple[int, ...] = ()
     dropped: int = 0
+    settled: str = ""  # the preferences and summaries, apart (``assemble_context(settled=)``)
 
     @property
     def distilled_ids(self) -> tuple[int, ...]:
@@ -61,10 +67,13 @@ class MemoryContext:
         return bool(self.distilled_ids or self.turn_ids)
 
 
-def format_distilled_line(memory: DistilledMemory, now: datetime, tz: ZoneInfo) -> str:
+def format_distilled_line(
+    memory: DistilledMemory, now: datetime, tz: ZoneInfo, *, relative: bool = True
+) -> str:
     """``[2024-01-16 10:30:15] (5小时前) 事实(个人信息): 用户住在北京（提到 3 次）``.
 
     The time is when the memory was last confirmed; the text is kept on one line.
+    ``relative=False`` leaves out ``(5小时前)``, so the line stays the same as time passes.
     """
     label = _LABELS[memory.kind]
     if memory.category:
@@ -78,6 +87,8 @@ def format_distilled_line(memory: DistilledMemory, now: datetime, tz: ZoneInfo) 
     elif memory.times_mentioned > 1:
         text += f"（提到 {memory.times_mentioned} 次）"
     stamp = format_absolute(memory.last_confirmed, tz)
+    if not relative:
+        return f"[{stamp}] {label}: {text}"
     return f"[{stamp}] ({relative_time_zh(memory.last_confirmed, now, tz)}) {label}: {text}"
 
 
@@ -88,12 +99,15 @@ def assemble_context(
     summaries: Sequence[DistilledMemory],
     windows: Sequence[RecallWindow],
     budget: LineBudget,
+    settled: bool = False,
 ) -> MemoryContext:
     """Fill ``max_tokens`` in priority order (see the module docstring); pure.
 
     Each section takes its items in the given order (best first) while they fit; an item that
     does not fit is skipped and a shorter later one may still fit. The dialogue block gets
     what is left (``block.LineBudget`` says how lines are dated, counted and labelled).
+    ``settled``: the preferences and summaries go to ``settled`` (without relative times,
+    so they are counted within the budget as the longer lines they were), the rest to ``text``.
     """
     now, tz, counter, max_tokens = budget.now, budget.tz, budget.counter, budget.max_tokens
     if max_tokens <= 0:
@@ -166,9 +180,16 @@ def assemble_context(
         tokens = counter.count(text)
     if not block.text:
         text, tokens = prefix, prefix_tokens
+    apart = ""
+    if settled:
+        kept = [(h, m, format_distilled_line(m, now, tz, relative=False)) for h, m, _ in accepted]
+        apart = render([e for e in kept if e[0] != FACTS_HEADER])
+        fact_lines = render([e for e in accepted if e[0] == FACTS_HEADER])
+        text = "\n".join(part for part in (fact_lines, block.text) if part)
     return MemoryContext(
         text=text,
         tokens=tokens,
+        settled=apart,
         preference_ids=tuple(chosen["preferences"]),
         fact_ids=tuple(chosen["facts"]),
         summary_ids=tuple(chosen["summary"]),
@@ -235,8 +256,10 @@ class ContextBuilder:
         recall: RecallResult | Awaitable[RecallResult],
         max_tokens: int | None = None,
         touch: bool = True,
+        settled: bool = False,
     ) -> MemoryContext:
-        """The memory context for ``query`` in this session (see ``assemble_context``).
+        """The memory context for ``query`` in this session (see ``assemble_context``;
+        ``settled``: the preferences and summaries apart, for a private chat's system prompt).
 
         ``recall``: dialogue already recalled by the caller, or a recall still to be awaited
         (then awaited beside the distilled memory's reads).
@@ -260,6 +283,7 @@ class ContextBuilder:
             summaries=summaries,
             windows=recalled.windows,
             budget=LineBudget(now, self._tz, self._counter, budget, exclude_ids, asker=user_id),
+            settled=settled,
         )
         if touch and self._keeper is not None and context.distilled_ids:
             await self._keeper.touch(context.distilled_ids, now)

@@ -8,10 +8,18 @@ For one user message (a ``TurnInput`` with its time) a :class:`PromptPreparer` r
 2. the recall, with the conversational query (the message and the short-term turns, when
    MEMORY_QUERY_CONTEXT_TURNS > 0), as of just before the message;
 3. the memory context within MEMORY_MAX_TOKENS: preferences, relevant facts, summaries, then
-   the recalled dialogue minus the short-term turns (``context.builder``);
+   the recalled dialogue minus the short-term turns (``context.builder``); in a private chat
+   the preferences and summaries, which do not depend on the message, end the system prompt;
 4. the chat messages (``prompt``): the system prompt, which stays the same across a chat's
    calls, the short-term turns in a window that moves in steps (``window``), then the note of
    this moment (time, memory) and the message, so a provider's prefix cache can reuse the rest.
+
+In a group (CHAT_GROUP_WINDOW, on by default) the short-term turns are the group's: what every
+member said to the bot there in the last minutes, and its replies, which every member sees in
+the chat anyway. One window for the whole group means every member's call repeats the same
+bytes up to the note, so the provider's cache serves the members' calls from one prefix. Only
+the note differs per member, and only it carries memory (recall scopes it as before:
+``recall.sharing``), so no member's private memory enters the part the members share.
 
 ``ConversationEngine.converse`` sends these messages to the model; ``console.debugger`` shows
 them with ``touch=False``, so a look at the prompt counts no memory as used. Keeping both on
@@ -59,7 +67,14 @@ class MemoryReader(Protocol):
     ) -> datetime | None: ...
 
     async def session_tail(
-        self, user_id: int, group_id: int | None, *, limit: int, since: datetime, now: datetime
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime,
+        group_wide: bool = False,
     ) -> SessionTail: ...
 
     async def recall(
@@ -77,6 +92,7 @@ class MemoryReader(Protocol):
         recall: RecallResult | None = None,
         max_tokens: int | None = None,
         touch: bool = True,
+        settled: bool = False,
     ) -> MemoryContext: ...
 
 
@@ -149,12 +165,15 @@ class PromptPreparer:
         self._settings = memory.settings
         self._tz = memory.tz
         self._bot_name = bot_name
-        self._window = SteppedWindow(self._settings.chat_recent_turns)
+        self._window = SteppedWindow(
+            self._settings.chat_recent_turns, growth=self._settings.chat_recent_growth
+        )
 
     async def read_tail(self, turn: TurnInput, now: datetime, *, recent: bool = True) -> Tail:
         """The session's last turn time up to ``now`` and, with ``recent``, its short-term
-        turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show: twice
-        CHAT_RECENT_TURNS), read in one round trip before ``turn`` is stored.
+        turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show:
+        CHAT_RECENT_GROWTH times CHAT_RECENT_TURNS; in a group window, the group's), read in
+        one round trip before ``turn`` is stored.
 
         Read up to this message's time, the recent turns are those ``prepare`` would read up
         to just before its (possibly later, ``not_before``) stamp: no turn of the session lies
@@ -170,6 +189,7 @@ class PromptPreparer:
                 limit=limit,
                 since=now - timedelta(minutes=minutes),
                 now=now,
+                group_wide=self._group_wide(turn),
             )
         except MemoryCoreError as exc:
             return Tail(None, failure=exc)
@@ -206,8 +226,9 @@ class PromptPreparer:
             # (the message's time) may lag behind the moment a fact was distilled.
             budget = self._memory_budget
             memory_tokens = budget(turn.group_id, now) if budget is not None else None
-            recent = self._short_term(turn.session_key, tail, now, remember=touch)
-            options = self._recall_options(recent, cutoff)
+            recent = self._short_term(self._window_key(turn), tail, now, remember=touch)
+            own = [t for t in recent if t.session_key == turn.session_key]
+            options = self._recall_options(own, cutoff)
             recalled = await self._memory.recall(turn.user_id, text, turn.group_id, options)
             context = await self._memory.build_context(
                 turn.user_id,
@@ -218,13 +239,19 @@ class PromptPreparer:
                 recall=recalled,
                 max_tokens=memory_tokens,
                 touch=touch,
+                # A private chat's preferences and summaries join its system prompt; a group's
+                # system prompt is every member's, so there they stay in the member's note.
+                settled=turn.group_id is None,
             )
             memory_ms = (time.perf_counter() - started) * 1000
         except MemoryCoreError as exc:
             failure = exc
         place = ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name)
         system = build_system_prompt(
-            bot_name=self._bot_name, persona=self._settings.chat_persona or None, place=place
+            bot_name=self._bot_name,
+            persona=self._settings.chat_persona or None,
+            place=place,
+            settled=context.settled if context is not None else "",
         )
         note = build_moment_note(
             now,
@@ -246,6 +273,14 @@ class PromptPreparer:
             memory_ms=memory_ms,
         )
 
+    def _group_wide(self, turn: TurnInput) -> bool:
+        return turn.group_id is not None and self._settings.chat_group_window
+
+    def _window_key(self, turn: TurnInput) -> str:
+        """Whose stepped window a message shows: its group's (one start for every member, so
+        their prompts carry the same turns) or its session's."""
+        return f"group:{turn.group_id}" if self._group_wide(turn) else turn.session_key
+
     def _short_term(
         self, session_key: str, tail: Tail, now: datetime, *, remember: bool
     ) -> list[MemoryTurn]:
@@ -256,7 +291,7 @@ class PromptPreparer:
 
     def _recall_options(self, recent: Sequence[MemoryTurn], cutoff: datetime) -> RecallOptions:
         """A conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message
-        and this session's short-term turns."""
+        and this session's short-term turns (in a group window, the member's own)."""
         context: tuple[str, ...] = ()
         if self._settings.memory_query_context_turns > 0:
             context = tuple(t.content for t in recent)

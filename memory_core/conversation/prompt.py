@@ -5,7 +5,9 @@ A provider bills the part of a prompt that repeats an earlier prompt's beginning
 every message comes last:
 
 1. the system prompt: who the bot is, the persona, the chat (for a group: the group, not the
-   member speaking), the rules; byte-identical across the calls of one chat;
+   member speaking), the rules and, in a private chat, the person's distilled preferences and
+   summaries (they do not depend on the message); byte-identical across the calls of one chat
+   until a new one is distilled;
 2. the short-term turns, which grow by appending (``conversation.window`` moves them in steps);
 3. the last user message: the note of this moment (the current time with zone and weekday, who
    speaks in a group, the recap offer, the memory block) and then the message itself.
@@ -28,6 +30,7 @@ from ..models import MemoryTurn
 RECAP_AFTER = timedelta(hours=1)
 NOTE_OPEN = "【系统提示】"
 NOTE_CLOSE = "【当前消息】"
+SETTLED_INTRO = "关于对方的长期记忆（带时间戳，按当前时间判断新旧）："
 
 
 def _elapsed(then: datetime, now: datetime) -> timedelta:
@@ -77,9 +80,12 @@ def build_system_prompt(
     bot_name: str | None = None,
     persona: str | None = None,
     place: ChatPlace | None = None,
+    settled: str = "",
 ) -> str:
-    """The Chinese system prompt: persona, the chat, the time rules; nothing in it changes
-    from one message of a chat to the next (the time is in ``build_moment_note``)."""
+    """The Chinese system prompt: persona, the chat, the time rules and, in a private chat,
+    ``settled`` (the person's preferences and summaries, dated, without relative times);
+    nothing in it changes from one message of a chat to the next (the time is in
+    ``build_moment_note``) but a newly distilled preference or summary."""
     parts: list[str] = []
     if bot_name:
         parts.append(f"你是{bot_name}。")
@@ -94,6 +100,8 @@ def build_system_prompt(
         "- 明天/昨天/刚才/下周等时间词：当前消息按当前时间理解，记忆里的按该条记忆的时间理解。\n"
         "- 那个/上次/它等指代，结合时间戳判断所指的内容。"
     )
+    if settled:
+        parts.append(f"{SETTLED_INTRO}\n{settled}")
     return "\n".join(parts)
 
 

@@ -3,15 +3,19 @@
 A provider's prefix cache (DeepSeek, OpenAI, Qwen, SiliconFlow bill cached input at a fraction)
 only reuses a prompt up to its first changed character. A window of "the last N turns" drops its
 oldest turn at every message and so changes the prompt right after the system prompt each time.
-Here the window has a start: it grows by appending until it would hold more than twice
-CHAT_RECENT_TURNS turns, then drops its oldest half at once (keeping the last CHAT_RECENT_TURNS)
-and grows again. So the model never sees fewer recent turns than the setting asks for, and the
-turns beyond it cost little: they are the part of the prompt the provider has cached. Turns
-older than CHAT_RECENT_MINUTES still leave it as before (``PromptPreparer``), so a pause can
-shorten it.
+Here the window has a start: it grows by appending until it would hold more than
+CHAT_RECENT_GROWTH (3) times CHAT_RECENT_TURNS turns, then drops all but the last
+CHAT_RECENT_TURNS at once and grows again. So the model never sees fewer recent turns than the
+setting asks for, and the turns beyond it cost little: they are the part of the prompt the
+provider has cached. Only a step sends the window's turns uncached again, once per
+(growth - 1) × CHAT_RECENT_TURNS turns: a bigger growth steps less often (fewer turns billed
+uncached per message) for a longer cached prefix (more turns billed at the cached price).
+Turns older than CHAT_RECENT_MINUTES still leave it as before (``PromptPreparer``), so a pause
+can shorten it. In a group the window is the group's (CHAT_GROUP_WINDOW): one start for all
+its members.
 
 The starts live in this process only; after a restart a session's window starts again at the
-turns read (at most twice CHAT_RECENT_TURNS).
+turns read (at most CHAT_RECENT_GROWTH times CHAT_RECENT_TURNS).
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ MAX_SESSIONS = 4096  # starts remembered; the least recently used are forgotten 
 class SteppedWindow:
     """Which of a session's short-term turns its next prompt shows (see the module docstring)."""
 
-    def __init__(self, least: int, *, max_sessions: int = MAX_SESSIONS) -> None:
+    def __init__(self, least: int, *, growth: int = 2, max_sessions: int = MAX_SESSIONS) -> None:
         self._least = least
-        self.capacity = 2 * least  # how many turns to read for ``shown``
+        self.capacity = growth * least  # how many turns to read for ``shown``
         self._max_sessions = max_sessions
         self._starts: OrderedDict[str, tuple[datetime, int]] = OrderedDict()
 

@@ -248,6 +248,21 @@ SELECT last.at AS last_turn_at, recent.* FROM
 ORDER BY recent.created_at, recent.id
 """
 
+# The same read for a message in a group whose short-term window is the group's: the member's
+# last turn time (for stamping the message), and the short-term turns of every member of group
+# $5 (what was said there in the last minutes, which every member sees in the chat), on the
+# index of migration 015.
+SQL_GROUP_TAIL = f"""
+SELECT last.at AS last_turn_at, recent.* FROM
+    (SELECT max(created_at) AS at FROM dialogues WHERE session_key = $1 AND created_at <= $3) last
+    LEFT JOIN LATERAL (
+        SELECT {TURN_COLUMNS} FROM dialogues
+        WHERE group_id = $5 AND created_at >= $2 AND created_at <= $3
+        ORDER BY created_at DESC, id DESC LIMIT $4
+    ) recent ON true
+ORDER BY recent.created_at, recent.id
+"""
+
 # Sessions above this size get a plan made for their own key and terms (planning costs ~1 ms).
 CUSTOM_PLAN_MIN_ROWS = 2_000
 
@@ -538,11 +553,21 @@ class PgRecallStore(PgStore):
         return value if usable_time(value) else None
 
     async def session_tail(
-        self, session_key: str, *, since: datetime, now: datetime, limit: int
+        self,
+        session_key: str,
+        *,
+        since: datetime,
+        now: datetime,
+        limit: int,
+        group_id: int | None = None,
     ) -> SessionTail:
-        """``last_turn_time`` and ``recent_turns`` of one moment, in one round trip."""
+        """``last_turn_time`` and ``recent_turns`` of one moment, in one round trip; with
+        ``group_id``, the recent turns are those of every session of that group."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_SESSION_TAIL, session_key, since, now, limit)
+            if group_id is None:
+                records = await conn.fetch(SQL_SESSION_TAIL, session_key, since, now, limit)
+            else:
+                records = await conn.fetch(SQL_GROUP_TAIL, session_key, since, now, limit, group_id)
         last_turn_at = records[0]["last_turn_at"]
         return SessionTail(
             last_turn_at=last_turn_at if usable_time(last_turn_at) else None,

@@ -5,7 +5,9 @@ group's admins switch it either way (``/群共享 开|关``), and their choice, 
 wins over the list. In a shared group a recall reads every member's turns of that group — what
 each member said to the bot there and the bot's replies (and, with ``BOT_RECORD_UNADDRESSED``,
 what was said in the group without addressing the bot) — never another group's or a private
-chat's. What stays per member: the short-term context, distilled facts, preferences and
+chat's. What stays per member: the short-term context (but with CHAT_GROUP_WINDOW, off by
+default, the group's last minutes are every member's window, shared or not: what every member
+saw in the chat; ``conversation.preparation``), distilled facts, preferences and
 summaries (they are written about "the user" and would be misread as the asker's), and cached
 answers. Forgetting is unchanged: a member's rows leave the shared pool with them.
 

@@ -95,7 +95,9 @@ async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_
     memory_factory,
 ):
     # Two recent turns at least: the window grows to four, then drops its oldest half.
-    memory = await memory_factory(chat_recent_turns=2, memory_top_n=1, memory_window_size=0)
+    memory = await memory_factory(
+        chat_recent_turns=2, chat_recent_growth=2, memory_top_n=1, memory_window_size=0
+    )
     model = RecordingModel("叫老张面馆。")
     clock = [NOW]
     engine = ConversationEngine(

@@ -65,6 +65,28 @@ async def test_session_tail_without_recent_turns_still_gives_the_last_turn_time(
     assert empty.recent == ()
 
 
+async def test_a_group_tail_holds_every_members_recent_turns_of_that_group_only(memory_factory):
+    memory = await memory_factory()
+    await memory.add_dialogues(
+        [
+            turn(10, "成员1早些时候", user=1, group=700),
+            turn(21, "成员1在群里", user=1, group=700),
+            turn(22, "成员2在群里", user=2, group=700),
+            turn(23, "成员2在别的群", user=2, group=800),
+            turn(24, "成员2私聊", user=2),
+            turn(40, "时钟之后", user=2, group=700),
+        ]
+    )
+    since = NOW - timedelta(minutes=15)
+    tail = await memory.session_tail(1, 700, limit=6, since=since, now=NOW, group_wide=True)
+    assert tail.last_turn_at == T0 + timedelta(minutes=21)  # the member's own last turn
+    assert [t.content for t in tail.recent] == ["成员1在群里", "成员2在群里"]
+    newest = await memory.session_tail(1, 700, limit=1, since=since, now=NOW, group_wide=True)
+    assert [t.content for t in newest.recent] == ["成员2在群里"]
+    own = await memory.session_tail(1, 700, limit=6, since=since, now=NOW)
+    assert [t.content for t in own.recent] == ["成员1在群里"]
+
+
 async def daily(memory, day: date) -> dict[str, int]:
     return await memory.database.store(PgCounterStore).metric_totals(day)
 
