@@ -94,6 +94,11 @@ class MemorySettings(BaseModel):
     memory_shared_groups: frozenset[int] = frozenset()
     memory_index_speaker: bool = False
     memory_query_context_turns: int = Field(default=2, ge=0, le=20)
+    # The message outweighs its context (issue 26 part 3): the share of the message embedded
+    # alone in the query vector (the rest: message with its context), and how much a keyword
+    # term only the earlier lines have counts against one of the message.
+    memory_query_message_weight: float = Field(default=0.5, ge=0, le=1)
+    memory_context_term_weight: float = Field(default=0.3, ge=0, le=1)
 
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"
