@@ -41,6 +41,7 @@ from .ranking import (
     keyword_confidence,
     keyword_hit_gate,
     keyword_rarity_weight,
+    lead_weights,
     merge_time_candidates,
     rank_anchors,
 )
@@ -232,6 +233,13 @@ class Retriever:
                 # Beside the vector list, keywords count as much as the query's terms are rare
                 # in this session (every hit carries the same rarity).
                 weight *= keyword_rarity_weight(hits[0].rarity)
+            elif vector is not None and self.settings.memory_fusion == "lead" and near and hits:
+                # Each list counts as much as its best hit stands out (the vector list's
+                # weight is set on it below).
+                decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
+                vector_weight, keyword_weight = lead_weights([c.similarity for c in near], decayed)
+                channels[0] = dataclasses.replace(channels[0], weight=vector_weight)
+                weight *= keyword_weight
             elif self.settings.memory_fusion == "gated" and near and when is None:
                 # Beside the vector list, each hit counts in full when its terms are rare in
                 # this session or meaning agrees with it (near the best vector match). Not in
