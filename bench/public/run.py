@@ -12,6 +12,8 @@ session, a plain BM25 over the same turns beside (``bench.public.windows``).
     python -m bench.public --sets zh --limit 20 --misses /tmp/misses.jsonl
     python -m bench.public --forms conversation --context-turns 2,4 --index-speaker
     python -m bench.public --sets locomo --set MEMORY_INDEX_SPEAKER=true
+    python -m bench.public --outcomes /tmp/o.jsonl [--set KEY=VALUE]   # then:
+    python -m bench.public.loso /tmp/o.jsonl                           # leave-one-set-out
 """
 
 from __future__ import annotations
