@@ -123,7 +123,7 @@ def verdict(found: Sequence[Fold], rule: Rule = MOVE_RULE) -> str:
     """What the folds say about the shipped default."""
     picks = {f.pick for f in found}
     if picks == {SHIPPED}:
-        return "the shipped value is picked on every fold: it stays"
+        return "the shipped value (this code's default) is picked on every fold: it is kept"
     if len(picks) > 1:
         return f"the folds pick different values ({', '.join(sorted(picks))}): the default stays"
     (pick,) = picks
@@ -171,7 +171,13 @@ def report(table: Mapping[str, Figures]) -> None:
                 f"{_k(fold.shipped_figures)} | {_k(fold.single_figures)} | "
                 f"{'yes' if above else 'no'} |"
             )
-        print(f"\n{verdict(found)}.")
+        print(f"\n{verdict(found)}.\n")
+        print("Every value's hybrid any@1/@5/@10 on each set (in sample and out):\n")
+        print("| set | " + " | ".join(configs) + " |")
+        print("|---|" + "---|" * len(configs))
+        for set_name in sets:
+            cells = [_k(table[c][set_name][FUSED]) for c in configs]
+            print(f"| {set_name} | " + " | ".join(cells) + " |")
     print("\n#### The shipped configuration, every set\n")
     print("| set | hybrid any@1/@5/@10 | vector | keyword | hybrid ≥ best single |")
     print("|---|---|---|---|---|")
