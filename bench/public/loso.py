@@ -45,7 +45,12 @@ class Rule:
     must_win_everywhere: bool  # the pick must be ≥ shipped on every left-out set, and > on one
 
 
-MOVE_RULE = Rule("mean hybrid any@1/@5/@10, sets alike", AT_K, must_win_everywhere=True)
+# The rule a default moves by: the same value picked on every fold, and its left-out figures
+# above the incumbent's on average over the folds. ``STRICT_RULE`` (above on every left-out set,
+# never below) is printed beside it: on six sets of 160-760 cases one or two cases decide it.
+MOVE_RULE = Rule("mean hybrid any@1/@5/@10, sets alike", AT_K, must_win_everywhere=False)
+STRICT_RULE = Rule("the same, on every left-out set", AT_K, must_win_everywhere=True)
+RULES = (MOVE_RULE, STRICT_RULE)
 
 
 def settings_of(label: str) -> dict[str, str]:
@@ -132,9 +137,15 @@ def verdict(found: Sequence[Fold], rule: Rule = MOVE_RULE) -> str:
         return sum(values[k] for k in rule.at_k) / len(rule.at_k)
 
     gains = [mean(f.pick_figures) - mean(f.shipped_figures) for f in found]
+    average = sum(gains) / len(gains)
     if rule.must_win_everywhere and (min(gains) < 0 or max(gains) <= 0):
         return f"{pick} is picked on every fold but loses on a left-out set: the default stays"
-    return f"{pick} is picked on every fold and wins out of sample: the default moves"
+    if not rule.must_win_everywhere and average <= 0:
+        return f"{pick} is picked on every fold but loses out of sample: the default stays"
+    return (
+        f"{pick} is picked on every fold and wins out of sample ({average:+.3f} on average, "
+        f"{min(gains):+.3f} on its worst left-out set): the default moves"
+    )
 
 
 def _k(values: Mapping[int, float]) -> str:
@@ -155,7 +166,7 @@ def report(table: Mapping[str, Figures]) -> None:
         if len(keys) == 1:
             dimensions[keys[0]].append(config)
     dimensions["every configuration"] = sorted(complete)
-    print(f"rule: {MOVE_RULE.name}; sets: {', '.join(sets)}")
+    print(f"picked by: {MOVE_RULE.name}; sets: {', '.join(sets)}")
     for name, configs in dimensions.items():
         print(f"\n#### {name} ({len(configs)} values: {', '.join(configs)})\n")
         print(
@@ -171,7 +182,10 @@ def report(table: Mapping[str, Figures]) -> None:
                 f"{_k(fold.shipped_figures)} | {_k(fold.single_figures)} | "
                 f"{'yes' if above else 'no'} |"
             )
-        print(f"\n{verdict(found)}.\n")
+        print()
+        for rule in RULES:
+            print(f"- by {rule.name}: {verdict(found, rule)}.")
+        print()
         print("Every value's hybrid any@1/@5/@10 on each set (in sample and out):\n")
         print("| set | " + " | ".join(configs) + " |")
         print("|---|" + "---|" * len(configs))

@@ -64,7 +64,7 @@ def test_the_pick_is_made_on_the_other_sets_and_read_on_the_one_left_out() -> No
     assert folds["c"].single_figures[5] == pytest.approx(0.4)  # below its best single there
     # Left out a (or b), the others are b and c: 0.5 against 0.5, a tie goes to shipped.
     assert folds["a"].pick == "shipped"
-    assert "stays" in loso.verdict(list(folds.values()))
+    assert "stays" in loso.verdict(list(folds.values()))  # the folds disagree
 
 
 def test_a_value_picked_on_every_fold_that_wins_everywhere_moves_the_default() -> None:
@@ -77,3 +77,21 @@ def test_a_value_picked_on_every_fold_that_wins_everywhere_moves_the_default() -
     found = loso.folds(table, ["shipped", "X=1"], ["a", "b"])
     assert [f.pick for f in found] == ["X=1", "X=1"]
     assert "moves" in loso.verdict(found)
+    assert "moves" in loso.verdict(found, loso.STRICT_RULE)
+
+
+def test_by_the_strict_rule_one_left_out_loss_keeps_the_default() -> None:
+    # X wins a and b by far and loses c a little: picked on every fold (c's loss is smaller
+    # than a's and b's gains), moves by the mean, not by the strict rule.
+    table = loso.figures(
+        rows("shipped", "a", 0.5, 0.4)
+        + rows("shipped", "b", 0.5, 0.4)
+        + rows("shipped", "c", 0.5, 0.4)
+        + rows("X=1", "a", 0.8, 0.4)
+        + rows("X=1", "b", 0.8, 0.4)
+        + rows("X=1", "c", 0.4, 0.4)
+    )
+    found = loso.folds(table, ["shipped", "X=1"], ["a", "b", "c"])
+    assert [f.pick for f in found] == ["X=1"] * 3
+    assert "moves" in loso.verdict(found)
+    assert "stays" in loso.verdict(found, loso.STRICT_RULE)
