@@ -98,7 +98,7 @@ class MemorySettings(BaseModel):
     # alone in the query vector (the rest: message with its context), and how much a keyword
     # term only the earlier lines have counts against one of the message.
     memory_query_message_weight: float = Field(default=0.5, ge=0, le=1)
-    memory_context_term_weight: float = Field(default=0.3, ge=0, le=1)
+    memory_context_term_weight: float = Field(default=0.7, ge=0, le=1)
 
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"
