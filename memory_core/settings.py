@@ -28,7 +28,7 @@ LOCAL_EMBEDDING_DIM = 384
 BUNDLED_MODEL_RECALL_FLOOR = 0.88
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-FusionMethod = Literal["rrf", "confident", "rarity", "gated"]
+FusionMethod = Literal["rrf", "confident", "rarity", "gated", "lead"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 
@@ -94,6 +94,11 @@ class MemorySettings(BaseModel):
     memory_shared_groups: frozenset[int] = frozenset()
     memory_index_speaker: bool = False
     memory_query_context_turns: int = Field(default=2, ge=0, le=20)
+    # The message outweighs its context (issue 26 part 3): the share of the message embedded
+    # alone in the query vector (the rest: message with its context), and how much a keyword
+    # term only the earlier lines have counts against one of the message.
+    memory_query_message_weight: float = Field(default=0.0, ge=0, le=1)
+    memory_context_term_weight: float = Field(default=1.0, ge=0, le=1)
 
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"

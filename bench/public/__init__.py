@@ -4,5 +4,9 @@
 recall task built from the Chit-Chat data set (PyPI ``chitchat-dataset``, the ``bench`` extra);
 ``locomo``: LoCoMo-dev, from ``../shared/data/locomo-dev``, scored with windows (``windows``)
 beside a plain BM25 (``bm25``);
-``scoring``: the shapes every set becomes and the hit@k arithmetic; ``run``: the runner.
+``madial.topic_change_task``: the topic change sets (``topic-zh``, ``topic-en``), each case's
+message after two lines of another dialogue;
+``scoring``: the shapes every set becomes and the hit@k arithmetic; ``run``: the runner;
+``outcomes``: every case's hit per configuration (``--outcomes``), read by ``loso``, which
+picks each setting on all sets but one and reads it on the one left out.
 """

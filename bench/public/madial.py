@@ -281,3 +281,46 @@ def task(data: MadialSet, tz: tzinfo) -> Task:
             else "no published rankings for this set"
         ),
     )
+
+
+# The topic change set (issue 26 part 3): the case's own last user line, said after two lines
+# of another dialogue, as when a user changes the subject.
+TOPIC_FORMS = {
+    "topic change": (
+        "the last user line after two lines of another dialogue (the one half the set "
+        "away), as the conversation"
+    ),
+}
+TOPIC_LINES = 2
+
+
+def topic_change_task(data: MadialSet, tz: tzinfo) -> Task:
+    """``task``'s memories and relevance, each dialogue's last user line asked after the two
+    lines said before the last user line of dialogue ``i + n/2`` (deterministic, never the
+    dialogue itself): the message must find its memory through a context about another
+    one."""
+    base = task(data, tz)
+    dialogues = data.dialogues
+    half = max(1, len(dialogues) // 2)
+    cases = []
+    for number, (dialogue, case) in enumerate(zip(dialogues, base.cases, strict=True)):
+        donor = dialogues[(number + half) % len(dialogues)]
+        earlier = donor.before_last_user_line()[-TOPIC_LINES:]
+        cases.append(
+            Case(
+                label=f"{data.name}-topic#{dialogue.id}",
+                user=case.user,
+                now=case.now,
+                queries={"topic change": dialogue.last_user_line()},
+                relevant=case.relevant,
+                earlier={"topic change": earlier},
+            )
+        )
+    return Task(
+        name=f"MADial-Bench {data.name}, topic change",
+        about=base.about,
+        items=base.items,
+        cases=cases,
+        forms=TOPIC_FORMS,
+        published_note="no published figures: the topic change is built here",
+    )

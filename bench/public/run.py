@@ -12,6 +12,8 @@ session, a plain BM25 over the same turns beside (``bench.public.windows``).
     python -m bench.public --sets zh --limit 20 --misses /tmp/misses.jsonl
     python -m bench.public --forms conversation --context-turns 2,4 --index-speaker
     python -m bench.public --sets locomo --set MEMORY_INDEX_SPEAKER=true
+    python -m bench.public --outcomes /tmp/o.jsonl [--set KEY=VALUE]   # then:
+    python -m bench.public.loso /tmp/o.jsonl                           # leave-one-set-out
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from bench.common import (
     vector_cache_path,
 )
 from bench.public import chitchat, locomo, madial
+from bench.public.outcomes import outcome, write_outcomes
 from bench.public.scoring import (
     ALL_AT_K,
     AT_K,
@@ -57,7 +60,7 @@ from memory_core.recall.options import RecallOptions
 
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
-SETS = ("zh", "en", "chitchat", "locomo")
+SETS = ("zh", "en", "chitchat", "locomo", "topic-zh", "topic-en")
 REPO = Path(__file__).resolve().parents[2]
 MADIAL_ENV = "TM_MADIAL_DIR"
 DEFAULT_MADIAL = REPO.parent / "shared" / "data" / "madial-bench"
@@ -77,7 +80,8 @@ def load_tasks(args: argparse.Namespace, settings: MemorySettings) -> list[Task]
     tasks: list[Task] = []
     root = madial_root(args.madial_dir)
     for name in ("zh", "en"):
-        if name not in args.sets:
+        wanted = [name in args.sets, f"topic-{name}" in args.sets]
+        if not any(wanted):
             continue
         try:
             data = madial.load(root, name)
@@ -87,7 +91,10 @@ def load_tasks(args: argparse.Namespace, settings: MemorySettings) -> list[Task]
                 f"(point --madial-dir or ${MADIAL_ENV} at the data set's folder)"
             )
             continue
-        tasks.append(madial.task(data, settings.tz))
+        if wanted[0]:
+            tasks.append(madial.task(data, settings.tz))
+        if wanted[1]:
+            tasks.append(madial.topic_change_task(data, settings.tz))
     if "chitchat" in args.sets:
         try:
             tasks.append(chitchat.task(people=args.chitchat_people))
@@ -197,8 +204,10 @@ async def evaluate(
     forms: Sequence[str] | None = None,
     modes: Sequence[Mode] = MODES,
     context_turns: Sequence[int] = (),
+    outcomes: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Recall every case in every mode and form at every k; print the set's table."""
+    """Recall every case in every mode and form at every k; print the set's table.
+    ``outcomes`` gets one row a case, form, mode and k (``bench.public.outcomes``)."""
     found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     timed: Counter[str] = Counter()
     texts: dict[int, list[str]] = defaultdict(list)
@@ -229,6 +238,8 @@ async def evaluate(
                     assert all(t.user_id == user and t.group_id is None for t in result.turns)
                     ranked = ranked_units(result, units)
                     any_hit, all_hit = hits(ranked, case.relevant, k)
+                    if outcomes is not None:
+                        outcomes.append(outcome(task.name, case.label, form, mode, k, any_hit))
                     found[(form, mode)][f"any@{k}"].append(any_hit)
                     if k in ALL_AT_K:
                         found[(form, mode)][f"all@{k}"].append(all_hit)
@@ -322,6 +333,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             return []
         memory = await open_memory(settings, maintenance_interval=None)
         misses: list[dict[str, Any]] | None = [] if args.misses else None
+        outcomes: list[dict[str, Any]] | None = [] if args.outcomes else None
         try:
             first_id = 1
             for number, task in enumerate(tasks, 1):
@@ -332,7 +344,15 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 later = timedelta(days=args.later_days)
                 if task.window:
                     await evaluate_windows(
-                        memory, task, base, units, args.modes, misses, args.time_aware, later
+                        memory,
+                        task,
+                        base,
+                        units,
+                        args.modes,
+                        misses,
+                        args.time_aware,
+                        later,
+                        outcomes,
                     )
                     continue
                 await evaluate(
@@ -346,9 +366,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     args.forms,
                     args.modes,
                     args.context_turns or [memory.settings.memory_query_context_turns],
+                    outcomes,
                 )
         finally:
             await memory.aclose()
+        if outcomes is not None:
+            label = args.label or ",".join(args.set or []) or "shipped"
+            write_outcomes(Path(args.outcomes), label, outcomes)
     print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
     return misses or []
 
@@ -383,6 +407,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="comma-separated retrieval modes to run (default: all three)",
     )
     parser.add_argument("--misses", help="write every miss at k=5 to this JSON-lines file")
+    parser.add_argument(
+        "--outcomes",
+        help="append every case's hit or miss at each k to this JSON-lines file "
+        "(read by `python -m bench.public.loso`)",
+    )
+    parser.add_argument(
+        "--label",
+        help="the configuration's name in --outcomes (default: the --set values, or shipped)",
+    )
     parser.add_argument(
         "--no-time-words",
         dest="time_aware",

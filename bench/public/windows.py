@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from bench.public.bm25 import BM25
+from bench.public.outcomes import outcome
 from bench.public.scoring import SEVERAL, Case, Item, Task, format_table
 from memory_core import RecallResult, TemporalMemory
 from memory_core.models import RecallWindow
@@ -81,9 +82,11 @@ async def evaluate_windows(
     misses: list[dict[str, Any]] | None,
     time_aware: bool | None = None,
     later: timedelta = timedelta(0),
+    outcomes: list[dict[str, Any]] | None = None,
 ) -> None:
     """Recall every case in every mode at every k with the task's window; print the table,
-    whole set then each group, with plain BM25 beside."""
+    whole set then each group, with plain BM25 beside. ``outcomes`` gets one row a case,
+    mode and k (``bench.public.outcomes``)."""
     per_case: dict[tuple[str, str], Figures] = {}
     texts = {item.unit: item.text for item in task.items}
     started = time.perf_counter()
@@ -107,6 +110,9 @@ async def evaluate_windows(
                 calls += 1
                 seen = window_units(result, units)
                 score(found, case, k, seen)
+                if outcomes is not None:
+                    hit = bool(case.relevant & seen)
+                    outcomes.append(outcome(task.name, case.label, "question", mode, k, hit))
                 if misses is not None and k == 5 and not case.relevant & seen:
                     anchors = [_anchor_unit(w, units) for w in result.windows]
                     misses.append(

@@ -123,6 +123,8 @@ ORDER BY embedding::halfvec({dim}) <=> $4::halfvec({dim}) LIMIT $5
 # the matched terms' IDF, with the session ($10 rows) as the collection, damped for long
 # messages. The filters apply after the document frequencies, which describe the whole
 # session. Only the $12 best rows are read again for their cosine to $11 (NULL: none).
+# $13 weighs each term of $5 (same order): a term only the conversation's earlier lines have
+# counts less than one of the message itself (``lang.keywords.weighted_conversation_terms``).
 SQL_KEYWORD_CANDIDATES = f"""
 WITH matches AS MATERIALIZED (
     SELECT id, created_at, role, content, tsvector_to_array(keywords) AS terms
@@ -134,17 +136,20 @@ df AS (
     SELECT term, count(*) AS n FROM matches, unnest(terms) AS term
     WHERE term = ANY($5::text[]) GROUP BY term
 ),
+weights AS (SELECT * FROM unnest($5::text[], $13::float8[]) AS w(term, weight)),
 scored AS (
-    SELECT t.id, sum(ln(1 + ($10::float8 - df.n + 0.5) / (df.n + 0.5))) AS idf
+    SELECT t.id, sum(w.weight * ln(1 + ($10::float8 - df.n + 0.5) / (df.n + 0.5))) AS idf
     FROM (SELECT id, unnest(terms) AS term FROM matches) t JOIN df USING (term)
+    JOIN weights w USING (term)
     GROUP BY t.id
 ),
 average AS (SELECT greatest(avg(cardinality(terms)), 1)::float8 AS len FROM matches),
 -- The IDF mass of the whole query (terms found nowhere weigh the most).
 query AS (
-    SELECT sum(ln(1 + ($10::float8 - coalesce(df.n, 0) + 0.5) / (coalesce(df.n, 0) + 0.5)))
+    SELECT sum(q.weight
+               * ln(1 + ($10::float8 - coalesce(df.n, 0) + 0.5) / (coalesce(df.n, 0) + 0.5)))
            AS idf
-    FROM unnest($5::text[]) AS q(term) LEFT JOIN df USING (term)
+    FROM weights q LEFT JOIN df USING (term)
 ),
 -- How rare in this session the query's three rarest found terms are, 0-1 (ln(N/df) / ln N):
 -- near 0 when even they are in most turns (chit-chat words), 1 for a term in one turn only.
@@ -439,11 +444,17 @@ class PgRecallStore(PgStore):
         session_rows: int,
         query_vector: np.ndarray | None = None,
         filters: AnchorFilters = NO_FILTERS,
+        weights: Sequence[float] | None = None,
     ) -> list[KeywordCandidate]:
-        """The session's ``limit`` best live turns by keyword score (see the SQL's comment)."""
+        """The session's ``limit`` best live turns by keyword score (see the SQL's comment);
+        ``weights`` (one per term, default 1 each) scale each term's share of the score."""
         query = tsquery_any(terms)
         if query is None or limit <= 0:
             return []
+        if weights is None:
+            weights = [1.0] * len(terms)
+        if len(weights) != len(terms):
+            raise ValueError("one weight a term")
         args = (
             scope.key,
             model,
@@ -454,6 +465,7 @@ class PgRecallStore(PgStore):
             float(max(session_rows, 1)),
             query_vector,
             limit,
+            [float(w) for w in weights],
         )
         async with self._connection() as conn:
             if session_rows <= CUSTOM_PLAN_MIN_ROWS:

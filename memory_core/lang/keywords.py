@@ -153,13 +153,23 @@ def conversation_terms(message: str, earlier: Sequence[str]) -> list[str]:
     """The terms of a conversational query: the message's, then each earlier line's from the
     newest back, until ``MAX_QUERY_TERMS`` — the end of a conversation is what is asked about,
     and a long context would otherwise fill the limit with its opening lines."""
-    found: dict[str, None] = dict.fromkeys(query_terms(message))
+    return [term for term, _ in weighted_conversation_terms(message, earlier, 1.0)]
+
+
+def weighted_conversation_terms(
+    message: str, earlier: Sequence[str], context_weight: float
+) -> list[tuple[str, float]]:
+    """``conversation_terms`` with each term's weight in the keyword score: 1 for a term of
+    the message, ``context_weight`` for one only the earlier lines have. The message is what
+    is asked; the lines before it may be about something else entirely ("今天又加班了" before
+    "上次说想买的那个球拍叫什么"), and their terms must not outvote the message's."""
+    found: dict[str, float] = dict.fromkeys(query_terms(message), 1.0)
     for line in reversed(earlier):
         for term in query_terms(line):
             if len(found) >= MAX_QUERY_TERMS:
-                return list(found)
-            found.setdefault(term, None)
-    return list(found)
+                return list(found.items())
+            found.setdefault(term, context_weight)
+    return list(found.items())
 
 
 def substring_terms(text: str) -> list[str]:

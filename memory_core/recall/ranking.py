@@ -185,6 +185,44 @@ def keyword_hit_gate(similarity: float | None, best_similarity: float, rarity: f
     return max(near, keyword_rarity_weight(rarity))
 
 
+def standout(scores: Sequence[float], pool: int) -> float:
+    """How far a channel's best score stands above the rest of its ``pool`` best, in standard
+    deviations of those scores (0 when all tie). Scale-free, so a cosine list and a BM25 list
+    can be compared; a keyword list shorter than the pool is padded with the zero score of
+    the turns it did not match (one hit alone is a clear lead: its terms are rare)."""
+    values = sorted(scores, reverse=True)[:pool]
+    if not values:
+        return 0.0
+    values += [0.0] * (pool - len(values))
+    rest = values[1:]
+    mean = sum(values) / len(values)
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+    if spread <= 0:
+        return 0.0
+    return max(0.0, (values[0] - sum(rest) / len(rest)) / spread) if rest else 0.0
+
+
+# Under ``MEMORY_FUSION=lead`` each of the vector and keyword lists counts in proportion to
+# how clearly its best hit stands out (``standout`` over its best ``LEAD_POOL``), the two
+# weights summing to 2 as under ``rrf``; never below ``LEAD_MIN_SHARE`` of that. Per query,
+# not per set: a question naming rare terms leans on keywords, a paraphrase on meaning.
+LEAD_POOL = 20
+LEAD_MIN_SHARE = 0.2
+
+
+def lead_weights(
+    vector_scores: Sequence[float], keyword_scores: Sequence[float]
+) -> tuple[float, float]:
+    """(vector weight, keyword weight) under ``MEMORY_FUSION=lead``: 1 each when neither
+    list stands out."""
+    vector = standout(vector_scores, LEAD_POOL)
+    keyword = standout(keyword_scores, LEAD_POOL)
+    if vector + keyword <= 0:
+        return 1.0, 1.0
+    share = min(1.0 - LEAD_MIN_SHARE, max(LEAD_MIN_SHARE, vector / (vector + keyword)))
+    return 2.0 * share, 2.0 * (1.0 - share)
+
+
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],

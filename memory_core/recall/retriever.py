@@ -21,7 +21,7 @@ from ..dialogue.recall_store import (
 )
 from ..dialogue.vector_index import VectorIndex
 from ..errors import EmbeddingError, RerankError
-from ..lang.keywords import conversation_terms, required_phrases
+from ..lang.keywords import required_phrases, weighted_conversation_terms
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, generate_session_key
@@ -43,6 +43,7 @@ from .ranking import (
     keyword_confidence,
     keyword_hit_gate,
     keyword_rarity_weight,
+    lead_weights,
     merge_time_candidates,
     rank_anchors,
 )
@@ -57,6 +58,17 @@ _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing t
 def _last_lines(context: Sequence[str], count: int) -> list[str]:
     lines = [line.strip() for line in context if isinstance(line, str) and line.strip()]
     return [scrub(line) for line in lines[-count:]] if count > 0 else []
+
+
+def blended_query_vector(message: np.ndarray, conversation: np.ndarray, share: float) -> np.ndarray:
+    """The query vector of a message said after other lines: ``share`` of the message's own
+    vector and the rest of the message-with-context one, normalised. For unit vectors the
+    cosine to the sum is the weighted sum of the two cosines, so a turn must be near the
+    message itself to rank first; the context still helps an elliptic message, whose own
+    vector says little ("那家店叫什么来着")."""
+    blended = share * message + (1.0 - share) * conversation
+    norm = float(np.linalg.norm(blended))
+    return blended / norm if norm > 0 else conversation
 
 
 def conversational_query(message: str, earlier: Sequence[str]) -> str:
@@ -148,7 +160,7 @@ class Retriever:
         )
         # The query's embedding and the session's size are independent: fetch both at once.
         embedded, size = await asyncio.gather(
-            self._embed_for_recall(search_text, mode), store.session_size(scope)
+            self._query_vector(text, search_text, mode), store.session_size(scope)
         )
         if embedded is _NO_VECTOR:
             return RecallResult(query=query)
@@ -159,8 +171,12 @@ class Retriever:
         if vector is not None:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
         if mode != "vector":
+            weighted = weighted_conversation_terms(
+                text, earlier, self.settings.memory_context_term_weight
+            )
             searches["keyword"] = store.keyword_candidates(
-                terms=conversation_terms(text, earlier),
+                terms=[term for term, _ in weighted],
+                weights=[weight for _, weight in weighted],
                 session_rows=size,
                 query_vector=vector,
                 filters=filters,
@@ -223,6 +239,13 @@ class Retriever:
                 # Beside the vector list, keywords count as much as the query's terms are rare
                 # in this session (every hit carries the same rarity).
                 weight *= keyword_rarity_weight(hits[0].rarity)
+            elif vector is not None and self.settings.memory_fusion == "lead" and near and hits:
+                # Each list counts as much as its best hit stands out (the vector list's
+                # weight is set on it below).
+                decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
+                vector_weight, keyword_weight = lead_weights([c.similarity for c in near], decayed)
+                channels[0] = dataclasses.replace(channels[0], weight=vector_weight)
+                weight *= keyword_weight
             elif self.settings.memory_fusion == "gated" and near and when is None:
                 # Beside the vector list, each hit counts in full when its terms are rare in
                 # this session or meaning agrees with it (near the best vector match). Not in
@@ -286,6 +309,25 @@ class Retriever:
         chosen = {a.candidate.id for a in reordered}
         scores = tuple((head[i].candidate.id, score) for i, score in order if score is not None)
         return reordered + [a for a in ranked if a.candidate.id not in chosen], scores
+
+    async def _query_vector(
+        self, message: str, search_text: str, mode: str
+    ) -> np.ndarray | object | None:
+        """The query vector of ``message`` searched as ``search_text`` (the message with its
+        earlier lines): the two embeddings blended (``blended_query_vector``, share
+        MEMORY_QUERY_MESSAGE_WEIGHT) when they differ, else the one; see ``_embed_for_recall``."""
+        share = self.settings.memory_query_message_weight
+        if search_text == message or share <= 0:
+            return await self._embed_for_recall(search_text, mode)
+        if share >= 1:
+            return await self._embed_for_recall(message, mode)
+        both = await asyncio.gather(
+            self._embed_for_recall(message, mode), self._embed_for_recall(search_text, mode)
+        )
+        alone, conversation = both
+        if not isinstance(alone, np.ndarray) or not isinstance(conversation, np.ndarray):
+            return conversation if isinstance(conversation, np.ndarray) else alone
+        return blended_query_vector(alone, conversation, share)
 
     async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
         """The query vector; None to go on without it (keyword mode, or hybrid falling back
