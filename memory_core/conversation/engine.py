@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
 
+from .. import accounts
 from ..answer_cache.store import CachedAnswer
 from ..dialogue.turn_rows import message_uuid_for
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
@@ -269,15 +270,24 @@ class ConversationEngine:
         Kept in order with the session's conversation. Returns ``None`` when the turn cannot be
         stored (blank text) or storing failed (logged).
         """
-        async with self._locks.hold(turn.session_key):
-            return await self._store(self._stamped(turn))
+        with accounts.serving(turn.account):
+            async with self._locks.hold(turn.session_key):
+                return await self._store(self._stamped(turn))
 
     async def converse(
         self, turn: TurnInput, send: SendText, *, group_name: str | None = None
     ) -> ChatResult:
         """Store ``turn`` (a user message), answer it through ``send``, store the answer.
 
-        ``group_name`` (looked up by the caller) tells the model which group it is in."""
+        ``group_name`` (looked up by the caller) tells the model which group it is in. All of
+        it — the memory read, the reply stored — is in the turn's QQ account's memory
+        (``TurnInput.account``, ``memory_core.accounts``)."""
+        with accounts.serving(turn.account):
+            return await self._converse(turn, send, group_name=group_name)
+
+    async def _converse(
+        self, turn: TurnInput, send: SendText, *, group_name: str | None
+    ) -> ChatResult:
         async with self._locks.hold(turn.session_key):
             turn = self._stamped(turn)
             tail = await self._tail(turn)

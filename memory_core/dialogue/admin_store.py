@@ -12,12 +12,17 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from .. import accounts
+from ..accounts import key_account
 from ..models import MemoryTurn
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from .columns import TURN_COLUMNS, turn_from_record
 
 # Everything stored of one person, every chat, oldest first (/导出我的记忆).
-SQL_USER_TURNS = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE user_id = $1 ORDER BY created_at, id"
+SQL_USER_TURNS = f"""
+SELECT {TURN_COLUMNS} FROM dialogues WHERE user_id = $1 AND {key_account()} = $2
+ORDER BY created_at, id
+"""
 
 # Export (memory_core.transfer): one page of a set of sessions (NULL: all), in id order.
 SQL_EXPORT_TURNS = f"""
@@ -288,7 +293,7 @@ class PgAdminStore(RowTaker):
     async def user_turns(self, user_id: int) -> list[MemoryTurn]:
         """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_USER_TURNS, user_id)
+            records = await conn.fetch(SQL_USER_TURNS, user_id, accounts.current())
         return [turn_from_record(r) for r in records]
 
     async def count_pending_embeddings(self) -> int:

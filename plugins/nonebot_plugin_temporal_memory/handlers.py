@@ -21,6 +21,7 @@ from nonebot.rule import Rule
 from memory_core.errors import MemoryCoreError
 from memory_core.models import RecalledMessage
 
+from .bot_accounts import serving_bot
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
 from .runtime import RuntimeDep
@@ -35,7 +36,9 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
-    turn = await turn_from_event(bot, event, runtime)
+    async with serving_bot(bot, runtime):
+        turn = await turn_from_event(bot, event, runtime)  # the turn keeps its bot's memory
+    # The engine answers in the turn's account's memory (TurnInput.account).
     send = sender_for(
         bot,
         event,
@@ -51,7 +54,8 @@ async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> Non
 
 @record.handle()
 async def handle_unaddressed(bot: Bot, event: GroupMessageEvent, runtime: RuntimeDep) -> None:
-    turn = await turn_from_event(bot, event, runtime)
+    async with serving_bot(bot, runtime):
+        turn = await turn_from_event(bot, event, runtime)
     await runtime.engine.record(turn)
 
 
@@ -70,7 +74,8 @@ async def handle_recall(
         user_id=event.user_id,
     )
     try:
-        forgotten = await runtime.memory.delete_message(recalled)
+        async with serving_bot(bot, runtime):
+            forgotten = await runtime.memory.delete_message(recalled)
     except MemoryCoreError as exc:
         logger.warning(f"recalled message {event.message_id} could not be forgotten: {exc}")
         return
