@@ -45,27 +45,33 @@ WHERE message_uuid = $1
 
 SQL_COUNT_PENDING = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
 
-SQL_STATS = """
-SELECT chat_type, role, count(*) AS n FROM dialogues GROUP BY chat_type, role
+# /memstat's figures of one QQ account's memory ($1, memory_core.accounts); the size is the
+# table's, every account's.
+SQL_STATS = f"""
+SELECT chat_type, role, count(*) AS n FROM dialogues WHERE {key_account()} = $1
+GROUP BY chat_type, role
 """
 
-SQL_STATS_SUMMARY = """
+SQL_STATS_SUMMARY = f"""
 SELECT count(DISTINCT session_key) AS sessions, min(created_at) AS oldest,
        max(created_at) AS newest, count(*) FILTER (WHERE embedding IS NULL) AS pending,
        count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()) AS expired,
        pg_total_relation_size('dialogues') AS bytes
-FROM dialogues
+FROM dialogues WHERE {key_account()} = $1
 """
 
 # ----------------------------------------------------------------------------- the console
 # The operator console's views of the turns. Every query about a session names it,
 # so no view of one session can show another's rows.
 
-# Who and where, read back from a session key ("{user}" or "{group}:{user}").
-_SESSION_WHO = """
-       substr(session_key, strpos(session_key, ':') + 1)::bigint AS user_id,
+# A session key without its QQ account's namespace ("B/", memory_core.accounts).
+_BARE_KEY = "substr(session_key, strpos(session_key, '/') + 1)"
+
+# Who and where, read back from a session key ("{user}" or "{group}:{user}", after "B/").
+_SESSION_WHO = f"""
+       substr({_BARE_KEY}, strpos({_BARE_KEY}, ':') + 1)::bigint AS user_id,
        CASE WHEN strpos(session_key, ':') > 0
-            THEN split_part(session_key, ':', 1)::bigint END AS group_id,
+            THEN split_part({_BARE_KEY}, ':', 1)::bigint END AS group_id,
        CASE WHEN strpos(session_key, ':') > 0 THEN 'group' ELSE 'private' END AS chat_type"""
 
 # The sessions with turns (their summary rows, kept by triggers: migration 011) and the sessions
@@ -110,8 +116,8 @@ CROSS JOIN LATERAL (
 """
 
 # The groups with turns (from the session rows: one a group member).
-SQL_GROUPS_WITH_TURNS = """
-SELECT DISTINCT split_part(session_key, ':', 1)::bigint AS group_id FROM dialogue_sessions
+SQL_GROUPS_WITH_TURNS = f"""
+SELECT DISTINCT split_part({_BARE_KEY}, ':', 1)::bigint AS group_id FROM dialogue_sessions
 WHERE strpos(session_key, ':') > 0 ORDER BY 1 LIMIT $1
 """
 
@@ -302,8 +308,10 @@ class PgAdminStore(RowTaker):
 
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:
-            by = {(r["chat_type"], r["role"]): r["n"] for r in await conn.fetch(SQL_STATS)}
-            s = await conn.fetchrow(SQL_STATS_SUMMARY)
+            account = accounts.current()
+            records = await conn.fetch(SQL_STATS, account)
+            by = {(r["chat_type"], r["role"]): r["n"] for r in records}
+            s = await conn.fetchrow(SQL_STATS_SUMMARY, account)
         assert s is not None  # an aggregate always returns a row
         return StoreStats(
             by_type_role=by,

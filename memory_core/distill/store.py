@@ -185,10 +185,12 @@ SQL_SET_DISTILLED_EMBEDDING = """
 UPDATE distilled_memories SET embedding = $2, embedding_model = $3 WHERE id = $1
 """
 
-SQL_DISTILLED_COUNTS = """
+# /memstat's counts, of one QQ account's memory ($1, memory_core.accounts; NULL: every
+# account's, the console's overview).
+SQL_DISTILLED_COUNTS = f"""
 SELECT kind, count(*) FILTER (WHERE valid_until IS NULL) AS current,
        count(*) FILTER (WHERE valid_until IS NOT NULL) AS history
-FROM distilled_memories GROUP BY kind
+FROM distilled_memories WHERE $1::text IS NULL OR {key_account()} = $1 GROUP BY kind
 """
 
 # ------------------------------------------------------------------ extraction bookkeeping
@@ -695,10 +697,11 @@ class PgDistilledStore(PgCounterStore, RowTaker):
             async with self._connection() as conn, conn.transaction():
                 await conn.executemany(SQL_SET_SUPERSEDED_BY, pairs)
 
-    async def counts(self) -> dict[str, tuple[int, int]]:
-        """``{kind: (current, history)}``."""
+    async def counts(self, *, every_account: bool = False) -> dict[str, tuple[int, int]]:
+        """``{kind: (current, history)}`` of the call's QQ account's memory, or of all."""
+        account = None if every_account else accounts.current()
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DISTILLED_COUNTS)
+            records = await conn.fetch(SQL_DISTILLED_COUNTS, account)
         return {r["kind"]: (r["current"], r["history"]) for r in records}
 
     # ---------------------------------------------------------------- extraction bookkeeping

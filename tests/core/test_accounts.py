@@ -147,6 +147,23 @@ async def test_facts_cached_answers_and_exports_stay_with_their_account(memory_f
         assert (forgotten.dialogues, forgotten.facts, forgotten.cached_answers) == (2, 2, 1)
 
 
+async def test_memstat_counts_the_askers_accounts_memory(memory_factory):
+    memory = await memory_factory()
+    a, b = await two_bots(memory)
+    fact = ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")
+    with serving_account(b):
+        await memory.add_dialogues([said(XIAOHONG, "再说一句", T0)])
+        await memory.distilled.save([fact], XIAOHONG, stated_at=T0)
+        seen_by_b = (await memory.stats(NOW)).store
+        facts_b = (await memory.distilled.stats(NOW)).counts
+    with serving_account(a):
+        seen_by_a = (await memory.stats(NOW)).store
+        facts_a = (await memory.distilled.stats(NOW)).counts
+    assert (sum(seen_by_a.by_type_role.values()), seen_by_a.sessions) == (2, 2)
+    assert (sum(seen_by_b.by_type_role.values()), seen_by_b.sessions) == (3, 3)
+    assert facts_b.get("facts") == (1, 0) and "facts" not in facts_a
+
+
 def test_an_accounts_session_keys_and_index_names_say_the_account():
     with serving_account(f"{BOT_B}/"):
         turn = said(XIAOMING, "你好", T0, TEAM)
