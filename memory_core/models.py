@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from . import accounts
+from .accounts import current as current_account
 
 Role = Literal["user", "assistant"]
 ChatType = Literal["private", "group"]
@@ -18,7 +18,7 @@ def generate_session_key(
     """Private chat: ``"{user_id}"``; group chat: ``"{group_id}:{user_id}"``; after the QQ
     account's namespace (``account``, by default the call's: ``memory_core.accounts``), which
     is ``""`` for the first account and ``"{self_id}/"`` for another."""
-    prefix = accounts.current() if account is None else account
+    prefix = current_account() if account is None else account
     return prefix + (f"{group_id}:{user_id}" if group_id is not None else str(user_id))
 
 
@@ -38,7 +38,7 @@ class TurnInput:
     message_uuid: str | None = None
     # The QQ account's namespace (memory_core.accounts), taken where the turn is made: a turn
     # spooled and written later stays its account's.
-    account: str = field(default_factory=accounts.current)
+    account: str = field(default_factory=current_account)
 
     @property
     def session_key(self) -> str:
@@ -146,7 +146,7 @@ class ForgetScope:
     private_only: bool = False
     everything: bool = False
     # The QQ account whose memory it is (memory_core.accounts); "everything" is all of it.
-    account: str = field(default_factory=accounts.current)
+    account: str = field(default_factory=current_account)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .accounts import AccountBook, PgAccountStore
+from .accounts import AccountBook, PgAccountStore, serving
 from .console.store import PgConsoleStore
 from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .context.builder import ContextBuilder, MemoryContext
@@ -509,7 +509,10 @@ class TemporalMemory:
 
     async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
         turns = await self.database.store(PgForgetStore).delete_recalled(message)
-        distilled = await self.distilled.forget_turns(turns)
+        # The cached answers go in the recalling account's memory, also when a spooled recall
+        # is done later, outside the event that brought it.
+        with serving(self.accounts.namespace(message.self_id)):
+            distilled = await self.distilled.forget_turns(turns)
         replies = sum(1 for t in turns if t.role == "assistant")
         return dataclasses.replace(distilled, dialogues=len(turns), bot_replies=replies)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import accounts
+from ..accounts import current as current_account
 from ..storage.counters import PgCounterStore, bump_sql
 from ..storage.pg import rows_affected
 from ..storage.scopes import scope_count, scope_delete
@@ -147,7 +147,7 @@ class PgAnswerCacheStore(PgCounterStore):
                     model,
                     now,
                     expires_at,
-                    accounts.current() if scope == "user" else "",
+                    current_account() if scope == "user" else "",
                 )
             )
 
@@ -157,7 +157,7 @@ class PgAnswerCacheStore(PgCounterStore):
         """This user's live entry for the question in this chat, else the public one."""
         async with self._connection() as conn:
             record = await conn.fetchrow(
-                SQL_CACHE_EXACT, user_id, group_id or 0, question_norm, now, accounts.current()
+                SQL_CACHE_EXACT, user_id, group_id or 0, question_norm, now, current_account()
             )
         if record is None:
             return None
@@ -181,7 +181,7 @@ class PgAnswerCacheStore(PgCounterStore):
                 now,
                 vector,
                 group_id or 0,
-                accounts.current(),
+                current_account(),
             )
         if record is None:
             return None
@@ -230,7 +230,7 @@ class PgAnswerCacheStore(PgCounterStore):
         something the user has since recalled)."""
         async with self._connection() as conn:
             status = await conn.execute(
-                SQL_CACHE_DROP_USER_SINCE, user_id, since, accounts.current()
+                SQL_CACHE_DROP_USER_SINCE, user_id, since, current_account()
             )
         return rows_affected(status)
 
@@ -239,14 +239,14 @@ class PgAnswerCacheStore(PgCounterStore):
         (case-folded, as ``lang.keywords.normalize`` gives it)."""
         async with self._connection() as conn:
             status = await conn.execute(
-                SQL_CACHE_DROP_USER_CONTAINING, user_id, group_id or 0, text, accounts.current()
+                SQL_CACHE_DROP_USER_CONTAINING, user_id, group_id or 0, text, current_account()
             )
         return rows_affected(status)
 
     async def by_user(self, user_id: int) -> list[OwnCachedAnswer]:
         """The user's own entries, oldest first (public entries are nobody's)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_CACHE_BY_USER, user_id, accounts.current())
+            records = await conn.fetch(SQL_CACHE_BY_USER, user_id, current_account())
         return [
             OwnCachedAnswer(
                 group_id=r["group_id"],

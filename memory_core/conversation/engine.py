@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
 
-from .. import accounts
+from ..accounts import serving
 from ..answer_cache.store import CachedAnswer
 from ..dialogue.turn_rows import message_uuid_for
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
@@ -270,7 +270,7 @@ class ConversationEngine:
         Kept in order with the session's conversation. Returns ``None`` when the turn cannot be
         stored (blank text) or storing failed (logged).
         """
-        with accounts.serving(turn.account):
+        with serving(turn.account):
             async with self._locks.hold(turn.session_key):
                 return await self._store(self._stamped(turn))
 
@@ -282,7 +282,7 @@ class ConversationEngine:
         ``group_name`` (looked up by the caller) tells the model which group it is in. All of
         it — the memory read, the reply stored — is in the turn's QQ account's memory
         (``TurnInput.account``, ``memory_core.accounts``)."""
-        with accounts.serving(turn.account):
+        with serving(turn.account):
             return await self._converse(turn, send, group_name=group_name)
 
     async def _converse(

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from .. import accounts
+from ..accounts import current as current_account
 from ..accounts import key_account
 from ..models import MemoryTurn
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
@@ -299,7 +299,7 @@ class PgAdminStore(RowTaker):
     async def user_turns(self, user_id: int) -> list[MemoryTurn]:
         """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_USER_TURNS, user_id, accounts.current())
+            records = await conn.fetch(SQL_USER_TURNS, user_id, current_account())
         return [turn_from_record(r) for r in records]
 
     async def count_pending_embeddings(self) -> int:
@@ -308,7 +308,7 @@ class PgAdminStore(RowTaker):
 
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:
-            account = accounts.current()
+            account = current_account()
             records = await conn.fetch(SQL_STATS, account)
             by = {(r["chat_type"], r["role"]): r["n"] for r in records}
             s = await conn.fetchrow(SQL_STATS_SUMMARY, account)

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from .. import accounts
+from ..accounts import current as current_account
 from ..accounts import key_account
 from ..storage.counters import PgCounterStore
 from ..storage.pg import rows_affected
@@ -652,7 +652,7 @@ class PgDistilledStore(PgCounterStore, RowTaker):
     async def by_user(self, user_id: int) -> list[DistilledMemory]:
         """Every distilled memory about ``user_id``, every chat, history included."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_BY_USER, user_id, accounts.current())
+            records = await conn.fetch(SQL_BY_USER, user_id, current_account())
         return [_distilled(r) for r in records]
 
     async def export_page(
@@ -699,7 +699,7 @@ class PgDistilledStore(PgCounterStore, RowTaker):
 
     async def counts(self, *, every_account: bool = False) -> dict[str, tuple[int, int]]:
         """``{kind: (current, history)}`` of the call's QQ account's memory, or of all."""
-        account = None if every_account else accounts.current()
+        account = None if every_account else current_account()
         async with self._connection() as conn:
             records = await conn.fetch(SQL_DISTILLED_COUNTS, account)
         return {r["kind"]: (r["current"], r["history"]) for r in records}

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from .. import accounts
-from ..accounts import account_of_key
+from ..accounts import account_of_key, serving
 from ..background import RoundLoop
 from ..dialogue.source_store import PgSourceStore, SourceTurn
 from ..errors import EmbeddingError, LLMError
@@ -179,7 +178,7 @@ class ExtractionWorker:
         self._running.add(session.session_key)
         try:
             # What is saved of it goes to the session's QQ account's memory (memory_core.accounts).
-            with accounts.serving(account_of_key(session.session_key)):
+            with serving(account_of_key(session.session_key)):
                 async with self._slots:
                     return await self._extract(session, now)
         finally:

@@ -123,7 +123,7 @@ async def test_facts_cached_answers_and_exports_stay_with_their_account(memory_f
     fact = ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")
     cache = memory.distilled.answer_cache
     with serving_account(b):
-        # A private fact of B's: its key "B/11" is still a private one (migration 014).
+        # A private fact of B's: its key "B/11" is still a private one (migration 015).
         await memory.distilled.save([fact], XIAOMING, stated_at=T0)
         await memory.distilled.save([fact], XIAOMING, TEAM, stated_at=T0)
         assert await cache.store("怎么安装Docker", "B 的答案", XIAOMING, now=T0)
