@@ -4,6 +4,7 @@ Open it with :func:`open_memory` (the one composition root) and close it with ``
 Nothing here imports NoneBot or reads environment variables.
 """
 
+from .accounts import serving as serving_account
 from .errors import (
     ConfigError,
     DatabaseUnavailableError,
@@ -51,5 +52,6 @@ __all__ = [
     "TurnInput",
     "generate_session_key",
     "open_memory",
+    "serving_account",
     "settings_from_mapping",
 ]

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from dotenv import dotenv_values
 
+from .accounts import serving
 from .dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
 from .models import MemoryTurn, RecallResult, TurnInput
@@ -333,6 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--env-file", default=".env.prod", help="settings file (default .env.prod)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    parser.add_argument(
+        "--account",
+        type=int,
+        metavar="SELF_ID",
+        help="the QQ bot account whose memory import, export of a person, recall, stats and "
+        "purge use (default: the first account's; memory_core.accounts)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     imp = sub.add_parser(
@@ -436,21 +444,27 @@ async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
         settings, allow_model_change=args.command == "reembed", maintenance_interval=None
     )
     try:
-        if args.command == "import":
-            return await run_import(memory, args, sys.stdout, sys.stderr)
-        if args.command == "export":
-            return await run_export(memory, args, sys.stderr)
-        if args.command == "recall":
-            return await run_recall(memory, args, sys.stdout)
-        if args.command == "stats":
-            return await run_stats(memory, args, sys.stdout)
-        if args.command == "purge":
-            purged = await memory.purge_expired(now=_parse_time(args.now, "--now"))
-            print(f"purged {purged} expired rows", file=sys.stdout)
-            return 0
-        return await run_reembed(memory, sys.stdout, sys.stderr)
+        namespace = "" if args.account is None else await memory.adopt_account(args.account)
+        with serving(namespace):
+            return await _run_command(memory, args)
     finally:
         await memory.aclose()
+
+
+async def _run_command(memory: TemporalMemory, args: argparse.Namespace) -> int:
+    if args.command == "import":
+        return await run_import(memory, args, sys.stdout, sys.stderr)
+    if args.command == "export":
+        return await run_export(memory, args, sys.stderr)
+    if args.command == "recall":
+        return await run_recall(memory, args, sys.stdout)
+    if args.command == "stats":
+        return await run_stats(memory, args, sys.stdout)
+    if args.command == "purge":
+        purged = await memory.purge_expired(now=_parse_time(args.now, "--now"))
+        print(f"purged {purged} expired rows", file=sys.stdout)
+        return 0
+    return await run_reembed(memory, sys.stdout, sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,13 +6,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from .accounts import current as current_account
+
 Role = Literal["user", "assistant"]
 ChatType = Literal["private", "group"]
 
 
-def generate_session_key(user_id: int, group_id: int | None = None) -> str:
-    """Private chat: ``"{user_id}"``; group chat: ``"{group_id}:{user_id}"``."""
-    return f"{group_id}:{user_id}" if group_id is not None else str(user_id)
+def generate_session_key(
+    user_id: int, group_id: int | None = None, account: str | None = None
+) -> str:
+    """Private chat: ``"{user_id}"``; group chat: ``"{group_id}:{user_id}"``; after the QQ
+    account's namespace (``account``, by default the call's: ``memory_core.accounts``), which
+    is ``""`` for the first account and ``"{self_id}/"`` for another."""
+    prefix = current_account() if account is None else account
+    return prefix + (f"{group_id}:{user_id}" if group_id is not None else str(user_id))
 
 
 @dataclass(frozen=True)
@@ -29,10 +36,13 @@ class TurnInput:
     created_at: datetime | None = None
     raw_segments: list[dict[str, Any]] | None = None
     message_uuid: str | None = None
+    # The QQ account's namespace (memory_core.accounts), taken where the turn is made: a turn
+    # spooled and written later stays its account's.
+    account: str = field(default_factory=current_account)
 
     @property
     def session_key(self) -> str:
-        return generate_session_key(self.user_id, self.group_id)
+        return generate_session_key(self.user_id, self.group_id, self.account)
 
     @property
     def chat_type(self) -> ChatType:
@@ -135,6 +145,8 @@ class ForgetScope:
     group_id: int | None = None
     private_only: bool = False
     everything: bool = False
+    # The QQ account whose memory it is (memory_core.accounts); "everything" is all of it.
+    account: str = field(default_factory=current_account)
 
 
 @dataclass(frozen=True)

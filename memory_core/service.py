@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .accounts import AccountBook, PgAccountStore, serving
 from .console.store import PgConsoleStore
 from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .context.builder import ContextBuilder, MemoryContext
@@ -128,6 +129,8 @@ class TemporalMemory:
             reranker=reranker,
         )
         self.sharing = GroupSharing(listed=settings.memory_shared_groups, database=self.database)
+        # Whose memory each QQ bot account reads and writes (memory_core.accounts).
+        self.accounts = AccountBook(shared=settings.memory_share_accounts)
         # Distilled memory, its background extraction and the answer cache.
         self.distilled = DistilledService(
             settings=settings, embedder=embedder, tz=self.tz, database=self.database
@@ -184,6 +187,13 @@ class TemporalMemory:
             self._dsn = location.dsn
             self.database_description = location.description
             self._backfill_needed.set()
+
+    async def adopt_account(self, self_id: int) -> str:
+        """A QQ bot account connected: the first one ever on this database adopts the memory
+        stored before (``memory_core.accounts``). Returns ``self_id``'s namespace, the one to
+        serve its events in (``accounts.serving``)."""
+        await self.accounts.adopt(self.database.store(PgAccountStore), self_id)
+        return self.accounts.namespace(self_id)
 
     def start_maintenance(self, interval: float = 30.0) -> None:
         """Run the background loop: reconnect, flush the spool, backfill embeddings."""
@@ -511,7 +521,10 @@ class TemporalMemory:
 
     async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
         turns = await self.database.store(PgForgetStore).delete_recalled(message)
-        distilled = await self.distilled.forget_turns(turns)
+        # The cached answers go in the recalling account's memory, also when a spooled recall
+        # is done later, outside the event that brought it.
+        with serving(self.accounts.namespace(message.self_id)):
+            distilled = await self.distilled.forget_turns(turns)
         replies = sum(1 for t in turns if t.role == "assistant")
         return dataclasses.replace(distilled, dialogues=len(turns), bot_replies=replies)
 

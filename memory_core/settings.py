@@ -92,6 +92,8 @@ class MemorySettings(BaseModel):
     memory_time_understanding: bool = True
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
+    # every QQ bot account on this database one memory (memory_core.accounts); off: each its own
+    memory_share_accounts: bool = False
     memory_index_speaker: bool = False
     memory_query_context_turns: int = Field(default=2, ge=0, le=20)
     # The message outweighs its context (issue 26 part 3): the share of the message embedded

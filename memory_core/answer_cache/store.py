@@ -15,15 +15,17 @@ from typing import Any
 
 import numpy as np
 
+from ..accounts import current as current_account
 from ..storage.counters import PgCounterStore, bump_sql
 from ..storage.pg import rows_affected
 from ..storage.scopes import scope_count, scope_delete
 
 SQL_CACHE_UPSERT = """
 INSERT INTO answer_cache (scope, user_id, group_id, question, question_norm, answer, source,
-                          embedding, embedding_model, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (scope, coalesce(user_id, 0), coalesce(group_id, 0), question_norm) DO UPDATE SET
+                          embedding, embedding_model, created_at, expires_at, account)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+ON CONFLICT (scope, account, coalesce(user_id, 0), coalesce(group_id, 0), question_norm)
+DO UPDATE SET
     question = EXCLUDED.question, answer = EXCLUDED.answer,
     source = EXCLUDED.source, embedding = EXCLUDED.embedding,
     embedding_model = EXCLUDED.embedding_model, created_at = EXCLUDED.created_at,
@@ -31,20 +33,22 @@ ON CONFLICT (scope, coalesce(user_id, 0), coalesce(group_id, 0), question_norm) 
 RETURNING id
 """
 
-# This user's entry in this chat first, else the public one (both read through the unique
-# key's index; $2 is the group, 0 for the private chat).
+# This user's entry in this chat of this QQ account ($5, memory_core.accounts) first, else the
+# public one (both read through the unique key's index; $2 is the group, 0 for the private chat).
 SQL_CACHE_EXACT = """
 SELECT id, scope, question, answer FROM answer_cache
 WHERE question_norm = $3 AND (expires_at IS NULL OR expires_at > $4)
-  AND ((scope = 'user' AND coalesce(user_id, 0) = $1 AND coalesce(group_id, 0) = $2)
-       OR (scope = 'public' AND coalesce(user_id, 0) = 0 AND coalesce(group_id, 0) = 0))
+  AND ((scope = 'user' AND account = $5 AND coalesce(user_id, 0) = $1
+        AND coalesce(group_id, 0) = $2)
+       OR (scope = 'public' AND account = '' AND coalesce(user_id, 0) = 0
+           AND coalesce(group_id, 0) = 0))
 ORDER BY scope = 'user' DESC LIMIT 1
 """
 
 SQL_CACHE_NEAREST = """
 WITH candidates AS MATERIALIZED (
     SELECT id, scope, question, answer, embedding FROM answer_cache
-    WHERE (scope = 'public' OR (user_id = $1 AND coalesce(group_id, 0) = $5))
+    WHERE (scope = 'public' OR (user_id = $1 AND coalesce(group_id, 0) = $5 AND account = $6))
       AND embedding_model = $2 AND embedding IS NOT NULL
       AND (expires_at IS NULL OR expires_at > $3)
 )
@@ -56,17 +60,18 @@ FROM candidates ORDER BY embedding <=> $4, id LIMIT 1
 _COUNT_HIT = "WITH entry AS (UPDATE answer_cache SET hits = hits + 1 WHERE id = $1)"
 SQL_CACHE_HIT = _COUNT_HIT + bump_sql("$2", "$3", "1")
 SQL_CACHE_DROP_USER_SINCE = """
-DELETE FROM answer_cache WHERE scope = 'user' AND user_id = $1 AND created_at >= $2
+DELETE FROM answer_cache
+WHERE scope = 'user' AND user_id = $1 AND created_at >= $2 AND account = $3
 """
 # A person's entries in one chat ($2, 0 for the private chat) holding the case-folded text $3.
 SQL_CACHE_DROP_USER_CONTAINING = """
 DELETE FROM answer_cache
-WHERE scope = 'user' AND user_id = $1 AND coalesce(group_id, 0) = $2
+WHERE scope = 'user' AND user_id = $1 AND coalesce(group_id, 0) = $2 AND account = $4
   AND strpos(lower(normalize(question || E'\\n' || answer, NFKC)), $3) > 0
 """
 SQL_CACHE_BY_USER = """
 SELECT group_id, question, answer, created_at, expires_at FROM answer_cache
-WHERE scope = 'user' AND user_id = $1 ORDER BY created_at, id
+WHERE scope = 'user' AND user_id = $1 AND account = $2 ORDER BY created_at, id
 """
 SQL_CACHE_PURGE = "DELETE FROM answer_cache WHERE expires_at IS NOT NULL AND expires_at <= $1"
 SQL_CACHE_DROP_STALE_PRELOAD = """
@@ -142,6 +147,7 @@ class PgAnswerCacheStore(PgCounterStore):
                     model,
                     now,
                     expires_at,
+                    current_account() if scope == "user" else "",
                 )
             )
 
@@ -151,7 +157,7 @@ class PgAnswerCacheStore(PgCounterStore):
         """This user's live entry for the question in this chat, else the public one."""
         async with self._connection() as conn:
             record = await conn.fetchrow(
-                SQL_CACHE_EXACT, user_id, group_id or 0, question_norm, now
+                SQL_CACHE_EXACT, user_id, group_id or 0, question_norm, now, current_account()
             )
         if record is None:
             return None
@@ -169,7 +175,13 @@ class PgAnswerCacheStore(PgCounterStore):
         """The live entry closest to ``vector``: public, or this user's in this chat."""
         async with self._connection() as conn:
             record = await conn.fetchrow(
-                SQL_CACHE_NEAREST, user_id, model, now, vector, group_id or 0
+                SQL_CACHE_NEAREST,
+                user_id,
+                model,
+                now,
+                vector,
+                group_id or 0,
+                current_account(),
             )
         if record is None:
             return None
@@ -198,14 +210,18 @@ class PgAnswerCacheStore(PgCounterStore):
 
     async def delete_scope(self, **scope: Any) -> int:
         """Delete the per-user entries of a /forget scope (public entries are nobody's)."""
-        sql, args = scope_delete("answer_cache", extra="scope = 'user'", **scope)
+        sql, args = scope_delete(
+            "answer_cache", extra="scope = 'user'", account_of_row="account", **scope
+        )
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
         return rows_affected(status)
 
     async def count_scope(self, **scope: Any) -> int:
         """How many entries ``delete_scope`` would delete now."""
-        sql, args = scope_count("answer_cache", extra="scope = 'user'", **scope)
+        sql, args = scope_count(
+            "answer_cache", extra="scope = 'user'", account_of_row="account", **scope
+        )
         async with self._connection() as conn:
             return int(await conn.fetchval(sql, *args))
 
@@ -213,7 +229,9 @@ class PgAnswerCacheStore(PgCounterStore):
         """Delete the user's own entries cached at or after ``since`` (any of them may repeat
         something the user has since recalled)."""
         async with self._connection() as conn:
-            status = await conn.execute(SQL_CACHE_DROP_USER_SINCE, user_id, since)
+            status = await conn.execute(
+                SQL_CACHE_DROP_USER_SINCE, user_id, since, current_account()
+            )
         return rows_affected(status)
 
     async def delete_user_containing(self, user_id: int, group_id: int | None, text: str) -> int:
@@ -221,14 +239,14 @@ class PgAnswerCacheStore(PgCounterStore):
         (case-folded, as ``lang.keywords.normalize`` gives it)."""
         async with self._connection() as conn:
             status = await conn.execute(
-                SQL_CACHE_DROP_USER_CONTAINING, user_id, group_id or 0, text
+                SQL_CACHE_DROP_USER_CONTAINING, user_id, group_id or 0, text, current_account()
             )
         return rows_affected(status)
 
     async def by_user(self, user_id: int) -> list[OwnCachedAnswer]:
         """The user's own entries, oldest first (public entries are nobody's)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_CACHE_BY_USER, user_id)
+            records = await conn.fetch(SQL_CACHE_BY_USER, user_id, current_account())
         return [
             OwnCachedAnswer(
                 group_id=r["group_id"],

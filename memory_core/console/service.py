@@ -581,7 +581,7 @@ class MemoryConsole:
         """The overview's headline figures; today's from ``figures`` (read at the same time)."""
         distilled = self._distilled()
         memory_sessions = await distilled.memory_sessions()
-        counts = await distilled.counts()
+        counts = await distilled.counts(every_account=True)
         dialogues = self._dialogues()
         failed = figures.metrics.get(EXTRACTION_FAILED, ())
         return Headline(

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
 
+from ..accounts import serving
 from ..answer_cache.store import CachedAnswer
 from ..dialogue.turn_rows import message_uuid_for
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
@@ -269,8 +270,9 @@ class ConversationEngine:
         Kept in order with the session's conversation. Returns ``None`` when the turn cannot be
         stored (blank text) or storing failed (logged).
         """
-        async with self._locks.hold(turn.session_key):
-            return await self._store(self._stamped(turn))
+        with serving(turn.account):
+            async with self._locks.hold(turn.session_key):
+                return await self._store(self._stamped(turn))
 
     async def converse(
         self,
@@ -284,7 +286,20 @@ class ConversationEngine:
 
         ``group_name`` (looked up by the caller) tells the model which group it is in.
         ``ready`` finishes the turn first, in the session's order (the plugin waits there a
-        moment for the message's pictures to be read): later messages still come after it."""
+        moment for the message's pictures to be read): later messages still come after it. All
+        of it — the memory read, the reply stored — is in the turn's QQ account's memory
+        (``TurnInput.account``, ``memory_core.accounts``)."""
+        with serving(turn.account):
+            return await self._converse(turn, send, group_name=group_name, ready=ready)
+
+    async def _converse(
+        self,
+        turn: TurnInput,
+        send: SendText,
+        *,
+        group_name: str | None,
+        ready: Callable[[TurnInput], Awaitable[TurnInput]] | None,
+    ) -> ChatResult:
         async with self._locks.hold(turn.session_key):
             if ready is not None:
                 turn = await ready(turn)

@@ -12,6 +12,8 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from ..accounts import current as current_account
+from ..accounts import key_account
 from ..models import MemoryTurn
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from ..time_bounds import EARLIEST, LATEST
@@ -19,7 +21,10 @@ from .bad_rows import usable_turn
 from .columns import TURN_COLUMNS, turn_from_record
 
 # Everything stored of one person, every chat, oldest first (/导出我的记忆).
-SQL_USER_TURNS = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE user_id = $1 ORDER BY created_at, id"
+SQL_USER_TURNS = f"""
+SELECT {TURN_COLUMNS} FROM dialogues WHERE user_id = $1 AND {key_account()} = $2
+ORDER BY created_at, id
+"""
 
 # Export (memory_core.transfer): one page of a set of sessions (NULL: all), in id order.
 SQL_EXPORT_TURNS = f"""
@@ -42,12 +47,16 @@ WHERE message_uuid = $1
 
 SQL_COUNT_PENDING = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
 
-SQL_STATS = """
-SELECT chat_type, role, count(*) AS n FROM dialogues GROUP BY chat_type, role
+# /memstat's figures of one QQ account's memory ($1, memory_core.accounts); the size is the
+# table's, every account's.
+SQL_STATS = f"""
+SELECT chat_type, role, count(*) AS n FROM dialogues WHERE {key_account()} = $1
+GROUP BY chat_type, role
 """
 
-# Rows with a time outside [$1, $2) (time_bounds; bad_rows says how one can exist) are
-# counted apart and left out of the oldest and newest, which would show ±infinity otherwise.
+# /memstat's summary of one QQ account's memory ($3). Rows with a time outside [$1, $2)
+# (time_bounds; bad_rows says how one can exist) are counted apart and left out of the oldest
+# and newest, which would show ±infinity otherwise.
 _GOOD_TIMES = (
     "created_at >= $1 AND created_at < $2 AND coalesce(expires_at >= $1 AND expires_at < $2, true)"
 )
@@ -59,18 +68,21 @@ SELECT count(DISTINCT session_key) AS sessions,
        count(*) FILTER (WHERE expires_at IS NOT NULL AND expires_at <= now()) AS expired,
        count(*) FILTER (WHERE NOT ({_GOOD_TIMES})) AS bad_times,
        pg_total_relation_size('dialogues') AS bytes
-FROM dialogues
+FROM dialogues WHERE {key_account()} = $3
 """
 
 # ----------------------------------------------------------------------------- the console
 # The operator console's views of the turns. Every query about a session names it,
 # so no view of one session can show another's rows.
 
-# Who and where, read back from a session key ("{user}" or "{group}:{user}").
-_SESSION_WHO = """
-       substr(session_key, strpos(session_key, ':') + 1)::bigint AS user_id,
+# A session key without its QQ account's namespace ("B/", memory_core.accounts).
+_BARE_KEY = "substr(session_key, strpos(session_key, '/') + 1)"
+
+# Who and where, read back from a session key ("{user}" or "{group}:{user}", after "B/").
+_SESSION_WHO = f"""
+       substr({_BARE_KEY}, strpos({_BARE_KEY}, ':') + 1)::bigint AS user_id,
        CASE WHEN strpos(session_key, ':') > 0
-            THEN split_part(session_key, ':', 1)::bigint END AS group_id,
+            THEN split_part({_BARE_KEY}, ':', 1)::bigint END AS group_id,
        CASE WHEN strpos(session_key, ':') > 0 THEN 'group' ELSE 'private' END AS chat_type"""
 
 # The sessions with turns (their summary rows, kept by triggers: migration 011) and the sessions
@@ -115,8 +127,8 @@ CROSS JOIN LATERAL (
 """
 
 # The groups with turns (from the session rows: one a group member).
-SQL_GROUPS_WITH_TURNS = """
-SELECT DISTINCT split_part(session_key, ':', 1)::bigint AS group_id FROM dialogue_sessions
+SQL_GROUPS_WITH_TURNS = f"""
+SELECT DISTINCT split_part({_BARE_KEY}, ':', 1)::bigint AS group_id FROM dialogue_sessions
 WHERE strpos(session_key, ':') > 0 ORDER BY 1 LIMIT $1
 """
 
@@ -299,7 +311,7 @@ class PgAdminStore(RowTaker):
     async def user_turns(self, user_id: int) -> list[MemoryTurn]:
         """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_USER_TURNS, user_id)
+            records = await conn.fetch(SQL_USER_TURNS, user_id, current_account())
         return [turn_from_record(r) for r in records if usable_turn(r)]
 
     async def count_pending_embeddings(self) -> int:
@@ -308,8 +320,10 @@ class PgAdminStore(RowTaker):
 
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:
-            by = {(r["chat_type"], r["role"]): r["n"] for r in await conn.fetch(SQL_STATS)}
-            s = await conn.fetchrow(SQL_STATS_SUMMARY, EARLIEST, LATEST)
+            account = current_account()
+            records = await conn.fetch(SQL_STATS, account)
+            by = {(r["chat_type"], r["role"]): r["n"] for r in records}
+            s = await conn.fetchrow(SQL_STATS_SUMMARY, EARLIEST, LATEST, account)
         assert s is not None  # an aggregate always returns a row
         return StoreStats(
             by_type_role=by,

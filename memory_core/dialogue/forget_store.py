@@ -146,14 +146,17 @@ class PgForgetStore(PgStore):
         group_id: int | None,
         private_only: bool,
         everything: bool,
+        account: str,
     ) -> int:
-        """Delete a user's, a group's, a session's or all rows (see ``TemporalMemory.forget``)."""
+        """Delete a user's, a group's, a session's or all rows of one QQ account's memory (see
+        ``TemporalMemory.forget``)."""
         sql, args = scope_delete(
             "dialogues",
             user_id=user_id,
             group_id=group_id,
             private_only=private_only,
             everything=everything,
+            account=account,
         )
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
@@ -166,6 +169,7 @@ class PgForgetStore(PgStore):
         group_id: int | None,
         private_only: bool,
         everything: bool,
+        account: str,
     ) -> int:
         """How many rows ``delete_scope`` would delete now."""
         sql, args = scope_count(
@@ -174,6 +178,7 @@ class PgForgetStore(PgStore):
             group_id=group_id,
             private_only=private_only,
             everything=everything,
+            account=account,
         )
         async with self._connection() as conn:
             return int(await conn.fetchval(sql, *args))

@@ -52,9 +52,11 @@ INDEX_BUILD_MEMORY_MAX_MB = 4096
 
 INDEX_BYTES_PER_ROW_OVERHEAD = 200  # HNSW neighbour lists and tuple headers, roughly
 
-_SESSION_KEY = re.compile(r"^(\d+)(?::(\d+))?$")
+# A key of the first account's namespace, or of another QQ account's ("B/...",
+# memory_core.accounts): that account is "_a{B}" in the index name.
+_SESSION_KEY = re.compile(r"^(?:(\d+)/)?(\d+)(?::(\d+))?$")
 
-_SESSION_INDEX_NAME = re.compile(r"^dialogues_hnsw_(\d+)_s(\d+)(?:_(\d+))?$")
+_SESSION_INDEX_NAME = re.compile(r"^dialogues_hnsw_(\d+)(?:_a(\d+))?_s(\d+)(?:_(\d+))?$")
 
 
 def session_index_name(dim: int, session_key: str) -> str | None:
@@ -62,7 +64,9 @@ def session_index_name(dim: int, session_key: str) -> str | None:
     match = _SESSION_KEY.match(session_key)
     if match is None:
         return None
-    return f"dialogues_hnsw_{int(dim)}_s" + "_".join(g for g in match.groups() if g is not None)
+    account, *parts = match.groups()
+    prefix = f"dialogues_hnsw_{int(dim)}" + (f"_a{account}" if account is not None else "")
+    return f"{prefix}_s" + "_".join(g for g in parts if g is not None)
 
 
 def parse_session_index_name(name: str) -> tuple[int, str] | None:
@@ -70,8 +74,9 @@ def parse_session_index_name(name: str) -> tuple[int, str] | None:
     match = _SESSION_INDEX_NAME.match(name)
     if match is None:
         return None
-    dim, first, second = match.groups()
-    return int(dim), first if second is None else f"{first}:{second}"
+    dim, account, first, second = match.groups()
+    key = first if second is None else f"{first}:{second}"
+    return int(dim), key if account is None else f"{account}/{key}"
 
 
 async def _vector_indexes(conn: PoolConnectionProxy[asyncpg.Record]) -> dict[str, bool]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..accounts import account_of_key, key_account
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn
 from ..storage.opt_outs import not_opted_out
@@ -63,12 +64,18 @@ ON CONFLICT (message_uuid) DO NOTHING
 
 def _scoped(sql: str, alias: str = "") -> tuple[str, str]:
     """``sql`` for one session and for a whole shared group (``RecallScope``): its one
-    ``{alias}session_key = $1`` becomes ``{alias}group_id = $1::bigint``, read through the group
-    index. Every member's session of that group, and nothing of another chat, is then read."""
+    ``{alias}session_key = $1`` becomes ``{alias}group_id = <the group of $1>`` (``$1`` is then
+    ``"{account}{group_id}"``), read through the group index, and the row's QQ account that
+    of ``$1`` (``memory_core.accounts``). Every member's session of that group in that
+    account's memory, and nothing of another chat, is then read."""
     marker = f"{alias}session_key = $1"
     if sql.count(marker) != 1:
         raise ValueError(f"a scoped statement names its session exactly once: {sql}")
-    return sql, sql.replace(marker, f"{alias}group_id = $1::bigint")
+    group = (
+        f"{alias}group_id = substr($1::text, strpos($1::text, '/') + 1)::bigint"
+        f" AND {key_account(alias)} = substr($1::text, 1, strpos($1::text, '/'))"
+    )
+    return sql, sql.replace(marker, group)
 
 
 SQL_SCOPE_SIZE = _scoped(SQL_SESSION_SIZE)
@@ -255,14 +262,15 @@ ORDER BY recent.created_at, recent.id
 
 # The same read for a message in a group whose short-term window is the group's: the member's
 # last turn time (for stamping the message), and the short-term turns of every member of group
-# $5 (what was said there in the last minutes, which every member sees in the chat), on the
-# index of migration 015.
+# $5 (what was said there in the last minutes, which every member sees in the chat) in the QQ
+# account's memory $1 is in (memory_core.accounts), on the index of migration 015.
 SQL_GROUP_TAIL = f"""
 SELECT last.at AS last_turn_at, recent.* FROM
     (SELECT max(created_at) AS at FROM dialogues WHERE session_key = $1 AND created_at <= $3) last
     LEFT JOIN LATERAL (
         SELECT {TURN_COLUMNS} FROM dialogues
         WHERE group_id = $5 AND created_at >= $2 AND created_at <= $3
+          AND {key_account()} = substr($1::text, 1, strpos($1::text, '/'))
         ORDER BY created_at DESC, id DESC LIMIT $4
     ) recent ON true
 ORDER BY recent.created_at, recent.id
@@ -282,9 +290,12 @@ class RecallScope:
     shared_group: int | None = None
 
     @property
-    def key(self) -> str | int:
-        """``$1`` of the scoped statements."""
-        return self.session_key if self.shared_group is None else self.shared_group
+    def key(self) -> str:
+        """``$1`` of the scoped statements: the session key, or the group after the session's
+        account namespace (``_scoped``)."""
+        if self.shared_group is None:
+            return self.session_key
+        return f"{account_of_key(self.session_key)}{self.shared_group}"
 
     def pick(self, statements: tuple[str, str]) -> str:
         return statements[0] if self.shared_group is None else statements[1]

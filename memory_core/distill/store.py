@@ -17,6 +17,8 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from ..accounts import current as current_account
+from ..accounts import key_account
 from ..storage.counters import PgCounterStore
 from ..storage.pg import rows_affected
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
@@ -94,8 +96,12 @@ UPDATE distilled_memories SET valid_until = $2, superseded_by = $3, updated_at =
 WHERE id = ANY($1::bigint[]) AND id <> $3 AND user_id = $4 AND valid_until IS NULL
 """
 
-# Rows visible to a scope: the session ($2), or every chat of the user ($3; NULL = session only).
-_SCOPE = "kind = $1 AND (session_key = $2 OR user_id = $3::bigint)"
+# Rows visible to a scope: the session ($2), or every chat of the user ($3; NULL = session only)
+# in the session's QQ account's memory (memory_core.accounts).
+_SCOPE = (
+    "kind = $1 AND (session_key = $2 OR (user_id = $3::bigint"
+    f" AND {key_account()} = substr($2::text, 1, strpos($2::text, '/'))))"
+)
 _CURRENT_AT = "first_seen <= $4 AND (valid_until IS NULL OR valid_until > $4)"
 
 SQL_NEAREST = f"""
@@ -179,10 +185,12 @@ SQL_SET_DISTILLED_EMBEDDING = """
 UPDATE distilled_memories SET embedding = $2, embedding_model = $3 WHERE id = $1
 """
 
-SQL_DISTILLED_COUNTS = """
+# /memstat's counts, of one QQ account's memory ($1, memory_core.accounts; NULL: every
+# account's, the console's overview).
+SQL_DISTILLED_COUNTS = f"""
 SELECT kind, count(*) FILTER (WHERE valid_until IS NULL) AS current,
        count(*) FILTER (WHERE valid_until IS NOT NULL) AS history
-FROM distilled_memories GROUP BY kind
+FROM distilled_memories WHERE $1::text IS NULL OR {key_account()} = $1 GROUP BY kind
 """
 
 # ------------------------------------------------------------------ extraction bookkeeping
@@ -254,7 +262,8 @@ WHERE session_key = $1 AND user_id = $2
 ORDER BY (valid_until IS NULL) DESC, last_confirmed DESC, id DESC
 """
 SQL_BY_USER = f"""
-SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 ORDER BY created_at, id
+SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE user_id = $1 AND {key_account()} = $2
+ORDER BY created_at, id
 """
 # Export (memory_core.transfer): a page of a set of sessions' memories (NULL: all), history
 # included (the exporter names their source turns through the dialogue store).
@@ -643,7 +652,7 @@ class PgDistilledStore(PgCounterStore, RowTaker):
     async def by_user(self, user_id: int) -> list[DistilledMemory]:
         """Every distilled memory about ``user_id``, every chat, history included."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_BY_USER, user_id)
+            records = await conn.fetch(SQL_BY_USER, user_id, current_account())
         return [_distilled(r) for r in records]
 
     async def export_page(
@@ -688,10 +697,11 @@ class PgDistilledStore(PgCounterStore, RowTaker):
             async with self._connection() as conn, conn.transaction():
                 await conn.executemany(SQL_SET_SUPERSEDED_BY, pairs)
 
-    async def counts(self) -> dict[str, tuple[int, int]]:
-        """``{kind: (current, history)}``."""
+    async def counts(self, *, every_account: bool = False) -> dict[str, tuple[int, int]]:
+        """``{kind: (current, history)}`` of the call's QQ account's memory, or of all."""
+        account = None if every_account else current_account()
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DISTILLED_COUNTS)
+            records = await conn.fetch(SQL_DISTILLED_COUNTS, account)
         return {r["kind"]: (r["current"], r["history"]) for r in records}
 
     # ---------------------------------------------------------------- extraction bookkeeping

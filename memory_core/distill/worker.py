@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
+from ..accounts import account_of_key, serving
 from ..background import RoundLoop
 from ..dialogue.source_store import PgSourceStore, SourceTurn
 from ..errors import EmbeddingError, LLMError
@@ -176,8 +177,10 @@ class ExtractionWorker:
             return ExtractionReport(session.session_key, failed=True)
         self._running.add(session.session_key)
         try:
-            async with self._slots:
-                return await self._extract(session, now)
+            # What is saved of it goes to the session's QQ account's memory (memory_core.accounts).
+            with serving(account_of_key(session.session_key)):
+                async with self._slots:
+                    return await self._extract(session, now)
         finally:
             self._running.discard(session.session_key)
 

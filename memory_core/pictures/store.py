@@ -9,6 +9,7 @@ from datetime import datetime
 
 import numpy as np
 
+from ..accounts import account_of_key, key_account
 from ..storage.opt_outs import EVERYONE, EVERYWHERE
 from ..storage.pg import PgStore, rows_affected
 
@@ -63,7 +64,11 @@ WHERE {scope} AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $2)
 ORDER BY created_at DESC, id DESC LIMIT $3
 """
 SQL_LATEST_PICTURES = _LATEST_PICTURES.format(scope="session_key = $1")
-SQL_GROUP_LATEST_PICTURES = _LATEST_PICTURES.format(scope="group_id = $1::bigint")
+# A shared group's pictures are every member's of that group in the same QQ account's memory
+# ($4: the account's namespace, memory_core.accounts).
+SQL_GROUP_LATEST_PICTURES = _LATEST_PICTURES.format(
+    scope=f"group_id = $1::bigint AND {key_account()} = $4::text"
+)
 
 
 @dataclass(frozen=True)
@@ -181,11 +186,12 @@ class PgPictureStore(PgStore):
     ) -> list[tuple[int, datetime]]:
         """``(id, created_at)`` of the chat's latest turns carrying a photo or screenshot,
         newest first: the session's, or the whole group's when it is shared."""
-        sql, key = (
-            (SQL_LATEST_PICTURES, session_key)
-            if shared_group is None
-            else (SQL_GROUP_LATEST_PICTURES, shared_group)
-        )
         async with self._connection() as conn:
-            records = await conn.fetch(sql, key, now, limit)
+            if shared_group is None:
+                records = await conn.fetch(SQL_LATEST_PICTURES, session_key, now, limit)
+            else:
+                account = account_of_key(session_key)
+                records = await conn.fetch(
+                    SQL_GROUP_LATEST_PICTURES, shared_group, now, limit, account
+                )
         return [(r["id"], r["created_at"]) for r in records]

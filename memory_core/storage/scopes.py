@@ -4,7 +4,11 @@ a turn not yet in the database (``covers``, the spool)."""
 
 from __future__ import annotations
 
+from ..accounts import key_account
 from ..models import ForgetScope, TurnInput
+
+# The namespace of a row of a table with a session key (memory_core.accounts).
+KEY_ACCOUNT = key_account()
 
 
 def scope_filter(
@@ -13,20 +17,26 @@ def scope_filter(
     group_id: int | None,
     private_only: bool,
     everything: bool,
-) -> tuple[str, tuple[int, ...]]:
+    account: str,
+    account_of_row: str = KEY_ACCOUNT,
+) -> tuple[str, tuple[int | str, ...]]:
     """The WHERE condition of a /forget scope and its ``$n`` arguments: everything, a user in
-    a group, a user's private rows, all of a user's rows, or a group's rows."""
+    a group, a user's private rows, all of a user's rows, or a group's rows — of one QQ
+    account's memory (``account``, compared with the SQL ``account_of_row``)."""
+    args: tuple[int, ...]
     if everything:
-        return "true", ()
-    if user_id is not None and group_id is not None:
-        return "user_id = $1 AND group_id = $2", (user_id, group_id)
-    if user_id is not None and private_only:
-        return "user_id = $1 AND group_id IS NULL", (user_id,)
-    if user_id is not None:
-        return "user_id = $1", (user_id,)
-    if group_id is not None:
-        return "group_id = $1", (group_id,)
-    raise ValueError("forget needs a user, a group, or everything=True")
+        where, args = "true", ()
+    elif user_id is not None and group_id is not None:
+        where, args = "user_id = $1 AND group_id = $2", (user_id, group_id)
+    elif user_id is not None and private_only:
+        where, args = "user_id = $1 AND group_id IS NULL", (user_id,)
+    elif user_id is not None:
+        where, args = "user_id = $1", (user_id,)
+    elif group_id is not None:
+        where, args = "group_id = $1", (group_id,)
+    else:
+        raise ValueError("forget needs a user, a group, or everything=True")
+    return f"{where} AND {account_of_row} = ${len(args) + 1}::text", (*args, account)
 
 
 def _scoped_rows(
@@ -37,11 +47,18 @@ def _scoped_rows(
     group_id: int | None,
     private_only: bool,
     everything: bool,
-) -> tuple[str, tuple[int, ...]]:
+    account: str,
+    account_of_row: str,
+) -> tuple[str, tuple[int | str, ...]]:
     """``FROM table WHERE <scope> [AND extra]`` and its arguments: what a /forget deletes and
     what its question counts are the same rows."""
     where, args = scope_filter(
-        user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
+        user_id=user_id,
+        group_id=group_id,
+        private_only=private_only,
+        everything=everything,
+        account=account,
+        account_of_row=account_of_row,
     )
     extra = f" AND {extra}" if extra else ""
     return f"FROM {table} WHERE {where}{extra}", args
@@ -54,8 +71,10 @@ def scope_delete(
     group_id: int | None,
     private_only: bool,
     everything: bool,
+    account: str,
     extra: str = "",
-) -> tuple[str, tuple[int, ...]]:
+    account_of_row: str = KEY_ACCOUNT,
+) -> tuple[str, tuple[int | str, ...]]:
     """The DELETE of a /forget scope on ``table`` (see :func:`scope_filter`).
 
     ``table`` and ``extra`` are constants of this module's callers, never user input.
@@ -67,6 +86,8 @@ def scope_delete(
         group_id=group_id,
         private_only=private_only,
         everything=everything,
+        account=account,
+        account_of_row=account_of_row,
     )
     return f"DELETE {rows}", args
 
@@ -78,9 +99,11 @@ def scope_count(
     group_id: int | None,
     private_only: bool,
     everything: bool,
+    account: str,
     extra: str = "",
     by: str = "",
-) -> tuple[str, tuple[int, ...]]:
+    account_of_row: str = KEY_ACCOUNT,
+) -> tuple[str, tuple[int | str, ...]]:
     """The ``SELECT count(*)`` of the rows :func:`scope_delete` would delete, per ``by``
     (a column, selected first) when given: what a /forget question names before it asks.
 
@@ -93,6 +116,8 @@ def scope_count(
         group_id=group_id,
         private_only=private_only,
         everything=everything,
+        account=account,
+        account_of_row=account_of_row,
     )
     if by:
         return f"SELECT {by}, count(*) {rows} GROUP BY {by}", args
@@ -101,6 +126,8 @@ def scope_count(
 
 def covers(scope: ForgetScope, turn: TurnInput) -> bool:
     """Whether ``scope`` takes ``turn`` (the rows :func:`scope_delete` deletes)."""
+    if turn.account != scope.account:
+        return False
     if scope.everything:
         return True
     if scope.user_id is not None and scope.group_id is not None:

@@ -22,6 +22,7 @@ from nonebot.consts import CMD_ARG_KEY, CMD_KEY, PREFIX_KEY
 from nonebot.rule import Rule, command
 from nonebot.typing import T_State
 
+from .bot_accounts import serving_bot
 from .intake import accepts
 from .messaging import send_answer
 from .runtime import Runtime, RuntimeDep, get_runtime
@@ -81,4 +82,5 @@ async def dispatch(bot: Bot, event: MessageEvent, state: T_State, runtime: Runti
         text = ARG_TOO_LONG.format(length=length, limit=COMMAND_ARG_MAX_CHARS)
         await send_answer(bot, event, text, max_chars=runtime.settings.chat_reply_max_chars)
         return
-    await handler(bot, event, arg, runtime)
+    async with serving_bot(bot, runtime):  # the command reads and deletes its bot's memory
+        await handler(bot, event, arg, runtime)

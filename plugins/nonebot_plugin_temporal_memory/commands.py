@@ -44,6 +44,7 @@ from memory_core.lang.timefmt import relative_time_zh
 from memory_core.models import Forgotten, MemoryTurn, TurnInput
 from memory_core.recall.listing import list_recall
 
+from .bot_accounts import serving_bot
 from .command_dispatch import plugin_command
 from .intake import accepts, group_id_of, segments_of, sender_name
 from .messaging import ANSWER_MESSAGES, at_most, quoted, send_answer, send_text
@@ -276,6 +277,11 @@ async def handle_confirm(
     """The next message of someone asked to confirm, in that chat: a delete only on the exact
     word, addressed to the bot in a group; any other message drops the question (said once)
     and, unless it was an answer to it, goes on to be handled as usual."""
+    async with serving_bot(bot, runtime):
+        await _confirm(bot, event, matcher, runtime)
+
+
+async def _confirm(bot: Bot, event: MessageEvent, matcher: Matcher, runtime: Runtime) -> None:
     request, on_time = confirmations.take(confirmation_key(event))
     kind = answer_kind(event.get_plaintext())
     addressed = group_id_of(event) is None or event.is_tome()

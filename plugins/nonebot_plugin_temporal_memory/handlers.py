@@ -22,6 +22,7 @@ from memory_core.conversation.engine import Outcome
 from memory_core.errors import MemoryCoreError
 from memory_core.models import RecalledMessage
 
+from .bot_accounts import serving_bot
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
 from .pictures import OwnPictures, after_stored, start_reading
@@ -37,7 +38,9 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
-    turn = await turn_from_event(bot, event, runtime)
+    async with serving_bot(bot, runtime):
+        turn = await turn_from_event(bot, event, runtime)  # the turn keeps its bot's memory
+    # The engine answers in the turn's account's memory (TurnInput.account).
     pictures = OwnPictures(bot, event, runtime, runtime.settings.memory_image_reply_wait)
     send = sender_for(
         bot,
@@ -55,8 +58,9 @@ async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> Non
 
 @record.handle()
 async def handle_unaddressed(bot: Bot, event: GroupMessageEvent, runtime: RuntimeDep) -> None:
-    turn = await turn_from_event(bot, event, runtime)
-    pictures = await start_reading(bot, event, turn, runtime)
+    async with serving_bot(bot, runtime):
+        turn = await turn_from_event(bot, event, runtime)
+        pictures = await start_reading(bot, event, turn, runtime)
     stored = await runtime.engine.record(turn)
     after_stored(runtime, pictures, stored.turn if stored and not stored.duplicate else None)
 
@@ -78,7 +82,7 @@ async def handle_recall(
     try:
         # After the exchange of that session being answered now: its reply is stored once sent,
         # and a 撤回 that came between the two left that reply behind (found by bench.faults).
-        async with runtime.engine.session(event.user_id, group_id):
+        async with serving_bot(bot, runtime), runtime.engine.session(event.user_id, group_id):
             forgotten = await runtime.memory.delete_message(recalled)
     except MemoryCoreError as exc:
         logger.warning(f"recalled message {event.message_id} could not be forgotten: {exc}")

@@ -323,3 +323,24 @@ def test_a_time_at_the_calendars_ends_is_refused_naming_the_option(imported, com
     assert result.returncode == 2
     assert "--now" in result.stderr and "Traceback" not in result.stderr
     assert "1990-01-01" in result.stderr or "2200-01-01" in result.stderr
+
+
+def test_account_names_whose_memory_import_and_recall_use(imported, tmp_path):
+    dsn, data_dir = imported
+
+    def recall(account: str) -> str:
+        result = run_cli(
+            "--account", account, "recall", "--user-id", "1", "订单号", dsn=dsn, data_dir=data_dir
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    # The first account named adopts what was imported before any account was.
+    assert "ORD123456" in recall("10001")
+    assert "ORD123456" not in recall("20002")
+    line = {"user_id": 1, "role": "user", "content": "B 的订单号是ORD777"}
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps(line, ensure_ascii=False) + "\n", encoding="utf-8")
+    result = run_cli("--account", "20002", "import", str(path), dsn=dsn, data_dir=data_dir)
+    assert "stored 1 new in 1 session(s)" in result.stdout, result.stderr
+    assert "ORD777" in recall("20002") and "ORD777" not in recall("10001")

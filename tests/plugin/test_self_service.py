@@ -270,7 +270,13 @@ async def test_forget_me_deletes_my_turns_memories_and_cached_answers_in_every_c
         assert await facts_of(runtime, USER, group) == []
     assert await contents(runtime, OTHER, GROUP) == ["我的鱼叫泡泡"]
     assert await facts_of(runtime, OTHER, None) == ["用户是医生"]
-    scope = {"user_id": OTHER, "group_id": None, "private_only": False, "everything": False}
+    scope = {
+        "user_id": OTHER,
+        "group_id": None,
+        "private_only": False,
+        "everything": False,
+        "account": "",  # the one bot's memory (memory_core.accounts)
+    }
     assert await cache.delete_scope(**scope) == 1  # the other user's cached answer is still there
 
 
