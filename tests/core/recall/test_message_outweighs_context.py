@@ -71,6 +71,16 @@ async def test_the_messages_own_words_win_over_two_unrelated_earlier_lines(
     assert await recalled_first(memory, mode) == RACKET
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "vector"])
+async def test_with_the_share_by_what_the_message_says_the_racket_comes_first(
+    memory_factory, local, mode
+):
+    # MEMORY_QUERY_MESSAGE_WEIGHT=auto: the message has three words of its own (none in the
+    # lines about work and milk tea), so it gets the message-first pair by itself.
+    memory = await stored(memory_factory, local, memory_query_message_weight="auto")
+    assert await recalled_first(memory, mode) == RACKET
+
+
 async def test_keyword_recall_alone_keeps_to_the_message_when_context_terms_count_less(
     memory_factory, local
 ):
