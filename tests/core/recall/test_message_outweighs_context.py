@@ -118,7 +118,7 @@ async def test_with_the_message_no_stronger_than_its_context_the_context_wins(
         (MESSAGE, [MESSAGE, "\n".join([*EARLIER, MESSAGE])]),
     ],
 )
-async def test_with_the_share_by_what_the_message_says_only_a_message_that_says_enough_is_embedded_alone(
+async def test_with_the_share_by_what_it_says_only_a_message_saying_enough_is_embedded_alone(
     memory_factory, local, monkeypatch, message, embedded
 ):
     memory = await stored(memory_factory, local, memory_query_message_weight="auto")
