@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -98,8 +98,9 @@ class MemorySettings(BaseModel):
     memory_query_context_turns: int = Field(default=2, ge=0, le=20)
     # The message outweighs its context (issue 26 part 3): the share of the message embedded
     # alone in the query vector (the rest: message with its context), and how much a keyword
-    # term only the earlier lines have counts against one of the message.
-    memory_query_message_weight: float = Field(default=0.0, ge=0, le=1)
+    # term only the earlier lines have counts against one of the message. `auto`: both per
+    # query, by how much the message says on its own (memory_core.recall.message_share).
+    memory_query_message_weight: Annotated[float, Field(ge=0, le=1)] | Literal["auto"] = 0.0
     memory_context_term_weight: float = Field(default=1.0, ge=0, le=1)
 
     # embeddings

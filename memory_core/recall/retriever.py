@@ -30,6 +30,7 @@ from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
 from ..storage.database_handle import Database
+from .message_share import MessageShare, message_share
 from .options import RecallOptions
 from .ranking import (
     Channel,
@@ -153,6 +154,7 @@ class Retriever:
         text = when.rest if when is not None and when.rest.strip() else query
         earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
         search_text = conversational_query(text, earlier)
+        share = self._share(text, earlier)
         filters = AnchorFilters(
             roles=options.roles or None,
             phrases=tuple(required_phrases(options.keywords)) if options.keywords else None,
@@ -160,7 +162,8 @@ class Retriever:
         )
         # The query's embedding and the session's size are independent: fetch both at once.
         embedded, size = await asyncio.gather(
-            self._query_vector(text, search_text, mode), store.session_size(scope)
+            self._query_vector(text, search_text, mode, share.message_weight),
+            store.session_size(scope),
         )
         if embedded is _NO_VECTOR:
             return RecallResult(query=query)
@@ -171,9 +174,7 @@ class Retriever:
         if vector is not None:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
         if mode != "vector":
-            weighted = weighted_conversation_terms(
-                text, earlier, self.settings.memory_context_term_weight
-            )
+            weighted = weighted_conversation_terms(text, earlier, share.context_term_weight)
             searches["keyword"] = store.keyword_candidates(
                 terms=[term for term, _ in weighted],
                 weights=[weight for _, weight in weighted],
@@ -310,13 +311,20 @@ class Retriever:
         scores = tuple((head[i].candidate.id, score) for i, score in order if score is not None)
         return reordered + [a for a in ranked if a.candidate.id not in chosen], scores
 
+    def _share(self, message: str, earlier: Sequence[str]) -> MessageShare:
+        """The query's message weight and context term weight: the settings', or with
+        MEMORY_QUERY_MESSAGE_WEIGHT=auto the ones for how much the message says on its own."""
+        weight = self.settings.memory_query_message_weight
+        if weight == "auto":
+            return message_share(message, earlier)
+        return MessageShare(float(weight), self.settings.memory_context_term_weight)
+
     async def _query_vector(
-        self, message: str, search_text: str, mode: str
+        self, message: str, search_text: str, mode: str, share: float
     ) -> np.ndarray | object | None:
         """The query vector of ``message`` searched as ``search_text`` (the message with its
-        earlier lines): the two embeddings blended (``blended_query_vector``, share
-        MEMORY_QUERY_MESSAGE_WEIGHT) when they differ, else the one; see ``_embed_for_recall``."""
-        share = self.settings.memory_query_message_weight
+        earlier lines): the two embeddings blended (``blended_query_vector``, ``share`` of the
+        message alone) when they differ, else the one; see ``_embed_for_recall``."""
         if search_text == message or share <= 0:
             return await self._embed_for_recall(search_text, mode)
         if share >= 1:

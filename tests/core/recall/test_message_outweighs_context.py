@@ -71,6 +71,16 @@ async def test_the_messages_own_words_win_over_two_unrelated_earlier_lines(
     assert await recalled_first(memory, mode) == RACKET
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "vector"])
+async def test_with_the_share_by_what_the_message_says_the_racket_comes_first(
+    memory_factory, local, mode
+):
+    # MEMORY_QUERY_MESSAGE_WEIGHT=auto: the message has three words of its own (none in the
+    # lines about work and milk tea), so it gets the message-first pair by itself.
+    memory = await stored(memory_factory, local, memory_query_message_weight="auto")
+    assert await recalled_first(memory, mode) == RACKET
+
+
 async def test_keyword_recall_alone_keeps_to_the_message_when_context_terms_count_less(
     memory_factory, local
 ):
@@ -97,3 +107,32 @@ async def test_with_the_message_no_stronger_than_its_context_the_context_wins(
     # above).
     memory = await stored(memory_factory, local, **overrides)
     assert await recalled_first(memory, mode) != RACKET
+
+
+@pytest.mark.parametrize(
+    ("message", "embedded"),
+    [
+        # One word of its own (然后): the context-led query, one text (main's recall).
+        ("然后呢？", ["\n".join([*EARLIER, "然后呢？"])]),
+        # Three words of their own: the message alone and with its context, blended.
+        (MESSAGE, [MESSAGE, "\n".join([*EARLIER, MESSAGE])]),
+    ],
+)
+async def test_with_the_share_by_what_it_says_only_a_message_saying_enough_is_embedded_alone(
+    memory_factory, local, monkeypatch, message, embedded
+):
+    memory = await stored(memory_factory, local, memory_query_message_weight="auto")
+    asked: list[str] = []
+    embed_query = local.embed_query
+
+    async def recorded(text: str):  # type: ignore[no-untyped-def]
+        asked.append(text)
+        return await embed_query(text)
+
+    monkeypatch.setattr(local, "embed_query", recorded)
+    await memory.recall(
+        USER,
+        message,
+        options=RecallOptions(top_n=1, window_size=0, now=NOW, context=tuple(EARLIER)),
+    )
+    assert sorted(asked) == sorted(embedded)
