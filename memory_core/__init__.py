@@ -25,9 +25,10 @@ from .models import (
     generate_session_key,
 )
 from .recall.options import RecallOptions
-from .service import TemporalMemory, open_memory
+from .service import TemporalMemory
 from .settings import MemorySettings, settings_from_mapping
 from .stats import MemoryStats
+from .wiring import open_memory
 
 __all__ = [
     "AddOutcome",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .answer_cache.store import OwnCachedAnswer, PgAnswerCacheStore
+from .distill.forgetting import forget_turns
 from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
 from .lang.keywords import normalize
@@ -45,7 +46,7 @@ async def known_about(
     now = now or datetime.now(timezone.utc)
     found: list[DistilledMemory] = []
     for kind in LISTED_KINDS:
-        found += await memory.distilled.recall_by_type(
+        found += await memory.parts.keeper.recall_by_type(
             user_id, group_id, kind, limit=limit, now=now
         )
     # recall_by_type may widen to the user's other chats (MEMORY_DISTILLED_SCOPE=user); a
@@ -134,7 +135,7 @@ async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
         by_kind = await distilled.delete_own(
             [m.id for m in rows], user_id=named.user_id, session_key=named.session_key
         )
-        fed = await memory.distilled.forget_turns(turns, within=tx)
+        fed = await forget_turns(tx, turns)
         cached = fed.cached_answers
         if named.folded is not None:
             cached += await tx.store(PgAnswerCacheStore).delete_user_containing(

@@ -40,7 +40,7 @@ async def purge_expired_memory() -> int:
 async def maintain_distilled_memory() -> bool:
     """Run the daily upkeep of distilled memory now; False when it had to be postponed."""
     try:
-        report = await get_runtime().memory.distilled.maintain()
+        report = await get_runtime().memory.maintain_distilled()
     except MemoryCoreError as exc:
         logger.warning(f"distilled memory maintenance postponed: {exc}")
         return False

@@ -19,8 +19,9 @@ import memory_core
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.errors import ConfigError
 from memory_core.providers.llm import ChatModel, build_chat_model
-from memory_core.service import TemporalMemory, open_memory
+from memory_core.service import TemporalMemory
 from memory_core.settings import MemorySettings
+from memory_core.wiring import open_memory
 
 from .config import Config, bot_name_from, memory_settings_from_config
 from .listener import check_listener
@@ -164,7 +165,8 @@ async def open_runtime() -> None:
         await memory.aclose()
         raise
     engine = ConversationEngine(
-        memory=memory,
+        parts=memory.parts,
+        writer=memory,
         chat_model=chat_model,
         bot_name=bot_name,
         usage=chat_model.usage if chat_model is not None else None,

@@ -397,7 +397,7 @@ class ConsoleApp:
             # The names the bot's prompt would carry, from the same QQ client lookups.
             names = await qq_names(user_id, group_id)
             trace = await trace_recall(
-                ctx.runtime.memory,
+                ctx.runtime.memory.parts,
                 user_id=user_id,
                 group_id=group_id,
                 message=message[:2000],
