@@ -7,12 +7,13 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
 
+from .background import DueFlag, RoundLoop
 from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .distill.forgetting import count_scope, forget_scope, forget_turns
 from .distill.keeper import MaintenanceReport
@@ -106,8 +107,9 @@ class TemporalMemory:
         self.vector_index = parts.vector_index
         self._retriever = parts.retriever
         self.sharing = parts.sharing
-        self._maintenance: asyncio.Task[None] | None = None
-        self._backfill_needed = asyncio.Event()
+        self._maintenance: RoundLoop | None = None
+        # Backfill work found due; setting it wakes the maintenance loop.
+        self._backfill_needed = DueFlag()
         self._deferred = DeferredEmbeddings(
             embed=parts.embedder.embed_passages,
             write=self._write_vectors,
@@ -171,47 +173,68 @@ class TemporalMemory:
         await self.vector_index.settle(store)
 
     def start_maintenance(self, interval: float = 30.0) -> None:
-        """Run the background loop: reconnect, flush the spool, backfill embeddings."""
+        """Run the background maintenance (``_maintenance_round``) when woken and at least
+        every ``interval`` seconds: reconnect, flush the spool, backfill."""
         if self._maintenance is None:
-            self._maintenance = asyncio.create_task(self._maintenance_loop(interval))
+            self._maintenance = RoundLoop(
+                self._maintenance_round,
+                interval=interval,
+                name="memory maintenance",
+                postponed=(DatabaseUnavailableError, EmbeddingError),
+                quiet=(StorageError,),  # writes refused: said once, by _writes_failing
+                rest_after_failure=True,
+            )
+            self._backfill_needed.loop = self._maintenance
+            self._maintenance.start()
 
-    async def _maintenance_loop(self, interval: float) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._backfill_needed.wait(), timeout=interval)
-            try:
-                retry_in = await self._restart_dead_server()
-                if retry_in is not None:
-                    await asyncio.sleep(retry_in)
-                    continue
-                await self.connect()
-                await self.flush_spool()
-                if self._backfill_needed.is_set():
-                    self._backfill_needed.clear()
-                    try:
-                        await self.backfill_keywords()
-                        await self.backfill_embeddings()
-                        if self._reindex_after is not None:
-                            await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
-                        if self.time_references.due:
-                            store = self._dialogues()
-                            if not await self.time_references.run(
-                                store, max_seconds=REINDEX_ROUND_SECONDS
-                            ):
-                                self._backfill_needed.set()  # the next round goes on at once
-                    except BaseException:
-                        # Not done: tried again next round, even if no new turn asks for it.
-                        self._backfill_needed.set()
-                        raise
-            except (DatabaseUnavailableError, EmbeddingError) as exc:
-                log.warning("memory maintenance postponed: %s", exc)
-                await asyncio.sleep(interval)
-            except StorageError as exc:  # writes refused: said once, by _writes_failing
-                log.debug("memory maintenance postponed: %s", exc)
-                await asyncio.sleep(interval)
-            except Exception:  # keep the loop alive; the next round retries
-                log.exception("memory maintenance failed")
-                await asyncio.sleep(interval)
+    async def _maintenance_round(self) -> None:
+        try:
+            await self._upkeep()
+        finally:
+            # Backfills still due (not reached, failed, or more to do than one round's share):
+            # the next round comes at once (after the rest that a failure takes).
+            if self._backfill_needed.is_set() and self._maintenance is not None:
+                self._maintenance.wake()
+
+    async def _upkeep(self) -> None:
+        """One round of upkeep: the embedded server restarted if it died, the database
+        connected, the spool flushed, then (when some are due) the named backfill steps."""
+        retry_in = await self._restart_dead_server()
+        if retry_in is not None:
+            await asyncio.sleep(retry_in)
+            return
+        await self.connect()
+        await self.flush_spool()
+        if not self._backfill_needed.is_set():
+            return
+        self._backfill_needed.clear()
+        try:
+            for _name, step in self._backfill_steps():
+                await step()
+        except BaseException:
+            # Not done: tried again next round, even if no new turn asks for it.
+            self._backfill_needed.set()
+            raise
+
+    def _backfill_steps(self) -> tuple[tuple[str, Callable[[], Awaitable[object]]], ...]:
+        """The maintenance's backfills, in order; a step with more to do than one round's
+        share sets ``_backfill_needed`` and the next round goes on at once."""
+        return (
+            ("keywords", self.backfill_keywords),
+            ("embeddings", self.backfill_embeddings),
+            ("text form", self._reindex_round),
+            ("time references", self._time_references_round),
+        )
+
+    async def _reindex_round(self) -> None:
+        if self._reindex_after is not None:
+            await self.reindex_text_form(max_seconds=REINDEX_ROUND_SECONDS)
+
+    async def _time_references_round(self) -> None:
+        if self.time_references.due and not await self.time_references.run(
+            self._dialogues(), max_seconds=REINDEX_ROUND_SECONDS
+        ):
+            self._backfill_needed.set()
 
     async def _restart_dead_server(self) -> float | None:
         """Start the embedded server again if it died (an external DSN is never started by
@@ -239,10 +262,9 @@ class TemporalMemory:
         await self.parts.extraction.aclose()
         await self.evaluations.aclose()
         if self._maintenance is not None:
-            self._maintenance.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._maintenance
+            await self._maintenance.stop()
             self._maintenance = None
+            self._backfill_needed.loop = None
         await self.vector_index.cancel_builds()
         pool = self.database.detach()
         if pool is not None:
