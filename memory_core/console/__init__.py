@@ -4,6 +4,7 @@ bin, the audit log, daily figures and the recall debugger. The plugin serves it 
 from ..storage.recycle_bin import BinItem
 from .debugger import RecallTrace, trace_recall
 from .service import (
+    PAGE_SIZE,
     ChatNames,
     DailyFigures,
     GroupSwitches,
@@ -17,6 +18,7 @@ from .settings_view import masked_settings
 from .store import AuditEntry, ConsoleConflictError, FoundTurn, SessionRow
 
 __all__ = [
+    "PAGE_SIZE",
     "AuditEntry",
     "BinItem",
     "ChatNames",

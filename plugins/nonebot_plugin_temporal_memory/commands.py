@@ -30,17 +30,20 @@ from nonebot.matcher import Matcher
 from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 
-from memory_core.conversation.engine import split_reply
-from memory_core.dashboard import (
+from memory_core import (
     Connection,
+    ForgetScope,
+    Forgotten,
+    MemoryCoreError,
+    MemoryTurn,
+    TurnInput,
     connection_of,
     dashboard_zh,
+    list_recall,
+    relative_time_zh,
+    split_reply,
     unavailable_dashboard_zh,
 )
-from memory_core.errors import MemoryCoreError
-from memory_core.lang.timefmt import relative_time_zh
-from memory_core.models import ForgetScope, Forgotten, MemoryTurn, TurnInput
-from memory_core.recall.listing import list_recall
 
 from .command_dispatch import plugin_command
 from .intake import accepts, group_id_of, segments_of, sender_name

@@ -11,8 +11,7 @@ require("nonebot_plugin_apscheduler")
 
 from nonebot_plugin_apscheduler import scheduler  # noqa: E402
 
-from memory_core.errors import MemoryCoreError  # noqa: E402
-from memory_core.settings import MemorySettings  # noqa: E402
+from memory_core import MemoryCoreError, MemorySettings  # noqa: E402
 
 from .runtime import get_runtime  # noqa: E402
 

@@ -16,12 +16,15 @@ from nonebot_plugin_localstore import get_plugin_data_dir
 from pydantic import ValidationError
 
 import memory_core
-from memory_core.conversation.engine import ConversationEngine
-from memory_core.errors import ConfigError
-from memory_core.providers.llm import ChatModel, build_chat_model
-from memory_core.service import TemporalMemory
-from memory_core.settings import MemorySettings
-from memory_core.wiring import open_memory
+from memory_core import (
+    ChatModel,
+    ConfigError,
+    ConversationEngine,
+    MemorySettings,
+    TemporalMemory,
+    build_chat_model,
+    open_memory,
+)
 
 from .config import Config, bot_name_from, memory_settings_from_config
 from .listener import check_listener

@@ -25,13 +25,16 @@ from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
 from nonebot.log import logger
 from nonebot.permission import SUPERUSER
 
-from memory_core.distill.memory import DistilledMemory, addressed
-from memory_core.errors import MemoryCoreError
-from memory_core.models import ForgetScope, Forgotten, MemoryTurn
-from memory_core.personal import (
+from memory_core import (
+    DistilledMemory,
     ForgetPreview,
+    ForgetScope,
+    Forgotten,
+    MemoryCoreError,
+    MemoryTurn,
     Named,
     PersonalExport,
+    addressed,
     export_person,
     forget_named,
     known_about,

@@ -80,3 +80,32 @@ def test_the_console_sits_above_the_core() -> None:
     graph = _graph()
     below = _below(graph, "memory_core.wiring") | {"memory_core.wiring"}
     assert sorted(m for m in below if _package(m) == "console") == []
+
+
+PLUGIN = CORE.parent / "plugins" / "nonebot_plugin_temporal_memory"
+PUBLIC_FACES = {"memory_core", "memory_core.console"}
+
+
+def test_the_plugin_uses_only_the_cores_public_names() -> None:
+    """The plugin imports ``memory_core`` (and the console above it) by their public faces,
+    never a module behind them, and only names their ``__all__`` lists."""
+    import memory_core
+    import memory_core.console
+
+    listed = {"memory_core": set(memory_core.__all__)}
+    listed["memory_core.console"] = set(memory_core.console.__all__)
+    inner, unlisted = [], []
+    for path in sorted(PLUGIN.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memory_core"):
+                where = f"{path.relative_to(PLUGIN)}: {node.module}"
+                if node.module not in PUBLIC_FACES:
+                    inner.append(where)
+                    continue
+                unlisted += [
+                    f"{where}.{a.name}" for a in node.names if a.name not in listed[node.module]
+                ]
+            elif isinstance(node, ast.Import):
+                inner += [a.name for a in node.names if a.name.startswith("memory_core.")]
+    assert inner == []
+    assert unlisted == []
