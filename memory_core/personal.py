@@ -3,7 +3,7 @@
 These back the self-service commands (/我的记忆, /忘记 3, /忘记 花生, /导出我的记忆); each works
 on one person's rows only. A delete of named memories takes what they came from too
 (``Named``); ``preview_forget`` says what that is before anything goes. Forgetting a person
-everywhere is ``TemporalMemory.forget(user_id=…)``.
+everywhere is ``TemporalMemory.forget(ForgetScope(user_id=…))``.
 """
 
 from __future__ import annotations
