@@ -18,7 +18,7 @@ from .conversation.engine import (
     Delivery,
     Outcome,
     SendText,
-    TurnWriter,
+    TurnRecorder,
     split_reply,
 )
 from .dashboard import (
@@ -128,7 +128,7 @@ __all__ = [
     "StorageError",
     "TemporalMemory",
     "TurnInput",
-    "TurnWriter",
+    "TurnRecorder",
     "addressed",
     "band_label",
     "build_chat_model",

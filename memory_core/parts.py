@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
 from .answer_cache.cache import AnswerCache, AnswerCacheOff
+from .background import DueFlag
 from .context.builder import ContextBuilder
 from .distill.keeper import MemoryKeeper
 from .distill.worker import ExtractionOff, ExtractionWorker
@@ -55,6 +56,9 @@ class MemoryParts:
     evaluations: EvaluationWorker | EvaluationOff
     retention: RetentionPolicy | None
     context_builder: ContextBuilder
+    # Backfill work found due (a turn stored without its vector, a spooled turn): whoever
+    # finds some sets it, which wakes the maintenance (``TemporalMemory.start_maintenance``).
+    backfill_due: DueFlag
 
     @property
     def tz(self) -> ZoneInfo:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .background import DueFlag, RoundLoop
+from .background import RoundLoop
 from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .distill.forgetting import count_scope, forget_scope, forget_turns
 from .distill.keeper import MaintenanceReport
@@ -108,8 +108,7 @@ class TemporalMemory:
         self._retriever = parts.retriever
         self.sharing = parts.sharing
         self._maintenance: RoundLoop | None = None
-        # Backfill work found due; setting it wakes the maintenance loop.
-        self._backfill_needed = DueFlag()
+        self._backfill_needed = parts.backfill_due  # set: the maintenance has work
         self._deferred = DeferredEmbeddings(
             embed=parts.embedder.embed_passages,
             write=self._write_vectors,

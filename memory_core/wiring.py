@@ -13,6 +13,7 @@ import logging
 from datetime import timedelta
 
 from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
+from .background import DueFlag
 from .context.builder import ContextBuilder
 from .distill.extraction import Extractor, build_extractor, extraction_off_reason
 from .distill.keeper import MemoryKeeper
@@ -109,6 +110,7 @@ def build_parts(
             tz=settings.tz,
             retriever=retriever,
         ),
+        backfill_due=DueFlag(),
     )
 
 

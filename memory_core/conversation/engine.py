@@ -75,7 +75,7 @@ SendText = Callable[[str], Awaitable["Delivery | None"]]
 """Delivers a reply; returns ``None`` when nothing reached the chat. Must not raise."""
 
 
-class TurnWriter(Protocol):
+class TurnRecorder(Protocol):
     """Where the engine stores turns (``TemporalMemory.add_turn``: database, or the spool)."""
 
     async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome: ...
@@ -221,7 +221,7 @@ class ConversationEngine:
         self,
         *,
         parts: MemoryParts,
-        writer: TurnWriter,
+        writer: TurnRecorder,
         chat_model: ChatModel | None,
         bot_name: str | None = None,
         clock: Callable[[], datetime] | None = None,
