@@ -34,10 +34,10 @@ from bench.common import (
     machine_line,
     setting_overrides,
 )
+from memory_core import open_memory
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.lang.tokens import TokenCounter
 from memory_core.models import TurnInput
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 
 BLOCK_TOKENS = 64
@@ -134,7 +134,11 @@ async def run(messages: int, reply_chars: int, overrides: dict[str, str]) -> Non
         model = RecordingModel(reply_chars)
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
-            memory=memory, chat_model=model, bot_name="小忆", clock=lambda: clock[0]
+            parts=memory.parts,
+            writer=memory,
+            chat_model=model,
+            bot_name="小忆",
+            clock=lambda: clock[0],
         )
 
         async def send(text: str) -> Delivery:

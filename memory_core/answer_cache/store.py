@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
 
 import numpy as np
 
-from ..storage.counters import PgCounterStore, bump_sql
-from ..storage.pg import rows_affected
+from ..models import ForgetScope
+from ..storage.counters import bump_sql
+from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_count, scope_delete
 
 SQL_CACHE_UPSERT = """
@@ -109,7 +109,7 @@ class OwnCachedAnswer:
     expires_at: datetime | None
 
 
-class PgAnswerCacheStore(PgCounterStore):
+class PgAnswerCacheStore(PgStore):
     """The semantic answer cache table."""
 
     async def upsert(
@@ -196,16 +196,16 @@ class PgAnswerCacheStore(PgCounterStore):
             status = await conn.execute(SQL_CACHE_DROP_STALE_PRELOAD, list(kept_norms))
         return rows_affected(status)
 
-    async def delete_scope(self, **scope: Any) -> int:
+    async def delete_scope(self, scope: ForgetScope) -> int:
         """Delete the per-user entries of a /forget scope (public entries are nobody's)."""
-        sql, args = scope_delete("answer_cache", extra="scope = 'user'", **scope)
+        sql, args = scope_delete("answer_cache", scope, extra="scope = 'user'")
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
         return rows_affected(status)
 
-    async def count_scope(self, **scope: Any) -> int:
+    async def count_scope(self, scope: ForgetScope) -> int:
         """How many entries ``delete_scope`` would delete now."""
-        sql, args = scope_count("answer_cache", extra="scope = 'user'", **scope)
+        sql, args = scope_count("answer_cache", scope, extra="scope = 'user'")
         async with self._connection() as conn:
             return int(await conn.fetchval(sql, *args))
 

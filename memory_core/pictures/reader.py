@@ -298,7 +298,7 @@ class PictureReader:
             vector = (await memory.embedder.embed_passages([indexed]))[0]
         except EmbeddingError as exc:
             log.warning("turn %d's new text will be embedded later: %s", turn_id, exc)
-            memory._backfill_needed.set()
+            memory.parts.backfill_due.set()
         refers = referred_range(content, current.created_at, memory.tz)
         await store.set_text(
             TextUpdate(

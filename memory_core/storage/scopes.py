@@ -7,93 +7,48 @@ from __future__ import annotations
 from ..models import ForgetScope, TurnInput
 
 
-def scope_filter(
-    *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-) -> tuple[str, tuple[int, ...]]:
+def scope_filter(scope: ForgetScope) -> tuple[str, tuple[int, ...]]:
     """The WHERE condition of a /forget scope and its ``$n`` arguments: everything, a user in
     a group, a user's private rows, all of a user's rows, or a group's rows."""
-    if everything:
+    if scope.everything:
         return "true", ()
-    if user_id is not None and group_id is not None:
-        return "user_id = $1 AND group_id = $2", (user_id, group_id)
-    if user_id is not None and private_only:
-        return "user_id = $1 AND group_id IS NULL", (user_id,)
-    if user_id is not None:
-        return "user_id = $1", (user_id,)
-    if group_id is not None:
-        return "group_id = $1", (group_id,)
+    if scope.user_id is not None and scope.group_id is not None:
+        return "user_id = $1 AND group_id = $2", (scope.user_id, scope.group_id)
+    if scope.user_id is not None and scope.private_only:
+        return "user_id = $1 AND group_id IS NULL", (scope.user_id,)
+    if scope.user_id is not None:
+        return "user_id = $1", (scope.user_id,)
+    if scope.group_id is not None:
+        return "group_id = $1", (scope.group_id,)
     raise ValueError("forget needs a user, a group, or everything=True")
 
 
-def _scoped_rows(
-    table: str,
-    extra: str,
-    *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-) -> tuple[str, tuple[int, ...]]:
+def _scoped_rows(table: str, extra: str, scope: ForgetScope) -> tuple[str, tuple[int, ...]]:
     """``FROM table WHERE <scope> [AND extra]`` and its arguments: what a /forget deletes and
     what its question counts are the same rows."""
-    where, args = scope_filter(
-        user_id=user_id, group_id=group_id, private_only=private_only, everything=everything
-    )
+    where, args = scope_filter(scope)
     extra = f" AND {extra}" if extra else ""
     return f"FROM {table} WHERE {where}{extra}", args
 
 
-def scope_delete(
-    table: str,
-    *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-    extra: str = "",
-) -> tuple[str, tuple[int, ...]]:
+def scope_delete(table: str, scope: ForgetScope, *, extra: str = "") -> tuple[str, tuple[int, ...]]:
     """The DELETE of a /forget scope on ``table`` (see :func:`scope_filter`).
 
     ``table`` and ``extra`` are constants of this module's callers, never user input.
     """
-    rows, args = _scoped_rows(
-        table,
-        extra,
-        user_id=user_id,
-        group_id=group_id,
-        private_only=private_only,
-        everything=everything,
-    )
+    rows, args = _scoped_rows(table, extra, scope)
     return f"DELETE {rows}", args
 
 
 def scope_count(
-    table: str,
-    *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-    extra: str = "",
-    by: str = "",
+    table: str, scope: ForgetScope, *, extra: str = "", by: str = ""
 ) -> tuple[str, tuple[int, ...]]:
     """The ``SELECT count(*)`` of the rows :func:`scope_delete` would delete, per ``by``
     (a column, selected first) when given: what a /forget question names before it asks.
 
     ``table``, ``extra`` and ``by`` are constants of the callers, never user input.
     """
-    rows, args = _scoped_rows(
-        table,
-        extra,
-        user_id=user_id,
-        group_id=group_id,
-        private_only=private_only,
-        everything=everything,
-    )
+    rows, args = _scoped_rows(table, extra, scope)
     if by:
         return f"SELECT {by}, count(*) {rows} GROUP BY {by}", args
     return f"SELECT count(*) {rows}", args

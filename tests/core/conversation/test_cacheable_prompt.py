@@ -47,7 +47,9 @@ async def chat(memory, messages: list[tuple[int, int | None]]) -> RecordingModel
     def read() -> datetime:
         return now[0]
 
-    engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗", clock=read)
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=read
+    )
     for i, (user, group) in enumerate(messages):
         now[0] = next(clock)
         await engine.converse(user_turn(f"第{i}句：猫最近怎么样", user=user, group=group), Outbox())
@@ -139,7 +141,9 @@ class ReportingModel(RecordingModel):
 
 async def test_the_days_cached_share_of_prompt_tokens_reaches_memstat(memory):
     usage = PromptUsage()
-    engine = ConversationEngine(memory=memory, chat_model=ReportingModel(usage), usage=usage)
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=ReportingModel(usage), usage=usage
+    )
     for text in ("你好", "再问一句"):
         await engine.converse(user_turn(text), Outbox())
     stats = await memory.stats()

@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
+from memory_core import open_memory
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.dialogue.spool import TurnSpool
 from memory_core.errors import DatabaseUnavailableError, StorageError
 from memory_core.models import ForgetScope, RecalledMessage, TurnInput
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.core.test_bad_input import ODD_TEXTS
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
@@ -237,7 +237,7 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
         memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
     )
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(parts=memory.parts, writer=memory, chat_model=FixedAnswer())
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -417,7 +417,7 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
     memory_factory, fresh_dsn, caplog, refusal
 ):
     memory = await memory_factory()
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(parts=memory.parts, writer=memory, chat_model=FixedAnswer())
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -512,7 +512,7 @@ async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_a
     sent: list[str] = []
     send = recorded_in(sent)
 
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(parts=memory.parts, writer=memory, chat_model=FixedAnswer())
     result = await engine.converse(said("数据库拒收这一句", 1), send)
     assert result.outcome is Outcome.REPLIED and result.user_turn is None
     assert sent == [FixedAnswer.answer]
@@ -582,7 +582,7 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
 ):
     """The spool usually shares the database's disk: both refuse writes as a full disk does."""
     memory = await memory_factory()
-    engine = ConversationEngine(memory=memory, chat_model=FixedAnswer())
+    engine = ConversationEngine(parts=memory.parts, writer=memory, chat_model=FixedAnswer())
     sent: list[str] = []
     send = recorded_in(sent)
 

@@ -9,6 +9,7 @@ from datetime import date, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+from memory_core.dialogue.recall_store import PgRecallStore
 from memory_core.dialogue.upkeep_store import PgUpkeepStore
 from memory_core.errors import StorageError
 from memory_core.models import TurnInput
@@ -44,8 +45,8 @@ async def test_session_tail_is_the_last_turn_time_and_the_recent_turns_read_apar
     )
     since = NOW - timedelta(minutes=15)
     for limit in (3, 10):
-        tail = await memory.session_tail(1, None, limit=limit, since=since, now=NOW)
-        assert tail.last_turn_at == await memory.last_turn_time(1, None, NOW)
+        tail = await dialogues(memory).session_tail("1", since=since, now=NOW, limit=limit)
+        assert tail.last_turn_at == await dialogues(memory).last_turn_time("1", NOW)
         assert tail.last_turn_at == T0 + timedelta(minutes=24)
         recent = await memory.recent_turns(1, None, limit=limit, since=since, now=NOW)
         assert list(tail.recent) == recent
@@ -57,12 +58,18 @@ async def test_session_tail_without_recent_turns_still_gives_the_last_turn_time(
 ):
     memory = await memory_factory()
     await memory.add_dialogues([turn(1, "半小时前的话")])
-    quiet = await memory.session_tail(1, None, limit=6, since=NOW - timedelta(minutes=5), now=NOW)
+    quiet = await dialogues(memory).session_tail(
+        "1", since=NOW - timedelta(minutes=5), now=NOW, limit=6
+    )
     assert quiet.last_turn_at == T0 + timedelta(minutes=1)
     assert quiet.recent == ()
-    empty = await memory.session_tail(9, None, limit=6, since=T0, now=NOW)
+    empty = await dialogues(memory).session_tail("9", since=T0, now=NOW, limit=6)
     assert empty.last_turn_at is None
     assert empty.recent == ()
+
+
+def dialogues(memory) -> PgRecallStore:
+    return memory.database.store(PgRecallStore)
 
 
 async def daily(memory, day: date) -> dict[str, int]:
