@@ -22,6 +22,7 @@ from .distill.keeper import MemoryKeeper
 from .distill.worker import ExtractionOff, ExtractionWorker
 from .evaluation.retention import RetentionPolicy
 from .evaluation.worker import EvaluationOff, EvaluationWorker
+from .forgetting import Forgetting
 from .lang.tokens import TokenCounter
 from .providers.embedding import Embedder
 from .providers.rerank import ApiReranker
@@ -62,6 +63,7 @@ class MemoryParts:
     # The dialogue's writing path and its upkeep (``memory_core.dialogue``).
     writer: TurnWriter
     upkeep: DialogueUpkeep
+    forgetting: Forgetting  # /forget and 撤回 across every owner
 
     @property
     def tz(self) -> ZoneInfo:

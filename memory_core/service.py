@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
 from .background import RoundLoop
 from .context.block import LineBudget, MemoryBlock, build_memory_block
-from .dialogue.admin_store import PgAdminStore
-from .dialogue.forget_store import PgForgetStore
 from .dialogue.recall_store import PgRecallStore
-from .dialogue.spool import failure_text, is_bad_item
 from .dialogue.upkeep import KEYWORD_BACKFILL_BATCH, Progress
-from .distill.forgetting import count_scope, forget_scope, forget_turns
 from .distill.keeper import MaintenanceReport
 from .distill.stats import DistilledStats, distilled_stats
 from .errors import DatabaseUnavailableError, EmbeddingError, StorageError
-from .evaluation.store import PgEvaluationStore
 from .evaluation.worker import PURGED
 from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
 from .models import (
@@ -38,10 +32,9 @@ from .models import (
     generate_session_key,
 )
 from .parts import MemoryParts
-from .providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS
 from .recall.options import DEFAULT_RECALL, RecallOptions
 from .settings import MemorySettings
-from .stats import EvaluationFigures, MemoryStats
+from .stats import MemoryStats, memory_stats
 from .storage.counters import PgCounterStore
 from .storage.database import (
     CONNECTION_ERRORS,
@@ -300,15 +293,8 @@ class TemporalMemory:
         dead-letter file, the others are written. When the database is lost or refuses writes,
         what was done is kept and the failure (``StorageError``) is raised; the rest waits.
         """
-        return await self.writer.flush_spool(self._forget_spooled, self._forget_spooled_scope)
-
-    async def _forget_spooled(self, recalled: RecalledMessage) -> int:
-        return (await self._forget_recalled(recalled)).dialogues
-
-    async def _forget_spooled_scope(self, scope: ForgetScope) -> int:
-        forgotten = await self._forget_stored(scope)
-        log.info("a /forget made while the database was unreachable is done: %s", forgotten)
-        return forgotten.dialogues
+        forgetting = self.parts.forgetting
+        return await self.writer.flush_spool(forgetting.spooled_recall, forgetting.spooled_scope)
 
     async def settle_embeddings(self, timeout: float | None = None) -> None:
         """Wait until the turns stored with ``embed_later`` so far have their vectors (or were
@@ -404,103 +390,24 @@ class TemporalMemory:
     # ----------------------------------------------------------------- deleting
 
     async def delete_message(self, message: RecalledMessage) -> Forgotten | None:
-        """Forget a recalled (撤回) QQ message: its turn, the bot's reply to it and its later
-        replies repeating it (``lang.repeats``), the distilled memories drawn from any of them
-        and the sender's answers cached since. Returns what went,
-        or ``None`` when the database is unreachable or refuses writes: the recall is then
-        spooled and done once it takes them again."""
-        try:
-            return await self._forget_recalled(message)
-        except StorageError as exc:
-            if is_bad_item(exc):
-                raise
-            await self.writer.keep_recall(message, exc)
-            return None
-
-    async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
-        turns = await self.database.store(PgForgetStore).delete_recalled(message)
-        distilled = await forget_turns(self.database, turns)
-        replies = sum(1 for t in turns if t.role == "assistant")
-        return dataclasses.replace(distilled, dialogues=len(turns), bot_replies=replies)
+        """Forget a recalled (撤回) QQ message everywhere; ``None`` when it waits in the
+        spool for the database (``forgetting.Forgetting.delete_message``)."""
+        return await self.parts.forgetting.delete_message(message)
 
     async def forget(self, scope: ForgetScope) -> Forgotten:
-        """Delete the memories of ``scope``: a group session (user+group), a user's private
-        chat (user+private_only), all of a user's rows (user), a whole group (group) or
-        everything.
-
-        The scope's turns — stored, and still waiting in the spool — distilled memories and
-        cached answers all go; returns how many of each. When the database cannot be reached
-        or refuses writes, the spooled turns go now and the request waits in the spool for the
-        rest (``Forgotten.deferred``)."""
-        # The spool first: a flush between the two steps could write its turns back.
-        spooled = await self.writer.forget_spooled(scope)
-        try:
-            forgotten = await self._forget_stored(scope)
-        except StorageError as exc:
-            if is_bad_item(exc):
-                raise
-            await self.writer.keep_forget(scope, exc)
-            log.warning("forget deferred until the database is back: %s", failure_text(exc))
-            return Forgotten(dialogues=spooled, deferred=True)
-        forgotten = dataclasses.replace(forgotten, dialogues=forgotten.dialogues + spooled)
-        log.info(
-            "forgot %d turn(s), %d fact(s), %d preference(s), %d summar(ies), %d cached answer(s)",
-            forgotten.dialogues,
-            forgotten.facts,
-            forgotten.preferences,
-            forgotten.summaries,
-            forgotten.cached_answers,
-        )
-        return forgotten
+        """Delete the memories of ``scope`` (turns, also spooled ones, distilled memories,
+        cached answers); see ``forgetting.Forgetting.forget``."""
+        return await self.parts.forgetting.forget(scope)
 
     async def count_forget(self, scope: ForgetScope) -> Forgotten:
-        """What ``forget`` of ``scope`` would delete from the database now, by kind: the
-        figures a /forget question names before it asks. Turns still in the spool are not
-        counted (``forget`` takes them too). ``StorageError`` when the database cannot say."""
-        dialogues = await self.database.store(PgForgetStore).count_scope(scope)
-        distilled = await count_scope(self.database, scope)
-        return dataclasses.replace(distilled, dialogues=dialogues)
-
-    async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
-        deleted = await self.database.store(PgForgetStore).delete_scope(scope)
-        distilled = await forget_scope(self.database, scope)
-        # What the console deleted of that scope goes too: the recycle bin keeps copies.
-        await self.database.store(PgRecycleBinStore).delete_scope(scope)
-        return dataclasses.replace(distilled, dialogues=deleted)
+        """What ``forget`` of ``scope`` would delete from the database now, by kind."""
+        return await self.parts.forgetting.count_forget(scope)
 
     # ----------------------------------------------------------------- admin
 
     async def stats(self, now: datetime | None = None) -> MemoryStats:
-        store_stats = await self.database.store(PgAdminStore).stats()
-        cache_stats = getattr(self.embedder, "stats", None)
-        evaluation_store = self.database.store(PgEvaluationStore)
-        counters = self.database.store(PgCounterStore)
-        today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
-        today_totals = await counters.metric_totals(today)
-        return MemoryStats(
-            evaluation=EvaluationFigures(
-                evaluator=self.evaluations.evaluator_name,
-                totals=await counters.metric_totals(date.min),
-                pending=await evaluation_store.pending_count(),
-                band_names=self.retention.band_names if self.retention else (),
-                purged_by_day=await counters.metric_by_day(PURGED, today - timedelta(days=6)),
-            ),
-            store=store_stats,
-            embedding_model=self.embedding_model,
-            embedding_dim=self.embedding_dim,
-            database=self.database_description,
-            spooled_turns=self._spool.pending(),
-            dead_letters=self._spool.dead_letters(),
-            dead_letter_file=str(self._spool.dead_path),
-            write_trouble=self.writer.write_trouble,
-            prompt_tokens_today=today_totals.get(CHAT_PROMPT_TOKENS, 0),
-            cached_tokens_today=today_totals.get(CHAT_CACHED_TOKENS, 0),
-            embedding_cache=cache_stats() if callable(cache_stats) else {},
-            vector_index=self.settings.memory_vector_index,
-            indexed_sessions=len(self.vector_index.indexed),
-            indexing_sessions=self.vector_index.building,
-            exact_search_max_rows=self.settings.memory_exact_search_max_rows,
-        )
+        """The figures of ``/memstat`` and ``python -m memory_core stats``."""
+        return await memory_stats(self.parts, self.database_description, now)
 
     async def distilled_stats(self, now: datetime | None = None) -> DistilledStats:
         """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""

@@ -27,6 +27,7 @@ from .errors import DatabaseUnavailableError, MemoryCoreError
 from .evaluation.evaluator import Evaluator, build_evaluator
 from .evaluation.retention import RetentionPolicy, load_retention_policy
 from .evaluation.worker import EvaluationOff, EvaluationWorker
+from .forgetting import Forgetting
 from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
 from .lang.tokens import TokenCounter, load_token_counter
 from .parts import MemoryParts
@@ -135,6 +136,7 @@ def build_parts(
             text_form=text_form,
             on_more_work=backfill_due.set,
         ),
+        forgetting=Forgetting(database, writer),
     )
 
 
