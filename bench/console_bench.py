@@ -32,8 +32,8 @@ from bench.common import (
     percentiles,
     synthetic_turns,
 )
+from memory_core import open_memory
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.service import open_memory
 from memory_core.settings import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL, MemorySettings
 from tests.plugin.wire import start_bot, stop_bot
 
@@ -65,7 +65,7 @@ async def build_database(data_dir: Path, rows: int, sessions: int, heavy_share: 
                 print(f"\r  imported {start + count}/{rows}", end="", flush=True)
         print()
         for s in range(0, min(sessions, 200), 2):  # a few facts in a hundred private chats
-            await memory.distilled.save(
+            await memory.parts.keeper.save(
                 [
                     ExtractedMemory(kind="facts", content=f"用户{s}喜欢第{k}种咖啡")
                     for k in range(3)

@@ -14,12 +14,12 @@ from datetime import timedelta
 import numpy as np
 
 from bench.common import T0, bench_data_dir, fmt, machine_line, percentiles
+from memory_core import TemporalMemory, open_memory
 from memory_core.answer_cache.cache import cache_threshold
 from memory_core.distill.memory import ExtractedMemory, dedupe_threshold, restates
 from memory_core.models import TurnInput
 from memory_core.providers.embedding import build_embedder
 from memory_core.recall.options import RecallOptions
-from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
 # Restatements of one fact, and pairs that differ in what they say (often in one entity).
@@ -109,10 +109,10 @@ async def calibration(memory: TemporalMemory) -> None:
 
 async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> None:
     for i in range(entries):
-        await memory.distilled.answer_cache.store(
+        await memory.parts.answer_cache.store(
             f"第{i}个问题：如何配置服务{i}", f"答案{i}", 10 + i % 50, now=T0
         )
-    await memory.distilled.answer_cache.lookup("预热", 10, now=T0)
+    await memory.parts.answer_cache.lookup("预热", 10, now=T0)
     samples: dict[str, list[float]] = {"exact": [], "semantic or miss": [], "refused": []}
     for i in range(lookups):
         user = 10 + i % 50
@@ -123,7 +123,7 @@ async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> N
         )
         for name, question in cases:
             started = time.perf_counter()
-            await memory.distilled.answer_cache.lookup(question, user, now=T0)
+            await memory.parts.answer_cache.lookup(question, user, now=T0)
             samples[name].append((time.perf_counter() - started) * 1000)
     for name, values in samples.items():
         print(f"cache lookup, {name} ({entries} entries): {fmt(percentiles(values))}")
@@ -150,7 +150,7 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
         ExtractedMemory(kind="summary", content=f"第{i}次对话聊了{topics[i]}", score=0.7)
         for i in range(10)
     ]
-    await memory.distilled.save(items, 1, stated_at=T0)
+    await memory.parts.keeper.save(items, 1, stated_at=T0)
     await memory.add_dialogues(
         [
             TurnInput(
@@ -163,11 +163,13 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
         ]
     )
     now = T0 + timedelta(days=1)
-    await memory.build_context(1, None, "预热", now=now)
+    await memory.parts.context_builder.build(1, None, "预热", now=now)
     samples = []
     for i in range(queries):
         started = time.perf_counter()
-        context = await memory.build_context(1, None, f"{topics[i % 10]}怎么样了", now=now)
+        context = await memory.parts.context_builder.build(
+            1, None, f"{topics[i % 10]}怎么样了", now=now
+        )
         samples.append((time.perf_counter() - started) * 1000)
     budget = memory.settings.memory_max_tokens
     print(
@@ -178,7 +180,7 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
     samples = []
     for _ in range(queries):
         started = time.perf_counter()
-        await memory.build_context(1, None, "猫怎么样了", now=now, recall=recalled)
+        await memory.parts.context_builder.build(1, None, "猫怎么样了", now=now, recall=recalled)
         samples.append((time.perf_counter() - started) * 1000)
     print(
         f"build_context given the recall (distilled part + assembly): {fmt(percentiles(samples))}"

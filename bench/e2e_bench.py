@@ -24,10 +24,10 @@ from bench.common import (
     percentiles,
     synthetic_turns,
 )
+from memory_core import open_memory
 from memory_core.models import TurnInput
 from memory_core.providers.embedding import Embedder
 from memory_core.recall.options import RecallOptions
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 
 

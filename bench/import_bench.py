@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import T0, WORDS, bench_data_dir, machine_line, peak_rss_mb
-from memory_core.service import open_memory
+from memory_core import open_memory
 from memory_core.settings import MemorySettings
 from memory_core.transfer.importer import import_json_lines, import_qq_text
 from memory_core.transfer.portable import export_lines

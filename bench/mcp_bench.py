@@ -45,9 +45,9 @@ from bench.common import (
     percentiles,
     synthetic_turns,
 )
+from memory_core import open_memory
 from memory_core.cli import recall_json
 from memory_core.recall.listing import list_recall
-from memory_core.service import open_memory
 from memory_core.settings import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL, MemorySettings
 from tests.plugin.wire import start_bot, stop_bot
 
@@ -102,7 +102,7 @@ async def in_process(data_dir: Path, asked: list[str]) -> dict[str, dict[str, fl
 
             async def listing(query: str, u: int = user_id, g: int | None = group_id) -> Any:
                 now = datetime.now(timezone.utc)
-                return await list_recall(memory, u, query, g, now=now, items=5)
+                return await list_recall(memory.parts, u, query, g, now=now, items=5)
 
             results[f"CLI recall (in process), {chat}"] = await timed(asked, cli)
             results[f"/recall listing (in process), {chat}"] = await timed(asked, listing)

@@ -24,10 +24,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from bench.common import RandomQueryEmbedder, bench_data_dir, machine_line, percentiles
 from bench.process_stats import load_average, rss_mb
+from memory_core import TemporalMemory, open_memory
 from memory_core.models import TurnInput
 from memory_core.pictures import PictureReader, PictureRef
 from memory_core.pictures.ocr import RapidOcrReader
-from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 from tests.picture_server import FONT, PictureServer, note_picture
 

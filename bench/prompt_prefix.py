@@ -41,6 +41,7 @@ from bench.common import (
     machine_line,
     setting_overrides,
 )
+from memory_core import open_memory
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
@@ -48,7 +49,6 @@ from memory_core.lang.tokens import TokenCounter
 from memory_core.models import TurnInput
 from memory_core.providers.llm import OpenAIChatModel
 from memory_core.providers.openai_api import OpenAIEndpoint
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 
 BLOCK_TOKENS = 64
@@ -188,7 +188,11 @@ async def run(
         )
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
-            memory=memory, chat_model=model, bot_name="小忆", clock=lambda: clock[0]
+            parts=memory.parts,
+            writer=memory,
+            chat_model=model,
+            bot_name="小忆",
+            clock=lambda: clock[0],
         )
 
         async def send(text: str) -> Delivery:
@@ -204,7 +208,9 @@ async def run(
                     (PRIVATE_USER, None),
                     *((u, GROUP_ID) for u, _ in MEMBERS),
                 ):
-                    await memory.distilled.save(DISTILLED, user_id, group_id, stated_at=day_before)
+                    await memory.parts.keeper.save(
+                        DISTILLED, user_id, group_id, stated_at=day_before
+                    )
             for i in range(messages):
                 clock[0] += timedelta(seconds=40)
                 text = f"第{i + 1}句：说说{TOPICS[i % len(TOPICS)]}吧，你还记得吗？"

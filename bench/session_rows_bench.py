@@ -8,7 +8,7 @@ import asyncio
 
 from bench.common import RandomQueryEmbedder, bench_data_dir, machine_line
 from bench.storage_bench import online_inserts
-from memory_core.service import open_memory
+from memory_core import open_memory
 from memory_core.settings import MemorySettings
 
 TRIGGERS = ("dialogue_sessions_on_insert", "dialogue_sessions_on_delete")

@@ -26,9 +26,9 @@ from bench.common import (
     percentiles,
     synthetic_turns,
 )
+from memory_core import TemporalMemory, open_memory
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
-from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
 TEAM = 777_777

@@ -24,9 +24,9 @@ from bench.common import (
     synthetic_turns,
     unit_vectors,
 )
+from memory_core import TemporalMemory, open_memory
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
-from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
 CHUNK = 20_000

@@ -31,12 +31,12 @@ import httpx
 
 from bench.common import T0, RandomQueryEmbedder, bench_data_dir, machine_line
 from bench.prompt_prefix import GROUP_ID, MEMBERS, PRIVATE_USER, TOPICS, history
+from memory_core import open_memory
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
 from memory_core.providers.llm import OpenAIChatModel
 from memory_core.providers.openai_api import OpenAIEndpoint
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 
 BEHAVIOURS = ("no-tools", "when-asked", "always", "endless")
@@ -116,7 +116,11 @@ async def measure(behaviour: str, messages: int) -> str:
         )
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
-            memory=memory, chat_model=model, bot_name="小忆", clock=lambda: clock[0]
+            parts=memory.parts,
+            writer=memory,
+            chat_model=model,
+            bot_name="小忆",
+            clock=lambda: clock[0],
         )
 
         async def send(text: str) -> Delivery:

@@ -1,10 +1,38 @@
 """TemporalMemory's framework-free engine: store, embed, recall and format a bot's turns.
 
-Open it with :func:`open_memory` (the one composition root) and close it with ``aclose()``.
-Nothing here imports NoneBot or reads environment variables.
+Open it with :func:`open_memory` (the one composition root, ``wiring``) and close it with
+``aclose()``. Nothing here imports NoneBot or reads environment variables.
+
+What a caller (the NoneBot plugin, the CLI, a benchmark) may use is listed in ``__all__``
+below and imported from here; the modules behind these names are free to move. The operator's
+console is a layer above the core with a public face of its own (``memory_core.console``).
 """
 
 from .accounts import serving as serving_account
+from .conversation.engine import (
+    RECALL_BANDS,
+    RECALL_MS_TOTAL,
+    RECALL_REPLIES,
+    RECALL_SLOW,
+    ChatResult,
+    ConversationEngine,
+    Delivery,
+    Outcome,
+    SendText,
+    TurnRecorder,
+    split_reply,
+)
+from .dashboard import (
+    Connection,
+    DatabaseState,
+    band_label,
+    chat_calls_zh,
+    connection_of,
+    dashboard_zh,
+    unavailable_dashboard_zh,
+    uptime_zh,
+)
+from .distill.memory import CATEGORY_ZH, DistilledMemory, ExtractedMemory, addressed
 from .errors import (
     ConfigError,
     DatabaseUnavailableError,
@@ -17,41 +45,131 @@ from .errors import (
     PgvectorMissingError,
     StorageError,
 )
+from .evaluation.retention import RetentionPolicy
+from .lang.timefmt import relative_time_zh
 from .models import (
     AddOutcome,
+    ForgetScope,
+    Forgotten,
     MemoryTurn,
+    RecalledMessage,
     RecallResult,
     RecallWindow,
     TurnInput,
     generate_session_key,
 )
+from .parts import MemoryParts
+from .personal import (
+    ForgetPreview,
+    Named,
+    PersonalExport,
+    export_person,
+    forget_named,
+    known_about,
+    opt_in,
+    opt_out,
+    preview_forget,
+    switch_group_memory,
+)
+from .pictures import (
+    DERIVED_LABEL,
+    PictureJob,
+    PictureReader,
+    PictureRef,
+    PicturesOff,
+    build_picture_reader,
+)
+from .pictures.reading import Locate
+from .providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS, ChatModel, build_chat_model
+from .providers.openai_api import is_failing
+from .recall.listing import RecallListing, list_recall
 from .recall.options import RecallOptions
-from .service import TemporalMemory, open_memory
-from .settings import MemorySettings, settings_from_mapping
+from .recall.sharing import SharingStatus
+from .service import TemporalMemory
+from .settings import MemorySettings, settings_from_mapping, validation_problems
 from .stats import MemoryStats
+from .time_bounds import RANGE_TEXT, time_problem
+from .wiring import open_memory
 
 __all__ = [
+    "CATEGORY_ZH",
+    "CHAT_CACHED_TOKENS",
+    "CHAT_PROMPT_TOKENS",
+    "DERIVED_LABEL",
+    "RANGE_TEXT",
+    "RECALL_BANDS",
+    "RECALL_MS_TOTAL",
+    "RECALL_REPLIES",
+    "RECALL_SLOW",
     "AddOutcome",
+    "ChatModel",
+    "ChatResult",
     "ConfigError",
+    "Connection",
+    "ConversationEngine",
+    "DatabaseState",
     "DatabaseUnavailableError",
+    "Delivery",
+    "DistilledMemory",
     "EmbeddingError",
     "EmbeddingModelMismatchError",
+    "ExtractedMemory",
+    "ForgetPreview",
+    "ForgetScope",
+    "Forgotten",
     "InvalidTurnError",
     "LLMError",
     "LLMNotConfiguredError",
+    "Locate",
     "MemoryCoreError",
+    "MemoryParts",
     "MemorySettings",
     "MemoryStats",
     "MemoryTurn",
+    "Named",
+    "Outcome",
+    "PersonalExport",
     "PgvectorMissingError",
+    "PictureJob",
+    "PictureReader",
+    "PictureRef",
+    "PicturesOff",
+    "RecallListing",
     "RecallOptions",
     "RecallResult",
     "RecallWindow",
+    "RecalledMessage",
+    "RetentionPolicy",
+    "SendText",
+    "SharingStatus",
     "StorageError",
     "TemporalMemory",
     "TurnInput",
+    "TurnRecorder",
+    "addressed",
+    "band_label",
+    "build_chat_model",
+    "build_picture_reader",
+    "chat_calls_zh",
+    "connection_of",
+    "dashboard_zh",
+    "export_person",
+    "forget_named",
     "generate_session_key",
+    "is_failing",
+    "known_about",
+    "list_recall",
     "open_memory",
+    "opt_in",
+    "opt_out",
+    "preview_forget",
+    "relative_time_zh",
     "serving_account",
     "settings_from_mapping",
+    "split_reply",
+    "switch_group_memory",
+    "time_problem",
+    "unavailable_dashboard_zh",
+    "uptime_zh",
+    "validation_problems",
 ]

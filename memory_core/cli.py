@@ -28,7 +28,7 @@ from .dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
 from .models import MemoryTurn, RecallResult, TurnInput
 from .recall.options import RecallOptions
-from .service import TemporalMemory, open_memory
+from .service import TemporalMemory
 from .settings import MemorySettings, settings_from_mapping
 from .time_bounds import check_time
 from .transfer.importer import (
@@ -41,6 +41,7 @@ from .transfer.importer import (
 )
 from .transfer.portable import export_lines
 from .transfer.target import ImportTarget
+from .wiring import open_memory
 
 DEFER_INDEX_LINES = 20_000
 
@@ -302,7 +303,7 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
         print(json.dumps(data, ensure_ascii=False), file=out)
     else:
         # The same dashboard as /memstat, less the uptime of a running bot.
-        distilled = await memory.distilled.stats(now)
+        distilled = await memory.distilled_stats(now)
         settings = memory.settings
         connection = connection_of(
             memory, chat_model=settings.llm_model if settings.llm_configured else None

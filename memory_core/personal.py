@@ -3,7 +3,7 @@
 These back the self-service commands (/我的记忆, /忘记 3, /忘记 花生, /导出我的记忆); each works
 on one person's rows only. A delete of named memories takes what they came from too
 (``Named``); ``preview_forget`` says what that is before anything goes. Forgetting a person
-everywhere is ``TemporalMemory.forget(user_id=…)``.
+everywhere is ``TemporalMemory.forget(ForgetScope(user_id=…))``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .answer_cache.store import OwnCachedAnswer, PgAnswerCacheStore
 from .dialogue.admin_store import PgAdminStore
 from .dialogue.forget_store import PgForgetStore
+from .distill.forgetting import forget_turns
 from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
 from .lang.keywords import normalize
@@ -46,7 +47,7 @@ async def known_about(
     now = now or datetime.now(timezone.utc)
     found: list[DistilledMemory] = []
     for kind in LISTED_KINDS:
-        found += await memory.distilled.recall_by_type(
+        found += await memory.parts.keeper.recall_by_type(
             user_id, group_id, kind, limit=limit, now=now
         )
     # recall_by_type may widen to the user's other chats (MEMORY_DISTILLED_SCOPE=user); a
@@ -135,7 +136,7 @@ async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
         by_kind = await distilled.delete_own(
             [m.id for m in rows], user_id=named.user_id, session_key=named.session_key
         )
-        fed = await memory.distilled.forget_turns(turns, within=tx)
+        fed = await forget_turns(tx, turns)
         cached = fed.cached_answers
         if named.folded is not None:
             cached += await tx.store(PgAnswerCacheStore).delete_user_containing(

@@ -1,41 +1,26 @@
-"""``TemporalMemory``: the core's facade, and ``open_memory``, its one composition root."""
+"""``TemporalMemory``: the core's facade over the parts ``open_memory`` wires (``wiring``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
-from .accounts import AccountBook, PgAccountStore, serving
-from .console.store import PgConsoleStore
+from .accounts import PgAccountStore
+from .background import RoundLoop
 from .context.block import LineBudget, MemoryBlock, build_memory_block
-from .context.builder import ContextBuilder, MemoryContext
-from .dialogue.admin_store import PgAdminStore
-from .dialogue.forget_store import PgForgetStore
-from .dialogue.recall_store import PgRecallStore, SessionTail
-from .dialogue.spool import TurnSpool, failure_text, is_bad_item
-from .dialogue.upkeep import KEYWORD_BACKFILL_BATCH, DialogueUpkeep, Progress
-from .dialogue.vector_index import VectorIndex
-from .dialogue.writing import TurnWriter
-from .distill.service import DistilledService
-from .errors import (
-    DatabaseUnavailableError,
-    EmbeddingError,
-    MemoryCoreError,
-    StorageError,
-)
-from .evaluation.evaluator import Evaluator, build_evaluator
-from .evaluation.retention import RetentionPolicy, load_retention_policy
-from .evaluation.store import PgEvaluationStore
-from .evaluation.worker import PURGED, EvaluationOff, EvaluationWorker
+from .dialogue.recall_store import PgRecallStore
+from .dialogue.upkeep import KEYWORD_BACKFILL_BATCH, Progress
+from .distill.keeper import MaintenanceReport
+from .distill.stats import DistilledStats, distilled_stats
+from .errors import DatabaseUnavailableError, EmbeddingError, StorageError
+from .evaluation.worker import PURGED
 from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
-from .lang.tokens import TokenCounter, load_token_counter
 from .models import (
     AddOutcome,
     ForgetScope,
@@ -47,14 +32,10 @@ from .models import (
     TurnInput,
     generate_session_key,
 )
-from .providers.embedding import Embedder, build_embedder
-from .providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS
-from .providers.rerank import ApiReranker, build_reranker
+from .parts import MemoryParts
 from .recall.options import DEFAULT_RECALL, RecallOptions
-from .recall.retriever import Retriever
-from .recall.sharing import GroupSharing
 from .settings import MemorySettings
-from .stats import EvaluationFigures, MemoryStats
+from .stats import MemoryStats, memory_stats
 from .storage.counters import PgCounterStore
 from .storage.database import (
     CONNECTION_ERRORS,
@@ -62,8 +43,7 @@ from .storage.database import (
     locate_database,
     prepare_database,
 )
-from .storage.database_handle import Database
-from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
+from .storage.recycle_bin import PgRecycleBinStore
 
 log = logging.getLogger(__name__)
 
@@ -77,91 +57,35 @@ class TemporalMemory:
     ``embedded_server`` that dies is started again by the maintenance loop.
     """
 
-    def __init__(
-        self,
-        *,
-        settings: MemorySettings,
-        embedder: Embedder,
-        token_counter: TokenCounter,
-        spool: TurnSpool,
-        evaluator: Evaluator | None = None,
-        retention: RetentionPolicy | None = None,
-        embedded_server: EmbeddedServer | None = None,
-        reranker: ApiReranker | None = None,
-    ) -> None:
-        self.settings = settings
-        self.tz = settings.tz
-        self.embedder = embedder
-        self.token_counter = token_counter
-        self.embedding_model = embedder.model
-        self.embedding_dim = embedder.dim
+    def __init__(self, parts: MemoryParts) -> None:
+        """``parts``: every collaborator, built by ``open_memory`` (``memory_core.wiring``)."""
+        self.parts = parts
+        self.settings = parts.settings
+        self.tz = parts.settings.tz
+        self.embedder = parts.embedder
+        self.token_counter = parts.token_counter
+        self.embedding_model = parts.embedder.model
+        self.embedding_dim = parts.embedder.dim
         # The text form new rows are indexed in (lang.indexed); older rows follow in the
         # background when it changed.
-        self.text_form = WITH_SPEAKER if settings.memory_index_speaker else CONTENT_ONLY
+        self.text_form = WITH_SPEAKER if parts.settings.memory_index_speaker else CONTENT_ONLY
         self.database_description = "not connected"
-        self._spool = spool
-        self._embedded = embedded_server
+        self._spool = parts.spool
+        self._embedded = parts.embedded_server
         self._dsn: str | None = None
-        self.database = Database()
-        self.retention = retention
-        self.evaluations: EvaluationWorker | EvaluationOff = (
-            EvaluationWorker(
-                database=self.database,
-                evaluator=evaluator,
-                policy=retention,
-                tz=self.tz,
-                concurrency=settings.evaluator_concurrency,
-                batch_size=settings.evaluator_batch_size,
-            )
-            if evaluator is not None and retention is not None
-            else EvaluationOff()
-        )
-        self.vector_index = VectorIndex(
-            mode=settings.memory_vector_index,
-            dim=embedder.dim,
-            exact_max_rows=settings.memory_exact_search_max_rows,
-        )
-        self._retriever = Retriever(
-            settings=settings,
-            database=self.database,
-            embedder=embedder,
-            vector_index=self.vector_index,
-            reranker=reranker,
-        )
-        self.sharing = GroupSharing(listed=settings.memory_shared_groups, database=self.database)
+        self.database = parts.database
+        self.retention = parts.retention
+        self.evaluations = parts.evaluations
+        self.vector_index = parts.vector_index
+        self._retriever = parts.retriever
+        self.sharing = parts.sharing
         # Whose memory each QQ bot account reads and writes (memory_core.accounts).
-        self.accounts = AccountBook(shared=settings.memory_share_accounts)
-        # Distilled memory, its background extraction and the answer cache.
-        self.distilled = DistilledService(
-            settings=settings, embedder=embedder, tz=self.tz, database=self.database
-        )
-        self._context_builder = ContextBuilder(
-            settings=settings,
-            keeper=self.distilled.keeper,
-            counter=token_counter,
-            tz=self.tz,
-        )
-        self._maintenance: asyncio.Task[None] | None = None
-        self._backfill_needed = asyncio.Event()
+        self.accounts = parts.accounts
+        self._maintenance: RoundLoop | None = None
+        self._backfill_needed = parts.backfill_due  # set: the maintenance has work
         # The dialogue's writing path and its upkeep (memory_core.dialogue).
-        self.writer = TurnWriter(
-            settings=settings,
-            database=self.database,
-            embedder=embedder,
-            token_counter=token_counter,
-            spool=spool,
-            text_form=self.text_form,
-            on_more_work=self._backfill_needed.set,
-        )
-        self.upkeep = DialogueUpkeep(
-            settings=settings,
-            database=self.database,
-            embedder=embedder,
-            vector_index=self.vector_index,
-            deferred=self.writer.deferred,
-            text_form=self.text_form,
-            on_more_work=self._backfill_needed.set,
-        )
+        self.writer = parts.writer
+        self.upkeep = parts.upkeep
         self._connect_lock = asyncio.Lock()
 
     generate_session_key = staticmethod(generate_session_key)
@@ -173,7 +97,7 @@ class TemporalMemory:
         async with self._connect_lock:
             if self.database.connected:
                 return
-            location = await locate_database(_configured_dsn(self.settings), self._embedded)
+            location = await locate_database(configured_dsn(self.settings), self._embedded)
             await prepare_database(location.dsn)
             pool = await create_pool(location.dsn, self.settings.memory_pool_size)
             try:
@@ -196,38 +120,48 @@ class TemporalMemory:
         return self.accounts.namespace(self_id)
 
     def start_maintenance(self, interval: float = 30.0) -> None:
-        """Run the background loop: reconnect, flush the spool, backfill embeddings."""
+        """Run the background maintenance (``_maintenance_round``) when woken and at least
+        every ``interval`` seconds: reconnect, flush the spool, backfill."""
         if self._maintenance is None:
-            self._maintenance = asyncio.create_task(self._maintenance_loop(interval))
+            self._maintenance = RoundLoop(
+                self._maintenance_round,
+                interval=interval,
+                name="memory maintenance",
+                postponed=(DatabaseUnavailableError, EmbeddingError),
+                quiet=(StorageError,),  # writes refused: said once, by TurnWriter.writes_failing
+                rest_after_failure=True,
+            )
+            self._backfill_needed.loop = self._maintenance
+            self._maintenance.start()
 
-    async def _maintenance_loop(self, interval: float) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._backfill_needed.wait(), timeout=interval)
-            try:
-                retry_in = await self._restart_dead_server()
-                if retry_in is not None:
-                    await asyncio.sleep(retry_in)
-                    continue
-                await self.connect()
-                await self.flush_spool()
-                if self._backfill_needed.is_set():
-                    self._backfill_needed.clear()
-                    try:
-                        await self.upkeep.run_round()
-                    except BaseException:
-                        # Not done: tried again next round, even if no new turn asks for it.
-                        self._backfill_needed.set()
-                        raise
-            except (DatabaseUnavailableError, EmbeddingError) as exc:
-                log.warning("memory maintenance postponed: %s", exc)
-                await asyncio.sleep(interval)
-            except StorageError as exc:  # writes refused: said once, by TurnWriter.writes_failing
-                log.debug("memory maintenance postponed: %s", exc)
-                await asyncio.sleep(interval)
-            except Exception:  # keep the loop alive; the next round retries
-                log.exception("memory maintenance failed")
-                await asyncio.sleep(interval)
+    async def _maintenance_round(self) -> None:
+        try:
+            await self._upkeep()
+        finally:
+            # Backfills still due (not reached, failed, or more to do than one round's share):
+            # the next round comes at once (after the rest that a failure takes).
+            if self._backfill_needed.is_set() and self._maintenance is not None:
+                self._maintenance.wake()
+
+    async def _upkeep(self) -> None:
+        """One round of upkeep: the embedded server restarted if it died, the database
+        connected, the spool flushed, then (when some are due) the dialogue's backfills
+        (``DialogueUpkeep.run_round``)."""
+        retry_in = await self._restart_dead_server()
+        if retry_in is not None:
+            await asyncio.sleep(retry_in)
+            return
+        await self.connect()
+        await self.flush_spool()
+        if not self._backfill_needed.is_set():
+            return
+        self._backfill_needed.clear()
+        try:
+            await self.upkeep.run_round()
+        except BaseException:
+            # Not done: tried again next round, even if no new turn asks for it.
+            self._backfill_needed.set()
+            raise
 
     async def _restart_dead_server(self) -> float | None:
         """Start the embedded server again if it died (an external DSN is never started by
@@ -245,19 +179,19 @@ class TemporalMemory:
             if pool is not None:
                 pool.terminate()
 
-    async def _stop_embedded_server(self) -> None:
+    async def stop_embedded_server(self) -> None:
+        """Stop the embedded PostgreSQL server, if this memory runs one."""
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.stop)
 
     async def aclose(self) -> None:
         await self.writer.aclose()
-        await self.distilled.aclose()
+        await self.parts.extraction.aclose()
         await self.evaluations.aclose()
         if self._maintenance is not None:
-            self._maintenance.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._maintenance
+            await self._maintenance.stop()
             self._maintenance = None
+            self._backfill_needed.loop = None
         await self.vector_index.cancel_builds()
         pool = self.database.detach()
         if pool is not None:
@@ -266,14 +200,14 @@ class TemporalMemory:
             except CONNECTION_ERRORS as exc:  # the server went first; nothing left to close
                 log.warning("database connections closed abruptly: %s", exc)
                 pool.terminate()
-        await self._stop_embedded_server()
+        await self.stop_embedded_server()
         await self.close_providers()
 
     async def close_providers(self) -> None:
         """Close the embedder's and the reranker's HTTP clients (or local model)."""
         await self.embedder.aclose()
-        if self._retriever.reranker is not None:
-            await self._retriever.reranker.aclose()
+        if self.parts.reranker is not None:
+            await self.parts.reranker.aclose()
 
     @property
     def connected(self) -> bool:
@@ -369,15 +303,8 @@ class TemporalMemory:
         dead-letter file, the others are written. When the database is lost or refuses writes,
         what was done is kept and the failure (``StorageError``) is raised; the rest waits.
         """
-        return await self.writer.flush_spool(self._forget_spooled, self._forget_spooled_scope)
-
-    async def _forget_spooled(self, recalled: RecalledMessage) -> int:
-        return (await self._forget_recalled(recalled)).dialogues
-
-    async def _forget_spooled_scope(self, scope: ForgetScope) -> int:
-        forgotten = await self._forget_stored(scope)
-        log.info("a /forget made while the database was unreachable is done: %s", forgotten)
-        return forgotten.dialogues
+        forgetting = self.parts.forgetting
+        return await self.writer.flush_spool(forgetting.spooled_recall, forgetting.spooled_scope)
 
     async def settle_embeddings(self, timeout: float | None = None) -> None:
         """Wait until the turns stored with ``embed_later`` so far have their vectors (or were
@@ -417,13 +344,7 @@ class TemporalMemory:
         ``recall.sharing``), each widened by ±window turns; see
         :meth:`memory_core.recall.retriever.Retriever.recall` for the channels and the filters,
         and ``recall.options.RecallOptions`` for the knobs."""
-        return await self._retriever.recall(
-            user_id,
-            query,
-            group_id,
-            options,
-            shared=await self.sharing.shared(group_id),
-        )
+        return await self._retriever.recall(user_id, query, group_id, options)
 
     async def get_contextual_memory(
         self,
@@ -476,162 +397,46 @@ class TemporalMemory:
             limit=limit,
         )
 
-    async def last_turn_time(
-        self, user_id: int, group_id: int | None, now: datetime | None = None
-    ) -> datetime | None:
-        return await self.database.store(PgRecallStore).last_turn_time(
-            generate_session_key(user_id, group_id), now or datetime.now(timezone.utc)
-        )
-
-    async def session_tail(
-        self,
-        user_id: int,
-        group_id: int | None,
-        *,
-        limit: int,
-        since: datetime,
-        now: datetime,
-        group_wide: bool = False,
-    ) -> SessionTail:
-        """``last_turn_time`` and ``recent_turns`` (both up to ``now``) in one round trip;
-        ``group_wide``: the recent turns of the whole group (every member's), not the session's."""
-        return await self.database.store(PgRecallStore).session_tail(
-            generate_session_key(user_id, group_id),
-            since=since,
-            now=now,
-            limit=limit,
-            group_id=group_id if group_wide else None,
-        )
-
     # ----------------------------------------------------------------- deleting
 
     async def delete_message(self, message: RecalledMessage) -> Forgotten | None:
-        """Forget a recalled (撤回) QQ message: its turn, the bot's reply to it and its later
-        replies repeating it (``lang.repeats``), the distilled memories drawn from any of them
-        and the sender's answers cached since. Returns what went,
-        or ``None`` when the database is unreachable or refuses writes: the recall is then
-        spooled and done once it takes them again."""
-        try:
-            return await self._forget_recalled(message)
-        except StorageError as exc:
-            if is_bad_item(exc):
-                raise
-            await self.writer.keep_recall(message, exc)
-            return None
+        """Forget a recalled (撤回) QQ message everywhere; ``None`` when it waits in the
+        spool for the database (``forgetting.Forgetting.delete_message``)."""
+        return await self.parts.forgetting.delete_message(message)
 
-    async def _forget_recalled(self, message: RecalledMessage) -> Forgotten:
-        turns = await self.database.store(PgForgetStore).delete_recalled(message)
-        # The cached answers go in the recalling account's memory, also when a spooled recall
-        # is done later, outside the event that brought it.
-        with serving(self.accounts.namespace(message.self_id)):
-            distilled = await self.distilled.forget_turns(turns)
-        replies = sum(1 for t in turns if t.role == "assistant")
-        return dataclasses.replace(distilled, dialogues=len(turns), bot_replies=replies)
+    async def forget(self, scope: ForgetScope) -> Forgotten:
+        """Delete the memories of ``scope`` (turns, also spooled ones, distilled memories,
+        cached answers); see ``forgetting.Forgetting.forget``."""
+        return await self.parts.forgetting.forget(scope)
 
-    async def forget(
-        self,
-        *,
-        user_id: int | None = None,
-        group_id: int | None = None,
-        private_only: bool = False,
-        everything: bool = False,
-    ) -> Forgotten:
-        """Delete memories: a group session (user+group), a user's private chat
-        (user+private_only), all of a user's rows (user), a whole group (group) or everything.
-
-        The scope's turns — stored, and still waiting in the spool — distilled memories and
-        cached answers all go; returns how many of each. When the database cannot be reached
-        or refuses writes, the spooled turns go now and the request waits in the spool for the
-        rest (``Forgotten.deferred``)."""
-        scope = ForgetScope(user_id, group_id, private_only, everything)
-        # The spool first: a flush between the two steps could write its turns back.
-        spooled = await self.writer.forget_spooled(scope)
-        try:
-            forgotten = await self._forget_stored(scope)
-        except StorageError as exc:
-            if is_bad_item(exc):
-                raise
-            await self.writer.keep_forget(scope, exc)
-            log.warning("forget deferred until the database is back: %s", failure_text(exc))
-            return Forgotten(dialogues=spooled, deferred=True)
-        forgotten = dataclasses.replace(forgotten, dialogues=forgotten.dialogues + spooled)
-        log.info(
-            "forgot %d turn(s), %d fact(s), %d preference(s), %d summar(ies), %d cached answer(s)",
-            forgotten.dialogues,
-            forgotten.facts,
-            forgotten.preferences,
-            forgotten.summaries,
-            forgotten.cached_answers,
-        )
-        return forgotten
-
-    async def count_forget(
-        self,
-        *,
-        user_id: int | None = None,
-        group_id: int | None = None,
-        private_only: bool = False,
-        everything: bool = False,
-    ) -> Forgotten:
-        """What ``forget`` with the same scope would delete from the database now, by kind: the
-        figures a /forget question names before it asks. Turns still in the spool are not
-        counted (``forget`` takes them too). ``StorageError`` when the database cannot say."""
-        scope = ForgetScope(user_id, group_id, private_only, everything)
-        dialogues = await self.database.store(PgForgetStore).count_scope(
-            **dataclasses.asdict(scope)
-        )
-        distilled = await self.distilled.count_scope(scope)
-        return dataclasses.replace(distilled, dialogues=dialogues)
-
-    async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
-        options = dataclasses.asdict(scope)
-        deleted = await self.database.store(PgForgetStore).delete_scope(**options)
-        distilled = await self.distilled.forget(scope)
-        # What the console deleted of that scope goes too: the recycle bin keeps copies.
-        await self.database.store(PgConsoleStore).delete_scope(**options)
-        return dataclasses.replace(distilled, dialogues=deleted)
+    async def count_forget(self, scope: ForgetScope) -> Forgotten:
+        """What ``forget`` of ``scope`` would delete from the database now, by kind."""
+        return await self.parts.forgetting.count_forget(scope)
 
     # ----------------------------------------------------------------- admin
 
     async def stats(self, now: datetime | None = None) -> MemoryStats:
-        store_stats = await self.database.store(PgAdminStore).stats()
-        cache_stats = getattr(self.embedder, "stats", None)
-        evaluation_store = self.database.store(PgEvaluationStore)
-        today = (now or datetime.now(timezone.utc)).astimezone(self.tz).date()
-        today_totals = await evaluation_store.metric_totals(today)
-        return MemoryStats(
-            evaluation=EvaluationFigures(
-                evaluator=self.evaluations.evaluator_name,
-                totals=await evaluation_store.metric_totals(date.min),
-                pending=await evaluation_store.pending_count(),
-                band_names=self.retention.band_names if self.retention else (),
-                purged_by_day=await evaluation_store.metric_by_day(
-                    PURGED, today - timedelta(days=6)
-                ),
-            ),
-            store=store_stats,
-            embedding_model=self.embedding_model,
-            embedding_dim=self.embedding_dim,
-            database=self.database_description,
-            spooled_turns=self._spool.pending(),
-            dead_letters=self._spool.dead_letters(),
-            dead_letter_file=str(self._spool.dead_path),
-            write_trouble=self.writer.write_trouble,
-            prompt_tokens_today=today_totals.get(CHAT_PROMPT_TOKENS, 0),
-            cached_tokens_today=today_totals.get(CHAT_CACHED_TOKENS, 0),
-            embedding_cache=cache_stats() if callable(cache_stats) else {},
-            vector_index=self.settings.memory_vector_index,
-            indexed_sessions=len(self.vector_index.indexed),
-            indexing_sessions=self.vector_index.building,
-            exact_search_max_rows=self.settings.memory_exact_search_max_rows,
+        """The figures of ``/memstat`` and ``python -m memory_core stats``."""
+        return await memory_stats(self.parts, self.database_description, now)
+
+    async def distilled_stats(self, now: datetime | None = None) -> DistilledStats:
+        """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
+        parts = self.parts
+        return await distilled_stats(parts.database, parts.extraction, parts.answer_cache, now)
+
+    async def maintain_distilled(self, now: datetime | None = None) -> MaintenanceReport:
+        """Daily upkeep: merge near-duplicate memories, refresh importance, embed what is
+        missing, drop expired cached answers."""
+        report = await self.parts.keeper.maintain()
+        await self.parts.answer_cache.purge_expired(now)
+        return report
+
+    async def preload_answer_cache(self, now: datetime | None = None) -> int:
+        """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
+        path = self.settings.config_file(
+            self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
         )
-
-    async def enqueue_evaluation(self, user_turn_id: int, assistant_turn_id: int) -> None:
-        """Queue a finished exchange for scoring (no-op when evaluation is off).
-
-        Returns at once; the exchange is kept without expiry until it is scored.
-        """
-        await self.evaluations.enqueue(user_turn_id, assistant_turn_id)
+        return await self.parts.answer_cache.preload(path, now)
 
     async def evaluate_pending(self, now: datetime | None = None) -> int:
         """Score every queued exchange that is due now; returns how many were settled."""
@@ -650,7 +455,7 @@ class TemporalMemory:
         await self.database.store(PgCounterStore).bump(
             now.astimezone(self.tz).date(), {PURGED: total}
         )
-        binned = await self.database.store(PgConsoleStore).purge_bin(now)
+        binned = await self.database.store(PgRecycleBinStore).purge_bin(now)
         log.info("purged %d expired memory row(s), %d from the recycle bin", total, binned)
         return total
 
@@ -658,109 +463,10 @@ class TemporalMemory:
         """Re-embed (and re-keyword) every row not embedded by the configured model or not in
         the configured text form, switch the vector index, then the distilled memories."""
         done = await self.upkeep.reembed(batch_size=batch_size, progress=progress)
-        return done + await self.distilled.reembed(batch_size)
-
-    # ------------------------------------------------------------------ prompt context
-
-    async def build_context(
-        self,
-        user_id: int,
-        group_id: int | None,
-        query: str,
-        now: datetime | None = None,
-        exclude_ids: Sequence[int] = (),
-        *,
-        recall: RecallResult | None = None,
-        max_tokens: int | None = None,
-        touch: bool = True,
-        settled: bool = False,
-    ) -> MemoryContext:
-        """The memory text for a reply within MEMORY_MAX_TOKENS: preferences, relevant facts,
-        recent summaries, then recalled dialogue (minus ``exclude_ids``, the short-term turns
-        already in the messages). Pass ``recall`` to reuse a recall already made;
-        ``touch=False`` does not count the memories as used; ``settled``: preferences and
-        summaries apart (``MemoryContext.settled``)."""
-        now = now or datetime.now(timezone.utc)
-        return await self._context_builder.build(
-            user_id,
-            group_id,
-            query,
-            now=now,
-            exclude_ids=exclude_ids,
-            recall=(
-                recall
-                if recall is not None
-                else self.recall(user_id, query, group_id, RecallOptions(now=now))
-            ),
-            max_tokens=max_tokens,
-            touch=touch,
-            settled=settled,
-        )
+        done += await self.parts.keeper.reembed(batch_size=batch_size)
+        return done + await self.parts.answer_cache.reembed(batch_size=batch_size)
 
 
-def _configured_dsn(settings: MemorySettings) -> str | None:
+def configured_dsn(settings: MemorySettings) -> str | None:
+    """MEMORY_DSN when set; ``None`` means the embedded server."""
     return settings.memory_dsn.get_secret_value() if settings.memory_dsn else None
-
-
-async def open_memory(
-    settings: MemorySettings,
-    *,
-    embedder: Embedder | None = None,
-    evaluator: Evaluator | None = None,
-    reranker: ApiReranker | None = None,
-    require_database: bool = True,
-    allow_model_change: bool = False,
-    maintenance_interval: float | None = 30.0,
-) -> TemporalMemory:
-    """Build the memory from settings: embedder, tokenizer, spool, database.
-
-    With ``require_database=False`` an unreachable database is not fatal: turns are spooled
-    and the maintenance loop keeps trying to connect. ``maintenance_interval=None`` disables
-    the background loop (tests and the CLI drive maintenance by hand).
-    """
-    # Built first: a bad RERANK_BASE_URL fails before anything holds a resource.
-    chosen_reranker = reranker if reranker is not None else build_reranker(settings)
-    chosen_embedder = embedder or await build_embedder(settings)
-    counter = await asyncio.to_thread(load_token_counter, settings.memory_token_encoding)
-    spool = TurnSpool(settings.memory_data_dir / "spool.jsonl")
-    retention = load_retention_policy(
-        settings.config_file(settings.memory_retention_file, "retention.toml")
-    )
-    chosen_evaluator = evaluator if evaluator is not None else build_evaluator(settings)
-    embedded = (
-        None
-        if _configured_dsn(settings)
-        else EmbeddedServer(embedded_cluster_dir(settings.memory_data_dir))
-    )
-    memory = TemporalMemory(
-        settings=settings,
-        embedder=chosen_embedder,
-        token_counter=counter,
-        spool=spool,
-        evaluator=chosen_evaluator,
-        retention=retention,
-        embedded_server=embedded,
-        reranker=chosen_reranker,
-    )
-    try:
-        await memory.connect(allow_model_change=allow_model_change)
-    except DatabaseUnavailableError as exc:
-        if require_database:
-            await memory._stop_embedded_server()
-            await memory.close_providers()
-            raise
-        log.error("memory database unreachable at start-up, will keep retrying: %s", exc)
-    except BaseException:
-        await memory._stop_embedded_server()
-        await memory.close_providers()
-        raise
-    if memory.connected:
-        try:
-            await memory.distilled.preload_answer_cache()
-        except MemoryCoreError as exc:  # a bad preload file must not stop the bot
-            log.error("answer cache preload failed: %s", exc)
-    if maintenance_interval is not None:
-        memory.start_maintenance(maintenance_interval)
-        memory.evaluations.start()
-        memory.distilled.start()
-    return memory

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime
-from typing import Any
+from datetime import date, datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
 
-from .dialogue.admin_store import StoreStats
-from .evaluation.worker import EVALUATED, FAILED, NOT_KEPT, band_metric
+from .dialogue.admin_store import PgAdminStore, StoreStats
+from .evaluation.store import PgEvaluationStore
+from .evaluation.worker import EVALUATED, FAILED, NOT_KEPT, PURGED, band_metric
+from .providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS
+from .storage.counters import PgCounterStore
+
+if TYPE_CHECKING:
+    from .parts import MemoryParts
 
 PRIVATE_USER, PRIVATE_BOT = ("private", "user"), ("private", "assistant")
 GROUP_USER, GROUP_BOT = ("group", "user"), ("group", "assistant")
@@ -131,3 +137,41 @@ class MemoryStats:
             return f"暂不需要（{exact}）"
         building = f"，{self.indexing_sessions} 个建立中" if self.indexing_sessions else ""
         return f"{self.indexed_sessions} 个大会话已建立{building}（{exact}）"
+
+
+async def memory_stats(
+    parts: MemoryParts, database: str, now: datetime | None = None
+) -> MemoryStats:
+    """The memory's figures now (``TemporalMemory.stats``); ``database``: where it is stored
+    (``TemporalMemory.database_description``)."""
+    stores = parts.database
+    evaluation_store = stores.store(PgEvaluationStore)
+    counters = stores.store(PgCounterStore)
+    today = (now or datetime.now(timezone.utc)).astimezone(parts.tz).date()
+    today_totals = await counters.metric_totals(today)
+    settings, spool, embedder = parts.settings, parts.spool, parts.embedder
+    cache_stats = getattr(embedder, "stats", None)
+    return MemoryStats(
+        evaluation=EvaluationFigures(
+            evaluator=parts.evaluations.evaluator_name,
+            totals=await counters.metric_totals(date.min),
+            pending=await evaluation_store.pending_count(),
+            band_names=parts.retention.band_names if parts.retention else (),
+            purged_by_day=await counters.metric_by_day(PURGED, today - timedelta(days=6)),
+        ),
+        store=await stores.store(PgAdminStore).stats(),
+        embedding_model=embedder.model,
+        embedding_dim=embedder.dim,
+        database=database,
+        spooled_turns=spool.pending(),
+        dead_letters=spool.dead_letters(),
+        dead_letter_file=str(spool.dead_path),
+        write_trouble=parts.writer.write_trouble,
+        prompt_tokens_today=today_totals.get(CHAT_PROMPT_TOKENS, 0),
+        cached_tokens_today=today_totals.get(CHAT_CACHED_TOKENS, 0),
+        embedding_cache=cache_stats() if callable(cache_stats) else {},
+        vector_index=settings.memory_vector_index,
+        indexed_sessions=len(parts.vector_index.indexed),
+        indexing_sessions=parts.vector_index.building,
+        exact_search_max_rows=settings.memory_exact_search_max_rows,
+    )

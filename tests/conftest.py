@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from memory_core.service import TemporalMemory, open_memory
+from memory_core import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder

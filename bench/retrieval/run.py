@@ -34,12 +34,12 @@ from bench.common import (
     vector_cache_path,
 )
 from bench.retrieval.generate import NOW, Dataset, Question, Turn, build
+from memory_core import TemporalMemory, open_memory
 from memory_core.lang.indexed import indexed_text
 from memory_core.models import RecallResult, TurnInput
 from memory_core.providers.embedding import build_embedder
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import DecayPolicy
-from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 
 BUDGETS = (5, 15)

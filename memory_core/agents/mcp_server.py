@@ -29,8 +29,8 @@ from mcp.types import ToolAnnotations
 
 from ..conversation.engine import ConversationEngine
 from ..errors import MemoryCoreError
-from ..service import open_memory
 from ..settings import MemorySettings
+from ..wiring import open_memory
 from .memory import RECALL_ITEMS, AgentMemory
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ async def serve_stdio(settings: MemorySettings) -> None:
         opened.append(
             AgentMemory(
                 memory=memory,
-                engine=ConversationEngine(memory=memory, chat_model=None),
+                engine=ConversationEngine(parts=memory.parts, writer=memory, chat_model=None),
                 actor="mcp:stdio",
             )
         )

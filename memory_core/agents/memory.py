@@ -30,7 +30,7 @@ from typing import Any
 from ..console.store import Audit, PgConsoleStore
 from ..conversation.engine import ConversationEngine
 from ..errors import MemoryCoreError, StorageError
-from ..models import Forgotten, MemoryTurn, TurnInput, generate_session_key
+from ..models import ForgetScope, Forgotten, MemoryTurn, TurnInput, generate_session_key
 from ..personal import forget_memories
 from ..recall.listing import list_recall
 from ..service import TemporalMemory
@@ -77,7 +77,9 @@ class AgentMemory:
         async with self.engine.session(user_id, group_id):
             await memory.settle_embeddings(memory.settings.embedding_store_deadline)
             now = datetime.now(timezone.utc)
-            listing = await list_recall(memory, user_id, query, group_id, now=now, items=items)
+            listing = await list_recall(
+                memory.parts, user_id, query, group_id, now=now, items=items
+            )
         turns = [self._turn(t) for t in listing.turns]
         facts = [
             {
@@ -147,9 +149,11 @@ class AgentMemory:
             elif chosen:
                 forgotten = await forget_memories(self.memory, user_id, group_id, chosen)
             elif group_id is None:
-                forgotten = await self.memory.forget(user_id=user_id, private_only=True)
+                scope = ForgetScope(user_id=user_id, private_only=True)
+                forgotten = await self.memory.forget(scope)
             else:
-                forgotten = await self.memory.forget(user_id=user_id, group_id=group_id)
+                scope = ForgetScope(user_id=user_id, group_id=group_id)
+                forgotten = await self.memory.forget(scope)
         went = {
             "dialogues": forgotten.dialogues,
             "bot_replies": forgotten.bot_replies,

@@ -26,7 +26,6 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -36,6 +35,7 @@ from ..lang.keywords import terms
 from ..lang.text import normalize_content
 from ..providers.embedding import Embedder
 from ..settings import LOCAL_EMBEDDING_MODEL
+from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Database
 from ..storage.paging import keyset_pages
 from .store import CachedAnswer, PgAnswerCacheStore
@@ -169,7 +169,8 @@ class AnswerCache:
         return self._database.store(PgAnswerCacheStore)
 
     async def _count(self, now: datetime, metric: str) -> None:
-        await self._store().bump(now.astimezone(self._tz).date(), {metric: 1})
+        day = now.astimezone(self._tz).date()
+        await self._database.store(PgCounterStore).bump(day, {metric: 1})
 
     async def lookup(
         self,
@@ -314,29 +315,44 @@ class AnswerCache:
         return done
 
 
-class AnswerCacheOff(AnswerCache):
+class AnswerCacheOff:
     """The cache while ANSWER_CACHE_ENABLED is off: serves nothing, keeps nothing, holds no
-    entries, so its callers need not ask whether it is on."""
+    entries, so its callers need not ask whether it is on. A null object of its own, like
+    ``EvaluationOff`` and ``ExtractionOff``: it has nothing of ``AnswerCache`` to inherit."""
 
     enabled = False
 
-    def __init__(self) -> None:
-        pass  # no store, no embedder: nothing is ever looked up
-
-    async def lookup(self, *args: Any, **kwargs: Any) -> CachedAnswer | None:
+    async def lookup(
+        self,
+        question: str,
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> CachedAnswer | None:
         return None
 
-    async def store(self, *args: Any, **kwargs: Any) -> bool:
+    async def store(
+        self,
+        question: str,
+        answer: str,
+        user_id: int,
+        group_id: int | None = None,
+        *,
+        personal: bool = False,
+        now: datetime | None = None,
+    ) -> bool:
         return False
 
-    async def preload(self, *args: Any, **kwargs: Any) -> int:
+    async def preload(self, path: Path, now: datetime | None = None) -> int:
         return 0
 
-    async def purge_expired(self, *args: Any, **kwargs: Any) -> int:
+    async def purge_expired(self, now: datetime | None = None) -> int:
         return 0
 
-    async def entry_counts(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+    async def entry_counts(self, now: datetime | None = None) -> dict[str, int]:
         return {}
 
-    async def reembed(self, *args: Any, **kwargs: Any) -> int:
+    async def reembed(self, *, batch_size: int = 256) -> int:
         return 0

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
 
 import numpy as np
 
 from ..accounts import current as current_account
-from ..storage.counters import PgCounterStore, bump_sql
-from ..storage.pg import rows_affected
+from ..models import ForgetScope
+from ..storage.counters import bump_sql
+from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_count, scope_delete
 
 SQL_CACHE_UPSERT = """
@@ -114,7 +114,7 @@ class OwnCachedAnswer:
     expires_at: datetime | None
 
 
-class PgAnswerCacheStore(PgCounterStore):
+class PgAnswerCacheStore(PgStore):
     """The semantic answer cache table."""
 
     async def upsert(
@@ -208,19 +208,19 @@ class PgAnswerCacheStore(PgCounterStore):
             status = await conn.execute(SQL_CACHE_DROP_STALE_PRELOAD, list(kept_norms))
         return rows_affected(status)
 
-    async def delete_scope(self, **scope: Any) -> int:
+    async def delete_scope(self, scope: ForgetScope) -> int:
         """Delete the per-user entries of a /forget scope (public entries are nobody's)."""
         sql, args = scope_delete(
-            "answer_cache", extra="scope = 'user'", account_of_row="account", **scope
+            "answer_cache", scope, extra="scope = 'user'", account_of_row="account"
         )
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
         return rows_affected(status)
 
-    async def count_scope(self, **scope: Any) -> int:
+    async def count_scope(self, scope: ForgetScope) -> int:
         """How many entries ``delete_scope`` would delete now."""
         sql, args = scope_count(
-            "answer_cache", extra="scope = 'user'", account_of_row="account", **scope
+            "answer_cache", scope, extra="scope = 'user'", account_of_row="account"
         )
         async with self._connection() as conn:
             return int(await conn.fetchval(sql, *args))

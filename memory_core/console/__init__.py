@@ -1,8 +1,10 @@
 """The operator's web console, framework-free: sessions, the memory browser, edits, the recycle
 bin, the audit log, daily figures and the recall debugger. The plugin serves it as pages."""
 
+from ..storage.recycle_bin import BinItem
 from .debugger import RecallTrace, trace_recall
 from .service import (
+    PAGE_SIZE,
     ChatNames,
     DailyFigures,
     GroupSwitches,
@@ -13,9 +15,10 @@ from .service import (
     TurnSearch,
 )
 from .settings_view import masked_settings
-from .store import AuditEntry, BinItem, ConsoleConflictError, FoundTurn, SessionRow
+from .store import AuditEntry, ConsoleConflictError, FoundTurn, SessionRow
 
 __all__ = [
+    "PAGE_SIZE",
     "AuditEntry",
     "BinItem",
     "ChatNames",

@@ -22,7 +22,7 @@ from ..models import MemoryTurn, TurnInput, generate_session_key
 from ..recall.ranking import DecayPolicy
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
+    from ..parts import MemoryParts
 
 # Candidates shown beyond the ones recall keeps, so a near miss can be seen.
 WIDER_RECALL = 3
@@ -63,8 +63,8 @@ class RecallTrace:
     budget: int
 
 
-def _decay(memory: TemporalMemory) -> DecayPolicy:
-    s = memory.settings
+def _decay(parts: MemoryParts) -> DecayPolicy:
+    s = parts.settings
     return DecayPolicy(
         after_days=s.memory_decay_after_days,
         half_life_days=s.memory_decay_half_life_days,
@@ -73,7 +73,7 @@ def _decay(memory: TemporalMemory) -> DecayPolicy:
 
 
 async def trace_recall(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     *,
     user_id: int,
     group_id: int | None,
@@ -86,7 +86,7 @@ async def trace_recall(
 ) -> RecallTrace:
     """Prepare the prompt for ``message`` from this session at ``now`` as a reply would (the
     bot's own path, ``conversation.preparation``), and add what became of each candidate."""
-    s = memory.settings
+    s = parts.settings
     asked = TurnInput(
         user_id=user_id,
         group_id=group_id,
@@ -96,7 +96,7 @@ async def trace_recall(
         created_at=now,
     )
     # The bot's own preparer when given: its short-term window is where the bot's is.
-    preparer = preparer or PromptPreparer(memory, bot_name=bot_name)
+    preparer = preparer or PromptPreparer(parts, bot_name=bot_name)
     tail = await preparer.read_tail(asked, now)
     asked = not_before(asked, tail.previous_at)
     prepared = await preparer.prepare(asked, tail, now, group_name=group_name, touch=False)
@@ -106,7 +106,7 @@ async def trace_recall(
     assert prepared.options is not None
     context, recalled = prepared.context, prepared.recalled
     # The same query (context included) asked for more anchors, so a near miss can be seen.
-    wider = await memory.recall(
+    wider = await parts.retriever.recall(
         user_id,
         prepared.question,
         group_id,
@@ -115,9 +115,9 @@ async def trace_recall(
         ),
     )
     recent_ids = {t.id for t in prepared.recent}
-    when = analyse_query(message, now, memory.tz) if s.memory_time_understanding else None
+    when = analyse_query(message, now, parts.tz) if s.memory_time_understanding else None
     wanted = set(query_terms(recalled.search_text or prepared.question))
-    decay = _decay(memory)
+    decay = _decay(parts)
     # Windows that share turns are merged, so a candidate may be inside another's window.
     recalled_ids = {t.id for w in recalled.windows for t in w.turns}
     turns = {t.id: t for w in (*recalled.windows, *wider.windows) for t in w.turns}

@@ -30,11 +30,11 @@ from ..settings import BUNDLED_MODEL_RECALL_FLOOR, LOCAL_EMBEDDING_MODEL
 from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Transaction
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
+from ..storage.recycle_bin import BinItem, PgRecycleBinStore
 from ..storage.row_changes import RowTaker
 from .store import (
     Audit,
     AuditEntry,
-    BinItem,
     FoundTurn,
     PgConsoleStore,
     SessionRow,
@@ -157,6 +157,9 @@ class MemoryConsole:
 
     def _store(self) -> PgConsoleStore:
         return self.memory.database.store(PgConsoleStore)
+
+    def _bin(self) -> PgRecycleBinStore:
+        return self.memory.database.store(PgRecycleBinStore)
 
     # ------------------------------------------------------------------ reading
 
@@ -336,7 +339,7 @@ class MemoryConsole:
         try:
             vectors = await self.memory.embedder.embed_passages([text])
         except EmbeddingError:
-            self.memory._backfill_needed.set()
+            self.memory.parts.backfill_due.set()
             return None, None
         return vectors[0], self.memory.embedding_model
 
@@ -456,9 +459,10 @@ class MemoryConsole:
         if taken is None:
             return None
         keep = timedelta(days=self.memory.settings.memory_recycle_days)
-        console = tx.store(PgConsoleStore)
-        bin_id = await console.to_bin(kind, taken, deleted_by=actor, purge_after=now + keep)
-        await console.write_audit(
+        bin_id = await tx.store(PgRecycleBinStore).to_bin(
+            kind, taken, deleted_by=actor, purge_after=now + keep
+        )
+        await tx.store(PgConsoleStore).write_audit(
             Audit(actor, "delete", kind, item_id, session_key, before_text=taken.summary)
         )
         return bin_id
@@ -516,10 +520,10 @@ class MemoryConsole:
         return await dialogues.pin_turn(session_key, item_id, pinned=pinned, expires_at=expires_at)
 
     async def recycle_bin(self, session_key: str | None = None) -> list[BinItem]:
-        return await self._store().bin(session_key, MEMORY_LIMIT)
+        return await self._bin().bin(session_key, MEMORY_LIMIT)
 
     async def recycle_bin_size(self) -> int:
-        return await self._store().bin_size()
+        return await self._bin().bin_size()
 
     async def restore(self, bin_id: int, *, actor: str) -> BinItem | None:
         """Put a deleted row back as it was; ``None`` if the bin has no such item. Raises
@@ -527,13 +531,12 @@ class MemoryConsole:
         refused = "无法恢复：同一会话里已有一条内容相同的当前记忆（或同一条消息）"
         with conflicts_refused(refused):
             async with self.memory.database.transaction() as tx:
-                console = tx.store(PgConsoleStore)
-                taken = await console.take_from_bin(bin_id)
+                taken = await tx.store(PgRecycleBinStore).take_from_bin(bin_id)
                 if taken is None:
                     return None
                 item, row_data = taken
                 await tx.store(OWNERS[item.kind]).put_back_row(row_data)
-                await console.write_audit(
+                await tx.store(PgConsoleStore).write_audit(
                     Audit(actor, "restore", item.kind, item.item_id, item.session_key,
                           after_text=item.summary)
                 )  # fmt: skip
@@ -541,7 +544,7 @@ class MemoryConsole:
 
     async def purge_recycle_bin(self, now: datetime | None = None) -> int:
         """Empty the bin of what was deleted more than ``MEMORY_RECYCLE_DAYS`` ago."""
-        return await self._store().purge_bin(now or datetime.now(timezone.utc))
+        return await self._bin().purge_bin(now or datetime.now(timezone.utc))
 
     async def audit_log(self, page: int = 0) -> list[AuditEntry]:
         return await self._store().audit_log(PAGE_SIZE, max(page, 0) * PAGE_SIZE)

@@ -31,6 +31,8 @@ from ..distill.memory import CATEGORY_ZH, DistilledMemory, content_hash, flatten
 from ..lang.timefmt import format_absolute, relative_time_zh
 from ..lang.tokens import TokenCounter
 from ..models import RecallResult, RecallWindow
+from ..recall.options import RecallOptions
+from ..recall.retriever import Retriever
 from ..settings import MemorySettings
 from .block import LineBudget, build_memory_block
 
@@ -209,9 +211,12 @@ class ContextBuilder:
         keeper: MemoryKeeper | None,
         counter: TokenCounter,
         tz: ZoneInfo,
+        retriever: Retriever | None = None,
     ) -> None:
+        """``retriever``: recalls the dialogue when a caller of ``build`` brings none."""
         self._settings = settings
         self._keeper = keeper
+        self._retriever = retriever
         self._counter = counter
         self._tz = tz
 
@@ -253,19 +258,27 @@ class ContextBuilder:
         *,
         now: datetime | None = None,
         exclude_ids: Collection[int] = (),
-        recall: RecallResult | Awaitable[RecallResult],
+        recall: RecallResult | Awaitable[RecallResult] | None = None,
         max_tokens: int | None = None,
         touch: bool = True,
         settled: bool = False,
     ) -> MemoryContext:
-        """The memory context for ``query`` in this session (see ``assemble_context``;
-        ``settled``: the preferences and summaries apart, for a private chat's system prompt).
+        """The memory context for ``query`` in this session (see ``assemble_context``):
+        preferences, relevant facts, recent summaries, then recalled dialogue (minus
+        ``exclude_ids``, the short-term turns already in the messages) within
+        MEMORY_MAX_TOKENS (or ``max_tokens``); ``settled``: the preferences and summaries
+        apart, for a private chat's system prompt.
 
         ``recall``: dialogue already recalled by the caller, or a recall still to be awaited
-        (then awaited beside the distilled memory's reads).
+        (then awaited beside the distilled memory's reads); ``None``: recalled here, as of
+        ``now``, by the ``retriever``.
         ``touch=False`` leaves the use counts alone (a look at the prompt, not a reply).
         """
         now = now or datetime.now(timezone.utc)
+        if recall is None:
+            if self._retriever is None:
+                raise ValueError("no recall given and no retriever to make one")
+            recall = self._retriever.recall(user_id, query, group_id, RecallOptions(now=now))
         budget = self._settings.memory_max_tokens if max_tokens is None else max_tokens
         if not isinstance(recall, RecallResult):
             (preferences, facts, summaries), recalled = await asyncio.gather(

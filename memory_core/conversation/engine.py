@@ -47,14 +47,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
+from typing import Protocol
 
 from ..accounts import serving
 from ..answer_cache.store import CachedAnswer
 from ..dialogue.turn_rows import message_uuid_for
 from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
+from ..parts import MemoryParts
 from ..providers.llm import ChatModel, PromptUsage
-from ..service import TemporalMemory
+from ..storage.counters import PgCounterStore
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
@@ -80,6 +82,12 @@ class Delivery:
 
 SendText = Callable[[str], Awaitable["Delivery | None"]]
 """Delivers a reply; returns ``None`` when nothing reached the chat. Must not raise."""
+
+
+class TurnRecorder(Protocol):
+    """Where the engine stores turns (``TemporalMemory.add_turn``: database, or the spool)."""
+
+    async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome: ...
 
 
 class Outcome(enum.Enum):
@@ -222,23 +230,27 @@ class ConversationEngine:
     def __init__(
         self,
         *,
-        memory: TemporalMemory,
+        parts: MemoryParts,
+        writer: TurnRecorder,
         chat_model: ChatModel | None,
         bot_name: str | None = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         usage: PromptUsage | None = None,
     ) -> None:
-        """``usage``: where the chat model adds up the prompt tokens its answers report
+        """``parts``: the memory's parts the engine reads and counts with (``open_memory``
+        builds them); ``writer``: where turns are stored (the ``TemporalMemory`` of those
+        parts). ``usage``: where the chat model adds up the prompt tokens its answers report
         (``OpenAIChatModel.usage``); counted per day after each reply (``/memstat``)."""
-        self._memory = memory
+        self._parts = parts
+        self._writer = writer
         self._model = chat_model
         self._usage = usage if usage is not None else PromptUsage()
-        self._settings = memory.settings
+        self._settings = parts.settings
         self._bot_name = bot_name
-        self._asking = _asking(memory, chat_model, bot_name)
+        self._asking = _asking(parts, chat_model, bot_name)
         self.preparer = PromptPreparer(
-            memory,
+            parts,
             bot_name=bot_name,
             memory_budget=self._asking.memory_tokens_for if self._asking else None,
         )
@@ -412,7 +424,7 @@ class ConversationEngine:
         if turn is None:
             return  # spooled while the database is away: the spool keeps it as it came
         try:
-            await self._memory.evaluations.keep_unanswered(turn)
+            await self._parts.evaluations.keep_unanswered(turn)
         except MemoryCoreError as exc:
             log.warning("could not set the expiry of an unanswered turn: %s", exc)
 
@@ -420,7 +432,7 @@ class ConversationEngine:
         # Only the query's embedding is needed for the reply: the turn's own follows in the
         # background, batched with other sessions' turns.
         try:
-            return await self._memory.add_turn(turn, embed_later=True)
+            return await self._writer.add_turn(turn, embed_later=True)
         except InvalidTurnError as exc:
             log.info("turn of session %s not stored: %s", turn.session_key, exc)
             return None
@@ -432,7 +444,7 @@ class ConversationEngine:
     async def _enqueue_evaluation(self, user_turn: MemoryTurn, reply_turn: MemoryTurn) -> None:
         # Scoring runs in the memory's background worker; queueing is one quick insert.
         try:
-            await self._memory.enqueue_evaluation(user_turn.id, reply_turn.id)
+            await self._parts.evaluations.enqueue(user_turn.id, reply_turn.id)
         except MemoryCoreError as exc:
             log.warning(
                 "exchange of session %s not queued for evaluation: %s", user_turn.session_key, exc
@@ -442,7 +454,7 @@ class ConversationEngine:
         # Counts the exchange for extraction of distilled memory, which runs in the memory's
         # background worker; this is one quick upsert.
         try:
-            await self._memory.distilled.note_exchange(
+            await self._parts.extraction.note_exchange(
                 turn.user_id, turn.group_id, reply.created_at
             )
         except MemoryCoreError as exc:
@@ -523,7 +535,7 @@ class ConversationEngine:
         if not prompt.memory_ok:
             return None
         try:
-            found = await self._memory.distilled.answer_cache.lookup(
+            found = await self._parts.answer_cache.lookup(
                 prompt.question,
                 turn.user_id,
                 turn.group_id,
@@ -549,7 +561,8 @@ class ConversationEngine:
         if not any(metrics.values()):
             return
         try:
-            await self._memory.count_daily(metrics, now)
+            day = now.astimezone(self._parts.tz).date()
+            await self._parts.database.store(PgCounterStore).bump(day, metrics)
         except MemoryCoreError as exc:
             log.warning("recall latency and prompt tokens not counted: %s", exc)
 
@@ -560,7 +573,7 @@ class ConversationEngine:
         if not prompt.memory_ok:
             return
         try:
-            await self._memory.distilled.answer_cache.store(
+            await self._parts.answer_cache.store(
                 prompt.question,
                 answer,
                 turn.user_id,
@@ -590,22 +603,22 @@ def _as_new_message(turn: TurnInput) -> TurnInput:
 
 
 def _asking(
-    memory: TemporalMemory, model: ChatModel | None, bot_name: str | None
+    parts: MemoryParts, model: ChatModel | None, bot_name: str | None
 ) -> ModelAsking | None:
     """How the chat model is asked (``conversation.asking``): the memory tools bound to the
     memory's recall, distilled store and opt-outs, and the group budget."""
     if model is None:
         return None
-    settings = memory.settings
+    settings = parts.settings
     tools = (
         MemoryTools(
-            recall=memory,
-            notes=memory.distilled,
-            opt_outs=StoredOptOuts(memory.database),
+            recall=parts.retriever,
+            notes=parts.keeper,
+            opt_outs=StoredOptOuts(parts.database),
             bot_name=bot_name,
         )
         if settings.chat_tools != "off"
         else None
     )
-    budget = GroupBudget(settings.chat_group_daily_tokens, memory.tz)
+    budget = GroupBudget(settings.chat_group_daily_tokens, parts.tz)
     return ModelAsking(model, settings, budget, tools)

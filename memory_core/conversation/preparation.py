@@ -35,65 +35,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
-from zoneinfo import ZoneInfo
 
 from ..context.builder import MemoryContext
-from ..dialogue.recall_store import SessionTail
+from ..dialogue.recall_store import PgRecallStore
 from ..errors import MemoryCoreError
 from ..lang.text import scrub
 from ..models import MemoryTurn, RecallResult, TurnInput
+from ..parts import MemoryParts
 from ..recall.options import RecallOptions
-from ..settings import MemorySettings
 from .prompt import ChatPlace, build_chat_messages, build_moment_note, build_system_prompt
 from .window import SteppedWindow
 
 # The current message is excluded from its own recall by cutting recall off just before it.
 JUST_BEFORE = timedelta(microseconds=1)
 INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
-
-
-class MemoryReader(Protocol):
-    """What preparing a prompt reads of the memory (``TemporalMemory`` is one)."""
-
-    @property
-    def settings(self) -> MemorySettings: ...
-
-    @property
-    def tz(self) -> ZoneInfo: ...
-
-    async def last_turn_time(
-        self, user_id: int, group_id: int | None, now: datetime | None = None
-    ) -> datetime | None: ...
-
-    async def session_tail(
-        self,
-        user_id: int,
-        group_id: int | None,
-        *,
-        limit: int,
-        since: datetime,
-        now: datetime,
-        group_wide: bool = False,
-    ) -> SessionTail: ...
-
-    async def recall(
-        self, user_id: int, query: str, group_id: int | None = None, options: RecallOptions = ...
-    ) -> RecallResult: ...
-
-    async def build_context(
-        self,
-        user_id: int,
-        group_id: int | None,
-        query: str,
-        now: datetime | None = None,
-        exclude_ids: Sequence[int] = (),
-        *,
-        recall: RecallResult | None = None,
-        max_tokens: int | None = None,
-        touch: bool = True,
-        settled: bool = False,
-    ) -> MemoryContext: ...
 
 
 @dataclass(frozen=True)
@@ -155,15 +110,19 @@ class PromptPreparer:
 
     def __init__(
         self,
-        memory: MemoryReader,
+        parts: MemoryParts,
         *,
         bot_name: str | None = None,
         memory_budget: MemoryBudget | None = None,
     ) -> None:
-        self._memory = memory
+        """Reads through ``parts``: the session's tail from the dialogue's recall store, the
+        recall from ``retriever``, the memory context from ``context_builder``."""
+        self._database = parts.database
+        self._retriever = parts.retriever
+        self._context = parts.context_builder
         self._memory_budget = memory_budget
-        self._settings = memory.settings
-        self._tz = memory.tz
+        self._settings = parts.settings
+        self._tz = parts.tz
         self._bot_name = bot_name
         self._window = SteppedWindow(
             self._settings.chat_recent_turns, growth=self._settings.chat_recent_growth
@@ -181,15 +140,15 @@ class PromptPreparer:
         limit = self._window.capacity
         minutes = self._settings.chat_recent_minutes
         try:
+            store = self._database.store(PgRecallStore)
             if not recent or limit <= 0 or minutes <= 0:
-                return Tail(await self._memory.last_turn_time(turn.user_id, turn.group_id, now))
-            tail = await self._memory.session_tail(
-                turn.user_id,
-                turn.group_id,
-                limit=limit,
+                return Tail(await store.last_turn_time(turn.session_key, now))
+            tail = await store.session_tail(
+                turn.session_key,
                 since=now - timedelta(minutes=minutes),
                 now=now,
-                group_wide=self._group_wide(turn),
+                limit=limit,
+                group_id=turn.group_id if self._group_wide(turn) else None,
             )
         except MemoryCoreError as exc:
             return Tail(None, failure=exc)
@@ -229,12 +188,12 @@ class PromptPreparer:
             recent = self._short_term(self._window_key(turn), tail, now, remember=touch)
             own = [t for t in recent if t.session_key == turn.session_key]
             options = self._recall_options(own, cutoff)
-            recalled = await self._memory.recall(turn.user_id, text, turn.group_id, options)
-            context = await self._memory.build_context(
+            recalled = await self._retriever.recall(turn.user_id, text, turn.group_id, options)
+            context = await self._context.build(
                 turn.user_id,
                 turn.group_id,
                 text,
-                now,
+                now=now,
                 exclude_ids=tuple(t.id for t in recent),
                 recall=recalled,
                 max_tokens=memory_tokens,
@@ -279,7 +238,9 @@ class PromptPreparer:
     def _window_key(self, turn: TurnInput) -> str:
         """Whose stepped window a message shows: its group's (one start for every member, so
         their prompts carry the same turns) or its session's."""
-        return f"group:{turn.group_id}" if self._group_wide(turn) else turn.session_key
+        return (
+            f"group:{turn.account}{turn.group_id}" if self._group_wide(turn) else turn.session_key
+        )
 
     def _short_term(
         self, session_key: str, tail: Tail, now: datetime, *, remember: bool

@@ -115,7 +115,7 @@ class ChatScope:
 
 
 class ToolRecall(Protocol):
-    """What ``search_memory`` reads (``TemporalMemory`` is one)."""
+    """What ``search_memory`` reads (``Retriever`` and ``TemporalMemory`` are)."""
 
     @property
     def tz(self) -> ZoneInfo: ...
@@ -126,7 +126,7 @@ class ToolRecall(Protocol):
 
 
 class NoteSaver(Protocol):
-    """What ``remember`` writes through (``TemporalMemory.distilled`` is one)."""
+    """What ``remember`` writes through (``MemoryKeeper`` is one)."""
 
     async def save(
         self,

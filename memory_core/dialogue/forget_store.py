@@ -11,7 +11,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ..lang.repeats import Repeats
-from ..models import MemoryTurn, RecalledMessage, Role
+from ..models import ForgetScope, MemoryTurn, RecalledMessage, Role
 from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_count, scope_delete
 from .bad_rows import usable_turn
@@ -139,46 +139,16 @@ class PgForgetStore(PgStore):
             said = await conn.fetch(SQL_CHOSEN_TURNS, session_key, list(ids), containing)
             return await _delete(conn, await _with_replies(conn, said))
 
-    async def delete_scope(
-        self,
-        *,
-        user_id: int | None,
-        group_id: int | None,
-        private_only: bool,
-        everything: bool,
-        account: str,
-    ) -> int:
+    async def delete_scope(self, scope: ForgetScope) -> int:
         """Delete a user's, a group's, a session's or all rows of one QQ account's memory (see
         ``TemporalMemory.forget``)."""
-        sql, args = scope_delete(
-            "dialogues",
-            user_id=user_id,
-            group_id=group_id,
-            private_only=private_only,
-            everything=everything,
-            account=account,
-        )
+        sql, args = scope_delete("dialogues", scope)
         async with self._connection() as conn:
             status = await conn.execute(sql, *args)
         return rows_affected(status)
 
-    async def count_scope(
-        self,
-        *,
-        user_id: int | None,
-        group_id: int | None,
-        private_only: bool,
-        everything: bool,
-        account: str,
-    ) -> int:
+    async def count_scope(self, scope: ForgetScope) -> int:
         """How many rows ``delete_scope`` would delete now."""
-        sql, args = scope_count(
-            "dialogues",
-            user_id=user_id,
-            group_id=group_id,
-            private_only=private_only,
-            everything=everything,
-            account=account,
-        )
+        sql, args = scope_count("dialogues", scope)
         async with self._connection() as conn:
             return int(await conn.fetchval(sql, *args))

@@ -73,11 +73,15 @@ class MemoryKeeper:
         embedder: Embedder,
         scope: DistilledScope,
         dedupe_threshold: float,
+        recall_top_k: int = 5,
     ) -> None:
+        """``recall_top_k``: how many memories ``recall`` returns unless told
+        (MEMORY_DISTILLED_FACTS)."""
         self._database = database
         self.embedder = embedder
         self.scope = scope
         self.dedupe_threshold = dedupe_threshold
+        self.recall_top_k = recall_top_k
 
     def _store(self) -> PgDistilledStore:
         return self._database.store(PgDistilledStore)
@@ -100,15 +104,15 @@ class MemoryKeeper:
     async def save(
         self,
         items: Sequence[ExtractedMemory],
-        *,
         user_id: int,
-        group_id: int | None,
-        source_turn_ids: Sequence[int],
-        stated_at: datetime,
+        group_id: int | None = None,
+        *,
+        source_turn_ids: Sequence[int] = (),
+        stated_at: datetime | None = None,
         sources_must_exist: bool = False,
     ) -> SaveOutcome:
         """Store extracted items of one session, deduplicated, merged or superseding, all in
-        one transaction.
+        one transaction; ``stated_at`` (default now) is when they were said.
 
         An item's sources are the turns it cites (``ExtractedMemory.source_turn_ids``) when it
         cites any of ``source_turn_ids``, else all of ``source_turn_ids`` (the batch).
@@ -121,6 +125,7 @@ class MemoryKeeper:
         if not items:
             return SaveOutcome()
         session_key = generate_session_key(user_id, group_id)
+        stated_at = stated_at or datetime.now(timezone.utc)
         vectors = await self._embed([item.embedding_text for item in items])
         outcome = SaveOutcome()
         locked = source_turn_ids if sources_must_exist else ()
@@ -193,16 +198,19 @@ class MemoryKeeper:
         query: str,
         *,
         kinds: Sequence[DistilledKind] = ("facts", "preferences"),
-        top_k: int = 5,
+        top_k: int | None = None,
         now: datetime | None = None,
         touch: bool = True,
     ) -> list[DistilledHit]:
-        """The ``top_k`` current memories of these kinds best for ``query``.
+        """The ``top_k`` (default ``recall_top_k``) current memories of these kinds best for
+        ``query``.
 
         Only this session's memories, or the user's in every chat with the user scope. An
-        unembeddable query recalls nothing (logged). Returned memories count as used.
+        unembeddable query recalls nothing (logged). Returned memories count as used, unless
+        ``touch=False`` (a look, such as ``/recall`` showing them).
         """
         now = now or datetime.now(timezone.utc)
+        top_k = self.recall_top_k if top_k is None else top_k
         if top_k <= 0 or not query.strip():
             return []
         try:

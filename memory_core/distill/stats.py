@@ -6,8 +6,19 @@ Counters come from the daily table (``memory_daily_stats``), so they survive res
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date, datetime
 
-from ..answer_cache.cache import CACHE_MISS, CACHE_REFUSED, LEVELS, hit_metric
+from ..answer_cache.cache import (
+    CACHE_MISS,
+    CACHE_REFUSED,
+    LEVELS,
+    AnswerCache,
+    AnswerCacheOff,
+    hit_metric,
+)
+from ..storage.counters import PgCounterStore
+from ..storage.database_handle import Database
+from .store import PgDistilledStore
 from .worker import (
     DISTILLED_MERGED,
     DISTILLED_SUPERSEDED,
@@ -16,6 +27,8 @@ from .worker import (
     EXTRACTION_OK,
     EXTRACTION_PARSED,
     EXTRACTION_REJECTED,
+    ExtractionOff,
+    ExtractionWorker,
 )
 
 _KIND_ZH = (("facts", "事实"), ("preferences", "偏好"), ("summary", "摘要"))
@@ -80,3 +93,21 @@ class DistilledStats:
             f"缓存命中率：{_percent(self.cache_hit_rate)}（{hits}，未命中 {t.get(CACHE_MISS, 0)}，"
             f"不可缓存 {t.get(CACHE_REFUSED, 0)}）",
         ]
+
+
+async def distilled_stats(
+    database: Database,
+    extraction: ExtractionWorker | ExtractionOff,
+    answer_cache: AnswerCache | AnswerCacheOff,
+    now: datetime | None = None,
+) -> DistilledStats:
+    """Figures for /memstat (``lines_zh()``): distilled memories, extraction, answer cache."""
+    store = database.store(PgDistilledStore)
+    return DistilledStats(
+        counts=await store.counts(),
+        totals=await database.store(PgCounterStore).metric_totals(date.min),
+        extraction=extraction.reason if isinstance(extraction, ExtractionOff) else "开启",
+        waiting_sessions=await store.waiting_sessions(),
+        cache_enabled=answer_cache.enabled,
+        cache_entries=await answer_cache.entry_counts(now),
+    )

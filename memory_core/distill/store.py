@@ -19,7 +19,7 @@ import numpy as np
 
 from ..accounts import current as current_account
 from ..accounts import key_account
-from ..storage.counters import PgCounterStore
+from ..models import ForgetScope
 from ..storage.pg import rows_affected
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from ..storage.scopes import scope_count, scope_delete
@@ -460,7 +460,7 @@ def _session(record: asyncpg.Record) -> SessionDue:
     )
 
 
-class PgDistilledStore(PgCounterStore, RowTaker):
+class PgDistilledStore(RowTaker):
     """Distilled memories, extraction bookkeeping and the daily counters they bump."""
 
     SQL_TAKE = SQL_TAKE_MEMORY
@@ -599,19 +599,19 @@ class PgDistilledStore(PgCounterStore, RowTaker):
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
         await self._write_embeddings(SQL_SET_DISTILLED_EMBEDDING, ids, vectors, model)
 
-    async def delete_scope(self, **scope: Any) -> dict[str, int]:
+    async def delete_scope(self, scope: ForgetScope) -> dict[str, int]:
         """Delete a /forget scope's distilled memories and extraction bookkeeping; returns the
         memories deleted by kind (history rows included)."""
-        memories, args = scope_delete("distilled_memories", **scope)
-        sessions, _ = scope_delete("distilled_sessions", **scope)
+        memories, args = scope_delete("distilled_memories", scope)
+        sessions, _ = scope_delete("distilled_sessions", scope)
         async with self._connection() as conn, conn.transaction():
             kinds = [r["kind"] for r in await conn.fetch(memories + " RETURNING kind", *args)]
             await conn.execute(sessions, *args)
         return {kind: kinds.count(kind) for kind in set(kinds)}
 
-    async def count_scope(self, **scope: Any) -> dict[str, int]:
+    async def count_scope(self, scope: ForgetScope) -> dict[str, int]:
         """How many memories ``delete_scope`` would delete now, by kind."""
-        sql, args = scope_count("distilled_memories", by="kind", **scope)
+        sql, args = scope_count("distilled_memories", scope, by="kind")
         async with self._connection() as conn:
             return {r["kind"]: int(r["count"]) for r in await conn.fetch(sql, *args)}
 

@@ -21,6 +21,7 @@ from ..background import RoundLoop
 from ..dialogue.source_store import PgSourceStore, SourceTurn
 from ..errors import EmbeddingError, LLMError
 from ..models import generate_session_key
+from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Database
 from .extraction import Extractor
 from .keeper import MemoryKeeper
@@ -107,6 +108,9 @@ class ExtractionWorker:
     def _store(self) -> PgDistilledStore:
         return self._database.store(PgDistilledStore)
 
+    def _counters(self) -> PgCounterStore:
+        return self._database.store(PgCounterStore)
+
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
@@ -185,7 +189,6 @@ class ExtractionWorker:
             self._running.discard(session.session_key)
 
     async def _extract(self, session: SessionDue, now: datetime) -> ExtractionReport:
-        store = self._store()
         day = now.astimezone(self._tz).date()
         turns = await self._database.store(PgSourceStore).undistilled_turns(
             session.session_key, session.last_turn_id, now, self._max_turns + 1
@@ -250,7 +253,7 @@ class ExtractionWorker:
         await self._finish(session, batch, now)
         await self._wait_for_settling(session, unsettled)
         answers = 3 if len(turns) >= MIN_TURNS_FOR_SUMMARY else 2
-        await store.bump(
+        await self._counters().bump(
             day,
             {
                 EXTRACTION_OK: 1,
@@ -303,13 +306,13 @@ class ExtractionWorker:
         if session.attempts + 1 >= MAX_ATTEMPTS:
             # Give this batch up (its turns stay stored); later turns are distilled as usual.
             await self._finish(session, batch, now)
-            await store.bump(day, {EXTRACTION_FAILED: 1, EXTRACTION_GIVEN_UP: 1})
+            await self._counters().bump(day, {EXTRACTION_FAILED: 1, EXTRACTION_GIVEN_UP: 1})
             log.warning("extraction given up after %d attempts: %s", MAX_ATTEMPTS, exc)
             return ExtractionReport(session.session_key, given_up=True)
         await store.postpone_session(
             session.session_key, now + RETRY_DELAY * (session.attempts + 1)
         )
-        await store.bump(day, {EXTRACTION_FAILED: 1})
+        await self._counters().bump(day, {EXTRACTION_FAILED: 1})
         log.warning("extraction failed, retried later: %s", exc)
         return ExtractionReport(session.session_key, failed=True)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from ..storage.counters import PgCounterStore, bump_on
+from ..storage.counters import bump_on
+from ..storage.pg import PgStore
 
 SQL_ENQUEUE_EVALUATION = """
 INSERT INTO evaluation_queue (assistant_turn_id, user_turn_id) VALUES ($1, $2)
@@ -68,7 +69,7 @@ class PendingEvaluation:
     session_key: str = ""  # named in the log lines of its evaluation
 
 
-class PgEvaluationStore(PgCounterStore):
+class PgEvaluationStore(PgStore):
     """The evaluation queue and the counters of its outcomes."""
 
     async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:

@@ -20,8 +20,8 @@ from .reading import PictureJob, PictureRef, Reading
 from .text import DERIVED_LABEL, derived_label, with_labels
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
     from ..settings import MemorySettings
+    from .reader import PictureMemory
 
 
 class PicturesOff:
@@ -41,7 +41,7 @@ class PicturesOff:
 
 
 def build_picture_reader(
-    settings: MemorySettings, memory: TemporalMemory
+    settings: MemorySettings, memory: PictureMemory
 ) -> PictureReader | PicturesOff:
     """The reader ``MEMORY_IMAGE_*`` describe, or :class:`PicturesOff`."""
     if not settings.memory_image_enabled:

@@ -29,7 +29,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from datetime import tzinfo
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import EmbeddingError, MemoryCoreError, PictureError
 from ..lang.indexed import indexed_text
@@ -45,8 +46,36 @@ from .text import picture_text, with_labels
 from .vision import Describer, NoDescriptions, build_describer
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
+    from ..lang.tokens import TokenCounter
+    from ..parts import MemoryParts
+    from ..providers.embedding import Embedder
     from ..settings import MemorySettings
+    from ..storage.database_handle import Database
+
+
+class PictureMemory(Protocol):
+    """What reading pictures uses of the memory (``TemporalMemory`` is one): the database,
+    the writer's deferred vectors, and how a turn is indexed and embedded."""
+
+    @property
+    def database(self) -> Database: ...
+    @property
+    def settings(self) -> MemorySettings: ...
+    @property
+    def parts(self) -> MemoryParts: ...
+    @property
+    def embedder(self) -> Embedder: ...
+    @property
+    def token_counter(self) -> TokenCounter: ...
+    @property
+    def text_form(self) -> int: ...
+    @property
+    def tz(self) -> tzinfo: ...
+    @property
+    def embedding_model(self) -> str: ...
+
+    async def settle_embeddings(self, timeout: float | None = None) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +109,7 @@ class PictureReader:
     def __init__(
         self,
         *,
-        memory: TemporalMemory,
+        memory: PictureMemory,
         fetcher: PictureFetcher,
         text_reader: TextReader,
         workers: int,
@@ -104,7 +133,7 @@ class PictureReader:
         self._follow_ups: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def from_settings(cls, settings: MemorySettings, memory: TemporalMemory) -> PictureReader:
+    def from_settings(cls, settings: MemorySettings, memory: PictureMemory) -> PictureReader:
         """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR."""
         return cls(
             memory=memory,
@@ -298,7 +327,7 @@ class PictureReader:
             vector = (await memory.embedder.embed_passages([indexed]))[0]
         except EmbeddingError as exc:
             log.warning("turn %d's new text will be embedded later: %s", turn_id, exc)
-            memory._backfill_needed.set()
+            memory.parts.backfill_due.set()
         refers = referred_range(content, current.created_at, memory.tz)
         await store.set_text(
             TextUpdate(

@@ -25,7 +25,7 @@ from ..settings import MemorySettings
 from .options import RecallOptions
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
+    from ..parts import MemoryParts
 
 # Anchors asked of recall per item listed: most of a weak query's matches fall below the
 # floor, and the ones left should still fill the list.
@@ -101,7 +101,7 @@ class RecallListing:
 
 
 async def list_recall(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     user_id: int,
     query: str,
     group_id: int | None,
@@ -114,15 +114,15 @@ async def list_recall(
     """What to show for ``query`` in this session: at most ``items`` relevant turns (``full``:
     the relevant windows of the prompt's recall instead) and facts. ``skip`` leaves turns out
     whatever they say (the asking message itself, the bot's echoes of it)."""
-    relevance = Relevance.of(query, memory.settings, now)
+    relevance = Relevance.of(query, parts.settings, now)
     if full:
         options = RecallOptions(now=now)
     else:
         options = RecallOptions(top_n=items * CANDIDATES_PER_ITEM, window_size=0, now=now)
-    result = await memory.recall(user_id, query, group_id, options)
+    result = await parts.retriever.recall(user_id, query, group_id, options)
     windows = [w for w in result.windows if _relevant_window(w, relevance, skip, whole=full)]
     # Shown, not used: a fact's use count ranks it for the prompt.
-    facts = await memory.distilled.recall(user_id, group_id, query, now=now, touch=False)
+    facts = await parts.keeper.recall(user_id, group_id, query, now=now, touch=False)
     shown_facts = _distinct(
         [h for h in facts if relevance.admits(h.memory.content, h.similarity)],
         key=lambda h: same_words(h.memory.content),

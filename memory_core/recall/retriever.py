@@ -31,7 +31,7 @@ from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
 from ..storage.database_handle import Database
 from .message_share import MessageShare, message_share
-from .options import RecallOptions
+from .options import DEFAULT_RECALL, RecallOptions
 from .ranking import (
     Channel,
     DecayPolicy,
@@ -48,6 +48,7 @@ from .ranking import (
     merge_time_candidates,
     rank_anchors,
 )
+from .sharing import GroupSharing
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,14 @@ class Retriever:
         embedder: Embedder,
         vector_index: VectorIndex,
         reranker: ApiReranker | None = None,
+        sharing: GroupSharing | None = None,
     ) -> None:
+        """``sharing``: which groups recall across their members (``recall.sharing``); without
+        it every group recalls only the asker's own session."""
         self.settings = settings
         self._database = database
         self.reranker = reranker
+        self.sharing = sharing
         self._rerank_failing = False  # the reranker's last call failed (logged once)
         self.vector_index = vector_index
         self.tz = settings.tz
@@ -110,10 +115,10 @@ class Retriever:
         self,
         user_id: int,
         query: str,
-        group_id: int | None,
-        options: RecallOptions,
+        group_id: int | None = None,
+        options: RecallOptions = DEFAULT_RECALL,
         *,
-        shared: bool = False,
+        shared: bool | None = None,
     ) -> RecallResult:
         """Top-N anchors of this session by meaning, keywords and time, each widened by
         ±window turns.
@@ -127,8 +132,9 @@ class Retriever:
         else (and the range holds a turn; else the best matches anywhere); ``time_aware=False``
         ignores it. ``roles`` limits anchors to those roles and
         ``keywords`` to turns containing every one of them (windows stay whole).
-        ``shared`` (a shared group, ``recall.sharing``): anchors come from every member's
-        session of the group, each window from its anchor's own session.
+        ``shared`` (a shared group, ``recall.sharing``; by default as ``sharing`` says):
+        anchors come from every member's session of the group, each window from its anchor's
+        own session.
         If the query cannot be embedded, hybrid recall falls back to keywords and vector
         recall returns nothing (logged); it is never an error.
 
@@ -144,6 +150,8 @@ class Retriever:
         query = scrub(query) if isinstance(query, str) else ""
         if top_n <= 0 or not query.strip():
             return RecallResult(query=query)
+        if shared is None:
+            shared = self.sharing is not None and await self.sharing.shared(group_id)
         scope = RecallScope(generate_session_key(user_id, group_id), group_id if shared else None)
         mode = options.mode or self.settings.memory_retrieval_mode
         time_aware = options.time_aware

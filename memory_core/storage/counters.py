@@ -56,7 +56,9 @@ async def bump_on(
 
 
 class PgCounterStore(PgStore):
-    """A store that also bumps and reads the daily counters."""
+    """Bumps and reads the daily counters. The features that count take it from the database
+    handle (``database.store(PgCounterStore)``) beside their own store; a statement that must
+    count in its own round trip ends with ``bump_sql`` or runs ``bump_on`` on its connection."""
 
     async def bump(self, day: date, metrics: dict[str, int]) -> None:
         async with self._connection() as conn:

@@ -12,94 +12,52 @@ KEY_ACCOUNT = key_account()
 
 
 def scope_filter(
-    *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-    account: str,
-    account_of_row: str = KEY_ACCOUNT,
+    scope: ForgetScope, account_of_row: str = KEY_ACCOUNT
 ) -> tuple[str, tuple[int | str, ...]]:
     """The WHERE condition of a /forget scope and its ``$n`` arguments: everything, a user in
     a group, a user's private rows, all of a user's rows, or a group's rows — of one QQ
-    account's memory (``account``, compared with the SQL ``account_of_row``)."""
+    account's memory (``scope.account``, compared with the SQL ``account_of_row``)."""
     args: tuple[int, ...]
-    if everything:
+    if scope.everything:
         where, args = "true", ()
-    elif user_id is not None and group_id is not None:
-        where, args = "user_id = $1 AND group_id = $2", (user_id, group_id)
-    elif user_id is not None and private_only:
-        where, args = "user_id = $1 AND group_id IS NULL", (user_id,)
-    elif user_id is not None:
-        where, args = "user_id = $1", (user_id,)
-    elif group_id is not None:
-        where, args = "group_id = $1", (group_id,)
+    elif scope.user_id is not None and scope.group_id is not None:
+        where, args = "user_id = $1 AND group_id = $2", (scope.user_id, scope.group_id)
+    elif scope.user_id is not None and scope.private_only:
+        where, args = "user_id = $1 AND group_id IS NULL", (scope.user_id,)
+    elif scope.user_id is not None:
+        where, args = "user_id = $1", (scope.user_id,)
+    elif scope.group_id is not None:
+        where, args = "group_id = $1", (scope.group_id,)
     else:
         raise ValueError("forget needs a user, a group, or everything=True")
-    return f"{where} AND {account_of_row} = ${len(args) + 1}::text", (*args, account)
+    return f"{where} AND {account_of_row} = ${len(args) + 1}::text", (*args, scope.account)
 
 
 def _scoped_rows(
-    table: str,
-    extra: str,
-    *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-    account: str,
-    account_of_row: str,
+    table: str, extra: str, scope: ForgetScope, account_of_row: str
 ) -> tuple[str, tuple[int | str, ...]]:
     """``FROM table WHERE <scope> [AND extra]`` and its arguments: what a /forget deletes and
     what its question counts are the same rows."""
-    where, args = scope_filter(
-        user_id=user_id,
-        group_id=group_id,
-        private_only=private_only,
-        everything=everything,
-        account=account,
-        account_of_row=account_of_row,
-    )
+    where, args = scope_filter(scope, account_of_row)
     extra = f" AND {extra}" if extra else ""
     return f"FROM {table} WHERE {where}{extra}", args
 
 
 def scope_delete(
-    table: str,
-    *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-    account: str,
-    extra: str = "",
-    account_of_row: str = KEY_ACCOUNT,
+    table: str, scope: ForgetScope, *, extra: str = "", account_of_row: str = KEY_ACCOUNT
 ) -> tuple[str, tuple[int | str, ...]]:
     """The DELETE of a /forget scope on ``table`` (see :func:`scope_filter`).
 
     ``table`` and ``extra`` are constants of this module's callers, never user input.
     """
-    rows, args = _scoped_rows(
-        table,
-        extra,
-        user_id=user_id,
-        group_id=group_id,
-        private_only=private_only,
-        everything=everything,
-        account=account,
-        account_of_row=account_of_row,
-    )
+    rows, args = _scoped_rows(table, extra, scope, account_of_row)
     return f"DELETE {rows}", args
 
 
 def scope_count(
     table: str,
+    scope: ForgetScope,
     *,
-    user_id: int | None,
-    group_id: int | None,
-    private_only: bool,
-    everything: bool,
-    account: str,
     extra: str = "",
     by: str = "",
     account_of_row: str = KEY_ACCOUNT,
@@ -109,16 +67,7 @@ def scope_count(
 
     ``table``, ``extra`` and ``by`` are constants of the callers, never user input.
     """
-    rows, args = _scoped_rows(
-        table,
-        extra,
-        user_id=user_id,
-        group_id=group_id,
-        private_only=private_only,
-        everything=everything,
-        account=account,
-        account_of_row=account_of_row,
-    )
+    rows, args = _scoped_rows(table, extra, scope, account_of_row)
     if by:
         return f"SELECT {by}, count(*) {rows} GROUP BY {by}", args
     return f"SELECT count(*) {rows}", args

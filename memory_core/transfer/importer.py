@@ -308,6 +308,6 @@ async def _import_memories(
         ]
     )
     try:
-        await memory.distilled.keeper.backfill_embeddings()
+        await memory.parts.keeper.backfill_embeddings()
     except EmbeddingError as exc:  # stored; the daily upkeep embeds them
         log.warning("imported memories will be embedded later: %s", exc)

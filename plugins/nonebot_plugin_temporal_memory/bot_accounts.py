@@ -15,8 +15,7 @@ from contextlib import asynccontextmanager
 from nonebot.adapters import Bot
 from nonebot.log import logger
 
-from memory_core import serving_account
-from memory_core.errors import MemoryCoreError
+from memory_core import MemoryCoreError, serving_account
 
 from .runtime import Runtime
 

@@ -31,18 +31,21 @@ from nonebot.matcher import Matcher
 from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 
-from memory_core.conversation.engine import split_reply
-from memory_core.dashboard import (
+from memory_core import (
     Connection,
+    ForgetScope,
+    Forgotten,
+    MemoryCoreError,
+    MemoryTurn,
+    TurnInput,
     chat_calls_zh,
     connection_of,
     dashboard_zh,
+    list_recall,
+    relative_time_zh,
+    split_reply,
     unavailable_dashboard_zh,
 )
-from memory_core.errors import MemoryCoreError
-from memory_core.lang.timefmt import relative_time_zh
-from memory_core.models import Forgotten, MemoryTurn, TurnInput
-from memory_core.recall.listing import list_recall
 
 from .bot_accounts import serving_bot
 from .command_dispatch import plugin_command
@@ -106,7 +109,7 @@ class PendingForget:
     the self-service deletes, whatever ``action`` deletes. ``yes`` is the word it waits for
     (``确认``, which ``确定`` also answers, or ``CONFIRM_ALL``)."""
 
-    scope: dict[str, Any]
+    scope: ForgetScope | None
     description: str
     deadline: float
     own_session: bool = False
@@ -191,7 +194,7 @@ async def ask_to_confirm(
     question: str,
     *,
     description: str,
-    scope: dict[str, Any] | None = None,
+    scope: ForgetScope | None = None,
     own_session: bool = False,
     action: Callable[[Runtime], Awaitable[Forgotten]] | None = None,
     yes: str = "确认",
@@ -219,7 +222,7 @@ async def ask_to_confirm(
     confirmations.ask(
         confirmation_key(event),
         PendingForget(
-            scope=scope or {},
+            scope=scope,
             description=description,
             deadline=time.monotonic() + timeout,
             own_session=own_session,
@@ -237,15 +240,15 @@ async def ask_to_confirm(
 
 
 async def count_scope(
-    event: MessageEvent, runtime: Runtime, scope: dict[str, Any], *, own_session: bool
+    event: MessageEvent, runtime: Runtime, scope: ForgetScope, *, own_session: bool
 ) -> Forgotten | None:
     """What forgetting ``scope`` would delete now; ``None`` when the database cannot say."""
     try:
         if own_session:
             # After this person's messages still being answered, as the forget itself waits.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                return await runtime.memory.count_forget(**scope)
-        return await runtime.memory.count_forget(**scope)
+                return await runtime.memory.count_forget(scope)
+        return await runtime.memory.count_forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"counting a /forget failed: {exc}")
         return None
@@ -312,15 +315,18 @@ async def forget_now(
     bot: Bot, event: MessageEvent, runtime: Runtime, request: PendingForget
 ) -> None:
     """Delete what ``request`` names and say what went."""
+    scope = request.scope
     try:
         if request.action is not None:
             forgotten = await request.action(runtime)
+        elif scope is None:  # ask_to_confirm sets a scope or an action
+            raise AssertionError("a /forget without a scope or an action")
         elif request.own_session:
             # After this person's messages still being answered, so none survives the forget.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                forgotten = await runtime.memory.forget(**request.scope)
+                forgotten = await runtime.memory.forget(scope)
         else:
-            forgotten = await runtime.memory.forget(**request.scope)
+            forgotten = await runtime.memory.forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"/forget failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN + "这次没有删除任何记忆。")
@@ -343,23 +349,23 @@ async def forget_now(
 # ----------------------------------------------------------------------------- /forget
 
 
-def _own_scope(event: MessageEvent) -> tuple[dict[str, Any], str]:
+def _own_scope(event: MessageEvent) -> tuple[ForgetScope, str]:
     group_id = group_id_of(event)
     if group_id is None:
-        return {"user_id": event.user_id, "private_only": True}, "你在私聊中"
-    return {"user_id": event.user_id, "group_id": group_id}, "你在本群"
+        return ForgetScope(user_id=event.user_id, private_only=True), "你在私聊中"
+    return ForgetScope(user_id=event.user_id, group_id=group_id), "你在本群"
 
 
-def parse_forget_target(words: list[str]) -> tuple[dict[str, Any], str] | None:
+def parse_forget_target(words: list[str]) -> tuple[ForgetScope, str] | None:
     """Superuser targets: ``user <qq>``, ``group <gid>``, ``all``; ``None`` if not one."""
     if len(words) == 1 and words[0].lower() in {"all", "全部", "所有"}:
-        return {"everything": True}, "所有人"
+        return ForgetScope(everything=True), "所有人"
     if len(words) == 2 and words[1].isdigit():
         kind, number = words[0].lower(), int(words[1])
         if kind in {"user", "用户"}:
-            return {"user_id": number}, f"用户 {number} 在所有会话中"
+            return ForgetScope(user_id=number), f"用户 {number} 在所有会话中"
         if kind in {"group", "群"}:
-            return {"group_id": number}, f"群 {number} 中所有人"
+            return ForgetScope(group_id=number), f"群 {number} 中所有人"
     return None
 
 
@@ -388,7 +394,7 @@ async def handle_forget(bot: Bot, event: MessageEvent, args: Message, runtime: R
         description=description,
         scope=scope,
         own_session=own_session,
-        yes=CONFIRM_ALL if scope.get("everything") else "确认",
+        yes=CONFIRM_ALL if scope.everything else "确认",
     )
 
 
@@ -419,7 +425,7 @@ async def memstat_text(runtime: Runtime) -> str:
     connection = bot_connection(runtime, now=now)
     try:
         stats = await runtime.memory.stats(now)
-        distilled = await runtime.memory.distilled.stats(now)
+        distilled = await runtime.memory.distilled_stats(now)
     except MemoryCoreError as exc:
         logger.warning(f"/memstat failed: {exc}")
         return unavailable_dashboard_zh(connection, now=now, tz=tz)
@@ -525,7 +531,7 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
             # The short list: the best relevant anchors alone; --full: what the prompt would
             # get, less what is not about the query.
             listing = await list_recall(
-                runtime.memory,
+                runtime.memory.parts,
                 user_id,
                 request.query,
                 group_id,

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
-from memory_core.settings import MemorySettings, settings_from_mapping
+from memory_core import MemorySettings, settings_from_mapping
 
 DEFAULT_BOT_NAME = "小诗"
 

@@ -5,8 +5,7 @@ recall what the others said to the bot in that group (``memory_core.recall.shari
 from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
 from nonebot.log import logger
 
-from memory_core.errors import MemoryCoreError
-from memory_core.recall.sharing import SharingStatus
+from memory_core import MemoryCoreError, SharingStatus
 
 from .command_dispatch import plugin_command
 from .commands import DB_DOWN, reply

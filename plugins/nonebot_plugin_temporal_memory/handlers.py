@@ -18,9 +18,7 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.log import logger
 from nonebot.rule import Rule
 
-from memory_core.conversation.engine import Outcome
-from memory_core.errors import MemoryCoreError
-from memory_core.models import RecalledMessage
+from memory_core import MemoryCoreError, Outcome, RecalledMessage
 
 from .bot_accounts import serving_bot
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule

@@ -27,7 +27,7 @@ from nonebot.exception import IgnoredException
 from nonebot.log import logger
 from nonebot.message import event_preprocessor
 
-from memory_core.models import TurnInput
+from memory_core import TurnInput
 
 from .runtime import Runtime, get_runtime
 from .segments import at_targets, flatten_segments, quote_reply, with_quote

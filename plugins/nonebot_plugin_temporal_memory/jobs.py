@@ -11,8 +11,7 @@ require("nonebot_plugin_apscheduler")
 
 from nonebot_plugin_apscheduler import scheduler  # noqa: E402
 
-from memory_core.errors import MemoryCoreError  # noqa: E402
-from memory_core.settings import MemorySettings  # noqa: E402
+from memory_core import MemoryCoreError, MemorySettings  # noqa: E402
 
 from .runtime import get_runtime  # noqa: E402
 
@@ -40,7 +39,7 @@ async def purge_expired_memory() -> int:
 async def maintain_distilled_memory() -> bool:
     """Run the daily upkeep of distilled memory now; False when it had to be postponed."""
     try:
-        report = await get_runtime().memory.distilled.maintain()
+        report = await get_runtime().memory.maintain_distilled()
     except MemoryCoreError as exc:
         logger.warning(f"distilled memory maintenance postponed: {exc}")
         return False

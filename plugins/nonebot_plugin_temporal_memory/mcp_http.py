@@ -25,8 +25,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from memory_core.agents.mcp_server import HttpSessions, http_sessions
-from memory_core.agents.memory import AgentMemory
+from memory_core.agents import AgentMemory, HttpSessions, http_sessions
 
 from .body_limit import MAX_REQUEST_BYTES
 from .config import Config

@@ -18,7 +18,7 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.log import logger
 
-from memory_core.conversation.engine import Delivery, SendText, split_reply
+from memory_core import Delivery, SendText, split_reply
 
 
 def _message_id(result: Any) -> int | None:

@@ -18,9 +18,7 @@ from nonebot.adapters.onebot.v11 import ActionFailed, Bot, MessageEvent, Network
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.log import logger
 
-from memory_core.models import MemoryTurn, TurnInput
-from memory_core.pictures import PictureJob, PictureRef
-from memory_core.pictures.reading import Locate
+from memory_core import Locate, MemoryTurn, PictureJob, PictureRef, TurnInput
 
 from .intake import segments_of
 from .runtime import Runtime

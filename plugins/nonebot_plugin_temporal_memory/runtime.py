@@ -16,12 +16,18 @@ from nonebot_plugin_localstore import get_plugin_data_dir
 from pydantic import ValidationError
 
 import memory_core
-from memory_core.conversation.engine import ConversationEngine
-from memory_core.errors import ConfigError
-from memory_core.pictures import PictureReader, PicturesOff, build_picture_reader
-from memory_core.providers.llm import ChatModel, build_chat_model
-from memory_core.service import TemporalMemory, open_memory
-from memory_core.settings import MemorySettings
+from memory_core import (
+    ChatModel,
+    ConfigError,
+    ConversationEngine,
+    MemorySettings,
+    PictureReader,
+    PicturesOff,
+    TemporalMemory,
+    build_chat_model,
+    build_picture_reader,
+    open_memory,
+)
 
 from .config import Config, bot_name_from, memory_settings_from_config
 from .listener import check_listener
@@ -175,7 +181,8 @@ async def open_runtime() -> None:
         await memory.aclose()
         raise
     engine = ConversationEngine(
-        memory=memory,
+        parts=memory.parts,
+        writer=memory,
         chat_model=chat_model,
         bot_name=bot_name,
         usage=chat_model.usage if chat_model is not None else None,

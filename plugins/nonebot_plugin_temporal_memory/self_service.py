@@ -25,13 +25,16 @@ from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
 from nonebot.log import logger
 from nonebot.permission import SUPERUSER
 
-from memory_core.distill.memory import DistilledMemory, addressed
-from memory_core.errors import MemoryCoreError
-from memory_core.models import Forgotten, MemoryTurn
-from memory_core.personal import (
+from memory_core import (
+    DistilledMemory,
     ForgetPreview,
+    ForgetScope,
+    Forgotten,
+    MemoryCoreError,
+    MemoryTurn,
     Named,
     PersonalExport,
+    addressed,
     export_person,
     forget_named,
     known_about,
@@ -315,7 +318,7 @@ async def ask_forget_me(bot: Bot, event: MessageEvent, runtime: Runtime) -> None
         "确定要删除你在所有会话（私聊和所有群）中的全部记忆吗？"
         "包括对话、事实、偏好、摘要和缓存的回答。",
         description="你在所有会话中",
-        scope={"user_id": event.user_id},
+        scope=ForgetScope(user_id=event.user_id),
     )
 
 
@@ -409,16 +412,16 @@ EVERYWHERE_WORDS = frozenset({"全部", "所有", "all"})
 OPT_USAGE = "用法：/不记我（或 /不记我 全部）停止记录你；/记我（或 /记我 全部）恢复。"
 
 
-def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, dict[str, Any]] | None:
+def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, ForgetScope] | None:
     """``(everywhere, where, forget scope)`` of an opt-out command; ``None`` if not one."""
     group_id = group_id_of(event)
     if words in EVERYWHERE_WORDS:
-        return True, "所有会话中", {"user_id": event.user_id}
+        return True, "所有会话中", ForgetScope(user_id=event.user_id)
     if words:
         return None
     if group_id is None:
-        return False, "私聊中", {"user_id": event.user_id, "private_only": True}
-    return False, "本群", {"user_id": event.user_id, "group_id": group_id}
+        return False, "私聊中", ForgetScope(user_id=event.user_id, private_only=True)
+    return False, "本群", ForgetScope(user_id=event.user_id, group_id=group_id)
 
 
 @plugin_command("不记我", "optout")

@@ -22,8 +22,7 @@ from typing import NoReturn
 from nonebot.log import logger
 from pydantic import ValidationError
 
-from memory_core.errors import ConfigError
-from memory_core.settings import validation_problems
+from memory_core import ConfigError, validation_problems
 
 MIN_ACCESS_TOKEN_CHARS = 12
 

@@ -12,6 +12,7 @@ from memory_core import serving_account
 from memory_core.accounts import account_of_key
 from memory_core.dialogue.index_store import parse_session_index_name, session_index_name
 from memory_core.distill.memory import ExtractedMemory
+from memory_core.models import ForgetScope
 from memory_core.personal import export_person
 from memory_core.recall.options import RecallOptions
 from tests.turns import said
@@ -105,14 +106,14 @@ async def test_forget_in_account_a_leaves_account_b(memory_factory):
     memory = await memory_factory()
     a, b = await two_bots(memory)
     with serving_account(a):
-        assert (await memory.count_forget(user_id=XIAOMING)).dialogues == 2
-        assert (await memory.forget(user_id=XIAOMING)).dialogues == 2
-        assert (await memory.forget(everything=True)).dialogues == 0
+        assert (await memory.count_forget(ForgetScope(user_id=XIAOMING))).dialogues == 2
+        assert (await memory.forget(ForgetScope(user_id=XIAOMING))).dialogues == 2
+        assert (await memory.forget(ForgetScope(everything=True))).dialogues == 0
         assert await contents(memory, XIAOMING, None, "密码 停车场") == set()
     with serving_account(b):
-        assert (await memory.count_forget(user_id=XIAOMING)).dialogues == 2
+        assert (await memory.count_forget(ForgetScope(user_id=XIAOMING))).dialogues == 2
         assert await contents(memory, XIAOMING, None, "密码 停车场") == {SECRET_B}
-        assert (await memory.forget(group_id=TEAM)).dialogues == 1
+        assert (await memory.forget(ForgetScope(group_id=TEAM))).dialogues == 1
         assert await contents(memory, XIAOMING, TEAM, "密码 停车场") == set()
         assert await contents(memory, XIAOMING, None, "密码 停车场") == {SECRET_B}
 
@@ -121,29 +122,29 @@ async def test_facts_cached_answers_and_exports_stay_with_their_account(memory_f
     memory = await memory_factory(answer_cache_enabled=True, answer_cache_threshold=0.8)
     a, b = await two_bots(memory)
     fact = ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")
-    cache = memory.distilled.answer_cache
+    cache = memory.parts.answer_cache
     with serving_account(b):
         # A private fact of B's: its key "B/11" is still a private one (migration 015).
-        await memory.distilled.save([fact], XIAOMING, stated_at=T0)
-        await memory.distilled.save([fact], XIAOMING, TEAM, stated_at=T0)
+        await memory.parts.keeper.save([fact], XIAOMING, stated_at=T0)
+        await memory.parts.keeper.save([fact], XIAOMING, TEAM, stated_at=T0)
         assert await cache.store("怎么安装Docker", "B 的答案", XIAOMING, now=T0)
-        facts = await memory.distilled.recall_by_type(XIAOMING, None, "facts", now=NOW)
+        facts = await memory.parts.keeper.recall_by_type(XIAOMING, None, "facts", now=NOW)
         assert [f.content for f in facts] == ["用户住在北京"]
         assert (await cache.lookup("怎么安装Docker", XIAOMING, now=T0)).answer == "B 的答案"
         mine = await export_person(memory, XIAOMING)
         assert {t.content for t in mine.turns} == {SECRET_B, f"群里说：{SECRET_B}"}
         assert len(mine.memories) == 2 and len(mine.cached_answers) == 1
     with serving_account(a):
-        assert await memory.distilled.recall_by_type(XIAOMING, None, "facts", now=NOW) == []
-        assert await memory.distilled.recall_by_type(XIAOMING, TEAM, "facts", now=NOW) == []
+        assert await memory.parts.keeper.recall_by_type(XIAOMING, None, "facts", now=NOW) == []
+        assert await memory.parts.keeper.recall_by_type(XIAOMING, TEAM, "facts", now=NOW) == []
         assert await cache.lookup("怎么安装Docker", XIAOMING, now=T0) is None
         mine = await export_person(memory, XIAOMING)
         assert {t.content for t in mine.turns} == {SECRET_A, f"群里说：{SECRET_A}"}
         assert mine.memories == () and mine.cached_answers == ()
-        forgotten = await memory.forget(user_id=XIAOMING)
+        forgotten = await memory.forget(ForgetScope(user_id=XIAOMING))
         assert (forgotten.facts, forgotten.cached_answers) == (0, 0)
     with serving_account(b):
-        forgotten = await memory.forget(user_id=XIAOMING)
+        forgotten = await memory.forget(ForgetScope(user_id=XIAOMING))
         assert (forgotten.dialogues, forgotten.facts, forgotten.cached_answers) == (2, 2, 1)
 
 
@@ -153,12 +154,12 @@ async def test_memstat_counts_the_askers_accounts_memory(memory_factory):
     fact = ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")
     with serving_account(b):
         await memory.add_dialogues([said(XIAOHONG, "再说一句", T0)])
-        await memory.distilled.save([fact], XIAOHONG, stated_at=T0)
+        await memory.parts.keeper.save([fact], XIAOHONG, stated_at=T0)
         seen_by_b = (await memory.stats(NOW)).store
-        facts_b = (await memory.distilled.stats(NOW)).counts
+        facts_b = (await memory.distilled_stats(NOW)).counts
     with serving_account(a):
         seen_by_a = (await memory.stats(NOW)).store
-        facts_a = (await memory.distilled.stats(NOW)).counts
+        facts_a = (await memory.distilled_stats(NOW)).counts
     assert (sum(seen_by_a.by_type_role.values()), seen_by_a.sessions) == (2, 2)
     assert (sum(seen_by_b.by_type_role.values()), seen_by_b.sessions) == (3, 3)
     assert facts_b.get("facts") == (1, 0) and "facts" not in facts_a

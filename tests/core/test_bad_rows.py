@@ -11,6 +11,7 @@ import pytest
 
 from memory_core.dashboard import storage_section
 from memory_core.dialogue.bad_rows import usable_time
+from memory_core.dialogue.recall_store import PgRecallStore
 from memory_core.dialogue.time_references import TimeReferenceBackfill
 from memory_core.dialogue.upkeep_store import PgUpkeepStore
 from memory_core.models import TurnInput
@@ -46,8 +47,8 @@ async def test_a_bad_row_is_left_out_of_recall_and_the_short_term_window(bad_mem
     with caplog.at_level(logging.WARNING, logger="memory_core.dialogue.bad_rows"):
         result = await bad_memory.recall(7, "说的话", options=RecallOptions(now=now))
         again = await bad_memory.recall(7, "说的话", options=RecallOptions(now=now))
-        tail = await bad_memory.session_tail(
-            7, None, limit=10, since=now - timedelta(days=1), now=now + timedelta(days=1)
+        tail = await bad_memory.database.store(PgRecallStore).session_tail(
+            "7", since=now - timedelta(days=1), now=now + timedelta(days=1), limit=10
         )
         recent = await bad_memory.recent_turns(
             7, None, limit=10, since=datetime(1990, 1, 1, tzinfo=UTC)

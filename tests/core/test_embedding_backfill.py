@@ -81,7 +81,7 @@ async def test_opening_with_another_embedding_model_is_refused_until_reembed(mem
     with pytest.raises(EmbeddingModelMismatchError, match="python -m memory_core reembed"):
         await memory_factory(embedder=other)
 
-    from memory_core.service import open_memory
+    from memory_core import open_memory
     from memory_core.settings import MemorySettings
 
     settings = MemorySettings(

@@ -1,6 +1,6 @@
-"""Dependencies inside ``memory_core`` point one way: no package that ``service.py`` (the facade
-and composition root) is built from imports ``service.py`` back, and ``console/`` sits only
-above the core.
+"""Dependencies inside ``memory_core`` point one way: no package that ``service.py`` (the facade)
+or ``wiring.py`` (the composition root) is built from imports ``service.py`` back, ``console/``
+sits only above the core, and the plugin uses the core's public names only.
 
 Imports under ``if TYPE_CHECKING:`` count too: they are not executed, but they are an arrow in
 the design all the same (a module that names ``TemporalMemory`` in its signatures depends on the
@@ -14,22 +14,7 @@ from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "memory_core"
 
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    # TEMPORARY, delete when branch `facade` is merged: the facade purges and forgets through
-    # the console's store, so `console/` is below the facade as well as above it. `facade` moves
-    # that SQL out of `console/`; then this arrow goes and the test holds with no exception.
-    ("memory_core.service", "memory_core.console.store"): "facade",
-    # TEMPORARY, delete when the facade stops being handed around (issue 24, item 3): `/recall`'s
-    # listing lives in `recall/` (below the facade) but takes the whole `TemporalMemory`, named
-    # under TYPE_CHECKING only; given the parts it uses, it needs no arrow up.
-    ("memory_core.recall.listing", "memory_core.service"): "facade",
-    # TEMPORARY, found in `main` after the merges of 2026-12-02 (not in this branch's tree, so
-    # these two entries match nothing until `testsuite` is merged): `pictures/reader.py` names
-    # TemporalMemory under TYPE_CHECKING, and `agents/memory.py` reaches the console's store
-    # (PgConsoleStore, Audit) at run time. Delete each when its module takes the parts it uses.
-    ("memory_core.pictures.reader", "memory_core.service"): "pictures",
-    ("memory_core.agents.memory", "memory_core.console.store"): "mcp/tools",
-}
+KNOWN_UPWARD: dict[tuple[str, str], str] = {}
 """Arrows the tests tolerate for now, each with the branch that removes it."""
 
 
@@ -76,35 +61,87 @@ def _package(module: str) -> str:
 
 
 def test_the_import_reader_sees_imports_under_type_checking() -> None:
-    module = CORE / "console" / "debugger.py"  # names TemporalMemory under TYPE_CHECKING only
+    module = CORE / "console" / "service.py"  # names TemporalMemory under TYPE_CHECKING only
     source = module.read_text(encoding="utf-8")
     assert "if TYPE_CHECKING:\n    from ..service import TemporalMemory" in source
     assert "memory_core.service" in _imports(module)
-    assert "memory_core.service" in _graph()["memory_core.console.debugger"]
+    assert "memory_core.service" in _graph()["memory_core.console.service"]
 
 
-def test_no_package_below_the_facade_imports_service_py() -> None:
-    graph = _graph()
+def _below(graph: dict[str, set[str]], top: str) -> set[str]:
+    """Every module ``top`` imports, directly or through another."""
     below: set[str] = set()
-    todo = ["memory_core.service"]
+    todo = [top]
     while todo:
         for imported in graph[todo.pop()] - below:
             below.add(imported)
             todo.append(imported)
+    return below
+
+
+def test_no_package_below_the_facade_imports_service_py() -> None:
+    graph = _graph()
+    below = _below(graph, "memory_core.service") | _below(graph, "memory_core.wiring")
     packages_below = {_package(m) for m in below if m.count(".") > 1}
     importers = {m for m, imports in graph.items() if "memory_core.service" in imports}
     upward = sorted(m for m in importers if _package(m) in packages_below or m in below)
-    assert "memory_core.conversation.engine" in importers  # the engine is a client of the facade
+    assert "memory_core.cli" in importers  # the CLI is a client of the facade
     assert upward == []
 
 
-def test_nothing_outside_console_imports_console() -> None:
+# The layers above the core: the operator's console and the agents' MCP server (which audits
+# its calls in the console's log), each a public face of its own.
+ABOVE_THE_CORE = ("memory_core.console", "memory_core.agents")
+
+
+def test_nothing_below_the_layers_above_the_core_imports_console() -> None:
     graph = _graph()
     into_console = sorted(
         (module, imported)
         for module, imports in graph.items()
-        if not module.startswith("memory_core.console")
+        if not module.startswith(ABOVE_THE_CORE)
         for imported in imports
         if imported.startswith("memory_core.console")
     )
     assert into_console == []
+
+
+def test_the_console_sits_above_the_core() -> None:
+    """The console is built on the facade; nothing the facade or its composition root is
+    built from imports the console (its recycle bin, which /forget and the purge empty, is
+    the core's: ``storage.recycle_bin``)."""
+    graph = _graph()
+    below = _below(graph, "memory_core.wiring") | {"memory_core.wiring"}
+    assert sorted(m for m in below if _package(m) == "console") == []
+
+
+PLUGIN = CORE.parent / "plugins" / "nonebot_plugin_temporal_memory"
+PUBLIC_FACES = {"memory_core", "memory_core.agents", "memory_core.console"}
+
+
+def test_the_plugin_uses_only_the_cores_public_names() -> None:
+    """The plugin imports ``memory_core`` (and the console and the agents' MCP server above
+    it) by their public faces, never a module behind them, and only names their ``__all__``
+    lists."""
+    import memory_core
+    import memory_core.agents
+    import memory_core.console
+
+    listed = {"memory_core": set(memory_core.__all__)}
+    listed["memory_core.agents"] = set(memory_core.agents.__all__)
+    listed["memory_core.console"] = set(memory_core.console.__all__)
+    inner, unlisted = [], []
+    for path in sorted(PLUGIN.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memory_core"):
+                where = f"{path.relative_to(PLUGIN)}: {node.module}"
+                if node.module not in PUBLIC_FACES:
+                    inner.append(where)
+                    continue
+                unlisted += [
+                    f"{where}.{a.name}" for a in node.names if a.name not in listed[node.module]
+                ]
+            elif isinstance(node, ast.Import):
+                inner += [a.name for a in node.names if a.name.startswith("memory_core.")]
+    assert inner == []
+    assert unlisted == []

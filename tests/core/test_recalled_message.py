@@ -50,16 +50,16 @@ async def test_recall_forgets_the_exchange_its_facts_and_cached_answers(memory_f
     # The same message id in another user's private chat and in a group: other chats.
     await memory.add_turn(turn(2, None, "user", "别人的消息 778899", 501, T0))
     await memory.add_turn(turn(1, 900, "user", "群里的消息 778899", 501, T0))
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户的银行卡密码是778899")],
         1,
         source_turn_ids=[secret.id, echo.id],
         stated_at=T0,
     )
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户喜欢散步")], 1, stated_at=later
     )
-    assert await memory.distilled.answer_cache.store(
+    assert await memory.parts.answer_cache.store(
         "银行卡密码是多少", "778899", 1, now=T0 + timedelta(seconds=30)
     )
     before = await rows_mentioning(memory, "778899")
@@ -81,7 +81,7 @@ async def test_recall_forgets_the_exchange_its_facts_and_cached_answers(memory_f
     assert [t.content for t in await memory.recent_turns(1, 900, limit=9, since=T0)] == [
         "群里的消息 778899"
     ]
-    [kept] = await memory.distilled.recall_by_type(1, None, "facts", now=now)
+    [kept] = await memory.parts.keeper.recall_by_type(1, None, "facts", now=now)
     assert kept.content == "用户喜欢散步"
 
 

@@ -97,7 +97,7 @@ async def test_migration_013_repairs_infinite_times_and_the_person_gets_replies_
     memory = await memory_factory()
     for text in ("负无穷时说的话", "正无穷时说的话", "正常时说的话"):
         await memory.add_turn(TurnInput(user_id=7, role="user", content=text))
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户喜欢潜水")], 7, stated_at=datetime.now(UTC)
     )
     async with memory.database.pool.acquire() as conn:

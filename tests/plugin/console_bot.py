@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 
+from memory_core import open_memory
 from memory_core.conversation.engine import recall_metrics
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.conftest import new_database
 from tests.core.console.test_console import store_chat
@@ -74,10 +74,10 @@ async def seed(dsn: str, data_dir: Path) -> None:
     start = datetime.now(timezone.utc) - timedelta(days=2)
     try:
         await store_chat(memory, SEEDED, start)
-        await memory.distilled.save(
+        await memory.parts.keeper.save(
             [ExtractedMemory(kind="facts", content=ALICE_FACT)], ALICE, stated_at=start
         )
-        await memory.distilled.save(
+        await memory.parts.keeper.save(
             [ExtractedMemory(kind="facts", content=BOB_FACT)], BOB, stated_at=start
         )
         for milliseconds in RECALL_TIMES:  # replies two days ago, for the latency chart

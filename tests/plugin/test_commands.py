@@ -137,7 +137,7 @@ async def test_forget_own_group_session_after_confirmation_only(app: App, runtim
 async def test_forget_also_removes_the_sessions_distilled_memories(app: App, runtime):
     await seed(runtime)
     for group, fact in ((GROUP, "用户是老师"), (None, "用户养了一条狗")):
-        await runtime.memory.distilled.save(
+        await runtime.memory.parts.keeper.save(
             [ExtractedMemory(kind="facts", content=fact)], USER, group, stated_at=THEN
         )
     await run(
@@ -148,8 +148,8 @@ async def test_forget_also_removes_the_sessions_distilled_memories(app: App, run
         ),
         (to_bot("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条、事实 1 条。"),
     )
-    assert await runtime.memory.distilled.recall_by_type(USER, GROUP, "facts") == []
-    [kept] = await runtime.memory.distilled.recall_by_type(USER, None, "facts")
+    assert await runtime.memory.parts.keeper.recall_by_type(USER, GROUP, "facts") == []
+    [kept] = await runtime.memory.parts.keeper.recall_by_type(USER, None, "facts")
     assert kept.content == "用户养了一条狗"
 
 
@@ -396,11 +396,15 @@ def test_answers_are_read_as_one_word(plugin: Any) -> None:
 
 
 def test_forget_targets_parse(plugin: Any) -> None:
+    from memory_core.models import ForgetScope
     from nonebot_plugin_temporal_memory.commands import parse_forget_target
 
-    assert parse_forget_target(["all"]) == ({"everything": True}, "所有人")
-    assert parse_forget_target(["用户", "123"]) == ({"user_id": 123}, "用户 123 在所有会话中")
-    assert parse_forget_target(["群", "456"]) == ({"group_id": 456}, "群 456 中所有人")
+    assert parse_forget_target(["all"]) == (ForgetScope(everything=True), "所有人")
+    assert parse_forget_target(["用户", "123"]) == (
+        ForgetScope(user_id=123),
+        "用户 123 在所有会话中",
+    )
+    assert parse_forget_target(["群", "456"]) == (ForgetScope(group_id=456), "群 456 中所有人")
     assert parse_forget_target(["user", "abc"]) is None
     assert parse_forget_target(["delete", "everything"]) is None
 
@@ -430,7 +434,7 @@ async def expected_dashboard(runtime: Any) -> str:
     )
     return dashboard_zh(
         await runtime.memory.stats(MEMSTAT_NOW),
-        await runtime.memory.distilled.stats(MEMSTAT_NOW),
+        await runtime.memory.distilled_stats(MEMSTAT_NOW),
         connection,
         now=MEMSTAT_NOW,
         tz=runtime.memory.tz,
@@ -528,7 +532,7 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
                 created_at=THEN + timedelta(minutes=i),
             )
         )
-    await runtime.memory.distilled.save(
+    await runtime.memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户的订单常在京东下")], USER, stated_at=THEN
     )
     async with app.test_matcher() as ctx:

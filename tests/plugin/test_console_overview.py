@@ -20,7 +20,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from memory_core.service import open_memory
+from memory_core import open_memory
 from memory_core.settings import BUNDLED_MODEL_RECALL_FLOOR, MemorySettings
 from tests.core.console.test_console import store_chat
 from tests.plugin.console_bot import ALICE, ConsoleBot

@@ -72,7 +72,7 @@ async def test_distilled_maintenance_runs_and_is_scheduled_daily_after_the_purge
         unschedule_maintenance,
     )
 
-    await runtime.memory.distilled.save(
+    await runtime.memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")], 1
     )
     assert await maintain_distilled_memory() is True

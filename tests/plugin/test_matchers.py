@@ -325,7 +325,7 @@ async def test_a_recalled_secret_never_reaches_a_later_prompt(app: App, runtime,
         ctx.should_call_send(event, text(model.answer), {"message_id": 611})
     # Distilled from the exchange (as the extraction worker would have, had it run already).
     source_ids = [t.id for t in await stored(runtime)]
-    await runtime.memory.distilled.save(
+    await runtime.memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户的银行卡密码是778899")],
         USER,
         source_turn_ids=source_ids,
@@ -338,7 +338,7 @@ async def test_a_recalled_secret_never_reaches_a_later_prompt(app: App, runtime,
         ctx.receive_event(bot, question)
         ctx.should_call_send(question, text("我不知道呢"), {"message_id": 612})
     assert "778899" not in model.text()
-    assert await runtime.memory.distilled.recall_by_type(USER, None, "facts") == []
+    assert await runtime.memory.parts.keeper.recall_by_type(USER, None, "facts") == []
 
 
 async def test_the_prompt_says_who_speaks_in_which_group(app: App, runtime, model):

@@ -16,6 +16,7 @@ from nonebug import App
 
 from memory_core.answer_cache.store import PgAnswerCacheStore
 from memory_core.distill.memory import DistilledKind, ExtractedMemory
+from memory_core.models import ForgetScope
 from tests.plugin.events import SELF_ID, message_payload, text_seg
 from tests.plugin.test_commands import (
     ASK_IN_GROUP,
@@ -52,13 +53,13 @@ async def remember(
     group: int | None = None, at: datetime = DAY,
 ) -> None:  # fmt: skip
     items = [ExtractedMemory(kind=kind, content=content)]
-    await runtime.memory.distilled.save(items, user, group, stated_at=at)
+    await runtime.memory.parts.keeper.save(items, user, group, stated_at=at)
 
 
 async def facts_of(runtime: Any, user: int, group: int | None) -> list[str]:
     found = []
     for kind in ("facts", "preferences"):
-        found += await runtime.memory.distilled.recall_by_type(user, group, kind)
+        found += await runtime.memory.parts.keeper.recall_by_type(user, group, kind)
     return sorted(m.content for m in found)
 
 
@@ -270,14 +271,8 @@ async def test_forget_me_deletes_my_turns_memories_and_cached_answers_in_every_c
         assert await facts_of(runtime, USER, group) == []
     assert await contents(runtime, OTHER, GROUP) == ["我的鱼叫泡泡"]
     assert await facts_of(runtime, OTHER, None) == ["用户是医生"]
-    scope = {
-        "user_id": OTHER,
-        "group_id": None,
-        "private_only": False,
-        "everything": False,
-        "account": "",  # the one bot's memory (memory_core.accounts)
-    }
-    assert await cache.delete_scope(**scope) == 1  # the other user's cached answer is still there
+    scope = ForgetScope(user_id=OTHER)
+    assert await cache.delete_scope(scope) == 1  # the other user's cached answer is still there
 
 
 async def test_forget_me_with_a_space_is_the_same_and_with_more_words_a_search(app: App, runtime):
@@ -518,7 +513,7 @@ async def peanut_chat(runtime: Any, group: int | None = None) -> dict[str, int]:
         ExtractedMemory("facts", "用户住在杭州", source_turn_ids=(ids["我住在杭州"],)),
         ExtractedMemory("summary", "用户说自己对花生过敏，住在杭州。"),
     ):
-        await runtime.memory.distilled.save(
+        await runtime.memory.parts.keeper.save(
             [item], USER, group, source_turn_ids=batch, stated_at=THEN
         )
     return ids
@@ -614,7 +609,7 @@ async def test_a_fact_drawn_from_a_whole_batch_names_its_turns_short_before_it_a
         )  # fmt: skip
         batch.append(stored.turn.id)
     # A row stored before facts cited their lines: its sources are the whole batch.
-    await runtime.memory.distilled.save(
+    await runtime.memory.parts.keeper.save(
         [ExtractedMemory("facts", "用户说了很多话")], USER, source_turn_ids=batch, stated_at=THEN
     )
     day = THEN.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%m-%d")
@@ -644,7 +639,7 @@ async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_n
     app: App, runtime
 ):
     ids = await peanut_chat(runtime, group=GROUP)
-    await runtime.memory.distilled.save(
+    await runtime.memory.parts.keeper.save(
         [ExtractedMemory("facts", "用户不能吃花生酱", source_turn_ids=(ids["我对花生过敏"],))],
         USER, GROUP, source_turn_ids=list(ids.values()), stated_at=THEN - timedelta(days=1),
     )  # fmt: skip

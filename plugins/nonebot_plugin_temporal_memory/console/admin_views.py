@@ -7,6 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from memory_core import (
+    CHAT_CACHED_TOKENS,
+    CHAT_PROMPT_TOKENS,
+    RECALL_BANDS,
+    RECALL_MS_TOTAL,
+    RECALL_REPLIES,
+    RECALL_SLOW,
+    Connection,
+    DatabaseState,
+    band_label,
+    uptime_zh,
+)
 from memory_core.console import (
     AuditEntry,
     BinItem,
@@ -15,14 +27,6 @@ from memory_core.console import (
     Headline,
     RecallTrace,
 )
-from memory_core.conversation.engine import (
-    RECALL_BANDS,
-    RECALL_MS_TOTAL,
-    RECALL_REPLIES,
-    RECALL_SLOW,
-)
-from memory_core.dashboard import Connection, DatabaseState, band_label, uptime_zh
-from memory_core.providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS
 
 from .charts import Series, bar_chart
 from .markup import Markup, join, render

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_core.console import FoundTurn, SessionRow, TurnPage, TurnSearch
-from memory_core.console.service import PAGE_SIZE
-from memory_core.dashboard import band_label
-from memory_core.distill.memory import CATEGORY_ZH, DistilledMemory
-from memory_core.evaluation.retention import RetentionPolicy
-from memory_core.models import MemoryTurn
+from memory_core import CATEGORY_ZH, DistilledMemory, MemoryTurn, RetentionPolicy, band_label
+from memory_core.console import PAGE_SIZE, FoundTurn, SessionRow, TurnPage, TurnSearch
 
 from .derived import marked_text
 from .markup import Markup, join, render

@@ -20,6 +20,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from memory_core import (
+    RANGE_TEXT,
+    EmbeddingError,
+    InvalidTurnError,
+    MemoryCoreError,
+    connection_of,
+    is_failing,
+    time_problem,
+)
 from memory_core.console import (
     ConsoleConflictError,
     DailyFigures,
@@ -29,10 +38,6 @@ from memory_core.console import (
     masked_settings,
     trace_recall,
 )
-from memory_core.dashboard import connection_of
-from memory_core.errors import EmbeddingError, InvalidTurnError, MemoryCoreError
-from memory_core.providers.openai_api import is_failing
-from memory_core.time_bounds import RANGE_TEXT, time_problem
 
 from ..runtime import Runtime, RuntimeNotReady, get_runtime
 from . import admin_views, memory_views, views
@@ -397,7 +402,7 @@ class ConsoleApp:
             # The names the bot's prompt would carry, from the same QQ client lookups.
             names = await qq_names(user_id, group_id)
             trace = await trace_recall(
-                ctx.runtime.memory,
+                ctx.runtime.memory.parts,
                 user_id=user_id,
                 group_id=group_id,
                 message=message[:2000],

@@ -11,9 +11,8 @@ from datetime import datetime
 from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
-from memory_core.console import SessionRow
-from memory_core.console.service import PAGE_SIZE
-from memory_core.models import MemoryTurn
+from memory_core import MemoryTurn
+from memory_core.console import PAGE_SIZE, SessionRow
 
 from .markup import Markup, join, render
 

@@ -29,7 +29,8 @@ ME, OTHER, GROUP = 11, 12, 900
 
 
 def agent_of(memory: TemporalMemory) -> AgentMemory:
-    return AgentMemory(memory, ConversationEngine(memory=memory, chat_model=None), "test")
+    engine = ConversationEngine(parts=memory.parts, writer=memory, chat_model=None)
+    return AgentMemory(memory, engine, "test")
 
 
 async def said(memory: TemporalMemory, user_id: int, text: str, minute: int) -> int:
@@ -47,13 +48,15 @@ async def test_forget_with_ids_takes_those_facts_and_their_turns_and_nothing_els
     city = await said(memory, ME, "我住在杭州", 1)
     await said(memory, OTHER, "我也对花生过敏", 2)
     for text, source in [("用户对花生过敏", peanut), ("用户住在杭州", city)]:
-        await memory.distilled.save(
+        await memory.parts.keeper.save(
             [ExtractedMemory("facts", text, source_turn_ids=(source,))],
             ME,
             source_turn_ids=[source],
             stated_at=T0,
         )
-    await memory.distilled.save([ExtractedMemory("facts", "用户对花生过敏")], OTHER, stated_at=T0)
+    await memory.parts.keeper.save(
+        [ExtractedMemory("facts", "用户对花生过敏")], OTHER, stated_at=T0
+    )
     agent = agent_of(memory)
 
     found = await agent.recall(ME, "花生")

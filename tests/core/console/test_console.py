@@ -12,7 +12,7 @@ from memory_core.console import ConsoleConflictError, MemoryConsole, TurnSearch,
 from memory_core.console.settings_view import MASK, masked_settings
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import InvalidTurnError, StorageError
-from memory_core.models import TurnInput
+from memory_core.models import ForgetScope, TurnInput
 from memory_core.recall.options import RecallOptions
 from memory_core.settings import MemorySettings
 
@@ -46,10 +46,10 @@ async def _seed(memory):
         (ALICE, GROUP, "user", "我推荐骨头形状的狗粮", "丽丽"),
     ]
     await store_chat(memory, rows, T0)
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户养了一条狗叫旺财")], ALICE, stated_at=T0
     )
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户养了一条狗叫大黄")], BOB, stated_at=T0
     )
 
@@ -176,7 +176,7 @@ async def test_editing_a_fact_reembeds_it_so_recall_finds_the_new_text(memory_fa
     edited = await console.edit_memory(str(ALICE), fact.id, "用户养了一只猫叫咪咪", actor=ACTOR)
 
     assert edited is not None and edited.content == "用户养了一只猫叫咪咪"
-    hits = await memory.distilled.recall(ALICE, None, "用户养了一只猫叫咪咪", kinds=("facts",))
+    hits = await memory.parts.keeper.recall(ALICE, None, "用户养了一只猫叫咪咪", kinds=("facts",))
     assert hits[0].memory.id == fact.id and hits[0].similarity > 0.99
     log = await console.audit_log()
     assert (log[0].before_text, log[0].after_text) == (
@@ -224,7 +224,7 @@ async def test_deleting_a_fact_takes_the_turns_it_came_from_and_the_replies_into
     await _seed(memory)
     console = MemoryConsole(memory)
     said = (await console.turns(str(ALICE), TurnSearch(text="很喜欢吃骨头")))[0].turn
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory("facts", "用户的狗喜欢吃骨头", source_turn_ids=(said.id,))],
         ALICE,
         source_turn_ids=[said.id],
@@ -256,7 +256,7 @@ async def test_deleting_a_turn_takes_the_memories_drawn_from_it_into_the_bin(mem
     await _seed(memory)
     console = MemoryConsole(memory)
     said = (await console.turns(str(ALICE), TurnSearch(text="北京出差")))[0].turn
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory("facts", "用户明天去北京出差", source_turn_ids=(said.id,))],
         ALICE,
         source_turn_ids=[said.id],
@@ -276,7 +276,7 @@ async def test_restore_refuses_a_fact_stored_again_meanwhile(memory_factory):
     console = MemoryConsole(memory)
     fact = (await console.memories(str(ALICE)))[0]
     bin_id = await console.delete("distilled", str(ALICE), fact.id, actor=ACTOR)
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content=fact.content)], ALICE, stated_at=T0
     )
 
@@ -307,7 +307,7 @@ async def test_forgetting_a_person_empties_their_bin_rows_too(memory_factory):
         turn = (await console.turns(key, TurnSearch()))[0].turn
         await console.delete("turn", key, turn.id, actor=ACTOR)
 
-    await memory.forget(user_id=ALICE)
+    await memory.forget(ForgetScope(user_id=ALICE))
 
     assert [b.session_key for b in await console.recycle_bin()] == [str(BOB)]
 
@@ -318,7 +318,7 @@ async def test_debugger_shows_candidates_with_scores_and_the_prompt(memory_facto
     now = T0 + timedelta(days=1)
 
     trace = await trace_recall(
-        memory, user_id=ALICE, group_id=None, message="我的狗叫什么", now=now, bot_name="小诗"
+        memory.parts, user_id=ALICE, group_id=None, message="我的狗叫什么", now=now, bot_name="小诗"
     )
 
     assert trace.candidates and trace.candidates[0].turn is not None
@@ -338,7 +338,11 @@ async def test_debugger_marks_candidates_cut_by_the_token_budget(memory_factory)
     await _seed(memory)
 
     trace = await trace_recall(
-        memory, user_id=ALICE, group_id=None, message="狗 骨头 北京", now=T0 + timedelta(days=1)
+        memory.parts,
+        user_id=ALICE,
+        group_id=None,
+        message="狗 骨头 北京",
+        now=T0 + timedelta(days=1),
     )
 
     fates = [c.fate for c in trace.candidates]
@@ -362,7 +366,7 @@ async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_chan
 ):
     memory = await memory_factory()
     await _seed(memory)
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户住在杭州")], ALICE, stated_at=T0
     )
     console = MemoryConsole(memory)
@@ -473,7 +477,7 @@ async def test_a_pinned_memory_is_never_merged_away_as_a_duplicate(memory_factor
 
     memory = await memory_factory()
     await _seed(memory)
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户住在杭州")], ALICE, stated_at=T0
     )
     console = MemoryConsole(memory)
@@ -575,7 +579,9 @@ async def test_each_reply_counts_how_long_reading_memory_took_for_the_latency_ch
     from tests.fakes import RecordingModel
 
     memory = await memory_factory()
-    engine = ConversationEngine(memory=memory, chat_model=RecordingModel("好的"), bot_name="小诗")
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=RecordingModel("好的"), bot_name="小诗"
+    )
     now = datetime.now(timezone.utc)
     for i, text in enumerate(("我叫小明", "我叫什么")):
         await engine.converse(user_turn(text, message_id=i + 1, at=now), Outbox())

@@ -27,7 +27,7 @@ STAMPED = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \(")
 
 
 async def seed(memory, group_id=None):
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [
             ExtractedMemory(
                 kind="preferences",
@@ -85,7 +85,7 @@ def sections(text: str) -> list[str]:
 async def test_everything_fits_in_priority_order_with_every_line_time_stamped(memory_factory):
     memory = await memory_factory(memory_max_tokens=2000)
     await seed(memory)
-    context = await memory.build_context(1, None, QUERY, now=NOW)
+    context = await memory.parts.context_builder.build(1, None, QUERY, now=NOW)
     assert sections(context.text) == [
         PREFERENCES_HEADER,
         FACTS_HEADER,
@@ -107,7 +107,7 @@ async def test_the_budget_is_filled_preferences_first_then_facts_summaries_dialo
 ):
     memory = await memory_factory(memory_max_tokens=2000)
     await seed(memory)
-    full = (await memory.build_context(1, None, QUERY, now=NOW)).text.splitlines()
+    full = (await memory.parts.context_builder.build(1, None, QUERY, now=NOW)).text.splitlines()
     count = memory.token_counter.count
 
     def upto(header: str) -> str:
@@ -119,7 +119,9 @@ async def test_the_budget_is_filled_preferences_first_then_facts_summaries_dialo
         (MEMORY_HEADER, {"preference_ids", "fact_ids", "summary_ids"}, {"turn_ids"}),
     ):
         expected = upto(cut)
-        context = await memory.build_context(1, None, QUERY, now=NOW, max_tokens=count(expected))
+        context = await memory.parts.context_builder.build(
+            1, None, QUERY, now=NOW, max_tokens=count(expected)
+        )
         assert context.text == expected, cut
         assert all(getattr(context, name) for name in present), cut
         assert not any(getattr(context, name) for name in absent), cut
@@ -129,7 +131,7 @@ async def test_the_budget_is_filled_preferences_first_then_facts_summaries_dialo
 async def test_the_whole_context_never_exceeds_the_budget(memory_factory, budget):
     memory = await memory_factory()
     await seed(memory)
-    context = await memory.build_context(1, None, QUERY, now=NOW, max_tokens=budget)
+    context = await memory.parts.context_builder.build(1, None, QUERY, now=NOW, max_tokens=budget)
     assert context.tokens == memory.token_counter.count(context.text) <= budget
     if context.fact_ids:
         assert context.preference_ids  # a fact never takes a preference's place
@@ -139,7 +141,7 @@ async def test_short_term_turns_are_not_repeated_in_the_recalled_dialogue(memory
     memory = await memory_factory(memory_max_tokens=2000)
     turns = await seed(memory)
     recent = turns[-2:]
-    context = await memory.build_context(
+    context = await memory.parts.context_builder.build(
         1, None, "咪咪", now=NOW, exclude_ids=[t.id for t in recent]
     )
     assert context.turn_ids and not set(context.turn_ids) & {t.id for t in recent}
@@ -151,7 +153,7 @@ async def test_a_memory_held_in_two_chats_appears_once_in_the_user_scope(memory_
     memory = await memory_factory(memory_max_tokens=2000, memory_distilled_scope="user")
     await seed(memory, group_id=None)
     await seed(memory, group_id=1001)
-    context = await memory.build_context(1, 1001, QUERY, now=NOW)
+    context = await memory.parts.context_builder.build(1, 1001, QUERY, now=NOW)
     assert context.text.count("事实(工作): 用户在杭州上班") == 1
     assert context.text.count("喜欢简短的回答") == 1
     assert len(set(context.turn_ids)) == len(context.turn_ids)
@@ -161,12 +163,14 @@ async def test_only_the_memories_that_went_in_count_as_used(memory_factory):
     memory = await memory_factory()
     await seed(memory)
     count = memory.token_counter.count
-    full = (await memory.build_context(1, None, QUERY, now=NOW, max_tokens=2000)).text
+    full = (await memory.parts.context_builder.build(1, None, QUERY, now=NOW, max_tokens=2000)).text
     prefs_only = full.split(f"\n{FACTS_HEADER}", 1)[0]
-    context = await memory.build_context(1, None, QUERY, now=NOW, max_tokens=count(prefs_only))
+    context = await memory.parts.context_builder.build(
+        1, None, QUERY, now=NOW, max_tokens=count(prefs_only)
+    )
     by_kind = {}
     for kind in ("preferences", "facts"):
-        by_kind[kind] = await memory.distilled.recall_by_type(1, None, kind, now=NOW)
+        by_kind[kind] = await memory.parts.keeper.recall_by_type(1, None, kind, now=NOW)
     assert {m.id: m.access_count for m in by_kind["preferences"]} == {
         i: 2 for i in context.preference_ids
     }
@@ -175,16 +179,16 @@ async def test_only_the_memories_that_went_in_count_as_used(memory_factory):
 
 async def test_no_memory_gives_an_empty_impersonal_context(memory_factory):
     memory = await memory_factory()
-    context = await memory.build_context(1, None, "你好", now=NOW)
+    context = await memory.parts.context_builder.build(1, None, "你好", now=NOW)
     assert (context.text, context.tokens, context.personal) == ("", 0, False)
 
 
 async def test_with_distilled_memory_disabled_only_dialogue_is_assembled(memory_factory):
     memory = await memory_factory(memory_distilled_enabled=False, memory_max_tokens=2000)
     await seed(memory)
-    context = await memory.build_context(1, None, QUERY, now=NOW)
+    context = await memory.parts.context_builder.build(1, None, QUERY, now=NOW)
     assert sections(context.text) == [MEMORY_HEADER]
-    assert isinstance(memory.distilled.extraction, ExtractionOff)
+    assert isinstance(memory.parts.extraction, ExtractionOff)
 
 
 def test_a_distilled_line_is_one_line_with_absolute_and_relative_time():

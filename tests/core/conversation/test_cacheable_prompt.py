@@ -50,7 +50,9 @@ async def chat(memory, messages: list[tuple[int, int | None]]) -> RecordingModel
     def read() -> datetime:
         return now[0]
 
-    engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗", clock=read)
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=read
+    )
     for i, (user, group) in enumerate(messages):
         now[0] = next(clock)
         await engine.converse(user_turn(f"第{i}句：猫最近怎么样", user=user, group=group), Outbox())
@@ -84,7 +86,7 @@ async def test_the_members_of_a_group_share_the_system_prompt(memory):
 async def test_a_private_chats_preferences_and_summaries_end_its_system_prompt(memory):
     told = START - timedelta(days=1)
     liked, summary, members = "用户喜欢简短的回答", "用户聊了他的猫咪咪", "用户喜欢长篇大论"
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [
             ExtractedMemory(kind="preferences", content=liked, score=0.9),
             ExtractedMemory(kind="summary", content=summary, score=0.8),
@@ -93,7 +95,7 @@ async def test_a_private_chats_preferences_and_summaries_end_its_system_prompt(m
         None,
         stated_at=told,
     )
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="preferences", content=members, score=0.9)], 2, 100, stated_at=told
     )
     model = await chat(memory, [(1, None)] * 3 + [(2, 100)])
@@ -121,7 +123,9 @@ async def group_chat(memory, members: list[int]) -> RecordingModel:
     await memory.add_turn(user_turn(PRIVATE_SECRET, user=1, at=day_before))
     model = RecordingModel("好的，我们接着聊。")
     now = [START]
-    engine = ConversationEngine(memory=memory, chat_model=model, clock=lambda: now[0])
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=model, clock=lambda: now[0]
+    )
     for i, user in enumerate(members):
         now[0] += timedelta(seconds=40)
         text = f"第{i}句：密码和刺猬的事你还记得吗"
@@ -236,7 +240,9 @@ class ReportingModel(RecordingModel):
 
 async def test_the_days_cached_share_of_prompt_tokens_reaches_memstat(memory):
     usage = PromptUsage()
-    engine = ConversationEngine(memory=memory, chat_model=ReportingModel(usage), usage=usage)
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=ReportingModel(usage), usage=usage
+    )
     for text in ("你好", "再问一句"):
         await engine.converse(user_turn(text), Outbox())
     stats = await memory.stats()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from pydantic import SecretStr
 
+from memory_core import open_memory
 from memory_core.context.block import MEMORY_HEADER
 from memory_core.context.builder import FACTS_HEADER, PREFERENCES_HEADER
 from memory_core.conversation.engine import (
@@ -28,10 +29,9 @@ from memory_core.conversation.engine import (
 from memory_core.conversation.prompt import NOTE_OPEN
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
-from memory_core.models import TurnInput
+from memory_core.models import ForgetScope, TurnInput
 from memory_core.providers.embedding import CachedEmbedder
 from memory_core.recall.options import RecallOptions
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.fakes import Answer, HashingEmbedder, RecordingModel, ScriptedLLM
 from tests.window_gate import gate_the_window
@@ -88,7 +88,9 @@ async def memory(memory_factory):
 
 
 def engine_for(memory, model, **kwargs) -> ConversationEngine:
-    return ConversationEngine(memory=memory, chat_model=model, bot_name="小诗", **kwargs)
+    return ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", **kwargs
+    )
 
 
 # ---------------------------------------------------------------- the happy path
@@ -513,7 +515,7 @@ async def test_distilled_preference_and_fact_come_before_dialogue_and_stay_in_th
     )
     # Extraction never runs on the reply path: the exchange was only counted, and is now due.
     assert extraction_llm.requests == []
-    assert await memory.distilled.extract_due() == 1
+    assert await memory.parts.extraction.run_once() == 1
 
     await engine.converse(user_turn("推荐一款适合手冲的咖啡豆", group=100), Outbox())
     system = model.prompts[-1][-1]["content"]
@@ -546,7 +548,7 @@ async def test_cache_serves_a_repeated_general_question_without_the_model(cached
     stored = await cached_memory.recent_turns(11, None, limit=10, since=EPOCH)
     assert [t.content for t in stored][-2:] == [GENERAL_QUESTION + "？", model.answer]
     assert (await cached_memory.stats()).evaluation.pending == 3
-    lines = (await cached_memory.distilled.stats()).lines_zh()
+    lines = (await cached_memory.distilled_stats()).lines_zh()
     assert any("用户精确 1，公共精确 1" in line for line in lines), lines
 
 
@@ -563,7 +565,7 @@ async def test_cache_never_serves_a_time_dependent_or_first_person_question(
 
 
 async def test_cache_never_serves_someone_the_bot_knows_facts_about_in_this_chat(cached_memory):
-    await cached_memory.distilled.save(
+    await cached_memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户在做一个网站项目", category="work")],
         14,
         400,
@@ -584,7 +586,7 @@ async def test_an_answer_given_with_memory_in_the_prompt_is_never_cached(cached_
     await engine.converse(user_turn("我最近在看三体", user=15), Outbox())
     shaped = await engine.converse(user_turn("推荐一本书", user=15), Outbox())
     assert not shaped.from_cache
-    assert (await cached_memory.distilled.answer_cache.entry_counts()).get("user", 0) == 0
+    assert (await cached_memory.parts.answer_cache.entry_counts()).get("user", 0) == 0
     # So it is served neither in this chat nor, above all, in a group, where it would tell
     # what was said in private.
     for group in (None, 600):
@@ -603,7 +605,7 @@ async def test_an_answer_cached_in_private_is_never_served_in_the_same_persons_g
     engine = engine_for(cached_memory, model)
     first = await engine.converse(user_turn(secret, user=18), Outbox())
     assert not first.from_cache
-    assert (await cached_memory.distilled.answer_cache.entry_counts()).get("user") == 1
+    assert (await cached_memory.parts.answer_cache.entry_counts()).get("user") == 1
 
     for group in (700, 800):
         asked = await engine.converse(user_turn(secret, user=18, group=group), Outbox())
@@ -617,13 +619,13 @@ async def test_forget_removes_distilled_memories_and_cached_answers(cached_memor
     model = RecordingModel("容器共享宿主机内核。")
     engine = engine_for(cached_memory, model)
     await engine.converse(user_turn(GENERAL_QUESTION, user=16), Outbox())
-    await cached_memory.distilled.save(
+    await cached_memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户养了一只橘猫", category="habit")],
         16,
         None,
         stated_at=datetime.now(timezone.utc),
     )
-    await cached_memory.forget(user_id=16, private_only=True)
+    await cached_memory.forget(ForgetScope(user_id=16, private_only=True))
 
     after = await engine.converse(user_turn(GENERAL_QUESTION, user=16), Outbox())
     assert not after.from_cache and len(model.prompts) == 2
@@ -652,7 +654,7 @@ async def test_answering_a_message_with_a_time_word_embeds_its_query_once(memory
 
     inner = CountingQueries()
     memory = await memory_factory(embedder=CachedEmbedder(inner, 100))
-    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户喜欢在雨天看书")], 1)
+    await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户喜欢在雨天看书")], 1)
     model = RecordingModel("那就在家看书吧")
     await engine_for(memory, model).converse(user_turn("今天下雨了，做点什么好"), Outbox())
     # Dialogue and facts were both searched with the query less its time word, embedded once.

@@ -78,7 +78,7 @@ async def open_chat(memory_factory, llm):
         assert model is not None
         models.append(model)
         engine = ConversationEngine(
-            memory=memory, chat_model=model, bot_name="小诗", usage=model.usage
+            parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", usage=model.usage
         )
         engine.memory = memory  # type: ignore[attr-defined]  # for the test's own reads
         return engine

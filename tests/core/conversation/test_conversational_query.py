@@ -72,7 +72,9 @@ async def test_the_bots_query_holds_this_sessions_recent_turns_and_never_another
         await memory.add_turn(turn)
     endpoint = ModelEndpoint("LLM", chat_server.base_url, None, "stub-chat", 5.0)
     model = build_openai_model(endpoint, max_retries=0, max_tokens=None, temperature=None)
-    engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗", clock=lambda: NOW)
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=lambda: NOW
+    )
 
     async def send(text: str) -> Delivery:
         return Delivery(text=text, message_id=9001)

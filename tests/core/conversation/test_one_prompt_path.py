@@ -62,7 +62,7 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     stored_before = await stored_turns(memory)
 
     trace = await trace_recall(
-        memory,
+        memory.parts,
         user_id=USER,
         group_id=group,
         message=message,
@@ -74,7 +74,9 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     assert await stored_turns(memory) == stored_before  # the debugger stores nothing
 
     model = RecordingModel("叫老张面馆。")
-    engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗", clock=lambda: NOW)
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=lambda: NOW
+    )
 
     async def send(text: str) -> Delivery:
         return Delivery(text=text, message_id=9001)
@@ -101,7 +103,7 @@ async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_
     model = RecordingModel("叫老张面馆。")
     clock = [NOW]
     engine = ConversationEngine(
-        memory=memory, chat_model=model, bot_name="小诗", clock=lambda: clock[0]
+        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=lambda: clock[0]
     )
 
     sent_ids = iter(range(9100, 9200))
@@ -119,7 +121,7 @@ async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_
     fourth = message("第四句", 3)
     looks = [
         await trace_recall(
-            memory,
+            memory.parts,
             user_id=USER,
             group_id=None,
             message="第四句",

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.distill.worker import ExtractionOff
-from memory_core.models import RecalledMessage, TurnInput
+from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from tests.fakes import Answer, ScriptedLLM
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -142,7 +142,9 @@ async def exchange(
             created_at=at + timedelta(seconds=5),
         )
     )
-    due = await memory.distilled.note_exchange(user_id, group_id, now=at + timedelta(seconds=5))
+    due = await memory.parts.extraction.note_exchange(
+        user_id, group_id, now=at + timedelta(seconds=5)
+    )
     return user.turn, bot.turn, due
 
 
@@ -161,7 +163,7 @@ async def held_extraction(memory, distiller: Distiller, now: datetime) -> asynci
     """Start distilling the due sessions and return once the model is reading them; its
     answers wait until ``distiller.gate`` is set."""
     distiller.gate = threading.Event()
-    task = asyncio.create_task(memory.distilled.extract_due(now))
+    task = asyncio.create_task(memory.parts.extraction.run_once(now))
     deadline = time.monotonic() + 60  # polling for the condition, not timing it
     while time.monotonic() < deadline:
         if distiller.in_flight:
@@ -181,20 +183,22 @@ async def test_extraction_runs_every_n_exchanges_in_the_background_never_on_note
     assert due is True
     assert distiller.server.requests == []  # noting an exchange never calls the model
 
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=2)) == 1
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=2)) == 1
     assert {prompt_kind(p) for p in distiller.server.prompt_texts()} == {
         "facts",
         "preferences",
         "summary",
     }
     now = T0 + timedelta(minutes=3)
-    [fact] = await memory.distilled.recall_by_type(1, None, "facts", now=now)
+    [fact] = await memory.parts.keeper.recall_by_type(1, None, "facts", now=now)
     assert (fact.content, fact.category, fact.confidence) == ("用户住在北京", "personal_info", 0.9)
     assert fact.session_key == "1" and fact.group_id is None
     assert set(fact.source_turn_ids) == {t.id for t in (*first, *second)}
-    [preference] = await memory.distilled.recall_by_type(1, None, "preferences", now=now)
+    [preference] = await memory.parts.keeper.recall_by_type(1, None, "preferences", now=now)
     assert preference.evidence == ("请回答简短一点",)
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=4)) == 0  # nothing left to do
+    assert (
+        await memory.parts.extraction.run_once(T0 + timedelta(minutes=4)) == 0
+    )  # nothing left to do
 
 
 async def test_a_session_under_n_exchanges_is_distilled_once_it_has_been_idle(
@@ -202,10 +206,10 @@ async def test_a_session_under_n_exchanges_is_distilled_once_it_has_been_idle(
 ):
     memory = await memory_factory(**llm_settings(distiller, extraction_idle_minutes=30))
     await exchange(memory, "我在杭州上班", T0)
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=10)) == 0
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=10)) == 0
     assert distiller.server.requests == []
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=31)) == 1
-    facts = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=31)) == 1
+    facts = await memory.parts.keeper.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
     assert [f.content for f in facts] == ["用户在杭州上班"]
 
 
@@ -214,17 +218,17 @@ async def test_a_move_reported_later_supersedes_the_old_fact_through_extraction(
 ):
     memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     await exchange(memory, "我住在北京", T0)
-    await memory.distilled.extract_due(T0 + timedelta(minutes=1))
+    await memory.parts.extraction.run_once(T0 + timedelta(minutes=1))
     moved = T0 + timedelta(days=30)
     await exchange(memory, "我搬到上海了", moved)
-    await memory.distilled.extract_due(moved + timedelta(minutes=1))
+    await memory.parts.extraction.run_once(moved + timedelta(minutes=1))
 
     second_facts_prompt = [p for p in distiller.server.prompt_texts() if "关键事实" in p][-1]
     assert "[1] 用户住在北京" in second_facts_prompt  # known facts are shown, numbered
     later = moved + timedelta(days=1)
-    found = await memory.distilled.recall(1, None, "用户住在哪里", now=later)
+    found = await memory.parts.keeper.recall(1, None, "用户住在哪里", now=later)
     assert [h.memory.content for h in found] == ["用户住在上海"]
-    history = await memory.distilled.recall_by_type(
+    history = await memory.parts.keeper.recall_by_type(
         1, None, "facts", now=later, include_history=True
     )
     old = next(f for f in history if f.content == "用户住在北京")
@@ -236,11 +240,11 @@ async def test_a_move_reported_later_supersedes_the_old_fact_through_extraction(
 async def test_statements_in_a_group_belong_to_that_user_in_that_group(memory_factory, distiller):
     memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     await exchange(memory, "我在杭州上班", T0, group_id=GROUP_A)
-    await memory.distilled.extract_due(T0 + timedelta(minutes=1))
+    await memory.parts.extraction.run_once(T0 + timedelta(minutes=1))
     now = T0 + timedelta(hours=1)
-    [fact] = await memory.distilled.recall_by_type(1, GROUP_A, "facts", now=now)
+    [fact] = await memory.parts.keeper.recall_by_type(1, GROUP_A, "facts", now=now)
     assert (fact.session_key, fact.user_id, fact.group_id) == (f"{GROUP_A}:1", 1, GROUP_A)
-    assert await memory.distilled.recall(1, None, "用户在哪上班", now=now) == []
+    assert await memory.parts.keeper.recall(1, None, "用户在哪上班", now=now) == []
 
 
 async def test_unreadable_answers_are_rejected_counted_and_no_turn_is_lost(
@@ -250,10 +254,10 @@ async def test_unreadable_answers_are_rejected_counted_and_no_turn_is_lost(
     distiller.mode = {"facts": "garbage"}
     for i in range(2):
         await exchange(memory, f"我住在北京，第{i}次说", T0 + timedelta(minutes=i))
-    report = await memory.distilled.extract_session(1, None, now=T0 + timedelta(minutes=5))
+    report = await memory.parts.extraction.extract_session(1, None, now=T0 + timedelta(minutes=5))
     assert report.rejected == ("facts",) and report.saved.added == 1  # the summary
     assert await turn_count(memory) == 4
-    stats = await memory.distilled.stats()
+    stats = await memory.distilled_stats()
     assert (stats.totals["extraction_rejected"], stats.totals["extraction_parsed"]) == (1, 2)
     assert stats.parse_success_rate == pytest.approx(2 / 3)
     assert any("解析成功率 66.7%" in line for line in stats.lines_zh())
@@ -265,24 +269,29 @@ async def test_a_failing_model_is_retried_later_then_given_up_without_losing_tur
     memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     distiller.mode = {"facts": "error"}
     await exchange(memory, "我住在北京", T0)
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=1)) == 0  # failed, postponed
     assert (
-        await memory.distilled.extract_due(T0 + timedelta(minutes=2)) == 0
+        await memory.parts.extraction.run_once(T0 + timedelta(minutes=1)) == 0
+    )  # failed, postponed
+    assert (
+        await memory.parts.extraction.run_once(T0 + timedelta(minutes=2)) == 0
     )  # not due yet (backoff)
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=7)) == 0  # second failure
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=30)) == 1  # third: given up
-    stats = await memory.distilled.stats()
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=7)) == 0  # second failure
+    assert (
+        await memory.parts.extraction.run_once(T0 + timedelta(minutes=30)) == 1
+    )  # third: given up
+    stats = await memory.distilled_stats()
     assert (stats.totals["extraction_failed"], stats.totals["extraction_given_up"]) == (3, 1)
     assert stats.waiting_sessions == 0
     assert await turn_count(memory) == 2
     assert (
-        await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1)) == []
+        await memory.parts.keeper.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
+        == []
     )
 
     distiller.mode = {}  # the model is back: later turns are distilled as usual
     await exchange(memory, "我在杭州上班", T0 + timedelta(hours=1))
-    assert await memory.distilled.extract_due(T0 + timedelta(hours=2)) == 1
-    facts = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=3))
+    assert await memory.parts.extraction.run_once(T0 + timedelta(hours=2)) == 1
+    facts = await memory.parts.keeper.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=3))
     assert [f.content for f in facts] == ["用户在杭州上班"]
 
 
@@ -293,31 +302,31 @@ async def test_sessions_are_distilled_concurrently_within_the_bound(memory_facto
     for user in range(1, 6):
         await exchange(memory, "我在杭州上班", T0, user_id=user)
     distiller.meet = 2
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=1)) == 5
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=1)) == 5
     assert distiller.max_in_flight == 2
     for user in range(1, 6):
-        facts = await memory.distilled.recall_by_type(
+        facts = await memory.parts.keeper.recall_by_type(
             user, None, "facts", now=T0 + timedelta(hours=1)
         )
         assert [f.content for f in facts] == ["用户在杭州上班"]
 
 
 async def test_extraction_is_off_without_a_model_and_says_so_once(memory_factory, caplog):
-    with caplog.at_level(logging.INFO, logger="memory_core.distill.service"):
+    with caplog.at_level(logging.INFO, logger="memory_core.wiring"):
         memory = await memory_factory()
-    assert isinstance(memory.distilled.extraction, ExtractionOff)
+    assert isinstance(memory.parts.extraction, ExtractionOff)
     assert [r.message for r in caplog.records if "extraction is off" in r.message] == [
         "distilled memory extraction is off (no model: EXTRACTION_MODEL and LLM_MODEL are empty)"
     ]
     await exchange(memory, "我住在北京", T0)
-    assert await memory.distilled.note_exchange(1, None) is False
-    assert await memory.distilled.extract_due() == 0
-    assert any("未配置模型" in line for line in (await memory.distilled.stats()).lines_zh())
+    assert await memory.parts.extraction.note_exchange(1, None) is False
+    assert await memory.parts.extraction.run_once() == 0
+    assert any("未配置模型" in line for line in (await memory.distilled_stats()).lines_zh())
 
 
 async def test_extraction_can_be_disabled_even_with_a_model(memory_factory, distiller):
     memory = await memory_factory(**llm_settings(distiller, extraction_enabled=False))
-    extraction = memory.distilled.extraction
+    extraction = memory.parts.extraction
     assert isinstance(extraction, ExtractionOff)
     assert extraction.reason == "已关闭（EXTRACTION_ENABLED=false）"
 
@@ -330,12 +339,14 @@ async def test_a_fresh_turn_waits_out_the_recall_window_before_it_is_distilled(
     )
     first = await exchange(memory, "我住在北京", T0)
     # Due at once (one exchange), but the turns are 30 s old: nothing is sent to the model.
-    await memory.distilled.extract_due(T0 + timedelta(seconds=30))
+    await memory.parts.extraction.run_once(T0 + timedelta(seconds=30))
     assert distiller.server.requests == []
     # The session is deferred, not dropped: once the turns are two minutes old they are distilled.
-    assert await memory.distilled.extract_due(T0 + timedelta(seconds=100)) == 0
-    assert await memory.distilled.extract_due(T0 + timedelta(seconds=126)) == 1
-    [fact] = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(minutes=3))
+    assert await memory.parts.extraction.run_once(T0 + timedelta(seconds=100)) == 0
+    assert await memory.parts.extraction.run_once(T0 + timedelta(seconds=126)) == 1
+    [fact] = await memory.parts.keeper.recall_by_type(
+        1, None, "facts", now=T0 + timedelta(minutes=3)
+    )
     assert set(fact.source_turn_ids) == {t.id for t in first[:2]}
 
 
@@ -345,11 +356,13 @@ async def test_only_settled_turns_are_distilled_and_the_rest_follow(memory_facto
     )
     old = await exchange(memory, "我住在北京", T0)
     fresh = await exchange(memory, "请回答简短一点", T0 + timedelta(minutes=5))
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=6)) == 1
-    [fact] = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(minutes=6))
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=6)) == 1
+    [fact] = await memory.parts.keeper.recall_by_type(
+        1, None, "facts", now=T0 + timedelta(minutes=6)
+    )
     assert set(fact.source_turn_ids) == {t.id for t in old[:2]}  # the fresh exchange waits
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=8)) == 1
-    [preference] = await memory.distilled.recall_by_type(
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=8)) == 1
+    [preference] = await memory.parts.keeper.recall_by_type(
         1, None, "preferences", now=T0 + timedelta(minutes=8)
     )
     assert set(preference.source_turn_ids) == {t.id for t in fresh[:2]}
@@ -362,14 +375,14 @@ async def test_a_forget_while_the_model_reads_the_turns_leaves_no_distilled_memo
     await exchange(memory, "我住在北京，回答请简短一点", T0)
     extraction = await held_extraction(memory, distiller, T0 + timedelta(minutes=1))
     try:
-        forgotten = await memory.forget(user_id=1, private_only=True)  # /forget + 确认
+        forgotten = await memory.forget(ForgetScope(user_id=1, private_only=True))  # /forget + 确认
         assert forgotten.dialogues == 2
     finally:
         distiller.gate.set()
     await extraction
     assert distiller.server.requests  # the model did answer, and its answer was dropped
     assert await distilled_contents(memory) == []
-    assert await memory.distilled.extract_due(T0 + timedelta(hours=1)) == 0
+    assert await memory.parts.extraction.run_once(T0 + timedelta(hours=1)) == 0
 
 
 async def test_a_recall_while_the_model_reads_the_turns_drops_the_batch_and_the_rest_follow(
@@ -389,9 +402,9 @@ async def test_a_recall_while_the_model_reads_the_turns_drops_the_batch_and_the_
 
     # The turns left are still due, and read again without the recalled one.
     distiller.gate = None
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=3)) == 1
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=3)) == 1
     assert "用户住在北京" not in await distilled_contents(memory)
-    facts = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
+    facts = await memory.parts.keeper.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
     assert [f.content for f in facts] == ["用户在杭州上班"]
 
 
@@ -402,11 +415,11 @@ async def test_two_bots_on_one_database_never_distil_the_same_session(memory_fac
         await exchange(first, "我住在北京", T0, user_id=user)
     later = T0 + timedelta(minutes=10)
     done = await asyncio.gather(
-        first.distilled.extract_due(later), second.distilled.extract_due(later)
+        first.parts.extraction.run_once(later), second.parts.extraction.run_once(later)
     )
     assert sum(done) == 4
     facts_prompts = [p for p in distiller.server.prompt_texts() if prompt_kind(p) == "facts"]
     assert len(facts_prompts) == 4  # each session asked about once
     for user in range(1, 5):
-        [fact] = await first.distilled.recall_by_type(user, None, "facts", now=later)
+        [fact] = await first.parts.keeper.recall_by_type(user, None, "facts", now=later)
         assert fact.content == "用户住在北京"

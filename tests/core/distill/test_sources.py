@@ -95,18 +95,20 @@ async def three_statements(memory) -> dict[str, int]:
                 user_id=1, role="assistant", content="好的。", created_at=at + timedelta(seconds=5)
             )
         )
-        await memory.distilled.note_exchange(1, None, now=at + timedelta(seconds=5))
+        await memory.parts.extraction.note_exchange(1, None, now=at + timedelta(seconds=5))
         ids[text] = stored.turn.id
     return ids
 
 
 async def facts_now(memory) -> dict[str, tuple[int, ...]]:
-    found = await memory.distilled.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
+    found = await memory.parts.keeper.recall_by_type(1, None, "facts", now=T0 + timedelta(hours=1))
     return {f.content: f.source_turn_ids for f in found}
 
 
 async def summaries(memory) -> list[str]:
-    found = await memory.distilled.recall_by_type(1, None, "summary", now=T0 + timedelta(hours=1))
+    found = await memory.parts.keeper.recall_by_type(
+        1, None, "summary", now=T0 + timedelta(hours=1)
+    )
     return [s.content for s in found]
 
 
@@ -114,7 +116,7 @@ async def test_the_prompt_numbers_every_conversation_line(memory_factory, server
     server = servers(lambda line: [line])
     memory = await memory_factory(**settings_for(server))
     await three_statements(memory)
-    await memory.distilled.extract_due(T0 + timedelta(minutes=10))
+    await memory.parts.extraction.run_once(T0 + timedelta(minutes=10))
     prompt = next(p for p in server.prompt_texts() if prompt_kind(p) == "facts")
     lines = conversation_of(prompt).strip().split("\n\n")[0].splitlines()
     assert [line.split(" ", 1)[0] for line in lines] == [f"[{n}]" for n in range(1, 7)]
@@ -126,7 +128,7 @@ async def test_a_recall_of_one_message_of_a_three_message_batch_keeps_the_other_
 ):
     memory = await memory_factory(**settings_for(servers(lambda line: [line])))
     ids = await three_statements(memory)
-    assert await memory.distilled.extract_due(T0 + timedelta(minutes=10)) == 1
+    assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=10)) == 1
     assert await facts_now(memory) == {SAID[text]: (ids[text],) for text in SAID}
 
     forgotten = await memory.delete_message(RecalledMessage(None, 602, user_id=1))  # 撤回
@@ -145,7 +147,7 @@ async def test_a_model_answer_without_sources_keeps_the_batch_rule(memory_factor
     server = servers(lambda line: None, cited_well=("我住在北京",))
     memory = await memory_factory(**settings_for(server))
     ids = await three_statements(memory)
-    await memory.distilled.extract_due(T0 + timedelta(minutes=10))
+    await memory.parts.extraction.run_once(T0 + timedelta(minutes=10))
     facts = await facts_now(memory)
     assert facts["用户住在北京"] == (ids["我住在北京"],)
     assert len(facts["用户在杭州上班"]) == len(facts["用户养了一只猫叫年糕"]) == 6  # the batch
@@ -175,7 +177,7 @@ async def test_bad_source_numbers_are_harmless_and_keep_the_batch_rule(
     server = servers(garbled, cited_well=("我住在北京",))
     memory = await memory_factory(**settings_for(server))
     ids = await three_statements(memory)
-    report = await memory.distilled.extract_session(1, None, now=T0 + timedelta(minutes=10))
+    report = await memory.parts.extraction.extract_session(1, None, now=T0 + timedelta(minutes=10))
     assert report is not None and report.rejected == () and report.saved.added == 4
     facts = await facts_now(memory)
     assert facts["用户住在北京"] == (ids["我住在北京"],)
@@ -187,5 +189,5 @@ async def test_bad_source_numbers_are_harmless_and_keep_the_batch_rule(
 async def test_cited_sources_as_strings_name_their_lines(memory_factory, servers):
     memory = await memory_factory(**settings_for(servers(lambda line: [f"[{line}]", str(line)])))
     ids = await three_statements(memory)
-    await memory.distilled.extract_due(T0 + timedelta(minutes=10))
+    await memory.parts.extraction.run_once(T0 + timedelta(minutes=10))
     assert await facts_now(memory) == {SAID[text]: (ids[text],) for text in SAID}

@@ -147,7 +147,7 @@ async def exchange(memory, user_text: str, reply: str, at: datetime, user_id: in
             user_id=user_id, role="assistant", content=reply, created_at=at + timedelta(seconds=5)
         )
     )
-    await memory.enqueue_evaluation(user.turn.id, bot.turn.id)
+    await memory.evaluations.enqueue(user.turn.id, bot.turn.id)
     return user.turn, bot.turn
 
 

@@ -59,7 +59,7 @@ async def test_a_bot_with_its_clock_ahead_does_not_take_a_session_another_bot_di
     await store.note_exchange("1", 1, None, now - timedelta(hours=2), turns=5)
     await lease(first, "UPDATE distilled_sessions SET not_before = now() + $1::interval")
     monkeypatch.setattr("memory_core.distill.worker.datetime", ClockAhead)
-    assert await skewed.distilled.extract_due() == 0
+    assert await skewed.parts.extraction.run_once() == 0
     assert distiller.server.requests == []
 
 

@@ -37,7 +37,7 @@ async def seeded(memory_factory):
         ids[text] = stored.turn.id
     await memory.add_turn(TurnInput(user_id=ME, group_id=GROUP, role="user", content="群里说花生"))
     await memory.add_turn(TurnInput(user_id=OTHER, role="user", content="我也对花生过敏"))
-    save = memory.distilled.save
+    save = memory.parts.keeper.save
     await save([ExtractedMemory("facts", "用户对花生过敏", source_turn_ids=(ids["我对花生过敏"],))],
                ME, source_turn_ids=list(ids.values()), stated_at=T0)  # fmt: skip
     await save([ExtractedMemory("facts", "用户住在杭州", source_turn_ids=(ids["我住在杭州"],))],
@@ -49,7 +49,7 @@ async def seeded(memory_factory):
                ME, source_turn_ids=list(ids.values())[:6], stated_at=T0)  # fmt: skip
     await save([ExtractedMemory("facts", "用户在群里聊花生")], ME, GROUP, stated_at=T0)
     await save([ExtractedMemory("facts", "用户对花生过敏")], OTHER, stated_at=T0)
-    assert await memory.distilled.answer_cache.store(
+    assert await memory.parts.answer_cache.store(
         "零食推荐", "你对花生过敏，推荐海苔", ME, now=T0 + timedelta(minutes=9)
     )
     return memory, ids

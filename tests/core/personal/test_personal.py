@@ -32,11 +32,11 @@ async def test_export_holds_my_turns_memories_and_cached_answers_of_every_chat_o
     await memory.add_turn(
         TurnInput(user_id=ME, role="assistant", content="好的", created_at=T0 + timedelta(1))
     )
-    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户养狗")], ME, None)
-    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户养鱼")], OTHER, GROUP)
-    assert await memory.distilled.answer_cache.store(
-        "如何配置Nginx反向代理", "答案", ME, GROUP, now=T0
+    await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户养狗")], ME, None)
+    await memory.parts.keeper.save(
+        [ExtractedMemory(kind="facts", content="用户养鱼")], OTHER, GROUP
     )
+    assert await memory.parts.answer_cache.store("如何配置Nginx反向代理", "答案", ME, GROUP, now=T0)
 
     export = await export_person(memory, ME)
     data = json.loads((await export.write(tmp_path)).read_text(encoding="utf-8"))
@@ -59,9 +59,9 @@ async def test_export_holds_my_turns_memories_and_cached_answers_of_every_chat_o
 
 async def test_forget_memories_deletes_only_my_rows_in_this_chat(memory_factory):
     memory = await memory_factory()
-    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户养狗")], ME, None)
-    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户养猫")], ME, GROUP)
-    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户养鱼")], OTHER, None)
+    await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户养狗")], ME, None)
+    await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户养猫")], ME, GROUP)
+    await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户养鱼")], OTHER, None)
     mine = await known_about(memory, ME, None)
     group_row = (await known_about(memory, ME, GROUP))[0]
     other_row = (await known_about(memory, OTHER, None))[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from memory_core.models import RecalledMessage
+from memory_core.models import ForgetScope, RecalledMessage
 from memory_core.pictures import PictureReader
 from memory_core.recall.options import RecallOptions
 from memory_core.storage.opt_outs import PgOptOutStore
@@ -75,11 +75,11 @@ async def test_the_picture_does_not_reach_another_member_or_group(
     turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP)
     await store_and_read(memory, reader, turn, refs)
     for user, group in ((BOB, GROUP), (ALICE, OTHER_GROUP), (ALICE, None)):
-        context = await memory.build_context(user, group, "取件码是多少")
+        context = await memory.parts.context_builder.build(user, group, "取件码是多少")
         found = await memory.recall(user, "取件码 8848", group)
         assert "8848" not in context.text, (user, group)
         assert not any("8848" in t.content for t in found.turns), (user, group)
-    own = await memory.build_context(ALICE, GROUP, "取件码是多少")
+    own = await memory.parts.context_builder.build(ALICE, GROUP, "取件码是多少")
     assert "8848" in own.text
 
 
@@ -127,7 +127,7 @@ async def test_forgetting_a_person_removes_their_pictures_text(
     reader = reader_factory(memory)
     turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP)
     await store_and_read(memory, reader, turn, refs)
-    await memory.forget(user_id=ALICE)
+    await memory.forget(ForgetScope(user_id=ALICE))
     assert await picture_rows(memory) == []
 
 

@@ -17,7 +17,9 @@ EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 async def test_a_later_message_waits_for_the_picture_message_before_it(memory_factory):
     memory = await memory_factory()
     model = RecordingModel()
-    engine = ConversationEngine(memory=memory, chat_model=model, bot_name="小诗")
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗"
+    )
     picture_read = asyncio.Event()
     waiting = asyncio.Event()
 

@@ -68,15 +68,15 @@ async def test_the_bundled_model_lists_nothing_for_words_never_said(memory_facto
     memory = await memory_factory(embedder=local)
     assert memory.settings.recall_floor == BUNDLED_MODEL_RECALL_FLOOR
     await chatted(memory)
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户对花生过敏")], 1, GROUP, stated_at=NOW
     )
     for query in ("潜水艇", "量子计算", "火车票"):
-        listing = await list_recall(memory, 1, query, GROUP, now=NOW, items=5)
+        listing = await list_recall(memory.parts, 1, query, GROUP, now=NOW, items=5)
         assert listing.empty, (query, texts(listing), listing.facts)
         assert listing.turns == () and listing.facts == ()
     # Looking is not using: the fact's use count, which ranks it for the prompt, is unchanged.
-    [fact] = await memory.distilled.recall_by_type(1, GROUP, "facts", now=NOW)
+    [fact] = await memory.parts.keeper.recall_by_type(1, GROUP, "facts", now=NOW)
     assert fact.access_count == 0
 
 
@@ -85,10 +85,10 @@ async def test_the_bundled_model_finds_a_said_word_and_a_meaning_above_its_floor
 ):
     memory = await memory_factory(embedder=local)
     await chatted(memory)
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户对花生过敏")], 1, GROUP, stated_at=NOW
     )
-    found = await list_recall(memory, 1, "周会", GROUP, now=NOW, items=5)
+    found = await list_recall(memory.parts, 1, "周会", GROUP, now=NOW, items=5)
     assert sorted(texts(found)) == [
         "周会改到周四下午三点",
         "好的，周会改到周四下午三点，我记住了。",
@@ -96,12 +96,12 @@ async def test_the_bundled_model_finds_a_said_word_and_a_meaning_above_its_floor
     assert found.facts == ()
     # No word in common: found by meaning (cosines 0.91, 0.92 and 0.91, measured), and
     # nothing unrelated is.
-    assert texts(await list_recall(memory, 1, "孩子生日", GROUP, now=NOW, items=5)) == [
+    assert texts(await list_recall(memory.parts, 1, "孩子生日", GROUP, now=NOW, items=5)) == [
         "我女儿下个月过生日"
     ]
-    cat = await list_recall(memory, 1, "猫咪", GROUP, now=NOW, items=5)
+    cat = await list_recall(memory.parts, 1, "猫咪", GROUP, now=NOW, items=5)
     assert sorted(texts(cat)) == ["咪咪这个名字真可爱！", "我的猫叫咪咪"]  # both about the cat
-    allergy = await list_recall(memory, 1, "坚果过敏", GROUP, now=NOW, items=5)
+    allergy = await list_recall(memory.parts, 1, "坚果过敏", GROUP, now=NOW, items=5)
     assert texts(allergy) == ["我对花生过敏"]
     assert [h.memory.content for h in allergy.facts] == ["用户对花生过敏"]
 
@@ -114,7 +114,7 @@ async def test_meaning_alone_counts_from_the_configured_floor(memory_factory):
     for floor, expected in ((0.3, ["我的猫叫咪咪"]), (0.5, [])):
         memory = await memory_factory(memory_recall_floor=floor)
         await chatted(memory)
-        listing = await list_recall(memory, 1, "咪咪猫", GROUP, now=NOW, items=5)
+        listing = await list_recall(memory.parts, 1, "咪咪猫", GROUP, now=NOW, items=5)
         assert texts(listing) == expected, floor
         await memory.aclose()
 
@@ -130,7 +130,7 @@ async def test_the_same_words_are_listed_once_the_best_placed_one(memory_factory
             ("user", "周会 几点？"),
         ],
     )
-    listing = await list_recall(memory, 1, "周会", GROUP, now=NOW, items=5)
+    listing = await list_recall(memory.parts, 1, "周会", GROUP, now=NOW, items=5)
     assert len(listing.turns) == 2  # "周会几点？" in any width, and "周会 几点？"
     assert {t.content for t in listing.turns} <= {"周会几点？", "周会几点?", "周会 几点？"}
 
@@ -142,9 +142,9 @@ async def test_skipped_turns_are_left_out_of_the_list_and_the_full_view(memory_f
     def skip(turn):  # type: ignore[no-untyped-def]
         return turn.content.startswith("/recall")
 
-    listing = await list_recall(memory, 1, "周会", GROUP, now=NOW, items=5, skip=skip)
+    listing = await list_recall(memory.parts, 1, "周会", GROUP, now=NOW, items=5, skip=skip)
     assert texts(listing) == ["周会改到周四下午三点"]
-    full = await list_recall(memory, 1, "周会", GROUP, now=NOW, items=5, full=True, skip=skip)
+    full = await list_recall(memory.parts, 1, "周会", GROUP, now=NOW, items=5, full=True, skip=skip)
     assert full.windows is not None
     assert [t.content for t in full.windows.turns] == ["周会改到周四下午三点"]
 
@@ -153,5 +153,5 @@ async def test_a_question_about_a_time_lists_what_was_said_then(memory_factory):
     memory = await memory_factory()
     await chatted(memory, [("user", "下午去银行办卡")], days_ago=1)
     await chatted(memory, [("user", "周末去爬山")], days_ago=4)
-    listing = await list_recall(memory, 1, "昨天聊了什么", GROUP, now=NOW, items=5)
+    listing = await list_recall(memory.parts, 1, "昨天聊了什么", GROUP, now=NOW, items=5)
     assert texts(listing) == ["下午去银行办卡"]

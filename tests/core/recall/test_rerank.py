@@ -197,7 +197,7 @@ async def test_the_debugger_shows_the_rerankers_score_of_each_candidate(
     memory = await open_with_reranker(memory_factory, rerank_server)
     await memory.add_dialogues(MINE)
 
-    trace = await trace_recall(memory, user_id=1, group_id=None, message="体检", now=NOW)
+    trace = await trace_recall(memory.parts, user_id=1, group_id=None, message="体检", now=NOW)
 
     scores = {c.turn.content: c.rerank for c in trace.candidates if c.turn is not None}
     assert scores["医院体检要空腹去，早上不能吃饭"] == pytest.approx(0.9)

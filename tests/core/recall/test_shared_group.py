@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.context.block import OTHERS_NOTE
-from memory_core.models import RecalledMessage, TurnInput
+from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from memory_core.recall.options import RecallOptions
 from tests.turns import said as said_at
 
@@ -138,7 +138,7 @@ async def test_other_members_turns_are_labelled_with_who_said_them_in_the_prompt
     await seed_meeting(memory)
     await memory.add_turn(said(XIAOHONG, "我的周会笔记在共享文档里", 0.5, TEAM, name="小红"))
     await memory.sharing.switch(TEAM, on=True, by=None)
-    context = await memory.build_context(XIAOHONG, TEAM, "周会几点", NOW)
+    context = await memory.parts.context_builder.build(XIAOHONG, TEAM, "周会几点", now=NOW)
     lines = context.text.splitlines()
     assert OTHERS_NOTE in lines
     assert any(line.endswith(f") 群友(小明): {MEETING}") for line in lines), context.text
@@ -147,7 +147,7 @@ async def test_other_members_turns_are_labelled_with_who_said_them_in_the_prompt
     assert any(") user(小红): 我的周会笔记在共享文档里" in line for line in lines)
     # Unshared, nothing of another member reaches the prompt, and no note either.
     await memory.sharing.switch(TEAM, on=False, by=None)
-    alone = await memory.build_context(XIAOHONG, TEAM, "周会几点", NOW)
+    alone = await memory.parts.context_builder.build(XIAOHONG, TEAM, "周会几点", now=NOW)
     assert MEETING not in alone.text and OTHERS_NOTE not in alone.text
 
 
@@ -159,7 +159,7 @@ async def test_forget_me_and_a_recall_notice_take_a_members_words_out_of_the_sha
     await memory.add_turn(said(XIAOHONG, "周会室在三楼", 5, TEAM, name="小红", message_id=6001))
     await memory.sharing.switch(TEAM, on=True, by=None)
     assert {MEETING, "周会室在三楼"} <= await contents(memory, STRANGER, TEAM)
-    await memory.forget(user_id=XIAOMING)  # /忘记我
+    await memory.forget(ForgetScope(user_id=XIAOMING))  # /忘记我
     await memory.delete_message(RecalledMessage(self_id=None, message_id=6001, group_id=TEAM))
     left = await contents(memory, STRANGER, TEAM)
     assert MEETING not in left and "周会室在三楼" not in left
@@ -171,9 +171,9 @@ async def test_cached_answers_are_never_served_to_another_member_even_when_share
     memory = await memory_factory(answer_cache_enabled=True)
     await memory.sharing.switch(TEAM, on=True, by=None)
     question = "光合作用需要什么条件"
-    assert await memory.distilled.answer_cache.store(question, "光、水和二氧化碳。", XIAOMING, TEAM)
-    assert await memory.distilled.answer_cache.lookup(question, XIAOMING, TEAM) is not None
-    assert await memory.distilled.answer_cache.lookup(question, XIAOHONG, TEAM) is None
+    assert await memory.parts.answer_cache.store(question, "光、水和二氧化碳。", XIAOMING, TEAM)
+    assert await memory.parts.answer_cache.lookup(question, XIAOMING, TEAM) is not None
+    assert await memory.parts.answer_cache.lookup(question, XIAOHONG, TEAM) is None
 
 
 @pytest.mark.parametrize(

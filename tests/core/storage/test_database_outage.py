@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
+from memory_core import open_memory
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.dialogue.spool import TurnSpool
 from memory_core.errors import DatabaseUnavailableError, StorageError
 from memory_core.models import ForgetScope, RecalledMessage, TurnInput
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.core.test_bad_input import ODD_TEXTS
 from tests.fakes import RecordingModel
@@ -231,7 +231,9 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
         memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
     )
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
-    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
+    )
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -411,7 +413,9 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
     memory_factory, fresh_dsn, caplog, refusal
 ):
     memory = await memory_factory()
-    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
+    )
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -506,7 +510,9 @@ async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_a
     sent: list[str] = []
     send = recorded_in(sent)
 
-    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
+    )
     result = await engine.converse(said("数据库拒收这一句", 1), send)
     assert result.outcome is Outcome.REPLIED and result.user_turn is None
     assert sent == [ANSWER]
@@ -576,7 +582,9 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
 ):
     """The spool usually shares the database's disk: both refuse writes as a full disk does."""
     memory = await memory_factory()
-    engine = ConversationEngine(memory=memory, chat_model=RecordingModel(ANSWER))
+    engine = ConversationEngine(
+        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
+    )
     sent: list[str] = []
     send = recorded_in(sent)
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from memory_core import TemporalMemory, open_memory
 from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import TurnInput
-from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 from memory_core.storage.embedded_server import EmbeddedServer
 from tests.fakes import HashingEmbedder

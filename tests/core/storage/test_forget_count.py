@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.models import Forgotten, TurnInput
+from memory_core.models import ForgetScope, Forgotten, TurnInput
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 GROUP_A, GROUP_B = 1001, 1002
@@ -24,7 +24,7 @@ async def seed(memory) -> None:
                     created_at=T0,
                 )
             )
-        await memory.distilled.save(
+        await memory.parts.keeper.save(
             [
                 ExtractedMemory(kind="facts", content=f"用户{user}在{group}养了猫"),
                 ExtractedMemory(kind="preferences", content=f"用户{user}在{group}喜欢短回答"),
@@ -33,7 +33,7 @@ async def seed(memory) -> None:
             group,
             stated_at=T0,
         )
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="summary", content="用户1在群里聊了猫")], 1, GROUP_A, stated_at=T0
     )
 
@@ -55,10 +55,10 @@ async def test_count_forget_of_each_scope_is_what_forget_deletes(memory_factory)
         Forgotten(dialogues=2, facts=1, preferences=1),  # user 2 is all group A has left
         Forgotten(),
     )
-    assert await memory.count_forget(user_id=1) == Forgotten(
+    assert await memory.count_forget(ForgetScope(user_id=1)) == Forgotten(
         dialogues=6, facts=3, preferences=3, summaries=1
     )
     for scope, figures in zip(scopes, expected, strict=True):
-        counted = await memory.count_forget(**scope)
+        counted = await memory.count_forget(ForgetScope(**scope))
         assert counted == figures, scope
-        assert await memory.forget(**scope) == counted, scope
+        assert await memory.forget(ForgetScope(**scope)) == counted, scope

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.models import TurnInput
+from memory_core.models import ForgetScope, TurnInput
 from tests.core.storage.test_database_outage import open_via_proxy, proxy, stored_contents
 
 __all__ = ["proxy"]  # the fixture, used by name
@@ -35,7 +35,7 @@ async def test_forget_takes_the_users_spooled_turns_too_and_leaves_others(
         await memory.add_turn(said(8, "别人停电时说的", 4))
         await proxy.start()
         # Connected again, the spool not flushed yet.
-        forgotten = await memory.forget(user_id=7)
+        forgotten = await memory.forget(ForgetScope(user_id=7))
         assert (forgotten.dialogues, forgotten.deferred) == (3, False)
         assert await spooled_texts(memory) == ["别人停电时说的"]
         await memory.flush_spool()
@@ -50,7 +50,7 @@ async def test_forget_me_with_the_database_down_drops_spooled_turns_and_finishes
     memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
     try:
         await memory.add_turn(said(7, "停电前：我的密码是778899", 1))
-        await memory.distilled.save(
+        await memory.parts.keeper.save(
             [ExtractedMemory(kind="facts", content="用户的密码是778899")], 7
         )
         await memory.add_turn(said(8, "别人停电前说的", 2))
@@ -58,7 +58,7 @@ async def test_forget_me_with_the_database_down_drops_spooled_turns_and_finishes
         await memory.add_turn(said(7, "停电时：我的新密码是112233", 3))
         await memory.add_turn(said(8, "别人停电时说的", 4))
 
-        forgotten = await memory.forget(user_id=7)
+        forgotten = await memory.forget(ForgetScope(user_id=7))
 
         assert (forgotten.dialogues, forgotten.deferred) == (1, True)
         entries, _ = await memory._spool.read()
@@ -72,7 +72,7 @@ async def test_forget_me_with_the_database_down_drops_spooled_turns_and_finishes
             ["别人停电前说的", "别人停电时说的", "忘记之后说的新话"]
         )
         now = datetime.now(timezone.utc)
-        assert await memory.distilled.recall(7, None, "密码", now=now) == []
+        assert await memory.parts.keeper.recall(7, None, "密码", now=now) == []
         assert await spooled_texts(memory) == []
     finally:
         await memory.aclose()

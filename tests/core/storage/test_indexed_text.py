@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 import asyncpg
 import pytest
 
+from memory_core import open_memory
 from memory_core.dialogue.upkeep import TEXT_FORM_META
 from memory_core.lang.indexed import CONTENT_ONLY, WITH_SPEAKER, indexed_text
 from memory_core.models import TurnInput
 from memory_core.recall.options import RecallOptions
-from memory_core.service import open_memory
 from memory_core.settings import MemorySettings
 from tests.fakes import HashingEmbeddingAPI
 

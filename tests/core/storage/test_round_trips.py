@@ -9,6 +9,7 @@ from datetime import date, datetime, timedelta, timezone
 import numpy as np
 import pytest
 
+from memory_core.dialogue.recall_store import PgRecallStore
 from memory_core.dialogue.upkeep_store import PgUpkeepStore
 from memory_core.errors import StorageError
 from memory_core.models import TurnInput
@@ -44,8 +45,8 @@ async def test_session_tail_is_the_last_turn_time_and_the_recent_turns_read_apar
     )
     since = NOW - timedelta(minutes=15)
     for limit in (3, 10):
-        tail = await memory.session_tail(1, None, limit=limit, since=since, now=NOW)
-        assert tail.last_turn_at == await memory.last_turn_time(1, None, NOW)
+        tail = await dialogues(memory).session_tail("1", since=since, now=NOW, limit=limit)
+        assert tail.last_turn_at == await dialogues(memory).last_turn_time("1", NOW)
         assert tail.last_turn_at == T0 + timedelta(minutes=24)
         recent = await memory.recent_turns(1, None, limit=limit, since=since, now=NOW)
         assert list(tail.recent) == recent
@@ -57,12 +58,18 @@ async def test_session_tail_without_recent_turns_still_gives_the_last_turn_time(
 ):
     memory = await memory_factory()
     await memory.add_dialogues([turn(1, "半小时前的话")])
-    quiet = await memory.session_tail(1, None, limit=6, since=NOW - timedelta(minutes=5), now=NOW)
+    quiet = await dialogues(memory).session_tail(
+        "1", since=NOW - timedelta(minutes=5), now=NOW, limit=6
+    )
     assert quiet.last_turn_at == T0 + timedelta(minutes=1)
     assert quiet.recent == ()
-    empty = await memory.session_tail(9, None, limit=6, since=T0, now=NOW)
+    empty = await dialogues(memory).session_tail("9", since=T0, now=NOW, limit=6)
     assert empty.last_turn_at is None
     assert empty.recent == ()
+
+
+def dialogues(memory) -> PgRecallStore:
+    return memory.database.store(PgRecallStore)
 
 
 async def test_a_group_tail_holds_every_members_recent_turns_of_that_group_only(memory_factory):
@@ -78,12 +85,16 @@ async def test_a_group_tail_holds_every_members_recent_turns_of_that_group_only(
         ]
     )
     since = NOW - timedelta(minutes=15)
-    tail = await memory.session_tail(1, 700, limit=6, since=since, now=NOW, group_wide=True)
+    tail = await dialogues(memory).session_tail(
+        "700:1", since=since, now=NOW, limit=6, group_id=700
+    )
     assert tail.last_turn_at == T0 + timedelta(minutes=21)  # the member's own last turn
     assert [t.content for t in tail.recent] == ["成员1在群里", "成员2在群里"]
-    newest = await memory.session_tail(1, 700, limit=1, since=since, now=NOW, group_wide=True)
+    newest = await dialogues(memory).session_tail(
+        "700:1", since=since, now=NOW, limit=1, group_id=700
+    )
     assert [t.content for t in newest.recent] == ["成员2在群里"]
-    own = await memory.session_tail(1, 700, limit=6, since=since, now=NOW)
+    own = await dialogues(memory).session_tail("700:1", since=since, now=NOW, limit=6)
     assert [t.content for t in own.recent] == ["成员1在群里"]
 
 

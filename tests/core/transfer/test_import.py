@@ -12,12 +12,12 @@ from typing import Any
 import asyncpg
 import pytest
 
+from memory_core import TemporalMemory, open_memory
 from memory_core.dialogue.admin_store import PgAdminStore
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
 from memory_core.personal import opt_out
 from memory_core.recall.options import RecallOptions
-from memory_core.service import TemporalMemory, open_memory
 from memory_core.settings import MemorySettings
 from memory_core.transfer.importer import import_json_lines, import_qq_text
 from memory_core.transfer.portable import export_lines
@@ -178,17 +178,17 @@ async def seed_session(memory: TemporalMemory) -> None:
             ids[1],
             start + timedelta(days=90),
         )
-    old = await memory.distilled.save(
+    old = await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")],
         123456, source_turn_ids=ids[:1], stated_at=start,
     )  # fmt: skip
-    await memory.distilled.save(
+    await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户住在上海", replaces=old.ids),
          ExtractedMemory(kind="summary", content="用户从北京搬到上海", key_topics=("搬家",))],
         123456, source_turn_ids=ids[2:], stated_at=start + timedelta(minutes=2),
     )  # fmt: skip
     await memory.add_dialogue(999, "user", "别人的私聊：我住在广州", message_id=7)
-    await memory.distilled.save([ExtractedMemory(kind="facts", content="用户住在广州")], 999)
+    await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户住在广州")], 999)
 
 
 async def exported(memory: TemporalMemory, sessions: list[str] | None) -> list[dict[str, Any]]:
@@ -269,8 +269,8 @@ async def test_round_trip_to_a_fresh_database_gives_the_same_rows_and_the_same_r
         before = await source.recall(123456, query, options=RecallOptions(now=NOW))
         after = await second_memory.recall(123456, query, options=RecallOptions(now=NOW))
         assert [t.message_uuid for t in after.turns] == [t.message_uuid for t in before.turns]
-        facts_before = await source.distilled.recall(123456, None, query, now=NOW)
-        facts_after = await second_memory.distilled.recall(123456, None, query, now=NOW)
+        facts_before = await source.parts.keeper.recall(123456, None, query, now=NOW)
+        facts_after = await second_memory.parts.keeper.recall(123456, None, query, now=NOW)
         assert [h.memory.content for h in facts_after] == [h.memory.content for h in facts_before]
         assert facts_after  # the memories were embedded on import
 

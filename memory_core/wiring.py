@@ -1,0 +1,259 @@
+"""``open_memory``: the core's one composition root.
+
+Every collaborator is built here, from the settings or as the caller hands it in (an
+embedder, an evaluator, an extractor, a reranker: tests and benchmarks pass their own), and
+bundled into one frozen ``MemoryParts``; ``TemporalMemory`` and the conversation engine only
+use what they are given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from .accounts import AccountBook
+from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
+from .background import DueFlag
+from .context.builder import ContextBuilder
+from .dialogue.spool import TurnSpool
+from .dialogue.upkeep import DialogueUpkeep
+from .dialogue.vector_index import VectorIndex
+from .dialogue.writing import TurnWriter
+from .distill.extraction import Extractor, build_extractor, extraction_off_reason
+from .distill.keeper import MemoryKeeper
+from .distill.memory import dedupe_threshold
+from .distill.worker import ExtractionOff, ExtractionWorker
+from .errors import DatabaseUnavailableError, MemoryCoreError
+from .evaluation.evaluator import Evaluator, build_evaluator
+from .evaluation.retention import RetentionPolicy, load_retention_policy
+from .evaluation.worker import EvaluationOff, EvaluationWorker
+from .forgetting import Forgetting
+from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
+from .lang.tokens import TokenCounter, load_token_counter
+from .parts import MemoryParts
+from .providers.embedding import Embedder, build_embedder
+from .providers.rerank import ApiReranker, build_reranker
+from .recall.retriever import Retriever
+from .recall.sharing import GroupSharing
+from .service import TemporalMemory, configured_dsn
+from .settings import MemorySettings
+from .storage.database_handle import Database
+from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
+
+log = logging.getLogger(__name__)
+
+
+def build_parts(
+    settings: MemorySettings,
+    *,
+    embedder: Embedder,
+    token_counter: TokenCounter,
+    evaluator: Evaluator | None,
+    retention: RetentionPolicy | None,
+    extractor: Extractor | None,
+    reranker: ApiReranker | None,
+    embedded_server: EmbeddedServer | None,
+) -> MemoryParts:
+    """Wire the memory's collaborators over one (not yet attached) database handle."""
+    database = Database()
+    vector_index = VectorIndex(
+        mode=settings.memory_vector_index,
+        dim=embedder.dim,
+        exact_max_rows=settings.memory_exact_search_max_rows,
+    )
+    sharing = GroupSharing(listed=settings.memory_shared_groups, database=database)
+    keeper = MemoryKeeper(
+        database=database,
+        embedder=embedder,
+        scope=settings.memory_distilled_scope,
+        dedupe_threshold=dedupe_threshold(embedder.model, settings.memory_dedupe_threshold),
+        recall_top_k=settings.memory_distilled_facts,
+    )
+    spool = TurnSpool(settings.memory_data_dir / "spool.jsonl")
+    # Whose memory each QQ bot account reads and writes (memory_core.accounts).
+    accounts = AccountBook(shared=settings.memory_share_accounts)
+    backfill_due = DueFlag()
+    # The text form new rows are indexed in (lang.indexed); older rows follow in the
+    # background when it changed.
+    text_form = WITH_SPEAKER if settings.memory_index_speaker else CONTENT_ONLY
+    writer = TurnWriter(
+        settings=settings,
+        database=database,
+        embedder=embedder,
+        token_counter=token_counter,
+        spool=spool,
+        text_form=text_form,
+        on_more_work=backfill_due.set,
+    )
+    retriever = Retriever(
+        settings=settings,
+        database=database,
+        embedder=embedder,
+        vector_index=vector_index,
+        reranker=reranker,
+        sharing=sharing,
+    )
+    return MemoryParts(
+        settings=settings,
+        database=database,
+        embedder=embedder,
+        token_counter=token_counter,
+        spool=spool,
+        embedded_server=embedded_server,
+        vector_index=vector_index,
+        sharing=sharing,
+        retriever=retriever,
+        reranker=reranker,
+        keeper=keeper,
+        extraction=_extraction(settings, database, keeper, extractor),
+        answer_cache=_answer_cache(settings, database, embedder),
+        evaluations=(
+            EvaluationWorker(
+                database=database,
+                evaluator=evaluator,
+                policy=retention,
+                tz=settings.tz,
+                concurrency=settings.evaluator_concurrency,
+                batch_size=settings.evaluator_batch_size,
+            )
+            if evaluator is not None and retention is not None
+            else EvaluationOff()
+        ),
+        retention=retention,
+        context_builder=ContextBuilder(
+            settings=settings,
+            keeper=keeper,
+            counter=token_counter,
+            tz=settings.tz,
+            retriever=retriever,
+        ),
+        backfill_due=backfill_due,
+        writer=writer,
+        upkeep=DialogueUpkeep(
+            settings=settings,
+            database=database,
+            embedder=embedder,
+            vector_index=vector_index,
+            deferred=writer.deferred,
+            text_form=text_form,
+            on_more_work=backfill_due.set,
+        ),
+        forgetting=Forgetting(database, writer, accounts),
+        accounts=accounts,
+    )
+
+
+def _extraction(
+    settings: MemorySettings,
+    database: Database,
+    keeper: MemoryKeeper,
+    extractor: Extractor | None,
+) -> ExtractionWorker | ExtractionOff:
+    """The background extraction of distilled memory, over ``extractor`` or the one the
+    EXTRACTION_* settings describe; ``ExtractionOff`` (with its reason) when it is off."""
+    if settings.memory_distilled_enabled and extractor is None:
+        extractor = build_extractor(settings, settings.tz)
+    if settings.memory_distilled_enabled and extractor is not None:
+        return ExtractionWorker(
+            database=database,
+            keeper=keeper,
+            extractor=extractor,
+            tz=settings.tz,
+            every_turns=settings.extraction_every_turns,
+            idle_minutes=settings.extraction_idle_minutes,
+            concurrency=settings.extraction_concurrency,
+            max_turns=settings.extraction_max_turns,
+            settle_seconds=settings.extraction_settle_seconds,
+        )
+    reason = extraction_off_reason(settings) if settings.memory_distilled_enabled else None
+    # The reason is for /memstat, in Chinese; the log says it in English.
+    if not settings.memory_distilled_enabled:
+        why = "MEMORY_DISTILLED_ENABLED=false"
+    elif not settings.extraction_enabled:
+        why = "EXTRACTION_ENABLED=false"
+    else:
+        why = "no model: EXTRACTION_MODEL and LLM_MODEL are empty"
+    log.info("distilled memory extraction is off (%s)", why)
+    return ExtractionOff(reason or "已关闭")
+
+
+def _answer_cache(
+    settings: MemorySettings, database: Database, embedder: Embedder
+) -> AnswerCache | AnswerCacheOff:
+    if not settings.answer_cache_enabled:
+        return AnswerCacheOff()
+    return AnswerCache(
+        database=database,
+        embedder=embedder,
+        threshold=cache_threshold(embedder.model, settings.answer_cache_threshold),
+        ttl=timedelta(hours=settings.answer_cache_ttl_hours),
+        tz=settings.tz,
+    )
+
+
+async def open_memory(
+    settings: MemorySettings,
+    *,
+    embedder: Embedder | None = None,
+    evaluator: Evaluator | None = None,
+    extractor: Extractor | None = None,
+    reranker: ApiReranker | None = None,
+    require_database: bool = True,
+    allow_model_change: bool = False,
+    maintenance_interval: float | None = 30.0,
+) -> TemporalMemory:
+    """Build the memory from settings: embedder, tokenizer, spool, database, and every part
+    (``MemoryParts``); the embedder, evaluator, extractor and reranker may be handed in.
+
+    With ``require_database=False`` an unreachable database is not fatal: turns are spooled
+    and the maintenance loop keeps trying to connect. ``maintenance_interval=None`` disables
+    the background loop (tests and the CLI drive maintenance by hand).
+    """
+    # Built first: a bad RERANK_BASE_URL fails before anything holds a resource.
+    chosen_reranker = reranker if reranker is not None else build_reranker(settings)
+    chosen_embedder = embedder or await build_embedder(settings)
+    counter = await asyncio.to_thread(load_token_counter, settings.memory_token_encoding)
+    retention = load_retention_policy(
+        settings.config_file(settings.memory_retention_file, "retention.toml")
+    )
+    chosen_evaluator = evaluator if evaluator is not None else build_evaluator(settings)
+    embedded = (
+        None
+        if configured_dsn(settings)
+        else EmbeddedServer(embedded_cluster_dir(settings.memory_data_dir))
+    )
+    memory = TemporalMemory(
+        build_parts(
+            settings,
+            embedder=chosen_embedder,
+            token_counter=counter,
+            evaluator=chosen_evaluator,
+            retention=retention,
+            extractor=extractor,
+            reranker=chosen_reranker,
+            embedded_server=embedded,
+        )
+    )
+    try:
+        await memory.connect(allow_model_change=allow_model_change)
+    except DatabaseUnavailableError as exc:
+        if require_database:
+            await memory.stop_embedded_server()
+            await memory.close_providers()
+            raise
+        log.error("memory database unreachable at start-up, will keep retrying: %s", exc)
+    except BaseException:
+        await memory.stop_embedded_server()
+        await memory.close_providers()
+        raise
+    if memory.connected:
+        try:
+            await memory.preload_answer_cache()
+        except MemoryCoreError as exc:  # a bad preload file must not stop the bot
+            log.error("answer cache preload failed: %s", exc)
+    if maintenance_interval is not None:
+        memory.start_maintenance(maintenance_interval)
+        memory.evaluations.start()
+        memory.parts.extraction.start()
+    return memory
