@@ -30,6 +30,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.common import machine_line
 from bench.embedding_engines import DATA, load_average, public_messages
 from memory_core.providers.embedding.local import E5_MAX_TOKENS, LocalE5Embedder, bundled_weights
@@ -115,6 +117,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"model, lone session ({args.lone_threads} threads)",
                     partial(engine.query, [cut], alone=True),
                 )
+        # The lone session is the same model; how far its vectors are from the one-thread's.
+        cuts = [fitter._fit(engine, q, True) for q in queries]
+        narrow = np.concatenate([engine.query([c]) for c in cuts])
+        wide = np.concatenate([engine.query([c], alone=True) for c in cuts])
+        largest = np.abs(narrow - wide).max()
+        lowest = (narrow * wide).sum(axis=1).min()
+        print(
+            f"  lone vs one-thread vectors: largest component difference {largest:.1e}, "
+            f"lowest cosine {lowest:.7f}"
+        )
         for name, samples in stages.items():
             print(f"  {name:34} {medians(samples)}")
         for threads in (1, args.lone_threads):

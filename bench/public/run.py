@@ -197,8 +197,10 @@ async def evaluate(
     forms: Sequence[str] | None = None,
     modes: Sequence[Mode] = MODES,
     context_turns: Sequence[int] = (),
+    per_case: list[dict[str, Any]] | None = None,
 ) -> None:
-    """Recall every case in every mode and form at every k; print the set's table."""
+    """Recall every case in every mode and form at every k; print the set's table. ``per_case``
+    gets one record per case, form, mode and k (``--hits``)."""
     found: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     timed: Counter[str] = Counter()
     texts: dict[int, list[str]] = defaultdict(list)
@@ -230,6 +232,17 @@ async def evaluate(
                     ranked = ranked_units(result, units)
                     any_hit, all_hit = hits(ranked, case.relevant, k)
                     found[(form, mode)][f"any@{k}"].append(any_hit)
+                    if per_case is not None:
+                        per_case.append(
+                            {
+                                "set": task.name,
+                                "case": case.label,
+                                "form": form,
+                                "mode": mode,
+                                "k": k,
+                                "any": any_hit,
+                            }
+                        )
                     if k in ALL_AT_K:
                         found[(form, mode)][f"all@{k}"].append(all_hit)
                         if len(case.relevant) >= 2:
@@ -288,6 +301,12 @@ async def evaluate(
     )
 
 
+def write_lines(path: Path, records: list[dict[str, Any]]) -> None:
+    """``records`` as JSON lines."""
+    lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records]
+    path.write_text("".join(lines), encoding="utf-8")
+
+
 async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run every set; returns the misses at k=5 (empty unless ``--misses``)."""
     started = time.perf_counter()
@@ -322,6 +341,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             return []
         memory = await open_memory(settings, maintenance_interval=None)
         misses: list[dict[str, Any]] | None = [] if args.misses else None
+        per_case: list[dict[str, Any]] | None = [] if args.hits else None
         try:
             first_id = 1
             for number, task in enumerate(tasks, 1):
@@ -346,9 +366,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     args.forms,
                     args.modes,
                     args.context_turns or [memory.settings.memory_query_context_turns],
+                    per_case,
                 )
         finally:
             await memory.aclose()
+    if per_case is not None:
+        await asyncio.to_thread(write_lines, Path(args.hits), per_case)
+        print(f"{len(per_case)} per-case results written to {args.hits}")
     print(f"\nwhole run: {time.perf_counter() - started:.0f} s")
     return misses or []
 
@@ -383,6 +407,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="comma-separated retrieval modes to run (default: all three)",
     )
     parser.add_argument("--misses", help="write every miss at k=5 to this JSON-lines file")
+    parser.add_argument(
+        "--hits",
+        help="write every case's hit or miss at every k to this JSON-lines file "
+        "(bench.engine_flips compares two runs case by case)",
+    )
     parser.add_argument(
         "--no-time-words",
         dest="time_aware",
