@@ -10,6 +10,8 @@ messages), CPU time (every thread of the process) and wall time, medians over th
   worker runs) and on the lone session of ``--lone-threads`` intra-op threads;
 * ``embedder``: ``LocalE5Embedder.embed_query`` whole (thread hop, batcher, slot, checks), with
   lone runs off (``lone_threads=1``) and on;
+* the lone session's CPU split between the calling thread and its other thread: the larger
+  share is what the run's wall time would be on free cores, a figure the load cannot inflate;
 * the deferred-embedding batch: ``--batch`` passages (user lines and replies) in one call, as
   the backfill sends them, for the batch size and deadlines of issue 25 part 5.
 
@@ -43,6 +45,15 @@ def timed(work: Callable[[], object]) -> tuple[float, float]:
     cpu, wall = time.process_time(), time.perf_counter()
     work()
     return (time.process_time() - cpu) * 1000, (time.perf_counter() - wall) * 1000
+
+
+def split(work: Callable[[], object]) -> tuple[float, float]:
+    """(CPU ms of the calling thread, CPU ms of the process's other threads) of one call: the
+    larger is the run's critical path, what its wall time would be on free cores."""
+    mine, every = time.thread_time(), time.process_time()
+    work()
+    mine, every = time.thread_time() - mine, time.process_time() - every
+    return mine * 1000, (every - mine) * 1000
 
 
 def medians(samples: list[tuple[float, float]]) -> str:
@@ -117,6 +128,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"model, lone session ({args.lone_threads} threads)",
                     partial(engine.query, [cut], alone=True),
                 )
+        threads = [
+            split(partial(engine.query, [fitter._fit(engine, q, True)], alone=True))
+            for q in queries
+        ]
+        print(
+            "  lone session, CPU of the calling thread / of the others: "
+            f"{statistics.median(t[0] for t in threads):.2f} / "
+            f"{statistics.median(t[1] for t in threads):.2f} ms (critical path: the larger)"
+        )
         # The lone session is the same model; how far its vectors are from the one-thread's.
         cuts = [fitter._fit(engine, q, True) for q in queries]
         narrow = np.concatenate([engine.query([c]) for c in cuts])
