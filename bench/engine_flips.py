@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,7 +64,9 @@ def compare(reference: dict[Key, dict[str, bool]], other: dict[Key, dict[str, bo
     print(
         "set | form | mode | k | n | ref | other | diff | gained / lost | sign p | cases for ±0.01"
     )
-    totals = [0, 0, 0, 0]  # rows, within ±0.01, rows with p < 0.05, flips
+    # Per mode: figures, within ±0.01, with p < 0.05, flipped cases, largest |difference|.
+    totals: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0, 0.0])
+    needed: dict[str, list[int]] = defaultdict(list)
     for key in sorted(set(reference) & set(other)):
         cases = sorted(set(reference[key]) & set(other[key]))
         if not cases:
@@ -75,20 +78,25 @@ def compare(reference: dict[Key, dict[str, bool]], other: dict[Key, dict[str, bo
         lost = sum(reference[key][c] and not other[key][c] for c in cases)
         diff = (new - ref) / n
         p = sign_test(gained, lost)
-        totals[0] += 1
-        totals[1] += abs(diff) <= TARGET + 1e-9
-        totals[2] += p < 0.05
-        totals[3] += gained + lost
         name, form, mode, k = key
+        total = totals[mode]
+        total[0] += 1
+        total[1] += abs(diff) <= TARGET + 1e-9
+        total[2] += p < 0.05
+        total[3] += gained + lost
+        total[4] = max(total[4], abs(diff))
+        needed[mode].append(cases_needed(gained + lost, n))
         print(
             f"{name} | {form} | {mode} | {k} | {n} | {ref / n:.3f} | {new / n:.3f} | "
             f"{diff:+.3f} | {gained} / {lost} | {p:.2f} | {cases_needed(gained + lost, n)}"
         )
-    rows, within, significant, flips = totals
-    print(
-        f"{rows} figures: {within} within ±{TARGET}, {significant} with sign-test p < 0.05, "
-        f"{flips / max(rows, 1):.1f} flipped cases per figure on average"
-    )
+    for mode, (rows, within, significant, flips, largest) in sorted(totals.items()):
+        print(
+            f"{mode}: {rows:.0f} figures, {within:.0f} within ±{TARGET}, largest difference "
+            f"{largest:.3f}, {significant:.0f} with sign-test p < 0.05, "
+            f"{flips / max(rows, 1):.1f} flipped cases per figure, median cases for ±{TARGET} "
+            f"{statistics.median(needed[mode]):.0f}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

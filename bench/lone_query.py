@@ -128,14 +128,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"model, lone session ({args.lone_threads} threads)",
                     partial(engine.query, [cut], alone=True),
                 )
-        threads = [
+        shares = [
             split(partial(engine.query, [fitter._fit(engine, q, True)], alone=True))
             for q in queries
         ]
         print(
             "  lone session, CPU of the calling thread / of the others: "
-            f"{statistics.median(t[0] for t in threads):.2f} / "
-            f"{statistics.median(t[1] for t in threads):.2f} ms (critical path: the larger)"
+            f"{statistics.median(t[0] for t in shares):.2f} / "
+            f"{statistics.median(t[1] for t in shares):.2f} ms (critical path: the larger)"
         )
         # The lone session is the same model; how far its vectors are from the one-thread's.
         cuts = [fitter._fit(engine, q, True) for q in queries]
