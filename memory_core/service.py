@@ -34,7 +34,6 @@ from .models import (
 )
 from .parts import MemoryParts
 from .recall.options import DEFAULT_RECALL, RecallOptions
-from .settings import MemorySettings
 from .stats import MemoryStats, memory_stats
 from .storage.counters import PgCounterStore
 from .storage.database import (
@@ -97,7 +96,7 @@ class TemporalMemory:
         async with self._connect_lock:
             if self.database.connected:
                 return
-            location = await locate_database(configured_dsn(self.settings), self._embedded)
+            location = await locate_database(self.settings.external_dsn(), self._embedded)
             await prepare_database(location.dsn)
             pool = await create_pool(location.dsn, self.settings.memory_pool_size)
             try:
@@ -232,18 +231,10 @@ class TemporalMemory:
         self.writer.check_turn(turn)
 
     async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome:
-        """Store one turn (embedded now, or later if the embedder fails or is slower than
-        ``EMBEDDING_STORE_DEADLINE``). With ``embed_later`` it is stored at once without its
-        vector, which follows within ``EMBEDDING_DEFER_WINDOW`` seconds, batched with other
-        turns' (``dialogue.deferred_embeddings``): what a conversation does, whose reply needs
-        only the query's embedding.
-
-        Its text is scrubbed first (``lang.text.scrub``: no NUL, no lone surrogate), so what is
-        stored, spooled and embedded is the same. Raises ``InvalidTurnError`` for input that
-        cannot be stored. When the database is unreachable or refuses writes the turn is
-        spooled locally and ``AddOutcome.spooled`` is true; ``StorageError`` only if the spool
-        cannot be written either.
-        """
+        """Store one turn, its text scrubbed first (``lang.text.scrub``), embedded now or,
+        with ``embed_later``, batched within ``EMBEDDING_DEFER_WINDOW`` (a slow or failing
+        embedder leaves it to the backfill). Spooled when the database refuses it
+        (``AddOutcome.spooled``); ``InvalidTurnError`` for input that cannot be stored."""
         return await self.writer.add_turn(turn, embed_later=embed_later)
 
     async def add_dialogue(
@@ -280,13 +271,9 @@ class TemporalMemory:
 
     @contextlib.asynccontextmanager
     async def vector_index_deferred(self) -> AsyncIterator[None]:
-        """Drop the sessions' HNSW indexes for a bulk import; afterwards (even on error) build
-        the index of every session above MEMORY_EXACT_SEARCH_MAX_ROWS.
-
-        Inserting into a live HNSW index costs up to ~10 ms a row; one build at the end is far
-        faster. Recall stays correct meanwhile: sessions without an index are searched exactly.
-        See ``memory_core.dialogue.vector_index``.
-        """
+        """Drop the sessions' HNSW indexes for a bulk import (a live index costs up to ~10 ms a
+        row) and build them afterwards, even on error; recall searches exactly meanwhile
+        (``memory_core.dialogue.vector_index``)."""
         async with self.upkeep.vector_index_deferred():
             yield
 
@@ -363,20 +350,14 @@ class TemporalMemory:
         self,
         result: RecallResult,
         now: datetime | None = None,
-        exclude_ids: Sequence[int] = (),
         max_tokens: int | None = None,
         asker: int | None = None,
     ) -> MemoryBlock:
-        """The time-stamped memory block for a prompt, within the token budget; ``asker``
-        labels a shared group's other members (``build_memory_block``)."""
-        budget = LineBudget(
-            now or datetime.now(timezone.utc),
-            self.tz,
-            self.token_counter,
-            self.settings.memory_max_tokens if max_tokens is None else max_tokens,
-            exclude_ids,
-            asker,
-        )
+        """The time-stamped memory block of ``result`` within the token budget (MEMORY_MAX_TOKENS
+        unless ``max_tokens``); ``asker`` labels a shared group's other members."""
+        tokens = self.settings.memory_max_tokens if max_tokens is None else max_tokens
+        now = now or datetime.now(timezone.utc)
+        budget = LineBudget(now, self.tz, self.token_counter, tokens, asker=asker)
         return build_memory_block(result.windows, budget)
 
     async def recent_turns(
@@ -465,8 +446,3 @@ class TemporalMemory:
         done = await self.upkeep.reembed(batch_size=batch_size, progress=progress)
         done += await self.parts.keeper.reembed(batch_size=batch_size)
         return done + await self.parts.answer_cache.reembed(batch_size=batch_size)
-
-
-def configured_dsn(settings: MemorySettings) -> str | None:
-    """MEMORY_DSN when set; ``None`` means the embedded server."""
-    return settings.memory_dsn.get_secret_value() if settings.memory_dsn else None

@@ -354,6 +354,10 @@ class MemorySettings(BaseModel):
             timeout,
         )
 
+    def external_dsn(self) -> str | None:
+        """MEMORY_DSN when set; ``None`` means the embedded server."""
+        return self.memory_dsn.get_secret_value() if self.memory_dsn else None
+
     def config_file(self, configured: Path | None, default_name: str) -> Path:
         """A user-editable file: the configured path, else the shipped default (``config/``)."""
         return configured if configured is not None else DEFAULTS_DIR / default_name

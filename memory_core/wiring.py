@@ -36,7 +36,7 @@ from .providers.embedding import Embedder, build_embedder
 from .providers.rerank import ApiReranker, build_reranker
 from .recall.retriever import Retriever
 from .recall.sharing import GroupSharing
-from .service import TemporalMemory, configured_dsn
+from .service import TemporalMemory
 from .settings import MemorySettings
 from .storage.database_handle import Database
 from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
@@ -220,7 +220,7 @@ async def open_memory(
     chosen_evaluator = evaluator if evaluator is not None else build_evaluator(settings)
     embedded = (
         None
-        if configured_dsn(settings)
+        if settings.external_dsn()
         else EmbeddedServer(embedded_cluster_dir(settings.memory_data_dir))
     )
     memory = TemporalMemory(
