@@ -1,4 +1,5 @@
-"""A real OpenAI-compatible chat server on loopback that can call tools and stream.
+"""A real OpenAI-compatible chat server on loopback (``tests.fakes.Loopback``) that can call
+tools and stream.
 
 ``responder(body) -> Reply`` sees each request's whole JSON body (messages, tools, tool_choice,
 stream); every body is kept in ``bodies``. A reply is sent as one JSON answer, or as server-sent
@@ -9,11 +10,13 @@ deltas, as providers send them).
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import httpx
+
+from tests.fakes import Loopback, request_json
 
 
 @dataclass(frozen=True)
@@ -34,48 +37,33 @@ def tool_messages(body: dict[str, Any]) -> list[str]:
 
 
 class ToolLLM:
+    """The chat API served on loopback by ``tests.fakes.Loopback``."""
+
     def __init__(self, responder: Responder) -> None:
         self.responder = responder
         self.bodies: list[dict[str, Any]] = []
-        outer = self
+        self._loopback = Loopback(self._respond)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return None
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append(body)
-                reply = outer.responder(body)
-                if reply.status != 200:
-                    self._send(reply.status, "application/json", _error(reply.error))
-                elif body.get("stream"):
-                    self._send(200, "text/event-stream", _events(reply))
-                else:
-                    self._send(200, "application/json", _json(reply))
-
-            def _send(self, status: int, kind: str, data: bytes) -> None:
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+    async def _respond(self, request: httpx.Request) -> httpx.Response:
+        body = request_json(request)
+        self.bodies.append(body)
+        reply = self.responder(body)
+        if reply.status != 200:
+            return _answer(reply.status, "application/json", _error(reply.error))
+        if body.get("stream"):
+            return _answer(200, "text/event-stream", _events(reply))
+        return _answer(200, "application/json", _json(reply))
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self._loopback.origin}/v1"
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._loopback.close()
+
+
+def _answer(status: int, kind: str, data: bytes) -> httpx.Response:
+    return httpx.Response(status, headers={"Content-Type": kind}, content=data)
 
 
 def _error(message: str) -> bytes:
