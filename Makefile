@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml plugins/pyproject.toml
 run: $(STAMP)
 	$(PY) bot.py
 
+# One worker a core, at most four: each starts its own embedded PostgreSQL and test databases.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses=4
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,4 +1,5 @@
-"""Shared fixtures: one embedded PostgreSQL for the whole run, a fresh database per test."""
+"""Shared fixtures: one embedded PostgreSQL per run (per worker under xdist), a fresh database
+per test."""
 
 from __future__ import annotations
 
