@@ -234,7 +234,8 @@ class TemporalMemory:
         """Store one turn, its text scrubbed first (``lang.text.scrub``), embedded now or,
         with ``embed_later``, batched within ``EMBEDDING_DEFER_WINDOW`` (a slow or failing
         embedder leaves it to the backfill). Spooled when the database refuses it
-        (``AddOutcome.spooled``); ``InvalidTurnError`` for input that cannot be stored."""
+        (``AddOutcome.spooled``), ``StorageError`` only if the spool fails too;
+        ``InvalidTurnError`` for input that cannot be stored."""
         return await self.writer.add_turn(turn, embed_later=embed_later)
 
     async def add_dialogue(
