@@ -1,0 +1,73 @@
+"""The participants a query names: "What did Caroline research?", "小明上次说的那家店".
+
+A participant is a sender name stored on the recalled turns (a group member's card or
+nickname, the private user's nickname, the bot's own name on its replies: the text the
+console shows). A query that names one asks about that person's turns; the name itself is no
+topic word (it matches every turn where one greets the other, or, with the speaker in the
+index, half the session), so it leaves the keyword terms (``without_names``) and the
+retriever adds lists of that speaker's own turns (``memory_core.recall.retriever``).
+
+Matching is on normalised text (``keywords.normalize``: NFKC, lower case): a name of letters
+or digits must stand as a whole word ("Jon" is not in "Jones"); a Chinese name is found
+anywhere ("小明上次说的" holds 小明). Names shorter than ``MIN_NAME_CHARS`` are never matched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from .indexed import speaker_label
+from .keywords import normalize
+
+# One character ("A", "小") names nobody in a sentence: it is in every other one.
+MIN_NAME_CHARS = 2
+
+_WORD_CHAR = re.compile(r"[0-9a-z]")
+
+
+def name_key(name: str) -> str | None:
+    """A sender name as matched: its speaker label, normalised; None when too short."""
+    label = speaker_label(name)
+    key = normalize(label) if label else ""
+    return key if len(key) >= MIN_NAME_CHARS else None
+
+
+def _spans(text: str, key: str) -> list[tuple[int, int]]:
+    """Where ``key`` stands in ``text`` (both normalised), as a whole word at a letter edge."""
+    found = []
+    start = text.find(key)
+    while start >= 0:
+        end = start + len(key)
+        before_ok = start == 0 or not (
+            _WORD_CHAR.match(key[0]) and _WORD_CHAR.match(text[start - 1])
+        )
+        after_ok = end == len(text) or not (
+            _WORD_CHAR.match(key[-1]) and _WORD_CHAR.match(text[end])
+        )
+        if before_ok and after_ok:
+            found.append((start, end))
+        start = text.find(key, start + 1)
+    return found
+
+
+def named_speakers(query: str, names: Iterable[str]) -> tuple[str, ...]:
+    """The ``names`` (as given, each once) that ``query`` names."""
+    text = normalize(query)
+    found: dict[str, None] = {}
+    for name in names:
+        key = name_key(name)
+        if key is not None and _spans(text, key):
+            found.setdefault(name, None)
+    return tuple(found)
+
+
+def without_names(query: str, names: Sequence[str]) -> str:
+    """``query`` normalised, with every mention of ``names`` blanked (the longest first, so
+    "Caroline Smith" goes whole before "Caroline")."""
+    text = normalize(query)
+    keys = sorted({k for n in names if (k := name_key(n)) is not None}, key=len, reverse=True)
+    for key in keys:
+        for start, end in reversed(_spans(text, key)):
+            text = text[:start] + " " + text[end:]
+    return text

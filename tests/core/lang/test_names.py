@@ -1,0 +1,53 @@
+"""The participants a query names (issue 26 part 2, ``memory_core.lang.names``)."""
+
+from __future__ import annotations
+
+from memory_core.lang.keywords import query_terms
+from memory_core.lang.names import named_speakers, without_names
+
+PAIR = ["Caroline", "Melanie"]
+
+
+def test_a_question_naming_one_speaker_finds_that_name_only():
+    assert named_speakers("What did Caroline research?", PAIR) == ("Caroline",)
+    assert named_speakers("When did Melanie's kids go camping?", PAIR) == ("Melanie",)
+    assert named_speakers("What do Caroline and Melanie both like?", PAIR) == tuple(PAIR)
+
+
+def test_a_latin_name_must_stand_as_a_whole_word_in_any_case():
+    assert named_speakers("what did caroline say", PAIR) == ("Caroline",)
+    assert named_speakers("Jones went home", ["Jon"]) == ()
+    assert named_speakers("Did Jon go home?", ["Jon"]) == ("Jon",)
+
+
+def test_a_chinese_name_is_found_inside_the_sentence():
+    assert named_speakers("小明上次说的那家店", ["小明", "小红"]) == ("小明",)
+    assert named_speakers("那家店在哪", ["小明", "小红"]) == ()
+
+
+def test_a_full_width_or_spaced_card_matches_its_plain_mention():
+    assert named_speakers("ＡＢＣ上次说了什么", ["ABC"]) == ("ABC",)
+    assert named_speakers("What did Caroline Smith say?", ["Caroline  Smith"]) == (
+        "Caroline  Smith",
+    )
+
+
+def test_a_one_character_name_names_nobody():
+    assert named_speakers("我想吃面", ["面", "A"]) == ()
+    assert named_speakers("a cat", ["A"]) == ()
+
+
+def test_the_name_leaves_the_keyword_terms_and_the_topic_stays():
+    stripped = without_names("What did Caroline say about Melanie's pottery class?", PAIR)
+    terms = query_terms(stripped)
+    assert "caroline" not in terms and "melanie" not in terms
+    assert {"pottery", "class"} <= set(terms)
+    assert query_terms(without_names("小明上次说的那家面包店", ["小明"])) == query_terms(
+        "那家面包店"
+    )
+
+
+def test_the_longest_name_goes_first():
+    assert "smith" not in query_terms(
+        without_names("Caroline Smith said", ["Caroline", "Caroline Smith"])
+    )
