@@ -63,11 +63,26 @@ def named_speakers(query: str, names: Iterable[str]) -> tuple[str, ...]:
 
 
 def without_names(query: str, names: Sequence[str]) -> str:
-    """``query`` normalised, with every mention of ``names`` blanked (the longest first, so
-    "Caroline Smith" goes whole before "Caroline")."""
-    text = normalize(query)
+    """``query`` with every mention of ``names`` blanked, the rest as written (case kept: it
+    is embedded too); the longest name first, so "Caroline Smith" goes whole before
+    "Caroline"."""
     keys = sorted({k for n in names if (k := name_key(n)) is not None}, key=len, reverse=True)
+    # Matched on the normalised text, cut from the written one: each character's normal form
+    # (NFKC may widen one character into several) maps a match back to where it was written.
+    pieces = [normalize(c) for c in query]
+    owner = [i for i, piece in enumerate(pieces) for _ in piece]
+    text = "".join(pieces)
+    blanked = [False] * len(query)
     for key in keys:
-        for start, end in reversed(_spans(text, key)):
-            text = text[:start] + " " + text[end:]
-    return text
+        for start, end in _spans(text, key):
+            if any(blanked[owner[start] : owner[end - 1] + 1]):
+                continue  # inside a longer name already blanked
+            for i in range(owner[start], owner[end - 1] + 1):
+                blanked[i] = True
+    kept: list[str] = []
+    for i, char in enumerate(query):
+        if not blanked[i]:
+            kept.append(char)
+        elif i == 0 or not blanked[i - 1]:
+            kept.append(" ")
+    return "".join(kept)

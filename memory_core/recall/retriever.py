@@ -177,19 +177,23 @@ class Retriever:
         # The time expression has done its work once it is a range; the rest is the topic.
         text = when.rest if when is not None and when.rest.strip() else query
         earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
-        search_text = conversational_query(text, earlier)
+        # A participant the message names is who, not what (lang.names): the name leaves the
+        # text searched (both channels) and that speaker's turns join the fusion below.
+        named = await self._named_speakers(store, scope, text, now)
+        topic = without_names(text, named) if named else text
+        if not topic.strip():  # nothing but a name ("小明?"): it is all there is to search by
+            topic = text
+        search_text = conversational_query(topic, earlier)
         share = self._share(text, earlier)
         filters = AnchorFilters(
             roles=options.roles or None,
             phrases=tuple(required_phrases(options.keywords)) if options.keywords else None,
             start=options.since,
         )
-        # The query's embedding, the session's size and the participants the message names
-        # are independent: fetch them at once.
-        embedded, size, named = await asyncio.gather(
-            self._query_vector(text, search_text, mode, share.message_weight),
+        # The query's embedding and the session's size are independent: fetch both at once.
+        embedded, size = await asyncio.gather(
+            self._query_vector(topic, search_text, mode, share.message_weight),
             store.session_size(scope),
-            self._named_speakers(store, scope, text, now),
         )
         if embedded is _NO_VECTOR:
             return RecallResult(query=query)
@@ -201,8 +205,6 @@ class Retriever:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
         weighted: list[tuple[str, float]] = []
         if mode != "vector":
-            # A name the message mentions is who, not what: it leaves the terms (lang.names).
-            topic = without_names(text, named) if named else text
             weighted = weighted_conversation_terms(topic, earlier, share.context_term_weight)
             searches["keyword"] = store.keyword_candidates(
                 terms=[term for term, _ in weighted],
