@@ -62,6 +62,38 @@ def named_speakers(query: str, names: Iterable[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
+# What may stand between a name said to someone and the rest of the message.
+_VOCATIVE_AFTER = re.compile(r"[\s,，:：!！~～、]")
+_VOCATIVE_BEFORE = re.compile(r"[\s,，、]")
+
+
+def _vocative(text: str, start: int, end: int) -> bool:
+    """Whether the mention at ``start:end`` of ``text`` addresses its bearer: an @-mention,
+    or the name opening the message before a pause ("小诗，我上次说的店", "Caroline, what…"),
+    or closing it after one ("…叫什么来着，小诗？")."""
+    if start > 0 and text[start - 1] == "@":
+        return True
+    opening = not text[:start].strip() and (end == len(text) or _VOCATIVE_AFTER.match(text[end]))
+    rest = text[end:].strip(" \t\n?？!！.。~～")
+    closing = not rest and start > 0 and _VOCATIVE_BEFORE.match(text[start - 1]) is not None
+    return bool(opening or closing)
+
+
+def asked_about(query: str, names: Iterable[str]) -> tuple[str, ...]:
+    """The ``names`` that ``query`` speaks *about* ("小明上次说的那家店", "What did Caroline
+    say"): named at least once other than to address them ("小诗，我上次说的店叫什么" speaks
+    to 小诗, about the user's own words)."""
+    text = normalize(query)
+    found: dict[str, None] = {}
+    for name in names:
+        key = name_key(name)
+        if key is None:
+            continue
+        if any(not _vocative(text, start, end) for start, end in _spans(text, key)):
+            found.setdefault(name, None)
+    return tuple(found)
+
+
 def without_names(query: str, names: Sequence[str]) -> str:
     """``query`` with every mention of ``names`` blanked, the rest as written (case kept: it
     is embedded too); the longest name first, so "Caroline Smith" goes whole before

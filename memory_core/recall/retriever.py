@@ -23,7 +23,7 @@ from ..dialogue.recall_store import (
 from ..dialogue.vector_index import VectorIndex
 from ..errors import EmbeddingError, RerankError
 from ..lang.keywords import required_phrases, weighted_conversation_terms
-from ..lang.names import named_speakers, without_names
+from ..lang.names import asked_about, named_speakers, without_names
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, generate_session_key
@@ -180,6 +180,7 @@ class Retriever:
         # A participant the message names is who, not what (lang.names): the name leaves the
         # text searched (both channels) and that speaker's turns join the fusion below.
         named = await self._named_speakers(store, scope, text, now)
+        about = asked_about(text, named)  # not only addressed ("小诗，……")
         topic = without_names(text, named) if named else text
         if not topic.strip():  # nothing but a name ("小明?"): it is all there is to search by
             topic = text
@@ -214,9 +215,9 @@ class Retriever:
                 filters=filters,
                 **search,
             )
-        if named:
-            # The named speakers' own turns, by meaning and by the same terms.
-            theirs = dataclasses.replace(filters, speakers=named)
+        if about:
+            # The turns of the speakers asked about, by meaning and by the same terms.
+            theirs = dataclasses.replace(filters, speakers=about)
             if vector is not None:
                 searches["speaker vector"] = self._anchor_candidates(
                     store, vector, theirs, size, **search

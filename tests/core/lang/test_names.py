@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from memory_core.lang.keywords import query_terms
-from memory_core.lang.names import named_speakers, without_names
+from memory_core.lang.names import asked_about, named_speakers, without_names
 
 PAIR = ["Caroline", "Melanie"]
 
@@ -51,3 +51,18 @@ def test_the_longest_name_goes_first():
     assert "smith" not in query_terms(
         without_names("Caroline Smith said", ["Caroline", "Caroline Smith"])
     )
+
+
+def test_a_name_said_to_its_bearer_is_not_asked_about():
+    pair = ["小诗", "小明"]
+    assert asked_about("小诗，我上次说的那家店叫什么", pair) == ()
+    assert asked_about("@小诗 我上次说的那家店叫什么", pair) == ()
+    assert asked_about("我上次说的那家店叫什么来着，小诗？", pair) == ()
+    assert asked_about("Caroline, what did Melanie paint?", ["Caroline", "Melanie"]) == ("Melanie",)
+
+
+def test_a_name_in_the_sentence_is_asked_about():
+    pair = ["小诗", "小明"]
+    assert asked_about("小诗上次推荐的那家店叫什么", pair) == ("小诗",)
+    assert asked_about("小诗 小明说的店在哪", pair) == ("小明",)
+    assert asked_about("What did Caroline research?", ["Caroline"]) == ("Caroline",)

@@ -169,3 +169,11 @@ async def test_in_a_group_the_members_card_is_the_name(memory_factory, local, qu
     options = RecallOptions(top_n=1, window_size=0, now=NOW)
     result = await memory.recall(23, question, GROUP, options)
     assert first(result) == expected
+
+
+async def test_a_name_said_to_the_bot_does_not_pull_its_turns_first(memory_factory, local):
+    # "小诗，……" speaks to the bot, about the toast the user praised: its name leaves the
+    # search, and the bot's turns get no prior (with one, its bakery line would come first).
+    question = "小诗，吐司好吃的那家面包店在哪"
+    result = await recalled(memory_factory, local, "zh", question, memory_speaker_weight=1.0)
+    assert first(result) == "学校门口那家面包店的吐司很好吃"
