@@ -4,7 +4,10 @@ embedder's cache then answers), then each configuration's recalls of the same qu
 in alternating rounds on the same database, with the CPU of this process and of the embedded
 PostgreSQL (issue 26 part 2: "recall latency within 1.5× of today's").
 
-    python -m bench.public.speaker_latency [--questions 200] [--rounds 3] [--weight 1]
+    python -m bench.public.speaker_latency [--questions 200] [--rounds 3] [--weight 1] [--nobody]
+
+``--nobody``: the questions with the speakers' names taken out, so that they name nobody: what
+the setting costs a message that names no participant (the read of the chat's sender names).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import os
 import statistics
 import time
@@ -22,6 +26,7 @@ from bench.process_stats import load_average, postgres_cpu, thread_cpu
 from bench.public import locomo
 from bench.public.run import USERS_PER_SET, store
 from memory_core import MemorySettings, open_memory
+from memory_core.lang.names import without_names
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.retriever import Retriever
 
@@ -29,7 +34,9 @@ from memory_core.recall.retriever import Retriever
 async def run(args: argparse.Namespace) -> None:
     print(f"== speaker-name recall latency ({machine_line()}), load {load_average()}")
     with bench_data_dir("speaker-latency") as data_dir:
-        settings = MemorySettings(memory_data_dir=data_dir, embedding_query_deadline=120)
+        settings = MemorySettings(
+            memory_data_dir=data_dir, embedding_query_deadline=120, memory_speaker_weight=0
+        )
         task = locomo.task(locomo.load(locomo.data_dir(args.locomo_dir), settings.tz))
         memory = await open_memory(settings, maintenance_interval=None)
         try:
@@ -37,8 +44,19 @@ async def run(args: argparse.Namespace) -> None:
             shipped: Retriever = memory._retriever  # a bench reads the parts
             named = copy.copy(shipped)
             named.settings = settings.model_copy(update={"memory_speaker_weight": args.weight})
-            configs = {"shipped (0)": shipped, f"MEMORY_SPEAKER_WEIGHT={args.weight:g}": named}
+            configs = {
+                "off (0, recall before this change)": shipped,
+                f"MEMORY_SPEAKER_WEIGHT={args.weight:g}": named,
+            }
             cases = task.cases[: args.questions]
+            if args.nobody:
+                speakers = sorted({i.speaker for i in task.items if i.speaker})
+                cases = [
+                    dataclasses.replace(
+                        c, queries={"question": without_names(c.queries["question"], speakers)}
+                    )
+                    for c in cases
+                ]
             options = [
                 RecallOptions(top_n=locomo.TOP_N, window_size=locomo.WINDOW, now=c.now)
                 for c in cases
@@ -64,8 +82,9 @@ async def run(args: argparse.Namespace) -> None:
                     spent = sum(after.values()) - sum(own.values())
                     spent += postgres_cpu(data_dir) - pg
                     cpu[name].append(spent / len(cases))
+            named_how = "naming nobody (--nobody)" if args.nobody else "as written"
             print(
-                f"{len(cases)} questions × {args.rounds} rounds, hybrid, top {locomo.TOP_N} "
+                f"{len(cases)} questions {named_how} × {args.rounds} rounds, hybrid, top {locomo.TOP_N} "
                 f"±{locomo.WINDOW}, load {load_average()}"
             )
             print("| configuration | mean ms | median ms | p95 ms | CPU ms a recall (all) |")
@@ -88,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--weight", type=float, default=1.0)
     parser.add_argument("--locomo-dir", default=None)
+    parser.add_argument("--nobody", action="store_true", help="the questions without the names")
     asyncio.run(run(parser.parse_args(argv)))
 
 

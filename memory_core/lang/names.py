@@ -62,20 +62,26 @@ def named_speakers(query: str, names: Iterable[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-# What may stand between a name said to someone and the rest of the message.
-_VOCATIVE_AFTER = re.compile(r"[\s,，:：!！~～、]")
-_VOCATIVE_BEFORE = re.compile(r"[\s,，、]")
+# What may stand between a name said to someone and the rest of the message: punctuation; a
+# space too after or before a Chinese name ("小诗 你还记得吗"), not an English one ("Caroline
+# went", "important to Caroline?": there the name is in the sentence).
+_PAUSE = re.compile(r"[,，:：!！~～、]")
+
+
+def _pause(char: str, key: str) -> bool:
+    return _PAUSE.match(char) is not None or (char.isspace() and not key.isascii())
 
 
 def _vocative(text: str, start: int, end: int) -> bool:
     """Whether the mention at ``start:end`` of ``text`` addresses its bearer: an @-mention,
     or the name opening the message before a pause ("小诗，我上次说的店", "Caroline, what…"),
     or closing it after one ("…叫什么来着，小诗？")."""
+    key = text[start:end]
     if start > 0 and text[start - 1] == "@":
         return True
-    opening = not text[:start].strip() and (end == len(text) or _VOCATIVE_AFTER.match(text[end]))
+    opening = not text[:start].strip() and (end == len(text) or _pause(text[end], key))
     rest = text[end:].strip(" \t\n?？!！.。~～")
-    closing = not rest and start > 0 and _VOCATIVE_BEFORE.match(text[start - 1]) is not None
+    closing = not rest and start > 0 and _pause(text[start - 1], key)
     return bool(opening or closing)
 
 

@@ -66,3 +66,10 @@ def test_a_name_in_the_sentence_is_asked_about():
     assert asked_about("小诗上次推荐的那家店叫什么", pair) == ("小诗",)
     assert asked_about("小诗 小明说的店在哪", pair) == ("小明",)
     assert asked_about("What did Caroline research?", ["Caroline"]) == ("Caroline",)
+
+
+def test_an_english_name_opening_or_closing_a_sentence_without_a_pause_is_asked_about():
+    pair = ["Caroline", "Melanie"]
+    assert asked_about("Melanie went camping when?", pair) == ("Melanie",)
+    assert asked_about("What symbols are important to Caroline?", pair) == ("Caroline",)
+    assert asked_about("小诗 我上次说的那家店叫什么", ["小诗"]) == ()

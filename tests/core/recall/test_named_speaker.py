@@ -89,18 +89,22 @@ def first(result: RecallResult) -> str:
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])
-async def test_a_third_person_question_finds_the_named_speakers_turn(
+async def test_with_the_speaker_in_the_index_a_third_person_question_finds_their_turn(
     memory_factory, local, language
 ):
-    found = await first_recalled(memory_factory, local, language, memory_index_speaker=True)
+    found = await first_recalled(
+        memory_factory, local, language, memory_index_speaker=True, memory_speaker_weight=0.0
+    )
     assert found == QUESTIONS[language][1]
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])
-async def test_without_the_speaker_in_the_index_the_other_persons_turn_comes_first(
+async def test_with_names_neither_indexed_nor_asked_about_the_other_persons_turn_comes_first(
     memory_factory, local, language
 ):
-    found = await first_recalled(memory_factory, local, language, memory_index_speaker=False)
+    found = await first_recalled(
+        memory_factory, local, language, memory_index_speaker=False, memory_speaker_weight=0.0
+    )
     assert found != QUESTIONS[language][1]
 
 
@@ -127,7 +131,9 @@ async def test_with_the_named_speaker_in_the_fusion_the_third_person_question_fi
 async def test_a_question_naming_no_participant_recalls_as_before(
     memory_factory, local, language, question
 ):
-    before = await asked(await stored(memory_factory, local, language), question)
+    before = await asked(
+        await stored(memory_factory, local, language, memory_speaker_weight=0.0), question
+    )
     # The same database read with the setting on.
     after = await asked(await memory_factory(embedder=local, memory_speaker_weight=1.0), question)
     assert [(w.anchor_id, w.score) for w in after.windows] == [
