@@ -84,8 +84,8 @@ async def run(args: argparse.Namespace) -> None:
                     cpu[name].append(spent / len(cases))
             named_how = "naming nobody (--nobody)" if args.nobody else "as written"
             print(
-                f"{len(cases)} questions {named_how} × {args.rounds} rounds, hybrid, top {locomo.TOP_N} "
-                f"±{locomo.WINDOW}, load {load_average()}"
+                f"{len(cases)} questions {named_how} × {args.rounds} rounds, hybrid, "
+                f"top {locomo.TOP_N} ±{locomo.WINDOW}, load {load_average()}"
             )
             print("| configuration | mean ms | median ms | p95 ms | CPU ms a recall (all) |")
             print("|---|---|---|---|---|")
