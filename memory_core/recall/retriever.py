@@ -215,8 +215,10 @@ class Retriever:
                 filters=filters,
                 **search,
             )
-        if about:
-            # The turns of the speakers asked about, by meaning and by the same terms.
+        if about and mode != "keyword":
+            # The turns of the speakers asked about, by meaning and by the same terms. Not in
+            # keyword mode: a second list of the same terms fused with the first only reorders
+            # it (LoCoMo-dev: keyword mode is best with the name out of its terms alone).
             theirs = dataclasses.replace(filters, speakers=about)
             if vector is not None:
                 searches["speaker vector"] = self._anchor_candidates(
