@@ -95,6 +95,10 @@ class MemorySettings(BaseModel):
     # every QQ bot account on this database one memory (memory_core.accounts); off: each its own
     memory_share_accounts: bool = False
     memory_index_speaker: bool = False
+    # A query naming a participant (a sender name on the chat's turns): that speaker's own turns
+    # join the fusion with this weight and the name leaves the keyword terms; 0: off
+    # (issue 26 part 2, memory_core.lang.names).
+    memory_speaker_weight: float = Field(default=1.0, ge=0, le=10)
     memory_query_context_turns: int = Field(default=2, ge=0, le=20)
     # The message outweighs its context (issue 26 part 3): the share of the message embedded
     # alone in the query vector (the rest: message with its context), and how much a keyword

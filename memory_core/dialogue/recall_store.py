@@ -81,12 +81,14 @@ def _scoped(sql: str, alias: str = "") -> tuple[str, str]:
 SQL_SCOPE_SIZE = _scoped(SQL_SESSION_SIZE)
 
 # Optional anchor filters shared by the channels: $6 roles, $7 required
-# phrases (normalised, each must occur in the content), $8/$9 a time range [start, end).
+# phrases (normalised, each must occur in the content), $8/$9 a time range [start, end),
+# $10 sender names (the turns of the speakers a query names, ``lang.names``).
 # The range bounds are plain comparisons so the session index can use them.
 _ROLE_AND_PHRASE_FILTERS = """
   AND ($6::text[] IS NULL OR role = ANY($6::text[]))
   AND NOT EXISTS (SELECT 1 FROM unnest($7::text[]) AS k(phrase)
                   WHERE strpos(lower(normalize(content, NFKC)), k.phrase) = 0)
+  AND ($10::text[] IS NULL OR sender_name = ANY($10::text[]))
 """
 
 _ANCHOR_FILTERS = (
@@ -127,14 +129,14 @@ ORDER BY embedding::halfvec({dim}) <=> $4::halfvec({dim}) LIMIT $5
 
 # Keyword search of one session: rows holding any query term ($4 tsquery over the
 # terms $5), ranked by BM25 without term frequency (messages rarely repeat a word): the sum of
-# the matched terms' IDF, with the session ($10 rows) as the collection, damped for long
+# the matched terms' IDF, with the session ($11 rows) as the collection, damped for long
 # messages. The filters apply after the document frequencies, which describe the whole
-# session. Only the $12 best rows are read again for their cosine to $11 (NULL: none).
-# $13 weighs each term of $5 (same order): a term only the conversation's earlier lines have
+# session. Only the $13 best rows are read again for their cosine to $12 (NULL: none).
+# $14 weighs each term of $5 (same order): a term only the conversation's earlier lines have
 # counts less than one of the message itself (``lang.keywords.weighted_conversation_terms``).
 SQL_KEYWORD_CANDIDATES = f"""
 WITH matches AS MATERIALIZED (
-    SELECT id, created_at, role, content, tsvector_to_array(keywords) AS terms
+    SELECT id, created_at, role, content, sender_name, tsvector_to_array(keywords) AS terms
     FROM dialogues
     WHERE session_key = $1 AND keywords @@ $4::tsquery
       AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
@@ -143,9 +145,9 @@ df AS (
     SELECT term, count(*) AS n FROM matches, unnest(terms) AS term
     WHERE term = ANY($5::text[]) GROUP BY term
 ),
-weights AS (SELECT * FROM unnest($5::text[], $13::float8[]) AS w(term, weight)),
+weights AS (SELECT * FROM unnest($5::text[], $14::float8[]) AS w(term, weight)),
 scored AS (
-    SELECT t.id, sum(w.weight * ln(1 + ($10::float8 - df.n + 0.5) / (df.n + 0.5))) AS idf
+    SELECT t.id, sum(w.weight * ln(1 + ($11::float8 - df.n + 0.5) / (df.n + 0.5))) AS idf
     FROM (SELECT id, unnest(terms) AS term FROM matches) t JOIN df USING (term)
     JOIN weights w USING (term)
     GROUP BY t.id
@@ -154,7 +156,7 @@ average AS (SELECT greatest(avg(cardinality(terms)), 1)::float8 AS len FROM matc
 -- The IDF mass of the whole query (terms found nowhere weigh the most).
 query AS (
     SELECT sum(q.weight
-               * ln(1 + ($10::float8 - coalesce(df.n, 0) + 0.5) / (coalesce(df.n, 0) + 0.5)))
+               * ln(1 + ($11::float8 - coalesce(df.n, 0) + 0.5) / (coalesce(df.n, 0) + 0.5)))
            AS idf
     FROM weights q LEFT JOIN df USING (term)
 ),
@@ -162,7 +164,7 @@ query AS (
 -- near 0 when even they are in most turns (chit-chat words), 1 for a term in one turn only.
 rarity AS (
     SELECT coalesce(avg(r), 0) AS value FROM (
-        SELECT CASE WHEN $10::float8 > 1 THEN ln($10::float8 / n) / ln($10::float8) ELSE 1 END
+        SELECT CASE WHEN $11::float8 > 1 THEN ln($11::float8 / n) / ln($11::float8) ELSE 1 END
                AS r
         FROM df ORDER BY r DESC LIMIT 3
     ) rarest
@@ -172,11 +174,11 @@ best AS (
            s.idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * cardinality(terms) / a.len)) AS score
     FROM scored s JOIN matches USING (id) CROSS JOIN average a CROSS JOIN query q
     WHERE true {_ANCHOR_FILTERS}
-    ORDER BY score DESC, created_at DESC, id DESC LIMIT $12
+    ORDER BY score DESC, created_at DESC, id DESC LIMIT $13
 )
 SELECT b.id, b.created_at, b.score, b.coverage, r.value AS rarity,
-       CASE WHEN d.embedding_model = $2 AND $11::halfvec IS NOT NULL
-            THEN 1 - (d.embedding <=> $11::halfvec) END AS similarity
+       CASE WHEN d.embedding_model = $2 AND $12::halfvec IS NOT NULL
+            THEN 1 - (d.embedding <=> $12::halfvec) END AS similarity
 FROM best b JOIN dialogues d ON d.id = b.id CROSS JOIN rarity r
 ORDER BY b.score DESC, b.created_at DESC, b.id DESC
 """
@@ -231,6 +233,18 @@ CROSS JOIN LATERAL (
 """
 
 SQL_SCOPE_WINDOWS = _scoped(SQL_WINDOWS, alias="s.")
+
+# The sender names on the scope's last $3 turns up to $2 (a bounded read, newest first: who
+# takes part in the chat now), for the names a query may mention (``lang.names``).
+SQL_SPEAKER_NAMES = """
+SELECT DISTINCT sender_name FROM (
+    SELECT sender_name FROM dialogues
+    WHERE session_key = $1 AND created_at <= $2
+    ORDER BY created_at DESC, id DESC LIMIT $3
+) recent WHERE sender_name IS NOT NULL
+"""
+
+SQL_SCOPE_SPEAKER_NAMES = _scoped(SQL_SPEAKER_NAMES)
 
 # The short-term context: whatever the evaluator made of a turn, the conversation of the last
 # minutes stays (expired rows outlive their expiry by that window, see ``purge_expired``).
@@ -313,13 +327,15 @@ class AnchorFilters:
     """Optional limits on which turns may be anchors.
 
     ``roles``: only these roles; ``phrases``: normalised text each anchor must contain
-    (see ``keywords.required_phrases``); ``start``/``end``: a time range ``[start, end)``.
+    (see ``keywords.required_phrases``); ``start``/``end``: a time range ``[start, end)``;
+    ``speakers``: only turns with one of these sender names (as stored).
     """
 
     roles: tuple[str, ...] | None = None
     phrases: tuple[str, ...] | None = None
     start: datetime | None = None
     end: datetime | None = None
+    speakers: tuple[str, ...] | None = None
 
     def args(self) -> tuple[Any, ...]:
         return (
@@ -327,6 +343,7 @@ class AnchorFilters:
             list(self.phrases) if self.phrases else None,
             self.start,
             self.end,
+            list(self.speakers) if self.speakers else None,
         )
 
 
@@ -385,6 +402,12 @@ class PgRecallStore(PgStore):
             )
             status = await conn.execute(SQL_MOVE_IMPORTED, timeout=COPY_TIMEOUT)
         return rows_affected(status)
+
+    async def speaker_names(self, scope: RecallScope, now: datetime, turns: int) -> list[str]:
+        """The distinct sender names on the scope's last ``turns`` turns up to ``now``."""
+        async with self._connection() as conn:
+            records = await conn.fetch(scope.pick(SQL_SCOPE_SPEAKER_NAMES), scope.key, now, turns)
+        return sorted(r["sender_name"] for r in records)
 
     async def session_size(self, scope: RecallScope) -> int:
         """The rows of the scope's session (or shared group), live or not."""

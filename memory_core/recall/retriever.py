@@ -16,12 +16,14 @@ from ..dialogue.index_store import PgVectorIndexStore
 from ..dialogue.recall_store import (
     AnchorCandidate,
     AnchorFilters,
+    KeywordCandidate,
     PgRecallStore,
     RecallScope,
 )
 from ..dialogue.vector_index import VectorIndex
 from ..errors import EmbeddingError, RerankError
 from ..lang.keywords import required_phrases, weighted_conversation_terms
+from ..lang.names import asked_about, named_speakers, without_names
 from ..lang.text import scrub
 from ..lang.timerange import analyse_query
 from ..models import RecallResult, generate_session_key
@@ -54,6 +56,8 @@ log = logging.getLogger(__name__)
 
 CANDIDATES_PER_ANCHOR = 4
 MIN_CANDIDATES = 20
+# The participants a query may name are the sender names on the scope's last this many turns.
+SPEAKER_SCAN_TURNS = 2_000
 _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
 
 
@@ -78,6 +82,18 @@ def conversational_query(message: str, earlier: Sequence[str]) -> str:
     then the message, one a line — the message alone when there is nothing before it. An
     elliptic message ("那家店叫什么来着") gets its topic from the lines before it."""
     return "\n".join([*earlier, message]) if earlier else message
+
+
+def _keyword_order(
+    hits: Sequence[KeywordCandidate], now: datetime, decay: DecayPolicy
+) -> list[AnchorCandidate]:
+    """A keyword list's hits as candidates, by score times decay."""
+    return decayed_order(
+        [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
+        [h.score for h in hits],
+        now=now,
+        decay=decay,
+    )
 
 
 class Retriever:
@@ -161,7 +177,14 @@ class Retriever:
         # The time expression has done its work once it is a range; the rest is the topic.
         text = when.rest if when is not None and when.rest.strip() else query
         earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
-        search_text = conversational_query(text, earlier)
+        # A participant the message names is who, not what (lang.names): the name leaves the
+        # text searched (both channels) and that speaker's turns join the fusion below.
+        named = await self._named_speakers(store, scope, text, now)
+        about = asked_about(text, named)  # not only addressed ("小诗，……")
+        topic = without_names(text, named) if named else text
+        if not topic.strip():  # nothing but a name ("小明?"): it is all there is to search by
+            topic = text
+        search_text = conversational_query(topic, earlier)
         share = self._share(text, earlier)
         filters = AnchorFilters(
             roles=options.roles or None,
@@ -170,7 +193,7 @@ class Retriever:
         )
         # The query's embedding and the session's size are independent: fetch both at once.
         embedded, size = await asyncio.gather(
-            self._query_vector(text, search_text, mode, share.message_weight),
+            self._query_vector(topic, search_text, mode, share.message_weight),
             store.session_size(scope),
         )
         if embedded is _NO_VECTOR:
@@ -181,8 +204,9 @@ class Retriever:
         searches: dict[str, Awaitable[list[Any]]] = {}
         if vector is not None:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
+        weighted: list[tuple[str, float]] = []
         if mode != "vector":
-            weighted = weighted_conversation_terms(text, earlier, share.context_term_weight)
+            weighted = weighted_conversation_terms(topic, earlier, share.context_term_weight)
             searches["keyword"] = store.keyword_candidates(
                 terms=[term for term, _ in weighted],
                 weights=[weight for _, weight in weighted],
@@ -191,6 +215,24 @@ class Retriever:
                 filters=filters,
                 **search,
             )
+        if about and mode != "keyword":
+            # The turns of the speakers asked about, by meaning and by the same terms. Not in
+            # keyword mode: a second list of the same terms fused with the first only reorders
+            # it (LoCoMo-dev: keyword mode is best with the name out of its terms alone).
+            theirs = dataclasses.replace(filters, speakers=about)
+            if vector is not None:
+                searches["speaker vector"] = self._anchor_candidates(
+                    store, vector, theirs, size, **search
+                )
+            if weighted:
+                searches["speaker keyword"] = store.keyword_candidates(
+                    terms=[term for term, _ in weighted],
+                    weights=[weight for _, weight in weighted],
+                    session_rows=size,
+                    query_vector=vector,
+                    filters=theirs,
+                    **search,
+                )
         within: TimeScope | None = None
         if when is not None:
             start = when.range.start
@@ -220,8 +262,8 @@ class Retriever:
         channels: list[Channel] = []
         decay = self._decay
         near: list[AnchorCandidate] = []  # the vector list's candidates above the floor
+        floor = self.settings.memory_similarity_floor
         if "vector" in found:
-            floor = self.settings.memory_similarity_floor
             near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
             similarities = [c.similarity for c in near]
             decay = decay_for_match(decay, similarities, self.settings.memory_decay_tie_margin)
@@ -229,12 +271,7 @@ class Retriever:
             channels.append(Channel("vector", ordered))
         if "keyword" in found:
             hits = found["keyword"]
-            keyed = decayed_order(
-                [AnchorCandidate(h.id, h.created_at, h.similarity or 0.0) for h in hits],
-                [h.score for h in hits],
-                now=now,
-                decay=decay,
-            )
+            keyed = _keyword_order(hits, now, decay)
             # Beside the vector list, a hit counts in proportion to how much of the query it
             # matches: a keyword list that only matched filler words ("最近") must not outvote
             # it. Alone (keyword mode), the keyword ranking stands as it is.
@@ -269,6 +306,26 @@ class Retriever:
             by_meaning = vector is not None and when is not None and not when.range.recent
             timed = merge_time_candidates(found["time"], referring, by_meaning=by_meaning)
             channels.append(Channel("time", timed, self.settings.memory_time_weight))
+        speaker_weight = self.settings.memory_speaker_weight
+        if "speaker vector" in found:
+            theirs_near = [
+                c for c in found["speaker vector"] if floor is None or c.similarity >= floor
+            ]
+            ordered = decayed_order(
+                theirs_near, [c.similarity for c in theirs_near], now=now, decay=decay
+            )
+            channels.append(Channel("speaker vector", ordered, speaker_weight))
+        if "speaker keyword" in found:
+            hits = found["speaker keyword"]
+            strengths = {h.id: h.coverage for h in hits} if vector is not None else None
+            channels.append(
+                Channel(
+                    "speaker keyword",
+                    _keyword_order(hits, now, decay),
+                    speaker_weight * self.settings.memory_keyword_weight,
+                    strengths,
+                )
+            )
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
             ranked = rank_anchors(channels[0].candidates, now=now, decay=decay, top_n=limit)
@@ -318,6 +375,16 @@ class Retriever:
         chosen = {a.candidate.id for a in reordered}
         scores = tuple((head[i].candidate.id, score) for i, score in order if score is not None)
         return reordered + [a for a in ranked if a.candidate.id not in chosen], scores
+
+    async def _named_speakers(
+        self, store: PgRecallStore, scope: RecallScope, message: str, now: datetime
+    ) -> tuple[str, ...]:
+        """The participants of the scope that ``message`` names (``lang.names``); none while
+        ``MEMORY_SPEAKER_WEIGHT`` is 0."""
+        if self.settings.memory_speaker_weight <= 0:
+            return ()
+        names = await store.speaker_names(scope, now, SPEAKER_SCAN_TURNS)
+        return named_speakers(message, names)
 
     def _share(self, message: str, earlier: Sequence[str]) -> MessageShare:
         """The query's message weight and context term weight: the settings', or with

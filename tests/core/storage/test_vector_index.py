@@ -122,7 +122,7 @@ async def test_the_planner_searches_a_large_session_through_its_own_index(
                 plan = "\n".join(
                     r[0]
                     for r in await statement.fetch(
-                        "700:2", memory.embedding_model, NOW, vector, 12, None, [], None, None
+                        "700:2", memory.embedding_model, NOW, vector, 12, None, [], None, None, None
                     )
                 )
     finally:
