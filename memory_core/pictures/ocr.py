@@ -2,16 +2,21 @@
 
 The models ship inside the wheel (nothing is downloaded) and run on ONNX Runtime, which the
 bundled embedding model already brings. Recognition is CPU work of about half a second a
-screenshot once loaded (bench/RESULTS.md), so it runs in a worker thread, one picture at a time
-per reader, with ONNX Runtime held to one thread so the bot's own replies keep a core.
+screenshot once loaded (bench/RESULTS.md), so it runs in a thread of its own, one picture at a
+time per reader, with ONNX Runtime held to one thread (which then computes on that thread) so the
+bot's own replies keep a core. That thread runs at a lower priority (``OCR_NICENESS``): on a
+machine short of cores the replies' event loop and embedder come first, and a picture waits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import logging
+import os
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,6 +28,24 @@ from ..errors import PictureError
 MAX_PIXELS = 40_000_000
 # Lines recognised with less confidence than this are noise (textures, emoji).
 MIN_SCORE = 0.5
+# How much less CPU priority the OCR's thread takes than the bot's (a Linux nice increment; 0
+# keeps the same): with 10 a busy reply thread gets about ten times the OCR's share of a core.
+OCR_NICENESS = 10
+
+log = logging.getLogger(__name__)
+
+
+def lower_thread_priority(increment: int) -> None:
+    """Lower the calling thread's CPU priority by ``increment`` (Linux schedules threads one by
+    one: the process's other threads keep theirs). Where that cannot be done, nothing changes."""
+    if increment <= 0 or not hasattr(os, "setpriority"):
+        return
+    thread = threading.get_native_id()
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, min(current + increment, 19))
+    except OSError as exc:
+        log.debug("the OCR thread keeps its priority: %s", exc)
 
 
 class TextReader(Protocol):
@@ -53,13 +76,21 @@ def decoded(picture: bytes) -> np.ndarray:
 class RapidOcrReader:
     """PP-OCRv4 (Chinese and English) loaded on first use; one picture at a time."""
 
-    def __init__(self, *, threads: int = 1) -> None:
+    def __init__(self, *, threads: int = 1, niceness: int = OCR_NICENESS) -> None:
         self._threads = threads
         self._engine: Any = None
         self._lock = threading.Lock()
+        # One thread, created on the first picture, lowered once; ONNX Runtime's own threads
+        # (with ``threads`` > 1) are created from it and inherit its priority.
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="picture-ocr",
+            initializer=lower_thread_priority,
+            initargs=(niceness,),
+        )
 
     async def read(self, picture: bytes) -> list[str]:
-        return await asyncio.to_thread(self._read, picture)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._read, picture)
 
     def _read(self, picture: bytes) -> list[str]:
         image = decoded(picture)
