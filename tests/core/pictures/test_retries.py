@@ -37,6 +37,20 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/gone.png"
 
 
+async def opened(memory_factory, reader_factory, **options):  # type: ignore[no-untyped-def]
+    """A memory, the budget's clock and a reader on it (``options``: the reader's)."""
+    memory = await memory_factory()
+    clock = Clock()
+    return memory, clock, reader_factory(memory, clock=clock, **options)
+
+
+async def spend_the_minute(memory, reader, server, group: int | None = GROUP) -> None:  # type: ignore[no-untyped-def]
+    """A first picture takes the minute's one fetch (``per_minute=1``)."""
+    server.pictures["/first.png"] = blank_picture()
+    first, refs = picture_turn(ALICE, server.url("/first.png"), group, mid=1)
+    await store_and_read(memory, reader, first, refs)
+
+
 async def rows_by_turn(memory) -> dict[int, dict]:  # type: ignore[no-untyped-def]
     return {r["turn_id"]: dict(r) for r in await picture_rows(memory)}
 
@@ -44,12 +58,8 @@ async def rows_by_turn(memory) -> dict[int, dict]:  # type: ignore[no-untyped-de
 async def test_a_picture_skipped_by_the_budget_is_read_by_a_later_retry_and_then_recalled(
     memory_factory, reader_factory, server
 ):
-    memory = await memory_factory()
-    clock = Clock()
-    reader = reader_factory(memory, per_minute=1, clock=clock)
-    server.pictures["/first.png"] = note_picture(("会议改到周五",))
-    first, refs = picture_turn(ALICE, server.url("/first.png"), GROUP, mid=1)
-    await store_and_read(memory, reader, first, refs)
+    memory, clock, reader = await opened(memory_factory, reader_factory, per_minute=1)
+    await spend_the_minute(memory, reader, server)
     turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP, mid=2)
     stored = await store_and_read(memory, reader, turn, refs)
     assert await content_of(memory, stored.id) == "帮我记一下[图片]"
@@ -76,9 +86,7 @@ async def test_a_picture_skipped_by_the_budget_is_read_by_a_later_retry_and_then
 async def test_a_turn_with_two_pictures_gets_the_retried_ones_label_beside_the_read_one(
     memory_factory, reader_factory, server
 ):
-    memory = await memory_factory()
-    clock = Clock()
-    reader = reader_factory(memory, per_minute=1, clock=clock)
+    memory, clock, reader = await opened(memory_factory, reader_factory, per_minute=1)
     server.pictures["/first.png"] = note_picture(("会议改到周五",))
     segments = [
         {"type": "text", "data": {"text": "看这两张"}},
@@ -100,9 +108,7 @@ async def test_a_turn_with_two_pictures_gets_the_retried_ones_label_beside_the_r
 async def test_a_sticker_declined_for_its_size_is_not_tried_again(
     memory_factory, reader_factory, server
 ):
-    memory = await memory_factory()
-    clock = Clock()
-    reader = reader_factory(memory, clock=clock)
+    memory, clock, reader = await opened(memory_factory, reader_factory)
     segments = [
         {
             "type": "image",
@@ -127,9 +133,7 @@ async def test_a_sticker_declined_for_its_size_is_not_tried_again(
 
 
 async def test_attempts_stop_at_the_cap(memory_factory, reader_factory):
-    memory = await memory_factory()
-    clock = Clock()
-    reader = reader_factory(memory, clock=clock, max_attempts=3)
+    memory, clock, reader = await opened(memory_factory, reader_factory, max_attempts=3)
     turn, refs = picture_turn(ALICE, closed_port_url(), GROUP)
     stored = await store_and_read(memory, reader, turn, refs)
     assert (await rows_by_turn(memory))[stored.id]["attempts"] == 1
@@ -145,12 +149,8 @@ async def test_attempts_stop_at_the_cap(memory_factory, reader_factory):
 
 
 async def test_a_withdrawn_turns_picture_is_not_tried_again(memory_factory, reader_factory, server):
-    memory = await memory_factory()
-    clock = Clock()
-    reader = reader_factory(memory, per_minute=1, clock=clock)
-    server.pictures["/first.png"] = blank_picture()
-    first, refs = picture_turn(ALICE, server.url("/first.png"), GROUP, mid=1)
-    await store_and_read(memory, reader, first, refs)
+    memory, clock, reader = await opened(memory_factory, reader_factory, per_minute=1)
+    await spend_the_minute(memory, reader, server)
     turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP, mid=78)
     stored = await store_and_read(memory, reader, turn, refs)
     assert (await rows_by_turn(memory))[stored.id]["status"] == "skipped"
@@ -167,12 +167,8 @@ async def test_a_withdrawn_turns_picture_is_not_tried_again(memory_factory, read
 async def test_an_opted_out_persons_skipped_picture_is_not_tried_again(
     memory_factory, reader_factory, server
 ):
-    memory = await memory_factory()
-    clock = Clock()
-    reader = reader_factory(memory, per_minute=1, clock=clock)
-    server.pictures["/first.png"] = blank_picture()
-    first, refs = picture_turn(ALICE, server.url("/first.png"), mid=1)  # a private chat
-    await store_and_read(memory, reader, first, refs)
+    memory, clock, reader = await opened(memory_factory, reader_factory, per_minute=1)
+    await spend_the_minute(memory, reader, server, group=None)  # in a private chat
     turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP, mid=2)
     await store_and_read(memory, reader, turn, refs)
 
@@ -185,9 +181,7 @@ async def test_an_opted_out_persons_skipped_picture_is_not_tried_again(
 async def test_a_retry_round_takes_no_more_than_the_budget_leaves(
     memory_factory, reader_factory, server
 ):
-    memory = await memory_factory()
-    clock = Clock()
-    reader = reader_factory(memory, per_minute=2, clock=clock)
+    memory, clock, reader = await opened(memory_factory, reader_factory, per_minute=2)
     paths = [f"/blank-{i}.gif" for i in range(5)]
     for i, path in enumerate(paths):
         server.pictures[path] = blank_picture((40 + i, 40))  # five distinct pictures
