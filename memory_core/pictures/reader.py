@@ -155,11 +155,14 @@ class PictureReader:
         describer: Describer | None = None,
         retry_window: float = 6 * 3600.0,
         max_attempts: int = 3,
+        close_text_reader: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``close_text_reader``: :meth:`aclose` also closes ``text_reader`` (its own)."""
         self._memory = memory
         self._fetcher = fetcher
         self._text_reader = text_reader
+        self._close_text_reader = close_text_reader
         self._workers_wanted = workers
         # each message's pictures, with the session key its log lines name
         self._queue: asyncio.Queue[tuple[PictureJob, str]] = asyncio.Queue(queue_size)
@@ -194,6 +197,7 @@ class PictureReader:
             describer=build_describer(settings),
             retry_window=settings.memory_image_retry_hours * 3600.0,
             max_attempts=settings.memory_image_read_attempts,
+            close_text_reader=True,
         )
 
     @property
@@ -201,7 +205,8 @@ class PictureReader:
         return self._queue.qsize()
 
     async def aclose(self) -> None:
-        """Stop the retries, the workers and the follow-ups, close the HTTP client."""
+        """Stop the retries, the workers and the follow-ups, close the HTTP client (and the
+        text reader when it is this reader's own)."""
         if self._retries is not None:
             await self._retries.stop()
             self._retries = None
@@ -213,6 +218,9 @@ class PictureReader:
                 await task
         self._workers.clear()
         await self._fetcher.aclose()
+        closing_reader = getattr(self._text_reader, "close", None)
+        if self._close_text_reader and closing_reader is not None:
+            await asyncio.to_thread(closing_reader)
         closing = getattr(self._describer, "aclose", None)
         if closing is not None:
             await closing()
