@@ -30,20 +30,27 @@ def server() -> Iterator[PictureServer]:
     served.close()
 
 
-@pytest.fixture
-async def pictures(runtime: Any) -> AsyncIterator[PictureReader]:
+def plugin_reader(runtime: Any, **overrides: Any) -> PictureReader:
+    """A reader with its own OCR worker, put into the plugin's runtime."""
+    options: dict[str, Any] = dict(per_minute=100) | overrides
     reader = PictureReader(
         memory=runtime.memory,
         fetcher=PictureFetcher(max_bytes=1_000_000, timeout=30.0, max_redirects=3),
         text_reader=RapidOcrReader(),
         workers=1,
         queue_size=8,
-        per_minute=100,
         sticker_max_bytes=10_000,
         text_max_chars=300,
         close_text_reader=True,
+        **options,
     )
     runtime.pictures = reader
+    return reader
+
+
+@pytest.fixture
+async def pictures(runtime: Any) -> AsyncIterator[PictureReader]:
+    reader = plugin_reader(runtime)
     # Long enough that the reply always gets its picture here: no test races a timer.
     runtime.settings = runtime.settings.model_copy(update={"memory_image_reply_wait": 120.0})
     yield reader
@@ -183,19 +190,7 @@ async def test_a_skipped_picture_without_url_is_located_again_by_its_own_account
     from nonebot_plugin_temporal_memory.locate import stored_locator
 
     now = [1000.0]
-    reader = PictureReader(
-        memory=runtime.memory,
-        fetcher=PictureFetcher(max_bytes=1_000_000, timeout=30.0, max_redirects=3),
-        text_reader=RapidOcrReader(),
-        workers=1,
-        queue_size=8,
-        per_minute=1,
-        sticker_max_bytes=10_000,
-        text_max_chars=300,
-        close_text_reader=True,
-        clock=lambda: now[0],
-    )
-    runtime.pictures = reader
+    reader = plugin_reader(runtime, per_minute=1, clock=lambda: now[0])
     runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
     server.pictures["/first.png"] = note_picture(("第一张",))
     first = image_seg(server.url("/first.png"), file="first.png")
