@@ -255,9 +255,8 @@ async def run(
         print(
             f"CPU per message {label}: "
             "bot event loop {main:.1f} ms, bot's other threads (the local embedder) "
-            "{threads:.1f} ms, PostgreSQL {postgres:.1f} ms, in all {total:.1f} ms".format(
-                total=sum(per_message.values()), **per_message
-            )
+            "{threads:.1f} ms, PostgreSQL {postgres:.1f} ms, the OCR worker {workers:.1f} ms, "
+            "in all {total:.1f} ms".format(total=sum(per_message.values()), **per_message)
         )
     print(
         f"put off under load: {log.count(KEYWORD_ONLY)} recall(s) by keywords only (query "

@@ -1,4 +1,5 @@
-"""CPU time and memory of the bot process and its embedded PostgreSQL, read from ``/proc``.
+"""CPU time and memory of the bot process, its worker processes (the pictures' OCR) and its
+embedded PostgreSQL, read from ``/proc``.
 
 CPU seconds per message are what a loaded machine changes least: wall-clock throughput on a
 2-core box shared with other work is a rough figure, the CPU a message costs is not. The event
@@ -41,6 +42,22 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return {"main": _cpu_seconds(main), "threads": _cpu_seconds(whole) - _cpu_seconds(main)}
 
 
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds of the whole process ``pid`` so far (0 when it is gone or ``None``)."""
+    fields = None if pid is None else _stat_fields(Path(f"/proc/{pid}/stat"))
+    return 0.0 if fields is None else _cpu_seconds(fields)
+
+
+def worker_cpu(pid: int) -> float:
+    """CPU seconds of ``pid``'s running child processes (the pictures' OCR worker)."""
+    total = 0.0
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = _stat_fields(proc / "stat")
+        if fields is not None and fields[2] == str(pid):
+            total += _cpu_seconds(fields)
+    return total
+
+
 def postgres_cpu(data_dir: Path) -> float:
     """CPU seconds of the embedded PostgreSQL under ``data_dir`` (server and its backends,
     the ones still running)."""
@@ -69,22 +86,26 @@ def rss_mb(pid: int) -> float:
 
 @dataclass
 class CpuMeter:
-    """CPU used by the bot (by thread kind) and its PostgreSQL between ``start`` and ``stop``."""
+    """CPU used by the bot (by thread kind), its worker processes and its PostgreSQL between
+    ``start`` and ``stop``."""
 
     pid: int
     data_dir: Path
     _bot: dict[str, float] | None = None
     _pg: float = 0.0
+    _workers: float = 0.0
 
     def start(self) -> None:
         self._bot = thread_cpu(self.pid)
         self._pg = postgres_cpu(self.data_dir)
+        self._workers = worker_cpu(self.pid)
 
     def stop(self) -> dict[str, float]:
         assert self._bot is not None, "start() first"
         used = thread_cpu(self.pid)
         figures = {kind: max(0.0, used[kind] - self._bot[kind]) for kind in used}
         figures["postgres"] = max(0.0, postgres_cpu(self.data_dir) - self._pg)
+        figures["workers"] = max(0.0, worker_cpu(self.pid) - self._workers)
         return figures
 
 

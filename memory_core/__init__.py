@@ -78,8 +78,10 @@ from .pictures import (
     PictureRef,
     PicturesOff,
     build_picture_reader,
+    image_placeholder,
+    picture_refs,
 )
-from .pictures.reading import Locate
+from .pictures.reading import Locate, StoredLocator
 from .providers.llm import CHAT_CACHED_TOKENS, CHAT_PROMPT_TOKENS, ChatModel, build_chat_model
 from .providers.openai_api import is_failing
 from .recall.listing import RecallListing, list_recall
@@ -143,6 +145,7 @@ __all__ = [
     "SendText",
     "SharingStatus",
     "StorageError",
+    "StoredLocator",
     "TemporalMemory",
     "TurnInput",
     "TurnRecorder",
@@ -156,12 +159,14 @@ __all__ = [
     "export_person",
     "forget_named",
     "generate_session_key",
+    "image_placeholder",
     "is_failing",
     "known_about",
     "list_recall",
     "open_memory",
     "opt_in",
     "opt_out",
+    "picture_refs",
     "preview_forget",
     "relative_time_zh",
     "serving_account",

@@ -221,6 +221,10 @@ class MemorySettings(BaseModel):
     memory_image_reply_wait: float = Field(default=2.0, ge=0, le=30)
     memory_image_sticker_max_bytes: int = Field(default=300_000, ge=0)
     memory_image_text_max_chars: int = Field(default=300, ge=20, le=5000)
+    # a picture not read for a passing reason (the budget, a full queue, a timeout) is tried
+    # again while its turn is at most this old (0: never), at most this many times in all
+    memory_image_retry_hours: float = Field(default=6.0, ge=0)
+    memory_image_read_attempts: int = Field(default=3, ge=1, le=20)
     # optional descriptions by an OpenAI-compatible vision model; off while VISION_MODEL is empty
     vision_base_url: str = SILICONFLOW_BASE_URL
     vision_api_key: SecretStr | None = None

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..models import MemoryTurn, TurnInput
-from .reader import PictureReader
-from .reading import PictureJob, PictureRef, Reading
+from .reader import RETRY_INTERVAL, PictureReader
+from .reading import PictureJob, PictureRef, Reading, StoredLocator
+from .segments import image_placeholder, is_sticker, picture_refs
 from .text import DERIVED_LABEL, derived_label, with_labels
 
 if TYPE_CHECKING:
@@ -34,6 +35,11 @@ class PicturesOff:
         return None
 
     async def settled(self) -> None:
+        return None
+
+    def start_retries(
+        self, locator: StoredLocator | None = None, interval: float = RETRY_INTERVAL
+    ) -> None:
         return None
 
     async def aclose(self) -> None:
@@ -56,7 +62,11 @@ __all__ = [
     "PictureRef",
     "PicturesOff",
     "Reading",
+    "StoredLocator",
     "build_picture_reader",
     "derived_label",
+    "image_placeholder",
+    "is_sticker",
+    "picture_refs",
     "with_labels",
 ]

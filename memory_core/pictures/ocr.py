@@ -2,17 +2,26 @@
 
 The models ship inside the wheel (nothing is downloaded) and run on ONNX Runtime, which the
 bundled embedding model already brings. Recognition is CPU work of about half a second a
-screenshot once loaded (bench/RESULTS.md), so it runs in a worker thread, one picture at a time
-per reader, with ONNX Runtime held to one thread so the bot's own replies keep a core.
+screenshot once loaded (bench/RESULTS.md), so it runs in a process of its own
+(``ocr_worker``), one picture at a time per reader, with ONNX Runtime held to one thread so the
+bot's own replies keep a core. A process, not a thread: much of the OCR's pre- and
+post-processing is Python that would hold the bot's interpreter lock while a reply waits for it,
+and a process can be given a lower CPU priority as a whole (``OCR_NICENESS``), so that on a
+machine short of cores the replies' event loop and embedder come first and a picture waits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import json
+import logging
+import os
+import subprocess
+import sys
 import threading
 import warnings
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import numpy as np
 
@@ -23,6 +32,13 @@ from ..errors import PictureError
 MAX_PIXELS = 40_000_000
 # Lines recognised with less confidence than this are noise (textures, emoji).
 MIN_SCORE = 0.5
+# How much less CPU priority the OCR's process takes than the bot (a nice increment; 0 keeps
+# the same): at 10 a busy reply thread gets about ten times the OCR's share of a core.
+OCR_NICENESS = 10
+# How long the worker may take to stop when asked before it is killed.
+STOP_TIMEOUT = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class TextReader(Protocol):
@@ -50,26 +66,96 @@ def decoded(picture: bytes) -> np.ndarray:
     return np.ascontiguousarray(array[:, :, ::-1])
 
 
-class RapidOcrReader:
-    """PP-OCRv4 (Chinese and English) loaded on first use; one picture at a time."""
+def load_engine(threads: int) -> Any:
+    """The PP-OCRv4 engine (in the worker process)."""
+    from rapidocr_onnxruntime import RapidOCR
 
-    def __init__(self, *, threads: int = 1) -> None:
+    return RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
+
+
+def recognised(engine: Any, picture: bytes) -> list[str]:
+    """The confident lines of text in ``picture`` (in the worker process)."""
+    image = decoded(picture)
+    try:
+        found, _ = engine(image)
+    except Exception as exc:  # the library raises bare errors on odd shapes
+        raise PictureError(f"text recognition failed: {exc!r}") from exc
+    return [str(text) for _, text, score in found or () if float(score) >= MIN_SCORE]
+
+
+class RapidOcrReader:
+    """PP-OCRv4 (Chinese and English) in a worker process started on first use, at a lower
+    priority; one picture at a time. A worker that dies is started again for the next picture
+    (the picture it was reading is skipped, to be tried again). :meth:`close` stops it."""
+
+    def __init__(self, *, threads: int = 1, niceness: int = OCR_NICENESS) -> None:
         self._threads = threads
-        self._engine: Any = None
+        self._niceness = niceness
         self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker process's id while it runs (benchmarks read its CPU time)."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     async def read(self, picture: bytes) -> list[str]:
-        return await asyncio.to_thread(self._read, picture)
+        # The thread only waits on the worker's pipe: the CPU work is the worker's.
+        answer = await asyncio.to_thread(self._ask, picture)
+        if "error" in answer:
+            raise PictureError(str(answer["error"]))
+        return [str(line) for line in answer.get("lines", ())]
 
-    def _read(self, picture: bytes) -> list[str]:
-        image = decoded(picture)
-        with self._lock:  # the engine's sessions are not shared between threads
-            if self._engine is None:
-                from rapidocr_onnxruntime import RapidOCR
+    def close(self) -> None:
+        """Stop the worker (it also stops by itself when this process ends)."""
+        with self._lock:
+            self._stop()
 
-                self._engine = RapidOCR(intra_op_num_threads=self._threads, inter_op_num_threads=1)
+    def _ask(self, picture: bytes) -> dict[str, Any]:
+        with self._lock:
+            process = self._running()
+            stdin, stdout = _pipes(process)
             try:
-                found, _ = self._engine(image)
-            except Exception as exc:  # the library raises bare errors on odd shapes
-                raise PictureError(f"text recognition failed: {exc!r}") from exc
-        return [str(text) for _, text, score in found or () if float(score) >= MIN_SCORE]
+                stdin.write(len(picture).to_bytes(4, "big") + picture)
+                stdin.flush()
+                line = stdout.readline()
+            except OSError:
+                line = b""
+            if not line:
+                self._stop()
+                raise PictureError("the OCR worker ended", lasting=False)
+        answer = json.loads(line)
+        return answer if isinstance(answer, dict) else {"error": "unreadable OCR answer"}
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        # The worker imports this very package: the same folders first on its path.
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        command = [sys.executable, "-m", "memory_core.pictures.ocr_worker"]
+        command += [str(self._niceness), str(self._threads)]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        return self._process
+
+    def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        stdin, _ = _pipes(process)
+        try:
+            stdin.close()  # the worker ends at the end of its input
+            process.wait(STOP_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def _pipes(process: subprocess.Popen[bytes]) -> tuple[IO[bytes], IO[bytes]]:
+    if process.stdin is None or process.stdout is None:
+        raise PictureError("the OCR worker has no pipes", lasting=False)
+    return process.stdin, process.stdout

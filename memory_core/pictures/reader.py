@@ -15,6 +15,12 @@ Bounds, so a sticker flood in a busy group cannot take the CPU or the memory:
   the budget;
 * a sticker is read only when it is at most ``MEMORY_IMAGE_STICKER_MAX_BYTES``.
 
+A picture not read for a passing reason (the budget, a full queue, a timeout) is tried again by
+:meth:`PictureReader.retry_skipped`, a round every minute (:meth:`PictureReader.start_retries`)
+that takes only what the minute's budget and the queue leave, from the turn's stored segments,
+while the turn is at most ``MEMORY_IMAGE_RETRY_HOURS`` old and each picture at most
+``MEMORY_IMAGE_READ_ATTEMPTS`` times in all. A sticker declined for its size is not tried again.
+
 Nothing is read for a person who opted out of memory in that chat, and nothing is written for
 a turn that is gone (撤回 while its picture was read). Failures never reach the caller: a
 picture that cannot be fetched or read leaves the turn as it was stored.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import time
@@ -32,6 +39,7 @@ from collections.abc import Callable, Sequence
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Protocol
 
+from ..background import RoundLoop
 from ..errors import EmbeddingError, MemoryCoreError, PictureError
 from ..lang.indexed import indexed_text
 from ..lang.keywords import document_terms
@@ -40,9 +48,27 @@ from ..models import MemoryTurn, TurnInput
 from ..storage.opt_outs import chat_name
 from .fetch import PictureFetcher
 from .ocr import RapidOcrReader, TextReader
-from .reading import READ, REFUSED, SKIPPED, PictureJob, PictureRef, Reading
-from .store import KnownPicture, PgPictureStore, PictureRecord, TextUpdate, TurnText
-from .text import picture_text, with_labels
+from .reading import (
+    DECLINED,
+    READ,
+    REFUSED,
+    SKIPPED,
+    PictureJob,
+    PictureRef,
+    Reading,
+    StoredLocator,
+)
+from .segments import Locator, picture_refs
+from .store import (
+    KnownPicture,
+    PgPictureStore,
+    PictureRecord,
+    RetryTurn,
+    StoredReading,
+    TextUpdate,
+    TurnText,
+)
+from .text import derived_label, picture_text, with_labels
 from .vision import Describer, NoDescriptions, build_describer
 
 if TYPE_CHECKING:
@@ -83,6 +109,11 @@ LOCATE_TIMEOUT = 5.0
 # How long a stored turn's follow-up waits for its readings: longer than any queue wait the
 # bounds allow, shorter than forever.
 FOLLOW_TIMEOUT = 600.0
+# A retry round every minute (the budget's own period), a few pictures at a time.
+RETRY_INTERVAL = 60.0
+RETRY_BATCH = 8
+
+Labels = list[tuple[str, str]]
 
 
 class MinuteBudget:
@@ -94,13 +125,17 @@ class MinuteBudget:
         self._taken: deque[float] = deque()
 
     def take(self) -> bool:
+        if self.remaining() == 0:
+            return False
+        self._taken.append(self._clock())
+        return True
+
+    def remaining(self) -> int:
+        """How many takes the last 60 seconds leave."""
         now = self._clock()
         while self._taken and now - self._taken[0] >= 60.0:
             self._taken.popleft()
-        if len(self._taken) >= self._limit:
-            return False
-        self._taken.append(now)
-        return True
+        return max(self._limit - len(self._taken), 0)
 
 
 class PictureReader:
@@ -118,19 +153,30 @@ class PictureReader:
         sticker_max_bytes: int,
         text_max_chars: int,
         describer: Describer | None = None,
+        retry_window: float = 6 * 3600.0,
+        max_attempts: int = 3,
+        close_text_reader: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``close_text_reader``: :meth:`aclose` also closes ``text_reader`` (its own)."""
         self._memory = memory
         self._fetcher = fetcher
         self._text_reader = text_reader
+        self._close_text_reader = close_text_reader
         self._workers_wanted = workers
-        self._queue: asyncio.Queue[tuple[PictureJob, TurnInput]] = asyncio.Queue(queue_size)
+        # each message's pictures, with the session key its log lines name
+        self._queue: asyncio.Queue[tuple[PictureJob, str]] = asyncio.Queue(queue_size)
         self._budget = MinuteBudget(per_minute, clock)
         self._sticker_max = sticker_max_bytes
         self._text_max = text_max_chars
         self._describer: Describer = describer if describer is not None else NoDescriptions()
         self._workers: list[asyncio.Task[None]] = []
         self._follow_ups: set[asyncio.Task[None]] = set()
+        self._retry_window = retry_window
+        self._max_attempts = max_attempts
+        self._retries: RoundLoop | None = None
+        # Where a stored turn's picture without a URL is (the plugin sets its get_image).
+        self.locator: StoredLocator | None = None
 
     @classmethod
     def from_settings(cls, settings: MemorySettings, memory: PictureMemory) -> PictureReader:
@@ -149,6 +195,9 @@ class PictureReader:
             sticker_max_bytes=settings.memory_image_sticker_max_bytes,
             text_max_chars=settings.memory_image_text_max_chars,
             describer=build_describer(settings),
+            retry_window=settings.memory_image_retry_hours * 3600.0,
+            max_attempts=settings.memory_image_read_attempts,
+            close_text_reader=True,
         )
 
     @property
@@ -156,7 +205,11 @@ class PictureReader:
         return self._queue.qsize()
 
     async def aclose(self) -> None:
-        """Stop the workers and the follow-ups, close the HTTP client."""
+        """Stop the retries, the workers and the follow-ups, close the HTTP client (and the
+        text reader when it is this reader's own)."""
+        if self._retries is not None:
+            await self._retries.stop()
+            self._retries = None
         tasks = [*self._workers, *self._follow_ups]
         for task in tasks:
             task.cancel()
@@ -165,6 +218,9 @@ class PictureReader:
                 await task
         self._workers.clear()
         await self._fetcher.aclose()
+        closing_reader = getattr(self._text_reader, "close", None)
+        if self._close_text_reader and closing_reader is not None:
+            await asyncio.to_thread(closing_reader)
         closing = getattr(self._describer, "aclose", None)
         if closing is not None:
             await closing()
@@ -188,7 +244,7 @@ class PictureReader:
         self._start_workers()
         job = PictureJob(refs=tuple(refs))
         try:
-            self._queue.put_nowait((job, turn))
+            self._queue.put_nowait((job, turn.session_key))
         except asyncio.QueueFull:
             log.info("picture queue full: %d picture(s) not read", len(refs))
             job.done.set_result([Reading(r, SKIPPED, reason="queue full") for r in refs])
@@ -214,14 +270,14 @@ class PictureReader:
 
     async def _work(self) -> None:
         while True:
-            job, turn = await self._queue.get()
+            job, session_key = await self._queue.get()
             try:
                 readings = [await self._read(ref) for ref in job.refs]
             except MemoryCoreError as exc:  # the database went away meanwhile
-                log.info("pictures of session %s not read: %s", turn.session_key, exc)
+                log.info("pictures of session %s not read: %s", session_key, exc)
                 readings = [Reading(r, SKIPPED, reason=str(exc)) for r in job.refs]
             except Exception as exc:  # a bug must not stop the worker; the turn stays as it is
-                log.exception("pictures of session %s could not be read", turn.session_key)
+                log.exception("pictures of session %s could not be read", session_key)
                 readings = [Reading(r, SKIPPED, reason=repr(exc)) for r in job.refs]
             finally:
                 self._queue.task_done()
@@ -233,7 +289,7 @@ class PictureReader:
         if ref.declared_size is not None and ref.declared_size > limit:
             return Reading(ref, REFUSED, reason=f"{ref.declared_size} bytes")
         if ref.sticker and ref.declared_size is not None and ref.declared_size > self._sticker_max:
-            return Reading(ref, SKIPPED, reason="a large sticker")
+            return Reading(ref, DECLINED, reason="a large sticker")
         store = self._memory.database.store(PgPictureStore)
         known = await self._known(store, ref.file_key, None)
         if known is not None:
@@ -246,7 +302,7 @@ class PictureReader:
             return Reading(ref, REFUSED if exc.lasting else SKIPPED, reason=str(exc))
         digest = hashlib.sha256(data).digest()
         if ref.sticker and len(data) > self._sticker_max:
-            return Reading(ref, SKIPPED, sha256=digest, reason="a large sticker")
+            return Reading(ref, DECLINED, sha256=digest, reason="a large sticker")
         known = await self._known(store, None, digest)
         if known is not None:
             return self._seen(ref, known, digest)
@@ -293,26 +349,117 @@ class PictureReader:
         except asyncio.TimeoutError:
             log.info("pictures of turn %d not read in time", stored.id)
             return
+        # The labels went into the turn's text before it was stored, or go in now.
+        labels = None if job.in_text else PictureJob.labels(readings)
         try:
-            await self._keep(job, stored, readings)
+            await self._keep(stored.id, readings, labels)
         except MemoryCoreError as exc:
             log.warning("readings of turn %d's pictures not kept: %s", stored.id, exc)
 
-    async def _keep(self, job: PictureJob, stored: MemoryTurn, readings: Sequence[Reading]) -> None:
+    async def _keep(self, turn_id: int, readings: Sequence[Reading], labels: Labels | None) -> None:
+        """Record the readings; then, unless ``labels`` is ``None``, put them into the turn's
+        text (``with_labels``: each ``(what the text shows now, what it is to show)``)."""
         store = self._memory.database.store(PgPictureStore)
         records = [
             PictureRecord(r.ref.position, r.ref.file_key, r.sha256, r.status, r.text, r.description)
             for r in readings
         ]
-        if not await store.record(stored.id, records) or job.in_text:
-            return  # the turn is gone, or was stored with the labels already
-        current = await store.turn_text(stored.id)
+        if not await store.record(turn_id, records) or labels is None:
+            return  # the turn is gone, or its text needs nothing
+        current = await store.turn_text(turn_id)
         if current is None:
             return
-        content = with_labels(current.content, PictureJob.labels(readings))
+        content = with_labels(current.content, labels)
         if content is None:
             return  # nothing was read, the labels are in already, or the text was edited
-        await self._set_text(store, stored.id, current.content, content, current)
+        await self._set_text(store, turn_id, current.content, content, current)
+
+    # ----------------------------------------------------------------- retries
+
+    def start_retries(
+        self, locator: StoredLocator | None = None, interval: float = RETRY_INTERVAL
+    ) -> None:
+        """Run :meth:`retry_skipped` every ``interval`` seconds (until :meth:`aclose`);
+        ``locator``: where a stored picture without a URL is (the plugin's ``get_image``)."""
+        self.locator = locator
+        if self._retries is None and self._retry_window > 0 and self._max_attempts > 1:
+            # The database away or refusing: said by the memory's own maintenance already.
+            self._retries = RoundLoop(
+                self.retry_skipped,
+                interval=interval,
+                name="picture retries",
+                postponed=(),
+                quiet=(MemoryCoreError,),
+            )
+            self._retries.start()
+
+    async def retry_skipped(self) -> int:
+        """One retry round: the pictures of stored turns not read for a passing reason, as
+        many as the minute's budget, the queue's free room and ``RETRY_BATCH`` allow, read on
+        the same workers and written into their turns. How many were tried."""
+        room = min(self._budget.remaining(), self._queue.maxsize - self._queue.qsize(), RETRY_BATCH)
+        if room <= 0 or self._retry_window <= 0:
+            return 0
+        store = self._memory.database.store(PgPictureStore)
+        due = await store.retry_due(self._max_attempts, self._retry_window, room)
+        queued: list[tuple[RetryTurn, PictureJob, list[PictureRef]]] = []
+        for turn in due:
+            locator = (
+                None if self.locator is None else functools.partial(self.locator, turn.self_id)
+            )
+            refs = picture_refs(turn.segments, locator)
+            again = [ref for ref in refs if ref.position in turn.positions]
+            if len(again) != len(turn.positions):  # the stored segments say otherwise now
+                await store.record(turn.turn_id, self._lost(turn, refs))
+                continue
+            job = PictureJob(refs=tuple(again))
+            self._start_workers()
+            try:
+                self._queue.put_nowait((job, turn.session_key))
+            except asyncio.QueueFull:  # fresh pictures came first
+                break
+            queued.append((turn, job, refs))
+        for turn, job, refs in queued:
+            try:
+                readings = await asyncio.wait_for(asyncio.shield(job.done), FOLLOW_TIMEOUT)
+            except asyncio.TimeoutError:
+                continue
+            before = await store.readings(turn.turn_id)
+            await self._keep(turn.turn_id, readings, self._relabels(refs, before, readings))
+        return sum(len(job.refs) for _, job, _ in queued)
+
+    def _locator_of(self, turn: RetryTurn) -> Locator | None:
+        if self.locator is None:
+            return None
+        return functools.partial(self.locator, turn.self_id)
+
+    @staticmethod
+    def _lost(turn: RetryTurn, refs: Sequence[PictureRef]) -> list[PictureRecord]:
+        known = {ref.position for ref in refs}
+        return [PictureRecord(p, None, None, REFUSED, "") for p in turn.positions if p not in known]
+
+    @staticmethod
+    def _relabels(
+        refs: Sequence[PictureRef],
+        before: dict[int, StoredReading],
+        readings: Sequence[Reading],
+    ) -> Labels:
+        """Each picture of the turn as its text shows it now, and as it is to show it: the
+        pictures read now from their placeholder to their label, the others as they are."""
+        now = {r.ref.position: r for r in readings}
+        labels: Labels = []
+        for ref in refs:
+            if ref.position in now:
+                labels.append((ref.placeholder, now[ref.position].label))
+                continue
+            earlier = before.get(ref.position)
+            shown = (
+                ref.placeholder
+                if earlier is None
+                else derived_label(ref.placeholder, earlier.text, earlier.description)
+            )
+            labels.append((shown, shown))
+        return labels
 
     async def _set_text(
         self, store: PgPictureStore, turn_id: int, before: str, content: str, current: TurnText

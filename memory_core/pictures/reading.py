@@ -11,10 +11,15 @@ from .text import derived_label, with_labels
 
 READ = "read"
 REFUSED = "refused"  # fetching or decoding failed for good (too big, not a picture, gone)
-SKIPPED = "skipped"  # not read now (budget, a big sticker, a timeout): may be read next time
+SKIPPED = "skipped"  # not read now (budget, a full queue, a timeout): tried again later
+DECLINED = "declined"  # not read by policy (a sticker too big): never tried again
 
 Locate = Callable[[], Awaitable[str | None]]
 """Asks the QQ client where a picture is (``get_image``) when its segment names no URL."""
+
+StoredLocator = Callable[[int | None, str], Locate | None]
+"""Where the QQ client of bot account ``self_id`` keeps a picture named ``file``: how a stored
+turn's picture without a URL is found again (the plugin's ``get_image``); ``None``: nowhere."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""All SQL of ``turn_pictures`` (migration 014), and the one update of a turn's text that
+"""All SQL of ``turn_pictures`` (migrations 014, 017), and the one update of a turn's text that
 reading its pictures makes (content, keywords, embedding, time reference together)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,7 +12,7 @@ from datetime import datetime
 import numpy as np
 
 from ..accounts import account_of_key, key_account
-from ..storage.opt_outs import EVERYONE, EVERYWHERE
+from ..storage.opt_outs import EVERYONE, EVERYWHERE, not_opted_out
 from ..storage.pg import PgStore, rows_affected
 
 # What was read of a picture before, by the client's digest name or by the bytes' hash: the
@@ -33,13 +35,33 @@ SELECT NOT EXISTS (
 """
 
 # A reading of a turn's picture. The turn may have been deleted (撤回) while its picture was
-# read: then nothing is written.
+# read: then nothing is written. A picture tried again (a retry round) counts one more attempt.
 SQL_RECORD = """
 INSERT INTO turn_pictures (turn_id, position, file_key, sha256, status, text, description)
 SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS (SELECT 1 FROM dialogues WHERE id = $1)
 ON CONFLICT (turn_id, position) DO UPDATE
 SET file_key = EXCLUDED.file_key, sha256 = EXCLUDED.sha256, status = EXCLUDED.status,
-    text = EXCLUDED.text, description = EXCLUDED.description, read_at = now()
+    text = EXCLUDED.text, description = EXCLUDED.description, read_at = now(),
+    attempts = turn_pictures.attempts + 1
+"""
+
+# Pictures to try again ('skipped': the budget, a full queue, a timeout), fewer than $1 times
+# tried: of turns still kept ($2: seconds back the retry window reaches), of people who have not
+# opted out since; at most $3 of them, the newest turns first. A 撤回 took its rows with it.
+SQL_RETRY_DUE = f"""
+SELECT d.id, d.self_id, d.session_key, d.raw_segments::text AS raw_segments, p.position
+FROM turn_pictures p JOIN dialogues d ON d.id = p.turn_id
+WHERE p.status = 'skipped' AND p.attempts < $1
+  AND d.created_at >= now() - make_interval(secs => $2)
+  AND (d.expires_at IS NULL OR d.expires_at > now())
+  AND {not_opted_out("d")}
+ORDER BY d.created_at DESC, d.id DESC, p.position
+LIMIT $3
+"""
+
+# What each picture of a turn was read as, so far.
+SQL_TURN_READINGS = """
+SELECT position, status, text, description FROM turn_pictures WHERE turn_id = $1
 """
 
 SQL_TURN_TEXT = "SELECT content, sender_name, created_at FROM dialogues WHERE id = $1"
@@ -91,6 +113,26 @@ class PictureRecord:
     status: str
     text: str
     description: str = ""
+
+
+@dataclass(frozen=True)
+class RetryTurn:
+    """A stored turn with pictures to try again: its segments, and which of its pictures."""
+
+    turn_id: int
+    self_id: int | None
+    session_key: str
+    segments: list[dict[str, object]] | None
+    positions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StoredReading:
+    """What one picture of a turn was read as."""
+
+    status: str
+    text: str
+    description: str
 
 
 @dataclass(frozen=True)
@@ -155,6 +197,31 @@ class PgPictureStore(PgStore):
                 )
                 kept += rows_affected(status)
         return kept
+
+    async def retry_due(self, max_attempts: int, window: float, limit: int) -> list[RetryTurn]:
+        """The turns with pictures to try again (at most ``limit`` pictures), newest first."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_RETRY_DUE, max_attempts, window, limit)
+        turns: dict[int, RetryTurn] = {}
+        for r in records:
+            earlier = turns.get(r["id"])
+            if earlier is not None:
+                positions = (*earlier.positions, r["position"])
+                turns[r["id"]] = dataclasses.replace(earlier, positions=positions)
+                continue
+            segments = json.loads(r["raw_segments"]) if r["raw_segments"] else None
+            turns[r["id"]] = RetryTurn(
+                r["id"], r["self_id"], r["session_key"], segments, (r["position"],)
+            )
+        return list(turns.values())
+
+    async def readings(self, turn_id: int) -> dict[int, StoredReading]:
+        """What each picture of the turn was read as, by position."""
+        async with self._connection() as conn:
+            records = await conn.fetch(SQL_TURN_READINGS, turn_id)
+        return {
+            r["position"]: StoredReading(r["status"], r["text"], r["description"]) for r in records
+        }
 
     async def turn_text(self, turn_id: int) -> TurnText | None:
         async with self._connection() as conn:

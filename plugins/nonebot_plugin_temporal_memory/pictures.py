@@ -1,82 +1,28 @@
-"""The pictures of a message, for the core's ``PictureReader``: where each one is, whether it is
-a sticker, how the turn's text shows it; and the two moments the handlers hand them over.
-
-A picture's address is its segment's ``url`` (NapCat, Lagrange, go-cqhttp all send one); only
-when there is none is the QQ client asked with ``get_image``, and only when the picture is
-read. The client's name of a picture (``file``) is taken as its identity only when it is a
-content digest (NapCat's ``<md5>.jpg``), so a sticker sent again is known before it is fetched.
-"""
+"""The pictures of a message, for the core's ``PictureReader`` (``memory_core.pictures.segments``
+reads them from the segments; a picture without a URL is located with the client's
+``get_image``, ``locate``); and the two moments the handlers hand them over."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nonebot.adapters.onebot.v11 import ActionFailed, Bot, MessageEvent, NetworkError
-from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
-from nonebot.log import logger
+from nonebot.adapters.onebot.v11 import Bot, MessageEvent
 
-from memory_core import Locate, MemoryTurn, PictureJob, PictureRef, TurnInput
+from memory_core import MemoryTurn, PictureJob, PictureRef, TurnInput
+from memory_core import picture_refs as core_picture_refs
 
 from .intake import segments_of
+from .locate import locate_with
 from .runtime import Runtime
-from .segments import is_sticker, segment_to_text
-
-_DIGEST_NAME = re.compile(r"^([0-9a-fA-F]{32}|[0-9a-fA-F]{40}|[0-9a-fA-F]{64})(\.\w{1,5})?$")
-_ADDRESS = ("http://", "https://", "base64://")
-
-
-def _size(value: Any) -> int | None:
-    text = str(value if value is not None else "").strip()
-    return int(text) if text.isdigit() else None
 
 
 def picture_refs(segments: Sequence[Mapping[str, Any]], bot: Bot | None = None) -> list[PictureRef]:
     """The ``image`` segments of a message as the core reads them, in order (``bot``: the
     client to ask where a picture without a ``url`` is)."""
-    refs: list[PictureRef] = []
-    for segment in segments:
-        if not isinstance(segment, Mapping) or segment.get("type") != "image":
-            continue
-        data = segment.get("data")
-        data = data if isinstance(data, Mapping) else {}
-        file = str(data.get("file") or "").strip()
-        url = str(data.get("url") or "").strip()
-        if not url.startswith(_ADDRESS):
-            url = file if file.startswith(_ADDRESS) else ""
-        digest = _DIGEST_NAME.match(file)
-        refs.append(
-            PictureRef(
-                position=len(refs),
-                placeholder=segment_to_text(segment),
-                url=url or None,
-                file_key=digest.group(1).lower() if digest else None,
-                sticker=is_sticker(data),
-                declared_size=_size(data.get("file_size")),
-                locate=_locator(bot, file) if not url and file and bot is not None else None,
-            )
-        )
-    return refs
-
-
-def _locator(bot: Bot, file: str) -> Locate:
-    async def locate() -> str | None:
-        try:
-            info = await bot.get_image(file=file)
-        except (ActionFailed, NetworkError, ApiNotAvailable) as exc:
-            logger.debug(f"get_image of {file} failed: {exc!r}")
-            return None
-        if not isinstance(info, dict):
-            return None
-        url = str(info.get("url") or "")
-        if url.startswith(("http://", "https://")):
-            return url
-        encoded = str(info.get("base64") or "")
-        return f"base64://{encoded}" if encoded else None
-
-    return locate
+    return core_picture_refs(segments, None if bot is None else functools.partial(locate_with, bot))
 
 
 async def start_reading(

@@ -31,6 +31,7 @@ from memory_core import (
 
 from .config import Config, bot_name_from, memory_settings_from_config
 from .listener import check_listener
+from .locate import stored_locator
 from .startup_checks import (
     ConfigRefusal,
     check_access_token,
@@ -196,6 +197,7 @@ async def open_runtime() -> None:
         bot_name=bot_name,
         pictures=build_picture_reader(settings, memory),
     )
+    _Holder.runtime.pictures.start_retries(stored_locator)
     logger.info(f"TemporalMemory plugin from {PLUGIN_DIR}, core from {CORE_DIR}")
     logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
     logger.info(f"TemporalMemory database: {memory.database_description}")

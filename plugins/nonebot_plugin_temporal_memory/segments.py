@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memory_core import image_placeholder
+
 # The classic QQ face ids whose names are stable across clients. NapCat sends the name itself
 # (``data.raw.faceText``); go-cqhttp and Lagrange send only the id, so the common ones are named
 # here and the rest become a plain ``[表情]``.
@@ -172,23 +174,6 @@ def _face(data: Mapping[str, Any]) -> str:
     return f"[表情:{name}]" if name else "[表情]"
 
 
-def is_sticker(data: Mapping[str, Any]) -> bool:
-    """Whether an image segment is a sticker: ``sub_type`` 1 on most clients, NapCat's
-    ``[动画表情]`` summary."""
-    summary = _one_line(_text_of(data.get("summary"))).strip()
-    return _text_of(data.get("sub_type")).strip() == "1" or summary == "[动画表情]"
-
-
-def _image(data: Mapping[str, Any]) -> str:
-    # NapCat puts "[动画表情]" in summary for stickers; sub_type 1 is a sticker on most clients.
-    summary = _one_line(_text_of(data.get("summary"))).strip()
-    if summary.startswith("[") and summary.endswith("]") and len(summary) <= 20:
-        return summary
-    if is_sticker(data):
-        return "[动画表情]"
-    return "[图片]"
-
-
 def _json_card(data: Mapping[str, Any]) -> str:
     # QQ mini-program / link cards: the "prompt" field is the one-line title QQ itself shows.
     try:
@@ -240,7 +225,7 @@ def segment_to_text(
         summary = _text_of(data.get("summary")).strip().strip("[]")
         return f"[表情:{summary}]" if summary else "[表情]"
     if kind == "image":
-        return _image(data)
+        return image_placeholder(data)
     if kind == "reply":
         return "[回复]"
     if kind == "dice":

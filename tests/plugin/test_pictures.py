@@ -30,19 +30,27 @@ def server() -> Iterator[PictureServer]:
     served.close()
 
 
-@pytest.fixture
-async def pictures(runtime: Any) -> AsyncIterator[PictureReader]:
+def plugin_reader(runtime: Any, **overrides: Any) -> PictureReader:
+    """A reader with its own OCR worker, put into the plugin's runtime."""
+    options: dict[str, Any] = dict(per_minute=100) | overrides
     reader = PictureReader(
         memory=runtime.memory,
         fetcher=PictureFetcher(max_bytes=1_000_000, timeout=30.0, max_redirects=3),
         text_reader=RapidOcrReader(),
         workers=1,
         queue_size=8,
-        per_minute=100,
         sticker_max_bytes=10_000,
         text_max_chars=300,
+        close_text_reader=True,
+        **options,
     )
     runtime.pictures = reader
+    return reader
+
+
+@pytest.fixture
+async def pictures(runtime: Any) -> AsyncIterator[PictureReader]:
+    reader = plugin_reader(runtime)
     # Long enough that the reply always gets its picture here: no test races a timer.
     runtime.settings = runtime.settings.model_copy(update={"memory_image_reply_wait": 120.0})
     yield reader
@@ -172,3 +180,43 @@ def test_the_console_marks_what_was_read_off_a_picture(plugin: Any):
     assert marked_text("[提示：明天开会]") == "[提示：明天开会]"  # typed, not read
     described = marked_text("[图片：一只橘猫趴在键盘上]")  # a vision model's sentence alone
     assert described.startswith('<mark class="derived"')
+
+
+async def test_a_skipped_picture_without_url_is_located_again_by_its_own_account(
+    app: App, runtime, server
+):
+    """A retry round reads a stored turn's picture from its segments, asking ``get_image`` of
+    the bot account that received it (and of no other)."""
+    from nonebot_plugin_temporal_memory.locate import stored_locator
+
+    now = [1000.0]
+    reader = plugin_reader(runtime, per_minute=1, clock=lambda: now[0])
+    runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
+    server.pictures["/first.png"] = note_picture(("第一张",))
+    first = image_seg(server.url("/first.png"), file="first.png")
+    payloads = [
+        message_payload([first], group_id=GROUP, message_id=801),
+        message_payload([image_seg(file=f"{DIGEST}.jpg")], group_id=GROUP, message_id=802),
+    ]
+    try:
+        async with app.test_matcher() as ctx:
+            bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+            for payload in payloads:
+                ctx.receive_event(bot, await adapt(bot, payload))
+        await reader.settled()
+        assert (await contents(runtime, GROUP))[-1] == "[图片]"  # over the minute's budget
+
+        now[0] += 61.0
+        async with app.test_api() as ctx:
+            ctx.create_bot(base=Bot, self_id=str(SELF_ID + 1))  # another account: not asked
+            ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+            ctx.should_call_api(
+                "get_image", {"file": f"{DIGEST}.jpg"}, {"url": server.url("/note.png")}
+            )
+            reader.locator = stored_locator
+            assert await reader.retry_skipped() == 1
+        assert (await contents(runtime, GROUP))[-1] == (
+            "[图片：文字 丰巢快递柜取件码8848 请于今晚十点前取走]"
+        )
+    finally:
+        await reader.aclose()

@@ -17,8 +17,10 @@ MAX_BYTES = 100_000
 
 
 @pytest.fixture(scope="session")
-def ocr() -> RapidOcrReader:
-    return RapidOcrReader()
+def ocr() -> Iterator[RapidOcrReader]:
+    reader = RapidOcrReader()
+    yield reader
+    reader.close()
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ async def test_a_large_sticker_is_not_read_and_a_small_one_once(
     big = dataclasses.replace(big, content="哈[动画表情]")
     refs = [dataclasses.replace(refs[0], sticker=True, placeholder="[动画表情]")]
     content, statuses, _ = await stored_after_reading(memory, reader, big, refs)
-    assert content == "哈[动画表情]" and statuses == ["skipped"]
+    assert content == "哈[动画表情]" and statuses == ["declined"]  # by policy: not tried again
     assert counting.calls == 0
 
     for mid in (2, 3, 4):

@@ -1,0 +1,43 @@
+"""The OCR works in a process of its own at a lower CPU priority than the bot, so that on a
+machine short of cores the replies come first; a worker that dies is started again."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from memory_core.errors import PictureError
+from memory_core.pictures.ocr import OCR_NICENESS, RapidOcrReader
+from tests.picture_server import note_picture
+
+
+async def test_the_ocr_reads_in_a_process_of_lower_priority(ocr: RapidOcrReader):
+    assert await ocr.read(note_picture(("优先级",))) == ["优先级"]
+    worker = ocr.worker_pid
+    assert worker is not None and worker != os.getpid()
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, worker) == min(own + OCR_NICENESS, 19)
+
+
+async def test_a_worker_that_died_is_started_again_and_bad_bytes_are_refused():
+    reader = RapidOcrReader()
+    try:
+        assert await reader.read(note_picture(("第一",))) == ["第一"]
+        first = reader.worker_pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        try:
+            await reader.read(note_picture(("第二",)))
+        except PictureError as exc:  # it died under this picture: tried again later
+            assert not exc.lasting
+        assert await reader.read(note_picture(("第三",))) == ["第三"]
+        assert reader.worker_pid not in (None, first)
+        try:
+            await reader.read(b"\x89PNG\r\n\x1a\n not a picture")
+        except PictureError as exc:
+            assert exc.lasting and "not a readable picture" in str(exc)
+        else:
+            raise AssertionError("bad bytes were read")
+    finally:
+        reader.close()
+    assert reader.worker_pid is None
