@@ -37,6 +37,9 @@ MIN_SCORE = 0.5
 OCR_NICENESS = 10
 # How long the worker may take to stop when asked before it is killed.
 STOP_TIMEOUT = 5.0
+# How long one picture may take before its worker is killed (the picture is tried again
+# later): a screenshot takes ~2 s of CPU, many times that at nice +10 on a busy machine.
+READ_TIMEOUT = 120.0
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +91,12 @@ class RapidOcrReader:
     priority; one picture at a time. A worker that dies is started again for the next picture
     (the picture it was reading is skipped, to be tried again). :meth:`close` stops it."""
 
-    def __init__(self, *, threads: int = 1, niceness: int = OCR_NICENESS) -> None:
+    def __init__(
+        self, *, threads: int = 1, niceness: int = OCR_NICENESS, timeout: float = READ_TIMEOUT
+    ) -> None:
         self._threads = threads
         self._niceness = niceness
+        self.timeout = timeout
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -102,7 +108,13 @@ class RapidOcrReader:
 
     async def read(self, picture: bytes) -> list[str]:
         # The thread only waits on the worker's pipe: the CPU work is the worker's.
-        answer = await asyncio.to_thread(self._ask, picture)
+        try:
+            answer = await asyncio.wait_for(asyncio.to_thread(self._ask, picture), self.timeout)
+        except TimeoutError:
+            # A stalled worker would hold the lock for good: killing it ends the waiting
+            # thread's read, which then stops it, and the next picture starts a new one.
+            self._kill()
+            raise PictureError("text recognition took too long", lasting=False) from None
         if "error" in answer:
             raise PictureError(str(answer["error"]))
         return [str(line) for line in answer.get("lines", ())]
@@ -111,6 +123,11 @@ class RapidOcrReader:
         """Stop the worker (it also stops by itself when this process ends)."""
         with self._lock:
             self._stop()
+
+    def _kill(self) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
 
     def _ask(self, picture: bytes) -> dict[str, Any]:
         with self._lock:

@@ -308,8 +308,8 @@ class PictureReader:
             return self._seen(ref, known, digest)
         try:
             lines = await self._text_reader.read(data)
-        except PictureError as exc:
-            return Reading(ref, REFUSED, sha256=digest, reason=str(exc))
+        except PictureError as exc:  # a stalled or dead worker: tried again by a retry round
+            return Reading(ref, REFUSED if exc.lasting else SKIPPED, sha256=digest, reason=str(exc))
         description = await self._describer.describe(data)
         text = picture_text(lines, self._text_max)
         return Reading(ref, READ, text, digest, description=description)

@@ -58,10 +58,10 @@ async def reader_factory(
             text_max_chars=300,
         )
         options.update(overrides)
+        options.setdefault("text_reader", counting)
         reader = PictureReader(
             memory=memory,
             fetcher=PictureFetcher(max_bytes=MAX_BYTES, timeout=30.0, max_redirects=3),
-            text_reader=counting,
             **options,
         )
         built.append(reader)

@@ -41,3 +41,20 @@ async def test_a_worker_that_died_is_started_again_and_bad_bytes_are_refused():
     finally:
         reader.close()
     assert reader.worker_pid is None
+
+
+async def test_a_stalled_read_kills_its_worker_and_the_next_picture_is_read():
+    # 10 ms is far less than starting the worker and loading the models takes.
+    reader = RapidOcrReader(timeout=0.01)
+    try:
+        try:
+            await reader.read(note_picture(("停滞",)))
+        except PictureError as exc:
+            assert not exc.lasting and "too long" in str(exc)
+        else:
+            raise AssertionError("a read within 10 ms, worker start included")
+        reader.timeout = 120.0
+        assert await reader.read(note_picture(("恢复",))) == ["恢复"]
+    finally:
+        reader.close()
+    assert reader.worker_pid is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 
+from memory_core.errors import PictureError
 from memory_core.models import RecalledMessage
 from memory_core.pictures import picture_refs
 from memory_core.recall.options import RecallOptions
@@ -198,3 +199,29 @@ async def test_a_retry_round_takes_no_more_than_the_budget_leaves(
     assert await reader.retry_skipped() == 0  # within the same minute: nothing left
     clock.now += 61.0
     assert await reader.retry_skipped() == 1
+
+
+class FailingOnce:
+    """The real OCR, but its first picture fails as a stalled or dead worker does."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner = inner
+        self.failed = False
+
+    async def read(self, picture: bytes) -> list[str]:
+        if not self.failed:
+            self.failed = True
+            raise PictureError("the OCR worker ended", lasting=False)
+        return await self.inner.read(picture)
+
+
+async def test_a_picture_whose_ocr_worker_died_is_skipped_and_read_by_the_next_round(
+    memory_factory, reader_factory, server, counting
+):
+    memory = await memory_factory()
+    reader = reader_factory(memory, text_reader=FailingOnce(counting))
+    turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP, mid=3)
+    stored = await store_and_read(memory, reader, turn, refs)
+    assert (await rows_by_turn(memory))[stored.id]["status"] == "skipped"
+    assert await reader.retry_skipped() == 1
+    assert "取件码8848" in await content_of(memory, stored.id)
