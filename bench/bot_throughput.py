@@ -44,6 +44,11 @@ RECALL_TIME = (
     "SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats"
     " WHERE metric IN ('recall_ms_total', 'recall_replies') GROUP BY metric"
 )
+# The bot's own stage times (MEMORY_STAGE_TIMES, memory_core.stages), summed over its replies.
+STAGE_TIMES = (
+    "SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats"
+    " WHERE metric LIKE 'stage\\_%' GROUP BY metric"
+)
 # Log lines of work the overloaded bot put off or skipped (memory_core's own warnings).
 KEYWORD_ONLY = "recalling by keywords only"
 EMBEDDED_LATER = "will be embedded later"
@@ -85,6 +90,31 @@ async def recall_ms_per_reply(dsn: str) -> float | None:
         await conn.close()
     replies = rows.get("recall_replies") or 0
     return rows.get("recall_ms_total", 0) / replies if replies else None
+
+
+async def stage_times(dsn: str) -> dict[str, tuple[float, float]]:
+    """Mean wall and CPU ms per reply of every stage the bot timed (the warm-up's reply
+    included), by the bot's own counters; empty when it timed none."""
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        rows = {r["metric"]: r["value"] for r in await conn.fetch(STAGE_TIMES)}
+    finally:
+        await conn.close()
+    replies = rows.pop("stage_messages", 0)
+    if not replies:
+        return {}
+    names = [m[len("stage_") : -len("_us")] for m in rows if not m.endswith("_cpu_us")]
+    return {
+        name: (rows[f"stage_{name}_us"] / replies / 1000, rows[f"stage_{name}_cpu_us"] / replies / 1000)
+        for name in names
+    }
+
+
+def print_stages(stages: dict[str, tuple[float, float]]) -> None:
+    """The stages, longest first (stages that ran at once overlap; ``whole`` holds them all)."""
+    print("the bot's own stages per reply (wall / event-loop CPU, ms; overlapping):")
+    for name, (wall, cpu) in sorted(stages.items(), key=lambda item: -item[1][0]):
+        print(f"  {name:<18} {wall:7.2f} / {cpu:6.2f}")
 
 
 async def settle_embeddings(dsn: str) -> int:
@@ -135,7 +165,11 @@ async def run(
     load_before = load_average()
     pictures = PictureServer({}) if picture_every else None
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
-    extra = {"LOG_LEVEL": "WARNING", "EVALUATOR_ENABLED": "true" if evaluator else "false"}
+    extra = {
+        "LOG_LEVEL": "WARNING",
+        "EVALUATOR_ENABLED": "true" if evaluator else "false",
+        "MEMORY_STAGE_TIMES": "true",
+    }
     embeddings = StubEmbeddings() if api_embedder else None
     if embeddings is not None:
         extra.update(embeddings.env())
@@ -198,6 +232,7 @@ async def run(
         still_unembedded = await settle_embeddings(embedded_dsn(bot))
         settled = meter.stop()
         recall_ms = await recall_ms_per_reply(embedded_dsn(bot))
+        stages = await stage_times(embedded_dsn(bot))
         log = bot.log_text()
     finally:
         await peer.close()
@@ -238,6 +273,8 @@ async def run(
         print(
             f"  of which reading memory (recall and context, the bot's count): {recall_ms:.1f} ms"
         )
+    if stages:
+        print_stages(stages)
     if picture_every:
         # A picture message's prompt line carries its picture ("[图片…]"), so it matches no
         # message text: ``own`` above is then the messages without a picture alone.

@@ -56,6 +56,7 @@ from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
 from ..parts import MemoryParts
 from ..providers.llm import ChatModel, PromptUsage
+from ..stages import current_clock, stage, start_clock
 from ..storage.counters import PgCounterStore
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
@@ -177,8 +178,12 @@ class SessionLocks:
         lock, users = entry
         users[0] += 1
         try:
-            async with lock:  # asyncio.Lock wakes waiters in FIFO order: arrival order is kept
+            with stage("lock"):
+                await lock.acquire()  # wakes waiters in FIFO order: arrival order is kept
+            try:
                 yield
+            finally:
+                lock.release()
         finally:
             users[0] -= 1
             if users[0] == 0 and self._locks.get(key) is entry:
@@ -301,6 +306,8 @@ class ConversationEngine:
         moment for the message's pictures to be read): later messages still come after it. All
         of it — the memory read, the reply stored — is in the turn's QQ account's memory
         (``TurnInput.account``, ``memory_core.accounts``)."""
+        if self._settings.memory_stage_times and current_clock() is None:
+            start_clock()
         with serving(turn.account):
             return await self._converse(turn, send, group_name=group_name, ready=ready)
 
@@ -314,9 +321,11 @@ class ConversationEngine:
     ) -> ChatResult:
         async with self._locks.hold(turn.session_key):
             if ready is not None:
-                turn = await ready(turn)
+                with stage("ready"):
+                    turn = await ready(turn)
             turn = self._stamped(turn)
-            tail = await self._tail(turn)
+            with stage("tail"):
+                tail = await self._tail(turn)
             turn = not_before(turn, tail.previous_at)
             budget = self._asking.state(turn.group_id, self._now(turn)) if self._asking else None
             if self._model is None or budget is BudgetState.SPENT:
@@ -352,7 +361,8 @@ class ConversationEngine:
             )
 
             now = self._now(turn)
-            cached = await self._cached(turn, prompt, now)
+            with stage("cache_lookup"):
+                cached = await self._cached(turn, prompt, now)
             searched = False  # the model read memory through a tool: its answer is not cached
             if cached is not None:
                 answer = cached.answer
@@ -364,9 +374,10 @@ class ConversationEngine:
                     source_turn_id=stored.turn.id if stored.turn is not None else None,
                 )
                 try:
-                    answer, searched = await self._ask_model(
-                        prompt.messages, send, scope, budget or BudgetState.OPEN
-                    )
+                    with stage("model"):
+                        answer, searched = await self._ask_model(
+                            prompt.messages, send, scope, budget or BudgetState.OPEN
+                        )
                     if not answer:
                         raise LLMError("the chat model gave an empty answer")
                 except (LLMError, asyncio.TimeoutError) as exc:
@@ -375,7 +386,8 @@ class ConversationEngine:
                     await self._keep_unanswered(stored.turn)
                     return result(Outcome.APOLOGIZED)
 
-            delivery = await send(answer)
+            with stage("send"):
+                delivery = await send(answer)
             if delivery is None or not delivery.text.strip():
                 log.warning("reply for session %s could not be delivered", turn.session_key)
                 return result(Outcome.UNSENT, reply_text=answer, from_cache=cached is not None)
@@ -389,21 +401,29 @@ class ConversationEngine:
                 message_id=delivery.message_id,
                 created_at=max(self._clock(), self._after(turn)),
             )
-            stored_reply = await self._store(reply)
+            with stage("store_reply"):
+                stored_reply = await self._store(reply)
+            # What is left queues and counts, each in its own round trip: all at once. Still
+            # in the session's turn: a /forget of the session must come after it (the answer
+            # cache keeps the question).
+            bookkeeping: list[Awaitable[None]] = []
             if stored.turn is not None and stored_reply is not None and stored_reply.turn:
-                await self._enqueue_evaluation(stored.turn, stored_reply.turn)
-                await self._note_exchange(turn, reply)
+                bookkeeping.append(self._enqueue_evaluation(stored.turn, stored_reply.turn))
+                bookkeeping.append(self._note_exchange(turn, reply))
             # Nothing of a person who opted out is kept: no turn (stored or spooled), no cache.
             kept = stored.turn is not None or stored.spooled
             if cached is None and kept and not searched and _complete(delivery.text, answer):
-                await self._cache(turn, prompt, answer, now)
-            await self._count_recall(prompt, now)
-            return result(
-                Outcome.REPLIED,
-                reply_turn=stored_reply.turn if stored_reply else None,
-                reply_text=delivery.text,
-                from_cache=cached is not None,
-            )
+                bookkeeping.append(self._cache(turn, prompt, answer, now))
+            with stage("after_reply"):
+                await asyncio.gather(*bookkeeping)
+        # The daily counters concern no session: the session's next message goes on meanwhile.
+        await self._count_recall(prompt, now)
+        return result(
+            Outcome.REPLIED,
+            reply_turn=stored_reply.turn if stored_reply else None,
+            reply_text=delivery.text,
+            from_cache=cached is not None,
+        )
 
     # ------------------------------------------------------------------ steps
 
@@ -431,6 +451,10 @@ class ConversationEngine:
     async def _store(self, turn: TurnInput) -> AddOutcome | None:
         # Only the query's embedding is needed for the reply: the turn's own follows in the
         # background, batched with other sessions' turns.
+        with stage(f"store_{turn.role}"):
+            return await self._store_turn(turn)
+
+    async def _store_turn(self, turn: TurnInput) -> AddOutcome | None:
         try:
             return await self._writer.add_turn(turn, embed_later=True)
         except InvalidTurnError as exc:
@@ -496,7 +520,10 @@ class ConversationEngine:
         """The chat messages for the model (``conversation.preparation``, shared with the
         console's debugger); memory may be missing. The memory block is smaller with the tools
         offered or the group near its budget (``ModelAsking.memory_tokens_for``)."""
-        prompt = await self.preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
+        with stage("prepare"):
+            prompt = await self.preparer.prepare(
+                turn, tail, self._now(turn), group_name=group_name
+            )
         if prompt.failure is not None:
             log.warning("answering session %s without memory: %s", turn.session_key, prompt.failure)
         return prompt
@@ -558,6 +585,9 @@ class ConversationEngine:
         metrics = self._usage.take()
         if prompt.memory_ms is not None:
             metrics.update(recall_metrics(prompt.memory_ms))
+        clock = current_clock()
+        if clock is not None:
+            metrics.update(clock.metrics())
         if not any(metrics.values()):
             return
         try:

@@ -43,6 +43,7 @@ from ..lang.text import scrub
 from ..models import MemoryTurn, RecallResult, TurnInput
 from ..parts import MemoryParts
 from ..recall.options import RecallOptions
+from ..stages import stage
 from .prompt import ChatPlace, build_chat_messages, build_moment_note, build_system_prompt
 from .window import SteppedWindow
 
@@ -188,41 +189,48 @@ class PromptPreparer:
             recent = self._short_term(self._window_key(turn), tail, now, remember=touch)
             own = [t for t in recent if t.session_key == turn.session_key]
             options = self._recall_options(own, cutoff)
-            recalled = await self._retriever.recall(turn.user_id, text, turn.group_id, options)
-            context = await self._context.build(
-                turn.user_id,
-                turn.group_id,
-                text,
-                now=now,
-                exclude_ids=tuple(t.id for t in recent),
-                recall=recalled,
-                max_tokens=memory_tokens,
-                touch=touch,
-                # A private chat's preferences and summaries join its system prompt; a group's
-                # system prompt is every member's, so there they stay in the member's note.
-                settled=turn.group_id is None,
-            )
+            with stage("recall"):
+                recalled = await self._retriever.recall(
+                    turn.user_id, text, turn.group_id, options
+                )
+            with stage("context"):
+                context = await self._context.build(
+                    turn.user_id,
+                    turn.group_id,
+                    text,
+                    now=now,
+                    exclude_ids=tuple(t.id for t in recent),
+                    recall=recalled,
+                    max_tokens=memory_tokens,
+                    touch=touch,
+                    # A private chat's preferences and summaries join its system prompt; a
+                    # group's system prompt is every member's, so there they stay in the
+                    # member's note.
+                    settled=turn.group_id is None,
+                )
             memory_ms = (time.perf_counter() - started) * 1000
         except MemoryCoreError as exc:
             failure = exc
-        place = ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name)
-        system = build_system_prompt(
-            bot_name=self._bot_name,
-            persona=self._settings.chat_persona or None,
-            place=place,
-            settled=context.settled if context is not None else "",
-        )
-        note = build_moment_note(
-            now,
-            self._tz,
-            memory_block=context.text if context is not None else "",
-            last_turn_at=tail.previous_at,
-            place=place,
-        )
-        return PreparedPrompt(
-            messages=build_chat_messages(
+        with stage("prompt"):
+            place = ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name)
+            system = build_system_prompt(
+                bot_name=self._bot_name,
+                persona=self._settings.chat_persona or None,
+                place=place,
+                settled=context.settled if context is not None else "",
+            )
+            note = build_moment_note(
+                now,
+                self._tz,
+                memory_block=context.text if context is not None else "",
+                last_turn_at=tail.previous_at,
+                place=place,
+            )
+            messages = build_chat_messages(
                 system, note, recent, text, now, self._tz, sender_name=turn.sender_name
-            ),
+            )
+        return PreparedPrompt(
+            messages=messages,
             question=text,
             failure=failure,
             context=context,

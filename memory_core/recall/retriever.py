@@ -29,6 +29,7 @@ from ..pictures.recall import latest_pictures, names_a_picture
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
+from ..stages import stage
 from ..storage.database_handle import Database
 from .message_share import MessageShare, message_share
 from .options import DEFAULT_RECALL, RecallOptions
@@ -212,7 +213,8 @@ class Retriever:
                 searches["refers"] = store.referring_candidates(
                     query_vector=vector, filters=in_range, **search
                 )
-        found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
+        with stage("recall_candidates"):
+            found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
         referring = found.get("refers", [])
         if when is not None and when.time_only:
             within = TimeScope(when.range.start, when.range.end, frozenset(c.id for c in referring))
@@ -283,7 +285,8 @@ class Retriever:
             ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)
         if names_a_picture(query) and not options.keywords and not options.roles:
             ranked = await self._pictures_first(scope, ranked, now)
-        result = await self._assemble(store, scope, query, ranked, top_n, window, now)
+        with stage("recall_windows"):
+            result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(result, search_text=search_text, rerank_scores=rerank_scores)
 
     async def _reranked(
@@ -351,7 +354,8 @@ class Retriever:
         if mode == "keyword":
             return None
         try:
-            return await self.embedder.embed_query(text)
+            with stage("query_embedding"):
+                return await self.embedder.embed_query(text)
         except EmbeddingError as exc:
             if mode == "vector":
                 log.warning("query could not be embedded, recalling nothing: %s", exc)

@@ -19,6 +19,7 @@ from nonebot.log import logger
 from nonebot.rule import Rule
 
 from memory_core import MemoryCoreError, Outcome, RecalledMessage
+from memory_core.stages import stage, start_clock
 
 from .bot_accounts import serving_bot
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
@@ -36,8 +37,11 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
-    async with serving_bot(bot, runtime):
-        turn = await turn_from_event(bot, event, runtime)  # the turn keeps its bot's memory
+    if runtime.settings.memory_stage_times:
+        start_clock()
+    with stage("intake"):
+        async with serving_bot(bot, runtime):
+            turn = await turn_from_event(bot, event, runtime)  # the turn keeps its bot's memory
     # The engine answers in the turn's account's memory (TurnInput.account).
     pictures = OwnPictures(bot, event, runtime, runtime.settings.memory_image_reply_wait)
     send = sender_for(
