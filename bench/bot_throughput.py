@@ -104,10 +104,8 @@ async def stage_times(dsn: str) -> dict[str, tuple[float, float]]:
     if not replies:
         return {}
     names = [m[len("stage_") : -len("_us")] for m in rows if not m.endswith("_cpu_us")]
-    return {
-        name: (rows[f"stage_{name}_us"] / replies / 1000, rows[f"stage_{name}_cpu_us"] / replies / 1000)
-        for name in names
-    }
+    per_reply = {metric: value / replies / 1000 for metric, value in rows.items()}
+    return {name: (per_reply[f"stage_{name}_us"], per_reply[f"stage_{name}_cpu_us"]) for name in names}
 
 
 def print_stages(stages: dict[str, tuple[float, float]]) -> None:

@@ -27,7 +27,7 @@ WHOLE = "whole"  # from the clock's start to the counting after the reply
 class StageClock:
     """One message's stages: name -> summed wall and CPU seconds."""
 
-    __slots__ = ("_started", "_cpu_started", "wall", "cpu")
+    __slots__ = ("_cpu_started", "_started", "cpu", "wall")
 
     def __init__(self) -> None:
         self._started = time.perf_counter()

@@ -190,6 +190,34 @@ class SessionLocks:
                 del self._locks[key]
 
 
+class Settling:
+    """What a session's answered messages still do after leaving the session's turn (queue
+    the exchange, count it), so that whoever holds the session for a command can wait for it."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, set[asyncio.Future[object]]] = {}
+
+    def start(self, key: str, work: Awaitable[object]) -> asyncio.Future[object]:
+        """Run ``work`` for session ``key`` now; await the returned future for its end."""
+        task = asyncio.ensure_future(work)
+        tasks = self._tasks.setdefault(key, set())
+        tasks.add(task)
+
+        def done(finished: asyncio.Future[object]) -> None:
+            tasks.discard(finished)
+            if not tasks and self._tasks.get(key) is tasks:
+                del self._tasks[key]
+
+        task.add_done_callback(done)
+        return task
+
+    async def wait(self, key: str) -> None:
+        """Until the work started for session ``key`` so far has ended (failed or not)."""
+        tasks = self._tasks.get(key)
+        if tasks:
+            await asyncio.wait(set(tasks))
+
+
 _SPLIT_PREFERENCE = (
     re.compile(r"\n\s*\n"),  # paragraph
     re.compile(r"\n"),  # line
@@ -263,6 +291,7 @@ class ConversationEngine:
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._monotonic = monotonic
         self._locks = SessionLocks()
+        self._settling = Settling()
         self._last_notice: dict[str, float] = {}
 
     @property
@@ -278,7 +307,9 @@ class ConversationEngine:
     async def session(self, user_id: int, group_id: int | None) -> AsyncIterator[None]:
         """Hold a session: what runs inside comes after the session's earlier messages are
         handled and before its later ones (for commands that read or delete its memory)."""
-        async with self._locks.hold(generate_session_key(user_id, group_id)):
+        key = generate_session_key(user_id, group_id)
+        async with self._locks.hold(key):
+            await self._settling.wait(key)
             yield
 
     async def record(self, turn: TurnInput) -> AddOutcome | None:
@@ -403,21 +434,22 @@ class ConversationEngine:
             )
             with stage("store_reply"):
                 stored_reply = await self._store(reply)
-            # What is left queues and counts, each in its own round trip: all at once. Still
-            # in the session's turn: a /forget of the session must come after it (the answer
-            # cache keeps the question).
+            # Nothing of a person who opted out is kept: no turn (stored or spooled), no cache.
+            kept = stored.turn is not None or stored.spooled
+            if cached is None and kept and not searched and _complete(delivery.text, answer):
+                with stage("cache_store"):
+                    await self._cache(turn, prompt, answer, now)
             bookkeeping: list[Awaitable[None]] = []
             if stored.turn is not None and stored_reply is not None and stored_reply.turn:
                 bookkeeping.append(self._enqueue_evaluation(stored.turn, stored_reply.turn))
                 bookkeeping.append(self._note_exchange(turn, reply))
-            # Nothing of a person who opted out is kept: no turn (stored or spooled), no cache.
-            kept = stored.turn is not None or stored.spooled
-            if cached is None and kept and not searched and _complete(delivery.text, answer):
-                bookkeeping.append(self._cache(turn, prompt, answer, now))
-            with stage("after_reply"):
-                await asyncio.gather(*bookkeeping)
-        # The daily counters concern no session: the session's next message goes on meanwhile.
-        await self._count_recall(prompt, now)
+            bookkeeping.append(self._count_recall(prompt, now))
+            settling = self._settling.start(turn.session_key, asyncio.gather(*bookkeeping))
+        # The exchange is stored: the session's next message may go on while the exchange is
+        # queued for evaluation and counted (each its own round trip, all at once); a command
+        # holding the session (``session``: /forget) still comes after them.
+        with stage("after_reply"):
+            await settling
         return result(
             Outcome.REPLIED,
             reply_turn=stored_reply.turn if stored_reply else None,
