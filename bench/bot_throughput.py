@@ -105,7 +105,9 @@ async def stage_times(dsn: str) -> dict[str, tuple[float, float]]:
         return {}
     names = [m[len("stage_") : -len("_us")] for m in rows if not m.endswith("_cpu_us")]
     per_reply = {metric: value / replies / 1000 for metric, value in rows.items()}
-    return {name: (per_reply[f"stage_{name}_us"], per_reply[f"stage_{name}_cpu_us"]) for name in names}
+    return {
+        name: (per_reply[f"stage_{name}_us"], per_reply[f"stage_{name}_cpu_us"]) for name in names
+    }
 
 
 def print_stages(stages: dict[str, tuple[float, float]]) -> None:
