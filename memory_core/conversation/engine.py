@@ -553,9 +553,7 @@ class ConversationEngine:
         console's debugger); memory may be missing. The memory block is smaller with the tools
         offered or the group near its budget (``ModelAsking.memory_tokens_for``)."""
         with stage("prepare"):
-            prompt = await self.preparer.prepare(
-                turn, tail, self._now(turn), group_name=group_name
-            )
+            prompt = await self.preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
         if prompt.failure is not None:
             log.warning("answering session %s without memory: %s", turn.session_key, prompt.failure)
         return prompt

@@ -23,7 +23,7 @@ from ..dialogue.vector_index import VectorIndex
 from ..errors import EmbeddingError, RerankError
 from ..lang.keywords import required_phrases, weighted_conversation_terms
 from ..lang.text import scrub
-from ..lang.timerange import analyse_query
+from ..lang.timerange import TimeQuery, analyse_query
 from ..models import RecallResult, generate_session_key
 from ..pictures.recall import latest_pictures, names_a_picture
 from ..providers.embedding import Embedder
@@ -155,14 +155,7 @@ class Retriever:
             shared = self.sharing is not None and await self.sharing.shared(group_id)
         scope = RecallScope(generate_session_key(user_id, group_id), group_id if shared else None)
         mode = options.mode or self.settings.memory_retrieval_mode
-        time_aware = options.time_aware
-        if time_aware is None:
-            time_aware = self.settings.memory_time_understanding
-        when = analyse_query(query, now, self.tz) if time_aware else None
-        # The time expression has done its work once it is a range; the rest is the topic.
-        text = when.rest if when is not None and when.rest.strip() else query
-        earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
-        search_text = conversational_query(text, earlier)
+        when, text, earlier, search_text = self._query_parts(query, options, now)
         share = self._share(text, earlier)
         filters = AnchorFilters(
             roles=options.roles or None,
@@ -321,6 +314,31 @@ class Retriever:
         chosen = {a.candidate.id for a in reordered}
         scores = tuple((head[i].candidate.id, score) for i, score in order if score is not None)
         return reordered + [a for a in ranked if a.candidate.id not in chosen], scores
+
+    def search_text(self, query: str, options: RecallOptions = DEFAULT_RECALL) -> str:
+        """The text ``recall`` embeds for ``query`` with ``options`` (its ``search_text``):
+        known before the recall, so a search by the same vector (the distilled facts) can be
+        asked for beside it. Empty when the recall would search nothing."""
+        query = scrub(query) if isinstance(query, str) else ""
+        top_n = self.settings.memory_top_n if options.top_n is None else options.top_n
+        if top_n <= 0 or not query.strip():
+            return ""
+        now = options.now or datetime.now(timezone.utc)
+        return self._query_parts(query, options, now)[3]
+
+    def _query_parts(
+        self, query: str, options: RecallOptions, now: datetime
+    ) -> tuple[TimeQuery | None, str, list[str], str]:
+        """The query's time expression (if read), its topic, the earlier lines that join it
+        and the text searched: the topic after those lines (``conversational_query``)."""
+        time_aware = options.time_aware
+        if time_aware is None:
+            time_aware = self.settings.memory_time_understanding
+        when = analyse_query(query, now, self.tz) if time_aware else None
+        # The time expression has done its work once it is a range; the rest is the topic.
+        text = when.rest if when is not None and when.rest.strip() else query
+        earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
+        return when, text, earlier, conversational_query(text, earlier)
 
     def _share(self, message: str, earlier: Sequence[str]) -> MessageShare:
         """The query's message weight and context term weight: the settings', or with
