@@ -110,6 +110,11 @@ async def stage_times(dsn: str) -> dict[str, tuple[float, float]]:
     }
 
 
+# The stages a reply waits for one after another, from the handler's start to the reply sent
+# (the LLM's own time aside); the user turn is stored beside ``prepare``.
+REPLY_PATH = ("intake", "lock", "ready", "tail", "prepare", "cache_lookup", "send")
+
+
 def print_stages(stages: dict[str, tuple[float, float]]) -> None:
     """The stages, longest first (stages that ran at once overlap; ``whole`` holds them all)."""
     print("the bot's own stages per reply (wall / event-loop CPU, ms; overlapping):")
@@ -277,11 +282,19 @@ async def run(
     if stages:
         print_stages(stages)
         stand_in = sum(llm_ms.values()) / len(llm_ms) if llm_ms else 0.0
-        if "llm_http" in stages and stand_in:
+        if "llm_http" in stages and stand_in and own:
+            overhead = stages["llm_http"][0] - stand_in
             print(
                 f"  the chat model's HTTP call as the bot timed it less the stand-in's own time: "
-                f"{stages['llm_http'][0] - stand_in:.1f} ms (client, loopback, the stand-in's "
-                "server; counted in the bot's own latency)"
+                f"{overhead:.1f} ms (client, loopback, the stand-in's server; counted in the "
+                "bot's own latency)"
+            )
+            path = sum(stages.get(name, (0.0, 0.0))[0] for name in REPLY_PATH) + overhead
+            mean_own = sum(own) / len(own)
+            print(
+                f"  the bot's own latency, mean {mean_own:.1f} ms: the handler's path "
+                f"({' + '.join(REPLY_PATH)} + that overhead) {path:.1f} ms, outside it (NoneBot's "
+                f"dispatch, the WebSocket both ways) {mean_own - path:.1f} ms"
             )
     if picture_every:
         # A picture message's prompt line carries its picture ("[图片…]"), so it matches no
