@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -52,6 +54,22 @@ STAGE_TIMES = (
 # Log lines of work the overloaded bot put off or skipped (memory_core's own warnings).
 KEYWORD_ONLY = "recalling by keywords only"
 EMBEDDED_LATER = "will be embedded later"
+
+
+def answer_at_once(llm: StubLLM) -> None:
+    """Send the stand-in LLM's answers without Nagle's delay (TCP_NODELAY), as asyncio's and
+    the providers' servers do. Python's ``http.server`` writes an answer's headers and body
+    apart; with Nagle on, the body waits for the bot's delayed ACK of the headers (up to
+    40 ms on Linux), and that wait counts in the bot's own latency."""
+    server = llm._loopback._server  # type: ignore[union-attr]
+    accept = server.get_request
+
+    def accepted() -> tuple[socket.socket, Any]:
+        sock, address = accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, address
+
+    server.get_request = accepted  # type: ignore[method-assign]
 
 
 def image_segment(url: str) -> dict[str, object]:
@@ -167,10 +185,13 @@ async def run(
     api_embedder: bool,
     picture_every: int = 0,
     stages_timed: bool = True,
+    nagle: bool = False,
 ) -> None:
     load_before = load_average()
     pictures = PictureServer({}) if picture_every else None
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
+    if not nagle:
+        answer_at_once(llm)
     extra = {
         "LOG_LEVEL": "WARNING",
         "EVALUATOR_ENABLED": "true" if evaluator else "false",
@@ -263,7 +284,8 @@ async def run(
     print(
         f"sessions {sessions} x {messages} messages, stand-in LLM delay {llm_delay * 1000:.0f} ms, "
         f"evaluator {'on' if evaluator else 'off'}, "
-        f"embedder {'stand-in API' if api_embedder else 'local'}"
+        f"embedder {'stand-in API' if api_embedder else 'local'}, "
+        f"stand-in LLM's answers {'with Nagle' if nagle else 'without Nagle (TCP_NODELAY)'}"
         + "".join(f", {key}={value}" for key, value in settings.items())
     )
     print(
@@ -354,6 +376,11 @@ def main() -> None:
         action="store_true",
         help="no stage timer (MEMORY_STAGE_TIMES=false): its ~50 counters a reply cost CPU",
     )
+    parser.add_argument(
+        "--nagle",
+        action="store_true",
+        help="leave Nagle's algorithm on the stand-in LLM's answers (as before 2026-12-04)",
+    )
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.env)
     asyncio.run(
@@ -366,6 +393,7 @@ def main() -> None:
             args.api_embedder,
             args.picture_every,
             not args.no_stages,
+            args.nagle,
         )
     )
 
