@@ -225,14 +225,22 @@ class GatedEmbedder(CountingEmbedder):
         return self.vector("query", text)
 
 
+async def asked_twice(
+    inner: GatedEmbedder, cache: CachedEmbedder, text: str
+) -> tuple[asyncio.Future[np.ndarray], asyncio.Future[np.ndarray]]:
+    """Two asks for ``text``: the second once the first is being embedded."""
+    first = asyncio.ensure_future(cache.embed_query(text))
+    await inner.started.wait()
+    second = asyncio.ensure_future(cache.embed_query(text))
+    await asyncio.sleep(0)  # the second asker is waiting now
+    return first, second
+
+
 async def test_a_query_asked_while_it_is_being_embedded_shares_that_embedding() -> None:
     inner = GatedEmbedder()
     cache = CachedEmbedder(inner, max_entries=10)
-    first = asyncio.ensure_future(cache.embed_query("那家店叫什么"))
-    await inner.started.wait()
-    second = asyncio.ensure_future(cache.embed_query("那家店叫什么"))
+    first, second = await asked_twice(inner, cache, "那家店叫什么")
     other = asyncio.ensure_future(cache.embed_query("别的问题"))
-    await asyncio.sleep(0)
     inner.gate.set()
 
     await asyncio.gather(first, second, other)
@@ -250,10 +258,7 @@ async def test_a_shared_query_that_fails_fails_for_every_asker_with_one_call() -
     inner = GatedEmbedder()
     inner.fail = True
     cache = CachedEmbedder(inner, max_entries=10)
-    first = asyncio.ensure_future(cache.embed_query("今天吃什么"))
-    await inner.started.wait()
-    second = asyncio.ensure_future(cache.embed_query("今天吃什么"))
-    await asyncio.sleep(0)
+    first, second = await asked_twice(inner, cache, "今天吃什么")
     inner.gate.set()
 
     results = await asyncio.gather(first, second, return_exceptions=True)
@@ -265,10 +270,7 @@ async def test_a_shared_query_that_fails_fails_for_every_asker_with_one_call() -
 async def test_when_the_first_asker_is_cancelled_the_one_waiting_asks_again() -> None:
     inner = GatedEmbedder()
     cache = CachedEmbedder(inner, max_entries=10)
-    first = asyncio.ensure_future(cache.embed_query("提醒我还书"))
-    await inner.started.wait()
-    second = asyncio.ensure_future(cache.embed_query("提醒我还书"))
-    await asyncio.sleep(0)
+    first, second = await asked_twice(inner, cache, "提醒我还书")
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
