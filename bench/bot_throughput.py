@@ -15,6 +15,12 @@ Waiting for a free connection to the LLM counts as the bot's part, because it is
 process: its CPU is not the bot's); ``--env KEY=VALUE`` sets any other setting of the bot.
 ``--picture-every N`` sends a distinct screenshot (from a loopback server) with every N-th message
 of a session; the bot's own latency is then also given for the messages without one.
+
+The bot times its own stages (``MEMORY_STAGE_TIMES``, ``memory_core.stages``): printed per reply,
+wall and event-loop CPU, with the handler's path set against the bot's own latency
+(``--no-stages``: no timer). The stand-in LLM answers with ``TCP_NODELAY`` like a real server;
+with ``--nagle`` its answers wait for the bot's delayed ACK (10-35 ms, counted in the bot's own
+latency), as in every figure measured before 2026-12-04.
 """
 
 from __future__ import annotations
