@@ -1,12 +1,13 @@
 """Where one message's time goes: named stages, wall and CPU, when MEMORY_STAGE_TIMES is on.
 
 A diagnostic for the bot's own latency (``bench.bot_throughput`` prints it). The plugin's chat
-handler (or ``ConversationEngine.converse``, whichever comes first) starts a :class:`StageClock`
-for the message; code on the message's path wraps a step in ``with stage("name"):``, which
-costs nothing when no clock runs. The clock lives in a context variable, so the tasks a
-message's steps run in (``asyncio.gather``) add to the same clock; stages that run at once
-overlap, and so do their figures. CPU is the event loop thread's (``time.thread_time``): what
-other tasks did on it meanwhile counts too, so with one user it is the message's own.
+handler (or ``ConversationEngine.converse``, whichever comes first) runs the message
+``clocked``, on a :class:`StageClock` of its own; code on the message's path wraps a step in
+``with stage("name"):``, which costs nothing when no clock runs. The clock lives in a context
+variable, so the tasks a message's steps run in (``asyncio.gather``) add to the same clock;
+stages that run at once overlap, and so do their figures. CPU is the event loop thread's
+(``time.thread_time``): what other tasks did on it meanwhile counts too, so with one user it
+is the message's own.
 
 After the reply the engine adds every stage's microseconds to the daily counters
 (``stage_<name>_us`` wall, ``stage_<name>_cpu_us`` CPU, ``stage_messages`` how many), in the
@@ -56,11 +57,18 @@ class StageClock:
 _clock: ContextVar[StageClock | None] = ContextVar("stage_clock", default=None)
 
 
-def start_clock() -> StageClock:
-    """Start timing the message handled in this context (and the tasks it starts)."""
-    clock = StageClock()
-    _clock.set(clock)
-    return clock
+@contextmanager
+def clocked(on: bool = True) -> Iterator[None]:
+    """Time the message handled in the block (and the tasks it starts) on a clock of its own,
+    when ``on`` and no clock runs already (the chat handler's, which the engine continues)."""
+    if not on or _clock.get() is not None:
+        yield
+        return
+    token = _clock.set(StageClock())
+    try:
+        yield
+    finally:
+        _clock.reset(token)
 
 
 def current_clock() -> StageClock | None:

@@ -56,7 +56,7 @@ from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
 from ..parts import MemoryParts
 from ..providers.llm import ChatModel, PromptUsage
-from ..stages import current_clock, stage, start_clock
+from ..stages import clocked, current_clock, stage
 from ..storage.counters import PgCounterStore
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
@@ -337,9 +337,7 @@ class ConversationEngine:
         moment for the message's pictures to be read): later messages still come after it. All
         of it — the memory read, the reply stored — is in the turn's QQ account's memory
         (``TurnInput.account``, ``memory_core.accounts``)."""
-        if self._settings.memory_stage_times and current_clock() is None:
-            start_clock()
-        with serving(turn.account):
+        with clocked(self._settings.memory_stage_times), serving(turn.account):
             return await self._converse(turn, send, group_name=group_name, ready=ready)
 
     async def _converse(
@@ -432,8 +430,7 @@ class ConversationEngine:
                 message_id=delivery.message_id,
                 created_at=max(self._clock(), self._after(turn)),
             )
-            with stage("store_reply"):
-                stored_reply = await self._store(reply)
+            stored_reply = await self._store(reply)
             # Nothing of a person who opted out is kept: no turn (stored or spooled), no cache.
             kept = stored.turn is not None or stored.spooled
             if cached is None and kept and not searched and _complete(delivery.text, answer):

@@ -19,13 +19,13 @@ from nonebot.log import logger
 from nonebot.rule import Rule
 
 from memory_core import MemoryCoreError, Outcome, RecalledMessage
-from memory_core.stages import stage, start_clock
+from memory_core.stages import clocked, stage
 
 from .bot_accounts import serving_bot
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
 from .pictures import OwnPictures, after_stored, start_reading
-from .runtime import RuntimeDep
+from .runtime import Runtime, RuntimeDep
 
 CHAT_PRIORITY = 90
 RECORD_PRIORITY = 91
@@ -37,8 +37,11 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
-    if runtime.settings.memory_stage_times:
-        start_clock()
+    with clocked(runtime.settings.memory_stage_times):
+        await _chat(bot, event, runtime)
+
+
+async def _chat(bot: Bot, event: MessageEvent, runtime: Runtime) -> None:
     with stage("intake"):
         async with serving_bot(bot, runtime):
             turn = await turn_from_event(bot, event, runtime)  # the turn keeps its bot's memory

@@ -716,10 +716,13 @@ class HeldEvaluations:
         self.gate = asyncio.Event()
         self.held = 0
         self.one_held = asyncio.Event()
+        self.two_held = asyncio.Event()
 
     async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
         self.held += 1
         self.one_held.set()
+        if self.held >= 2:
+            self.two_held.set()
         await self.gate.wait()
         await self._inner.enqueue(user_turn_id, assistant_turn_id)
         self._log.append("queued")
@@ -756,6 +759,7 @@ async def test_the_next_message_goes_on_while_an_exchange_is_queued_but_a_comman
     second = asyncio.ensure_future(engine.converse(user_turn("第二句", message_id=2), outbox))
     await asyncio.wait_for(outbox.all_sent.wait(), 60)
     assert outbox.sent == ["好的", "好的"]
+    await asyncio.wait_for(evaluations.two_held.wait(), 60)  # the second reply is stored too
     stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
     assert [t.content for t in stored] == ["第一句", "好的", "第二句", "好的"]
 
