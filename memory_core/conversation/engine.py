@@ -20,6 +20,8 @@ One user message goes through :meth:`ConversationEngine.converse`:
    background, never delaying the reply), and a memory-free answer is offered to the cache.
 
 Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
+Once the reply is stored, the session's next message may begin while the exchange is queued
+and counted; a command holding the session (``session``) waits for that too.
 A message is never stored before the session's previous turn: QQ stamps messages to the second,
 so two sent within one second would otherwise tie with (or precede) the first one's reply and
 drop out of each other's short-term context.
