@@ -15,6 +15,12 @@ Waiting for a free connection to the LLM counts as the bot's part, because it is
 process: its CPU is not the bot's); ``--env KEY=VALUE`` sets any other setting of the bot.
 ``--picture-every N`` sends a distinct screenshot (from a loopback server) with every N-th message
 of a session; the bot's own latency is then also given for the messages without one.
+
+The bot times its own stages (``MEMORY_STAGE_TIMES``, ``memory_core.stages``): printed per reply,
+wall and event-loop CPU, with the handler's path set against the bot's own latency
+(``--no-stages``: no timer). The stand-in LLM answers with ``TCP_NODELAY`` like a real server;
+with ``--nagle`` its answers wait for the bot's delayed ACK (10-35 ms, counted in the bot's own
+latency), as in every figure measured before 2026-12-04.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -44,9 +52,30 @@ RECALL_TIME = (
     "SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats"
     " WHERE metric IN ('recall_ms_total', 'recall_replies') GROUP BY metric"
 )
+# The bot's own stage times (MEMORY_STAGE_TIMES, memory_core.stages), summed over its replies.
+STAGE_TIMES = (
+    "SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats"
+    " WHERE metric LIKE 'stage\\_%' GROUP BY metric"
+)
 # Log lines of work the overloaded bot put off or skipped (memory_core's own warnings).
 KEYWORD_ONLY = "recalling by keywords only"
 EMBEDDED_LATER = "will be embedded later"
+
+
+def answer_at_once(llm: StubLLM) -> None:
+    """Send the stand-in LLM's answers without Nagle's delay (TCP_NODELAY), as asyncio's and
+    the providers' servers do. Python's ``http.server`` writes an answer's headers and body
+    apart; with Nagle on, the body waits for the bot's delayed ACK of the headers (up to
+    40 ms on Linux), and that wait counts in the bot's own latency."""
+    server = llm._loopback._server  # type: ignore[union-attr]
+    accept = server.get_request
+
+    def accepted() -> tuple[socket.socket, Any]:
+        sock, address = accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, address
+
+    server.get_request = accepted  # type: ignore[method-assign]
 
 
 def image_segment(url: str) -> dict[str, object]:
@@ -85,6 +114,36 @@ async def recall_ms_per_reply(dsn: str) -> float | None:
         await conn.close()
     replies = rows.get("recall_replies") or 0
     return rows.get("recall_ms_total", 0) / replies if replies else None
+
+
+async def stage_times(dsn: str) -> dict[str, tuple[float, float]]:
+    """Mean wall and CPU ms per reply of every stage the bot timed (the warm-up's reply
+    included), by the bot's own counters; empty when it timed none."""
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        rows = {r["metric"]: r["value"] for r in await conn.fetch(STAGE_TIMES)}
+    finally:
+        await conn.close()
+    replies = rows.pop("stage_messages", 0)
+    if not replies:
+        return {}
+    names = [m[len("stage_") : -len("_us")] for m in rows if not m.endswith("_cpu_us")]
+    per_reply = {metric: value / replies / 1000 for metric, value in rows.items()}
+    return {
+        name: (per_reply[f"stage_{name}_us"], per_reply[f"stage_{name}_cpu_us"]) for name in names
+    }
+
+
+# The stages a reply waits for one after another, from the handler's start to the reply sent
+# (the LLM's own time aside); the user turn is stored beside ``prepare``.
+REPLY_PATH = ("intake", "lock", "ready", "tail", "prepare", "cache_lookup", "send")
+
+
+def print_stages(stages: dict[str, tuple[float, float]]) -> None:
+    """The stages, longest first (stages that ran at once overlap; ``whole`` holds them all)."""
+    print("the bot's own stages per reply (wall / event-loop CPU, ms; overlapping):")
+    for name, (wall, cpu) in sorted(stages.items(), key=lambda item: -item[1][0]):
+        print(f"  {name:<18} {wall:7.2f} / {cpu:6.2f}")
 
 
 async def settle_embeddings(dsn: str) -> int:
@@ -131,11 +190,19 @@ async def run(
     settings: dict[str, str],
     api_embedder: bool,
     picture_every: int = 0,
+    stages_timed: bool = True,
+    nagle: bool = False,
 ) -> None:
     load_before = load_average()
     pictures = PictureServer({}) if picture_every else None
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
-    extra = {"LOG_LEVEL": "WARNING", "EVALUATOR_ENABLED": "true" if evaluator else "false"}
+    if not nagle:
+        answer_at_once(llm)
+    extra = {
+        "LOG_LEVEL": "WARNING",
+        "EVALUATOR_ENABLED": "true" if evaluator else "false",
+        "MEMORY_STAGE_TIMES": "true" if stages_timed else "false",
+    }
     embeddings = StubEmbeddings() if api_embedder else None
     if embeddings is not None:
         extra.update(embeddings.env())
@@ -198,6 +265,7 @@ async def run(
         still_unembedded = await settle_embeddings(embedded_dsn(bot))
         settled = meter.stop()
         recall_ms = await recall_ms_per_reply(embedded_dsn(bot))
+        stages = await stage_times(embedded_dsn(bot))
         log = bot.log_text()
     finally:
         await peer.close()
@@ -222,7 +290,8 @@ async def run(
     print(
         f"sessions {sessions} x {messages} messages, stand-in LLM delay {llm_delay * 1000:.0f} ms, "
         f"evaluator {'on' if evaluator else 'off'}, "
-        f"embedder {'stand-in API' if api_embedder else 'local'}"
+        f"embedder {'stand-in API' if api_embedder else 'local'}, "
+        f"stand-in LLM's answers {'with Nagle' if nagle else 'without Nagle (TCP_NODELAY)'}"
         + "".join(f", {key}={value}" for key, value in settings.items())
     )
     print(
@@ -238,6 +307,23 @@ async def run(
         print(
             f"  of which reading memory (recall and context, the bot's count): {recall_ms:.1f} ms"
         )
+    if stages:
+        print_stages(stages)
+        stand_in = sum(llm_ms.values()) / len(llm_ms) if llm_ms else 0.0
+        if "llm_http" in stages and stand_in and own:
+            overhead = stages["llm_http"][0] - stand_in
+            print(
+                f"  the chat model's HTTP call as the bot timed it less the stand-in's own time: "
+                f"{overhead:.1f} ms (client, loopback, the stand-in's server; counted in the "
+                "bot's own latency)"
+            )
+            path = sum(stages.get(name, (0.0, 0.0))[0] for name in REPLY_PATH) + overhead
+            mean_own = sum(own) / len(own)
+            print(
+                f"  the bot's own latency, mean {mean_own:.1f} ms: the handler's path "
+                f"({' + '.join(REPLY_PATH)} + that overhead) {path:.1f} ms, outside it (NoneBot's "
+                f"dispatch, the WebSocket both ways) {mean_own - path:.1f} ms"
+            )
     if picture_every:
         # A picture message's prompt line carries its picture ("[图片…]"), so it matches no
         # message text: ``own`` above is then the messages without a picture alone.
@@ -290,6 +376,16 @@ def main() -> None:
     parser.add_argument(
         "--picture-every", type=int, default=0, help="a screenshot with every N-th message"
     )
+    parser.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="no stage timer (MEMORY_STAGE_TIMES=false): its ~50 counters a reply cost CPU",
+    )
+    parser.add_argument(
+        "--nagle",
+        action="store_true",
+        help="leave Nagle's algorithm on the stand-in LLM's answers (as before 2026-12-04)",
+    )
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.env)
     asyncio.run(
@@ -301,6 +397,8 @@ def main() -> None:
             settings,
             args.api_embedder,
             args.picture_every,
+            not args.no_stages,
+            args.nagle,
         )
     )
 

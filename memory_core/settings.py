@@ -106,6 +106,9 @@ class MemorySettings(BaseModel):
     # query, by how much the message says on its own (memory_core.recall.message_share).
     memory_query_message_weight: Annotated[float, Field(ge=0, le=1)] | Literal["auto"] = 0.0
     memory_context_term_weight: float = Field(default=1.0, ge=0, le=1)
+    # a diagnostic: each reply's stages (wall and CPU) added to the daily counters
+    # (memory_core.stages; bench.bot_throughput prints them)
+    memory_stage_times: bool = False
 
     # embeddings
     embedding_provider: Literal["local", "api"] = "local"

@@ -36,6 +36,9 @@ from ..recall.retriever import Retriever
 from ..settings import MemorySettings
 from .block import LineBudget, build_memory_block
 
+Distilled = tuple[list[DistilledMemory], list[DistilledMemory], list[DistilledMemory]]
+"""Preferences, relevant facts, recent summaries (``ContextBuilder.distilled``)."""
+
 PREFERENCES_HEADER = "--- 用户偏好 ---"
 FACTS_HEADER = "--- 关于用户的事实 ---"
 SUMMARIES_HEADER = "--- 近期对话摘要 ---"
@@ -220,9 +223,12 @@ class ContextBuilder:
         self._counter = counter
         self._tz = tz
 
-    async def _distilled(
+    async def distilled(
         self, user_id: int, group_id: int | None, query: str, now: datetime
-    ) -> tuple[list[DistilledMemory], list[DistilledMemory], list[DistilledMemory]]:
+    ) -> Distilled:
+        """The preferences, the facts relevant to ``query`` (the recall's ``search_text``) and
+        the recent summaries, as ``build`` reads them; a caller that knows the search text
+        before the recall reads them beside it and hands them to ``build``."""
         keeper, s = self._keeper, self._settings
         if keeper is None or not s.memory_distilled_enabled:
             return [], [], []
@@ -262,6 +268,7 @@ class ContextBuilder:
         max_tokens: int | None = None,
         touch: bool = True,
         settled: bool = False,
+        distilled: Distilled | None = None,
     ) -> MemoryContext:
         """The memory context for ``query`` in this session (see ``assemble_context``):
         preferences, relevant facts, recent summaries, then recalled dialogue (minus
@@ -273,6 +280,8 @@ class ContextBuilder:
         (then awaited beside the distilled memory's reads); ``None``: recalled here, as of
         ``now``, by the ``retriever``.
         ``touch=False`` leaves the use counts alone (a look at the prompt, not a reply).
+        ``distilled``: the distilled memory already read for the recall's search text
+        (``distilled``), with ``recall`` already recalled.
         """
         now = now or datetime.now(timezone.utc)
         if recall is None:
@@ -282,13 +291,15 @@ class ContextBuilder:
         budget = self._settings.memory_max_tokens if max_tokens is None else max_tokens
         if not isinstance(recall, RecallResult):
             (preferences, facts, summaries), recalled = await asyncio.gather(
-                self._distilled(user_id, group_id, query, now), recall
+                self.distilled(user_id, group_id, query, now), recall
             )
+        elif distilled is not None:
+            (preferences, facts, summaries), recalled = distilled, recall
         else:
             # The recall's search text (the query less its time words) has just been embedded:
             # searching facts with it costs no second embedding.
             text = recall.search_text or query
-            preferences, facts, summaries = await self._distilled(user_id, group_id, text, now)
+            preferences, facts, summaries = await self.distilled(user_id, group_id, text, now)
             recalled = recall
         context = assemble_context(
             preferences=preferences,

@@ -20,6 +20,8 @@ One user message goes through :meth:`ConversationEngine.converse`:
    background, never delaying the reply), and a memory-free answer is offered to the cache.
 
 Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
+Once the reply is stored, the session's next message may begin while the exchange is queued
+and counted; a command holding the session (``session``) waits for that too.
 A message is never stored before the session's previous turn: QQ stamps messages to the second,
 so two sent within one second would otherwise tie with (or precede) the first one's reply and
 drop out of each other's short-term context.
@@ -56,6 +58,7 @@ from ..errors import InvalidTurnError, LLMError, MemoryCoreError
 from ..models import AddOutcome, MemoryTurn, TurnInput, generate_session_key
 from ..parts import MemoryParts
 from ..providers.llm import ChatModel, PromptUsage
+from ..stages import clocked, current_clock, stage
 from ..storage.counters import PgCounterStore
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
@@ -177,12 +180,44 @@ class SessionLocks:
         lock, users = entry
         users[0] += 1
         try:
-            async with lock:  # asyncio.Lock wakes waiters in FIFO order: arrival order is kept
+            with stage("lock"):
+                await lock.acquire()  # wakes waiters in FIFO order: arrival order is kept
+            try:
                 yield
+            finally:
+                lock.release()
         finally:
             users[0] -= 1
             if users[0] == 0 and self._locks.get(key) is entry:
                 del self._locks[key]
+
+
+class Settling:
+    """What a session's answered messages still do after leaving the session's turn (queue
+    the exchange, count it), so that whoever holds the session for a command can wait for it."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, set[asyncio.Future[object]]] = {}
+
+    def start(self, key: str, work: Awaitable[object]) -> asyncio.Future[object]:
+        """Run ``work`` for session ``key`` now; await the returned future for its end."""
+        task = asyncio.ensure_future(work)
+        tasks = self._tasks.setdefault(key, set())
+        tasks.add(task)
+
+        def done(finished: asyncio.Future[object]) -> None:
+            tasks.discard(finished)
+            if not tasks and self._tasks.get(key) is tasks:
+                del self._tasks[key]
+
+        task.add_done_callback(done)
+        return task
+
+    async def wait(self, key: str) -> None:
+        """Until the work started for session ``key`` so far has ended (failed or not)."""
+        tasks = self._tasks.get(key)
+        if tasks:
+            await asyncio.wait(set(tasks))
 
 
 _SPLIT_PREFERENCE = (
@@ -258,6 +293,7 @@ class ConversationEngine:
         self._clock = clock or (lambda: datetime.now(timezone.utc))
         self._monotonic = monotonic
         self._locks = SessionLocks()
+        self._settling = Settling()
         self._last_notice: dict[str, float] = {}
 
     @property
@@ -273,7 +309,9 @@ class ConversationEngine:
     async def session(self, user_id: int, group_id: int | None) -> AsyncIterator[None]:
         """Hold a session: what runs inside comes after the session's earlier messages are
         handled and before its later ones (for commands that read or delete its memory)."""
-        async with self._locks.hold(generate_session_key(user_id, group_id)):
+        key = generate_session_key(user_id, group_id)
+        async with self._locks.hold(key):
+            await self._settling.wait(key)
             yield
 
     async def record(self, turn: TurnInput) -> AddOutcome | None:
@@ -301,7 +339,7 @@ class ConversationEngine:
         moment for the message's pictures to be read): later messages still come after it. All
         of it — the memory read, the reply stored — is in the turn's QQ account's memory
         (``TurnInput.account``, ``memory_core.accounts``)."""
-        with serving(turn.account):
+        with clocked(self._settings.memory_stage_times), serving(turn.account):
             return await self._converse(turn, send, group_name=group_name, ready=ready)
 
     async def _converse(
@@ -314,9 +352,11 @@ class ConversationEngine:
     ) -> ChatResult:
         async with self._locks.hold(turn.session_key):
             if ready is not None:
-                turn = await ready(turn)
+                with stage("ready"):
+                    turn = await ready(turn)
             turn = self._stamped(turn)
-            tail = await self._tail(turn)
+            with stage("tail"):
+                tail = await self._tail(turn)
             turn = not_before(turn, tail.previous_at)
             budget = self._asking.state(turn.group_id, self._now(turn)) if self._asking else None
             if self._model is None or budget is BudgetState.SPENT:
@@ -352,7 +392,8 @@ class ConversationEngine:
             )
 
             now = self._now(turn)
-            cached = await self._cached(turn, prompt, now)
+            with stage("cache_lookup"):
+                cached = await self._cached(turn, prompt, now)
             searched = False  # the model read memory through a tool: its answer is not cached
             if cached is not None:
                 answer = cached.answer
@@ -364,9 +405,10 @@ class ConversationEngine:
                     source_turn_id=stored.turn.id if stored.turn is not None else None,
                 )
                 try:
-                    answer, searched = await self._ask_model(
-                        prompt.messages, send, scope, budget or BudgetState.OPEN
-                    )
+                    with stage("model"):
+                        answer, searched = await self._ask_model(
+                            prompt.messages, send, scope, budget or BudgetState.OPEN
+                        )
                     if not answer:
                         raise LLMError("the chat model gave an empty answer")
                 except (LLMError, asyncio.TimeoutError) as exc:
@@ -375,7 +417,8 @@ class ConversationEngine:
                     await self._keep_unanswered(stored.turn)
                     return result(Outcome.APOLOGIZED)
 
-            delivery = await send(answer)
+            with stage("send"):
+                delivery = await send(answer)
             if delivery is None or not delivery.text.strip():
                 log.warning("reply for session %s could not be delivered", turn.session_key)
                 return result(Outcome.UNSENT, reply_text=answer, from_cache=cached is not None)
@@ -390,20 +433,28 @@ class ConversationEngine:
                 created_at=max(self._clock(), self._after(turn)),
             )
             stored_reply = await self._store(reply)
-            if stored.turn is not None and stored_reply is not None and stored_reply.turn:
-                await self._enqueue_evaluation(stored.turn, stored_reply.turn)
-                await self._note_exchange(turn, reply)
             # Nothing of a person who opted out is kept: no turn (stored or spooled), no cache.
             kept = stored.turn is not None or stored.spooled
             if cached is None and kept and not searched and _complete(delivery.text, answer):
-                await self._cache(turn, prompt, answer, now)
-            await self._count_recall(prompt, now)
-            return result(
-                Outcome.REPLIED,
-                reply_turn=stored_reply.turn if stored_reply else None,
-                reply_text=delivery.text,
-                from_cache=cached is not None,
-            )
+                with stage("cache_store"):
+                    await self._cache(turn, prompt, answer, now)
+            bookkeeping: list[Awaitable[None]] = []
+            if stored.turn is not None and stored_reply is not None and stored_reply.turn:
+                bookkeeping.append(self._enqueue_evaluation(stored.turn, stored_reply.turn))
+                bookkeeping.append(self._note_exchange(turn, reply))
+            bookkeeping.append(self._count_recall(prompt, now))
+            settling = self._settling.start(turn.session_key, asyncio.gather(*bookkeeping))
+        # The exchange is stored: the session's next message may go on while the exchange is
+        # queued for evaluation and counted (each its own round trip, all at once); a command
+        # holding the session (``session``: /forget) still comes after them.
+        with stage("after_reply"):
+            await settling
+        return result(
+            Outcome.REPLIED,
+            reply_turn=stored_reply.turn if stored_reply else None,
+            reply_text=delivery.text,
+            from_cache=cached is not None,
+        )
 
     # ------------------------------------------------------------------ steps
 
@@ -431,6 +482,10 @@ class ConversationEngine:
     async def _store(self, turn: TurnInput) -> AddOutcome | None:
         # Only the query's embedding is needed for the reply: the turn's own follows in the
         # background, batched with other sessions' turns.
+        with stage(f"store_{turn.role}"):
+            return await self._store_turn(turn)
+
+    async def _store_turn(self, turn: TurnInput) -> AddOutcome | None:
         try:
             return await self._writer.add_turn(turn, embed_later=True)
         except InvalidTurnError as exc:
@@ -496,7 +551,8 @@ class ConversationEngine:
         """The chat messages for the model (``conversation.preparation``, shared with the
         console's debugger); memory may be missing. The memory block is smaller with the tools
         offered or the group near its budget (``ModelAsking.memory_tokens_for``)."""
-        prompt = await self.preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
+        with stage("prepare"):
+            prompt = await self.preparer.prepare(turn, tail, self._now(turn), group_name=group_name)
         if prompt.failure is not None:
             log.warning("answering session %s without memory: %s", turn.session_key, prompt.failure)
         return prompt
@@ -558,6 +614,9 @@ class ConversationEngine:
         metrics = self._usage.take()
         if prompt.memory_ms is not None:
             metrics.update(recall_metrics(prompt.memory_ms))
+        clock = current_clock()
+        if clock is not None:
+            metrics.update(clock.metrics())
         if not any(metrics.values()):
             return
         try:

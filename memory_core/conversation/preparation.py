@@ -30,19 +30,21 @@ it: a lookup counts hits and misses, and the debugger must count nothing.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..context.builder import MemoryContext
+from ..context.builder import Distilled, MemoryContext
 from ..dialogue.recall_store import PgRecallStore
 from ..errors import MemoryCoreError
 from ..lang.text import scrub
 from ..models import MemoryTurn, RecallResult, TurnInput
 from ..parts import MemoryParts
 from ..recall.options import RecallOptions
+from ..stages import stage
 from .prompt import ChatPlace, build_chat_messages, build_moment_note, build_system_prompt
 from .window import SteppedWindow
 
@@ -188,41 +190,47 @@ class PromptPreparer:
             recent = self._short_term(self._window_key(turn), tail, now, remember=touch)
             own = [t for t in recent if t.session_key == turn.session_key]
             options = self._recall_options(own, cutoff)
-            recalled = await self._retriever.recall(turn.user_id, text, turn.group_id, options)
-            context = await self._context.build(
-                turn.user_id,
-                turn.group_id,
-                text,
-                now=now,
-                exclude_ids=tuple(t.id for t in recent),
-                recall=recalled,
-                max_tokens=memory_tokens,
-                touch=touch,
-                # A private chat's preferences and summaries join its system prompt; a group's
-                # system prompt is every member's, so there they stay in the member's note.
-                settled=turn.group_id is None,
-            )
+            with stage("recall"):
+                recalled, distilled = await self._recall(turn, text, options, now)
+            with stage("context"):
+                context = await self._context.build(
+                    turn.user_id,
+                    turn.group_id,
+                    text,
+                    now=now,
+                    exclude_ids=tuple(t.id for t in recent),
+                    recall=recalled,
+                    max_tokens=memory_tokens,
+                    touch=touch,
+                    # A private chat's preferences and summaries join its system prompt; a
+                    # group's system prompt is every member's, so there they stay in the
+                    # member's note.
+                    settled=turn.group_id is None,
+                    distilled=distilled,
+                )
             memory_ms = (time.perf_counter() - started) * 1000
         except MemoryCoreError as exc:
             failure = exc
-        place = ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name)
-        system = build_system_prompt(
-            bot_name=self._bot_name,
-            persona=self._settings.chat_persona or None,
-            place=place,
-            settled=context.settled if context is not None else "",
-        )
-        note = build_moment_note(
-            now,
-            self._tz,
-            memory_block=context.text if context is not None else "",
-            last_turn_at=tail.previous_at,
-            place=place,
-        )
-        return PreparedPrompt(
-            messages=build_chat_messages(
+        with stage("prompt"):
+            place = ChatPlace(turn.user_id, turn.sender_name, turn.group_id, group_name)
+            system = build_system_prompt(
+                bot_name=self._bot_name,
+                persona=self._settings.chat_persona or None,
+                place=place,
+                settled=context.settled if context is not None else "",
+            )
+            note = build_moment_note(
+                now,
+                self._tz,
+                memory_block=context.text if context is not None else "",
+                last_turn_at=tail.previous_at,
+                place=place,
+            )
+            messages = build_chat_messages(
                 system, note, recent, text, now, self._tz, sender_name=turn.sender_name
-            ),
+            )
+        return PreparedPrompt(
+            messages=messages,
             question=text,
             failure=failure,
             context=context,
@@ -231,6 +239,25 @@ class PromptPreparer:
             options=options,
             memory_ms=memory_ms,
         )
+
+    async def _recall(
+        self, turn: TurnInput, text: str, options: RecallOptions, now: datetime
+    ) -> tuple[RecallResult, Distilled | None]:
+        """The recall and, beside it, the distilled memory the context reads for the recall's
+        search text (its facts search shares the recall's query vector: the embedder's cache
+        lets the second asker wait for the first's embedding). ``None`` for the distilled
+        memory when the recall searched another text after all: the context reads it then."""
+        search_text = self._retriever.search_text(text, options)
+        recalling = self._retriever.recall(turn.user_id, text, turn.group_id, options)
+        reading = self._context.distilled(turn.user_id, turn.group_id, search_text or text, now)
+        recalled, distilled = await asyncio.gather(recalling, reading, return_exceptions=True)
+        for outcome in (recalled, distilled):
+            if isinstance(outcome, BaseException):
+                raise outcome
+        assert isinstance(recalled, RecallResult) and not isinstance(distilled, BaseException)
+        if (recalled.search_text or text) != (search_text or text):
+            return recalled, None
+        return recalled, distilled
 
     def _group_wide(self, turn: TurnInput) -> bool:
         return turn.group_id is not None and self._settings.chat_group_window

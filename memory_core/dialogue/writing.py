@@ -19,6 +19,7 @@ from ..lang.tokens import TokenCounter
 from ..models import AddOutcome, ForgetScope, RecalledMessage, Role, TurnInput
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
+from ..stages import stage
 from ..storage.database_handle import Database
 from .columns import NewTurnRow
 from .deferred_embeddings import DeferredEmbeddings
@@ -99,7 +100,8 @@ class TurnWriter:
 
     async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome:
         """Store one turn; see ``TemporalMemory.add_turn``."""
-        turn, row = self.prepare(turn, datetime.now(timezone.utc))  # before any embedding
+        with stage(f"row_{turn.role}"):
+            turn, row = self.prepare(turn, datetime.now(timezone.utc))  # before any embedding
         if not embed_later:
             # Someone may wait for the reply this turn belongs to: a slow embedder must not
             # hold it.

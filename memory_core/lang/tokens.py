@@ -32,11 +32,19 @@ class TokenCounter(Protocol):
     def count(self, text: str) -> int: ...
 
 
+# Counts kept of short texts: a prompt's memory lines come back message after message (the
+# same recalled windows, the short-term turns), each counted again for every prompt.
+COUNT_CACHE_SIZE = 4096
+COUNT_CACHE_MAX_CHARS = 2000
+
+
 class TiktokenCounter:
-    """A ``TokenCounter`` over a ``tiktoken.Encoding``; never raises on any ``str``."""
+    """A ``TokenCounter`` over a ``tiktoken.Encoding``; never raises on any ``str``. Remembers
+    the counts of the last few thousand short texts (emptied whole when full)."""
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
         self._encoding = encoding
+        self._counts: dict[str, int] = {}
 
     @property
     def encoding_name(self) -> str:
@@ -46,6 +54,16 @@ class TiktokenCounter:
         """Tokens of ``text``; special-token text such as ``<|endoftext|>`` counts as plain text."""
         if not text:
             return 0
+        if len(text) > COUNT_CACHE_MAX_CHARS:
+            return self._count(text)
+        counted = self._counts.get(text)
+        if counted is None:
+            if len(self._counts) >= COUNT_CACHE_SIZE:
+                self._counts.clear()
+            counted = self._counts[text] = self._count(text)
+        return counted
+
+    def _count(self, text: str) -> int:
         try:
             return len(self._encoding.encode(text, disallowed_special=()))
         except UnicodeEncodeError:

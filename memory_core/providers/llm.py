@@ -16,6 +16,7 @@ import httpx
 
 from ..errors import LLMError
 from ..settings import MemorySettings, ModelEndpoint
+from ..stages import stage
 from .chat_turn import (
     ModelTurn,
     looks_like_events,
@@ -250,7 +251,8 @@ class OpenAIChatModel:
             payload["temperature"] = temperature
         streamed = self.streams
         try:
-            response = await self._post(payload, streamed)
+            with stage("llm_http"):
+                response = await self._post(payload, streamed)
         except LLMError as exc:
             if streamed or not wants_stream(exc):
                 raise

@@ -25,12 +25,13 @@ from ..errors import EmbeddingError, RerankError
 from ..lang.keywords import required_phrases, weighted_conversation_terms
 from ..lang.names import asked_about, named_speakers, without_names
 from ..lang.text import scrub
-from ..lang.timerange import analyse_query
+from ..lang.timerange import TimeQuery, analyse_query
 from ..models import RecallResult, generate_session_key
 from ..pictures.recall import latest_pictures, names_a_picture
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
+from ..stages import stage
 from ..storage.database_handle import Database
 from .message_share import MessageShare, message_share
 from .options import DEFAULT_RECALL, RecallOptions
@@ -170,13 +171,7 @@ class Retriever:
             shared = self.sharing is not None and await self.sharing.shared(group_id)
         scope = RecallScope(generate_session_key(user_id, group_id), group_id if shared else None)
         mode = options.mode or self.settings.memory_retrieval_mode
-        time_aware = options.time_aware
-        if time_aware is None:
-            time_aware = self.settings.memory_time_understanding
-        when = analyse_query(query, now, self.tz) if time_aware else None
-        # The time expression has done its work once it is a range; the rest is the topic.
-        text = when.rest if when is not None and when.rest.strip() else query
-        earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
+        when, text, earlier, _ = self._query_parts(query, options, now)
         # A participant the message names is who, not what (lang.names): the name leaves the
         # text searched (both channels) and that speaker's turns join the fusion below.
         named = await self._named_speakers(store, scope, text, now)
@@ -254,7 +249,8 @@ class Retriever:
                 searches["refers"] = store.referring_candidates(
                     query_vector=vector, filters=in_range, **search
                 )
-        found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
+        with stage("recall_candidates"):
+            found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
         referring = found.get("refers", [])
         if when is not None and when.time_only:
             within = TimeScope(when.range.start, when.range.end, frozenset(c.id for c in referring))
@@ -340,7 +336,8 @@ class Retriever:
             ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)
         if names_a_picture(query) and not options.keywords and not options.roles:
             ranked = await self._pictures_first(scope, ranked, now)
-        result = await self._assemble(store, scope, query, ranked, top_n, window, now)
+        with stage("recall_windows"):
+            result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(result, search_text=search_text, rerank_scores=rerank_scores)
 
     async def _reranked(
@@ -386,6 +383,33 @@ class Retriever:
         names = await store.speaker_names(scope, now, SPEAKER_SCAN_TURNS)
         return named_speakers(message, names)
 
+    def search_text(self, query: str, options: RecallOptions = DEFAULT_RECALL) -> str:
+        """The text ``recall`` embeds for ``query`` with ``options`` (its ``search_text``):
+        known before the recall, so a search by the same vector (the distilled facts) can be
+        asked for beside it. Empty when the recall would search nothing. A message naming a
+        participant is searched without the name (``lang.names``), which only the recall
+        knows: its ``search_text`` then differs from this one."""
+        query = scrub(query) if isinstance(query, str) else ""
+        top_n = self.settings.memory_top_n if options.top_n is None else options.top_n
+        if top_n <= 0 or not query.strip():
+            return ""
+        now = options.now or datetime.now(timezone.utc)
+        return self._query_parts(query, options, now)[3]
+
+    def _query_parts(
+        self, query: str, options: RecallOptions, now: datetime
+    ) -> tuple[TimeQuery | None, str, list[str], str]:
+        """The query's time expression (if read), its topic, the earlier lines that join it
+        and the text searched: the topic after those lines (``conversational_query``)."""
+        time_aware = options.time_aware
+        if time_aware is None:
+            time_aware = self.settings.memory_time_understanding
+        when = analyse_query(query, now, self.tz) if time_aware else None
+        # The time expression has done its work once it is a range; the rest is the topic.
+        text = when.rest if when is not None and when.rest.strip() else query
+        earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
+        return when, text, earlier, conversational_query(text, earlier)
+
     def _share(self, message: str, earlier: Sequence[str]) -> MessageShare:
         """The query's message weight and context term weight: the settings', or with
         MEMORY_QUERY_MESSAGE_WEIGHT=auto the ones for how much the message says on its own."""
@@ -418,7 +442,8 @@ class Retriever:
         if mode == "keyword":
             return None
         try:
-            return await self.embedder.embed_query(text)
+            with stage("query_embedding"):
+                return await self.embedder.embed_query(text)
         except EmbeddingError as exc:
             if mode == "vector":
                 log.warning("query could not be embedded, recalling nothing: %s", exc)

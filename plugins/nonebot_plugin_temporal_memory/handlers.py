@@ -19,12 +19,13 @@ from nonebot.log import logger
 from nonebot.rule import Rule
 
 from memory_core import MemoryCoreError, Outcome, RecalledMessage
+from memory_core.stages import clocked, stage
 
 from .bot_accounts import serving_bot
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
 from .messaging import sender_for
 from .pictures import OwnPictures, after_stored, start_reading
-from .runtime import RuntimeDep
+from .runtime import Runtime, RuntimeDep
 
 CHAT_PRIORITY = 90
 RECORD_PRIORITY = 91
@@ -36,8 +37,14 @@ recall_notice = on_notice(priority=CHAT_PRIORITY, block=False)
 
 @chat.handle()
 async def handle_chat(bot: Bot, event: MessageEvent, runtime: RuntimeDep) -> None:
-    async with serving_bot(bot, runtime):
-        turn = await turn_from_event(bot, event, runtime)  # the turn keeps its bot's memory
+    with clocked(runtime.settings.memory_stage_times):
+        await _chat(bot, event, runtime)
+
+
+async def _chat(bot: Bot, event: MessageEvent, runtime: Runtime) -> None:
+    with stage("intake"):
+        async with serving_bot(bot, runtime):
+            turn = await turn_from_event(bot, event, runtime)  # the turn keeps its bot's memory
     # The engine answers in the turn's account's memory (TurnInput.account).
     pictures = OwnPictures(bot, event, runtime, runtime.settings.memory_image_reply_wait)
     send = sender_for(

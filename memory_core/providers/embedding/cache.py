@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import OrderedDict
@@ -24,6 +25,12 @@ QUERY_FAILURE_MEMORY = 10.0
 _MAX_FAILURES_KEPT = 1024
 
 
+def _retrieved(future: asyncio.Future[np.ndarray]) -> None:
+    """Mark a shared query's failure as seen: nobody may have been waiting for it."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _key(kind: Kind, text: str) -> _Key:
     data = text.encode("utf-8", "surrogatepass")
     return kind, hashlib.blake2b(data, digest_size=16).digest()
@@ -35,8 +42,10 @@ class CachedEmbedder:
     Passages and queries are cached apart (e5 and Qwen3 embed them differently). All misses
     of one ``embed_passages`` call go to ``inner`` as one call. A query ``inner`` failed to
     embed fails at once for ``failure_memory`` seconds. ``max_entries=0`` turns the
-    cache off. Two concurrent calls missing the same text both reach ``inner``; that costs one
-    duplicate embedding, never a wrong one.
+    cache off. A query asked for while ``inner`` embeds the same one waits for that embedding
+    (a message's dialogue search and its facts search ask at once); two concurrent passage
+    calls missing the same text both reach ``inner``, which costs one duplicate embedding,
+    never a wrong one.
     """
 
     def __init__(
@@ -57,6 +66,7 @@ class CachedEmbedder:
         self._failure_memory = failure_memory
         self._clock = clock
         self._failed: dict[_Key, tuple[float, str]] = {}  # query -> (when, why)
+        self._embedding: dict[_Key, asyncio.Future[np.ndarray]] = {}  # queries being embedded
 
     @property
     def failing(self) -> bool:
@@ -99,19 +109,41 @@ class CachedEmbedder:
         if vector is not None:
             self._hits += 1
             return vector.copy()
+        underway = self._embedding.get(key)
+        if underway is not None:
+            try:
+                shared = await asyncio.shield(underway)
+            except asyncio.CancelledError:
+                if not underway.cancelled():
+                    raise  # this call was cancelled
+                return await self.embed_query(text)  # the first asker gave up: ask again
+            self._hits += 1
+            return shared.copy()
         failed = self._failed.get(key)
         if failed is not None and self._clock() - failed[0] < self._failure_memory:
             raise EmbeddingError(f"query not embedded a moment ago: {failed[1]}")
         self._misses += 1
+        sharing: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        sharing.add_done_callback(_retrieved)
+        self._embedding[key] = sharing
         try:
             fresh = await self._inner.embed_query(text)
         except EmbeddingError as exc:
             if len(self._failed) >= _MAX_FAILURES_KEPT:
                 self._failed.clear()
             self._failed[key] = (self._clock(), str(exc))
+            sharing.set_exception(exc)
             raise
+        except BaseException:
+            sharing.cancel()  # cancelled, or an error no caller expects: the others ask again
+            raise
+        finally:
+            if self._embedding.get(key) is sharing:
+                del self._embedding[key]
         self._failed.pop(key, None)
-        return self._store(key, fresh).copy()
+        stored = self._store(key, fresh)
+        sharing.set_result(stored)
+        return stored.copy()
 
     async def aclose(self) -> None:
         """Forget every entry and close ``inner``."""

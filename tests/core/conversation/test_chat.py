@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -700,3 +701,79 @@ async def test_both_turns_of_an_exchange_are_stored_at_once_and_embedded_togethe
         1, "图书馆还书", options=RecallOptions(mode="vector", now=datetime.now(timezone.utc))
     )
     assert {t.content for t in recalled.turns} == {"我周三要去图书馆还书", "记住了，周三去图书馆"}
+
+
+# ---------------------------------------------------------------- after the reply
+
+
+class HeldEvaluations:
+    """The evaluation queue with every ``enqueue`` held until ``gate`` opens; records when
+    each one got through."""
+
+    def __init__(self, inner, log: list[str]) -> None:
+        self._inner = inner
+        self._log = log
+        self.gate = asyncio.Event()
+        self.held = 0
+        self.one_held = asyncio.Event()
+        self.two_held = asyncio.Event()
+
+    async def enqueue(self, user_turn_id: int, assistant_turn_id: int) -> None:
+        self.held += 1
+        self.one_held.set()
+        if self.held >= 2:
+            self.two_held.set()
+        await self.gate.wait()
+        await self._inner.enqueue(user_turn_id, assistant_turn_id)
+        self._log.append("queued")
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+
+class CountingOutbox(Outbox):
+    def __init__(self, expected: int) -> None:
+        super().__init__()
+        self.all_sent = asyncio.Event()
+        self._expected = expected
+
+    async def __call__(self, text: str) -> Delivery | None:
+        delivery = await super().__call__(text)
+        if len(self.sent) >= self._expected:
+            self.all_sent.set()
+        return delivery
+
+
+async def test_the_next_message_goes_on_while_an_exchange_is_queued_but_a_command_waits(memory):
+    log: list[str] = []
+    evaluations = HeldEvaluations(memory.parts.evaluations, log)
+    parts = dataclasses.replace(memory.parts, evaluations=evaluations)
+    engine = ConversationEngine(
+        parts=parts, writer=memory, chat_model=RecordingModel("好的"), bot_name="小诗"
+    )
+    outbox = CountingOutbox(expected=2)
+    first = asyncio.ensure_future(engine.converse(user_turn("第一句", message_id=1), outbox))
+    await asyncio.wait_for(evaluations.one_held.wait(), 60)  # a bound, not a timing
+    # The first exchange is stored and waits to be queued: the session's next message is
+    # answered meanwhile.
+    second = asyncio.ensure_future(engine.converse(user_turn("第二句", message_id=2), outbox))
+    await asyncio.wait_for(outbox.all_sent.wait(), 60)
+    assert outbox.sent == ["好的", "好的"]
+    await asyncio.wait_for(evaluations.two_held.wait(), 60)  # the second reply is stored too
+    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    assert [t.content for t in stored] == ["第一句", "好的", "第二句", "好的"]
+
+    async def command() -> None:
+        async with engine.session(1, None):  # a /forget of this session, say
+            log.append("command")
+
+    held = asyncio.ensure_future(command())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert log == [] and not held.done()  # the exchanges are not queued yet
+    evaluations.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, second, held), 60)
+
+    assert log == ["queued", "queued", "command"]
+    assert evaluations.held == 2
+    assert (await memory.stats()).evaluation.pending == 2

