@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -14,10 +15,49 @@ from typing import Any
 import asyncpg
 import pytest
 
-from memory_core import TemporalMemory, open_memory
+from memory_core import TemporalMemory, open_memory, wiring
 from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "xdist_group(name): run these tests on one xdist worker (--dist loadgroup)"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of a module that share a module-scoped fixture (a bot process, a browser, a
+    built wheel) form one xdist group: under ``--dist loadgroup`` (``addopts``) they run on
+    one worker, which builds the fixture once; every other test goes to whichever worker is
+    free. (Before xdist's own hook, which reads the mark.)"""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = any(
+            definition.scope in ("module", "class", "package")
+            for definitions in info.name2fixturedefs.values()
+            for definition in definitions
+        )
+        if shared and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _token_counter_loaded_once() -> Iterator[None]:
+    """``open_memory`` builds its tiktoken counter from the bundled files (~0.2 s of CPU)
+    every time; a run opens a memory some thousand times, always with one of two encodings.
+    The counter holds no state, so the run shares one per encoding (the loading itself is
+    tested in ``tests/core/lang``)."""
+    real = wiring.load_token_counter
+    wiring.load_token_counter = functools.cache(real)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        wiring.load_token_counter = real  # type: ignore[assignment]
 
 
 @pytest.fixture(scope="session")
