@@ -21,29 +21,78 @@ from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "xdist_group(name): run these tests on one xdist worker (--dist loadgroup)"
-    )
+SHARED_FIXTURE_MODULES = frozenset(
+    {
+        "tests/core/conversation/test_prompt.py",
+        "tests/core/lang/test_tokens.py",
+        "tests/core/providers/test_e5_tokenizer.py",
+        "tests/core/providers/test_embedding_batching.py",
+        "tests/core/providers/test_embedding_local.py",
+        "tests/core/providers/test_embedding_onnx.py",
+        "tests/core/storage/test_embedded_server.py",
+        "tests/plugin/test_body_limit.py",
+        "tests/plugin/test_console_access.py",
+        "tests/plugin/test_console_browser.py",
+        "tests/plugin/test_console_overview.py",
+        "tests/plugin/test_console_parameters.py",
+        "tests/plugin/test_installed_plugin.py",
+        "tests/plugin/test_wire.py",
+        "tests/plugin/test_wire_access.py",
+        "tests/plugin/test_wire_accounts.py",
+        "tests/plugin/test_wire_pictures.py",
+        "tests/plugin/test_wire_self_service.py",
+    }
+)
+"""Modules whose tests share a module-scoped fixture (a bot process, a browser, a built wheel,
+a loaded model): under xdist (``-n``, ``--dist loadgroup`` from ``addopts``) each runs whole on
+one worker, which builds the fixture once (``OneWorkerPerSharedModule``); every other test
+goes alone to whichever worker is free. Checked against the fixtures at collection."""
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of a module that share a module-scoped fixture (a bot process, a browser, a
-    built wheel) form one xdist group: under ``--dist loadgroup`` (``addopts``) they run on
-    one worker, which builds the fixture once; every other test goes to whichever worker is
-    free. (Before xdist's own hook, which reads the mark.)"""
+    """Refuse a module that shares a module-scoped fixture without being listed in
+    ``SHARED_FIXTURE_MODULES``, and run the plugin's tests (bots, browsers, subprocesses:
+    seconds each) before the core's (mostly a database copy and queries), so that under xdist
+    the run's tail is short tests."""
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
-        if info is None:
+        if info is None or _module_of(item.nodeid) in SHARED_FIXTURE_MODULES:
             continue
-        shared = any(
-            definition.scope in ("module", "class", "package")
-            for definitions in info.name2fixturedefs.values()
-            for definition in definitions
-        )
-        if shared and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        shared = [
+            name
+            for name, definitions in info.name2fixturedefs.items()
+            if any(d.scope in ("module", "class", "package") for d in definitions)
+        ]
+        if shared:
+            raise pytest.UsageError(
+                f"{item.nodeid} shares the fixture(s) {shared}: add its module to "
+                "SHARED_FIXTURE_MODULES in tests/conftest.py"
+            )
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/plugin/"))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup`` (xdist's own group suffix no longer reaches pytest 9's node
+    ids): ``OneWorkerPerSharedModule``."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerPerSharedModule(LoadScopeScheduling):  # type: ignore[misc]
+        """A module of ``SHARED_FIXTURE_MODULES`` is one unit of work, every other test its
+        own; the largest units are handed out first (xdist's ``--loadscope-reorder``), the
+        others in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module_of(nodeid)
+            return module if module in SHARED_FIXTURE_MODULES else nodeid
+
+    return OneWorkerPerSharedModule(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
