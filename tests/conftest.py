@@ -20,7 +20,6 @@ from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
 
-
 SHARED_FIXTURE_MODULES = frozenset(
     {
         "tests/core/conversation/test_prompt.py",
