@@ -29,6 +29,7 @@ SHARED_FIXTURE_MODULES = frozenset(
         "tests/core/providers/test_embedding_local.py",
         "tests/core/providers/test_embedding_onnx.py",
         "tests/core/storage/test_embedded_server.py",
+        "tests/core/test_cli.py",
         "tests/plugin/test_body_limit.py",
         "tests/plugin/test_console_access.py",
         "tests/plugin/test_console_browser.py",

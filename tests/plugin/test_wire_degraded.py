@@ -139,7 +139,9 @@ async def test_a_slow_model_makes_the_bot_say_wait_before_its_answer(launch):
 async def test_embedded_database_killed_under_the_bot_comes_back_with_the_message_said_meanwhile(
     launch,
 ):
-    bot, peer = await launch(llm_url=None)
+    # The bot makes its own cluster: on a copied one its first maintenance round was still
+    # running at the kill, failed, and rested its 30 s before restarting the server.
+    bot, peer = await launch(llm_url=None, own_cluster=True)
     cluster = bot.data_dir / "pg"
     user = 20022
     await kill_postmaster(cluster)  # kill -9, as the OOM killer would

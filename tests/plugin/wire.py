@@ -238,8 +238,11 @@ async def start_bot(
     token: str = "wire-test-token",
     extra_env: dict[str, str] | None = None,
     startup_timeout: float = 120.0,
+    own_cluster: bool = False,
 ) -> BotProcess:
-    """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens."""
+    """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens.
+    Its embedded database is a copy of ``CLUSTER_TEMPLATE`` when that is set, unless
+    ``own_cluster`` (the bot makes its own, as on a first start)."""
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
     share_graphs(data_dir)  # the model's graph, built once per run
@@ -247,7 +250,7 @@ async def start_bot(
         port=port, token=token, llm_url=llm_url, data_dir=data_dir, extra=extra_env or {}
     )
     try:
-        if CLUSTER_TEMPLATE is not None and not env["MEMORY_DSN"]:
+        if CLUSTER_TEMPLATE is not None and not env["MEMORY_DSN"] and not own_cluster:
             await CLUSTER_TEMPLATE.copy_to(data_dir)
         return await launch_bot(
             env=env,
