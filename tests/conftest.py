@@ -76,6 +76,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith("tests/plugin/"))
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown without xdist installed
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``--dist loadgroup`` (xdist's own group suffix no longer reaches pytest 9's node
     ids): ``OneWorkerPerSharedModule``."""
