@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -14,10 +15,99 @@ from typing import Any
 import asyncpg
 import pytest
 
-from memory_core import TemporalMemory, open_memory
+from memory_core import TemporalMemory, open_memory, wiring
 from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
+
+SHARED_FIXTURE_MODULES = frozenset(
+    {
+        "tests/core/conversation/test_prompt.py",
+        "tests/core/lang/test_tokens.py",
+        "tests/core/providers/test_e5_tokenizer.py",
+        "tests/core/providers/test_embedding_batching.py",
+        "tests/core/providers/test_embedding_local.py",
+        "tests/core/providers/test_embedding_onnx.py",
+        "tests/core/storage/test_embedded_server.py",
+        "tests/core/test_cli.py",
+        "tests/plugin/test_body_limit.py",
+        "tests/plugin/test_console_access.py",
+        "tests/plugin/test_console_browser.py",
+        "tests/plugin/test_console_overview.py",
+        "tests/plugin/test_console_parameters.py",
+        "tests/plugin/test_installed_plugin.py",
+        "tests/plugin/test_wire.py",
+        "tests/plugin/test_wire_access.py",
+        "tests/plugin/test_wire_accounts.py",
+        "tests/plugin/test_wire_pictures.py",
+        "tests/plugin/test_wire_self_service.py",
+    }
+)
+"""Modules whose tests share a module-scoped fixture (a bot process, a browser, a built wheel,
+a loaded model): under xdist (``-n``, ``--dist loadgroup`` from ``addopts``) each runs whole on
+one worker, which builds the fixture once (``OneWorkerPerSharedModule``); every other test
+goes alone to whichever worker is free. Checked against the fixtures at collection."""
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a module that shares a module-scoped fixture without being listed in
+    ``SHARED_FIXTURE_MODULES``, and run the plugin's tests (bots, browsers, subprocesses:
+    seconds each) before the core's (mostly a database copy and queries), so that under xdist
+    the run's tail is short tests."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or _module_of(item.nodeid) in SHARED_FIXTURE_MODULES:
+            continue
+        shared = [
+            name
+            for name, definitions in info.name2fixturedefs.items()
+            if any(d.scope in ("module", "class", "package") for d in definitions)
+        ]
+        if shared:
+            raise pytest.UsageError(
+                f"{item.nodeid} shares the fixture(s) {shared}: add its module to "
+                "SHARED_FIXTURE_MODULES in tests/conftest.py"
+            )
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/plugin/"))
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown without xdist installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup`` (xdist's own group suffix no longer reaches pytest 9's node
+    ids): ``OneWorkerPerSharedModule``."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerPerSharedModule(LoadScopeScheduling):  # type: ignore[misc]
+        """A module of ``SHARED_FIXTURE_MODULES`` is one unit of work, every other test its
+        own; the largest units are handed out first (xdist's ``--loadscope-reorder``), the
+        others in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module_of(nodeid)
+            return module if module in SHARED_FIXTURE_MODULES else nodeid
+
+    return OneWorkerPerSharedModule(config, log)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _token_counter_loaded_once() -> Iterator[None]:
+    """``open_memory`` builds its tiktoken counter from the bundled files (~0.2 s of CPU)
+    every time; a run opens a memory some thousand times, always with one of two encodings.
+    The counter holds no state, so the run shares one per encoding (the loading itself is
+    tested in ``tests/core/lang``)."""
+    real = wiring.load_token_counter
+    wiring.load_token_counter = functools.cache(real)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        wiring.load_token_counter = real  # type: ignore[assignment]
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import new_database
 from tests.model_graphs import graphs_shared
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,23 +73,42 @@ TURNS = [
 ]
 
 
-@pytest.fixture
-def imported(fresh_dsn: str, tmp_data_dir: Path) -> tuple[str, Path]:
-    path = tmp_data_dir / "turns.jsonl"
+def import_turns(dsn: str, data_dir: Path) -> tuple[str, Path]:
+    """``TURNS`` imported by the CLI, with two bad lines it reports and skips."""
+    path = data_dir / "turns.jsonl"
     lines = [json.dumps(t, ensure_ascii=False) for t in TURNS]
     lines.insert(2, '{"user_id": "not a number", "role": "user", "content": "x"}')
     lines.insert(3, "not json at all")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    result = run_cli("import", str(path), dsn=fresh_dsn, data_dir=tmp_data_dir)
+    result = run_cli("import", str(path), dsn=dsn, data_dir=data_dir)
     assert "stored 4 new in 3 session(s)" in result.stdout, result.stderr
     assert "turns/s" in result.stderr  # progress
     assert ":3: skipped" in result.stderr and ":4: skipped" in result.stderr
     assert result.returncode == 1  # bad lines are reported in the exit code
-    return fresh_dsn, tmp_data_dir
+    return dsn, data_dir
 
 
-def test_import_then_recall_prints_the_seed_formatted_block(imported):
-    dsn, data_dir = imported
+@pytest.fixture
+def imported(fresh_dsn: str, tmp_data_dir: Path) -> tuple[str, Path]:
+    """``TURNS`` imported into this test's own database (for tests that change it)."""
+    return import_turns(fresh_dsn, tmp_data_dir)
+
+
+@pytest.fixture(scope="module")
+async def module_dsn(pg_server_dsn: str, migrated_template: str) -> AsyncIterator[str]:
+    async with new_database(pg_server_dsn, template=migrated_template) as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def imported_once(module_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """``TURNS`` imported once for the module's tests that only read (recall, stats, refused
+    options): each CLI import is a Python start and a model load."""
+    return import_turns(module_dsn, tmp_path_factory.mktemp("cli"))
+
+
+def test_import_then_recall_prints_the_seed_formatted_block(imported_once):
+    dsn, data_dir = imported_once
     result = run_cli(
         "recall",
         "--user-id",
@@ -103,8 +124,8 @@ def test_import_then_recall_prints_the_seed_formatted_block(imported):
     assert "ORD999" not in result.stdout and "ORD000" not in result.stdout
 
 
-def test_recall_json_holds_exactly_the_session_turns_in_time_order(imported):
-    dsn, data_dir = imported
+def test_recall_json_holds_exactly_the_session_turns_in_time_order(imported_once):
+    dsn, data_dir = imported_once
     result = run_cli(
         "recall",
         "--user-id",
@@ -131,8 +152,8 @@ def test_recall_json_holds_exactly_the_session_turns_in_time_order(imported):
     assert data["turns"][0]["group_id"] == 777 and data["turns"][0]["message_id"] == 3
 
 
-def test_recall_batch_prints_one_json_object_per_query_in_order(imported):
-    dsn, data_dir = imported
+def test_recall_batch_prints_one_json_object_per_query_in_order(imported_once):
+    dsn, data_dir = imported_once
     queries = data_dir / "queries.jsonl"
     queries.write_text(
         "\n".join(
@@ -159,8 +180,8 @@ def test_recall_batch_prints_one_json_object_per_query_in_order(imported):
     assert [t["role"] for t in second["turns"]] == ["user"]
 
 
-def test_recall_batch_takes_the_conversation_and_names_a_bad_one(imported):
-    dsn, data_dir = imported
+def test_recall_batch_takes_the_conversation_and_names_a_bad_one(imported_once):
+    dsn, data_dir = imported_once
     queries = data_dir / "queries.jsonl"
     asked = {"user_id": 1, "query": "是多少来着", "top_n": 1, "window_size": 0}
     queries.write_text(
@@ -214,8 +235,8 @@ def test_recall_earlier_lines_give_a_topicless_message_its_topic(fresh_dsn, tmp_
     assert said[1] in found[2] and said[1] == found[3]
 
 
-def test_stats_reports_counts_and_model(imported):
-    dsn, data_dir = imported
+def test_stats_reports_counts_and_model(imported_once):
+    dsn, data_dir = imported_once
     result = run_cli("stats", "--json", dsn=dsn, data_dir=data_dir)
     data = json.loads(result.stdout)
     assert data["rows"] == 4 and data["sessions"] == 3
@@ -225,8 +246,8 @@ def test_stats_reports_counts_and_model(imported):
     assert data["oldest"] == "2024-01-16T10:30:15+08:00"
 
 
-def test_stats_prints_the_sectioned_chinese_dashboard_of_memstat(imported):
-    dsn, data_dir = imported
+def test_stats_prints_the_sectioned_chinese_dashboard_of_memstat(imported_once):
+    dsn, data_dir = imported_once
     result = run_cli("stats", dsn=dsn, data_dir=data_dir, LLM_MODEL="")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -317,8 +338,8 @@ def test_import_indexes_the_sessions_it_takes_past_the_exact_search_limit(
     ],
     ids=["recall", "purge"],
 )
-def test_a_time_at_the_calendars_ends_is_refused_naming_the_option(imported, command):
-    dsn, data_dir = imported
+def test_a_time_at_the_calendars_ends_is_refused_naming_the_option(imported_once, command):
+    dsn, data_dir = imported_once
     result = run_cli(*command, dsn=dsn, data_dir=data_dir)
     assert result.returncode == 2
     assert "--now" in result.stderr and "Traceback" not in result.stderr

@@ -8,13 +8,14 @@ each test gets its runtime from the ``runtime`` fixture instead. The wire tests 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from nonebug import NONEBOT_INIT_KWARGS, NONEBOT_START_LIFESPAN
 
 from tests.fakes import RecordingModel
+from tests.plugin import wire
 from tests.plugin.events import SUPERUSER_ID
 
 
@@ -27,6 +28,18 @@ def pytest_configure(config: pytest.Config) -> None:
         "log_level": "WARNING",
     }
     config.stash[NONEBOT_START_LIFESPAN] = False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bots_start_from_one_cluster() -> Iterator[None]:
+    """The wire tests' bots start from a copy of one migrated cluster (``wire.ClusterTemplate``),
+    made when the first of them starts."""
+    wire.CLUSTER_TEMPLATE = wire.ClusterTemplate()
+    try:
+        yield
+    finally:
+        wire.CLUSTER_TEMPLATE.remove()
+        wire.CLUSTER_TEMPLATE = None
 
 
 @pytest.fixture(scope="session")

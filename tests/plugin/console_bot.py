@@ -3,6 +3,7 @@ a private chat and a group, a distilled fact each. Used by the console's HTTP an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 from collections.abc import AsyncIterator
@@ -10,13 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 from memory_core import open_memory
 from memory_core.conversation.engine import recall_metrics
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.settings import MemorySettings
-from tests.conftest import new_database
+from tests.conftest import dsn_for_database, new_database
 from tests.core.console.test_console import store_chat
 from tests.model_graphs import keep_graphs, share_graphs
 from tests.plugin.wire import BotProcess, start_bot, stop_bot
@@ -87,11 +89,31 @@ async def seed(dsn: str, data_dir: Path) -> None:
         keep_graphs(data_dir)
 
 
+SEEDED_TEMPLATE = "tm_console_seeded"
+"""A copy of the run's migrated template, seeded (``seed``) once per test server: each console
+bot's database is a copy of it (seeding loads the local model and embeds every line)."""
+_seeding = asyncio.Lock()
+_seeded_on: set[str] = set()
+
+
+async def seeded_template(server_dsn: str, template: str, tmp_dir: Path) -> str:
+    async with _seeding:
+        if server_dsn not in _seeded_on:
+            admin = await asyncpg.connect(server_dsn)
+            try:
+                await admin.execute(f'CREATE DATABASE "{SEEDED_TEMPLATE}" TEMPLATE "{template}"')
+            finally:
+                await admin.close()
+            await seed(dsn_for_database(server_dsn, SEEDED_TEMPLATE), tmp_dir)
+            _seeded_on.add(server_dsn)
+    return SEEDED_TEMPLATE
+
+
 @contextlib.asynccontextmanager
 async def console_bot(server_dsn: str, template: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
     """The bot over a copy of the run's migrated ``template``, seeded (``seed``)."""
-    async with new_database(server_dsn, template=template) as dsn:
-        await seed(dsn, tmp_dir)
+    seeded = await seeded_template(server_dsn, template, tmp_dir)
+    async with new_database(server_dsn, template=seeded) as dsn:
         bot = await start_bot(
             llm_url=None,
             extra_env={

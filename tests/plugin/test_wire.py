@@ -397,11 +397,16 @@ async def test_recall_notices_delete_the_recalled_turn(wire: Wire):
     assert "hunter2" not in private_left and "swordfish" not in group_left
 
 
+NOTICE_HANDED_OVER = "Event will be handled by Matcher(type='notice'"
+"""NoneBot's log line as it starts a notice matcher (ours: the 撤回 handler)."""
+
+
 async def test_a_recall_while_the_bot_answers_takes_the_reply_stored_after_it(wire: Wire):
     """A 撤回 that arrives while the model is still answering that message waits for the
     exchange, so the reply, stored only once it is sent, goes too (the fault suite found it
-    left behind). The wait for the notice's log line runs out when the fix holds the notice
-    back (the verdict is the database's, either way)."""
+    left behind). Once NoneBot has handed the notice to its handler, the wait for the
+    handler's own log line runs out when the fix holds the notice back (the verdict is the
+    database's, either way)."""
     user = 20017
     secret = "银行卡密码是905517"
     wire.llm.reply = f"好的，你的{secret}，我记住了。"
@@ -416,12 +421,17 @@ async def test_a_recall_while_the_bot_answers_takes_the_reply_stored_after_it(wi
                 break
             await asyncio.sleep(0.1)
         mark = len(wire.peer.calls)
+        notices = wire.bot.log_text().count(NOTICE_HANDED_OVER)
         await wire.peer.send_event(recall_payload(message["message_id"], user_id=user))
+        for _ in range(600):  # bounded: until the notice's handler runs
+            if wire.bot.log_text().count(NOTICE_HANDED_OVER) > notices:
+                break
+            await asyncio.sleep(0.1)
         handled = f"recalled message {message['message_id']}"
-        for _ in range(50):  # without the fix the notice is handled at once
+        for _ in range(20):  # without the fix the handler deletes at once (one DELETE)
             if handled in wire.bot.log_text():
                 break
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1)
     finally:
         wire.llm.held = False
         wire.llm.release.set()

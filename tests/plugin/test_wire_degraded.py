@@ -81,25 +81,22 @@ async def test_database_unreachable_bot_starts_answers_without_memory_and_spools
 async def test_without_chat_model_bot_records_answers_commands_and_notices_once_per_interval(
     launch,
 ):
-    # Long enough for one message to be handled on a busy machine, short enough to wait out.
-    # (The interval itself is proved with an injected clock in tests/core/conversation.)
-    interval = 20.0
-    bot, peer = await launch(llm_url=None, extra_env={"CHAT_NOTICE_INTERVAL": str(interval)})
+    # An interval no run comes near: "within the interval" holds however slow the machine.
+    # (The interval itself is proved with an injected clock in tests/core/conversation; that
+    # the chat hears the notice again once it has passed, by the next test.)
+    bot, peer = await launch(llm_url=None, extra_env={"CHAT_NOTICE_INTERVAL": "3600"})
     user = 20021
     assert await say(peer, "你好，我叫小红", user_id=user) == NOT_CONFIGURED_NOTICE
-    noticed_at = time.monotonic()
     # Within the notice interval the next message gets no notice, but it is still recorded;
     # commands still answer. (/recall does not wait for the message being stored: poll.)
     mark = len(peer.calls)
     await peer.send_event(message_payload([text_seg("我喜欢吃草莓")], user_id=user))
-    for _ in range(60):
+    for _ in range(300):  # at least 60 s, not a timing check
         answer = await say(peer, "/recall 草莓", user_id=user)
         if "我喜欢吃草莓" in answer:
             break
         await asyncio.sleep(0.2)
     assert "我喜欢吃草莓" in answer
-    # Stored, so handled (with or without a notice) within the interval: what follows holds.
-    assert time.monotonic() - noticed_at < interval, "storing the second message took too long"
     # The first message, answered with the notice, was recorded too (/recall lists only what
     # is about its query: it takes a query of its own).
     assert "你好，我叫小红" in await say(peer, "/recall 小红", user_id=user)
@@ -107,7 +104,17 @@ async def test_without_chat_model_bot_records_answers_commands_and_notices_once_
     assert NOT_CONFIGURED_NOTICE not in after
     log = bot.log_text()
     assert log.count("no chat model configured") == 1
-    # Once the interval has passed, the chat hears it again (no ten minutes of silence).
+
+
+async def test_once_the_notice_interval_has_passed_the_chat_hears_it_again(launch):
+    # No ten minutes of silence. The bot takes its notice's time before sending it, so once
+    # this side's clock (the same monotonic clock) is an interval past the notice's arrival,
+    # the bot's is too: a slow machine only makes more time pass.
+    interval = 1.0
+    _, peer = await launch(llm_url=None, extra_env={"CHAT_NOTICE_INTERVAL": str(interval)})
+    user = 20025
+    assert await say(peer, "你好，我叫小红", user_id=user) == NOT_CONFIGURED_NOTICE
+    noticed_at = time.monotonic()
     await asyncio.sleep(max(0.0, noticed_at + interval + 0.2 - time.monotonic()))
     assert await say(peer, "还是不能聊吗", user_id=user) == NOT_CONFIGURED_NOTICE
 
@@ -132,7 +139,9 @@ async def test_a_slow_model_makes_the_bot_say_wait_before_its_answer(launch):
 async def test_embedded_database_killed_under_the_bot_comes_back_with_the_message_said_meanwhile(
     launch,
 ):
-    bot, peer = await launch(llm_url=None)
+    # The bot makes its own cluster: on a copied one its first maintenance round was still
+    # running at the kill, failed, and rested its 30 s before restarting the server.
+    bot, peer = await launch(llm_url=None, own_cluster=True)
     cluster = bot.data_dir / "pg"
     user = 20022
     await kill_postmaster(cluster)  # kill -9, as the OOM killer would

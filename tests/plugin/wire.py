@@ -31,6 +31,8 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection
 
+from memory_core.storage.database import locate_database, prepare_database
+from memory_core.storage.embedded_server import EmbeddedServer, embedded_cluster_dir
 from tests.fakes import Loopback, json_response
 from tests.model_graphs import keep_graphs, share_graphs
 from tests.plugin.events import SELF_ID
@@ -132,6 +134,51 @@ class StubLLM:
 # ----------------------------------------------------------------------------- the bot process
 
 
+class ClusterTemplate:
+    """An embedded PostgreSQL cluster made once (initdb, pgvector, every migration; no rows, no
+    embedding model recorded) and stopped, that each bot's data folder starts from as a copy
+    (``cp -a``, which keeps the files' owner): initdb and the migrations cost a bot start some
+    seconds. Such a bot meets a cluster it did not make, as after an upgrade; a bot's start on
+    an empty folder (initdb by the bot itself) is what the installed-plugin and start-up-check
+    tests keep. Made on first use, by ``start_bot`` when ``CLUSTER_TEMPLATE`` is set."""
+
+    def __init__(self) -> None:
+        self._folder: Path | None = None
+        self._lock = asyncio.Lock()
+
+    async def copy_to(self, data_dir: Path) -> None:
+        async with self._lock:
+            if self._folder is None:
+                self._folder = await self._make()
+        template = embedded_cluster_dir(self._folder)
+        await asyncio.to_thread(
+            subprocess.run,
+            ["cp", "-a", str(template), str(embedded_cluster_dir(data_dir))],
+            check=True,
+        )
+
+    @staticmethod
+    async def _make() -> Path:
+        folder = Path(tempfile.mkdtemp(prefix="tm-cluster-", dir="/tmp"))
+        server = EmbeddedServer(embedded_cluster_dir(folder))
+        try:
+            await prepare_database((await locate_database(None, server)).dsn)
+        finally:
+            await asyncio.to_thread(server.stop)
+        return folder
+
+    def remove(self) -> None:
+        if self._folder is not None:
+            _stop_orphan_postgres(self._folder)  # only if making it failed halfway
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+CLUSTER_TEMPLATE: ClusterTemplate | None = None
+"""Set by the tests (``tests/plugin/conftest.py``): bots with an embedded database start from
+its copy. The benchmarks leave it unset: their bots make their own cluster."""
+
+
 @dataclass
 class BotProcess:
     port: int
@@ -191,8 +238,11 @@ async def start_bot(
     token: str = "wire-test-token",
     extra_env: dict[str, str] | None = None,
     startup_timeout: float = 120.0,
+    own_cluster: bool = False,
 ) -> BotProcess:
-    """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens."""
+    """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens.
+    Its embedded database is a copy of ``CLUSTER_TEMPLATE`` when that is set, unless
+    ``own_cluster`` (the bot makes its own, as on a first start)."""
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
     share_graphs(data_dir)  # the model's graph, built once per run
@@ -200,6 +250,8 @@ async def start_bot(
         port=port, token=token, llm_url=llm_url, data_dir=data_dir, extra=extra_env or {}
     )
     try:
+        if CLUSTER_TEMPLATE is not None and not env["MEMORY_DSN"] and not own_cluster:
+            await CLUSTER_TEMPLATE.copy_to(data_dir)
         return await launch_bot(
             env=env,
             port=port,
