@@ -28,10 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
@@ -60,22 +58,6 @@ STAGE_TIMES = (
 # Log lines of work the overloaded bot put off or skipped (memory_core's own warnings).
 KEYWORD_ONLY = "recalling by keywords only"
 EMBEDDED_LATER = "will be embedded later"
-
-
-def answer_at_once(llm: StubLLM) -> None:
-    """Send the stand-in LLM's answers without Nagle's delay (TCP_NODELAY), as asyncio's and
-    the providers' servers do. Python's ``http.server`` writes an answer's headers and body
-    apart; with Nagle on, the body waits for the bot's delayed ACK of the headers (up to
-    40 ms on Linux), and that wait counts in the bot's own latency."""
-    server = llm._loopback._server  # type: ignore[union-attr]
-    accept = server.get_request
-
-    def accepted() -> tuple[socket.socket, Any]:
-        sock, address = accept()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, address
-
-    server.get_request = accepted  # type: ignore[method-assign]
 
 
 def image_segment(url: str) -> dict[str, object]:
@@ -195,9 +177,7 @@ async def run(
 ) -> None:
     load_before = load_average()
     pictures = PictureServer({}) if picture_every else None
-    llm = StubLLM(reply="好的，我记住了。", delay=llm_delay).start()
-    if not nagle:
-        answer_at_once(llm)
+    llm = StubLLM(reply="好的，我记住了。", delay=llm_delay, nagle=nagle).start()
     extra = {
         "LOG_LEVEL": "WARNING",
         "EVALUATOR_ENABLED": "true" if evaluator else "false",

@@ -183,11 +183,15 @@ class Loopback:
     per connection, so one answer that waits (a held model) holds up no other.
 
     An exception in ``respond`` drops the connection unanswered. ``close`` stops the server.
+    Answers go out with ``TCP_NODELAY``, as the providers' servers send them: with Nagle's
+    algorithm on (``nagle=True``) an answer's body, written after its headers, waits for the
+    client's delayed ACK (up to 40 ms on Linux), which a benchmark would count as the bot's.
     """
 
-    def __init__(self, respond: Respond) -> None:
+    def __init__(self, respond: Respond, *, nagle: bool = False) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as the providers' servers do
+            disable_nagle_algorithm = not nagle
             loop: asyncio.AbstractEventLoop
 
             def setup(self) -> None:

@@ -69,11 +69,17 @@ class StubLLM:
     """
 
     def __init__(
-        self, reply: str = "好的，我记下了。", delay: float = 0.0, held: bool = False
+        self,
+        reply: str = "好的，我记下了。",
+        delay: float = 0.0,
+        held: bool = False,
+        *,
+        nagle: bool = False,
     ) -> None:
         self.reply = reply
         self.delay = delay
         self.held = held
+        self.nagle = nagle
         self.release = threading.Event()
         self.mode = "ok"
         self.calls: list[LLMCall] = []
@@ -108,7 +114,7 @@ class StubLLM:
         return f"{self._loopback.origin}/v1"
 
     def start(self) -> StubLLM:
-        self._loopback = Loopback(self.respond)
+        self._loopback = Loopback(self.respond, nagle=self.nagle)
         return self
 
     def stop(self) -> None:
