@@ -91,7 +91,7 @@ from .service import TemporalMemory
 from .settings import MemorySettings, settings_from_mapping, validation_problems
 from .stats import MemoryStats
 from .time_bounds import RANGE_TEXT, time_problem
-from .wiring import open_memory
+from .wiring import ChatBot, open_chat_bot, open_memory
 
 __all__ = [
     "CATEGORY_ZH",
@@ -104,6 +104,7 @@ __all__ = [
     "RECALL_REPLIES",
     "RECALL_SLOW",
     "AddOutcome",
+    "ChatBot",
     "ChatModel",
     "ChatResult",
     "ConfigError",
@@ -163,6 +164,7 @@ __all__ = [
     "is_failing",
     "known_about",
     "list_recall",
+    "open_chat_bot",
     "open_memory",
     "opt_in",
     "opt_out",

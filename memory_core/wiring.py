@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 
 from .accounts import AccountBook
 from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
 from .background import DueFlag
 from .context.builder import ContextBuilder
+from .conversation.engine import ConversationEngine
 from .dialogue.spool import TurnSpool
 from .dialogue.upkeep import DialogueUpkeep
 from .dialogue.vector_index import VectorIndex
@@ -32,7 +34,9 @@ from .forgetting import Forgetting
 from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
 from .lang.tokens import TokenCounter, load_token_counter
 from .parts import MemoryParts
+from .pictures import PictureReader, PicturesOff, build_picture_reader
 from .providers.embedding import Embedder, build_embedder
+from .providers.llm import ChatModel, build_chat_model
 from .providers.rerank import ApiReranker, build_reranker
 from .recall.retriever import Retriever
 from .recall.sharing import GroupSharing
@@ -257,3 +261,41 @@ async def open_memory(
         memory.evaluations.start()
         memory.parts.extraction.start()
     return memory
+
+
+@dataclass(frozen=True)
+class ChatBot:
+    """What a chat front end runs: the memory, the conversation engine over its parts, the
+    chat model (``None`` while ``LLM_MODEL`` is empty) and the picture reader."""
+
+    memory: TemporalMemory
+    engine: ConversationEngine
+    chat_model: ChatModel | None
+    pictures: PictureReader | PicturesOff
+
+    async def aclose(self) -> None:
+        if self.chat_model is not None:
+            await self.chat_model.aclose()
+        await self.pictures.aclose()
+        await self.memory.aclose()
+
+
+async def open_chat_bot(settings: MemorySettings, *, bot_name: str) -> ChatBot:
+    """Open the memory (an unreachable database is not fatal: turns are spooled) and build
+    the chat model, the engine and the picture reader on it. ``ConfigError`` when a setting
+    cannot work (``EMBEDDING_DIM`` against the model, an ``LLM_BASE_URL`` that is no URL);
+    nothing is left open then."""
+    memory = await open_memory(settings, require_database=False)
+    try:
+        chat_model = build_chat_model(settings)
+    except BaseException:
+        await memory.aclose()
+        raise
+    engine = ConversationEngine(
+        parts=memory.parts,
+        writer=memory,
+        chat_model=chat_model,
+        bot_name=bot_name,
+        usage=chat_model.usage if chat_model is not None else None,
+    )
+    return ChatBot(memory, engine, chat_model, build_picture_reader(settings, memory))

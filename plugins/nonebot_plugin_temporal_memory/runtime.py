@@ -24,9 +24,7 @@ from memory_core import (
     PictureReader,
     PicturesOff,
     TemporalMemory,
-    build_chat_model,
-    build_picture_reader,
-    open_memory,
+    open_chat_bot,
 )
 
 from .config import Config, bot_name_from, memory_settings_from_config
@@ -170,32 +168,18 @@ async def open_runtime() -> None:
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)
     # An unreachable database is not fatal: turns are spooled and written once it is back.
     try:
-        memory = await open_memory(settings, require_database=False)
-    except ConfigError as exc:  # e.g. EMBEDDING_DIM against the model; the server is stopped
+        bot = await open_chat_bot(settings, bot_name=bot_name)
+    except ConfigError as exc:  # e.g. EMBEDDING_DIM against the model, LLM_BASE_URL no URL
         await end_start_up(settings_refusal(exc))
-    try:
-        chat_model = build_chat_model(settings)
-    except ConfigError as exc:  # e.g. LLM_BASE_URL that is not a URL
-        await memory.aclose()
-        await end_start_up(settings_refusal(exc))
-    except BaseException:
-        await memory.aclose()
-        raise
-    engine = ConversationEngine(
-        parts=memory.parts,
-        writer=memory,
-        chat_model=chat_model,
-        bot_name=bot_name,
-        usage=chat_model.usage if chat_model is not None else None,
-    )
+    memory, chat_model = bot.memory, bot.chat_model
     _Holder.runtime = Runtime(
         settings=settings,
         config=config,
         memory=memory,
-        engine=engine,
+        engine=bot.engine,
         chat_model=chat_model,
         bot_name=bot_name,
-        pictures=build_picture_reader(settings, memory),
+        pictures=bot.pictures,
     )
     _Holder.runtime.pictures.start_retries(stored_locator)
     logger.info(f"TemporalMemory plugin from {PLUGIN_DIR}, core from {CORE_DIR}")
