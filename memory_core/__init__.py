@@ -89,6 +89,7 @@ from .recall.options import RecallOptions
 from .recall.sharing import SharingStatus
 from .service import TemporalMemory
 from .settings import MemorySettings, settings_from_mapping, validation_problems
+from .stages import clocked, stage
 from .stats import MemoryStats
 from .time_bounds import RANGE_TEXT, time_problem
 from .wiring import ChatBot, open_chat_bot, open_memory
@@ -155,6 +156,7 @@ __all__ = [
     "build_chat_model",
     "build_picture_reader",
     "chat_calls_zh",
+    "clocked",
     "connection_of",
     "dashboard_zh",
     "export_person",
@@ -174,6 +176,7 @@ __all__ = [
     "serving_account",
     "settings_from_mapping",
     "split_reply",
+    "stage",
     "switch_group_memory",
     "time_problem",
     "unavailable_dashboard_zh",

@@ -18,8 +18,7 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.log import logger
 from nonebot.rule import Rule
 
-from memory_core import MemoryCoreError, Outcome, RecalledMessage
-from memory_core.stages import clocked, stage
+from memory_core import MemoryCoreError, Outcome, RecalledMessage, clocked, stage
 
 from .bot_accounts import serving_bot
 from .intake import addressed_rule, group_names, turn_from_event, unaddressed_group_rule
