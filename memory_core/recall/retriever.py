@@ -200,16 +200,20 @@ class Retriever:
         if vector is not None:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
         weighted: list[tuple[str, float]] = []
-        if mode != "vector":
-            weighted = weighted_conversation_terms(topic, earlier, share.context_term_weight)
-            searches["keyword"] = store.keyword_candidates(
+
+        def keyword_search(among: AnchorFilters) -> Awaitable[list[KeywordCandidate]]:
+            return store.keyword_candidates(
                 terms=[term for term, _ in weighted],
                 weights=[weight for _, weight in weighted],
                 session_rows=size,
                 query_vector=vector,
-                filters=filters,
+                filters=among,
                 **search,
             )
+
+        if mode != "vector":
+            weighted = weighted_conversation_terms(topic, earlier, share.context_term_weight)
+            searches["keyword"] = keyword_search(filters)
         if about and mode != "keyword":
             # The turns of the speakers asked about, by meaning and by the same terms. Not in
             # keyword mode: a second list of the same terms fused with the first only reorders
@@ -220,14 +224,7 @@ class Retriever:
                     store, vector, theirs, size, **search
                 )
             if weighted:
-                searches["speaker keyword"] = store.keyword_candidates(
-                    terms=[term for term, _ in weighted],
-                    weights=[weight for _, weight in weighted],
-                    session_rows=size,
-                    query_vector=vector,
-                    filters=theirs,
-                    **search,
-                )
+                searches["speaker keyword"] = keyword_search(theirs)
         within: TimeScope | None = None
         if when is not None:
             start = when.range.start
