@@ -4,6 +4,8 @@ per test."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import functools
 import tempfile
@@ -19,6 +21,7 @@ from memory_core import TemporalMemory, open_memory, wiring
 from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
+from tests.model_graphs import graphs_shared
 
 SHARED_FIXTURE_MODULES = frozenset(
     {
@@ -188,12 +191,66 @@ async def new_database(server_dsn: str, *, template: str | None = None) -> Async
             await admin.close()
 
 
+class DatabaseSupply:
+    """Copies of the migrated template, made ahead and dropped after use in a thread of their
+    own, so that a test neither waits for its database's copy nor for the last one's drop
+    (tens of milliseconds each, some hundred times a run; the server does the work while the
+    tests wait on other things). One thread: copies and drops run in the order asked."""
+
+    def __init__(self, server_dsn: str, template: str, *, ahead: int = 2) -> None:
+        self._server_dsn = server_dsn
+        self._template = template
+        self._thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="test-databases"
+        )
+        self._ready = collections.deque(self._thread.submit(self._copy) for _ in range(ahead))
+
+    async def take(self) -> str:
+        """A migrated database of its own (its DSN); the next copy starts at once."""
+        made = self._ready.popleft()
+        self._ready.append(self._thread.submit(self._copy))
+        return dsn_for_database(self._server_dsn, await asyncio.wrap_future(made))
+
+    def give_back(self, dsn: str) -> None:
+        """Drop the database behind the next copies (its connections are ended, ``FORCE``)."""
+        name = dsn.partition("?")[0].rsplit("/", 1)[1]
+        self._thread.submit(self._admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def close(self) -> None:
+        for made in self._ready:
+            self.give_back(dsn_for_database(self._server_dsn, made.result()))
+        self._thread.shutdown(wait=True)
+
+    def _copy(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._admin(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
+        return name
+
+    def _admin(self, statement: str) -> None:
+        async def run() -> None:
+            admin = await asyncpg.connect(self._server_dsn)
+            try:
+                await admin.execute(statement)
+            finally:
+                await admin.close()
+
+        asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def database_supply(pg_server_dsn: str, migrated_template: str) -> Iterator[DatabaseSupply]:
+    supply = DatabaseSupply(pg_server_dsn, migrated_template)
+    yield supply
+    supply.close()
+
+
 @pytest.fixture
-async def fresh_dsn(pg_server_dsn: str, migrated_template: str) -> AsyncIterator[str]:
+async def fresh_dsn(database_supply: DatabaseSupply) -> AsyncIterator[str]:
     """A new database on the embedded server, already migrated (a copy of the run's
     template: opening the memory applies nothing more), dropped after the test."""
-    async with new_database(pg_server_dsn, template=migrated_template) as dsn:
-        yield dsn
+    dsn = await database_supply.take()
+    yield dsn
+    database_supply.give_back(dsn)
 
 
 @pytest.fixture
@@ -205,8 +262,11 @@ async def empty_dsn(pg_server_dsn: str) -> AsyncIterator[str]:
 
 @pytest.fixture
 def tmp_data_dir() -> Iterator[Path]:
-    """A data dir under /tmp (the embedded server must never live under /root)."""
-    with tempfile.TemporaryDirectory(prefix="tm-data-") as path:
+    """A data dir under /tmp (the embedded server must never live under /root). It starts
+    with the bundled model's graph if one was built earlier in the run, and keeps the first
+    one built (``tests.model_graphs``): a memory, CLI or MCP server opened on it would
+    otherwise build the graph again (seconds of CPU)."""
+    with tempfile.TemporaryDirectory(prefix="tm-data-") as path, graphs_shared(Path(path)):
         yield Path(path)
 
 

@@ -3,8 +3,9 @@
 A data folder's first embedding builds the graph in ``data_dir/models`` (seconds of CPU, tens
 of seconds on a loaded machine). Every test whose bot, CLI or memory gets a fresh data folder
 would build it again; instead the first one built is kept in a folder that lives as long as the
-run, and later data folders start with a hard link to it. ``cached_graph`` checks a linked graph
-as it checks its own (checksums), and a later run, of other code, builds its own.
+run (its xdist workers share it), and later data folders start with a hard link to it.
+``cached_graph`` checks a linked graph as it checks its own (checksums), and a later run, of
+other code, builds its own.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-SHARED_MODELS = Path(tempfile.gettempdir()) / f"tm-test-models-{os.getpid()}"
+# One folder for the whole run: under xdist every worker shares the run's id, so the graph the
+# first worker builds serves the others too.
+SHARED_MODELS = Path(tempfile.gettempdir()) / (
+    f"tm-test-models-{os.environ.get('PYTEST_XDIST_TESTRUNUID') or os.getpid()}"
+)
 atexit.register(shutil.rmtree, SHARED_MODELS, ignore_errors=True)
 
 

@@ -5,32 +5,13 @@ Import of QQ exports and export: tests/core/transfer/test_transfer_cli.py."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests.cli_runner import run_cli, run_program
 from tests.conftest import new_database
-from tests.model_graphs import graphs_shared
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_cli(*args: str, dsn: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "MEMORY_DSN": dsn, "PYTHONPATH": str(ROOT), **env}
-    with graphs_shared(data_dir):  # the local model's graph, built once per run
-        return subprocess.run(
-            [sys.executable, "-m", "memory_core", "--data-dir", str(data_dir), *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=environ,
-            cwd=data_dir,  # no .env.prod there: only the environment counts
-        )
-
 
 TURNS = [
     {
@@ -263,7 +244,8 @@ def test_bad_settings_give_a_clear_error_not_a_traceback(tmp_data_dir):
     # Settings are read before any connection: a database nobody listens on is never asked (a
     # CLI that connected first would fail on it instead, and the assertions below would see).
     nowhere = "postgresql://nobody@127.0.0.1:9/none?connect_timeout=2"
-    result = run_cli("stats", dsn=nowhere, data_dir=tmp_data_dir, MEMORY_TIMEZONE="Mars/Base")
+    # As the program itself: the exit status and stderr are a process's.
+    result = run_program("stats", dsn=nowhere, data_dir=tmp_data_dir, MEMORY_TIMEZONE="Mars/Base")
     assert result.returncode == 2
     assert "unknown timezone" in result.stderr and "Traceback" not in result.stderr
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.core.test_cli import run_cli
+from tests.cli_runner import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PRIVATE = str(FIXTURES / "qq_private.txt")
