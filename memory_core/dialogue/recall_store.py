@@ -17,7 +17,6 @@ from ..models import MemoryTurn
 from ..storage.opt_outs import not_opted_out
 from ..storage.pg import PgStore, rows_affected
 from .bad_rows import usable_time, usable_turn
-from .context_lines import context_before, contexts_for
 from .columns import (
     COPY_TIMEOUT,
     INSERT_COLUMNS,
@@ -26,6 +25,7 @@ from .columns import (
     NewTurnRow,
     turn_from_record,
 )
+from .context_lines import context_before, contexts_for
 
 # Nothing is stored of a person who opted out of this chat (storage.opt_outs).
 SQL_INSERT_TURN = f"""

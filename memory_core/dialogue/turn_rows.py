@@ -122,6 +122,4 @@ def with_context(row: NewTurnRow, context: ContextLine | None) -> NewTurnRow:
     if context is None or not row.text_form & WITH_CONTEXT:
         return row
     texts = index_texts(row.content, row.sender_name, row.text_form, context)
-    return dataclasses.replace(
-        row, indexed=texts.vector, keywords=document_terms(texts.keywords)
-    )
+    return dataclasses.replace(row, indexed=texts.vector, keywords=document_terms(texts.keywords))

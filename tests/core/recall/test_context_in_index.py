@@ -116,7 +116,10 @@ async def test_every_path_indexes_a_turn_with_the_same_text(memory_factory, sett
                 "FROM dialogues ORDER BY id"
             )
         return {
-            (r["user_id"], r["content"]): (sorted(r["terms"]), np.asarray(r["embedding"].to_list(), dtype=float))
+            (r["user_id"], r["content"]): (
+                sorted(r["terms"]),
+                np.asarray(r["embedding"].to_list(), dtype=float),
+            )
             for r in records
         }
 
