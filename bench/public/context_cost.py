@@ -3,8 +3,12 @@ CPU time a turn embedded with and without that line, in alternating rounds, LoCo
 (each with the other speaker's line before it in its session, as the memory builds it), one
 turn a call as a live turn is embedded, and in batches of 8 as the deferred embeddings are.
 CPU is the process's (the model's threads included), per turn (issue 26 part 4).
+``--inserts``: what migration 018's triggers cost an insert and a delete with the setting off
+(its partial index empty) and what reading a live turn's line costs with it on: single-row
+inserts of LoCoMo-dev's turns into a throwaway embedded database, with the triggers and with
+them dropped, in alternating rounds; the embedded PostgreSQL's CPU a turn.
 
-    python -m bench.public.context_cost [--turns 300] [--rounds 3]
+    python -m bench.public.context_cost [--turns 300] [--rounds 3] [--inserts]
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
 
-from bench.common import machine_line
-from bench.process_stats import load_average
+from bench.common import bench_data_dir, machine_line
+from bench.process_stats import load_average, postgres_cpu
 from bench.public import locomo
-from memory_core import MemorySettings
+from memory_core import MemorySettings, TurnInput, open_memory
+from memory_core.dialogue.recall_store import PgRecallStore
 from memory_core.lang.indexed import WITH_CONTEXT, ContextLine, index_texts
 from memory_core.providers.embedding.local import LocalE5Embedder
 
@@ -74,11 +80,101 @@ async def run(args: argparse.Namespace) -> None:
     print(f"load at the end {load_average()} (pid {os.getpid()})")
 
 
+DROP_TRIGGERS = """
+DROP TRIGGER IF EXISTS dialogues_lines_inserted ON dialogues;
+DROP TRIGGER IF EXISTS dialogues_lines_deleted ON dialogues;
+DROP TRIGGER IF EXISTS dialogues_line_edited ON dialogues
+"""
+# Migration 018's triggers again (the same statements).
+CREATE_TRIGGERS = (
+    DROP_TRIGGERS
+    + """;
+CREATE TRIGGER dialogues_lines_inserted AFTER INSERT ON dialogues
+    REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION dialogues_lines_changed();
+CREATE TRIGGER dialogues_lines_deleted AFTER DELETE ON dialogues
+    REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION dialogues_lines_changed();
+CREATE TRIGGER dialogues_line_edited BEFORE UPDATE OF content ON dialogues
+    FOR EACH ROW WHEN (OLD.content IS DISTINCT FROM NEW.content)
+    EXECUTE FUNCTION dialogues_line_edited()
+"""
+)
+
+
+async def inserts(args: argparse.Namespace) -> None:
+    """Single-row inserts (and their deletes) with migration 018's triggers and without."""
+    print(f"== inserts with and without the triggers ({machine_line()}), load {load_average()}")
+    alone, _ = texts(args.turns)
+    with bench_data_dir("context-cost") as data_dir:
+        memory = await open_memory(
+            MemorySettings(memory_data_dir=data_dir), maintenance_interval=None
+        )
+        try:
+            writer, store = memory.writer, memory.database.store(PgRecallStore)
+            pool = memory.database.pool
+            start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+            async def one_round(user: int, read_line: bool) -> tuple[float, float]:
+                rows = [
+                    writer.prepare(
+                        TurnInput(
+                            user_id=user,
+                            role="user" if i % 2 else "assistant",
+                            content=text,
+                            created_at=start + timedelta(seconds=30 * i),
+                        ),
+                        start + timedelta(days=1),
+                    )[1]
+                    for i, text in enumerate(alone)
+                ]
+                cpu, wall = postgres_cpu(data_dir), time.perf_counter()
+                ids = []
+                for row in rows:
+                    if read_line:
+                        await store.context_before(row)
+                    stored = await store.insert_turn(row)
+                    assert stored is not None
+                    ids.append(stored.id)
+                async with pool.acquire() as conn:
+                    for row_id in ids:
+                        await conn.execute("DELETE FROM dialogues WHERE id = $1", row_id)
+                n = len(rows)
+                return (time.perf_counter() - wall) / n * 1000, (
+                    postgres_cpu(data_dir) - cpu
+                ) / n * 1000
+
+            found: dict[str, list[tuple[float, float]]] = {
+                "triggers (setting off)": [],
+                "triggers and the line read (live turn, setting on)": [],
+                "no triggers (before migration 018)": [],
+            }
+            user = 1
+            for _ in range(args.rounds):
+                for name in found:
+                    user += 1
+                    async with pool.acquire() as conn:
+                        await conn.execute(
+                            DROP_TRIGGERS if "no triggers" in name else CREATE_TRIGGERS
+                        )
+                    found[name].append(await one_round(user, "line" in name))
+            for name, rounds in found.items():
+                wall = statistics.median(r[0] for r in rounds)
+                cpu = statistics.median(r[1] for r in rounds)
+                print(
+                    f"{name}: an insert and its delete {wall:.2f} ms wall, "
+                    f"PostgreSQL CPU {cpu:.2f} ms a turn (median of {len(rounds)} rounds)"
+                )
+        finally:
+            await memory.aclose()
+    print(f"load at the end {load_average()}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
-    asyncio.run(run(parser.parse_args(argv)))
+    parser.add_argument("--inserts", action="store_true", help="time inserts, not embeddings")
+    args = parser.parse_args(argv)
+    asyncio.run(inserts(args) if args.inserts else run(args))
 
 
 if __name__ == "__main__":
