@@ -266,7 +266,9 @@ class TemporalMemory:
         """Bulk insert (COPY), embedding in batches unless ``embeddings`` are given.
 
         Returns how many rows were new. Invalid turns raise before anything is written.
-        For large imports, wrap calls in :meth:`vector_index_deferred`.
+        For large imports, wrap calls in :meth:`vector_index_deferred`. Given ``embeddings``
+        must be of the texts ``writer.rows_for(turns)`` gives as ``indexed`` (with
+        ``MEMORY_INDEX_CONTEXT`` they hold the line each turn answers).
         """
         return await self.writer.add_dialogues(
             turns, embeddings=embeddings, batch_size=batch_size, progress=progress
