@@ -33,6 +33,8 @@ CREATE TRIGGER dialogues_lines_deleted AFTER DELETE ON dialogues
     REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION dialogues_lines_changed();
 
 -- An edited turn (the console, a picture read into its text): its own index and its answers'.
+-- Every statement setting the content fires it, even to the same text: those writers make the
+-- row's own index without its line, so the backfills must make it again.
 CREATE FUNCTION dialogues_line_edited() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.text_form & 6 <> 0 THEN
@@ -49,5 +51,4 @@ END
 $$;
 
 CREATE TRIGGER dialogues_line_edited BEFORE UPDATE OF content ON dialogues
-    FOR EACH ROW WHEN (OLD.content IS DISTINCT FROM NEW.content)
-    EXECUTE FUNCTION dialogues_line_edited();
+    FOR EACH ROW EXECUTE FUNCTION dialogues_line_edited();

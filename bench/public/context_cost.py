@@ -94,8 +94,7 @@ CREATE TRIGGER dialogues_lines_inserted AFTER INSERT ON dialogues
 CREATE TRIGGER dialogues_lines_deleted AFTER DELETE ON dialogues
     REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION dialogues_lines_changed();
 CREATE TRIGGER dialogues_line_edited BEFORE UPDATE OF content ON dialogues
-    FOR EACH ROW WHEN (OLD.content IS DISTINCT FROM NEW.content)
-    EXECUTE FUNCTION dialogues_line_edited()
+    FOR EACH ROW EXECUTE FUNCTION dialogues_line_edited()
 """
 )
 

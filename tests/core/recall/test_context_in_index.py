@@ -182,3 +182,60 @@ async def test_forgetting_a_word_leaves_it_unfound_through_the_answer(
     assert sorted(record["terms"]) == sorted(set(document_terms(texts.keywords)))
     expected = (await memory.embedder.embed_passages([texts.vector]))[0]
     assert np.allclose(np.asarray(record["embedding"].to_list(), dtype=float), expected, atol=1e-2)
+
+
+async def test_an_edited_or_newly_earlier_line_has_its_answers_indexed_again(memory_factory):
+    """The line an answer was indexed with changes when it is edited (the console, a picture
+    read) or when a turn is stored between the two (an older history imported): the answer's
+    index goes in the same statement, and the backfills make it from the line it now answers."""
+    memory = await memory_factory(memory_index_context="keyword")
+    await memory.add_dialogues(chat("en"))
+    answer = CHATS["en"][ANSWER][1]
+
+    async def answer_terms() -> list[str] | None:
+        async with memory.database.pool.acquire() as conn:
+            terms = await conn.fetchval(
+                "SELECT tsvector_to_array(keywords) FROM dialogues WHERE content = $1", answer
+            )
+        return None if terms is None else sorted(terms)
+
+    def terms_after(line: str) -> list[str]:
+        texts = index_texts(answer, None, memory.text_form, ContextLine(line, None))
+        return sorted(set(document_terms(texts.keywords)))
+
+    assert await answer_terms() == terms_after(CHATS["en"][ANSWER - 1][1])
+    edited = "Did you go to the ceramics workshop in the end?"
+    async with memory.database.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE dialogues SET content = $1, keywords = array_to_tsvector($2::text[]) "
+            "WHERE content = $3",
+            edited,
+            document_terms(edited),
+            CHATS["en"][ANSWER - 1][1],
+        )
+    assert await answer_terms() is None
+    # The edited line itself, and the user's two turns within the hour after it (each may have
+    # answered it: the triggers take all the rows it may be the line of).
+    assert await memory.backfill_keywords() == 3
+    assert await answer_terms() == terms_after(edited)
+
+    # A bot line imported later but said between the two is the line the answer answers now.
+    between = said(
+        USER,
+        "Or was it the glazing lesson?",
+        NOW - timedelta(days=3) + timedelta(minutes=ANSWER - 0.5),
+        role="assistant",
+        message_id=100,
+    )
+    await memory.add_dialogues([between])
+    async with memory.database.pool.acquire() as conn:
+        own = await conn.fetchval(
+            "SELECT tsvector_to_array(keywords) FROM dialogues WHERE message_uuid LIKE '%:100'"
+        )
+    # Its own line is a stored one: the user's last turn before it.
+    line = ContextLine(CHATS["en"][2][1], None)
+    expected = index_texts(between.content, None, memory.text_form, line).keywords
+    assert sorted(own) == sorted(set(document_terms(expected)))
+    assert await answer_terms() is None
+    await memory.backfill_keywords()
+    assert await answer_terms() == terms_after(between.content)
