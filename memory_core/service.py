@@ -20,7 +20,7 @@ from .distill.keeper import MaintenanceReport
 from .distill.stats import DistilledStats, distilled_stats
 from .errors import DatabaseUnavailableError, EmbeddingError, StorageError
 from .evaluation.worker import PURGED
-from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
+from .lang.indexed import text_form_for
 from .models import (
     AddOutcome,
     ForgetScope,
@@ -67,7 +67,9 @@ class TemporalMemory:
         self.embedding_dim = parts.embedder.dim
         # The text form new rows are indexed in (lang.indexed); older rows follow in the
         # background when it changed.
-        self.text_form = WITH_SPEAKER if parts.settings.memory_index_speaker else CONTENT_ONLY
+        self.text_form = text_form_for(
+            parts.settings.memory_index_speaker, parts.settings.memory_index_context
+        )
         self.database_description = "not connected"
         self._spool = parts.spool
         self._embedded = parts.embedded_server
@@ -264,7 +266,9 @@ class TemporalMemory:
         """Bulk insert (COPY), embedding in batches unless ``embeddings`` are given.
 
         Returns how many rows were new. Invalid turns raise before anything is written.
-        For large imports, wrap calls in :meth:`vector_index_deferred`.
+        For large imports, wrap calls in :meth:`vector_index_deferred`. Given ``embeddings``
+        must be of the texts ``writer.rows_for(turns)`` gives as ``indexed`` (with
+        ``MEMORY_INDEX_CONTEXT`` they hold the line each turn answers).
         """
         return await self.writer.add_dialogues(
             turns, embeddings=embeddings, batch_size=batch_size, progress=progress

@@ -95,6 +95,10 @@ class MemorySettings(BaseModel):
     # every QQ bot account on this database one memory (memory_core.accounts); off: each its own
     memory_share_accounts: bool = False
     memory_index_speaker: bool = False
+    # The line a turn answers (the other role's latest turn of the session, within the hour) in
+    # the text it is embedded by, its keyword terms, or both (issue 26 part 4, lang.indexed);
+    # the turn shown stays its own. Off by leave-one-set-out (bench/RESULTS.md).
+    memory_index_context: Literal["off", "vector", "keyword", "both"] = "off"
     # A query naming a participant (a sender name on the chat's turns): that speaker's own turns
     # join the fusion with this weight and the name leaves the keyword terms; 0: off
     # (issue 26 part 2, memory_core.lang.names).

@@ -31,7 +31,7 @@ from .evaluation.evaluator import Evaluator, build_evaluator
 from .evaluation.retention import RetentionPolicy, load_retention_policy
 from .evaluation.worker import EvaluationOff, EvaluationWorker
 from .forgetting import Forgetting
-from .lang.indexed import CONTENT_ONLY, WITH_SPEAKER
+from .lang.indexed import text_form_for
 from .lang.tokens import TokenCounter, load_token_counter
 from .parts import MemoryParts
 from .pictures import PictureReader, PicturesOff, build_picture_reader
@@ -80,7 +80,7 @@ def build_parts(
     backfill_due = DueFlag()
     # The text form new rows are indexed in (lang.indexed); older rows follow in the
     # background when it changed.
-    text_form = WITH_SPEAKER if settings.memory_index_speaker else CONTENT_ONLY
+    text_form = text_form_for(settings.memory_index_speaker, settings.memory_index_context)
     writer = TurnWriter(
         settings=settings,
         database=database,

@@ -55,7 +55,6 @@ from bench.public.scoring import (
 )
 from bench.public.windows import evaluate_windows
 from memory_core import MemorySettings, RecallResult, TemporalMemory, TurnInput, open_memory
-from memory_core.lang.indexed import indexed_text
 from memory_core.recall.options import RecallOptions
 
 Mode = Literal["vector", "keyword", "hybrid"]
@@ -132,7 +131,8 @@ def ranked_units(result: RecallResult, units: dict[int, int]) -> list[int]:
 
 async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) -> dict[int, int]:
     """Insert the set's items (embedded by the memory's embedder, each by its indexed text in
-    the memory's text form); message id -> unit."""
+    the memory's text form, with the line it answers if the form says so); message id ->
+    unit."""
     turns = []
     units: dict[int, int] = {}
     for number, item in enumerate(task.items):
@@ -150,7 +150,9 @@ async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) ->
             )
         )
     started = time.perf_counter()
-    indexed = [indexed_text(t.content, t.sender_name, memory.text_form) for t in turns]
+    # Each turn's text as the memory embeds it (its text form, and the line it answers when
+    # MEMORY_INDEX_CONTEXT puts that in the vector).
+    indexed = [row.indexed for row in await memory.writer.rows_for(turns)]
     vectors = await passage_vectors(memory, indexed)
     inserted = await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
     print(f"stored {inserted} turns in {time.perf_counter() - started:.1f} s")

@@ -35,7 +35,6 @@ from bench.common import (
 )
 from bench.retrieval.generate import NOW, Dataset, Question, Turn, build
 from memory_core import TemporalMemory, open_memory
-from memory_core.lang.indexed import indexed_text
 from memory_core.models import RecallResult, TurnInput
 from memory_core.providers.embedding import build_embedder
 from memory_core.recall.options import RecallOptions
@@ -111,7 +110,21 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
     """Insert the turns, embedded by the real model (vectors cached by text between runs) from
     their indexed text in the memory's text form; returns uuid -> row id."""
     names = [speaker(t) for t in data.turns]
-    texts = [indexed_text(t.content, speaker(t), memory.text_form) for t in data.turns]
+    turns = [
+        TurnInput(
+            user_id=t.user_id,
+            group_id=t.group_id,
+            role=t.role,  # type: ignore[arg-type]
+            content=t.content,
+            sender_name=name,
+            created_at=t.created_at,
+            message_uuid=t.key,
+            self_id=10_000,
+        )
+        for t, name in zip(data.turns, names, strict=True)
+    ]
+    # Each turn as the memory embeds it (its text form, with its line under MEMORY_INDEX_CONTEXT).
+    texts = [row.indexed for row in await memory.writer.rows_for(turns)]
     cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model, memory.settings)
     known = load_vector_cache(cache)
     missing = sorted({t for t in texts if t not in known})
@@ -127,19 +140,6 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
         f"{embed_seconds:.1f} s ({embed_seconds / max(len(missing), 1) * 1000:.1f} ms each; "
         f"{len(set(texts)) - len(missing)} from {cache})"
     )
-    turns = [
-        TurnInput(
-            user_id=t.user_id,
-            group_id=t.group_id,
-            role=t.role,  # type: ignore[arg-type]
-            content=t.content,
-            sender_name=name,
-            created_at=t.created_at,
-            message_uuid=t.key,
-            self_id=10_000,
-        )
-        for t, name in zip(data.turns, names, strict=True)
-    ]
     started = time.perf_counter()
     await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
     print(f"inserted {len(turns)} turns in {time.perf_counter() - started:.1f} s")

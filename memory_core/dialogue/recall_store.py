@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..accounts import account_of_key, key_account
+from ..lang.indexed import ContextLine
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn
 from ..storage.opt_outs import not_opted_out
@@ -24,6 +25,7 @@ from .columns import (
     NewTurnRow,
     turn_from_record,
 )
+from .context_lines import context_before, contexts_for
 
 # Nothing is stored of a person who opted out of this chat (storage.opt_outs).
 SQL_INSERT_TURN = f"""
@@ -382,6 +384,18 @@ class PgRecallStore(PgStore):
         async with self._connection() as conn:
             record = await conn.fetchrow(SQL_INSERT_TURN, *row.values())
         return turn_from_record(record) if record is not None else None
+
+    async def context_before(self, row: NewTurnRow) -> ContextLine | None:
+        """The line the new ``row`` answers (``context_lines``)."""
+        async with self._connection() as conn:
+            return await context_before(conn, row)
+
+    async def contexts_for(self, rows: Sequence[NewTurnRow]) -> list[ContextLine | None]:
+        """The line each of ``rows``, about to be inserted in this order, answers."""
+        if not rows:
+            return []
+        async with self._connection() as conn:
+            return await contexts_for(conn, rows)
 
     async def turn_by_uuid(self, message_uuid: str) -> MemoryTurn | None:
         async with self._connection() as conn:

@@ -10,7 +10,7 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from ..errors import InvalidTurnError
-from ..lang.indexed import CONTENT_ONLY, indexed_text
+from ..lang.indexed import CONTENT_ONLY, WITH_CONTEXT, ContextLine, index_texts
 from ..lang.keywords import document_terms
 from ..lang.text import clean_content, scrub, scrub_json
 from ..lang.timerange import referred_range
@@ -90,7 +90,7 @@ def prepare_row(
     content = clean_content(turn.content, max_chars)
     sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
     refers = referred_range(content, created_at, tz)
-    indexed = indexed_text(content, sender, text_form)
+    indexed = index_texts(content, sender, text_form)
     row = NewTurnRow(
         message_uuid=message_uuid_for(turn),
         self_id=turn.self_id,
@@ -109,9 +109,17 @@ def prepare_row(
         created_at=created_at,
         refers_start=refers.start if refers is not None else None,
         refers_end=refers.end if refers is not None else None,
-        keywords=document_terms(indexed),
+        keywords=document_terms(indexed.keywords),
         text_form=text_form,
-        indexed=indexed,
+        indexed=indexed.vector,
     )
     stamped = dataclasses.replace(turn, message_uuid=row.message_uuid, created_at=created_at)
     return stamped, row
+
+
+def with_context(row: NewTurnRow, context: ContextLine | None) -> NewTurnRow:
+    """``row`` indexed with the line it answers (``context_lines``), as its form says."""
+    if context is None or not row.text_form & WITH_CONTEXT:
+        return row
+    texts = index_texts(row.content, row.sender_name, row.text_form, context)
+    return dataclasses.replace(row, indexed=texts.vector, keywords=document_terms(texts.keywords))

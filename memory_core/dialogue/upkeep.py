@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import asyncpg
 
 from ..errors import EmbeddingModelMismatchError
+from ..lang.indexed import IndexTexts
 from ..lang.keywords import ANALYZER_VERSION as KEYWORD_ANALYZER_VERSION
 from ..lang.keywords import document_terms
 from ..providers.embedding import Embedder
@@ -181,10 +182,12 @@ class DialogueUpkeep:
 
     # ----------------------------------------------------------------- indexing again
 
-    async def _index_again(self, store: PgUpkeepStore, rows: Sequence[tuple[int, str]]) -> None:
-        """Embed and keyword ``(id, indexed text)`` rows anew, in the configured form."""
-        vectors = await self._embedder.embed_passages([text for _, text in rows])
-        terms = [(row_id, document_terms(text)) for row_id, text in rows]
+    async def _index_again(
+        self, store: PgUpkeepStore, rows: Sequence[tuple[int, IndexTexts]]
+    ) -> None:
+        """Embed and keyword ``(id, indexed texts)`` rows anew, in the configured form."""
+        vectors = await self._embedder.embed_passages([texts.vector for _, texts in rows])
+        terms = [(row_id, document_terms(texts.keywords)) for row_id, texts in rows]
         await store.set_indexed(terms, vectors, self._embedder.model, self._text_form)
 
     async def reindex_text_form(
@@ -207,7 +210,8 @@ class DialogueUpkeep:
             total = await store.count_in_other_form(form)
             if total:
                 log.info(
-                    "re-indexing %d stored turn(s) in text form %d (MEMORY_INDEX_SPEAKER) "
+                    "re-indexing %d stored turn(s) in text form %d (MEMORY_INDEX_SPEAKER, "
+                    "MEMORY_INDEX_CONTEXT) "
                     "in the background",
                     total,
                     form,
@@ -293,5 +297,5 @@ class DialogueUpkeep:
         await self._vector_index.settle(self._indexes(), check_sessions=True)
 
 
-def _row_id(row: tuple[int, str]) -> int:
+def _row_id(row: tuple[int, IndexTexts]) -> int:
     return row[0]

@@ -10,26 +10,31 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 
-from ..lang.indexed import indexed_text
+from ..lang.indexed import IndexTexts, index_texts
 from ..storage.pg import PgStore, rows_affected
 from .columns import INDEX_BUILD_TIMEOUT
+from .context_lines import SQL_CONTEXT_LATERAL, context_of
 
-# The rows' indexed text is made in Python (lang.indexed) from these columns.
-_INDEX_SOURCE = "id, content, sender_name, text_form"
+# The rows' indexed text is made in Python (lang.indexed) from these columns and the line each
+# answers (context_lines, used when the form says so).
+_INDEX_SOURCE = "d.id, d.content, d.sender_name, d.text_form, ctx.ctx_content, ctx.ctx_sender"
+_FROM = f"dialogues d {SQL_CONTEXT_LATERAL}"
 
 SQL_PENDING_EMBEDDINGS = f"""
-SELECT {_INDEX_SOURCE} FROM dialogues WHERE embedding IS NULL ORDER BY id LIMIT $1
+SELECT {_INDEX_SOURCE} FROM {_FROM} WHERE d.embedding IS NULL ORDER BY d.id LIMIT $1
 """
 
 # Rows to embed again: another model, no embedding yet, or another text form than $2.
-_NEEDING_REINDEX = "(embedding_model IS DISTINCT FROM $1 OR embedding IS NULL OR text_form <> $2)"
+_NEEDING_REINDEX = (
+    "(d.embedding_model IS DISTINCT FROM $1 OR d.embedding IS NULL OR d.text_form <> $2)"
+)
 
 SQL_NEEDING_REEMBED = f"""
-SELECT {_INDEX_SOURCE} FROM dialogues WHERE id > $3 AND {_NEEDING_REINDEX}
-ORDER BY id LIMIT $4
+SELECT {_INDEX_SOURCE} FROM {_FROM} WHERE d.id > $3 AND {_NEEDING_REINDEX}
+ORDER BY d.id LIMIT $4
 """
 
-SQL_COUNT_NEEDING_REEMBED = f"SELECT count(*) FROM dialogues WHERE {_NEEDING_REINDEX}"
+SQL_COUNT_NEEDING_REEMBED = f"SELECT count(*) FROM dialogues d WHERE {_NEEDING_REINDEX}"
 
 SQL_SET_EMBEDDING = """
 UPDATE dialogues SET embedding = $2, embedding_model = $3 WHERE id = $1
@@ -38,7 +43,7 @@ UPDATE dialogues SET embedding = $2, embedding_model = $3 WHERE id = $1
 # Rows whose embedding and keywords were made from another text form than $1 (a change of
 # MEMORY_INDEX_SPEAKER, or rows from before migration 007), walked by id from $2.
 SQL_OTHER_TEXT_FORM = f"""
-SELECT {_INDEX_SOURCE} FROM dialogues WHERE id > $2 AND text_form <> $1 ORDER BY id LIMIT $3
+SELECT {_INDEX_SOURCE} FROM {_FROM} WHERE d.id > $2 AND d.text_form <> $1 ORDER BY d.id LIMIT $3
 """
 
 SQL_COUNT_OTHER_TEXT_FORM = "SELECT count(*) FROM dialogues WHERE text_form <> $1"
@@ -53,7 +58,7 @@ WHERE id = $1
 
 # The keyword backfill (rows from before migration 003, or after a change of the analyser).
 SQL_PENDING_KEYWORDS = f"""
-SELECT {_INDEX_SOURCE} FROM dialogues WHERE keywords IS NULL ORDER BY id LIMIT $1
+SELECT {_INDEX_SOURCE} FROM {_FROM} WHERE d.keywords IS NULL ORDER BY d.id LIMIT $1
 """
 
 SQL_SET_KEYWORDS = """
@@ -91,29 +96,29 @@ DELETE FROM dialogues WHERE id IN (
 """
 
 
-def _indexed(record: asyncpg.Record, text_form: int | None = None) -> str:
-    """The row's indexed text in ``text_form`` (default: the form it is stored in)."""
+def _indexed(record: asyncpg.Record, text_form: int | None = None) -> IndexTexts:
+    """The row's indexed texts in ``text_form`` (default: the form it is stored in)."""
     form = record["text_form"] if text_form is None else text_form
-    return indexed_text(record["content"], record["sender_name"], form)
+    return index_texts(record["content"], record["sender_name"], form, context_of(record))
 
 
 class PgUpkeepStore(PgStore):
     """Backfills, re-embedding, re-indexing, the purge and the metadata."""
 
     async def pending_embeddings(self, limit: int) -> list[tuple[int, str]]:
-        """Rows stored without an embedding: (id, indexed text in the row's own form)."""
+        """Rows stored without an embedding: (id, text embedded in the row's own form)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_PENDING_EMBEDDINGS, limit)
-        return [(r["id"], _indexed(r)) for r in records]
+        return [(r["id"], _indexed(r).vector) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
         await self._write_embeddings(SQL_SET_EMBEDDING, ids, vectors, model)
 
     async def rows_needing_reembed(
         self, model: str, text_form: int, after_id: int, limit: int
-    ) -> list[tuple[int, str]]:
+    ) -> list[tuple[int, IndexTexts]]:
         """Rows after ``after_id`` not embedded by ``model`` or not in ``text_form``:
-        (id, indexed text in ``text_form``)."""
+        (id, indexed texts in ``text_form``)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_NEEDING_REEMBED, model, text_form, after_id, limit)
         return [(r["id"], _indexed(r, text_form)) for r in records]
@@ -124,8 +129,8 @@ class PgUpkeepStore(PgStore):
 
     async def rows_in_other_form(
         self, text_form: int, after_id: int, limit: int
-    ) -> list[tuple[int, str]]:
-        """Rows after ``after_id`` indexed in another form: (id, indexed text in
+    ) -> list[tuple[int, IndexTexts]]:
+        """Rows after ``after_id`` indexed in another form: (id, indexed texts in
         ``text_form``)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_OTHER_TEXT_FORM, text_form, after_id, limit)
@@ -154,11 +159,11 @@ class PgUpkeepStore(PgStore):
             )
 
     async def pending_keywords(self, limit: int) -> list[tuple[int, str]]:
-        """Rows whose keywords are still to be made, oldest first: (id, indexed text in the
-        row's own form)."""
+        """Rows whose keywords are still to be made, oldest first: (id, text cut into keyword
+        terms in the row's own form)."""
         async with self._connection() as conn:
             records = await conn.fetch(SQL_PENDING_KEYWORDS, limit)
-        return [(r["id"], _indexed(r)) for r in records]
+        return [(r["id"], _indexed(r).keywords) for r in records]
 
     async def set_keywords(self, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
         async with self._connection() as conn, conn.transaction():

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbeddingError, StorageError
+from ..lang.indexed import WITH_CONTEXT
 from ..lang.tokens import TokenCounter
 from ..models import AddOutcome, ForgetScope, RecalledMessage, Role, TurnInput
 from ..providers.embedding import Embedder
@@ -25,7 +26,7 @@ from .columns import NewTurnRow
 from .deferred_embeddings import DeferredEmbeddings
 from .recall_store import PgRecallStore
 from .spool import TurnSpool, failure_text, is_bad_item
-from .turn_rows import prepare_row
+from .turn_rows import prepare_row, with_context
 from .upkeep_store import PgUpkeepStore
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,14 @@ class TurnWriter:
         """Store one turn; see ``TemporalMemory.add_turn``."""
         with stage(f"row_{turn.role}"):
             turn, row = self.prepare(turn, datetime.now(timezone.utc))  # before any embedding
+        if self._text_form & WITH_CONTEXT:
+            try:
+                context = await self._database.store(PgRecallStore).context_before(row)
+            except Exception as exc:
+                if not isinstance(exc, StorageError):
+                    raise
+                return await self._keep_unwritten(turn, exc)
+            row = with_context(row, context)
         if not embed_later:
             # Someone may wait for the reply this turn belongs to: a slow embedder must not
             # hold it.
@@ -163,7 +172,7 @@ class TurnWriter:
         ``TemporalMemory.add_dialogues``."""
         store = self._database.store(PgRecallStore)
         now = datetime.now(timezone.utc)
-        rows = [self.prepare(turn, now)[1] for turn in turns]
+        rows = await self.rows_for(turns, now)
         inserted = 0
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
@@ -177,6 +186,19 @@ class TurnWriter:
             if progress is not None:
                 progress(start + len(chunk), len(rows))
         return inserted
+
+    async def rows_for(
+        self, turns: Sequence[TurnInput], now: datetime | None = None
+    ) -> list[NewTurnRow]:
+        """The rows ``add_dialogues`` would insert for ``turns`` now, not embedded: their
+        ``indexed`` is the text each is embedded by (with the line it answers, when the text
+        form says so, read from the stored turns and the others of ``turns``)."""
+        now = now or datetime.now(timezone.utc)
+        rows = [self.prepare(turn, now)[1] for turn in turns]
+        if self._text_form & WITH_CONTEXT:
+            contexts = await self._database.store(PgRecallStore).contexts_for(rows)
+            rows = [with_context(row, c) for row, c in zip(rows, contexts, strict=True)]
+        return rows
 
     def _with_embedding(self, row: NewTurnRow, vector: np.ndarray) -> NewTurnRow:
         return dataclasses.replace(row, embedding=vector, embedding_model=self._embedder.model)

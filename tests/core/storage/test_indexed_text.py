@@ -69,7 +69,7 @@ def test_the_speaker_form_prefixes_a_named_turn_and_leaves_a_nameless_one_as_it_
     assert indexed_text("那家店很好吃", None, WITH_SPEAKER) == "那家店很好吃"
     assert indexed_text("那家店很好吃", "小明", CONTENT_ONLY) == "那家店很好吃"
     with pytest.raises(ValueError, match="text form"):
-        indexed_text("x", "y", 7)
+        indexed_text("x", "y", 8)
 
 
 async def test_speaker_name_reaches_the_embedding_input_and_the_keyword_terms(
