@@ -107,6 +107,9 @@ class MemorySettings(BaseModel):
     # own terms that are rare in the session (memory_core.recall.message_share).
     memory_query_message_weight: Annotated[float, Field(ge=0, le=1)] | Literal["auto", "rare"] = 0.0
     memory_context_term_weight: float = Field(default=1.0, ge=0, le=1)
+    # Under `rare`: a term is rare when in 1 to this many of the session's turns; 0: 1 to N^0.3
+    # of its N turns (memory_core.recall.message_share.is_rare).
+    memory_rare_term_turns: int = Field(default=0, ge=0, le=1000)
     # a diagnostic: each reply's stages (wall and CPU) added to the daily counters
     # (memory_core.stages; bench.bot_throughput prints them)
     memory_stage_times: bool = False

@@ -85,12 +85,15 @@ def own_terms(message: str, earlier: Sequence[str]) -> list[str]:
     return [term for term in query_terms(message) if term not in context]
 
 
-def is_rare(frequency: int, turns: int) -> bool:
+def is_rare(frequency: int, turns: int, most: int = 0) -> bool:
     """Whether a term in ``frequency`` of a session's ``turns`` turns is rare there: said at
-    least once, and in few of them (``RARE_TERM_RARITY``). A term never said is no evidence
-    of a memory; a common one ("今天", "haha") says nothing of which one."""
+    least once, and in few of them: at most ``most`` turns, or with ``most=0`` at most
+    ``turns ** (1 - RARE_TERM_RARITY)``. A term never said is no evidence of a memory; a
+    common one ("今天", "haha") says nothing of which one."""
     if frequency < 1:
         return False
+    if most > 0:
+        return frequency <= most
     if turns <= 1:
         return True
     return math.log(turns / frequency) / math.log(turns) >= RARE_TERM_RARITY
@@ -101,11 +104,12 @@ def rare_share(
     frequencies: Mapping[str, int],
     turns: int,
     tiers: Sequence[ShareTier] = RARE_SHARE_TIERS,
+    most: int = 0,
 ) -> MessageShare:
     """The weights of the query whose message has ``terms`` of its own (``own_terms``), their
     document frequencies in the session of ``turns`` turns given: the first of ``tiers``
-    (highest first) whose count the message's rare terms reach."""
-    found = sum(1 for term in terms if is_rare(frequencies.get(term, 0), turns))
+    (highest first) whose count the message's rare terms reach (``is_rare`` with ``most``)."""
+    found = sum(1 for term in terms if is_rare(frequencies.get(term, 0), turns, most))
     for tier in tiers:
         if found >= tier.own_words:
             return tier.share

@@ -194,7 +194,7 @@ class Retriever:
             size, frequencies = await asyncio.gather(
                 store.session_size(scope), store.term_frequencies(scope, own, now)
             )
-            share = rare_share(own, frequencies, size)
+            share = rare_share(own, frequencies, size, most=self.settings.memory_rare_term_turns)
             embedded = await self._query_vector(topic, search_text, mode, share.message_weight)
         else:
             share = self._share(text, earlier)

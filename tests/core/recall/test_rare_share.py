@@ -64,3 +64,21 @@ def test_the_tiers_are_data_read_highest_first() -> None:
 
 def test_the_setting_takes_rare() -> None:
     assert MemorySettings(memory_query_message_weight="rare").memory_query_message_weight == "rare"
+
+
+@pytest.mark.parametrize(
+    ("frequency", "rare"), [(0, False), (1, True), (2, True), (3, False), (8, False)]
+)
+def test_with_a_bound_in_turns_a_rare_term_points_at_one_memory(frequency: int, rare: bool) -> None:
+    # MEMORY_RARE_TERM_TURNS=2: in a 1,000-turn chat a term in 8 turns is no longer rare.
+    assert is_rare(frequency, 1000, most=2) is rare
+    terms = ["想买", "球拍"]
+    share = rare_share(terms, {"想买": 1, "球拍": frequency}, 1000, most=2)
+    assert share == (MESSAGE_FIRST if rare else CONTEXT_LED)
+
+
+def test_the_bound_in_turns_is_a_setting() -> None:
+    assert MemorySettings().memory_rare_term_turns == 0  # the N ** 0.3 bound
+    assert MemorySettings(memory_rare_term_turns="2").memory_rare_term_turns == 2
+    with pytest.raises(ValueError):
+        MemorySettings(memory_rare_term_turns=-1)
