@@ -138,11 +138,17 @@ async def test_with_the_share_by_what_it_says_only_a_message_saying_enough_is_em
     assert sorted(asked) == sorted(embedded)
 
 
+@pytest.mark.parametrize("bound", [0, 2])
 @pytest.mark.parametrize("mode", ["hybrid", "vector"])
-async def test_with_the_share_by_rare_terms_the_racket_comes_first(memory_factory, local, mode):
+async def test_with_the_share_by_rare_terms_the_racket_comes_first(
+    memory_factory, local, mode, bound
+):
     # MEMORY_QUERY_MESSAGE_WEIGHT=rare: 想买 and 球拍 are each in one of the eight stored
-    # turns (rare), and neither earlier line has them: the message gets its share.
-    memory = await stored(memory_factory, local, memory_query_message_weight="rare")
+    # turns (rare by N ** 0.3 and by MEMORY_RARE_TERM_TURNS=2), and neither earlier line has
+    # them: the message gets its share.
+    memory = await stored(
+        memory_factory, local, memory_query_message_weight="rare", memory_rare_term_turns=bound
+    )
     assert await recalled_first(memory, mode) == RACKET
 
 

@@ -3,8 +3,12 @@ session (``memory_core.recall.message_share``)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
+from memory_core.dialogue.recall_store import PgRecallStore, RecallScope
+from memory_core.models import generate_session_key
 from memory_core.recall.message_share import (
     RARE_SHARE_TIERS,
     MessageShare,
@@ -14,6 +18,7 @@ from memory_core.recall.message_share import (
     rare_share,
 )
 from memory_core.settings import MemorySettings
+from tests.turns import said
 
 MESSAGE_FIRST = MessageShare(message_weight=0.5, context_term_weight=0.7)
 CONTEXT_LED = MessageShare(message_weight=0.0, context_term_weight=1.0)
@@ -82,3 +87,22 @@ def test_the_bound_in_turns_is_a_setting() -> None:
     assert MemorySettings(memory_rare_term_turns="2").memory_rare_term_turns == 2
     with pytest.raises(ValueError):
         MemorySettings(memory_rare_term_turns=-1)
+
+
+async def test_the_store_counts_a_terms_live_turns_of_this_session_up_to_now(memory_factory):  # type: ignore[no-untyped-def]
+    memory = await memory_factory()
+    now = datetime(2026, 12, 5, tzinfo=timezone.utc)
+    day = timedelta(days=1)
+    await memory.add_dialogues(
+        [
+            said(1, "我想买一支羽毛球拍", now - 3 * day),
+            said(1, "球拍的线断了", now - 2 * day),
+            said(1, "明天再去买球拍", now + day),  # said after `now`: not counted
+            said(2, "球拍球拍", now - day),  # another user's session
+        ]
+    )
+    store = memory.database.store(PgRecallStore)
+    scope = RecallScope(generate_session_key(1, None), None)
+    found = await store.term_frequencies(scope, ["球拍", "想买", "来着", "it's"], now)
+    assert found == {"球拍": 2, "想买": 1, "来着": 0, "it's": 0}
+    assert await store.term_frequencies(scope, [], now) == {}
