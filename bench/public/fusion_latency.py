@@ -32,6 +32,10 @@ from memory_core.recall.retriever import Retriever
 CONFIGS: dict[str, dict[str, Any]] = {
     "shipped": {},
     "MEMORY_QUERY_MESSAGE_WEIGHT=rare": {"memory_query_message_weight": "rare"},
+    "rare, MEMORY_RARE_TERM_TURNS=2": {
+        "memory_query_message_weight": "rare",
+        "memory_rare_term_turns": 2,
+    },
     "MEMORY_FUSION=confidence": {"memory_fusion": "confidence"},
     "both": {"memory_query_message_weight": "rare", "memory_fusion": "confidence"},
 }
