@@ -68,8 +68,8 @@ def message_share(
 
 # ``MEMORY_QUERY_MESSAGE_WEIGHT=rare``: a term is rare in a session of N turns when it is in at
 # least one of them and in at most N ** (1 - RARE_TERM_RARITY) (rarity ln(N/df) / ln N of at
-# least this, the bound of ``MEMORY_FUSION=rarity``: e.g. at most 7 of 1,000 turns). Written down with
-# the tiers before they were run (bench/RESULTS.md, "A per-query confidence fusion").
+# least this, the bound of ``MEMORY_FUSION=rarity``: e.g. at most 7 of 1,000 turns). Written
+# down with the tiers before they were run (bench/RESULTS.md, "A per-query confidence fusion").
 RARE_TERM_RARITY = 0.7
 
 # Highest first, as ``MESSAGE_SHARE_TIERS`` but counting the message's own *rare* terms.
