@@ -28,7 +28,7 @@ LOCAL_EMBEDDING_DIM = 384
 BUNDLED_MODEL_RECALL_FLOOR = 0.88
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-FusionMethod = Literal["rrf", "confident", "rarity", "gated", "lead"]
+FusionMethod = Literal["rrf", "confident", "rarity", "gated", "lead", "confidence"]
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 
@@ -107,9 +107,13 @@ class MemorySettings(BaseModel):
     # The message outweighs its context (issue 26 part 3): the share of the message embedded
     # alone in the query vector (the rest: message with its context), and how much a keyword
     # term only the earlier lines have counts against one of the message. `auto`: both per
-    # query, by how much the message says on its own (memory_core.recall.message_share).
-    memory_query_message_weight: Annotated[float, Field(ge=0, le=1)] | Literal["auto"] = 0.0
+    # query, by how much the message says on its own; `rare`: both per query, by the message's
+    # own terms that are rare in the session (memory_core.recall.message_share).
+    memory_query_message_weight: Annotated[float, Field(ge=0, le=1)] | Literal["auto", "rare"] = 0.0
     memory_context_term_weight: float = Field(default=1.0, ge=0, le=1)
+    # Under `rare`: a term is rare when in 1 to this many of the session's turns; 0: 1 to N^0.3
+    # of its N turns (memory_core.recall.message_share.is_rare).
+    memory_rare_term_turns: int = Field(default=0, ge=0, le=1000)
     # a diagnostic: each reply's stages (wall and CPU) added to the daily counters
     # (memory_core.stages; bench.bot_throughput prints them)
     memory_stage_times: bool = False

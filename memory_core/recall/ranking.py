@@ -223,6 +223,51 @@ def lead_weights(
     return 2.0 * share, 2.0 * (1.0 - share)
 
 
+# Under ``MEMORY_FUSION=confidence`` the vector and keyword lists agree when either one's first
+# hit is among the other's first ``AGREE_DEPTH``; the keyword list may lead only when the
+# query's rarest found terms are at least this rare in the session (``RARITY_NONE``). Written
+# down before they were run (bench/RESULTS.md, "A per-query confidence fusion").
+AGREE_DEPTH = 3
+LEAD_RARITY = RARITY_NONE
+
+
+def lists_agree(first: Sequence[int], second: Sequence[int], depth: int = AGREE_DEPTH) -> bool:
+    """Whether two ranked lists of turn ids agree at the top: either one's first is among the
+    other's first ``depth`` (an empty list agrees with anything: nothing to dispute)."""
+    if not first or not second:
+        return True
+    return first[0] in second[:depth] or second[0] in first[:depth]
+
+
+def confident_lead(
+    vector: Sequence[AnchorCandidate],
+    vector_scores: Sequence[float],
+    keyword: Sequence[AnchorCandidate],
+    keyword_scores: Sequence[float],
+    rarity: float,
+) -> int | None:
+    """The turn ``MEMORY_FUSION=confidence`` puts first, or None to keep the ``rrf`` order: when
+    the two lists (best first, each with its scores) disagree at the top, the first hit of the
+    one whose best stands out more (``standout``); the keyword list only when the terms it
+    matched are rare in the session (``rarity``), else the vector list's."""
+    if lists_agree([c.id for c in vector], [c.id for c in keyword]):
+        return None
+    keyword_leads = rarity >= LEAD_RARITY and standout(keyword_scores, LEAD_POOL) > standout(
+        vector_scores, LEAD_POOL
+    )
+    return keyword[0].id if keyword_leads else vector[0].id
+
+
+def put_first(ranked: Sequence[RankedAnchor], turn_id: int) -> list[RankedAnchor]:
+    """``ranked`` with ``turn_id``'s anchor first (at the best score), the rest in order; as it
+    was when that turn is not in it."""
+    found = next((a for a in ranked if a.candidate.id == turn_id), None)
+    if found is None or ranked[0] is found:
+        return list(ranked)
+    first = RankedAnchor(found.candidate, ranked[0].score)
+    return [first, *(a for a in ranked if a is not found)]
+
+
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],

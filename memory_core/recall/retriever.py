@@ -33,7 +33,7 @@ from ..providers.rerank import ApiReranker
 from ..settings import MemorySettings
 from ..stages import stage
 from ..storage.database_handle import Database
-from .message_share import MessageShare, message_share
+from .message_share import MessageShare, message_share, own_terms, rare_share
 from .options import DEFAULT_RECALL, RecallOptions
 from .ranking import (
     Channel,
@@ -41,6 +41,7 @@ from .ranking import (
     RankedAnchor,
     TimeScope,
     assemble_windows,
+    confident_lead,
     decay_for_match,
     decayed_order,
     fuse_channels,
@@ -49,6 +50,7 @@ from .ranking import (
     keyword_rarity_weight,
     lead_weights,
     merge_time_candidates,
+    put_first,
     rank_anchors,
 )
 from .sharing import GroupSharing
@@ -180,17 +182,27 @@ class Retriever:
         if not topic.strip():  # nothing but a name ("小明?"): it is all there is to search by
             topic = text
         search_text = conversational_query(topic, earlier)
-        share = self._share(text, earlier)
         filters = AnchorFilters(
             roles=options.roles or None,
             phrases=tuple(required_phrases(options.keywords)) if options.keywords else None,
             start=options.since,
         )
-        # The query's embedding and the session's size are independent: fetch both at once.
-        embedded, size = await asyncio.gather(
-            self._query_vector(topic, search_text, mode, share.message_weight),
-            store.session_size(scope),
-        )
+        if self.settings.memory_query_message_weight == "rare" and earlier:
+            # The share follows the message's own terms that are rare in the session: their
+            # document frequencies are read (with the session's size) before the embedding.
+            own = own_terms(topic, earlier)
+            size, frequencies = await asyncio.gather(
+                store.session_size(scope), store.term_frequencies(scope, own, now)
+            )
+            share = rare_share(own, frequencies, size, most=self.settings.memory_rare_term_turns)
+            embedded = await self._query_vector(topic, search_text, mode, share.message_weight)
+        else:
+            share = self._share(text, earlier)
+            # The query's embedding and the session's size are independent: fetch both at once.
+            embedded, size = await asyncio.gather(
+                self._query_vector(topic, search_text, mode, share.message_weight),
+                store.session_size(scope),
+            )
         if embedded is _NO_VECTOR:
             return RecallResult(query=query)
         vector = embedded if isinstance(embedded, np.ndarray) else None
@@ -328,6 +340,19 @@ class Retriever:
                 # Nothing was said in that time: answer with what matches best instead of
                 # nothing (the user may misremember when).
                 ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
+            if self.settings.memory_fusion == "confidence" and near and found.get("keyword"):
+                # When the two lists disagree at the top, the more confident one's first hit
+                # comes first (ranking.confident_lead); the rest keep the fused order.
+                hits = found["keyword"]
+                lead = confident_lead(
+                    channels[0].candidates,
+                    [c.similarity for c in near],
+                    next(c for c in channels if c.name == "keyword").candidates,
+                    [h.score * decay.weight_at(h.created_at, now) for h in hits],
+                    hits[0].rarity,
+                )
+                if lead is not None and ranked:
+                    ranked = put_first(ranked, lead)
         rerank_scores: tuple[tuple[int, float], ...] = ()
         if self.reranker is not None and len(ranked) > 1:
             ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)
@@ -413,6 +438,8 @@ class Retriever:
         weight = self.settings.memory_query_message_weight
         if weight == "auto":
             return message_share(message, earlier)
+        if weight == "rare":  # no earlier lines: nothing to share with (see ``recall``)
+            return MessageShare(0.0, self.settings.memory_context_term_weight)
         return MessageShare(float(weight), self.settings.memory_context_term_weight)
 
     async def _query_vector(

@@ -136,3 +136,67 @@ async def test_with_the_share_by_what_it_says_only_a_message_saying_enough_is_em
         options=RecallOptions(top_n=1, window_size=0, now=NOW, context=tuple(EARLIER)),
     )
     assert sorted(asked) == sorted(embedded)
+
+
+@pytest.mark.parametrize("bound", [0, 2])
+@pytest.mark.parametrize("mode", ["hybrid", "vector"])
+async def test_with_the_share_by_rare_terms_the_racket_comes_first(
+    memory_factory, local, mode, bound
+):
+    # MEMORY_QUERY_MESSAGE_WEIGHT=rare: 想买 and 球拍 are each in one of the eight stored
+    # turns (rare by N ** 0.3 and by MEMORY_RARE_TERM_TURNS=2), and neither earlier line has
+    # them: the message gets its share.
+    memory = await stored(
+        memory_factory, local, memory_query_message_weight="rare", memory_rare_term_turns=bound
+    )
+    assert await recalled_first(memory, mode) == RACKET
+
+
+@pytest.mark.parametrize(
+    ("message", "embedded"),
+    [
+        # 然后: never said in the session, so no evidence of a memory: one text.
+        ("然后呢？", ["\n".join([*EARLIER, "然后呢？"])]),
+        # 班了 is its only term of its own (又加, 加班: the earlier line's), never stored: one text.
+        ("又加班了", ["\n".join([*EARLIER, "又加班了"])]),
+        # 想买, 球拍: two rare terms of its own: the message alone and with its context.
+        (MESSAGE, [MESSAGE, "\n".join([*EARLIER, MESSAGE])]),
+    ],
+)
+async def test_with_the_share_by_rare_terms_only_a_message_pointing_at_a_memory_is_embedded_alone(
+    memory_factory, local, monkeypatch, message, embedded
+):
+    memory = await stored(memory_factory, local, memory_query_message_weight="rare")
+    asked: list[str] = []
+    embed_query = local.embed_query
+
+    async def recorded(text: str):  # type: ignore[no-untyped-def]
+        asked.append(text)
+        return await embed_query(text)
+
+    monkeypatch.setattr(local, "embed_query", recorded)
+    await memory.recall(
+        USER,
+        message,
+        options=RecallOptions(top_n=1, window_size=0, now=NOW, context=tuple(EARLIER)),
+    )
+    assert sorted(asked) == sorted(embedded)
+
+
+async def test_a_common_term_of_its_own_does_not_earn_the_share(memory_factory, local, monkeypatch):
+    # 加班 and 奶茶 are each in three of the eight turns (not rare: 8 ** 0.3 = 1.9); after a
+    # line about the weekend they are the message's own, but point at no one memory.
+    memory = await stored(memory_factory, local, memory_query_message_weight="rare")
+    asked: list[str] = []
+    embed_query = local.embed_query
+
+    async def recorded(text: str):  # type: ignore[no-untyped-def]
+        asked.append(text)
+        return await embed_query(text)
+
+    monkeypatch.setattr(local, "embed_query", recorded)
+    earlier = ("周末想去爬山",)
+    await memory.recall(
+        USER, "加班喝奶茶", options=RecallOptions(top_n=1, window_size=0, now=NOW, context=earlier)
+    )
+    assert asked == ["周末想去爬山\n加班喝奶茶"]

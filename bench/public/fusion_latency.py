@@ -1,0 +1,131 @@
+"""Recall latency of the per-query message share and fusion choices (issue 26 parts 1 and 3:
+"recall latency within 1.5× of today's"), query embedding excluded: Chit-Chat (four people's
+sessions of ~1,700 turns) and MADial zh's topic change cases stored once, every case's
+conversational query recalled once per configuration beforehand (the embedder's cache then
+answers every text either configuration embeds), then each configuration's recalls of the
+same cases timed in alternating rounds on the same database, with the CPU of this process
+and of the embedded PostgreSQL. The method of ``bench.public.speaker_latency``.
+
+    python -m bench.public.fusion_latency [--cases 200] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench.common import bench_data_dir, machine_line
+from bench.process_stats import load_average, postgres_cpu, thread_cpu
+from bench.public import chitchat, madial
+from bench.public.run import USERS_PER_SET, madial_root, store
+from bench.public.scoring import Case
+from memory_core import MemorySettings, open_memory
+from memory_core.recall.options import RecallOptions
+from memory_core.recall.retriever import Retriever
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "shipped": {},
+    "MEMORY_QUERY_MESSAGE_WEIGHT=rare": {"memory_query_message_weight": "rare"},
+    "rare, MEMORY_RARE_TERM_TURNS=2": {
+        "memory_query_message_weight": "rare",
+        "memory_rare_term_turns": 2,
+    },
+    "MEMORY_FUSION=confidence": {"memory_fusion": "confidence"},
+    "both": {"memory_query_message_weight": "rare", "memory_fusion": "confidence"},
+}
+
+
+def conversational(case: Case) -> tuple[str, tuple[str, ...]]:
+    """The case's conversational query and its earlier lines (the form the bot asks with)."""
+    for form, query in case.queries.items():
+        if form in ("conversation", "topic change"):
+            return query, tuple(case.earlier[form][-2:])
+    raise ValueError(f"case {case.label} has no conversational form")
+
+
+async def run(args: argparse.Namespace) -> None:
+    print(f"== conversational recall latency ({machine_line()}), load {load_average()}")
+    with bench_data_dir("fusion-latency") as data_dir:
+        settings = MemorySettings(memory_data_dir=data_dir, embedding_query_deadline=120)
+        tasks = [
+            chitchat.task(),
+            madial.topic_change_task(madial.load(madial_root(None), "zh"), settings.tz),
+        ]
+        memory = await open_memory(settings, maintenance_interval=None)
+        try:
+            first_id = 1
+            shipped: Retriever = memory._retriever  # a bench reads the parts
+            configs: dict[str, Retriever] = {}
+            for name, update in CONFIGS.items():
+                retriever = copy.copy(shipped)
+                retriever.settings = settings.model_copy(update=update)
+                configs[name] = retriever
+            for number, task in enumerate(tasks, 1):
+                base = number * USERS_PER_SET
+                await store(memory, task, base, first_id)
+                first_id += len(task.items)
+                cases = task.cases[: args.cases]
+                queries = [(base + c.user, *conversational(c), c.now) for c in cases]
+
+                async def recall_all(retriever: Retriever) -> None:
+                    for user, query, earlier, now in queries:  # noqa: B023
+                        await retriever.recall(
+                            user,
+                            query,
+                            options=RecallOptions(top_n=5, window_size=0, now=now, context=earlier),
+                        )
+
+                for retriever in configs.values():  # every text embedded once
+                    await recall_all(retriever)
+                times: dict[str, list[float]] = {name: [] for name in configs}
+                cpu: dict[str, list[float]] = {name: [] for name in configs}
+                for _ in range(args.rounds):
+                    for name, retriever in configs.items():
+                        own, pg = thread_cpu(os.getpid()), postgres_cpu(data_dir)
+                        for user, query, earlier, now in queries:
+                            started = time.perf_counter()
+                            await retriever.recall(
+                                user,
+                                query,
+                                options=RecallOptions(
+                                    top_n=5, window_size=0, now=now, context=earlier
+                                ),
+                            )
+                            times[name].append(time.perf_counter() - started)
+                        after = thread_cpu(os.getpid())
+                        spent = sum(after.values()) - sum(own.values())
+                        spent += postgres_cpu(data_dir) - pg
+                        cpu[name].append(spent / len(queries))
+                print(
+                    f"\n{task.name}: {len(queries)} conversational queries × {args.rounds} "
+                    f"rounds, hybrid, top 5, load {load_average()}"
+                )
+                print("| configuration | mean ms | median ms | p95 ms | CPU ms a recall (all) |")
+                print("|---|---|---|---|---|")
+                for name in configs:
+                    values = sorted(times[name])
+                    p95 = values[int(0.95 * (len(values) - 1))]
+                    print(
+                        f"| {name} | {statistics.mean(values) * 1000:.1f} | "
+                        f"{statistics.median(values) * 1000:.1f} | {p95 * 1000:.1f} | "
+                        f"{statistics.mean(cpu[name]) * 1000:.1f} |"
+                    )
+        finally:
+            await memory.aclose()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    asyncio.run(run(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
