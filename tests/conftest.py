@@ -10,14 +10,16 @@ import contextlib
 import functools
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import numpy as np
 import pytest
 
 from memory_core import TemporalMemory, open_memory, wiring
+from memory_core.providers.embedding.local import LocalE5Embedder
 from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
@@ -273,6 +275,41 @@ def tmp_data_dir() -> Iterator[Path]:
 @pytest.fixture
 def hashing_embedder() -> HashingEmbedder:
     return HashingEmbedder()
+
+
+@pytest.fixture(scope="session")
+async def bundled_model() -> AsyncIterator[LocalE5Embedder]:
+    """The bundled embedding model, loaded once a run (an xdist worker): the tests that need
+    real vectors borrow it through ``local``."""
+    model = await LocalE5Embedder.load()
+    yield model
+    await model.aclose()
+
+
+class LentModel:
+    """The run's bundled model lent to one test: closing the test's memory (which closes its
+    embedder) leaves the model open for the next test. A test may replace the methods of its
+    own ``LentModel`` (``monkeypatch``) without touching the model."""
+
+    def __init__(self, model: LocalE5Embedder) -> None:
+        self._model = model
+        self.model = model.model
+        self.dim = model.dim
+
+    async def embed_passages(self, texts: Sequence[str]) -> np.ndarray:
+        return await self._model.embed_passages(texts)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        return await self._model.embed_query(text)
+
+    async def aclose(self) -> None:
+        """Nothing: the model is the run's (``bundled_model``)."""
+
+
+@pytest.fixture
+def local(bundled_model: LocalE5Embedder) -> LentModel:
+    """The bundled model, for a test whose assertions need real vectors."""
+    return LentModel(bundled_model)
 
 
 @pytest.fixture

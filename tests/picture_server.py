@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from memory_core.models import TurnInput
 from memory_core.pictures import PictureRef
-from memory_core.pictures.ocr import RapidOcrReader
+from memory_core.pictures.ocr import TextReader
 
 FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
 PARCEL_NOTE = ("丰巢快递柜 取件码 8848", "请于今晚十点前取走")
@@ -106,7 +106,9 @@ class PictureServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def url(self, path: str) -> str:
@@ -119,9 +121,9 @@ class PictureServer:
 
 
 class CountingReader:
-    """The real OCR, counting the pictures it read."""
+    """A text reader (the real OCR), counting the pictures it was asked to read."""
 
-    def __init__(self, inner: RapidOcrReader) -> None:
+    def __init__(self, inner: TextReader) -> None:
         self.inner = inner
         self.calls = 0
 

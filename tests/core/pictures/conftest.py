@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 
 from memory_core.pictures import PictureReader
 from memory_core.pictures.fetch import PictureFetcher
-from memory_core.pictures.ocr import RapidOcrReader
+from memory_core.pictures.ocr import RapidOcrReader, TextReader
 from memory_core.service import TemporalMemory
 from tests.picture_server import CountingReader, PictureServer, blank_picture, note_picture
 
@@ -21,6 +22,27 @@ def ocr() -> Iterator[RapidOcrReader]:
     reader = RapidOcrReader()
     yield reader
     reader.close()
+
+
+class RememberingReader:
+    """The real OCR, each distinct picture read once a run: most tests here read the same few
+    notes (half a second of CPU each), and the OCR gives the same lines for the same bytes. A
+    picture it could not read is asked again (errors are not kept)."""
+
+    def __init__(self, inner: TextReader) -> None:
+        self.inner = inner
+        self._lines: dict[bytes, list[str]] = {}
+
+    async def read(self, picture: bytes) -> list[str]:
+        key = hashlib.sha256(picture).digest()
+        if key not in self._lines:
+            self._lines[key] = await self.inner.read(picture)
+        return list(self._lines[key])
+
+
+@pytest.fixture(scope="session")
+def remembering(ocr: RapidOcrReader) -> RememberingReader:
+    return RememberingReader(ocr)
 
 
 @pytest.fixture
@@ -39,8 +61,10 @@ def server() -> Iterator[PictureServer]:
 
 
 @pytest.fixture
-def counting(ocr: RapidOcrReader) -> CountingReader:
-    return CountingReader(ocr)
+def counting(remembering: RememberingReader) -> CountingReader:
+    """Counts the pictures the reader under test asks to be read (each ask, remembered or
+    not)."""
+    return CountingReader(remembering)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ where recall quality is asserted, the hashing embedder where only texts are comp
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -17,7 +16,6 @@ from memory_core import Named, forget_named
 from memory_core.lang.indexed import ContextLine, index_texts, text_form_for
 from memory_core.lang.keywords import document_terms
 from memory_core.models import RecallResult
-from memory_core.providers.embedding.local import LocalE5Embedder
 from memory_core.recall.options import RecallOptions
 from tests.turns import said
 
@@ -49,13 +47,6 @@ CHATS = {
 ANSWER = 4
 QUESTIONS = {"zh": "我去上陶艺课是哪天", "en": "When did I go to the pottery class?"}
 WORDS = {"zh": "陶艺课", "en": "pottery"}
-
-
-@pytest.fixture
-async def local() -> AsyncIterator[LocalE5Embedder]:
-    embedder = await LocalE5Embedder.load()
-    yield embedder
-    await embedder.aclose()
 
 
 def chat(language: str, user: int = USER, group: int | None = None) -> list[Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from memory_core.dialogue.recall_store import AnchorCandidate
-from memory_core.providers.embedding.local import LocalE5Embedder
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import (
     AGREE_DEPTH,
@@ -81,26 +80,22 @@ def test_the_setting_takes_confidence() -> None:
 
 
 async def test_when_the_lists_disagree_the_more_confident_ones_first_comes_first(  # type: ignore[no-untyped-def]
-    memory_factory,
+    memory_factory, local
 ) -> None:
-    local = await LocalE5Embedder.load()
-    try:
-        first: dict[tuple[str, str], str] = {}
-        for fusion in ("rrf", "confidence"):
-            memory = await stored(
-                memory_factory, local, memory_query_message_weight="rare", memory_fusion=fusion
+    first: dict[tuple[str, str], str] = {}
+    for fusion in ("rrf", "confidence"):
+        memory = await stored(
+            memory_factory, local, memory_query_message_weight="rare", memory_fusion=fusion
+        )
+        for mode in ("vector", "keyword", "hybrid"):
+            result = await memory.recall(
+                USER,
+                MESSAGE,
+                options=RecallOptions(
+                    top_n=1, window_size=0, now=NOW, mode=mode, context=tuple(EARLIER)
+                ),
             )
-            for mode in ("vector", "keyword", "hybrid"):
-                result = await memory.recall(
-                    USER,
-                    MESSAGE,
-                    options=RecallOptions(
-                        top_n=1, window_size=0, now=NOW, mode=mode, context=tuple(EARLIER)
-                    ),
-                )
-                first[(fusion, mode)] = result.turns[0].content
-    finally:
-        await local.aclose()
+            first[(fusion, mode)] = result.turns[0].content
     # The lists disagree: meaning finds the racket, keywords the milk-tea queue (the earlier
     # line's 奶茶店 / 排队 count 0.7 each). rrf puts the racket first (it is found by both).
     assert first[("confidence", "vector")] == first[("rrf", "vector")] == RACKET

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
-
-import pytest
 
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.lang.keywords import query_words
-from memory_core.providers.embedding.local import LocalE5Embedder
 from memory_core.recall.listing import list_recall, mentions
 from memory_core.settings import BUNDLED_MODEL_RECALL_FLOOR, MemorySettings
 from tests.turns import said
@@ -25,13 +21,6 @@ CHAT = [
     ("user", "今天中午吃了牛肉面"),
     ("user", "我女儿下个月过生日"),
 ]
-
-
-@pytest.fixture
-async def local() -> AsyncIterator[LocalE5Embedder]:
-    embedder = await LocalE5Embedder.load()
-    yield embedder
-    await embedder.aclose()
 
 
 async def chatted(memory, lines=CHAT, *, days_ago: float = 3):  # type: ignore[no-untyped-def]

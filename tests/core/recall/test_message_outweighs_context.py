@@ -6,13 +6,11 @@ real keyword scores, which no stand-in reproduces."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from memory_core.providers.embedding.local import LocalE5Embedder
 from memory_core.recall.options import RecallOptions
 from tests.turns import said
 
@@ -36,13 +34,6 @@ MESSAGE = "上次我说想买的那个球拍叫什么来着？"
 # The settings that put the message first (not the defaults: by the strict leave-one-set-out
 # rule they lost on Chit-Chat; README, bench/RESULTS.md).
 MESSAGE_FIRST = {"memory_query_message_weight": 0.5, "memory_context_term_weight": 0.7}
-
-
-@pytest.fixture
-async def local() -> AsyncIterator[LocalE5Embedder]:
-    embedder = await LocalE5Embedder.load()
-    yield embedder
-    await embedder.aclose()
 
 
 async def recalled_first(memory, mode: Any) -> str:  # type: ignore[no-untyped-def]

@@ -5,14 +5,12 @@ about the same thing. Real PostgreSQL and the bundled model."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from memory_core.models import RecallResult
-from memory_core.providers.embedding.local import LocalE5Embedder
 from memory_core.recall.options import RecallOptions
 from tests.turns import said
 
@@ -42,13 +40,6 @@ QUESTIONS = {
         "I went to an LGBTQ support group yesterday and it was so powerful",
     ),
 }
-
-
-@pytest.fixture
-async def local() -> AsyncIterator[LocalE5Embedder]:
-    embedder = await LocalE5Embedder.load()
-    yield embedder
-    await embedder.aclose()
 
 
 async def stored(memory_factory, local, language: str, **overrides: Any):  # type: ignore[no-untyped-def]
