@@ -20,9 +20,13 @@ $(STAMP): pyproject.toml plugins/pyproject.toml
 run: $(STAMP)
 	$(PY) bot.py
 
-# One worker a core, at most four: each starts its own embedded PostgreSQL and test databases.
+# One worker a core and one more, at most four: the tests also wait (on PostgreSQL, on the
+# bots and CLIs they start), and a third worker on two cores fills those waits. Each worker
+# starts its own embedded PostgreSQL and test databases. `make test TEST_WORKERS=0` runs all
+# the tests in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) + 1))")
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --maxprocesses=4
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
