@@ -24,7 +24,7 @@ run: $(STAMP)
 # bots and CLIs they start), and a third worker on two cores fills those waits. Each worker
 # starts its own embedded PostgreSQL and test databases. `make test TEST_WORKERS=0` runs all
 # the tests in one process.
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0)) + 1))")
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(getattr(os, 'sched_getaffinity', lambda _: range(os.cpu_count() or 1))(0)) + 1))")
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
