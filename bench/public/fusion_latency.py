@@ -36,8 +36,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "memory_query_message_weight": "rare",
         "memory_rare_term_turns": 2,
     },
-    "MEMORY_FUSION=confidence": {"memory_fusion": "confidence"},
-    "both": {"memory_query_message_weight": "rare", "memory_fusion": "confidence"},
+    "MEMORY_FUSION=agreement": {"memory_fusion": "agreement"},
+    "both": {"memory_query_message_weight": "rare", "memory_fusion": "agreement"},
 }
 
 

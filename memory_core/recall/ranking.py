@@ -223,7 +223,7 @@ def lead_weights(
     return 2.0 * share, 2.0 * (1.0 - share)
 
 
-# Under ``MEMORY_FUSION=confidence`` the vector and keyword lists agree when either one's first
+# Under ``MEMORY_FUSION=agreement`` the vector and keyword lists agree when either one's first
 # hit is among the other's first ``AGREE_DEPTH``; the keyword list may lead only when the
 # query's rarest found terms are at least this rare in the session (``RARITY_NONE``). Written
 # down before they were run (bench/RESULTS.md, "A per-query confidence fusion").
@@ -246,7 +246,7 @@ def confident_lead(
     keyword_scores: Sequence[float],
     rarity: float,
 ) -> int | None:
-    """The turn ``MEMORY_FUSION=confidence`` puts first, or None to keep the ``rrf`` order: when
+    """The turn ``MEMORY_FUSION=agreement`` puts first, or None to keep the ``rrf`` order: when
     the two lists (best first, each with its scores) disagree at the top, the first hit of the
     one whose best stands out more (``standout``); the keyword list only when the terms it
     matched are rare in the session (``rarity``), else the vector list's."""

@@ -340,7 +340,7 @@ class Retriever:
                 # Nothing was said in that time: answer with what matches best instead of
                 # nothing (the user may misremember when).
                 ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
-            if self.settings.memory_fusion == "confidence" and near and found.get("keyword"):
+            if self.settings.memory_fusion == "agreement" and near and found.get("keyword"):
                 # When the two lists disagree at the top, the more confident one's first hit
                 # comes first (ranking.confident_lead); the rest keep the fused order.
                 hits = found["keyword"]

@@ -1,4 +1,4 @@
-"""MEMORY_FUSION=confidence: when the vector and keyword lists disagree at the top, the more
+"""MEMORY_FUSION=agreement: when the vector and keyword lists disagree at the top, the more
 confident list's first hit comes first; otherwise the fusion is plain ``rrf``."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_the_lead_goes_first_and_the_rest_keep_their_order() -> None:
 
 
 def test_the_setting_takes_confidence() -> None:
-    assert MemorySettings(memory_fusion="confidence").memory_fusion == "confidence"
+    assert MemorySettings(memory_fusion="agreement").memory_fusion == "agreement"
 
 
 # Real PostgreSQL and the bundled model: the lists of the racket case
@@ -83,7 +83,7 @@ async def test_when_the_lists_disagree_the_more_confident_ones_first_comes_first
     memory_factory, local
 ) -> None:
     first: dict[tuple[str, str], str] = {}
-    for fusion in ("rrf", "confidence"):
+    for fusion in ("rrf", "agreement"):
         memory = await stored(
             memory_factory, local, memory_query_message_weight="rare", memory_fusion=fusion
         )
@@ -98,10 +98,10 @@ async def test_when_the_lists_disagree_the_more_confident_ones_first_comes_first
             first[(fusion, mode)] = result.turns[0].content
     # The lists disagree: meaning finds the racket, keywords the milk-tea queue (the earlier
     # line's 奶茶店 / 排队 count 0.7 each). rrf puts the racket first (it is found by both).
-    assert first[("confidence", "vector")] == first[("rrf", "vector")] == RACKET
+    assert first[("agreement", "vector")] == first[("rrf", "vector")] == RACKET
     keyword_first = first[("rrf", "keyword")]
     assert keyword_first != RACKET and "奶茶" in keyword_first
     assert first[("rrf", "hybrid")] == RACKET
     # In an eight-turn session every matched term is rare and the keyword list's best stands
-    # out more than the vector list's: under `confidence` its first leads (the rule's cost).
-    assert first[("confidence", "hybrid")] == keyword_first
+    # out more than the vector list's: under `agreement` its first leads (the rule's cost).
+    assert first[("agreement", "hybrid")] == keyword_first
