@@ -291,11 +291,12 @@ async def run(
             sample.replied_at = time.monotonic()
             samples.append(sample)
 
+    reading = settings.get("MEMORY_IMAGE_ENABLED", "true").lower() not in ("false", "0")
     try:
         # Warm-up: first embedding, first connection to the LLM, first statements prepared.
         await session(sessions + 1)
         samples.clear()
-        if pictures is not None:  # its picture read (put off until the replies are over)
+        if pictures is not None and reading:  # its picture read (put off until the replies end)
             await settle_readings(embedded_dsn(bot), sessions + 2, time.monotonic(), 1)
         meter = CpuMeter(bot.process.pid, bot.data_dir)
         meter.start()
@@ -307,7 +308,7 @@ async def run(
         rss = rss_mb(bot.process.pid)
         stored = await stored_turns(embedded_dsn(bot), sessions, len(samples))
         read, last_read, read_by_end = (0, 0.0, 0)
-        if pictures is not None:  # the readings put off until the replies are over
+        if pictures is not None and reading:  # the readings put off until the replies are over
             read_by_end = await pictures_read(embedded_dsn(bot), sessions)
             read, last_read = await settle_readings(embedded_dsn(bot), sessions, replied)
         # Turns stored without a vector (the embedder past its deadline) cost their
