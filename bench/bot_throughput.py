@@ -14,7 +14,11 @@ Waiting for a free connection to the LLM counts as the bot's part, because it is
 ``--api-embedder`` replaces the local model by a stand-in embedding API on loopback (in this
 process: its CPU is not the bot's); ``--env KEY=VALUE`` sets any other setting of the bot.
 ``--picture-every N`` sends a distinct screenshot (from a loopback server) with every N-th message
-of a session; the bot's own latency is then also given for the messages without one.
+of a session; the bot's own latency is then also given for the messages without one. The
+screenshots are drawn before the run, so drawing them does not hold this process's replies.
+``--compare-every N`` gives, in a run without pictures, the bot's own latency of the same
+positions a run with ``--picture-every N`` measures (every N-th message of a session left out):
+the two figures compare like with like.
 
 The bot times its own stages (``MEMORY_STAGE_TIMES``, ``memory_core.stages``): printed per reply,
 wall and event-loop CPU, with the handler's path set against the bot's own latency
@@ -45,6 +49,12 @@ STORE_WAIT = 60.0
 # Every session's turns but the warm-up's (its user id is the first after the measured ones).
 COUNT_BY_ROLE = "SELECT role, count(*) AS n FROM dialogues WHERE user_id < $1 GROUP BY role"
 COUNT_UNEMBEDDED = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
+# The measured sessions' turns whose picture has been read into their text.
+COUNT_READ = "SELECT count(*) FROM dialogues WHERE user_id < $1 AND content LIKE '%[图片：%'"
+# How long the pictures put off (MEMORY_IMAGE_DEFER_MAX) are waited for after the run, at most,
+# and how long no new reading means that no more are coming.
+READ_WAIT = 90.0
+READ_STILL = 10.0
 # The bot's own count of the time its replies spent reading memory (recall and context).
 RECALL_TIME = (
     "SELECT metric, sum(value)::bigint AS value FROM memory_daily_stats"
@@ -128,6 +138,36 @@ def print_stages(stages: dict[str, tuple[float, float]]) -> None:
         print(f"  {name:<18} {wall:7.2f} / {cpu:6.2f}")
 
 
+async def pictures_read(dsn: str, sessions: int) -> int:
+    """Turns of sessions ``0 .. sessions - 1`` with their picture read into their text."""
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        return int(await conn.fetchval(COUNT_READ, session_user(sessions)))
+    finally:
+        await conn.close()
+
+
+async def settle_readings(
+    dsn: str, sessions: int, since: float, expected: int | None = None
+) -> tuple[int, float]:
+    """Wait (bounded by ``READ_WAIT``) until ``expected`` turns are read, or else until no
+    picture has been read for ``READ_STILL`` seconds, the first reading once it came; how
+    many turns were read, and when the last one was seen (seconds after ``since``, a
+    ``time.monotonic``)."""
+    started = time.monotonic()
+    count, changed = await pictures_read(dsn, sessions), since
+    while time.monotonic() - started < READ_WAIT:
+        await asyncio.sleep(1.0)
+        now = await pictures_read(dsn, sessions)
+        if now != count:
+            count, changed = now, time.monotonic()
+        if expected is not None and count >= expected:
+            break
+        if count and time.monotonic() - changed >= READ_STILL:
+            break
+    return count, changed - since
+
+
 async def settle_embeddings(dsn: str) -> int:
     """Wait (bounded by ``STORE_WAIT``) until the backfill has embedded every stored turn;
     returns how many are still without a vector."""
@@ -157,7 +197,14 @@ async def stored_turns(dsn: str, sessions: int, expected: int) -> dict[str, int]
 class Sample:
     text: str
     sent_at: float
+    number: int = 0  # its place in its session, from 0
     replied_at: float = 0.0
+
+
+def every_nth(number: int, every: int) -> bool:
+    """Whether message ``number`` of a session (from 0) is one of every ``every``-th: the ones
+    ``--picture-every`` gives a picture."""
+    return every > 0 and number % every == every - 1
 
 
 def chat_key(user_id: int, group_id: int | None) -> tuple[str, int]:
@@ -174,9 +221,17 @@ async def run(
     picture_every: int = 0,
     stages_timed: bool = True,
     nagle: bool = False,
+    compare_every: int = 0,
 ) -> None:
     load_before = load_average()
     pictures = PictureServer({}) if picture_every else None
+    if pictures is not None:
+        # Drawn now (a few ms of CPU each), not while replies come in to be timed.
+        for index in [*range(sessions), sessions + 1]:
+            for number in range(messages):
+                if every_nth(number, picture_every):
+                    lines = (f"取件码 {index}-{number}", "今晚取走")
+                    pictures.pictures[f"/{index}-{number}.png"] = note_picture(lines)
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay, nagle=nagle).start()
     extra = {
         "LOG_LEVEL": "WARNING",
@@ -203,6 +258,8 @@ async def run(
     peer.on_call = route
     samples: list[Sample] = []
     lost: list[Sample] = []
+    picture_sent: dict[str, float] = {}
+    first_hit: dict[str, float] = {}  # the measured sessions' picture paths: when sent
 
     async def session(index: int) -> None:
         user_id = session_user(index)
@@ -213,11 +270,18 @@ async def run(
         for number in range(messages):
             text = f"会话{index}第{number}条：我周{number % 7 + 1}要去图书馆还书，提醒我一下"
             segments = [text_seg(text)] if group_id is None else [at_seg(SELF_ID), text_seg(text)]
-            if pictures is not None and number % picture_every == picture_every - 1:
+            sample = Sample(text=text, sent_at=time.monotonic(), number=number)
+            warm_up = index >= sessions
+            if (
+                pictures is not None
+                and every_nth(number, picture_every)
+                and (not warm_up or number < picture_every)
+            ):
+                # The warm-up's one picture starts the OCR's worker and loads its models.
                 path = f"/{index}-{number}.png"
-                pictures.pictures[path] = note_picture((f"取件码 {index}-{number}", "今晚取走"))
                 segments.append(image_segment(pictures.url(path)))
-            sample = Sample(text=text, sent_at=time.monotonic())
+                if not warm_up:
+                    picture_sent[path] = sample.sent_at
             await peer.send_event(message_payload(segments, user_id=user_id, group_id=group_id))
             try:
                 await asyncio.wait_for(queue.get(), REPLY_TIMEOUT)
@@ -227,18 +291,26 @@ async def run(
             sample.replied_at = time.monotonic()
             samples.append(sample)
 
+    reading = settings.get("MEMORY_IMAGE_ENABLED", "true").lower() not in ("false", "0")
     try:
         # Warm-up: first embedding, first connection to the LLM, first statements prepared.
         await session(sessions + 1)
         samples.clear()
+        if pictures is not None and reading:  # its picture read (put off until the replies end)
+            await settle_readings(embedded_dsn(bot), sessions + 2, time.monotonic(), 1)
         meter = CpuMeter(bot.process.pid, bot.data_dir)
         meter.start()
         started = time.monotonic()
         await asyncio.gather(*(session(i) for i in range(sessions)))
-        elapsed = time.monotonic() - started
+        replied = time.monotonic()
+        elapsed = replied - started
         cpu = meter.stop()
         rss = rss_mb(bot.process.pid)
         stored = await stored_turns(embedded_dsn(bot), sessions, len(samples))
+        read, last_read, read_by_end = (0, 0.0, 0)
+        if pictures is not None and reading:  # the readings put off until the replies are over
+            read_by_end = await pictures_read(embedded_dsn(bot), sessions)
+            read, last_read = await settle_readings(embedded_dsn(bot), sessions, replied)
         # Turns stored without a vector (the embedder past its deadline) cost their
         # embedding later, in the backfill: counted too, once every turn has its vector.
         deferred = await unembedded(embedded_dsn(bot))
@@ -254,6 +326,7 @@ async def run(
         if embeddings is not None:
             embeddings.close()
         if pictures is not None:
+            first_hit = dict(pictures.first_hit)
             pictures.close()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
 
@@ -304,6 +377,19 @@ async def run(
                 f"({' + '.join(REPLY_PATH)} + that overhead) {path:.1f} ms, outside it (NoneBot's "
                 f"dispatch, the WebSocket both ways) {mean_own - path:.1f} ms"
             )
+    compare_every = compare_every or picture_every
+    if compare_every:
+        # The same positions in a run with pictures and in one without: like with like.
+        alike = [
+            (s.replied_at - s.sent_at) * 1000 - llm_ms[s.text]
+            for s in samples
+            if s.text in llm_ms and not every_nth(s.number, compare_every)
+        ]
+        print(
+            f"bot's own latency of the messages a run with --picture-every {compare_every} "
+            f"measures (every {compare_every}-th of a session left out, {len(alike)}): "
+            f"{fmt(percentiles(alike)) if alike else '-'}"
+        )
     if picture_every:
         # A picture message's prompt line carries its picture ("[图片…]"), so it matches no
         # message text: ``own`` above is then the messages without a picture alone.
@@ -314,6 +400,17 @@ async def run(
             f"a picture every {picture_every} messages ({len(with_picture)} answered): "
             f"the bot's own latency above is the messages without one; end-to-end of those "
             f"with one: {fmt(percentiles(with_picture)) if with_picture else '-'}"
+        )
+        # When each picture was fetched (its reading starts then) after its message was sent.
+        fetched = {p: t for p, t in first_hit.items() if p in picture_sent}
+        waits = [(t - picture_sent[p]) * 1000 for p, t in fetched.items()]
+        during = sum(1 for t in fetched.values() if t <= replied)
+        print(
+            f"pictures: {len(fetched)} of {len(picture_sent)} fetched ({during} while "
+            f"answering), from the message sent to the picture fetched: "
+            f"{fmt(percentiles(waits)) if waits else '-'}; turns with their picture read: "
+            f"{read_by_end} when the last reply came, {read} by {last_read:.1f} s after it "
+            f"(the rest over the per-minute budget or the queue: read by later retry rounds)"
         )
     answered = max(1, len(samples))
     for label, figures in (("while answering", cpu), ("with the backfill after it", settled)):
@@ -357,6 +454,14 @@ def main() -> None:
         "--picture-every", type=int, default=0, help="a screenshot with every N-th message"
     )
     parser.add_argument(
+        "--compare-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also give the bot's own latency without every N-th message of a session (the "
+        "positions --picture-every N measures), to set a run without pictures beside one with",
+    )
+    parser.add_argument(
         "--no-stages",
         action="store_true",
         help="no stage timer (MEMORY_STAGE_TIMES=false): its ~50 counters a reply cost CPU",
@@ -379,6 +484,7 @@ def main() -> None:
             args.picture_every,
             not args.no_stages,
             args.nagle,
+            args.compare_every,
         )
     )
 

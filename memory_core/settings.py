@@ -230,6 +230,9 @@ class MemorySettings(BaseModel):
     memory_image_queue: int = Field(default=32, ge=1, le=10_000)
     memory_image_per_minute: int = Field(default=20, ge=1)
     memory_image_reply_wait: float = Field(default=2.0, ge=0, le=30)
+    # a queued picture waits for no reply to be under way (a second of quiet) before it is
+    # read, at most this many seconds (0: read at once); a reply's own picture never waits
+    memory_image_defer_max: float = Field(default=30.0, ge=0, le=3600)
     memory_image_sticker_max_bytes: int = Field(default=300_000, ge=0)
     memory_image_text_max_chars: int = Field(default=300, ge=20, le=5000)
     # a picture not read for a passing reason (the budget, a full queue, a timeout) is tried

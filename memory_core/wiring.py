@@ -298,4 +298,5 @@ async def open_chat_bot(settings: MemorySettings, *, bot_name: str) -> ChatBot:
         bot_name=bot_name,
         usage=chat_model.usage if chat_model is not None else None,
     )
-    return ChatBot(memory, engine, chat_model, build_picture_reader(settings, memory))
+    pictures = build_picture_reader(settings, memory, engine.traffic)
+    return ChatBot(memory, engine, chat_model, pictures)

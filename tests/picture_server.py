@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,11 +44,13 @@ class PictureServer:
     ``/loop`` (redirects to itself), ``/hop/N`` (N redirects, then ``/note.png``),
     ``/huge`` (a Content-Length above any cap, and a body that never comes), ``/stall`` (no
     answer at all while the test runs), ``/endless`` (no
-    Content-Length, a body larger than ``endless_bytes``). ``hits`` counts requests by path."""
+    Content-Length, a body larger than ``endless_bytes``). ``hits`` counts requests by path,
+    ``first_hit`` holds when each path was first asked for (``time.monotonic``)."""
 
     def __init__(self, pictures: dict[str, bytes], *, endless_bytes: int = 200_000) -> None:
         self.pictures = dict(pictures)
         self.hits: Counter[str] = Counter()
+        self.first_hit: dict[str, float] = {}
         self._release = threading.Event()
         self.stalled = threading.Event()  # someone asked for /stall
         outer = self
@@ -61,6 +64,7 @@ class PictureServer:
             def do_GET(self) -> None:
                 path = self.path
                 outer.hits[path] += 1
+                outer.first_hit.setdefault(path, time.monotonic())
                 if path in outer.pictures:
                     self._answer(200, outer.pictures[path], "image/png")
                 elif path == "/loop":

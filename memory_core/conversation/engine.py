@@ -60,6 +60,7 @@ from ..parts import MemoryParts
 from ..providers.llm import ChatModel, PromptUsage
 from ..stages import clocked, current_clock, stage
 from ..storage.counters import PgCounterStore
+from ..traffic import ReplyTraffic
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
@@ -295,6 +296,8 @@ class ConversationEngine:
         self._locks = SessionLocks()
         self._settling = Settling()
         self._last_notice: dict[str, float] = {}
+        self.traffic = ReplyTraffic()
+        """The replies under way: work that can wait (reading pictures) waits for a gap."""
 
     @property
     def chat_configured(self) -> bool:
@@ -339,7 +342,11 @@ class ConversationEngine:
         moment for the message's pictures to be read): later messages still come after it. All
         of it — the memory read, the reply stored — is in the turn's QQ account's memory
         (``TurnInput.account``, ``memory_core.accounts``)."""
-        with clocked(self._settings.memory_stage_times), serving(turn.account):
+        with (
+            clocked(self._settings.memory_stage_times),
+            serving(turn.account),
+            self.traffic.replying(),
+        ):
             return await self._converse(turn, send, group_name=group_name, ready=ready)
 
     async def _converse(

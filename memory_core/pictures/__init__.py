@@ -22,13 +22,16 @@ from .text import DERIVED_LABEL, derived_label, with_labels
 
 if TYPE_CHECKING:
     from ..settings import MemorySettings
+    from ..traffic import ReplyTraffic
     from .reader import PictureMemory
 
 
 class PicturesOff:
     """Pictures are not read: every message keeps its ``[图片]``."""
 
-    async def start(self, turn: TurnInput, refs: Sequence[PictureRef]) -> PictureJob | None:
+    async def start(
+        self, turn: TurnInput, refs: Sequence[PictureRef], *, urgent: bool = False
+    ) -> PictureJob | None:
         return None
 
     def follow(self, job: PictureJob, stored: MemoryTurn) -> None:
@@ -47,12 +50,13 @@ class PicturesOff:
 
 
 def build_picture_reader(
-    settings: MemorySettings, memory: PictureMemory
+    settings: MemorySettings, memory: PictureMemory, traffic: ReplyTraffic | None = None
 ) -> PictureReader | PicturesOff:
-    """The reader ``MEMORY_IMAGE_*`` describe, or :class:`PicturesOff`."""
+    """The reader ``MEMORY_IMAGE_*`` describe, or :class:`PicturesOff`; ``traffic``: the
+    replies its reading yields to (the engine's)."""
     if not settings.memory_image_enabled:
         return PicturesOff()
-    return PictureReader.from_settings(settings, memory)
+    return PictureReader.from_settings(settings, memory, traffic)
 
 
 __all__ = [

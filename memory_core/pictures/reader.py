@@ -15,6 +15,13 @@ Bounds, so a sticker flood in a busy group cannot take the CPU or the memory:
   the budget;
 * a sticker is read only when it is at most ``MEMORY_IMAGE_STICKER_MAX_BYTES``.
 
+Reading yields to replies: with ``MEMORY_IMAGE_DEFER_MAX`` above 0, a queued picture waits for a
+quiet moment (no reply under way for a second, ``memory_core.traffic``) before it is fetched and
+read, but at most that many seconds after it was queued; then it is read anyway. A busy chat
+thus puts its pictures' reading off instead of slowing its replies. A reply waiting for its own
+picture (``MEMORY_IMAGE_REPLY_WAIT``) has it read at once (``start(urgent=True)``), before the
+pictures put off.
+
 A picture not read for a passing reason (the budget, a full queue, a timeout) is tried again by
 :meth:`PictureReader.retry_skipped`, a round every minute (:meth:`PictureReader.start_retries`)
 that takes only what the minute's budget and the queue leave, from the turn's stored segments,
@@ -46,6 +53,7 @@ from ..lang.keywords import document_terms
 from ..lang.timerange import referred_range
 from ..models import MemoryTurn, TurnInput
 from ..storage.opt_outs import chat_name
+from ..traffic import ReplyTraffic
 from .fetch import PictureFetcher
 from .ocr import RapidOcrReader, TextReader
 from .reading import (
@@ -156,16 +164,25 @@ class PictureReader:
         retry_window: float = 6 * 3600.0,
         max_attempts: int = 3,
         close_text_reader: bool = False,
+        defer_max: float = 0.0,
+        traffic: ReplyTraffic | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``close_text_reader``: :meth:`aclose` also closes ``text_reader`` (its own)."""
+        """``close_text_reader``: :meth:`aclose` also closes ``text_reader`` (its own).
+        ``defer_max``: how long a queued picture may wait for no reply to be under way in
+        ``traffic`` (the engine's); 0 or no ``traffic``: read as soon as a worker is free."""
         self._memory = memory
         self._fetcher = fetcher
         self._text_reader = text_reader
         self._close_text_reader = close_text_reader
         self._workers_wanted = workers
-        # each message's pictures, with the session key its log lines name
-        self._queue: asyncio.Queue[tuple[PictureJob, str]] = asyncio.Queue(queue_size)
+        # each message's pictures, with the session key its log lines name and when queued
+        self._queue: asyncio.Queue[tuple[PictureJob, str, float]] = asyncio.Queue(queue_size)
+        # ``workers`` pictures read at once: the workers' and the urgent ones' together
+        self._reading = asyncio.Semaphore(workers)
+        self._urgent: set[asyncio.Task[None]] = set()
+        self._defer_max = defer_max if traffic is not None else 0.0
+        self._traffic = traffic
         self._budget = MinuteBudget(per_minute, clock)
         self._sticker_max = sticker_max_bytes
         self._text_max = text_max_chars
@@ -179,8 +196,14 @@ class PictureReader:
         self.locator: StoredLocator | None = None
 
     @classmethod
-    def from_settings(cls, settings: MemorySettings, memory: PictureMemory) -> PictureReader:
-        """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR."""
+    def from_settings(
+        cls,
+        settings: MemorySettings,
+        memory: PictureMemory,
+        traffic: ReplyTraffic | None = None,
+    ) -> PictureReader:
+        """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR; ``traffic``: the
+        engine's replies, which the reading yields to (``MEMORY_IMAGE_DEFER_MAX``)."""
         return cls(
             memory=memory,
             fetcher=PictureFetcher(
@@ -198,7 +221,13 @@ class PictureReader:
             retry_window=settings.memory_image_retry_hours * 3600.0,
             max_attempts=settings.memory_image_read_attempts,
             close_text_reader=True,
+            defer_max=settings.memory_image_defer_max,
+            traffic=traffic,
         )
+
+    def _now(self) -> float:
+        """When a job is queued, on the clock its deadline is waited for on."""
+        return self._traffic.now() if self._traffic is not None else 0.0
 
     @property
     def queued(self) -> int:
@@ -210,7 +239,7 @@ class PictureReader:
         if self._retries is not None:
             await self._retries.stop()
             self._retries = None
-        tasks = [*self._workers, *self._follow_ups]
+        tasks = [*self._workers, *self._urgent, *self._follow_ups]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -227,9 +256,12 @@ class PictureReader:
 
     # ----------------------------------------------------------------- the caller's side
 
-    async def start(self, turn: TurnInput, refs: Sequence[PictureRef]) -> PictureJob | None:
+    async def start(
+        self, turn: TurnInput, refs: Sequence[PictureRef], *, urgent: bool = False
+    ) -> PictureJob | None:
         """Queue the message's pictures for reading; ``None`` when there is nothing to read,
-        the person opted out of memory in that chat, or the database cannot say."""
+        the person opted out of memory in that chat, or the database cannot say. ``urgent``:
+        a reply waits for them, so they are read at once, not put off for quiet."""
         if not refs:
             return None
         try:
@@ -241,13 +273,23 @@ class PictureReader:
             return None
         if not allowed:
             return None
-        self._start_workers()
         job = PictureJob(refs=tuple(refs))
-        try:
-            self._queue.put_nowait((job, turn.session_key))
-        except asyncio.QueueFull:
-            log.info("picture queue full: %d picture(s) not read", len(refs))
-            job.done.set_result([Reading(r, SKIPPED, reason="queue full") for r in refs])
+        if urgent and self._defer_max > 0:
+            # Not behind the pictures put off in the queue; bounded like the queue.
+            if len(self._urgent) < self._queue.maxsize:
+                task = asyncio.create_task(self._run(job, turn.session_key))
+                self._urgent.add(task)
+                task.add_done_callback(self._urgent.discard)
+                return job
+        else:
+            self._start_workers()
+            try:
+                self._queue.put_nowait((job, turn.session_key, self._now()))
+                return job
+            except asyncio.QueueFull:
+                pass
+        log.info("picture queue full: %d picture(s) not read", len(refs))
+        job.done.set_result([Reading(r, SKIPPED, reason="queue full") for r in refs])
         return job
 
     def follow(self, job: PictureJob, stored: MemoryTurn) -> None:
@@ -270,19 +312,28 @@ class PictureReader:
 
     async def _work(self) -> None:
         while True:
-            job, session_key = await self._queue.get()
+            job, session_key, queued_at = await self._queue.get()
             try:
-                readings = [await self._read(ref) for ref in job.refs]
-            except MemoryCoreError as exc:  # the database went away meanwhile
-                log.info("pictures of session %s not read: %s", session_key, exc)
-                readings = [Reading(r, SKIPPED, reason=str(exc)) for r in job.refs]
-            except Exception as exc:  # a bug must not stop the worker; the turn stays as it is
-                log.exception("pictures of session %s could not be read", session_key)
-                readings = [Reading(r, SKIPPED, reason=repr(exc)) for r in job.refs]
+                if self._traffic is not None and self._defer_max > 0:
+                    # A reply under way goes first, for at most ``defer_max`` seconds.
+                    await self._traffic.quiet_by(queued_at + self._defer_max)
+                await self._run(job, session_key)
             finally:
                 self._queue.task_done()
-            if not job.done.done():
-                job.done.set_result(readings)
+
+    async def _run(self, job: PictureJob, session_key: str) -> None:
+        """Read ``job``'s pictures (on one of the ``workers`` slots) and hand them over."""
+        try:
+            async with self._reading:
+                readings = [await self._read(ref) for ref in job.refs]
+        except MemoryCoreError as exc:  # the database went away meanwhile
+            log.info("pictures of session %s not read: %s", session_key, exc)
+            readings = [Reading(r, SKIPPED, reason=str(exc)) for r in job.refs]
+        except Exception as exc:  # a bug must not stop the worker; the turn stays as it is
+            log.exception("pictures of session %s could not be read", session_key)
+            readings = [Reading(r, SKIPPED, reason=repr(exc)) for r in job.refs]
+        if not job.done.done():
+            job.done.set_result(readings)
 
     async def _read(self, ref: PictureRef) -> Reading:
         limit = self._fetcher.max_bytes
@@ -415,7 +466,7 @@ class PictureReader:
             job = PictureJob(refs=tuple(again))
             self._start_workers()
             try:
-                self._queue.put_nowait((job, turn.session_key))
+                self._queue.put_nowait((job, turn.session_key, self._now()))
             except asyncio.QueueFull:  # fresh pictures came first
                 break
             queued.append((turn, job, refs))

@@ -26,10 +26,12 @@ def picture_refs(segments: Sequence[Mapping[str, Any]], bot: Bot | None = None) 
 
 
 async def start_reading(
-    bot: Bot, event: MessageEvent, turn: TurnInput, runtime: Runtime
+    bot: Bot, event: MessageEvent, turn: TurnInput, runtime: Runtime, *, urgent: bool = False
 ) -> PictureJob | None:
-    """Queue the message's own pictures (not a quoted message's) for reading."""
-    return await runtime.pictures.start(turn, picture_refs(segments_of(event.message), bot))
+    """Queue the message's own pictures (not a quoted message's) for reading (``urgent``: a
+    reply waits for them, so they are not put off until the replies are quiet)."""
+    refs = picture_refs(segments_of(event.message), bot)
+    return await runtime.pictures.start(turn, refs, urgent=urgent)
 
 
 class OwnPictures:
@@ -42,7 +44,8 @@ class OwnPictures:
         self.job: PictureJob | None = None
 
     async def __call__(self, turn: TurnInput) -> TurnInput:
-        self.job = await start_reading(self._bot, self._event, turn, self._runtime)
+        urgent = self._wait > 0
+        self.job = await start_reading(self._bot, self._event, turn, self._runtime, urgent=urgent)
         if self.job is None or not await self.job.wait(self._wait):
             return turn
         return dataclasses.replace(turn, content=self.job.labelled(turn.content))

@@ -92,6 +92,25 @@ async def test_a_reply_to_a_picture_sees_what_it_says_and_the_turn_keeps_it(
     assert "8848" in model.text()
 
 
+async def test_a_reply_s_own_picture_is_read_at_once_while_reading_yields_to_replies(
+    app: App, runtime, model, server
+):
+    # The reply itself is under way while it waits for its picture: put off behind the
+    # replies, the picture would not be read within the wait.
+    reader = plugin_reader(runtime, defer_max=200.0, traffic=runtime.engine.traffic)
+    runtime.settings = runtime.settings.model_copy(update={"memory_image_reply_wait": 120.0})
+    try:
+        payload = message_payload([text_seg("帮我记一下"), image_seg(server.url("/note.png"))])
+        async with app.test_matcher() as ctx:
+            bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+            event = await adapt(bot, payload)
+            ctx.receive_event(bot, event)
+            ctx.should_call_send(event, Message(MessageSegment.text("好的")), {"message_id": 700})
+        assert "取件码8848" in model.prompts[-1][-1]["content"]
+    finally:
+        await reader.aclose()
+
+
 async def test_a_recorded_group_picture_gets_its_text_after_it_is_stored(
     app: App, runtime, model, pictures, server
 ):
