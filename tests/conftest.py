@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from memory_core import TemporalMemory, open_memory, wiring
+from memory_core.pictures.ocr import RapidOcrReader
 from memory_core.providers.embedding.local import LocalE5Embedder
 from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
@@ -270,6 +271,15 @@ def tmp_data_dir() -> Iterator[Path]:
     otherwise build the graph again (seconds of CPU)."""
     with tempfile.TemporaryDirectory(prefix="tm-data-") as path, graphs_shared(Path(path)):
         yield Path(path)
+
+
+@pytest.fixture(scope="session")
+def ocr() -> Iterator[RapidOcrReader]:
+    """The offline OCR (its worker process started on the first picture), one a run: starting
+    a worker and loading its models costs a second or two of CPU."""
+    reader = RapidOcrReader()
+    yield reader
+    reader.close()
 
 
 @pytest.fixture

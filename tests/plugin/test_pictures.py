@@ -30,18 +30,17 @@ def server() -> Iterator[PictureServer]:
     served.close()
 
 
-def plugin_reader(runtime: Any, **overrides: Any) -> PictureReader:
-    """A reader with its own OCR worker, put into the plugin's runtime."""
+def plugin_reader(runtime: Any, ocr: RapidOcrReader, **overrides: Any) -> PictureReader:
+    """A reader on the run's OCR (``ocr``), put into the plugin's runtime."""
     options: dict[str, Any] = dict(per_minute=100) | overrides
     reader = PictureReader(
         memory=runtime.memory,
         fetcher=PictureFetcher(max_bytes=1_000_000, timeout=30.0, max_redirects=3),
-        text_reader=RapidOcrReader(),
+        text_reader=ocr,
         workers=1,
         queue_size=8,
         sticker_max_bytes=10_000,
         text_max_chars=300,
-        close_text_reader=True,
         **options,
     )
     runtime.pictures = reader
@@ -49,8 +48,8 @@ def plugin_reader(runtime: Any, **overrides: Any) -> PictureReader:
 
 
 @pytest.fixture
-async def pictures(runtime: Any) -> AsyncIterator[PictureReader]:
-    reader = plugin_reader(runtime)
+async def pictures(runtime: Any, ocr: RapidOcrReader) -> AsyncIterator[PictureReader]:
+    reader = plugin_reader(runtime, ocr)
     # Long enough that the reply always gets its picture here: no test races a timer.
     runtime.settings = runtime.settings.model_copy(update={"memory_image_reply_wait": 120.0})
     yield reader
@@ -93,11 +92,11 @@ async def test_a_reply_to_a_picture_sees_what_it_says_and_the_turn_keeps_it(
 
 
 async def test_a_reply_s_own_picture_is_read_at_once_while_reading_yields_to_replies(
-    app: App, runtime, model, server
+    app: App, runtime, model, server, ocr
 ):
     # The reply itself is under way while it waits for its picture: put off behind the
     # replies, the picture would not be read within the wait.
-    reader = plugin_reader(runtime, defer_max=200.0, traffic=runtime.engine.traffic)
+    reader = plugin_reader(runtime, ocr, defer_max=200.0, traffic=runtime.engine.traffic)
     runtime.settings = runtime.settings.model_copy(update={"memory_image_reply_wait": 120.0})
     try:
         payload = message_payload([text_seg("帮我记一下"), image_seg(server.url("/note.png"))])
@@ -202,14 +201,14 @@ def test_the_console_marks_what_was_read_off_a_picture(plugin: Any):
 
 
 async def test_a_skipped_picture_without_url_is_located_again_by_its_own_account(
-    app: App, runtime, server
+    app: App, runtime, server, ocr
 ):
     """A retry round reads a stored turn's picture from its segments, asking ``get_image`` of
     the bot account that received it (and of no other)."""
     from nonebot_plugin_temporal_memory.locate import stored_locator
 
     now = [1000.0]
-    reader = plugin_reader(runtime, per_minute=1, clock=lambda: now[0])
+    reader = plugin_reader(runtime, ocr, per_minute=1, clock=lambda: now[0])
     runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
     server.pictures["/first.png"] = note_picture(("第一张",))
     first = image_seg(server.url("/first.png"), file="first.png")

@@ -17,13 +17,6 @@ from tests.picture_server import CountingReader, PictureServer, blank_picture, n
 MAX_BYTES = 100_000
 
 
-@pytest.fixture(scope="session")
-def ocr() -> Iterator[RapidOcrReader]:
-    reader = RapidOcrReader()
-    yield reader
-    reader.close()
-
-
 class RememberingReader:
     """The real OCR, each distinct picture read once a run: most tests here read the same few
     notes (half a second of CPU each), and the OCR gives the same lines for the same bytes. A
