@@ -20,11 +20,11 @@ $(STAMP): pyproject.toml plugins/pyproject.toml
 run: $(STAMP)
 	$(PY) bot.py
 
-# One worker a core and one more, at most four: the tests also wait (on PostgreSQL, on the
-# bots and CLIs they start), and a third worker on two cores fills those waits. Each worker
-# starts its own embedded PostgreSQL and test databases. `make test TEST_WORKERS=0` runs all
-# the tests in one process.
-TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(getattr(os, 'sched_getaffinity', lambda _: range(os.cpu_count() or 1))(0)) + 1))")
+# Two workers a core, at most four: the tests also wait (on PostgreSQL, on the bots and CLIs
+# they start), and more workers than cores fill those waits (on two cores, 2026-12-05: three
+# workers 273 s, four 247 s, six 274 s; bench/RESULTS.md). Each worker starts its own embedded
+# PostgreSQL and test databases. `make test TEST_WORKERS=0` runs all the tests in one process.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, 2 * len(getattr(os, 'sched_getaffinity', lambda _: range(os.cpu_count() or 1))(0))))")
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
