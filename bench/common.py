@@ -228,3 +228,17 @@ def save_vector_cache(path: Path, known: dict[str, np.ndarray]) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def print_recall_times(times: dict[str, list[float]], cpu: dict[str, list[float]]) -> None:
+    """A Markdown table of each configuration's recall times (seconds) and CPU per recall."""
+    print("| configuration | mean ms | median ms | p95 ms | CPU ms a recall (all) |")
+    print("|---|---|---|---|---|")
+    for name, spent in times.items():
+        values = sorted(spent)
+        p95 = values[int(0.95 * (len(values) - 1))]
+        print(
+            f"| {name} | {statistics.mean(values) * 1000:.1f} | "
+            f"{statistics.median(values) * 1000:.1f} | {p95 * 1000:.1f} | "
+            f"{statistics.mean(cpu[name]) * 1000:.1f} |"
+        )

@@ -15,12 +15,11 @@ import argparse
 import asyncio
 import copy
 import os
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import bench_data_dir, machine_line
+from bench.common import bench_data_dir, machine_line, print_recall_times
 from bench.process_stats import load_average, postgres_cpu, thread_cpu
 from bench.public import chitchat, madial
 from bench.public.run import USERS_PER_SET, madial_root, store
@@ -106,16 +105,7 @@ async def run(args: argparse.Namespace) -> None:
                     f"\n{task.name}: {len(queries)} conversational queries × {args.rounds} "
                     f"rounds, hybrid, top 5, load {load_average()}"
                 )
-                print("| configuration | mean ms | median ms | p95 ms | CPU ms a recall (all) |")
-                print("|---|---|---|---|---|")
-                for name in configs:
-                    values = sorted(times[name])
-                    p95 = values[int(0.95 * (len(values) - 1))]
-                    print(
-                        f"| {name} | {statistics.mean(values) * 1000:.1f} | "
-                        f"{statistics.median(values) * 1000:.1f} | {p95 * 1000:.1f} | "
-                        f"{statistics.mean(cpu[name]) * 1000:.1f} |"
-                    )
+                print_recall_times(times, cpu)
         finally:
             await memory.aclose()
 

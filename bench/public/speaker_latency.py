@@ -17,11 +17,10 @@ import asyncio
 import copy
 import dataclasses
 import os
-import statistics
 import time
 from collections.abc import Sequence
 
-from bench.common import bench_data_dir, machine_line
+from bench.common import bench_data_dir, machine_line, print_recall_times
 from bench.process_stats import load_average, postgres_cpu, thread_cpu
 from bench.public import locomo
 from bench.public.run import USERS_PER_SET, store
@@ -87,16 +86,7 @@ async def run(args: argparse.Namespace) -> None:
                 f"{len(cases)} questions {named_how} × {args.rounds} rounds, hybrid, "
                 f"top {locomo.TOP_N} ±{locomo.WINDOW}, load {load_average()}"
             )
-            print("| configuration | mean ms | median ms | p95 ms | CPU ms a recall (all) |")
-            print("|---|---|---|---|---|")
-            for name in configs:
-                values = sorted(times[name])
-                p95 = values[int(0.95 * (len(values) - 1))]
-                print(
-                    f"| {name} | {statistics.mean(values) * 1000:.1f} | "
-                    f"{statistics.median(values) * 1000:.1f} | {p95 * 1000:.1f} | "
-                    f"{statistics.mean(cpu[name]) * 1000:.1f} |"
-                )
+            print_recall_times(times, cpu)
         finally:
             await memory.aclose()
 

@@ -45,6 +45,24 @@ async def recalled_first(memory, mode: Any) -> str:  # type: ignore[no-untyped-d
     return result.turns[0].content
 
 
+async def texts_embedded(memory, local, monkeypatch, message, earlier) -> list[str]:  # type: ignore[no-untyped-def]
+    """The texts the recall of ``message`` after the lines ``earlier`` embeds as queries."""
+    asked: list[str] = []
+    embed_query = local.embed_query
+
+    async def recorded(text: str):  # type: ignore[no-untyped-def]
+        asked.append(text)
+        return await embed_query(text)
+
+    monkeypatch.setattr(local, "embed_query", recorded)
+    await memory.recall(
+        USER,
+        message,
+        options=RecallOptions(top_n=1, window_size=0, now=NOW, context=tuple(earlier)),
+    )
+    return asked
+
+
 async def stored(memory_factory, local, **overrides):  # type: ignore[no-untyped-def]
     memory = await memory_factory(embedder=local, memory_query_context_turns=2, **overrides)
     start = NOW - timedelta(days=20)
@@ -113,19 +131,7 @@ async def test_with_the_share_by_what_it_says_only_a_message_saying_enough_is_em
     memory_factory, local, monkeypatch, message, embedded
 ):
     memory = await stored(memory_factory, local, memory_query_message_weight="auto")
-    asked: list[str] = []
-    embed_query = local.embed_query
-
-    async def recorded(text: str):  # type: ignore[no-untyped-def]
-        asked.append(text)
-        return await embed_query(text)
-
-    monkeypatch.setattr(local, "embed_query", recorded)
-    await memory.recall(
-        USER,
-        message,
-        options=RecallOptions(top_n=1, window_size=0, now=NOW, context=tuple(EARLIER)),
-    )
+    asked = await texts_embedded(memory, local, monkeypatch, message, EARLIER)
     assert sorted(asked) == sorted(embedded)
 
 
@@ -158,19 +164,7 @@ async def test_with_the_share_by_rare_terms_only_a_message_pointing_at_a_memory_
     memory_factory, local, monkeypatch, message, embedded
 ):
     memory = await stored(memory_factory, local, memory_query_message_weight="rare")
-    asked: list[str] = []
-    embed_query = local.embed_query
-
-    async def recorded(text: str):  # type: ignore[no-untyped-def]
-        asked.append(text)
-        return await embed_query(text)
-
-    monkeypatch.setattr(local, "embed_query", recorded)
-    await memory.recall(
-        USER,
-        message,
-        options=RecallOptions(top_n=1, window_size=0, now=NOW, context=tuple(EARLIER)),
-    )
+    asked = await texts_embedded(memory, local, monkeypatch, message, EARLIER)
     assert sorted(asked) == sorted(embedded)
 
 
@@ -178,16 +172,5 @@ async def test_a_common_term_of_its_own_does_not_earn_the_share(memory_factory, 
     # 加班 and 奶茶 are each in three of the eight turns (not rare: 8 ** 0.3 = 1.9); after a
     # line about the weekend they are the message's own, but point at no one memory.
     memory = await stored(memory_factory, local, memory_query_message_weight="rare")
-    asked: list[str] = []
-    embed_query = local.embed_query
-
-    async def recorded(text: str):  # type: ignore[no-untyped-def]
-        asked.append(text)
-        return await embed_query(text)
-
-    monkeypatch.setattr(local, "embed_query", recorded)
-    earlier = ("周末想去爬山",)
-    await memory.recall(
-        USER, "加班喝奶茶", options=RecallOptions(top_n=1, window_size=0, now=NOW, context=earlier)
-    )
+    asked = await texts_embedded(memory, local, monkeypatch, "加班喝奶茶", ["周末想去爬山"])
     assert asked == ["周末想去爬山\n加班喝奶茶"]
