@@ -106,9 +106,7 @@ class TurnWriter:
         if self._text_form & WITH_CONTEXT:
             try:
                 context = await self._database.store(PgRecallStore).context_before(row)
-            except Exception as exc:
-                if not isinstance(exc, StorageError):
-                    raise
+            except StorageError as exc:
                 return await self._keep_unwritten(turn, exc)
             row = with_context(row, context)
         if not embed_later:
