@@ -9,8 +9,13 @@ loop's thread is counted apart from the others so a figure says which part limit
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -112,3 +117,27 @@ class CpuMeter:
 def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.1f} / {five:.1f} / {fifteen:.1f}"
+
+
+async def timed_rounds(
+    configs: Mapping[str, T],
+    calls: Sequence[Callable[[T], Awaitable[object]]],
+    rounds: int,
+    data_dir: Path,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Run ``calls`` on each configuration in turn, ``rounds`` times: the wall time of every
+    call (seconds), and per round the CPU a call cost on average (this process's threads and
+    the embedded PostgreSQL of ``data_dir``), by configuration name."""
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    cpu: dict[str, list[float]] = {name: [] for name in configs}
+    for _ in range(rounds):
+        for name, config in configs.items():
+            own, pg = thread_cpu(os.getpid()), postgres_cpu(data_dir)
+            for call in calls:
+                started = time.perf_counter()
+                await call(config)
+                times[name].append(time.perf_counter() - started)
+            spent = sum(thread_cpu(os.getpid()).values()) - sum(own.values())
+            spent += postgres_cpu(data_dir) - pg
+            cpu[name].append(spent / len(calls))
+    return times, cpu

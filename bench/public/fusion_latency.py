@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import os
-import time
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from bench.common import bench_data_dir, machine_line, print_recall_times
-from bench.process_stats import load_average, postgres_cpu, thread_cpu
+from bench.process_stats import load_average, timed_rounds
 from bench.public import chitchat, madial
 from bench.public.run import USERS_PER_SET, madial_root, store
 from bench.public.scoring import Case
@@ -82,25 +81,16 @@ async def run(args: argparse.Namespace) -> None:
 
                 for retriever in configs.values():  # every text embedded once
                     await recall_all(retriever)
-                times: dict[str, list[float]] = {name: [] for name in configs}
-                cpu: dict[str, list[float]] = {name: [] for name in configs}
-                for _ in range(args.rounds):
-                    for name, retriever in configs.items():
-                        own, pg = thread_cpu(os.getpid()), postgres_cpu(data_dir)
-                        for user, query, earlier, now in queries:
-                            started = time.perf_counter()
-                            await retriever.recall(
-                                user,
-                                query,
-                                options=RecallOptions(
-                                    top_n=5, window_size=0, now=now, context=earlier
-                                ),
-                            )
-                            times[name].append(time.perf_counter() - started)
-                        after = thread_cpu(os.getpid())
-                        spent = sum(after.values()) - sum(own.values())
-                        spent += postgres_cpu(data_dir) - pg
-                        cpu[name].append(spent / len(queries))
+                calls = [
+                    functools.partial(
+                        _ask,
+                        user,
+                        query,
+                        RecallOptions(top_n=5, window_size=0, now=now, context=earlier),
+                    )
+                    for user, query, earlier, now in queries
+                ]
+                times, cpu = await timed_rounds(configs, calls, args.rounds, data_dir)
                 print(
                     f"\n{task.name}: {len(queries)} conversational queries × {args.rounds} "
                     f"rounds, hybrid, top 5, load {load_average()}"
@@ -108,6 +98,10 @@ async def run(args: argparse.Namespace) -> None:
                 print_recall_times(times, cpu)
         finally:
             await memory.aclose()
+
+
+async def _ask(user: int, text: str, options: RecallOptions, retriever: Retriever) -> None:
+    await retriever.recall(user, text, options=options)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,12 +16,11 @@ import argparse
 import asyncio
 import copy
 import dataclasses
-import os
-import time
+import functools
 from collections.abc import Sequence
 
 from bench.common import bench_data_dir, machine_line, print_recall_times
-from bench.process_stats import load_average, postgres_cpu, thread_cpu
+from bench.process_stats import load_average, timed_rounds
 from bench.public import locomo
 from bench.public.run import USERS_PER_SET, store
 from memory_core import MemorySettings, open_memory
@@ -66,21 +65,11 @@ async def run(args: argparse.Namespace) -> None:
                     await retriever.recall(
                         USERS_PER_SET + case.user, case.queries["question"], options=option
                     )
-            times: dict[str, list[float]] = {name: [] for name in configs}
-            cpu: dict[str, list[float]] = {name: [] for name in configs}
-            for _ in range(args.rounds):
-                for name, retriever in configs.items():
-                    own, pg = thread_cpu(os.getpid()), postgres_cpu(data_dir)
-                    for case, option in zip(cases, options, strict=True):
-                        started = time.perf_counter()
-                        await retriever.recall(
-                            USERS_PER_SET + case.user, case.queries["question"], options=option
-                        )
-                        times[name].append(time.perf_counter() - started)
-                    after = thread_cpu(os.getpid())
-                    spent = sum(after.values()) - sum(own.values())
-                    spent += postgres_cpu(data_dir) - pg
-                    cpu[name].append(spent / len(cases))
+            calls = [
+                functools.partial(_ask, USERS_PER_SET + case.user, case.queries["question"], option)
+                for case, option in zip(cases, options, strict=True)
+            ]
+            times, cpu = await timed_rounds(configs, calls, args.rounds, data_dir)
             named_how = "naming nobody (--nobody)" if args.nobody else "as written"
             print(
                 f"{len(cases)} questions {named_how} × {args.rounds} rounds, hybrid, "
@@ -89,6 +78,10 @@ async def run(args: argparse.Namespace) -> None:
             print_recall_times(times, cpu)
         finally:
             await memory.aclose()
+
+
+async def _ask(user: int, text: str, options: RecallOptions, retriever: Retriever) -> None:
+    await retriever.recall(user, text, options=options)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
