@@ -1,0 +1,95 @@
+"""A primary with a synchronous hot standby (``tests.replication``), the memory on the
+multi-host DSN the README gives: the primary dies, the standby is promoted, and every turn the
+memory acknowledged — stored or spooled — ends up on the new primary, with the same memory
+object (no reopen, no restart)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from memory_core import TemporalMemory, open_memory
+from memory_core.errors import MemoryCoreError
+from memory_core.models import TurnInput
+from memory_core.settings import MemorySettings
+from tests.fakes import HashingEmbedder
+from tests.replication import ReplicatedPair
+
+
+def said(text: str, message_id: int) -> TurnInput:
+    return TurnInput(user_id=7, role="user", content=text, message_id=message_id, self_id=1)
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[ReplicatedPair]:
+    replicated = ReplicatedPair(synchronous=True)
+    try:
+        yield await asyncio.to_thread(replicated.start)
+    finally:
+        await asyncio.to_thread(replicated.close)
+
+
+async def say(memory: TemporalMemory, text: str, message_id: int, acknowledged: list[str]) -> None:
+    """One turn; counted as acknowledged when the memory stored or spooled it (what the bot
+    answers after)."""
+    outcome = await memory.add_turn(said(text, message_id))
+    assert outcome.turn is not None or outcome.spooled, outcome
+    acknowledged.append(text)
+
+
+async def contents_on(dsn: str) -> set[str]:
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        return {row["content"] for row in await conn.fetch("SELECT content FROM dialogues")}
+    finally:
+        await conn.close()
+
+
+async def written_to(memory: TemporalMemory, dsn: str, wanted: list[str]) -> set[str]:
+    """Flush the spool until every ``wanted`` turn is on ``dsn`` (bounded: 60 s); what is
+    there in the end."""
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(MemoryCoreError):
+            await memory.flush_spool()  # reconnects; raises while no server takes writes
+        stored = await contents_on(dsn)
+        if set(wanted) <= stored or time.monotonic() > deadline:
+            return stored
+        await asyncio.sleep(0.2)
+
+
+async def test_every_acknowledged_turn_is_on_the_promoted_standby_after_the_primary_is_killed(
+    pair: ReplicatedPair, tmp_data_dir: Path, hashing_embedder: HashingEmbedder
+) -> None:
+    settings = MemorySettings(memory_dsn=pair.dsn(), memory_data_dir=tmp_data_dir)
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    acknowledged: list[str] = []
+    try:
+        for n in range(8):
+            await say(memory, f"主库还在时说的第{n}句话", n, acknowledged)
+
+        await asyncio.to_thread(pair.primary.kill)
+        # Between the crash and the promotion nothing takes writes: spooled, still answered.
+        for n in range(8, 11):
+            await say(memory, f"主库刚死时说的第{n}句话", n, acknowledged)
+
+        await asyncio.to_thread(pair.standby.promote)
+        for n in range(11, 19):
+            await say(memory, f"备库接手后说的第{n}句话", n, acknowledged)
+
+        stored = await written_to(memory, pair.standby.dsn(), acknowledged)
+        assert sorted(set(acknowledged) - stored) == []
+        # The same memory reads from the new primary too.
+        recalled = await memory.get_contextual_memory(
+            7, "备库接手后说的话", top_n=5, now=datetime.now(timezone.utc)
+        )
+        assert any("备库接手后" in turn.content for turn in recalled)
+    finally:
+        await memory.aclose()
