@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -145,7 +146,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 async def prepare_database(dsn: str, migrations_dir: Path = MIGRATIONS_DIR) -> str:
     """Check pgvector and migrate on a plain connection; return the pgvector version."""
     try:
-        conn = await asyncpg.connect(dsn, timeout=15)
+        conn = await HostByHost(dsn)(dsn, timeout=15)
     except CONNECTION_ERRORS as exc:
         raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
     except asyncpg.PostgresError as exc:
@@ -187,8 +188,63 @@ class _OneLineConnectionErrors(logging.Filter):
 _POOL_LOG_FILTER = _OneLineConnectionErrors()
 
 
+HOST_CONNECT_TIMEOUT = 5.0
+"""Seconds one host of a multi-host DSN gets to accept a connection before the next is tried
+(libpq's ``connect_timeout`` is per host too)."""
+
+
+def dsn_hosts(dsn: str) -> list[tuple[str, int | None]]:
+    """The ``(host, port)`` pairs a URL DSN names (``postgresql://u@h1:5432,h2:5433/db``), in
+    order; one pair or none (a socket folder in ``?host=``) for a single server."""
+    netloc = urlsplit(dsn).netloc.rpartition("@")[2]
+    pairs: list[tuple[str, int | None]] = []
+    for spec in filter(None, netloc.split(",")):
+        if spec.startswith("["):  # [::1]:5432
+            host, _, rest = spec[1:].partition("]")
+            port = rest.removeprefix(":")
+        else:
+            host, _, port = spec.partition(":")
+        pairs.append((unquote(host), int(port) if port else None))
+    return pairs
+
+
+class HostByHost:
+    """``asyncpg.connect`` for a DSN that names several servers (a primary and its standbys),
+    giving each host its own ``HOST_CONNECT_TIMEOUT``, the host that worked last tried first.
+
+    asyncpg tries the hosts in order under one timeout for all: a primary that stops answering
+    without refusing (a hung server, a dead host, a cut network) used it up, and the promoted
+    standby after it was never tried (bench/RESULTS.md, 2026-12-07, failover). Refused
+    connections and servers that do not match ``target_session_attrs`` move on to the next
+    host, as asyncpg does. A DSN with one host is asyncpg's own connect.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self._hosts = dsn_hosts(dsn)
+        self._last_good = 0
+
+    async def __call__(self, dsn: str, **kwargs: Any) -> asyncpg.Connection:
+        if len(self._hosts) < 2:
+            return await asyncpg.connect(dsn, **kwargs)
+        timeout = min(float(kwargs.pop("timeout", HOST_CONNECT_TIMEOUT)), HOST_CONNECT_TIMEOUT)
+        order = [self._last_good, *(i for i in range(len(self._hosts)) if i != self._last_good)]
+        failure: BaseException | None = None
+        for index in order:
+            host, port = self._hosts[index]
+            try:
+                conn = await asyncpg.connect(dsn, host=host, port=port, timeout=timeout, **kwargs)
+            except CONNECTION_ERRORS as exc:  # also TargetServerAttributeNotMatched
+                failure = exc
+                continue
+            self._last_good = index
+            return conn
+        assert failure is not None
+        raise failure
+
+
 async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
-    """A pool whose connections know the vector types (binary codecs)."""
+    """A pool whose connections know the vector types (binary codecs), connecting host by
+    host (``HostByHost``)."""
     pool_log = logging.getLogger("asyncpg.pool")
     if _POOL_LOG_FILTER not in pool_log.filters:
         pool_log.addFilter(_POOL_LOG_FILTER)
@@ -201,6 +257,7 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             reset=_leave_session_as_is,
             command_timeout=30,
             timeout=10,
+            connect=HostByHost(dsn),
             **kwargs,
         )
     except CONNECTION_ERRORS as exc:

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -21,6 +22,7 @@ from memory_core.models import TurnInput
 from memory_core.settings import MemorySettings
 from tests.fakes import HashingEmbedder
 from tests.replication import ReplicatedPair
+from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 
 def said(text: str, message_id: int) -> TurnInput:
@@ -93,3 +95,52 @@ async def test_every_acknowledged_turn_is_on_the_promoted_standby_after_the_prim
         assert any("备库接手后" in turn.content for turn in recalled)
     finally:
         await memory.aclose()
+
+
+class SilentHost:
+    """A loopback port that accepts connections and never answers: a hung server, or a host
+    behind a cut network, as a client sees it (no refusal, no reset)."""
+
+    def __init__(self) -> None:
+        self._server: asyncio.base_events.Server | None = None
+        self._held: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._hold, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _hold(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._held.append(writer)
+        while await reader.read(65536):  # swallow the startup message, say nothing
+            pass
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._held:
+            writer.close()
+        await self._server.wait_closed()
+
+
+async def test_a_silent_first_host_does_not_keep_the_memory_from_the_next_one(
+    fresh_dsn: str, tmp_data_dir: Path, hashing_embedder: HashingEmbedder
+) -> None:
+    silent = SilentHost()
+    await silent.start()
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))
+    await proxy.start()
+    database = urlsplit(fresh_dsn).path.lstrip("/")
+    dsn = f"postgresql://postgres@127.0.0.1:{silent.port},127.0.0.1:{proxy.port}/{database}"
+    settings = MemorySettings(memory_dsn=dsn, memory_data_dir=tmp_data_dir)
+    try:
+        memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+        try:
+            outcome = await memory.add_turn(said("主库不出声时说的话", 1))
+            assert outcome.turn is not None, outcome  # stored on the second host, not spooled
+        finally:
+            await memory.aclose()
+        assert await contents_on(proxy.dsn(database)) == {"主库不出声时说的话"}
+    finally:
+        await proxy.stop()
+        await silent.stop()
