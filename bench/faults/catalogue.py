@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from bench.faults import attacks, clocks, disk, promises, scenarios
+from bench.faults import attacks, clocks, disk, failover, promises, scenarios
 
 SCENARIOS: dict[str, scenarios.Scenario] = {
     **scenarios.SCENARIOS,
+    **failover.SCENARIOS,
     **promises.SCENARIOS,
     **attacks.SCENARIOS,
     **disk.SCENARIOS,
