@@ -25,6 +25,10 @@ wall and event-loop CPU, with the handler's path set against the bot's own laten
 (``--no-stages``: no timer). The stand-in LLM answers with ``TCP_NODELAY`` like a real server;
 with ``--nagle`` its answers wait for the bot's delayed ACK (10-35 ms, counted in the bot's own
 latency), as in every figure measured before 2026-12-04.
+
+Memory: the proportional set size (PSS) of every process of the bot — ``bot.py``, its OCR
+worker, the embedded PostgreSQL and its backends — summed (``bench.process_stats``): once idle
+after the warm-up, and the highest sum sampled each second while answering and settling.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import asyncpg
 
 from bench.common import fmt, machine_line, percentiles
 from bench.faults.harness import StubEmbeddings, embedded_dsn
-from bench.process_stats import CpuMeter, load_average, rss_mb
+from bench.process_stats import CpuMeter, MemoryPeak, load_average, memory_line, rss_mb
 from tests.picture_server import PictureServer, note_picture
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
@@ -299,6 +303,9 @@ async def run(
         if pictures is not None and reading:  # its picture read (put off until the replies end)
             await settle_readings(embedded_dsn(bot), sessions + 2, time.monotonic(), 1)
         meter = CpuMeter(bot.process.pid, bot.data_dir)
+        memory = MemoryPeak(bot.process.pid, bot.data_dir)
+        idle = memory.sample()  # warmed up (models loaded, a picture read), nothing to do
+        memory.start()
         meter.start()
         started = time.monotonic()
         await asyncio.gather(*(session(i) for i in range(sessions)))
@@ -316,6 +323,7 @@ async def run(
         deferred = await unembedded(embedded_dsn(bot))
         still_unembedded = await settle_embeddings(embedded_dsn(bot))
         settled = meter.stop()
+        await memory.stop()
         recall_ms = await recall_ms_per_reply(embedded_dsn(bot))
         stages = await stage_times(embedded_dsn(bot))
         log = bot.log_text()
@@ -428,6 +436,12 @@ async def run(
         f"{still_unembedded} still without one after {STORE_WAIT:.0f} s"
     )
     print(f"bot RSS at the end: {rss:.0f} MB")
+    print(
+        f"memory (PSS) of all the bot's processes: idle after the warm-up {memory_line(idle)}; "
+        f"peak {memory_line(memory.peak)}; each kind's own highest: bot "
+        f"{memory.highest['bot']:.0f}, OCR worker {memory.highest['workers']:.0f}, "
+        f"PostgreSQL {memory.highest['postgres']:.0f} MB"
+    )
     if lost:
         print(f"{len(lost)} message(s) got no reply within {REPLY_TIMEOUT:.0f} s")
     if len(own) != len(samples):

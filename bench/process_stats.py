@@ -1,5 +1,5 @@
-"""CPU time and memory of the bot process, its worker processes (the pictures' OCR) and its
-embedded PostgreSQL, read from ``/proc``.
+"""CPU time and memory (RSS; PSS, which adds up across processes) of the bot process, its
+worker processes (the pictures' OCR) and its embedded PostgreSQL, read from ``/proc``.
 
 CPU seconds per message are what a loaded machine changes least: wall-clock throughput on a
 2-core box shared with other work is a rough figure, the CPU a message costs is not. The event
@@ -8,6 +8,8 @@ loop's thread is counted apart from the others so a figure says which part limit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -141,3 +143,93 @@ async def timed_rounds(
             spent += postgres_cpu(data_dir) - pg
             cpu[name].append(spent / len(calls))
     return times, cpu
+
+
+def pss_mb(pid: int) -> float:
+    """Proportional memory of ``pid`` in MB: its private pages plus its share of pages it
+    shares (PostgreSQL's shared buffers, libraries), so the figures of several processes add
+    up to what they take together, which RSS does not (0 when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    """``pid``'s descendants (the OCR worker and whatever it starts)."""
+    parents: dict[int, list[int]] = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = _stat_fields(proc / "stat")
+        if fields is not None:
+            parents.setdefault(int(fields[2]), []).append(int(proc.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def bot_processes(pid: int, data_dir: Path) -> dict[str, list[int]]:
+    """Every process of the bot ``pid`` by kind: ``bot``, ``workers`` (its children: the OCR
+    worker) and ``postgres`` (the embedded server of ``data_dir``: postmaster and backends,
+    which are not the bot's children: pg_ctl starts the postmaster on its own)."""
+    try:
+        postmaster = int((data_dir / "pg" / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        postmaster = None
+    postgres = [] if postmaster is None else [postmaster, *_children(postmaster)]
+    workers = [child for child in _children(pid) if child not in postgres]
+    return {"bot": [pid], "workers": workers, "postgres": postgres}
+
+
+def memory_mb(pid: int, data_dir: Path) -> dict[str, float]:
+    """PSS in MB of the bot ``pid``'s processes by kind (``bot_processes``) and ``total``."""
+    figures = {
+        kind: sum(pss_mb(p) for p in pids) for kind, pids in bot_processes(pid, data_dir).items()
+    }
+    figures["total"] = sum(figures.values())
+    return figures
+
+
+class MemoryPeak:
+    """Samples ``memory_mb`` every ``interval`` seconds in the background; ``peak`` is the
+    sample with the highest total, ``highest`` each kind's own highest."""
+
+    def __init__(self, pid: int, data_dir: Path, interval: float = 1.0) -> None:
+        self.pid, self.data_dir, self.interval = pid, data_dir, interval
+        self.peak: dict[str, float] = {}
+        self.highest: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def sample(self) -> dict[str, float]:
+        figures = memory_mb(self.pid, self.data_dir)
+        if figures["total"] > self.peak.get("total", 0.0):
+            self.peak = figures
+        for kind, value in figures.items():
+            self.highest[kind] = max(self.highest.get(kind, 0.0), value)
+        return figures
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.to_thread(self.sample)
+            await asyncio.sleep(self.interval)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.sample()
+
+
+def memory_line(figures: Mapping[str, float]) -> str:
+    return (
+        "{total:.0f} MB (bot {bot:.0f}, OCR worker {workers:.0f}, PostgreSQL {postgres:.0f})"
+    ).format(**figures)
