@@ -225,14 +225,17 @@ class HostByHost:
 
     async def __call__(self, dsn: str, **kwargs: Any) -> asyncpg.Connection:
         if len(self._hosts) < 2:
-            return await asyncpg.connect(dsn, **kwargs)
+            single: asyncpg.Connection = await asyncpg.connect(dsn, **kwargs)
+            return single
         timeout = min(float(kwargs.pop("timeout", HOST_CONNECT_TIMEOUT)), HOST_CONNECT_TIMEOUT)
         order = [self._last_good, *(i for i in range(len(self._hosts)) if i != self._last_good)]
         failure: BaseException | None = None
         for index in order:
             host, port = self._hosts[index]
             try:
-                conn = await asyncpg.connect(dsn, host=host, port=port, timeout=timeout, **kwargs)
+                conn: asyncpg.Connection = await asyncpg.connect(
+                    dsn, host=host, port=port, timeout=timeout, **kwargs
+                )
             except CONNECTION_ERRORS as exc:  # also TargetServerAttributeNotMatched
                 failure = exc
                 continue
@@ -248,8 +251,10 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
     pool_log = logging.getLogger("asyncpg.pool")
     if _POOL_LOG_FILTER not in pool_log.filters:
         pool_log.addFilter(_POOL_LOG_FILTER)
+    # asyncpg's stubs spell out every keyword of ``connect``; it is called with the same ones.
+    connect: Any = HostByHost(dsn)
     try:
-        pool = await asyncpg.create_pool(
+        pool: asyncpg.Pool | None = await asyncpg.create_pool(
             dsn,
             min_size=1,
             max_size=max_size,
@@ -257,7 +262,7 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             reset=_leave_session_as_is,
             command_timeout=30,
             timeout=10,
-            connect=HostByHost(dsn),
+            connect=connect,
             **kwargs,
         )
     except CONNECTION_ERRORS as exc:

@@ -4,8 +4,8 @@ are not the bot's children."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -19,7 +19,9 @@ async def test_the_bot_s_processes_are_itself_its_children_and_its_postgres_serv
     pg_server_dsn: str,
 ) -> None:
     cluster = Path(parse_qs(urlsplit(pg_server_dsn).query)["host"][0])  # the socket is there
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import time; time.sleep(60)"
+    )
     conn = await asyncpg.connect(pg_server_dsn)  # a backend of the server
     try:
         backend = await conn.fetchval("SELECT pg_backend_pid()")
@@ -32,4 +34,4 @@ async def test_the_bot_s_processes_are_itself_its_children_and_its_postgres_serv
     finally:
         await conn.close()
         child.kill()
-        child.wait()
+        await child.wait()
