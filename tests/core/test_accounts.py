@@ -20,8 +20,8 @@ from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import StorageError
 from memory_core.models import ForgetScope, TurnInput
 from memory_core.personal import export_person
-from memory_core.settings import MemorySettings
 from memory_core.recall.options import RecallOptions
+from memory_core.settings import MemorySettings
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 from tests.turns import said
 

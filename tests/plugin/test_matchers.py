@@ -312,6 +312,7 @@ async def test_two_members_messages_with_one_id_are_both_stored_and_a_recall_tak
 @pytest.fixture
 def warnings() -> Any:
     from nonebot.log import logger
+
     from nonebot_plugin_temporal_memory import intake
 
     intake.odd_group_events.said = False
