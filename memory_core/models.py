@@ -34,7 +34,9 @@ class TurnInput:
     role: Role
     content: str
     group_id: int | None = None
-    self_id: int | None = None
+    # The QQ bot account it was said to (by default the one the call serves): what decides
+    # the turn's namespace when that is not decided yet (``account``).
+    self_id: int | None = field(default_factory=serving_self_id)
     sender_name: str | None = None
     message_id: int | None = None
     created_at: datetime | None = None

@@ -17,7 +17,7 @@ from memory_core import TemporalMemory, open_memory, serving_account
 from memory_core.accounts import account_of_key
 from memory_core.dialogue.index_store import parse_session_index_name, session_index_name
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.errors import StorageError
+from memory_core.errors import DatabaseUnavailableError, StorageError
 from memory_core.models import ForgetScope, TurnInput
 from memory_core.personal import export_person
 from memory_core.recall.options import RecallOptions
@@ -235,7 +235,8 @@ async def told_b_in_the_outage(memory: TemporalMemory) -> None:
     assert memory.accounts.namespace(BOT_B) is None
     with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
         turn = TurnInput(user_id=PATIENT, role="user", content=RECORD, self_id=BOT_B)
-        reply = TurnInput(user_id=PATIENT, role="assistant", content="记住了。", self_id=BOT_B)
+        # Made in B's call without naming the bot (a model's memory tool does so): B's too.
+        reply = TurnInput(user_id=PATIENT, role="assistant", content="记住了。")
     assert (await memory.add_turn(turn)).spooled
     assert (await memory.add_turn(reply)).spooled
 
@@ -293,3 +294,18 @@ async def test_a_forget_through_b_in_the_outage_takes_bs_turns_and_leaves_as(
         SECRET_A: str(PATIENT),
         "又说一遍": f"{BOT_B}/{PATIENT}",
     }
+
+
+async def test_a_call_before_the_first_account_is_known_never_reads_anothers_memory(
+    memory_factory,
+):
+    await two_bots(await memory_factory())
+    memory = await memory_factory()  # a new process: which account is first, not read yet
+    assert memory.accounts.first is None
+    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+        # A session's key is B's own until decided: B's memory or nothing, never A's.
+        assert await contents(memory, XIAOMING, None, "密码 停车场") == {SECRET_B}
+        with pytest.raises(DatabaseUnavailableError):
+            await memory.stats(NOW)  # an account-wide read waits for the database
+    with serving_account(memory.accounts.namespace(BOT_A), BOT_A):
+        assert await contents(memory, XIAOMING, None, "密码 停车场") == set()
