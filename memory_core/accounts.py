@@ -13,6 +13,12 @@ once per OneBot event, so the many ``(user_id, group_id)`` calls below it (recal
 distilled memory, cached answers, exports) need no extra argument; a task started under it
 inherits it. Work done later in the background takes the namespace from what it stores
 (``TurnInput.account``, ``ForgetScope.account``, a session key).
+
+Which account is the first can only be read from the database. While it cannot be (an event
+came while the database was away, and no account was learned before), an account's namespace
+is *not decided* (``None``): what is stored or forgotten then carries its bot's ``self_id`` and
+gets its namespace when it is written (``AccountBook.decide``), also from the spool after the
+outage; a read needs the database anyway, and raises ``DatabaseUnavailableError`` instead.
 """
 
 from __future__ import annotations
@@ -21,13 +27,24 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 
+from .errors import DatabaseUnavailableError
 from .storage.pg import PgStore
 
 log = logging.getLogger(__name__)
 
-# "" = the first account's (and the shared) namespace; "B/" = account B's.
-_current: ContextVar[str] = ContextVar("memory_account", default="")
+
+@dataclass(frozen=True)
+class _Serving:
+    # "" = the first account's (and the shared) namespace; "B/" = account B's; None = not
+    # decided yet (the first account is not known), decided from ``self_id`` when written.
+    namespace: str | None
+    self_id: int | None
+
+
+_UNSET = _Serving("", None)  # no bot: the CLI, MCP, the console
+_current: ContextVar[_Serving] = ContextVar("memory_account", default=_UNSET)
 
 SQL_CLAIM_FIRST = """
 INSERT INTO memory_meta (key, value) VALUES ('first_account', $1::text)
@@ -44,8 +61,33 @@ def key_account(alias: str = "") -> str:
 
 
 def current() -> str:
-    """The namespace of the call in progress (``""`` when none was set: the first account)."""
-    return _current.get()
+    """The namespace of the call in progress (``""`` when none was set: the first account), to
+    read or write in now; ``DatabaseUnavailableError`` while it is not decided (the first
+    account could not be read from the database)."""
+    namespace = _current.get().namespace
+    if namespace is None:
+        raise DatabaseUnavailableError(
+            "whose memory this QQ account's is, is not known yet: the database was unreachable"
+        )
+    return namespace
+
+
+def pending() -> str | None:
+    """The namespace of the call in progress, or ``None`` while it is not decided: what a turn
+    or a /forget made now keeps, to be decided when it is written."""
+    return _current.get().namespace
+
+
+def serving_self_id() -> int | None:
+    """The QQ bot account the call in progress serves (``None``: no bot, or not said)."""
+    return _current.get().self_id
+
+
+def tentative(self_id: int | None) -> str:
+    """The namespace a key of a not yet decided turn is built in, for what never reaches the
+    database under it (a session's lock, a log line): ``self_id``'s own, as if it were not
+    the first account, so that nothing of another account is ever read by it."""
+    return "" if self_id is None else f"{self_id}/"
 
 
 def account_of_key(session_key: str) -> str:
@@ -55,9 +97,10 @@ def account_of_key(session_key: str) -> str:
 
 
 @contextmanager
-def serving(account: str) -> Iterator[None]:
-    """Run the block in ``account``'s namespace (from :meth:`AccountBook.namespace`)."""
-    token = _current.set(account)
+def serving(account: str | None, self_id: int | None = None) -> Iterator[None]:
+    """Run the block in ``account``'s namespace (from :meth:`AccountBook.namespace`) for bot
+    ``self_id``; ``account`` ``None``: not decided yet (``self_id`` then decides it)."""
+    token = _current.set(_Serving(account, self_id))
     try:
         yield
     finally:
@@ -99,12 +142,26 @@ class AccountBook:
             )
         return self.first
 
-    def namespace(self, self_id: int | None) -> str:
+    def namespace(self, self_id: int | None) -> str | None:
         """The namespace ``self_id`` reads and writes: ``""`` when shared, for the first
         account, and for a call without an account (CLI, MCP, console); else ``"{self_id}/"``.
 
-        Before :meth:`adopt` named the first account every account maps to ``""``: the plugin
-        adopts on each bot's connect, before that bot's first event."""
-        if self.shared or self_id is None or self.first is None or self_id == self.first:
+        ``None`` (not decided) while no :meth:`adopt` named the first account: any account may
+        be it, and the database that says which cannot be reached."""
+        if self.shared or self_id is None or self_id == self.first:
             return ""
+        if self.first is None:
+            return None
         return f"{self_id}/"
+
+    async def decide(self, store: PgAccountStore, self_id: int | None) -> str:
+        """``self_id``'s namespace, learning the first account from the database first when it
+        is not known (claimed by ``self_id`` when none is recorded: it is then the first
+        account seen there). ``StorageError`` when the database cannot say."""
+        namespace = self.namespace(self_id)
+        if namespace is None:
+            assert self_id is not None  # namespace(None) is ""
+            await self.adopt(store, self_id)
+            namespace = self.namespace(self_id)
+            assert namespace is not None
+        return namespace

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from .accounts import AccountBook, serving
+from .accounts import AccountBook, PgAccountStore, serving
 from .dialogue.forget_store import PgForgetStore
 from .dialogue.spool import failure_text, is_bad_item
 from .dialogue.writing import TurnWriter
@@ -53,7 +53,8 @@ class Forgetting:
         turns = await self._database.store(PgForgetStore).delete_recalled(message)
         # The cached answers go in the recalling account's memory, also when a spooled recall
         # is done later, outside the event that brought it.
-        with serving(self._accounts.namespace(message.self_id)):
+        store = self._database.store(PgAccountStore)
+        with serving(await self._accounts.decide(store, message.self_id), message.self_id):
             distilled = await forget_turns(self._database, turns)
         replies = sum(1 for t in turns if t.role == "assistant")
         return dataclasses.replace(distilled, dialogues=len(turns), bot_replies=replies)
@@ -70,7 +71,7 @@ class Forgetting:
         # The spool first: a flush between the two steps could write its turns back.
         spooled = await self._writer.forget_spooled(scope)
         try:
-            forgotten = await self._forget_stored(scope)
+            forgotten = await self._forget_stored(await self._decided(scope))
         except StorageError as exc:
             if is_bad_item(exc):
                 raise
@@ -92,9 +93,18 @@ class Forgetting:
         """What ``forget`` of ``scope`` would delete from the database now, by kind: the
         figures a /forget question names before it asks. Turns still in the spool are not
         counted (``forget`` takes them too). ``StorageError`` when the database cannot say."""
+        scope = await self._decided(scope)
         dialogues = await self._database.store(PgForgetStore).count_scope(scope)
         distilled = await count_scope(self._database, scope)
         return dataclasses.replace(distilled, dialogues=dialogues)
+
+    async def _decided(self, scope: ForgetScope) -> ForgetScope:
+        """``scope`` in its QQ account's memory: one asked while the first account was not
+        known gets it from the bot it was asked through (``AccountBook.decide``)."""
+        if scope.account is not None:
+            return scope
+        store = self._database.store(PgAccountStore)
+        return dataclasses.replace(scope, account=await self._accounts.decide(store, scope.self_id))
 
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
         deleted = await self._database.store(PgForgetStore).delete_scope(scope)
@@ -109,6 +119,6 @@ class Forgetting:
 
     async def spooled_scope(self, scope: ForgetScope) -> int:
         """Do a /forget that waited in the spool (``TurnWriter.flush_spool``); turns deleted."""
-        forgotten = await self._forget_stored(scope)
+        forgotten = await self._forget_stored(await self._decided(scope))
         log.info("a /forget made while the database was unreachable is done: %s", forgotten)
         return forgotten.dialogues

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from .accounts import current as current_account
+from .accounts import pending as pending_account
+from .accounts import serving_self_id, tentative
 
 Role = Literal["user", "assistant"]
 ChatType = Literal["private", "group"]
@@ -17,8 +18,11 @@ def generate_session_key(
 ) -> str:
     """Private chat: ``"{user_id}"``; group chat: ``"{group_id}:{user_id}"``; after the QQ
     account's namespace (``account``, by default the call's: ``memory_core.accounts``), which
-    is ``""`` for the first account and ``"{self_id}/"`` for another."""
-    prefix = current_account() if account is None else account
+    is ``""`` for the first account and ``"{self_id}/"`` for another (while the call's is not
+    decided, the ``tentative`` one)."""
+    if account is None:
+        account = pending_account()
+    prefix = tentative(serving_self_id()) if account is None else account
     return prefix + (f"{group_id}:{user_id}" if group_id is not None else str(user_id))
 
 
@@ -30,19 +34,25 @@ class TurnInput:
     role: Role
     content: str
     group_id: int | None = None
-    self_id: int | None = None
+    # The QQ bot account it was said to (by default the one the call serves): what decides
+    # the turn's namespace when that is not decided yet (``account``).
+    self_id: int | None = field(default_factory=serving_self_id)
     sender_name: str | None = None
     message_id: int | None = None
     created_at: datetime | None = None
     raw_segments: list[dict[str, Any]] | None = None
     message_uuid: str | None = None
     # The QQ account's namespace (memory_core.accounts), taken where the turn is made: a turn
-    # spooled and written later stays its account's.
-    account: str = field(default_factory=current_account)
+    # spooled and written later stays its account's. None: not decided when it was made (the
+    # first account was not known), decided from ``self_id`` when it is written.
+    account: str | None = field(default_factory=pending_account)
 
     @property
     def session_key(self) -> str:
-        return generate_session_key(self.user_id, self.group_id, self.account)
+        """The turn's session key; of a turn whose account is not decided, a ``tentative``
+        one (the writer decides the account before the key is stored)."""
+        account = tentative(self.self_id) if self.account is None else self.account
+        return generate_session_key(self.user_id, self.group_id, account)
 
     @property
     def chat_type(self) -> ChatType:
@@ -146,7 +156,10 @@ class ForgetScope:
     private_only: bool = False
     everything: bool = False
     # The QQ account whose memory it is (memory_core.accounts); "everything" is all of it.
-    account: str = field(default_factory=current_account)
+    # None: not decided when it was asked (the first account was not known): ``self_id``, the
+    # bot it was asked through, decides it when it is done.
+    account: str | None = field(default_factory=pending_account)
+    self_id: int | None = field(default_factory=serving_self_id)
 
 
 @dataclass(frozen=True)

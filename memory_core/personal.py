@@ -9,7 +9,9 @@ everywhere is ``TemporalMemory.forget(ForgetScope(user_id=…))``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
@@ -221,21 +223,38 @@ class PersonalExport:
         }
 
     async def write(self, directory: Path) -> Path:
-        """Write the export as ``temporal-memory-<QQ>.json`` under ``directory`` (readable by
-        a QQ client on this machine); the caller deletes it once sent."""
-        path = directory / f"temporal-memory-{self.user_id}.json"
+        """Write the export as ``temporal-memory-<QQ>.json`` (the name the person sees) in a
+        folder of its own under ``directory``, readable by a QQ client on this machine: two
+        exports of one person at once never share a file, so neither sends or deletes the
+        other's. The caller removes it once sent (:func:`discard_export`)."""
         text = json.dumps(self.as_json(), ensure_ascii=False, indent=1)
-        await asyncio.to_thread(_write_private, path, text)
-        return path
+        return await asyncio.to_thread(_write_own, directory, self.user_id, text)
 
 
 def _chat(group_id: int | None) -> str:
     return "private" if group_id is None else f"group:{group_id}"
 
 
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+def _write_own(directory: Path, user_id: int, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    while True:
+        # Not tempfile.mkdtemp: its mode 0700 would keep out a QQ client running as another
+        # user (a container); the name is what keeps requests apart.
+        folder = directory / f"{user_id}-{secrets.token_hex(8)}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        path = folder / f"temporal-memory-{user_id}.json"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+
+def discard_export(path: Path) -> None:
+    """Remove an export :meth:`PersonalExport.write` wrote, with its folder."""
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # gone, or something else was put there
+        path.parent.rmdir()
 
 
 async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:

@@ -118,7 +118,7 @@ class TemporalMemory:
         stored before (``memory_core.accounts``). Returns ``self_id``'s namespace, the one to
         serve its events in (``accounts.serving``)."""
         await self.accounts.adopt(self.database.store(PgAccountStore), self_id)
-        return self.accounts.namespace(self_id)
+        return await self.accounts.decide(self.database.store(PgAccountStore), self_id)
 
     def start_maintenance(self, interval: float = 30.0) -> None:
         """Run the background maintenance (``_maintenance_round``) when woken and at least

@@ -87,6 +87,7 @@ def build_parts(
         embedder=embedder,
         token_counter=token_counter,
         spool=spool,
+        accounts=accounts,
         text_form=text_form,
         on_more_work=backfill_due.set,
     )

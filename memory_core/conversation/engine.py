@@ -323,7 +323,7 @@ class ConversationEngine:
         Kept in order with the session's conversation. Returns ``None`` when the turn cannot be
         stored (blank text) or storing failed (logged).
         """
-        with serving(turn.account):
+        with serving(turn.account, turn.self_id):
             async with self._locks.hold(turn.session_key):
                 return await self._store(self._stamped(turn))
 
@@ -344,7 +344,7 @@ class ConversationEngine:
         (``TurnInput.account``, ``memory_core.accounts``)."""
         with (
             clocked(self._settings.memory_stage_times),
-            serving(turn.account),
+            serving(turn.account, turn.self_id),
             self.traffic.replying(),
         ):
             return await self._converse(turn, send, group_name=group_name, ready=ready)

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ..accounts import account_of_key
 from ..context.builder import Distilled, MemoryContext
 from ..dialogue.recall_store import PgRecallStore
 from ..errors import MemoryCoreError
@@ -266,7 +267,9 @@ class PromptPreparer:
         """Whose stepped window a message shows: its group's (one start for every member, so
         their prompts carry the same turns) or its session's."""
         return (
-            f"group:{turn.account}{turn.group_id}" if self._group_wide(turn) else turn.session_key
+            f"group:{account_of_key(turn.session_key)}{turn.group_id}"
+            if self._group_wide(turn)
+            else turn.session_key
         )
 
     def _short_term(

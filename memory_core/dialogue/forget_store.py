@@ -18,12 +18,18 @@ from .bad_rows import usable_turn
 from .columns import SQL_TURNS_BY_ID, turn_from_record
 
 # A recalled (撤回) QQ message: its turns in the chat the notice names (a group, or a private
-# chat with that user — or any private chat of the bot, when the bot recalled its own message).
+# chat with that user — or any private chat of the bot, when the bot recalled its own message),
+# said by the sender the notice names ($4): a person's own turns, or the bot's words. Message
+# ids are 32-bit hashes that two members' messages may share: a 撤回 never takes another's.
+# (A private notice of the bot's own message may name the friend or the bot.)
 SQL_RECALLED_TURNS = """
 SELECT id, session_key, role, content FROM dialogues
 WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
-  AND CASE WHEN $3::bigint IS NOT NULL THEN group_id = $3
-           ELSE group_id IS NULL AND ($4::bigint IS NULL OR $4 IN (user_id, self_id)) END
+  AND CASE WHEN $3::bigint IS NOT NULL THEN group_id = $3 ELSE group_id IS NULL END
+  AND ($4::bigint IS NULL
+       OR CASE WHEN role = 'user' THEN user_id = $4
+               WHEN group_id IS NULL THEN $4 IN (user_id, self_id)
+               ELSE self_id = $4 END)
 FOR UPDATE
 """
 

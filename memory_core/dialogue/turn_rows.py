@@ -38,7 +38,11 @@ def message_uuid_for(turn: TurnInput) -> str:
     if turn.message_uuid:
         return turn.message_uuid
     if turn.message_id is not None:
-        where = f"g{turn.group_id}" if turn.group_id is not None else f"p{turn.user_id}"
+        # NapCat's and go-cqhttp's ids are 32-bit hashes: two members' messages in a group may
+        # share one, so the sender is part of the key.
+        where = (
+            f"g{turn.group_id}:u{turn.user_id}" if turn.group_id is not None else f"p{turn.user_id}"
+        )
         return f"qq:{turn.self_id or 0}:{where}:{turn.role}:{turn.message_id}"
     return f"local:{uuid.uuid4()}"
 

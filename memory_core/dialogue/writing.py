@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..accounts import AccountBook, PgAccountStore
 from ..errors import EmbeddingError, StorageError
 from ..lang.indexed import WITH_CONTEXT
 from ..lang.tokens import TokenCounter
@@ -58,10 +59,12 @@ class TurnWriter:
         embedder: Embedder,
         token_counter: TokenCounter,
         spool: TurnSpool,
+        accounts: AccountBook,
         text_form: int,
         on_more_work: Callable[[], None],
     ) -> None:
         self._settings = settings
+        self._accounts = accounts
         self._database = database
         self._embedder = embedder
         self._token_counter = token_counter
@@ -101,8 +104,17 @@ class TurnWriter:
 
     async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome:
         """Store one turn; see ``TemporalMemory.add_turn``."""
+        now = datetime.now(timezone.utc)
         with stage(f"row_{turn.role}"):
-            turn, row = self.prepare(turn, datetime.now(timezone.utc))  # before any embedding
+            turn, row = self.prepare(turn, now)  # before any embedding
+        if turn.account is None:
+            # Made before the first account was known: its account is decided now, and a turn
+            # the database cannot take yet is spooled undecided, for the flush to decide.
+            try:
+                turn = await self._decided(turn)
+            except StorageError as exc:
+                return await self._keep_unwritten(turn, exc)
+            turn, row = self.prepare(turn, now)
         if self._text_form & WITH_CONTEXT:
             try:
                 context = await self._database.store(PgRecallStore).context_before(row)
@@ -192,11 +204,21 @@ class TurnWriter:
         ``indexed`` is the text each is embedded by (with the line it answers, when the text
         form says so, read from the stored turns and the others of ``turns``)."""
         now = now or datetime.now(timezone.utc)
-        rows = [self.prepare(turn, now)[1] for turn in turns]
+        decided = [await self._decided(turn) for turn in turns]
+        rows = [self.prepare(turn, now)[1] for turn in decided]
         if self._text_form & WITH_CONTEXT:
             contexts = await self._database.store(PgRecallStore).contexts_for(rows)
             rows = [with_context(row, c) for row, c in zip(rows, contexts, strict=True)]
         return rows
+
+    async def _decided(self, turn: TurnInput) -> TurnInput:
+        """``turn`` in its QQ account's namespace: one made while the first account was not
+        known gets it from its ``self_id`` now (``AccountBook.decide``, which reads the
+        database once); ``StorageError`` when the database cannot say."""
+        if turn.account is not None:
+            return turn
+        store = self._database.store(PgAccountStore)
+        return dataclasses.replace(turn, account=await self._accounts.decide(store, turn.self_id))
 
     def _with_embedding(self, row: NewTurnRow, vector: np.ndarray) -> NewTurnRow:
         return dataclasses.replace(row, embedding=vector, embedding_model=self._embedder.model)

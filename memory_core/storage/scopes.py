@@ -30,6 +30,10 @@ def scope_filter(
         where, args = "group_id = $1", (scope.group_id,)
     else:
         raise ValueError("forget needs a user, a group, or everything=True")
+    if scope.account is None:
+        # Forgetting decides it first (AccountBook.decide): a scope in no account's memory
+        # must never reach SQL, where it would read as another's.
+        raise ValueError("a /forget scope's QQ account is not decided yet")
     return f"{where} AND {account_of_row} = ${len(args) + 1}::text", (*args, scope.account)
 
 
@@ -75,7 +79,12 @@ def scope_count(
 
 def covers(scope: ForgetScope, turn: TurnInput) -> bool:
     """Whether ``scope`` takes ``turn`` (the rows :func:`scope_delete` deletes)."""
-    if turn.account != scope.account:
+    if turn.account is None or scope.account is None:
+        # One of them was made before the first account was known: an account's namespace
+        # follows from its bot alone, so the same bot means the same memory.
+        if turn.self_id != scope.self_id:
+            return False
+    elif turn.account != scope.account:
         return False
     if scope.everything:
         return True

@@ -23,8 +23,8 @@ from .runtime import Runtime
 @asynccontextmanager
 async def serving_bot(bot: Bot, runtime: Runtime) -> AsyncIterator[None]:
     """Handle the block in ``bot``'s memory. While the first account cannot be learned (the
-    database is away), the unprefixed namespace is used: right for a single bot, the usual
-    case."""
+    database is away), its namespace is not decided: what the block stores or forgets gets it
+    from ``bot.self_id`` when it is written (``memory_core.accounts``)."""
     self_id = int(bot.self_id) if bot.self_id.isdigit() else None
     accounts = runtime.memory.accounts
     if accounts.first is None and self_id is not None:
@@ -32,5 +32,5 @@ async def serving_bot(bot: Bot, runtime: Runtime) -> AsyncIterator[None]:
             await runtime.memory.adopt_account(self_id)
         except MemoryCoreError as exc:
             logger.warning(f"QQ account {self_id}: whose memory is whose is not known yet: {exc}")
-    with serving_account(accounts.namespace(self_id)):
+    with serving_account(accounts.namespace(self_id), self_id):
         yield

@@ -69,20 +69,48 @@ recent_messages = RecentMessages()
 
 
 def message_key(event: MessageEvent) -> tuple[Any, ...]:
+    """What tells a message delivered twice: NapCat's and go-cqhttp's ids are 32-bit hashes that
+    two members' messages in a group may share, so the sender is part of it."""
     chat = event.group_id if isinstance(event, GroupMessageEvent) else event.user_id
-    return (event.self_id, event.message_type, chat, event.message_id)
+    return (event.self_id, event.message_type, chat, event.user_id, event.message_id)
+
+
+class OddGroupEvents:
+    """Says once, in one line, that "group" messages the adapter could not read as such are
+    dropped (a sender may send many: the log is not theirs to fill)."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def drop(self, event: MessageEvent) -> None:
+        group = repr(getattr(event, "group_id", None))[:40]
+        line = f"group message {event.message_id} dropped: its group_id {group} is no integer"
+        if self.said:
+            logger.debug(line)
+        else:
+            self.said = True
+            logger.warning(f"{line} (said once; later ones are logged at DEBUG)")
+        raise IgnoredException("a group message without a group")
+
+
+odd_group_events = OddGroupEvents()
 
 
 @event_preprocessor
 async def drop_own_and_repeated_messages(event: Event) -> None:
-    """The bot's own messages are never input; a message delivered twice is handled once.
+    """The bot's own messages are never input; a message delivered twice is handled once; a
+    "group" message without a readable group is no message of any chat.
 
     NapCat with ``reportSelfMessage`` sends the bot's messages as ``message_sent`` events, which
     the adapter does not turn into message events; some implementations send them as ordinary
-    messages from ``self_id``, caught here.
+    messages from ``self_id``, caught here. A group message whose ``group_id`` is no integer
+    reaches us as a plain ``MessageEvent`` (the adapter's fallback), which would be answered
+    and stored as the sender's private chat, past ``BOT_GROUP_ALLOWLIST``.
     """
     if not isinstance(event, MessageEvent):
         return
+    if event.message_type == "group" and not isinstance(event, GroupMessageEvent):
+        odd_group_events.drop(event)
     if event.user_id == event.self_id:
         raise IgnoredException("the bot's own message")
     if recent_messages.seen(message_key(event)):

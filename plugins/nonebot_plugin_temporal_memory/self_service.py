@@ -35,6 +35,7 @@ from memory_core import (
     Named,
     PersonalExport,
     addressed,
+    discard_export,
     export_person,
     forget_named,
     known_about,
@@ -354,7 +355,7 @@ async def handle_export(bot: Bot, event: MessageEvent, _args: Message, runtime: 
     else:
         text = f"已把你的记忆导出为文件 {path.name} 发给你：{summary}。"
     finally:
-        path.unlink(missing_ok=True)
+        discard_export(path)
     await tell_privately(bot, event, runtime, text)
 
 

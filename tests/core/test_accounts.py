@@ -6,15 +6,23 @@ MEMORY_SHARE_ACCOUNTS joins them."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
-from memory_core import serving_account
+import asyncpg
+import pytest
+
+from memory_core import TemporalMemory, open_memory, serving_account
 from memory_core.accounts import account_of_key
 from memory_core.dialogue.index_store import parse_session_index_name, session_index_name
 from memory_core.distill.memory import ExtractedMemory
-from memory_core.models import ForgetScope
+from memory_core.errors import DatabaseUnavailableError, StorageError
+from memory_core.models import ForgetScope, TurnInput
 from memory_core.personal import export_person
 from memory_core.recall.options import RecallOptions
+from memory_core.settings import MemorySettings
+from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 from tests.turns import said
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -26,8 +34,10 @@ SECRET_A = "我的银行卡密码是八八六六"
 SECRET_B = "我的车停在三号停车场"
 
 
-async def contents(memory, user: int, group: int | None, query: str) -> set[str]:
-    options = RecallOptions(top_n=5, window_size=1, now=NOW)
+async def contents(
+    memory, user: int, group: int | None, query: str, now: datetime = NOW
+) -> set[str]:
+    options = RecallOptions(top_n=5, window_size=1, now=now)
     return {t.content for t in (await memory.recall(user, query, group, options)).turns}
 
 
@@ -174,3 +184,128 @@ def test_an_accounts_session_keys_and_index_names_say_the_account():
     assert name == f"dialogues_hnsw_384_a{BOT_B}_s{TEAM}_{XIAOMING}"
     assert parse_session_index_name(name) == (384, turn.session_key)
     assert parse_session_index_name("dialogues_hnsw_384_s11") == (384, "11")
+
+
+# ----------------------------------------------------------------- an outage at start-up
+
+PATIENT = 61500
+RECORD = "我的病历号是 MR-9911"
+
+
+@pytest.fixture
+async def proxy(fresh_dsn) -> AsyncIterator[SwitchableProxy]:
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+@pytest.fixture
+async def started_in_an_outage(
+    memory_factory, proxy: SwitchableProxy, fresh_dsn: str, tmp_data_dir, hashing_embedder
+) -> AsyncIterator[TemporalMemory]:
+    """A bot that knew A as the first account, started again while the database is away."""
+    before = await memory_factory()
+    assert await before.adopt_account(BOT_A) == ""
+    # A was told the same person's secret before.
+    await before.add_turn(TurnInput(user_id=PATIENT, role="user", content=SECRET_A))
+    await before.aclose()
+    await proxy.stop()
+    settings = MemorySettings(
+        memory_dsn=proxy.dsn(urlsplit(fresh_dsn).path.lstrip("/")), memory_data_dir=tmp_data_dir
+    )
+    memory = await open_memory(
+        settings, embedder=hashing_embedder, maintenance_interval=None, require_database=False
+    )
+    assert not memory.connected
+    yield memory
+    await memory.aclose()
+
+
+async def back(memory: TemporalMemory, proxy: SwitchableProxy) -> None:
+    """The database is reachable again, and the bot connected (its maintenance round)."""
+    await proxy.start()
+    await memory.connect()
+
+
+async def told_b_in_the_outage(memory: TemporalMemory) -> None:
+    """Account B is told the record while the first account cannot be learned: spooled."""
+    with pytest.raises(StorageError):
+        await memory.adopt_account(BOT_B)  # what the plugin tries first, in vain
+    assert memory.accounts.namespace(BOT_B) is None
+    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+        turn = TurnInput(user_id=PATIENT, role="user", content=RECORD, self_id=BOT_B)
+        # Made in B's call without naming the bot (a model's memory tool does so): B's too.
+        reply = TurnInput(user_id=PATIENT, role="assistant", content="记住了。")
+    assert (await memory.add_turn(turn)).spooled
+    assert (await memory.add_turn(reply)).spooled
+
+
+async def stored_keys(dsn: str) -> dict[str, str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT content, session_key FROM dialogues")
+    finally:
+        await conn.close()
+    return {r["content"]: r["session_key"] for r in rows}
+
+
+async def test_what_b_was_told_while_the_first_account_was_unknown_is_bs_after_the_outage(
+    started_in_an_outage, proxy, fresh_dsn
+):
+    memory = started_in_an_outage
+    await told_b_in_the_outage(memory)
+    await back(memory, proxy)
+    assert await memory.flush_spool() == 2
+    keys = await stored_keys(fresh_dsn)
+    assert keys == {
+        SECRET_A: str(PATIENT),
+        RECORD: f"{BOT_B}/{PATIENT}",
+        "记住了。": f"{BOT_B}/{PATIENT}",
+    }
+    with serving_account(await memory.adopt_account(BOT_A)):
+        assert await contents(
+            memory, PATIENT, None, "病历号 MR-9911 密码", datetime.now(timezone.utc)
+        ) == {SECRET_A}
+    b = await memory.adopt_account(BOT_B)
+    with serving_account(b):
+        assert RECORD in await contents(
+            memory, PATIENT, None, "病历号 MR-9911 密码", datetime.now(timezone.utc)
+        )
+        assert (await memory.forget(ForgetScope(user_id=PATIENT))).dialogues == 2
+    assert await stored_keys(fresh_dsn) == {SECRET_A: str(PATIENT)}
+
+
+async def test_a_forget_through_b_in_the_outage_takes_bs_turns_and_leaves_as(
+    started_in_an_outage, proxy, fresh_dsn, memory_factory
+):
+    memory = started_in_an_outage
+    await told_b_in_the_outage(memory)
+    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+        forgotten = await memory.forget(ForgetScope(user_id=PATIENT))
+    assert forgotten.deferred and forgotten.dialogues == 2  # B's spooled turns, at once
+    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+        told_again = TurnInput(user_id=PATIENT, role="user", content="又说一遍", self_id=BOT_B)
+    assert (await memory.add_turn(told_again)).spooled
+    await back(memory, proxy)
+    await memory.flush_spool()
+    # The /forget was B's: A's memory of the person stays; what B was told after it is kept.
+    assert await stored_keys(fresh_dsn) == {
+        SECRET_A: str(PATIENT),
+        "又说一遍": f"{BOT_B}/{PATIENT}",
+    }
+
+
+async def test_a_call_before_the_first_account_is_known_never_reads_anothers_memory(
+    memory_factory,
+):
+    await two_bots(await memory_factory())
+    memory = await memory_factory()  # a new process: which account is first, not read yet
+    assert memory.accounts.first is None
+    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+        # A session's key is B's own until decided: B's memory or nothing, never A's.
+        assert await contents(memory, XIAOMING, None, "密码 停车场") == {SECRET_B}
+        with pytest.raises(DatabaseUnavailableError):
+            await memory.stats(NOW)  # an account-wide read waits for the database
+    with serving_account(memory.accounts.namespace(BOT_A), BOT_A):
+        assert await contents(memory, XIAOMING, None, "密码 停车场") == set()

@@ -147,3 +147,45 @@ async def test_a_recall_also_takes_the_bots_later_replies_that_repeat_the_withdr
         1, "银行卡密码", top_n=5, now=T0 + timedelta(hours=1)
     )
     assert all("778899" not in t.content for t in recalled)
+
+
+async def test_two_members_messages_sharing_an_id_are_both_stored(memory_factory):
+    """NapCat's and go-cqhttp's message ids are 32-bit hashes: B's message may reuse A's id."""
+    memory = await memory_factory()
+    first = await memory.add_turn(turn(1, 900, "user", "甲说的话", 77, T0))
+    second = await memory.add_turn(turn(2, 900, "user", "乙说的话", 77, T0))
+    assert first.turn is not None and second.turn is not None and not second.duplicate
+    # The same member's message delivered twice is still one turn.
+    assert (await memory.add_turn(turn(2, 900, "user", "乙说的话", 77, T0))).duplicate
+
+
+async def test_a_recall_never_deletes_another_members_turn_with_the_same_id(memory_factory):
+    memory = await memory_factory()
+    await memory.add_turn(turn(1, 900, "user", "甲说的话", 77, T0))
+    await memory.add_turn(turn(1, 900, "assistant", "给甲的回复", 78, T0))
+    later = T0 + timedelta(seconds=5)
+    await memory.add_turn(turn(2, 900, "user", "乙说的话", 77, later))
+    await memory.add_turn(turn(2, 900, "assistant", "给乙的回复", 79, later))
+    # The bot's own message in the group with that id too: not 乙's either.
+    await memory.add_turn(turn(3, 900, "assistant", "机器人的话", 77, later))
+    forgotten = await memory.delete_message(RecalledMessage(BOT, 77, group_id=900, user_id=2))
+    assert forgotten is not None and forgotten.dialogues == 2
+    left = [t.content for t in await memory.recent_turns(1, 900, limit=9, since=T0)]
+    assert left == ["甲说的话", "给甲的回复"]
+    assert [t.content for t in await memory.recent_turns(3, 900, limit=9, since=T0)] == [
+        "机器人的话"
+    ]
+
+
+async def test_the_bots_recall_in_private_never_deletes_a_persons_turn_with_that_id(
+    memory_factory,
+):
+    memory = await memory_factory()
+    await memory.add_turn(turn(1, None, "user", "甲的问题", 90, T0))
+    await memory.add_turn(turn(1, None, "assistant", "给甲的回答", 91, T0))
+    await memory.add_turn(turn(2, None, "user", "乙的消息", 91, T0))
+    forgotten = await memory.delete_message(RecalledMessage(BOT, 91, user_id=BOT))
+    assert forgotten is not None and forgotten.dialogues == 1
+    assert [t.content for t in await memory.recent_turns(2, None, limit=9, since=T0)] == [
+        "乙的消息"
+    ]

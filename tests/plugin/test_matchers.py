@@ -288,6 +288,62 @@ async def test_own_messages_and_repeated_events_are_not_input(app: App, runtime,
     assert await stored(runtime, user=SELF_ID) == []
 
 
+async def test_two_members_messages_with_one_id_are_both_stored_and_a_recall_takes_one(
+    app: App, runtime, model
+):
+    # NapCat's and go-cqhttp's message ids are 32-bit hashes: B's message may reuse A's id.
+    runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
+    alice = message_payload([text_seg("我是甲")], user_id=USER, group_id=GROUP, message_id=4242)
+    bob = message_payload([text_seg("我是乙")], user_id=USER + 1, group_id=GROUP, message_id=4242)
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        ctx.receive_event(bot, await adapt(bot, alice))
+        ctx.receive_event(bot, await adapt(bot, bob))
+    assert [t.content for t in await stored(runtime, group=GROUP)] == ["我是甲"]
+    assert [t.content for t in await stored(runtime, USER + 1, group=GROUP)] == ["我是乙"]
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        notice = recall_payload(4242, user_id=USER + 1, group_id=GROUP)
+        ctx.receive_event(bot, await adapt(bot, notice))
+    assert [t.content for t in await stored(runtime, group=GROUP)] == ["我是甲"]
+    assert await stored(runtime, USER + 1, group=GROUP) == []
+
+
+@pytest.fixture
+def warnings() -> Any:
+    from nonebot.log import logger
+
+    from nonebot_plugin_temporal_memory import intake
+
+    intake.odd_group_events.said = False
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING", format="{message}")
+    yield lines
+    logger.remove(sink)
+
+
+@pytest.mark.parametrize("group_id", ["群30003", "", None, 30003.5])
+async def test_a_group_message_without_an_integer_group_is_dropped_said_once(
+    app: App, runtime, model, warnings, group_id
+):
+    # Read as a plain MessageEvent by the adapter, it used to be answered and stored as the
+    # sender's private chat, past BOT_GROUP_ALLOWLIST.
+    runtime.config = runtime.config.model_copy(update={"bot_group_allowlist": {40004}})
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        for text_said in ("你好", "再说一次"):
+            payload = message_payload([at_seg(SELF_ID), text_seg(text_said)], group_id=GROUP)
+            payload["group_id"] = group_id
+            event = await adapt(bot, payload)
+            assert type(event) is MessageEvent and event.message_type == "group"
+            ctx.receive_event(bot, event)
+    assert model.prompts == []
+    assert await stored(runtime) == []
+    dropped = [line for line in warnings if "dropped" in line]
+    assert len(dropped) == 1 and "\n" not in dropped[0].strip(), warnings
+    assert "is no integer" in dropped[0]
+
+
 async def test_recall_notices_delete_the_recalled_exchange(app: App, runtime):
     group_payload = message_payload([at_seg(SELF_ID), text_seg(" 密码是1234")], group_id=GROUP)
     private_payload = message_payload([text_seg("我的银行卡号是6222")])

@@ -291,8 +291,30 @@ async def test_forget_me_with_a_space_is_the_same_and_with_more_words_a_search(a
 # ----------------------------------------------------------------------------- /导出我的记忆
 
 
-def export_file(runtime: Any) -> Path:
-    return runtime.settings.memory_data_dir.resolve() / "exports" / f"temporal-memory-{USER}.json"
+class ExportFile:
+    """Matches the ``file`` an upload is asked for: ``temporal-memory-<QQ>.json`` in a folder of
+    its own under the data dir's exports, written when the client is asked (``seen``)."""
+
+    name = f"temporal-memory-{USER}.json"
+
+    def __init__(self, runtime: Any) -> None:
+        self.exports = runtime.settings.memory_data_dir.resolve() / "exports"
+        self.seen: list[Path] = []
+
+    def __eq__(self, other: object) -> bool:
+        path = Path(str(other))
+        if path.parent.parent != self.exports or path.name != self.name or not path.is_file():
+            return False
+        self.seen.append(path)
+        return True
+
+    def gone(self) -> bool:
+        """Every export seen, and its folder, removed after it was sent."""
+        return bool(self.seen) and not any(p.exists() or p.parent.exists() for p in self.seen)
+
+
+def export_file(runtime: Any) -> ExportFile:
+    return ExportFile(runtime)
 
 
 async def test_export_uploads_a_json_file_privately_and_removes_it(app: App, runtime):
@@ -305,7 +327,7 @@ async def test_export_uploads_a_json_file_privately_and_removes_it(app: App, run
         ctx.receive_event(bot, event)
         ctx.should_call_api(
             "upload_private_file",
-            {"user_id": USER, "file": str(path), "name": path.name},
+            {"user_id": USER, "file": path, "name": path.name},
             None,
         )
         ctx.should_call_send(
@@ -313,7 +335,7 @@ async def test_export_uploads_a_json_file_privately_and_removes_it(app: App, run
             text(f"已把你的记忆导出为文件 {path.name} 发给你：对话 3 条、事实 1 条。"),
             {"message_id": 1},
         )
-    assert not path.exists()
+    assert path.gone()
 
 
 async def test_export_falls_back_to_text_when_the_client_cannot_upload(app: App, runtime):
@@ -326,7 +348,7 @@ async def test_export_falls_back_to_text_when_the_client_cannot_upload(app: App,
         ctx.receive_event(bot, event)
         ctx.should_call_api(
             "upload_private_file",
-            {"user_id": USER, "file": str(path), "name": path.name},
+            {"user_id": USER, "file": path, "name": path.name},
             exception=ApiNotAvailable(),
         )
         ctx.should_call_send(
@@ -342,7 +364,7 @@ async def test_export_falls_back_to_text_when_the_client_cannot_upload(app: App,
             ),
             {"message_id": 1},
         )
-    assert not path.exists()
+    assert path.gone()
 
 
 async def test_export_asked_in_a_group_is_sent_privately(app: App, runtime):
@@ -356,7 +378,7 @@ async def test_export_asked_in_a_group_is_sent_privately(app: App, runtime):
         ctx.should_call_send(event, answer, {"message_id": 1})
         ctx.should_call_api(
             "upload_private_file",
-            {"user_id": USER, "file": str(path), "name": path.name},
+            {"user_id": USER, "file": path, "name": path.name},
             None,
         )
         ctx.should_call_api(

@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 
 from tests.plugin.events import SELF_ID, at_seg, message_payload, recall_payload, text_seg
 from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 BOT_A, BOT_B = SELF_ID, SELF_ID + 1234
 GROUP = 51515
@@ -136,3 +139,66 @@ async def test_share_accounts_puts_what_a_was_told_in_bs_prompt(joined: TwoBots)
     await joined.say(joined.a, "我的暗号是tuna", user_id=ALICE)
     await joined.say(joined.b, "我的暗号是什么？(共享)", user_id=ALICE)
     assert "tuna" in joined.prompt_text("我的暗号是什么？(共享)")
+
+
+# ----------------------------------------------------------------- an outage at start-up
+
+PATIENT = 61500
+RECORD = "我的病历号是 MR-9911"
+
+
+async def rows_of(dsn: str, user_id: int) -> dict[str, str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT content, session_key FROM dialogues WHERE user_id = $1", user_id
+        )
+    finally:
+        await conn.close()
+    return {r["content"]: r["session_key"] for r in rows}
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    for _ in range(1800):  # the bot's maintenance round reconnects: 3 min at most, no timer
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(what)
+
+
+async def test_what_b_was_told_while_the_database_was_away_at_start_stays_bs(fresh_dsn):
+    """A bot on its own PostgreSQL, started while it is unreachable: account B is told a record
+    and answers; once the database is back the turns are B's, A recalls none of it, and
+    /忘记我 through B removes them (they used to land in A's memory, unprefixed)."""
+    conn = await asyncpg.connect(fresh_dsn)
+    try:  # an earlier run made A the first account on this database
+        await conn.execute(
+            "INSERT INTO memory_meta (key, value) VALUES ('first_account', $1)", str(BOT_A)
+        )
+    finally:
+        await conn.close()
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))  # not started: the database is away
+    running = two_bots({"MEMORY_DSN": proxy.dsn(urlsplit(fresh_dsn).path.lstrip("/"))})
+    bots = await anext(running)
+    spool = bots.bot.data_dir / "spool.jsonl"
+
+    async def spooled() -> bool:
+        return spool.exists() and "MR-9911" in spool.read_text("utf-8")
+
+    async def stored() -> bool:
+        return len(await rows_of(fresh_dsn, PATIENT)) == 2
+
+    try:
+        await bots.say(bots.b, RECORD, user_id=PATIENT)
+        await eventually(spooled, "the record was not spooled")
+        await proxy.start()
+        await eventually(stored, "the spooled exchange was not written")
+        assert set((await rows_of(fresh_dsn, PATIENT)).values()) == {f"{BOT_B}/{PATIENT}"}
+        assert "MR-9911" not in await bots.say(bots.a, "/回忆 病历号", user_id=PATIENT)
+        assert "MR-9911" in await bots.say(bots.b, "/回忆 病历号", user_id=PATIENT)
+        assert "确认" in await bots.say(bots.b, "/忘记我", user_id=PATIENT)
+        await bots.say(bots.b, "确认", user_id=PATIENT)
+        assert await rows_of(fresh_dsn, PATIENT) == {}
+    finally:
+        await proxy.stop()
+        await running.aclose()

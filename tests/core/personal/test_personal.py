@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime, timedelta, timezone
 
 from memory_core.conversation.engine import Outcome
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import TurnInput
-from memory_core.personal import export_person, forget_memories, known_about, opt_in, opt_out
+from memory_core.personal import (
+    discard_export,
+    export_person,
+    forget_memories,
+    known_about,
+    opt_in,
+    opt_out,
+)
 from tests.core.conversation.test_chat import (
     GENERAL_QUESTION,
     Outbox,
@@ -112,3 +120,16 @@ async def test_an_opted_out_person_is_answered_but_their_answers_are_not_cached(
     for _ in range(2):
         await engine.converse(user_turn(GENERAL_QUESTION, user=12), outbox)
     assert len(model.prompts) == 3
+
+
+async def test_two_exports_of_one_person_at_once_get_a_file_each(memory_factory, tmp_path):
+    memory = await memory_factory()
+    await memory.add_turn(TurnInput(user_id=ME, role="user", content="我的狗叫旺财", created_at=T0))
+    export = await export_person(memory, ME)
+    first, second = await asyncio.gather(export.write(tmp_path), export.write(tmp_path))
+    assert first != second and first.name == second.name == f"temporal-memory-{ME}.json"
+    # One request removing its file once sent leaves the other's whole.
+    discard_export(first)
+    assert not first.parent.exists()
+    data = json.loads(second.read_text(encoding="utf-8"))
+    assert [t["content"] for t in data["turns"]] == ["我的狗叫旺财"]
