@@ -97,6 +97,12 @@ log_clock.at_level(driver.config.log_level)
 
 nonebot.load_from_toml(str(Path(__file__).with_name("pyproject.toml")))
 
+# What people say stays out of the log: NoneBot's line for each message keeps its ids and the
+# text's length (the plugin's log_redaction, importable once the plugin is loaded).
+from nonebot_plugin_temporal_memory.log_redaction import hide_message_text  # noqa: E402
+
+logger.configure(patcher=hide_message_text)
+
 if __name__ == "__main__":
     # The plugin shows the core's log and lets SIGTERM end the bot normally, in any NoneBot
     # project (nonebot_plugin_temporal_memory.runtime).
