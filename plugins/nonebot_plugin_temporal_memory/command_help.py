@@ -28,7 +28,6 @@ class HelpLine:
     commands: tuple[str, ...] = ()
 
 
-
 HELP_LINES = (
     HelpLine(
         "私聊直接说话，群里 @我、回复我或叫我的名字；/帮助（help、菜单）看这份说明",
@@ -38,7 +37,9 @@ HELP_LINES = (
     HelpLine("/回忆 <内容>（recall）查看会被想起的记忆", Audience.EVERYONE, ("recall", "回忆")),
     HelpLine("/记住 <内容>（remember）记下一条永久笔记", Audience.EVERYONE, ("remember", "记住")),
     HelpLine(
-        "/我的记忆 [页码]（mymem）我记得的关于你的事实和偏好", Audience.EVERYONE, ("我的记忆", "mymem")
+        "/我的记忆 [页码]（mymem）我记得的关于你的事实和偏好",
+        Audience.EVERYONE,
+        ("我的记忆", "mymem"),
     ),
     HelpLine(
         "/忘记 <编号|词语> 删除其中几条；/忘记 删除本会话的记忆（需确认）",

@@ -225,10 +225,13 @@ async def answers_pending_forget(event: MessageEvent) -> bool:
     lone 确认 said to the bot, in a chat we serve (one checker, the cheap tests first: each
     checker of a rule is a task of its own). ``handle_confirm`` decides whether it answers
     the question."""
-    if not confirmations.waiting(confirmation_key(event)):
-        if not is_addressed(event) or answer_kind(event.get_plaintext()) not in ("yes", "all"):
-            return False
+    if not (confirmations.waiting(confirmation_key(event)) or says_yes_to_the_bot(event)):
+        return False
     return accepts(event, get_runtime())
+
+
+def says_yes_to_the_bot(event: MessageEvent) -> bool:
+    return is_addressed(event) and answer_kind(event.get_plaintext()) in ("yes", "all")
 
 
 # Not blocking by default: a message that does not answer the question goes on to the

@@ -96,7 +96,9 @@ async def handle_mymem(bot: Bot, event: MessageEvent, args: Message, runtime: Ru
         await reply(bot, event, runtime, listing_text(memories, page, runtime))
         return
     # What the bot knows about a member is for that member, not for the whole group.
-    text = listing_text(memories, page, runtime, where=in_chat(await chat_label(bot, group_id, runtime)))
+    text = listing_text(
+        memories, page, runtime, where=in_chat(await chat_label(bot, group_id, runtime))
+    )
     sent = await tell_privately(bot, event, runtime, text)
     await send_text(
         bot,

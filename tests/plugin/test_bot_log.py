@@ -46,14 +46,16 @@ STDLIB_DEFAULT_LINE = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:"
 """A line in ``logging.basicConfig``'s format: a second handler printing what loguru prints."""
 
 
-async def test_a_first_start_building_the_model_graph_logs_each_line_once_ending_with_the_napcat_address():
+async def test_a_first_start_building_the_model_graph_logs_each_line_once_napcat_address_last():
     llm = StubLLM().start()
     bot = await start_bot(llm_url=llm.base_url, own_graph=True)
     try:
         peer = await OneBotPeer.connect(bot.ws_url, bot.token)
         try:
             mark = len(peer.calls)
-            await peer.send_event(message_payload([text_seg("第一次启动后的第一句话")], user_id=20771))
+            await peer.send_event(
+                message_payload([text_seg("第一次启动后的第一句话")], user_id=20771)
+            )
             await peer.wait_reply(user_id=20771, after=mark)
         finally:
             await peer.close()

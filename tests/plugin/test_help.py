@@ -44,15 +44,15 @@ async def test_help_in_private_lists_a_persons_commands_and_no_admin_or_group_on
 ):
     hidden = (SUPERUSER_LINE, ADMIN_LINE, MEMBER_GROUP_LINE, "超级用户")
     expected = Showing(EVERYONE, hidden)
-    await run(app, *((event_of(word), expected) for word in ("/帮助", "/help", "/菜单", "/记忆帮助")))
+    await run(
+        app, *((event_of(word), expected) for word in ("/帮助", "/help", "/菜单", "/记忆帮助"))
+    )
     assert model.prompts == []
 
 
 async def test_help_shows_the_superusers_commands_to_a_superuser_only(app: App, runtime):
     shown = (*EVERYONE, SUPERUSER_LINE)
-    await run(
-        app, (event_of("/帮助", user_id=SUPERUSER_ID), Showing(shown, (ADMIN_LINE,)))
-    )
+    await run(app, (event_of("/帮助", user_id=SUPERUSER_ID), Showing(shown, (ADMIN_LINE,))))
 
 
 async def test_help_in_a_group_shows_its_switches_to_its_admins_only(app: App, runtime):

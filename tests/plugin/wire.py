@@ -608,7 +608,7 @@ def message_texts(payload: dict[str, Any]) -> list[str]:
 
 
 LOGGED_TEXT_MIN_CHARS = 4
-"""Shorter texts (好, 确认, /帮助) are left out of ``texts_in_log``: they may be part of any line."""
+"""Shorter texts (好, 确认, /帮助) are left out of ``texts_in_log``: any line may hold them."""
 
 
 def texts_in_log(log: str, texts: list[str]) -> list[str]:

@@ -4,8 +4,8 @@ note, a ``recall`` query) go with their memories, the entries stay, and nobody e
 from __future__ import annotations
 
 from memory_core.agents.memory import AgentMemory
-from memory_core.conversation.engine import ConversationEngine
 from memory_core.console.store import PgConsoleStore
+from memory_core.conversation.engine import ConversationEngine
 from memory_core.models import ForgetScope
 from memory_core.service import TemporalMemory
 
