@@ -34,6 +34,7 @@ from tests.plugin.wire import (
     sent_text,
     start_bot,
     stop_bot,
+    texts_in_log,
 )
 
 MEMBER, GROUP = 20031, 88001
@@ -110,6 +111,10 @@ async def wire() -> AsyncIterator[Wire]:
         log = bot.log_text()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
         assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+        # Neither what members said nor the memory they forgot is in the log.
+        assert "778899" not in log
+        if peer is not None:
+            assert texts_in_log(log, peer.said) == []
 
 
 async def test_mymem_in_a_group_goes_to_the_member_privately_and_the_group_gets_a_hint(wire):
