@@ -33,6 +33,7 @@ from nonebot.log import logger
 from nonebot.matcher import Matcher
 from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
+from nonebot.typing import T_State
 
 from memory_core import (
     Connection,
@@ -51,7 +52,7 @@ from memory_core import (
 )
 
 from .bot_accounts import serving_bot
-from .command_dispatch import plugin_command
+from .command_dispatch import handler_for, plugin_command
 from .command_help import help_text
 from .intake import accepts, group_id_of, group_names, segments_of, sender_name
 from .messaging import ANSWER_MESSAGES, at_most, quoted, send_answer, send_text
@@ -215,23 +216,24 @@ def answer_kind(text: str) -> str | None:
     return None
 
 
-def is_addressed(event: MessageEvent) -> bool:
-    """Said to the bot: a private message, or in a group an @, a reply or its name first."""
-    return group_id_of(event) is None or event.is_tome()
+def is_addressed(event: MessageEvent, state: T_State) -> bool:
+    """Said to the bot: a private message, or in a group an @, a reply or its name first, or
+    one of its commands."""
+    return group_id_of(event) is None or event.is_tome() or handler_for(state) is not None
 
 
-async def answers_pending_forget(event: MessageEvent) -> bool:
+async def answers_pending_forget(event: MessageEvent, state: T_State) -> bool:
     """Rule: any message from someone whose /forget question is waiting in this chat, or a
     lone 确认 said to the bot, in a chat we serve (one checker, the cheap tests first: each
     checker of a rule is a task of its own). ``handle_confirm`` decides whether it answers
     the question."""
-    if not (confirmations.waiting(confirmation_key(event)) or says_yes_to_the_bot(event)):
+    if not (confirmations.waiting(confirmation_key(event)) or says_yes_to_the_bot(event, state)):
         return False
     return accepts(event, get_runtime())
 
 
-def says_yes_to_the_bot(event: MessageEvent) -> bool:
-    return is_addressed(event) and answer_kind(event.get_plaintext()) in ("yes", "all")
+def says_yes_to_the_bot(event: MessageEvent, state: T_State) -> bool:
+    return is_addressed(event, state) and answer_kind(event.get_plaintext()) in ("yes", "all")
 
 
 # Not blocking by default: a message that does not answer the question goes on to the
@@ -327,20 +329,22 @@ def answered(matcher: Matcher) -> None:
 
 @confirm.handle()
 async def handle_confirm(
-    bot: Bot, event: MessageEvent, matcher: Matcher, runtime: RuntimeDep
+    bot: Bot, event: MessageEvent, state: T_State, matcher: Matcher, runtime: RuntimeDep
 ) -> None:
     """The next message said to the bot by someone asked to confirm, in that chat: a delete
     only on the exact word; any other drops the question (said once) and, unless it was an
     answer to it, goes on to be handled as usual. A lone 确认 with no question open is told
     so and goes no further."""
     async with serving_bot(bot, runtime):
-        await _confirm(bot, event, matcher, runtime)
+        await _confirm(bot, event, matcher, runtime, addressed=is_addressed(event, state))
 
 
-async def _confirm(bot: Bot, event: MessageEvent, matcher: Matcher, runtime: Runtime) -> None:
+async def _confirm(
+    bot: Bot, event: MessageEvent, matcher: Matcher, runtime: Runtime, *, addressed: bool
+) -> None:
     key = confirmation_key(event)
     kind = answer_kind(event.get_plaintext())
-    if not is_addressed(event):
+    if not addressed:
         # Said to the group, not to the bot: it neither answers nor drops the question, and
         # gets no word about it, except the asker's first 确认, which gets one hint. It goes
         # on to be recorded like any group message.

@@ -304,6 +304,20 @@ async def test_a_command_after_the_question_drops_it_and_runs(app: App, runtime)
     assert await contents(runtime, USER, None) == ["我的狗叫旺财", "我的生日是五月三日"]
 
 
+async def test_a_command_in_a_group_is_said_to_the_bot_and_drops_the_question(app: App, runtime):
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("/forget", group_id=GROUP), GROUP_PROMPT),
+        (
+            event_of("/记住 周会改到周四", group_id=GROUP),
+            [DROPPED, "记住了，这条会一直保留。"],
+        ),
+        (to_bot("确认", group_id=GROUP), NOTHING_ASKED),
+    )
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪", "周会改到周四"]
+
+
 async def test_forget_accepts_the_usual_ways_of_saying_no(app: App, runtime, model):
     await seed(runtime)
     for no in ("算了，我再想想", "不了", "取消。", "别删"):
