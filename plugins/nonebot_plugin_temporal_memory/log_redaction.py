@@ -2,10 +2,12 @@
 
 NoneBot logs every event it handles (``OneBot V11 10001 | [message.private.friend]: Message
 6011 from 20001 '我的银行卡密码是778899'``), and the line would outlive the message's 撤回 and
-the person's /忘记我. ``hide_message_text`` is a loguru patcher that keeps such a line's ids
-and the text's length only: ``bot.py`` installs it (``logger.configure(patcher=…)``) after
-loading the plugins; a NoneBot project embedding the plugin does the same in its own start
-script (README, "What the logs keep"). The plugin itself never reconfigures a project's log.
+the person's /忘记我. ``hide_message_text`` rewrites such a line to its ids and the text's
+length; ``hiding_message_text`` wraps a loguru handler's filter with it. ``bot.py`` gives its
+handler that filter once the plugins are loaded; a NoneBot project embedding the plugin does
+the same in its own start script (README, "What the logs keep"). It is a handler's filter,
+not a loguru patcher: NoneBot's own patcher (the plugin names in the log) must stay. The
+plugin itself never reconfigures a project's log.
 
 A OneBot client may send its token in the URL (``/onebot/v11/ws?access_token=…``, which
 go-cqhttp and Lagrange offer); uvicorn writes the path with its query into every WebSocket and
@@ -19,10 +21,13 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from loguru import Record
+
+LineFilter = Callable[["Record"], bool]
 
 SERVER_LOGGERS = ("uvicorn.access", "uvicorn.error")
 _TOKEN_IN_QUERY = re.compile(r"(?i)(access_token=)[^&\s\"']*")
@@ -36,6 +41,7 @@ _EVENT_LINE = re.compile(r"(?P<head>.*?\| \[[\w.]+\]: )(?P<body>.*)", re.S)
 _MESSAGE = re.compile(r"(?P<who>Message -?\d+ from \S+) (?P<text>.*)", re.S)
 _PLAIN_FIELD = re.compile(r"'(?:\w*_type|\w*_id|time|duration)': (?:'[\w.-]*'|-?\d+)")
 _RAW_EVENT = "Failed to parse event. Raw: "
+_NONEBOT_NAMES = frozenset({"nonebot", "nonebot.message"})
 
 
 def _described_without_text(body: str) -> str:
@@ -50,11 +56,12 @@ def _described_without_text(body: str) -> str:
 
 
 def hide_message_text(record: Record) -> None:
-    """A loguru patcher: NoneBot's line for each event keeps its ids, kinds and the text's
+    """Rewrite ``record``: NoneBot's line for each event keeps its ids, kinds and the text's
     length, never the text; so does the adapter's line for an event it could not read (its
-    raw JSON and the validation error quoting it go)."""
+    raw JSON and the validation error quoting it go). Any other line is left alone."""
     message = record["message"]
-    if record["function"] == "handle_event" and record["name"] == "nonebot.message":
+    # NoneBot's patcher has named the record by its top package by now.
+    if record["function"] == "handle_event" and record["name"] in _NONEBOT_NAMES:
         line = _EVENT_LINE.fullmatch(message)
         if line is not None:
             record["message"] = line["head"] + _described_without_text(line["body"])
@@ -64,6 +71,19 @@ def hide_message_text(record: Record) -> None:
         error = f", {exception.type.__name__}" if exception and exception.type else ""
         record["message"] = f"{head}{_RAW_EVENT}({len(raw)} chars{error})"
         record["exception"] = None
+
+
+def hiding_message_text(keep: LineFilter) -> LineFilter:
+    """A loguru handler filter: ``keep``'s verdict, on a line whose message texts are hidden
+    (``hide_message_text``); e.g. ``filter=hiding_message_text(nonebot.log.default_filter)``."""
+
+    def line_filter(record: Record) -> bool:
+        if not keep(record):
+            return False
+        hide_message_text(record)
+        return True
+
+    return line_filter
 
 
 def masked(text: str) -> str:

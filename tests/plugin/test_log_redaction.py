@@ -49,7 +49,7 @@ def event_record(message: str, *, function: str = "handle_event") -> dict[str, A
     return {
         "message": message,
         "function": function,
-        "name": "nonebot.message",
+        "name": "nonebot",  # as NoneBot's own patcher names it
         "exception": None,
     }
 
