@@ -2,6 +2,7 @@
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -36,6 +37,8 @@ class LogClock:
 
     def __init__(self, zone_name: str) -> None:
         self.zone = ZoneInfo(zone_name)
+        self.keep: Callable[[Record], bool] = default_filter  # the handler's filter
+        self._level: int | str = 0
         self._handler: int | None = None
 
     def line_format(self, record: "Record") -> str:
@@ -46,10 +49,12 @@ class LogClock:
             + "[<lvl>{level}</lvl>] <c><u>{name}</u></c> | {message}\n{exception}"
         )
 
-    def install(self, level: int | str = 0) -> None:
+    def install(self, level: int | str | None = None) -> None:
+        """(Re)place the handler, at ``level`` or the level it had."""
+        self._level = self._level if level is None else level
         logger.remove(logger_id if self._handler is None else self._handler)
         self._handler = logger.add(
-            sys.stdout, level=level, diagnose=False, filter=default_filter, format=self.line_format
+            sys.stdout, level=self._level, diagnose=False, filter=self.keep, format=self.line_format
         )
 
     def at_level(self, level: int | str) -> None:
@@ -96,6 +101,13 @@ log_clock.zone = time_zone(getattr(driver.config, "memory_timezone", "") or DEFA
 log_clock.at_level(driver.config.log_level)
 
 nonebot.load_from_toml(str(Path(__file__).with_name("pyproject.toml")))
+
+# What people say stays out of the log: NoneBot's line for each message keeps its ids and the
+# text's length (the plugin's log_redaction, importable once the plugin is loaded).
+from nonebot_plugin_temporal_memory.log_redaction import hiding_message_text  # noqa: E402
+
+log_clock.keep = hiding_message_text(default_filter)
+log_clock.install()
 
 if __name__ == "__main__":
     # The plugin shows the core's log and lets SIGTERM end the bot normally, in any NoneBot

@@ -2,7 +2,8 @@
 
 A scope's or a recalled message's turns go from the dialogue (``dialogue.forget_store``), with
 the distilled memories and cached answers drawn from them (``distill.forgetting``) and, for a
-scope, the recycle bin's copies (``storage.recycle_bin``). While the database cannot be reached
+scope, the recycle bin's copies (``storage.recycle_bin``) and the audit log's texts
+(``storage.audit_log``). While the database cannot be reached
 or refuses writes, the request waits in the spool (``TurnWriter.keep_forget`` /
 ``keep_recall``) and is done when the spool is flushed (``spooled_scope`` /
 ``spooled_recall``).
@@ -20,6 +21,7 @@ from .dialogue.writing import TurnWriter
 from .distill.forgetting import count_scope, forget_scope, forget_turns
 from .errors import StorageError
 from .models import ForgetScope, Forgotten, RecalledMessage
+from .storage.audit_log import PgAuditTextStore
 from .storage.database_handle import Database
 from .storage.recycle_bin import PgRecycleBinStore
 
@@ -109,8 +111,10 @@ class Forgetting:
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:
         deleted = await self._database.store(PgForgetStore).delete_scope(scope)
         distilled = await forget_scope(self._database, scope)
-        # What the console deleted of that scope goes too: the recycle bin keeps copies.
+        # What the console deleted of that scope goes too: the recycle bin keeps copies; and
+        # the audit log keeps the texts the console and the agents wrote or read.
         await self._database.store(PgRecycleBinStore).delete_scope(scope)
+        await self._database.store(PgAuditTextStore).forget_scope(scope)
         return dataclasses.replace(distilled, dialogues=deleted)
 
     async def spooled_recall(self, recalled: RecalledMessage) -> int:

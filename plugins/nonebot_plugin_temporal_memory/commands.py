@@ -1,10 +1,12 @@
-"""Admin commands: /forget (忘记), /memstat (记忆统计), /recall (回忆), /remember (记住).
+"""Commands: /帮助 (help), /forget (忘记), /memstat (记忆统计), /recall (回忆), /remember (记住).
 
 Each runs before the chat matcher and blocks it (``command_dispatch``). Anyone may act on
 their own session; touching another user, a whole group or everything takes a superuser, and
 others get a clear refusal.
 Forgetting names what will go and asks for a "确认" within ``BOT_CONFIRM_TIMEOUT`` seconds
-(``handle_confirm`` says what counts as one).
+(``handle_confirm`` says what counts as one). In a group only what is said to the bot answers
+it: what members say to each other meanwhile gets no word about it (one quiet hint aside, for
+the asker's unaddressed 确认).
 """
 
 import dataclasses
@@ -26,10 +28,12 @@ from nonebot.adapters.onebot.v11 import (
     NetworkError,
 )
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
+from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
 from nonebot.log import logger
 from nonebot.matcher import Matcher
 from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
+from nonebot.typing import T_State
 
 from memory_core import (
     Connection,
@@ -48,8 +52,9 @@ from memory_core import (
 )
 
 from .bot_accounts import serving_bot
-from .command_dispatch import plugin_command
-from .intake import accepts, group_id_of, segments_of, sender_name
+from .command_dispatch import handler_for, plugin_command
+from .command_help import help_text
+from .intake import accepts, group_id_of, group_names, segments_of, sender_name
 from .messaging import ANSWER_MESSAGES, at_most, quoted, send_answer, send_text
 from .runtime import Runtime, RuntimeDep, get_runtime
 from .segments import flatten_segments
@@ -73,9 +78,8 @@ DB_DOWN = "记忆数据库暂时连不上，请稍后再试。"
 FORGET_TOO_LATE = "确认已超时，未删除任何记忆。如仍要删除，请重新发送 /forget。"
 FORGET_CANCELLED = "已取消，记忆保持不变。"
 FORGET_DROPPED = "已取消删除：没有收到“{yes}”。"
-FORGET_DROPPED_UNADDRESSED = (
-    "已取消删除：在群里要 @我 或引用我的提问回复“{yes}”。如仍要删除，请重新发送命令。"
-)
+FORGET_HINT_UNADDRESSED = "要删除的话请 @我 回复“{yes}”（或引用我的提问回复）。"
+NOTHING_TO_CONFIRM = "现在没有待确认的删除。"
 FORGET_DROPPED_ALL = f"已取消删除：删除全部要回复“{CONFIRM_ALL}”。如仍要删除，请重新发送命令。"
 NOT_SUPERUSER = "只有超级用户可以{action}。"
 
@@ -100,6 +104,37 @@ async def is_superuser(bot: Bot, event: MessageEvent) -> bool:
     return bool(await SUPERUSER(bot, event))
 
 
+async def chat_label(bot: Bot, group_id: int | None, runtime: Runtime) -> str:
+    """How an answer names a chat: ``私聊``, ``群“周会群”`` (its name from the QQ client,
+    cached), or ``群 30001`` when the name is unknown or looking it up is off."""
+    if group_id is None:
+        return "私聊"
+    name = None
+    if runtime.config.bot_resolve_group_names:
+        name = await group_names.name(bot, group_id)
+    return f"群“{name}”" if name else f"群 {group_id}"
+
+
+def in_chat(label: str) -> str:
+    """``在私聊中``, ``在群“周会群”中``, ``在群 30001 中`` (a space after a number)."""
+    return f"在{label} 中" if label[-1:].isdigit() else f"在{label}中"
+
+
+# ----------------------------------------------------------------------------- /帮助
+
+
+@plugin_command("帮助", "help", "菜单", "记忆帮助")
+async def handle_help(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
+    """The commands this person may use here (``command_help``)."""
+    in_group = group_id_of(event) is not None
+    text = help_text(
+        in_group=in_group,
+        group_admin=in_group and bool(await (GROUP_ADMIN | GROUP_OWNER)(bot, event)),
+        superuser=await is_superuser(bot, event),
+    )
+    await reply(bot, event, runtime, text)
+
+
 # ----------------------------------------------------------------------------- confirmations
 
 
@@ -115,6 +150,7 @@ class PendingForget:
     own_session: bool = False
     action: Callable[[Runtime], Awaitable[Forgotten]] | None = None
     yes: str = "确认"
+    hinted: bool = False  # the asker's unaddressed 确认 got its one hint
 
     def confirmed_by(self, word: str) -> bool:
         """Whether ``word`` (``answer_word``) is the answer that deletes."""
@@ -141,6 +177,11 @@ class Confirmations:
         """A request in this chat that a message may still refer to (on time or late)."""
         request = self.pending.get(key)
         return request is not None and request.deadline + LATE_ANSWER_GRACE > time.monotonic()
+
+    def on_time(self, key: tuple[Any, ...]) -> PendingForget | None:
+        """The request in this chat, if it is still on time; it stays pending."""
+        request = self.pending.get(key)
+        return request if request is not None and request.deadline > time.monotonic() else None
 
     def take(self, key: tuple[Any, ...]) -> tuple[PendingForget | None, bool]:
         """The request and whether it is still on time; either way it is settled."""
@@ -175,11 +216,24 @@ def answer_kind(text: str) -> str | None:
     return None
 
 
-async def answers_pending_forget(event: MessageEvent) -> bool:
-    """Rule: any message from someone whose /forget question is waiting in this chat, in a
-    chat we serve (one checker, the cheap test first: each checker of a rule is a task of its
-    own). ``handle_confirm`` decides whether it answers the question."""
-    return confirmations.waiting(confirmation_key(event)) and accepts(event, get_runtime())
+def is_addressed(event: MessageEvent, state: T_State) -> bool:
+    """Said to the bot: a private message, or in a group an @, a reply or its name first, or
+    one of its commands."""
+    return group_id_of(event) is None or event.is_tome() or handler_for(state) is not None
+
+
+async def answers_pending_forget(event: MessageEvent, state: T_State) -> bool:
+    """Rule: any message from someone whose /forget question is waiting in this chat, or a
+    lone 确认 said to the bot, in a chat we serve (one checker, the cheap tests first: each
+    checker of a rule is a task of its own). ``handle_confirm`` decides whether it answers
+    the question."""
+    if not (confirmations.waiting(confirmation_key(event)) or says_yes_to_the_bot(event, state)):
+        return False
+    return accepts(event, get_runtime())
+
+
+def says_yes_to_the_bot(event: MessageEvent, state: T_State) -> bool:
+    return is_addressed(event, state) and answer_kind(event.get_plaintext()) in ("yes", "all")
 
 
 # Not blocking by default: a message that does not answer the question goes on to the
@@ -275,40 +329,55 @@ def answered(matcher: Matcher) -> None:
 
 @confirm.handle()
 async def handle_confirm(
-    bot: Bot, event: MessageEvent, matcher: Matcher, runtime: RuntimeDep
+    bot: Bot, event: MessageEvent, state: T_State, matcher: Matcher, runtime: RuntimeDep
 ) -> None:
-    """The next message of someone asked to confirm, in that chat: a delete only on the exact
-    word, addressed to the bot in a group; any other message drops the question (said once)
-    and, unless it was an answer to it, goes on to be handled as usual."""
+    """The next message said to the bot by someone asked to confirm, in that chat: a delete
+    only on the exact word; any other drops the question (said once) and, unless it was an
+    answer to it, goes on to be handled as usual. A lone 确认 with no question open is told
+    so and goes no further."""
     async with serving_bot(bot, runtime):
-        await _confirm(bot, event, matcher, runtime)
+        await _confirm(bot, event, matcher, runtime, addressed=is_addressed(event, state))
 
 
-async def _confirm(bot: Bot, event: MessageEvent, matcher: Matcher, runtime: Runtime) -> None:
-    request, on_time = confirmations.take(confirmation_key(event))
+async def _confirm(
+    bot: Bot, event: MessageEvent, matcher: Matcher, runtime: Runtime, *, addressed: bool
+) -> None:
+    key = confirmation_key(event)
     kind = answer_kind(event.get_plaintext())
-    addressed = group_id_of(event) is None or event.is_tome()
-    if request is None or not on_time:
-        if kind is not None and addressed:
+    if not addressed:
+        # Said to the group, not to the bot: it neither answers nor drops the question, and
+        # gets no word about it, except the asker's first 确认, which gets one hint. It goes
+        # on to be recorded like any group message.
+        request = confirmations.on_time(key)
+        if request is not None and kind in ("yes", "all") and not request.hinted:
+            request.hinted = True
+            await reply(bot, event, runtime, FORGET_HINT_UNADDRESSED.format(yes=request.yes))
+        return
+    request, on_time = confirmations.take(key)
+    if request is None:
+        # A lone 确认 with nothing asked: the chat model must not answer "好的，已确认" as if
+        # something had been deleted.
+        answered(matcher)
+        await reply(bot, event, runtime, NOTHING_TO_CONFIRM)
+        return
+    if not on_time:
+        if kind is not None:
             answered(matcher)
             await reply(bot, event, runtime, FORGET_TOO_LATE)
         return  # a late unrelated message: the question has expired, nothing to say
-    word = answer_word(event.get_plaintext())
-    if addressed and request.confirmed_by(word):
+    if request.confirmed_by(answer_word(event.get_plaintext())):
         answered(matcher)
         await forget_now(bot, event, runtime, request)
         return
-    if addressed and kind is not None:
+    if kind is not None:
         # An answer, but not the one that deletes: no, or a plain 确认 to a /forget all.
         answered(matcher)
         text = FORGET_CANCELLED if kind == "no" else FORGET_DROPPED_ALL
         await reply(bot, event, runtime, text)
         return
-    # Not an answer: the question goes, and the message is handled as what it is (chat,
-    # a command, a group message recorded), not swallowed.
-    unaddressed_yes = kind in ("yes", "all") and not addressed
-    dropped = FORGET_DROPPED_UNADDRESSED if unaddressed_yes else FORGET_DROPPED
-    await reply(bot, event, runtime, dropped.format(yes=request.yes))
+    # Not an answer: the question goes, and the message is handled as what it is (chat or a
+    # command), not swallowed.
+    await reply(bot, event, runtime, FORGET_DROPPED.format(yes=request.yes))
 
 
 async def forget_now(
@@ -544,7 +613,7 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         logger.warning(f"/recall failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
         return
-    where = "私聊" if group_id is None else f"群 {group_id}"
+    where = await chat_label(bot, group_id, runtime)
     if user_id != event.user_id:
         where += f" · 用户 {user_id}"
     asked = quoted(request.query)
@@ -554,7 +623,7 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         user_id != event.user_id or group_id != group_id_of(event)
     )
     if listing.empty:
-        text = f"在{where}中没有找到与{asked}相关的记忆。"
+        text = f"{in_chat(where)}没有找到与{asked}相关的记忆。"
         await _answer_recall(bot, event, runtime, text, privately=elsewhere)
         return
     if listing.windows is not None:

@@ -4,12 +4,16 @@
 other machines can reach when no ``ONEBOT_ACCESS_TOKEN`` is set, and otherwise logs the
 one line an operator needs — the WebSocket address for NapCat, whether it takes a token, and
 whether events over HTTP POST are accepted (only with ``ONEBOT_SECRET``, see
-``http_event_guard``).
+``http_event_guard``). Under uvicorn (NoneBot's FastAPI driver) that line comes right after
+uvicorn's ``Uvicorn running on …``, so it is the last line of the start-up, where the operator
+looks, not some sixty lines above it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import logging
 from typing import Any
 
 from nonebot import get_plugin_config
@@ -20,6 +24,8 @@ from nonebot.log import logger
 from .startup_checks import ConfigRefusal
 
 WS_PATH = "/onebot/v11/ws"
+SERVER_STARTED = "Uvicorn running on"
+"""The start of uvicorn's last start-up line (``uvicorn.error``)."""
 
 
 class UnsafeListenerError(ConfigRefusal):
@@ -82,7 +88,35 @@ def check_listener(driver: Driver) -> None:
         if onebot.onebot_secret
         else "refused (set ONEBOT_SECRET to accept signed ones)"
     )
-    logger.info(
+    line = (
         f"TemporalMemory OneBot: connect NapCat's WebSocket client to {websocket_url(host, port)}"
         f"{where}, {token}; HTTP POST events {posts}"
     )
+    if "fastapi" in driver.type.split("+"):  # e.g. "fastapi+websockets"
+        logging.getLogger("uvicorn.error").addFilter(LogAfterServerStarted(line))
+    else:
+        logger.info(line)
+
+
+class LogAfterServerStarted(logging.Filter):
+    """Logs ``line`` once, just after uvicorn's ``Uvicorn running on …`` line.
+
+    A filter sees the record before it is written, so the line is logged on the event loop's
+    next turn (uvicorn logs it from its running loop): after it, and before any connection
+    the new server accepts is handled."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(SERVER_STARTED):
+            logging.getLogger(record.name).removeFilter(self)
+            try:
+                asyncio.get_running_loop().call_soon(self.say)
+            except RuntimeError:  # not from a running loop: say it now
+                self.say()
+        return True
+
+    def say(self) -> None:
+        logger.info(self.line)  # from here, so the line names this module

@@ -49,8 +49,10 @@ from .command_dispatch import plugin_command
 from .commands import (
     DB_DOWN,
     ask_to_confirm,
+    chat_label,
     confirmation_key,
     handle_forget,
+    in_chat,
     reply,
     send_private_text,
 )
@@ -95,7 +97,9 @@ async def handle_mymem(bot: Bot, event: MessageEvent, args: Message, runtime: Ru
         await reply(bot, event, runtime, listing_text(memories, page, runtime))
         return
     # What the bot knows about a member is for that member, not for the whole group.
-    text = listing_text(memories, page, runtime, where=f"在群 {group_id} 中")
+    text = listing_text(
+        memories, page, runtime, where=in_chat(await chat_label(bot, group_id, runtime))
+    )
     sent = await tell_privately(bot, event, runtime, text)
     await send_text(
         bot,

@@ -117,6 +117,8 @@ ASK_ALL = "删除后无法恢复。请在 60 秒内回复“确认删除全部�
 GROUP_PROMPT = f"将删除你在本群的记忆：对话 1 条。{ASK_IN_GROUP}"
 PRIVATE_PROMPT = f"将删除你在私聊中的记忆：对话 1 条。{ASK}"
 DROPPED = "已取消删除：没有收到“确认”。"
+HINT = "要删除的话请 @我 回复“确认”（或引用我的提问回复）。"
+NOTHING_ASKED = "现在没有待确认的删除。"
 
 
 async def test_forget_own_group_session_after_confirmation_only(app: App, runtime, model):
@@ -190,8 +192,9 @@ async def test_confirmation_expires(app: App, runtime, model):
     )
     assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
     assert model.prompts == []
-    # The late answer settled the request: the next 确认 is ordinary chat again.
-    await run(app, (event_of("确认"), "好的"))
+    # The late answer settled the request: the next 确认 has nothing to answer.
+    await run(app, (event_of("确认"), NOTHING_ASKED))
+    assert model.prompts == []
 
 
 async def test_forget_takes_only_an_explicit_yes_with_any_punctuation(app: App, runtime, model):
@@ -216,40 +219,64 @@ async def test_a_bare_yes_in_private_confirms_nothing_and_is_answered_as_chat(
         await run(app, (event_of("/forget"), prompt), (event_of(yes), [DROPPED, "好的"]))
         assert (await contents(runtime, USER, None))[0] == "我的狗叫旺财", yes
     assert len(model.prompts) == 5
-    # A 确认 now is chat, not a late answer to a dropped question.
-    await run(app, (event_of("确认"), "好的"))
+    # A 确认 now is no late answer to a dropped question, and no chat either.
+    await run(app, (event_of("确认"), NOTHING_ASKED))
     assert (await contents(runtime, USER, None))[0] == "我的狗叫旺财"
+    assert len(model.prompts) == 5
 
 
-async def test_a_bare_yes_in_a_group_to_someone_else_confirms_nothing(app: App, runtime, model):
+async def test_an_unaddressed_yes_in_a_group_gets_no_reply_deletes_nothing_and_the_question_stays(
+    app: App, runtime, model
+):
     await seed(runtime)
     runtime.config = runtime.config.model_copy(update={"bot_record_unaddressed": True})
-    for n, yes in enumerate(("好", "好的", "嗯")):
-        prompt = f"将删除你在本群的记忆：对话 {1 + n} 条。{ASK_IN_GROUP}"
-        await run(
-            app,
-            (event_of("/forget", group_id=GROUP), prompt),
-            # Someone else speaks in between; then the asker answers them, not the bot.
-            (event_of("小红，晚上一起吃饭吗？", user_id=30001, group_id=GROUP), None),
-            (event_of(yes, group_id=GROUP), DROPPED),
-        )
+    await run(
+        app,
+        (event_of("/forget", group_id=GROUP), GROUP_PROMPT),
+        # Someone else speaks in between; then the asker answers them, not the bot.
+        (event_of("小红，晚上一起吃饭吗？", user_id=30001, group_id=GROUP), None),
+        (event_of("好", group_id=GROUP), None),
+        (event_of("好的", group_id=GROUP), None),
+        (event_of("嗯", group_id=GROUP), None),
+    )
     # Nothing went, and the asker's "好" was recorded like any group message.
     assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪", "好", "好的", "嗯"]
     assert model.prompts == []
+    # The question is still open: said to the bot, 确认 deletes.
+    await run(app, (to_bot("确认", group_id=GROUP), "已删除你在本群的记忆：对话 4 条。"))
+    assert await contents(runtime, USER, GROUP) == []
 
 
-async def test_a_yes_in_a_group_counts_only_when_said_to_the_bot(app: App, runtime):
+async def test_an_unaddressed_yes_in_a_group_gets_one_hint_and_the_question_stays(
+    app: App, runtime, model
+):
     await seed(runtime)
     await run(
         app,
         (event_of("/forget", group_id=GROUP), GROUP_PROMPT),
-        (
-            event_of("确认", group_id=GROUP),
-            "已取消删除：在群里要 @我 或引用我的提问回复“确认”。如仍要删除，请重新发送命令。",
-        ),
-        (to_bot("确认", group_id=GROUP), "好的"),  # the question is gone: chat
+        (event_of("确认", group_id=GROUP), HINT),
+        (event_of("确认！", group_id=GROUP), None),  # one hint, not one a message
+        (to_bot("确认", group_id=GROUP), "已删除你在本群的记忆：对话 1 条。"),
     )
-    assert (await contents(runtime, USER, GROUP))[0] == "我的猫叫咪咪"
+    assert await contents(runtime, USER, GROUP) == []
+    assert model.prompts == []
+
+
+async def test_a_lone_yes_with_no_question_open_is_told_so_and_reaches_no_model(
+    app: App, runtime, model
+):
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("确认"), NOTHING_ASKED),
+        (event_of("确定。"), NOTHING_ASKED),
+        (to_bot("确认", group_id=GROUP), NOTHING_ASKED),
+        (event_of("确认删除全部"), NOTHING_ASKED),
+    )
+    assert model.prompts == []
+    # Said to someone else in a group, it is none of the bot's business.
+    await run(app, (event_of("确认", group_id=GROUP), None))
+    assert await contents(runtime, USER, None) == ["我的狗叫旺财"]
 
 
 async def test_ordinary_chat_drops_the_question_once_and_is_still_answered(
@@ -260,11 +287,11 @@ async def test_ordinary_chat_drops_the_question_once_and_is_still_answered(
         app,
         (event_of("/forget"), PRIVATE_PROMPT),
         (event_of("今天天气怎么样"), [DROPPED, "好的"]),
-        (event_of("确认"), "好的"),  # dropped: no late answer either
+        (event_of("确认"), NOTHING_ASKED),  # dropped: no late answer either
     )
     stored = await contents(runtime, USER, None)
-    assert stored[:4] == ["我的狗叫旺财", "今天天气怎么样", "好的", "确认"]
-    assert len(model.prompts) == 2
+    assert stored == ["我的狗叫旺财", "今天天气怎么样", "好的"]
+    assert len(model.prompts) == 1
 
 
 async def test_a_command_after_the_question_drops_it_and_runs(app: App, runtime):
@@ -275,6 +302,20 @@ async def test_a_command_after_the_question_drops_it_and_runs(app: App, runtime)
         (event_of("/记住 我的生日是五月三日"), [DROPPED, "记住了，这条会一直保留。"]),
     )
     assert await contents(runtime, USER, None) == ["我的狗叫旺财", "我的生日是五月三日"]
+
+
+async def test_a_command_in_a_group_is_said_to_the_bot_and_drops_the_question(app: App, runtime):
+    await seed(runtime)
+    await run(
+        app,
+        (event_of("/forget", group_id=GROUP), GROUP_PROMPT),
+        (
+            event_of("/记住 周会改到周四", group_id=GROUP),
+            [DROPPED, "记住了，这条会一直保留。"],
+        ),
+        (to_bot("确认", group_id=GROUP), NOTHING_ASKED),
+    )
+    assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪", "周会改到周四"]
 
 
 async def test_forget_accepts_the_usual_ways_of_saying_no(app: App, runtime, model):
@@ -305,9 +346,9 @@ async def test_forget_with_nothing_stored_says_so_and_asks_nothing(app: App, run
     await run(
         app,
         (event_of("/forget"), "你在私聊中没有可删除的记忆，什么也没有删。"),
-        (event_of("确认"), "好的"),  # nothing was asked: chat
+        (event_of("确认"), NOTHING_ASKED),  # nothing was asked
     )
-    assert len(model.prompts) == 1
+    assert model.prompts == []
 
 
 async def test_forget_other_targets_is_refused_for_ordinary_users(app: App, runtime):
@@ -318,7 +359,7 @@ async def test_forget_other_targets_is_refused_for_ordinary_users(app: App, runt
         (event_of("/forget user 30001", group_id=GROUP), refusal),
         (event_of("/forget group 30003"), refusal),
         (event_of("/forget all"), refusal),
-        (event_of("确认"), "好的"),  # nothing was pending: plain chat
+        (event_of("确认"), NOTHING_ASKED),  # nothing was pending
     )
     assert await contents(runtime, 30001, GROUP) == ["我的鱼叫泡泡"]
 
@@ -371,17 +412,16 @@ async def test_confirmation_belongs_to_the_person_who_asked(app: App, runtime):
     await run(
         app,
         (event_of("/forget all", **su), all_in_group),
-        # Someone else saying it to the bot in the same group is chat, and confirms nothing.
-        (to_bot("确认删除全部", user_id=USER, group_id=GROUP), "好的"),
+        # Someone else saying it to the bot in the same group confirms nothing of theirs.
+        (to_bot("确认删除全部", user_id=USER, group_id=GROUP), NOTHING_ASKED),
         # The asker saying it to the group, not to the bot, confirms nothing either.
         (
             event_of("确认删除全部", **su),
-            "已取消删除：在群里要 @我 或引用我的提问回复“确认删除全部”。"
-            "如仍要删除，请重新发送命令。",
+            "要删除的话请 @我 回复“确认删除全部”（或引用我的提问回复）。",
         ),
     )
     assert (await contents(runtime, USER, GROUP))[0] == "我的猫叫咪咪"
-    assert (await runtime.memory.stats()).total_rows == 4 + 2
+    assert (await runtime.memory.stats()).total_rows == 4
 
 
 def test_answers_are_read_as_one_word(plugin: Any) -> None:
@@ -632,7 +672,7 @@ async def test_recall_of_a_word_never_said_finds_nothing_and_lists_nothing(app: 
         app,
         (
             event_of("/recall 潜水艇", group_id=GROUP),
-            f"在群 {GROUP}中没有找到与“潜水艇”相关的记忆。",
+            f"在群 {GROUP} 中没有找到与“潜水艇”相关的记忆。",
         ),
     )
 
@@ -675,7 +715,7 @@ async def test_recall_leaves_out_the_asking_message_and_the_bots_answers_to_reca
         runtime,
         ("user", "／回忆 周会"),
         ("assistant", f"与“周会”相关的记忆（群 {GROUP}）：\n· 3天前 你：周会改到周四下午三点"),
-        ("assistant", f"在群 {GROUP}中没有找到与“周会 时间”相关的记忆。"),
+        ("assistant", f"在群 {GROUP} 中没有找到与“周会 时间”相关的记忆。"),
     )
     await say(runtime, ("user", "/recall 周会"), message_id=event.message_id)
     await run(

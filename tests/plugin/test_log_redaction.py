@@ -42,3 +42,61 @@ def test_the_filters_sit_on_uvicorns_loggers(plugin: Any):
     for name in SERVER_LOGGERS:
         kinds = {type(f) for f in logging.getLogger(name).filters}
         assert {TokenQueryFilter, RefusedHandshakeFilter} <= kinds
+
+
+def event_record(message: str, *, function: str = "handle_event") -> dict[str, Any]:
+    """What loguru hands a patcher for NoneBot's line about an event (the fields read)."""
+    return {
+        "message": message,
+        "function": function,
+        "name": "nonebot",  # as NoneBot's own patcher names it
+        "exception": None,
+    }
+
+
+def test_nonebots_line_for_a_message_keeps_its_ids_and_the_texts_length(plugin: Any):
+    from nonebot.adapters.onebot.v11 import Adapter
+
+    from nonebot_plugin_temporal_memory.log_redaction import hide_message_text
+    from tests.plugin.events import message_payload, text_seg
+
+    said = "我的银行卡密码是778899，别告诉别人"
+    for group_id, who in ((None, "20002"), (30001, "20002@[群:30001]")):
+        payload = message_payload([text_seg(said)], group_id=group_id, message_id=6011)
+        event = Adapter.json_to_event(payload)
+        assert event is not None
+        record = event_record(f"OneBot V11 10001 | {event.get_log_string()}")
+        hide_message_text(record)  # type: ignore[arg-type]
+        assert record["message"].endswith(f"]: Message 6011 from {who} ({len(said)} chars)")
+        assert record["message"].startswith("OneBot V11 10001 | [message.")
+
+
+def test_other_events_keep_their_ids_and_kinds_and_lose_their_texts(plugin: Any):
+    from nonebot.adapters.onebot.v11 import Adapter
+
+    from nonebot_plugin_temporal_memory.log_redaction import hide_message_text
+
+    request = {
+        "time": 1, "self_id": 10001, "post_type": "request", "request_type": "friend",
+        "user_id": 20005, "comment": "我是张三，电话13800000000", "flag": "f1",
+    }  # fmt: skip
+    event = Adapter.json_to_event(request)
+    assert event is not None
+    record = event_record(f"OneBot V11 10001 | {event.get_log_string()}")
+    hide_message_text(record)  # type: ignore[arg-type]
+    assert "张三" not in record["message"] and "13800000000" not in record["message"]
+    assert "'request_type': 'friend'" in record["message"]
+    assert "'user_id': 20005" in record["message"]
+    # A line that is not NoneBot's line about an event is left as it is.
+    other = event_record("Event will be handled by Matcher(...)", function="_check_matcher")
+    hide_message_text(other)  # type: ignore[arg-type]
+    assert other["message"] == "Event will be handled by Matcher(...)"
+
+
+def test_an_unreadable_events_raw_json_leaves_the_line(plugin: Any):
+    from nonebot_plugin_temporal_memory.log_redaction import hide_message_text
+
+    raw = "{'post_type': 'message', 'message': '我的银行卡密码是778899'}"
+    record = event_record(f"OneBot V11 | Failed to parse event. Raw: {raw}", function="x")
+    hide_message_text(record)  # type: ignore[arg-type]
+    assert record["message"] == f"OneBot V11 | Failed to parse event. Raw: ({len(raw)} chars)"

