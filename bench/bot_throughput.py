@@ -44,7 +44,7 @@ import asyncpg
 from bench.common import fmt, machine_line, percentiles
 from bench.faults.harness import StubEmbeddings, embedded_dsn
 from bench.process_stats import CpuMeter, MemoryPeak, load_average, memory_line, rss_mb
-from tests.picture_server import PictureServer, note_picture
+from tests.picture_server import PictureServer, draw_note
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
 from tests.plugin.wire import ApiCall, OneBotPeer, StubLLM, start_bot, stop_bot
 
@@ -235,7 +235,7 @@ async def run(
             for number in range(messages):
                 if every_nth(number, picture_every):
                     lines = (f"取件码 {index}-{number}", "今晚取走")
-                    pictures.pictures[f"/{index}-{number}.png"] = note_picture(lines)
+                    pictures.pictures[f"/{index}-{number}.png"] = draw_note(lines)
     llm = StubLLM(reply="好的，我记住了。", delay=llm_delay, nagle=nagle).start()
     extra = {
         "LOG_LEVEL": "WARNING",

@@ -29,7 +29,7 @@ from memory_core.models import TurnInput
 from memory_core.pictures import PictureReader, PictureRef
 from memory_core.pictures.ocr import RapidOcrReader
 from memory_core.settings import MemorySettings
-from tests.picture_server import FONT, PictureServer, note_picture
+from tests.picture_server import FONT, PictureServer, draw_note, note_picture
 
 CHAT_LINES = (
     "小明：周六上午十点在人民公园门口集合",
@@ -96,7 +96,7 @@ def ocr_figures(count: int) -> None:
         f"wall {took:.0f} ms; read {lines}"
     )
     notes = [
-        note_picture((f"丰巢快递柜 取件码 {8000 + i}", "请于今晚十点前取走")) for i in range(count)
+        draw_note((f"丰巢快递柜 取件码 {8000 + i}", "请于今晚十点前取走")) for i in range(count)
     ]
     shots = [chat_screenshot(i) for i in range(count)]
     for name, pictures in (("parcel note 640x220", notes), ("chat screenshot 1080x1920", shots)):

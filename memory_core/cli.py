@@ -35,7 +35,7 @@ from .transfer.importer import (
     FORMATS,
     ImportReport,
     import_chatrecorder,
-    import_json_lines,
+    import_json_file,
     import_qq_text,
     read_json_lines,
 )
@@ -153,7 +153,7 @@ async def run_import(
             )
         if fmt == "chatrecorder":
             return await import_chatrecorder(memory, source, **options)
-        return await import_json_lines(memory, read_json_lines(path), **options)
+        return await import_json_file(memory, path, **options)
 
     lines = 0 if args.dry_run or fmt == "chatrecorder" else _count_lines(path)
     if args.dry_run:
@@ -166,7 +166,14 @@ async def run_import(
         report = await run()
         await memory.index_large_sessions()  # sessions this import took past the limit
     print(file=err)
-    where = "record " if fmt == "chatrecorder" else f"{path}:"
+    if fmt != "chatrecorder":
+        where = f"{path}:"
+    elif source.startswith(("postgresql://", "postgres://")):
+        where = "record "  # a DSN may hold a password
+    else:
+        where = f"{path}:record "
+    for warning in report.warnings:
+        print(f"{path}: warning: {warning}", file=err)
     for problem in report.problems:
         print(f"{where}{problem.line}: skipped: {problem.reason}", file=err)
     elapsed = time.perf_counter() - started

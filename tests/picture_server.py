@@ -1,9 +1,17 @@
-"""Test pictures drawn with Debian's fonts-wqy-microhei, and a real loopback HTTP server that
-serves them (and the bad answers a picture CDN can give)."""
+"""Test pictures, and a real loopback HTTP server that serves them (and the bad answers a
+picture CDN can give).
+
+The notes the tests read (``NOTES``) are shipped as PNGs in ``tests/pictures/``, so the tests
+need no system font. They were drawn with Debian's fonts-wqy-microhei; after changing ``NOTES``,
+install it (``apt-get install fonts-wqy-microhei``) and draw them again::
+
+    .venv/bin/python -m tests.picture_server
+"""
 
 from __future__ import annotations
 
 import io
+import sys
 import threading
 import time
 from collections import Counter
@@ -17,20 +25,57 @@ from memory_core.pictures import PictureRef
 from memory_core.pictures.ocr import TextReader
 
 FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+SHIPPED = Path(__file__).with_name("pictures")
 PARCEL_NOTE = ("丰巢快递柜 取件码 8848", "请于今晚十点前取走")
+NOTES: dict[str, tuple[str, ...]] = {
+    "parcel": PARCEL_NOTE,
+    "sticker-words": ("表情包",) * 8,
+    "first-picture": ("第一张",),
+    "meeting-tonight": ("晚上八点开会",),
+    "pickup-code": ("取件码 5521",),
+    "meeting-friday": ("会议改到周五",),
+    "priority": ("优先级",),
+    "first": ("第一",),
+    "second": ("第二",),
+    "third": ("第三",),
+    "stalled": ("停滞",),
+    "recovered": ("恢复",),
+}
+"""Every note a test reads, by the name of its file in ``SHIPPED``."""
 
 
-def note_picture(lines: tuple[str, ...] = PARCEL_NOTE, *, fmt: str = "PNG") -> bytes:
-    """A screenshot-like note: black Chinese text on white (the font must be installed:
-    ``.ci/run`` installs fonts-wqy-microhei)."""
+def note_picture(lines: tuple[str, ...] = PARCEL_NOTE) -> bytes:
+    """The shipped PNG of a note in ``NOTES``: black Chinese text on white, like a screenshot."""
+    name = next((name for name, said in NOTES.items() if said == lines), None)
+    if name is None:
+        raise LookupError(
+            f"no shipped picture says {lines!r}: add it to NOTES in tests/picture_server.py "
+            "and draw the pictures again (python -m tests.picture_server)"
+        )
+    return (SHIPPED / f"{name}.png").read_bytes()
+
+
+def draw_note(lines: tuple[str, ...], *, fmt: str = "PNG") -> bytes:
+    """A note drawn now, with the system font ``FONT`` (Debian's fonts-wqy-microhei): for
+    drawing ``NOTES`` again and for benches that need notes of any text; tests read
+    ``note_picture``."""
     font = ImageFont.truetype(str(FONT), 36)
     image = Image.new("RGB", (640, 80 + 70 * len(lines)), "white")
     draw = ImageDraw.Draw(image)
     for i, line in enumerate(lines):
         draw.text((20, 40 + 70 * i), line, font=font, fill="black")
     out = io.BytesIO()
-    image.save(out, fmt)
+    image.save(out, fmt, optimize=True)
     return out.getvalue()
+
+
+def draw_notes() -> None:
+    """Draw every note of ``NOTES`` into ``SHIPPED``, and drop the files of notes gone."""
+    SHIPPED.mkdir(exist_ok=True)
+    for stale in set(SHIPPED.glob("*.png")) - {SHIPPED / f"{n}.png" for n in NOTES}:
+        stale.unlink()
+    for name, lines in NOTES.items():
+        (SHIPPED / f"{name}.png").write_bytes(draw_note(lines))
 
 
 def blank_picture(size: tuple[int, int] = (64, 64), fmt: str = "GIF") -> bytes:
@@ -154,3 +199,10 @@ def picture_turn(
         raw_segments=segments,
     )
     return turn, [PictureRef(position=0, placeholder="[图片]", url=url)]
+
+
+if __name__ == "__main__":
+    if not FONT.is_file():
+        sys.exit(f"{FONT} is missing: apt-get install fonts-wqy-microhei")
+    draw_notes()
+    print(f"drew {len(NOTES)} notes into {SHIPPED}")

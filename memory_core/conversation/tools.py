@@ -199,8 +199,9 @@ class MemoryTools:
         except MemoryCoreError as exc:
             log.warning("tool %s failed: %s", call.name, exc)
             return "错误：记忆暂时不可用，请不用它直接回答。"
-        except Exception:  # the model's input reached code that did not expect it: not a crash
-            log.exception("tool %s failed on arguments %.200r", call.name, call.arguments)
+        except Exception as exc:  # the model's input reached code that did not expect it
+            # One line: it is the model's mistake, answered; not the bot's failure.
+            log.warning("tool %s failed on the model's arguments: %r", call.name, exc)
             return "错误：这次工具调用失败了，请不用它直接回答。"
 
     async def _search(self, arguments: dict[str, Any], scope: ChatScope) -> str:

@@ -23,7 +23,7 @@ import asyncio
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -117,34 +117,55 @@ def _message(row: Sequence[Any]) -> RecordedMessage:
     )
 
 
-def _read_sqlite(path: Path) -> list[RecordedMessage]:
+@dataclass
+class Records:
+    """The messages read, oldest first, and the records that could not be read (by id)."""
+
+    messages: list[RecordedMessage] = field(default_factory=list)
+    problems: list[LineProblem] = field(default_factory=list)
+
+    def add(self, row: Sequence[Any]) -> None:
+        try:
+            self.messages.append(_message(row))
+        except (ValueError, TypeError, OverflowError) as exc:  # one bad value: this record only
+            self.problems.append(LineProblem(_int(row[0]) or 0, f"unreadable record: {exc}"))
+
+
+def _read_sqlite(path: Path) -> Records:
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
+    records = Records()
     try:
         with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
             tables = {name for (name,) in conn.execute(SQL_SQLITE_TABLES)}
-            return [_message(row) for row in conn.execute(_query(tables))]
+            for row in conn.execute(_query(tables)):
+                records.add(row)
     except sqlite3.DatabaseError as exc:
         raise ValueError(f"{path}: not a readable SQLite database ({exc})") from exc
+    return records
 
 
-async def _read_postgres(dsn: str) -> list[RecordedMessage]:
+async def _read_postgres(dsn: str) -> Records:
     try:
         conn = await asyncpg.connect(dsn)
     except (OSError, asyncpg.PostgresError) as exc:
         raise ValueError(f"cannot connect to the chatrecorder database: {exc}") from exc
     try:
         tables = {r["table_name"] for r in await conn.fetch(SQL_PG_TABLES)}
-        return [_message(tuple(r)) for r in await conn.fetch(_query(tables))]
+        records = Records()
+        for row in await conn.fetch(_query(tables)):
+            records.add(tuple(row))
+        return records
     except asyncpg.PostgresError as exc:
         raise ValueError(f"reading the chatrecorder tables failed: {exc}") from exc
     finally:
         await conn.close()
 
 
-async def read_chatrecorder(source: str) -> list[RecordedMessage]:
-    """The OneBot v11 messages of a chatrecorder database, oldest first: ``source`` is a
-    PostgreSQL DSN (``postgresql://…``) or the path of its SQLite file."""
+async def read_chatrecorder(source: str) -> Records:
+    """The OneBot v11 messages of a chatrecorder database, oldest first, and the records that
+    could not be read: ``source`` is a PostgreSQL DSN (``postgresql://…``) or the path of its
+    SQLite file."""
     if source.startswith(("postgresql://", "postgres://")):
         return await _read_postgres(source)
     return await asyncio.to_thread(_read_sqlite, Path(source))

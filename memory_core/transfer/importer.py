@@ -15,6 +15,7 @@ expiry its source gave it.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import json
 import logging
 from collections import Counter
@@ -30,8 +31,9 @@ from ..distill.store import PgDistilledStore, PortableMemory
 from ..errors import DatabaseUnavailableError, EmbeddingError, MemoryCoreError
 from ..models import TurnInput
 from .chatrecorder import RecordRouter, read_chatrecorder
+from .encoding import decode_export, decode_line, utf8_with_fallbacks
 from .portable import line_type, memory_from_json, retention_from_json, turn_from_json
-from .qq_text import LineProblem, decode_export, parse_qq_text
+from .qq_text import LineProblem, parse_qq_text
 from .target import ImportTarget, QQTextRouter, StableIds, pick_chat
 
 if TYPE_CHECKING:
@@ -57,10 +59,13 @@ class ImportReport:
     without_text: int = 0  # chatrecorder: messages of images and the like only, skipped
     problems: list[LineProblem] = field(default_factory=list)
     sessions: Counter[str] = field(default_factory=Counter)
+    encoding: str | None = None  # what a file was read as (None: a database)
+    warnings: list[str] = field(default_factory=list)  # a doubtful decode, for the operator
 
     def summary(self, *, dry_run: bool) -> str:
         verb = "would store" if dry_run else "stored"
         parts = [
+            *([f"read as {self.encoding}"] if self.encoding else []),
             f"{self.read} turns read",
             f"{verb} {self.new} new in {len(self.sessions)} session(s)",
             f"{self.already} already stored",
@@ -177,14 +182,19 @@ async def import_qq_text(
     message in it, several chats and no ``chat`` picked); bad lines are reported and skipped.
     """
     data = await asyncio.to_thread(path.read_bytes)
-    export = parse_qq_text(decode_export(data, encoding))
+    decoded = decode_export(data, encoding)
+    export = parse_qq_text(decoded.text)
     if not export.messages:
         first = f" (line {export.problems[0].line}: {export.problems[0].reason})"
         raise ValueError(
             "no message found: not a QQ text export?" + (first if export.problems else "")
         )
     messages = pick_chat(export, chat)
-    report = ImportReport(problems=list(export.problems))
+    report = ImportReport(
+        problems=list(export.problems),
+        encoding=decoded.encoding,
+        warnings=list(decoded.warnings),
+    )
     router = QQTextRouter(target, memory.tz, chat_name=chat or next(iter(export.chats), None))
     importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
     for line, turn in router.turns(messages):
@@ -207,27 +217,56 @@ async def import_chatrecorder(
     """Import the OneBot v11 messages of a nonebot-plugin-chatrecorder database (``source``: a
     SQLite file or a PostgreSQL DSN; see ``memory_core.transfer.chatrecorder``). Problems are
     numbered by the record's id."""
-    messages = await read_chatrecorder(source)
-    report = ImportReport()
+    records = await read_chatrecorder(source)
+    report = ImportReport(problems=records.problems)
     router = RecordRouter(report.problems)
     importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
     ids = StableIds()
-    for record_id, turn in router.turns(messages):
+    for record_id, turn in router.turns(records.messages):
         await importer.add(record_id, ids.assign(turn))
     await importer.flush()
     report.without_text = router.without_text
     return report
 
 
-def read_json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed JSON or the ValueError)`` for every non-blank line."""
-    with path.open(encoding="utf-8-sig", errors="replace") as handle:
-        for number, line in enumerate(handle, start=1):
+def read_json_lines(path: Path, fallbacks: list[int] | None = None) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed JSON or the ValueError)`` for every non-blank line. The lines are
+    UTF-8; one that is not is read as GB18030 and its number added to ``fallbacks``."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            try:
+                line, fell_back = decode_line(raw)
+            except ValueError as exc:
+                yield number, exc
+                continue
+            if fell_back and fallbacks is not None:
+                fallbacks.append(number)
             if line.strip():
                 try:
                     yield number, json.loads(line)
-                except json.JSONDecodeError as exc:
+                except ValueError as exc:
                     yield number, ValueError(f"not JSON: {exc}")
+                except RecursionError:
+                    yield number, ValueError("not JSON this import reads: nested too deeply")
+
+
+async def import_json_file(
+    memory: TemporalMemory,
+    path: Path,
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    show: Show | None = None,
+) -> ImportReport:
+    """``import_json_lines`` of a file (``read_json_lines``), naming the encoding it was read in."""
+    fallbacks: list[int] = []
+    lines = read_json_lines(path, fallbacks)
+    report = await import_json_lines(memory, lines, dry_run=dry_run, progress=progress, show=show)
+    report.encoding, warnings = utf8_with_fallbacks(fallbacks)
+    report.warnings.extend(warnings)
+    return report
 
 
 async def import_json_lines(

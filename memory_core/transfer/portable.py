@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 FORMAT = "temporal-memory"
 VERSION = 1
 EXPORT_PAGE = 1000
+# A OneBot message's segments nest a few levels (a forwarded chat inside a forwarded chat adds
+# about five); far deeper is no message.
+MAX_SEGMENT_DEPTH = 64
 
 
 # ----------------------------------------------------------------------------- writing
@@ -196,6 +199,20 @@ def _texts(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (counted without recursion: storing a
+    turn walks its segments recursively, and a line nested ~900 deep ended the import)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_SEGMENT_DEPTH:
+                stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def line_type(data: Any) -> str:
     """``header``, ``turn`` or ``memory``; ``ValueError`` for anything else."""
     if not isinstance(data, Mapping):
@@ -218,6 +235,8 @@ def turn_from_json(data: Mapping[str, Any]) -> TurnInput:
         isinstance(segments, list) and all(isinstance(s, dict) for s in segments)
     ):
         raise ValueError("raw_segments must be a list of objects or null")
+    if segments is not None and _depth(segments) > MAX_SEGMENT_DEPTH:
+        raise ValueError(f"raw_segments are nested deeper than {MAX_SEGMENT_DEPTH} levels")
     return TurnInput(
         user_id=_int(data, "user_id", required=True) or 0,
         group_id=_int(data, "group_id"),

@@ -19,13 +19,14 @@ The file starts with a few header lines and then holds one block per message::
 Clients differ: the sender may carry a QQ number in half- or full-width parentheses, an e-mail
 address in angle brackets, or nothing; a group title may precede the name (【管理员】); dates
 may use ``/`` and unpadded numbers; the file may be UTF-8 (with or without BOM), UTF-16 (QQ's
-own "Unicode") or GB18030, with CRLF line ends. An export of several chats repeats the
-``消息对象`` header before each. Times carry no zone: they are the exporting PC's local time.
+own "Unicode") or GB18030, with CRLF line ends (``encoding.decode_export``). An export of
+several chats repeats the ``消息对象`` header before each; two exports joined into one file
+(``cat a.txt b.txt``) repeat the whole header, BOM included. Times carry no zone: they are the
+exporting PC's local time.
 """
 
 from __future__ import annotations
 
-import codecs
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +42,8 @@ _QQ_SUFFIX = re.compile(r"^(?P<name>.*?)\s*[(（](?P<qq>\d{5,12})[)）]$")
 _EMAIL_SUFFIX = re.compile(r"^(?P<name>.*?)\s*<(?P<email>[^<>]*)>$")
 _TITLE_PREFIX = re.compile(r"^【[^】]*】\s*")
 _SEPARATOR = re.compile(r"^={8,}$")
+# An export's first line: where two exports were joined into one file, the second begins here.
+_TITLE = re.compile(r"^消息记录\s*[（(]此消息记录为文本格式")
 _FIELD = re.compile(r"^(?P<key>消息记录|消息分组|消息对象)\s*[:：（(]?\s*(?P<value>.*?)[）)]?\s*$")
 
 
@@ -73,39 +76,6 @@ class QQTextExport:
     messages: tuple[QQTextMessage, ...]
     problems: tuple[LineProblem, ...]
     chats: tuple[str, ...]  # the 消息对象 names, in file order
-
-
-def decode_export(data: bytes, encoding: str | None = None) -> str:
-    """The text of an export file: in ``encoding`` when one is stated (an export of another
-    locale: a Japanese Windows's Shift-JIS also reads as GB18030, as nonsense); else BOM
-    first, then UTF-16 without BOM (NUL bytes), then UTF-8, then GB18030 (older Windows
-    exports); ``ValueError`` if none fits."""
-    if encoding is not None:
-        try:
-            return data.decode(encoding)
-        except LookupError as exc:
-            raise ValueError(f"unknown encoding {encoding!r}") from exc
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"not text in {encoding} (byte {exc.start} is unreadable)") from exc
-    for bom, encoding in (
-        (codecs.BOM_UTF8, "utf-8-sig"),
-        (codecs.BOM_UTF16_LE, "utf-16"),
-        (codecs.BOM_UTF16_BE, "utf-16"),
-    ):
-        if data.startswith(bom):
-            return data.decode(encoding)
-    if data[:200].count(b"\x00") > 20:  # UTF-16 without a BOM: every ASCII char has a NUL
-        return data.decode("utf-16-be" if data[:1] == b"\x00" else "utf-16-le")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        pass
-    try:
-        return data.decode("gb18030")
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"not text in UTF-8, UTF-16 or GB18030 (byte {exc.start} is unreadable)"
-        ) from exc
 
 
 def _sender(who: str) -> tuple[str, int | None]:
@@ -155,8 +125,9 @@ def parse_qq_text(text: str) -> QQTextExport:
         block = None
 
     for number, raw in enumerate(text.splitlines(), start=1):
+        raw = raw.lstrip("\ufeff")  # the BOM of a second export joined to the first
         line = raw.rstrip()
-        if _SEPARATOR.match(line):
+        if _SEPARATOR.match(line) or _TITLE.match(line):
             close()
             in_header, dropping = True, False
             continue

@@ -7,7 +7,7 @@ the console, anything mounted later) and answers 413 to a request whose ``Conten
 over ``MAX_REQUEST_BYTES`` without reading a byte of it; a body sent without a length (chunked)
 is counted as it streams in and cut off with 413 as soon as it passes the limit, so no request
 can make the bot hold more than the limit. WebSocket frames are bounded by the server itself
-(uvicorn's ``ws_max_size``) and the frame guard.
+(uvicorn's ``ws_max_size``, set by ``server_limits``) and the frame guard.
 """
 
 from __future__ import annotations

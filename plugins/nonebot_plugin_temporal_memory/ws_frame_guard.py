@@ -13,6 +13,7 @@ It is added to the FastAPI app while the plugin loads, like ``http_event_guard``
 any NoneBot project the plugin is loaded into; on another driver it is not installed. The
 forward WebSocket (ONEBOT_WS_URLS, the bot dialling the client) does not pass through this app:
 there an unreadable frame still ends the connection, and the adapter dials again by itself.
+A frame's size is bounded before it gets here, by the server (``server_limits.WS_MAX_BYTES``).
 """
 
 from __future__ import annotations

@@ -110,8 +110,11 @@ async def seeded_template(server_dsn: str, template: str, tmp_dir: Path) -> str:
 
 
 @contextlib.asynccontextmanager
-async def console_bot(server_dsn: str, template: str, tmp_dir: Path) -> AsyncIterator[ConsoleBot]:
-    """The bot over a copy of the run's migrated ``template``, seeded (``seed``)."""
+async def console_bot(
+    server_dsn: str, template: str, tmp_dir: Path, extra_env: dict[str, str] | None = None
+) -> AsyncIterator[ConsoleBot]:
+    """The bot over a copy of the run's migrated ``template``, seeded (``seed``), with
+    ``extra_env`` on top of its console settings."""
     seeded = await seeded_template(server_dsn, template, tmp_dir)
     async with new_database(server_dsn, template=seeded) as dsn:
         bot = await start_bot(
@@ -124,6 +127,7 @@ async def console_bot(server_dsn: str, template: str, tmp_dir: Path) -> AsyncIte
                 # what the embeddings find, not about the deadline (tested elsewhere).
                 "EMBEDDING_QUERY_DEADLINE": "60",
                 "EMBEDDING_STORE_DEADLINE": "60",
+                **(extra_env or {}),
             },
         )
         try:

@@ -256,18 +256,29 @@ async def test_the_settings_page_switches_a_groups_shared_notes_audited(console_
 async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(
     console_wire: ConsoleBot,
 ):
-    # Last in this module: the limit holds for this client address for minutes.
+    # Last in this module: the limit holds for this client address for minutes. Each try claims
+    # another address in X-Forwarded-For: no proxy is configured, so none is believed.
     async with console_wire.client() as client:
         client.headers.update(same_origin(console_wire))
         codes = [
-            (await client.post("/memory/login", data={"token": f"guess-{i}"})).status_code
+            (
+                await client.post(
+                    "/memory/login",
+                    data={"token": f"guess-{i}"},
+                    headers={"X-Forwarded-For": f"198.51.100.{i}"},
+                )
+            ).status_code
             for i in range(7)
         ]
         # at most five refusals (an earlier test of this module spent one), then only 429
         first_wait = codes.index(429)
         assert 1 <= first_wait <= 5 and set(codes[:first_wait]) == {401}
         assert set(codes[first_wait:]) == {429}
-        right = await client.post("/memory/login", data={"token": CONSOLE_TOKEN})
+        right = await client.post(
+            "/memory/login",
+            data={"token": CONSOLE_TOKEN},
+            headers={"X-Forwarded-For": "198.51.100.200"},
+        )
         assert right.status_code == 429 and "tm_console" not in right.cookies
 
 

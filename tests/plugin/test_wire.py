@@ -358,6 +358,32 @@ async def test_unreadable_frames_are_dropped_and_the_websocket_stays_open(wire: 
     assert "dropped an unreadable text WebSocket frame on /onebot/v11/ws" in wire.bot.log_text()
 
 
+async def test_an_oversized_frame_closes_only_its_connection_and_the_bot_answers_on(wire: Wire):
+    # server_limits.WS_MAX_BYTES (4 MiB): refused as its header is read, never buffered.
+    other = await OneBotPeer.connect(wire.bot.ws_url, wire.bot.token, self_id=SELF_ID + 7)
+    try:
+        await other.ws.send("{" + "x" * (3 * 1024 * 1024))  # under the limit: read, and dropped
+        await other.ws.send("{" + "x" * (4 * 1024 * 1024))
+        await asyncio.wait_for(other.ws.wait_closed(), 60)
+        assert other.ws.close_code == 1009  # message too big
+    finally:
+        await other.close()
+    assert "dropped an unreadable text WebSocket frame" in wire.bot.log_text()
+    answer = await wire.say([text_seg("大帧之后还能聊吗")], user_id=20017)
+    assert answer == wire.llm.reply
+
+
+async def test_a_connection_whose_headers_never_finish_is_cut_off(wire: Wire):
+    reader, writer = await asyncio.open_connection("127.0.0.1", wire.bot.port)
+    try:
+        writer.write(b"GET /memory/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        await writer.drain()
+        # server_limits.HEADER_SECONDS (10 s) later the bot closes it: end of stream.
+        assert await asyncio.wait_for(reader.read(), 60) == b""
+    finally:
+        writer.close()
+
+
 async def test_a_segment_with_null_data_is_answered_and_stored(wire: Wire):
     # Some clients send a segment without data as "data": null; NoneBot's event logging raised
     # on it, so the message was neither answered nor stored.

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
+
+import pytest
 
 from memory_core.conversation.asking import ModelAsking
 from memory_core.conversation.budget import BudgetState, GroupBudget
@@ -101,11 +104,20 @@ async def test_bad_times_and_types_are_refused_before_any_search():
     assert recall.asked == []
 
 
-async def test_arguments_that_break_something_unexpected_are_still_only_a_message():
+async def test_arguments_that_break_something_unexpected_are_still_only_a_message_and_a_line(
+    caplog: pytest.LogCaptureFixture,
+):
     recall = Recall(fail=True)
     call = ToolCall("a", "search_memory", '{"query": "猫", "until": "9999-12-31"}')
-    answer = await tools(recall).run(call, SCOPE)  # the day after 9999-12-31 overflows
+    with caplog.at_level(logging.DEBUG, logger="memory_core.conversation.tools"):
+        answer = await tools(recall).run(call, SCOPE)  # the day after 9999-12-31 overflows
     assert answer.startswith("错误")
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    assert record.getMessage() == (
+        "tool search_memory failed on the model's arguments: "
+        "OverflowError('date value out of range')"
+    )
 
 
 async def test_until_and_since_are_read_on_the_memory_timezone_clock():

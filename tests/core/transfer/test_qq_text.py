@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from memory_core.transfer.qq_text import decode_export, parse_qq_text
+from memory_core.transfer.encoding import DecodedText, decode_export
+from memory_core.transfer.qq_text import parse_qq_text
 from memory_core.transfer.target import ImportTarget, QQTextRouter, pick_chat
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -18,7 +19,7 @@ SHANGHAI = ZoneInfo("Asia/Shanghai")
 
 
 def read(name: str):
-    return parse_qq_text(decode_export((FIXTURES / name).read_bytes()))
+    return parse_qq_text(decode_export((FIXTURES / name).read_bytes()).text)
 
 
 def test_private_export_with_bom_and_crlf_reads_every_block_and_keeps_multiline_text():
@@ -68,9 +69,38 @@ def test_malformed_export_reports_bad_lines_by_number_and_keeps_the_good_message
 
 def test_gb18030_and_utf16_without_bom_decode_to_the_same_text():
     text = "消息对象:小明\n2024-01-16 10:30:15 小明(123456)\n你好\n"
-    assert decode_export(text.encode("gb18030")) == text
-    assert decode_export(text.encode("utf-16-le")) == text
-    assert decode_export(codecs.BOM_UTF16_BE + text.encode("utf-16-be")) == text
+    assert decode_export(text.encode("gb18030")) == DecodedText(text, "GB18030")
+    assert decode_export(text.encode("utf-16-le")) == DecodedText(text, "UTF-16")
+    assert decode_export(codecs.BOM_UTF16_BE + text.encode("utf-16-be")).text == text
+
+
+def test_a_utf8_export_with_one_gb18030_line_keeps_its_utf8_lines_and_names_the_line():
+    utf8 = "消息对象:小明\n2024-01-16 10:30:15 小明(123456)\n你好，我下周三要去杭州出差\n"
+    data = utf8.encode("utf-8") + "记得带伞\n".encode("gb18030")
+    decoded = decode_export(data)
+    assert decoded.text == utf8 + "记得带伞\n"
+    assert decoded.encoding == "UTF-8, 1 line(s) GB18030"
+    assert len(decoded.warnings) == 1 and "line(s) 4 are not UTF-8" in decoded.warnings[0]
+
+
+def test_a_shift_jis_export_read_as_gb18030_is_reported_as_doubtful():
+    text = (
+        "2024-01-16 10:30:15 田中(123456)\n明日の会議は午後三時からです。よろしくお願いします。\n"
+    )
+    decoded = decode_export(text.encode("shift_jis"))
+    assert decoded.encoding == "GB18030"
+    assert len(decoded.warnings) == 1 and "--encoding shift_jis" in decoded.warnings[0]
+    assert decode_export(text.encode("shift_jis"), "shift_jis") == DecodedText(text, "shift_jis")
+    chinese = "2024-01-16 10:30:15 小明(123456)\n明天下午三点开会，记得带上上周的报告和电脑。\n"
+    assert decode_export(chinese.encode("gb18030")).warnings == ()
+
+
+def test_two_exports_joined_into_one_file_keep_each_message_whole():
+    one = (FIXTURES / "qq_private.txt").read_bytes()
+    export = parse_qq_text(decode_export(one + one).text)
+    alone = read("qq_private.txt").messages
+    assert [m.text for m in export.messages] == [m.text for m in alone] * 2
+    assert export.problems == ()
 
 
 def test_private_router_tells_the_user_from_the_bot_and_keeps_repeated_lines_apart():

@@ -117,6 +117,8 @@ def test_an_export_in_another_locales_encoding_is_read_as_stated(
         "import", str(export), *TARGET, "--dry-run", dsn=fresh_dsn, data_dir=tmp_data_dir
     )
     assert guessed.returncode == 0 and said not in guessed.stdout  # read as GB18030: nonsense
+    assert "warning: read as GB18030, but" in guessed.stderr  # and said to be doubtful
+    assert "--encoding shift_jis" in guessed.stderr
     stated = run_cli(
         "import", str(export), *TARGET, "--encoding", "shift_jis", "--dry-run",
         dsn=fresh_dsn, data_dir=tmp_data_dir,
@@ -133,3 +135,61 @@ def test_an_export_in_another_locales_encoding_is_read_as_stated(
         data_dir=tmp_data_dir,
     )
     assert unknown.returncode == 2 and "unknown encoding 'klingon'" in unknown.stderr
+
+
+def test_a_bad_record_is_skipped_by_file_and_line_and_the_good_ones_stored_in_every_format(
+    fresh_dsn: str, tmp_data_dir: Path
+):
+    import sqlite3
+
+    def turn(content: str, **more: object) -> str:
+        line = {"user_id": 5005, "role": "user", "content": content, **more}
+        return json.dumps(line, ensure_ascii=False)
+
+    deep = (
+        '{"type": "text", "data": {"x": ' + "[" * 900 + "]" * 900 + "}}"
+    )  # json.loads reads it: storing it did not
+    lines = tmp_data_dir / "turns.jsonl"
+    lines.write_bytes(
+        "\n".join(
+            [
+                turn("第一行好好的"),
+                "[" * 100_000 + "]" * 100_000,  # json.loads: RecursionError
+                turn("时间坏了", created_at="昨天下午"),
+                turn("段落套得很深").replace(
+                    '"content"', '"raw_segments": [' + deep + '], "content"'
+                ),
+                turn("最后一行也好好的"),
+            ]
+        ).encode("utf-8")
+        + b"\n"
+        + turn("这一行是国标编码").encode("gb18030")
+        + b"\n"
+    )
+    imported = run_cli("import", str(lines), dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert imported.returncode == 1
+    assert f"{lines}:2: skipped: not JSON this import reads: nested too deeply" in imported.stderr
+    assert f"{lines}:3: skipped: created_at: Invalid isoformat string" in imported.stderr
+    assert f"{lines}:4: skipped: raw_segments are nested deeper than 64 levels" in imported.stderr
+    assert f"{lines}: warning: line(s) 6 are not UTF-8 and were read as GB18030" in (
+        imported.stderr
+    )
+    assert "read as UTF-8, 1 line(s) GB18030; 3 turns read; stored 3 new" in imported.stdout, (
+        imported.stdout + imported.stderr
+    )
+    assert "Traceback" not in imported.stderr
+
+    source = tmp_data_dir / "db.sqlite3"
+    with sqlite3.connect(source) as conn:
+        conn.executescript((FIXTURES / "chatrecorder_uninfo.sql").read_text(encoding="utf-8"))
+        conn.execute(
+            "INSERT INTO nonebot_plugin_chatrecorder_messagerecord VALUES "
+            "(8, 1, 'not a time', 'message', '1008', '[]', '坏时间的一条')"
+        )
+    recorded = run_cli("import", str(source), dsn=fresh_dsn, data_dir=tmp_data_dir)
+    assert recorded.returncode == 1
+    assert f"{source}:record 8: skipped: unreadable record: Invalid isoformat string" in (
+        recorded.stderr
+    )
+    assert "stored 5 new in 3 session(s)" in recorded.stdout
+    # the QQ text export: test_malformed_export_names_its_bad_lines_and_exits_1
