@@ -116,7 +116,9 @@ async def flood(messages: int, distinct: int) -> None:
     stickers = {f"/s{i}.gif": sticker(i) for i in range(2 * distinct)}
     server = PictureServer(stickers)
     with bench_data_dir("pictures") as data_dir:
-        settings = MemorySettings(memory_data_dir=data_dir)
+        settings = MemorySettings(
+            memory_data_dir=data_dir, memory_image_allowed_hosts=frozenset({"127.0.0.1"})
+        )
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
