@@ -38,7 +38,7 @@ MAX_PIXELS = 40_000_000
 WORK_SIDE = 2000
 WORK_PIXELS = 1080 * 1920
 # The most pixels text detection is run on (see ``_bounded_detection``).
-DETECT_PIXELS = 1_000_000
+DETECT_PIXELS = 1_600_000
 # Lines recognised with less confidence than this are noise (textures, emoji).
 MIN_SCORE = 0.5
 # How much less CPU priority the OCR's process takes than the bot (a nice increment; 0 keeps
@@ -99,6 +99,9 @@ def _reduced(image: Any) -> Any:
         image = image.convert("RGBA" if _transparent(image) else "RGB")
     if scale < 1.0:
         box = (max(1, round(width * scale)), max(1, round(height * scale)))
+        # A JPEG decodes at the smallest of 1/2 .. 1/8 still as large as ``box`` (thumbnail's
+        # own draft asks for twice that, a full-size decode of a 6,000-pixel photo).
+        image.draft("RGB", box)
         image.thumbnail(box, Image.Resampling.BICUBIC)
     if _transparent(image):
         # Text drawn on a transparent ground has no colour under it: put it on white, as a
