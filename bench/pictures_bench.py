@@ -33,6 +33,7 @@ from memory_core.models import TurnInput
 from memory_core.pictures import PictureReader, PictureRef
 from memory_core.pictures.ocr import RapidOcrReader
 from memory_core.settings import MemorySettings
+from tests.big_pictures import text_on_transparent
 from tests.picture_server import FONT, PictureServer, note_picture
 
 CHAT_LINES = (
@@ -110,8 +111,6 @@ def big_jpeg() -> bytes:
 
 def worker_memory() -> None:
     """Idle and peak resident memory of the OCR worker, a fresh one for each picture."""
-    from tests.core.pictures.test_ocr_worker import text_on_transparent
-
     pictures = {
         "chat screenshot 1080x1920": chat_screenshot(0),
         "RGBA 6300x6300 (text on transparent)": text_on_transparent(),

@@ -142,7 +142,8 @@ def _bounded_detection(detector: Any) -> Any:
         ratio = max(1.0, detector.limit_side_len / min(height, width))
         ratio = min(ratio, (DETECT_PIXELS / (height * width)) ** 0.5)
         size = (max(32, round(width * ratio)), max(32, round(height * ratio)))
-        return normalise(cv2.resize(image, size))
+        normalised: np.ndarray = normalise(cv2.resize(image, size))
+        return normalised
 
     return lambda _longest_side: prepared
 
