@@ -32,13 +32,17 @@ from ..errors import PictureError
 # reading it is worth (a 5 MB PNG can unpack to gigabytes). Checked from the header.
 MAX_PIXELS = 40_000_000
 # The size the OCR reads a picture at: RapidOCR itself shrinks a picture to 2,000 pixels on
-# its longer side before anything else, and its text detection's memory grows with the pixels
-# it is given (~230 bytes a pixel: +470 MB for a 1080x1920 screenshot, bench/RESULTS.md), so a
-# picture larger than a phone's screenshot is reduced to that many pixels while it is decoded.
+# its longer side before anything else; a picture larger than a phone's screenshot is also
+# reduced to that many pixels, while it is decoded, so no full-size copy of it is ever made.
 WORK_SIDE = 2000
 WORK_PIXELS = 1080 * 1920
-# The most pixels text detection is run on (see ``_bounded_detection``).
-DETECT_PIXELS = 1_600_000
+# The most pixels text detection is run on (see ``_bounded_detection``): RapidOCR's own
+# sizing for anything up to 2,000 x 2,000.
+DETECT_PIXELS = 4_000_000
+# Text detection runs over tiles this many pixels a side (multiples of the model's 32), each
+# seen with this margin around it (``_tiled``).
+DETECT_TILE = 512
+DETECT_MARGIN = 160
 # Lines recognised with less confidence than this are noise (textures, emoji).
 MIN_SCORE = 0.5
 # How much less CPU priority the OCR's process takes than the bot (a nice increment; 0 keeps
@@ -118,19 +122,20 @@ def _transparent(image: Any) -> bool:
 
 def load_engine(threads: int) -> Any:
     """The PP-OCRv4 engine (in the worker process), its text detection held to
-    ``DETECT_PIXELS``."""
+    ``DETECT_PIXELS`` and run in tiles of ``DETECT_TILE``."""
     from rapidocr_onnxruntime import RapidOCR
 
     engine = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
-    engine.text_det.get_preprocess = _bounded_detection(engine.text_det)
+    detector = engine.text_det
+    detector.get_preprocess = _bounded_detection(detector)
+    detector.infer = _tiled(detector.infer)
     return engine
 
 
 def _bounded_detection(detector: Any) -> Any:
     """RapidOCR's preparation of a picture for text detection (enlarged until its shorter
-    side is ``limit_side_len``, so small text is found), but never past ``DETECT_PIXELS``:
-    the detection's memory grows with its pixels, and the lines it finds are still read from
-    the picture at its working size."""
+    side is ``limit_side_len``, so small text is found), but never past ``DETECT_PIXELS``
+    (a thin strip would otherwise be enlarged to many millions)."""
     import cv2
     from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
 
@@ -146,6 +151,35 @@ def _bounded_detection(detector: Any) -> Any:
         return normalised
 
     return lambda _longest_side: prepared
+
+
+def _tiled(infer: Any) -> Any:
+    """The detection model run over tiles of ``DETECT_TILE`` pixels a side, each with a margin
+    of ``DETECT_MARGIN`` around it whose answer is dropped: the model's working memory (~230
+    bytes a pixel of its input) then stays that of one tile, whatever the picture's size, and
+    the text map put together is the one the whole picture gives (the margin covers what the
+    model looks at around a pixel; bench/RESULTS.md)."""
+
+    def tiled(batch: np.ndarray) -> list[np.ndarray]:
+        _, _, height, width = batch.shape
+        if height * width <= (DETECT_TILE + 2 * DETECT_MARGIN) ** 2:
+            return list(infer(batch))
+        whole: np.ndarray | None = None
+        for top in range(0, height, DETECT_TILE):
+            for left in range(0, width, DETECT_TILE):
+                y0, x0 = max(0, top - DETECT_MARGIN), max(0, left - DETECT_MARGIN)
+                y1 = min(height, top + DETECT_TILE + DETECT_MARGIN)
+                x1 = min(width, left + DETECT_TILE + DETECT_MARGIN)
+                tile = infer(np.ascontiguousarray(batch[:, :, y0:y1, x0:x1]))[0]
+                if whole is None:
+                    whole = np.zeros((1, tile.shape[1], height, width), dtype=tile.dtype)
+                bottom, right = min(height, top + DETECT_TILE), min(width, left + DETECT_TILE)
+                whole[:, :, top:bottom, left:right] = tile[
+                    :, :, top - y0 : bottom - y0, left - x0 : right - x0
+                ]
+        return [whole]
+
+    return tiled
 
 
 def recognised(engine: Any, picture: bytes) -> list[str]:
