@@ -164,15 +164,14 @@ def _tiled(infer: Any) -> Any:
         _, _, height, width = batch.shape
         if height * width <= (DETECT_TILE + 2 * DETECT_MARGIN) ** 2:
             return list(infer(batch))
-        whole: np.ndarray | None = None
+        # The model answers one channel (the text probability) at the size it is given.
+        whole = np.zeros((1, 1, height, width), dtype=np.float32)
         for top in range(0, height, DETECT_TILE):
             for left in range(0, width, DETECT_TILE):
                 y0, x0 = max(0, top - DETECT_MARGIN), max(0, left - DETECT_MARGIN)
                 y1 = min(height, top + DETECT_TILE + DETECT_MARGIN)
                 x1 = min(width, left + DETECT_TILE + DETECT_MARGIN)
                 tile = infer(np.ascontiguousarray(batch[:, :, y0:y1, x0:x1]))[0]
-                if whole is None:
-                    whole = np.zeros((1, tile.shape[1], height, width), dtype=tile.dtype)
                 bottom, right = min(height, top + DETECT_TILE), min(width, left + DETECT_TILE)
                 whole[:, :, top:bottom, left:right] = tile[
                     :, :, top - y0 : bottom - y0, left - x0 : right - x0
