@@ -241,6 +241,8 @@ async def run(
         "LOG_LEVEL": "WARNING",
         "EVALUATOR_ENABLED": "true" if evaluator else "false",
         "MEMORY_STAGE_TIMES": "true" if stages_timed else "false",
+        # the pictures' server is on loopback, which only an allowed host may be
+        "MEMORY_IMAGE_ALLOWED_HOSTS": '["127.0.0.1"]',
     }
     embeddings = StubEmbeddings() if api_embedder else None
     if embeddings is not None:

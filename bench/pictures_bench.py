@@ -5,6 +5,9 @@
 * the CPU (of the OCR's worker process, at its lower priority) and the wall time of reading one
   picture with the offline OCR, p50 / p95, for a parcel note (640x220) and a phone-sized chat
   screenshot (1080x1920, 16 lines), the first call (models loaded) apart;
+* the OCR worker's memory: its resident size idle (models loaded, one small picture read) and
+  its peak (``VmHWM``) reading one picture, a fresh worker per picture: a chat screenshot, a
+  6,300 x 6,300 RGBA PNG of text on a transparent ground (~330 KB) and a 6,000 x 4,500 JPEG;
 * a flood of stickers in one minute through ``PictureReader`` with the default bounds (20 distinct
   stickers sent 200 times between them, from a loopback server, named by their MD5 as NapCat
   names them), twice, the second time with 20 new stickers: how many were fetched, read and
@@ -19,6 +22,7 @@ import hashlib
 import io
 import os
 import time
+from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -29,6 +33,7 @@ from memory_core.models import TurnInput
 from memory_core.pictures import PictureReader, PictureRef
 from memory_core.pictures.ocr import RapidOcrReader
 from memory_core.settings import MemorySettings
+from tests.big_pictures import text_on_transparent
 from tests.picture_server import FONT, PictureServer, draw_note, note_picture
 
 CHAT_LINES = (
@@ -88,6 +93,43 @@ def measure(reader: RapidOcrReader, pictures: list[bytes]) -> tuple[list[float],
     return cpu, wall
 
 
+def _status_mb(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def big_jpeg() -> bytes:
+    note = Image.open(io.BytesIO(note_picture())).convert("RGB")
+    canvas = Image.new("RGB", (6000, 4500), (250, 248, 240))
+    canvas.paste(note.resize((note.width * 5, note.height * 5)), (500, 1800))
+    out = io.BytesIO()
+    canvas.save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
+def worker_memory() -> None:
+    """Idle and peak resident memory of the OCR worker, a fresh one for each picture."""
+    pictures = {
+        "chat screenshot 1080x1920": chat_screenshot(0),
+        "RGBA 6300x6300 (text on transparent)": text_on_transparent(),
+        "JPEG 6000x4500": big_jpeg(),
+    }
+    for name, picture in pictures.items():
+        reader = RapidOcrReader()
+        asyncio.run(reader.read(note_picture()))  # the models loaded, one small picture read
+        pid = reader.worker_pid or 0
+        idle = _status_mb(pid, "VmRSS")
+        lines = asyncio.run(reader.read(picture))
+        print(
+            f"OCR worker, {name} ({len(picture) // 1000} KB): idle {idle:.0f} MB, "
+            f"peak {_status_mb(pid, 'VmHWM'):.0f} MB, after {_status_mb(pid, 'VmRSS'):.0f} MB; "
+            f"{len(lines)} line(s), first {lines[:1]}"
+        )
+        reader.close()
+
+
 def ocr_figures(count: int) -> None:
     reader = RapidOcrReader()
     lines, used, took = read_one(reader, note_picture())
@@ -116,7 +158,9 @@ async def flood(messages: int, distinct: int) -> None:
     stickers = {f"/s{i}.gif": sticker(i) for i in range(2 * distinct)}
     server = PictureServer(stickers)
     with bench_data_dir("pictures") as data_dir:
-        settings = MemorySettings(memory_data_dir=data_dir)
+        settings = MemorySettings(
+            memory_data_dir=data_dir, memory_image_allowed_hosts=frozenset({"127.0.0.1"})
+        )
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
@@ -183,8 +227,12 @@ def main() -> None:
     parser.add_argument("--pictures", type=int, default=10)
     parser.add_argument("--stickers", type=int, default=200)
     parser.add_argument("--distinct", type=int, default=20)
+    parser.add_argument("--memory-only", action="store_true", help="only the worker's memory")
     args = parser.parse_args()
     print(f"== pictures remembered ({machine_line()}), load {load_average()}")
+    worker_memory()
+    if args.memory_only:
+        return
     ocr_figures(args.pictures)
     asyncio.run(flood(args.stickers, args.distinct))
 

@@ -226,6 +226,9 @@ class MemorySettings(BaseModel):
     memory_image_max_bytes: int = Field(default=5_000_000, ge=1000)
     memory_image_timeout: float = Field(default=10.0, gt=0)
     memory_image_max_redirects: int = Field(default=3, ge=0, le=10)
+    # hosts a picture may come from although they are not on the public internet (a picture
+    # server on the operator's own network); every other private or local address is refused
+    memory_image_allowed_hosts: frozenset[str] = frozenset()
     memory_image_workers: int = Field(default=1, ge=1, le=8)
     memory_image_queue: int = Field(default=32, ge=1, le=10_000)
     memory_image_per_minute: int = Field(default=20, ge=1)
@@ -255,14 +258,16 @@ class MemorySettings(BaseModel):
             return field.get_default(call_default_factory=True)
         return value
 
-    @field_validator("memory_shared_groups", mode="before")
+    @field_validator("memory_shared_groups", "memory_image_allowed_hosts", mode="before")
     @classmethod
-    def _group_list(cls, value: Any) -> Any:
-        # `123`, `123,456` or `[123, 456]` (NoneBot decodes the last one, and a lone number).
+    def _listed(cls, value: Any) -> Any:
+        # `123`, `123,456` or `[123, 456]` (NoneBot decodes the last one, and a lone number);
+        # host names likewise, quoted or not.
         if isinstance(value, int) and not isinstance(value, bool):
             return [value]
         if isinstance(value, str):
-            return [part for part in re.split(r"[\s,，]+", value.strip(" []")) if part]
+            parts = re.split(r"[\s,，]+", value.strip(" []"))
+            return [part.strip("'\"") for part in parts if part.strip("'\"")]
         return value
 
     @field_validator("memory_timezone")

@@ -1,10 +1,22 @@
-"""Fetching a picture the QQ client names, within a size cap, a deadline and a few redirects.
+"""Fetching a picture the QQ client names, within a size cap, a deadline and a few redirects,
+from the public internet only.
 
 QQ's picture CDN answers a message's ``url`` directly or after a redirect or two; anything
 larger than ``MEMORY_IMAGE_MAX_BYTES`` is refused from its ``Content-Length`` before the body is
 read, and a body without one is read only until it passes the cap. ``base64://`` (what a OneBot
-client's ``get_image`` may return) is decoded within the same cap. Only the bytes' first few
-are trusted to say what they are: a body that is no PNG, JPEG, GIF, WebP or BMP is refused.
+client's ``get_image`` may return) is decoded within the same cap; nothing else but ``http(s)``
+is fetched (no ``file://``: a sender must not make the bot read its own disk). Only the bytes'
+first few are trusted to say what they are: a body that is no PNG, JPEG, GIF, WebP or BMP is
+refused.
+
+A message's URL is the sender's to choose, so each hop (the first and every redirect, followed
+here, not by httpx) has its host resolved once, every address it resolves to checked
+(:func:`refusal`: no loopback, private, shared, link-local, multicast, unspecified or reserved
+address, none of this machine's own), and the connection made to that checked address, with the
+URL's host kept in the ``Host`` header and as the TLS server name (the certificate is verified
+against it). A name that resolves to a public address when checked and to ``127.0.0.1`` a moment
+later thus cannot reach the bot's console. Hosts listed in ``MEMORY_IMAGE_ALLOWED_HOSTS`` (a
+picture server on the operator's own network) skip the check.
 """
 
 from __future__ import annotations
@@ -12,9 +24,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-from urllib.parse import urljoin, urlsplit
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Collection
+from urllib.parse import urljoin
 
 import httpx
+import psutil
 
 from ..errors import PictureError
 
@@ -27,6 +43,16 @@ _MAGIC = (
     b"GIF89a",
     b"BM",
 )
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolve = Callable[[str, int], Awaitable[list[Address]]]
+"""The addresses a host name (ASCII, IDNA-encoded) and port resolve to."""
+
+# Networks whose addresses stand for IPv4 ones (RFC 6052 NAT64; 6to4 and IPv4-mapped are
+# unwrapped by ``ipaddress`` itself): checked as the IPv4 address they carry.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_SHARED = ipaddress.IPv4Network("100.64.0.0/10")  # carrier-grade NAT (RFC 6598)
 
 
 def looks_like_picture(head: bytes) -> bool:
@@ -36,8 +62,73 @@ def looks_like_picture(head: bytes) -> bool:
     return any(head.startswith(magic) for magic in _MAGIC)
 
 
+def _carried(address: Address) -> Address:
+    """The IPv4 address an IPv6 one stands for (mapped, 6to4, NAT64), else itself."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address
+
+
+def own_addresses() -> set[Address]:
+    """This machine's addresses, on every interface (the bot may listen on any of them)."""
+    found: set[Address] = set()
+    for entries in psutil.net_if_addrs().values():
+        for entry in entries:
+            if entry.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    found.add(ipaddress.ip_address(entry.address.split("%", 1)[0]))
+                except ValueError:
+                    continue
+    return found
+
+
+def refusal(address: Address, own: Collection[Address] = ()) -> str | None:
+    """Why a picture may not be fetched from ``address`` (``None``: it may): only the public
+    internet, never this machine (``own``) or the networks around it."""
+    carried = _carried(address)
+    for candidate in (carried, address):
+        if candidate.is_loopback:
+            return "loopback"
+        if candidate.is_unspecified:
+            return "unspecified"
+        if candidate.is_link_local:
+            return "link-local"
+        if candidate.is_multicast:
+            return "multicast"
+        if isinstance(candidate, ipaddress.IPv4Address) and candidate in _SHARED:
+            return "shared (carrier-grade NAT)"
+        if candidate.is_reserved:
+            return "reserved"
+        if candidate.is_private:
+            return "private"
+        if not candidate.is_global:
+            return "reserved"
+        if candidate in own:
+            return "this machine's own"
+    return None
+
+
+async def resolved(host: str, port: int) -> list[Address]:
+    """``host``'s addresses from the system's resolver (a literal address in any spelling
+    ``inet_aton`` takes, ``2130706433`` or ``127.1``, is its own answer)."""
+    loop = asyncio.get_running_loop()
+    try:
+        found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise PictureError(f"picture host {host!r} not found: {exc}", lasting=False) from exc
+    # An IPv6 link-local answer carries its interface (``fe80::1%eth0``).
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in found]
+
+
 class PictureFetcher:
-    """One HTTP client for every picture, closed with :meth:`aclose`."""
+    """One HTTP client for every picture, closed with :meth:`aclose`. ``allowed_hosts``: host
+    names (or literal addresses) fetched from whatever they resolve to; ``resolve``: how a
+    host is resolved (tests name a public-looking host on their loopback server)."""
 
     def __init__(
         self,
@@ -45,12 +136,17 @@ class PictureFetcher:
         max_bytes: int,
         timeout: float,
         max_redirects: int,
+        allowed_hosts: Collection[str] = (),
+        resolve: Resolve = resolved,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.max_bytes = max_bytes
         self.timeout = timeout
         self.max_redirects = max_redirects
-        # Redirects are followed by hand, to count them and to refuse one to another scheme.
+        self._allowed = frozenset(host.strip("[]").lower() for host in allowed_hosts)
+        self._resolve = resolve
+        # Redirects are followed by hand: to count them, to refuse one to another scheme, and
+        # to check where each one leads before connecting.
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout),
             follow_redirects=False,
@@ -85,9 +181,22 @@ class PictureFetcher:
 
     async def _download(self, url: str) -> bytes:
         for _ in range(self.max_redirects + 1):
-            if urlsplit(url).scheme not in ("http", "https"):
-                raise PictureError(f"picture address is not http(s): {urlsplit(url).scheme!r}")
-            async with self._client.stream("GET", url) as response:
+            try:
+                target = httpx.URL(url)
+            except httpx.InvalidURL as exc:
+                raise PictureError(f"not a picture address: {exc}") from exc
+            if target.scheme not in _DEFAULT_PORTS or not target.raw_host:
+                raise PictureError(f"picture address is not http(s): {target.scheme!r}")
+            host = target.raw_host.decode("ascii")
+            address = await self._address(host, target.port or _DEFAULT_PORTS[target.scheme])
+            # Connect to the address checked, not to whatever the name resolves to next.
+            extensions = {"sni_hostname": host} if target.scheme == "https" else {}
+            async with self._client.stream(
+                "GET",
+                target.copy_with(host=str(address)),
+                headers={"Host": target.netloc.decode("ascii")},
+                extensions=extensions,
+            ) as response:
                 if response.status_code in REDIRECTS and "location" in response.headers:
                     url = urljoin(url, response.headers["location"])
                     continue
@@ -98,6 +207,19 @@ class PictureFetcher:
                     )
                 return self._checked(await self._body(response))
         raise PictureError(f"picture redirected more than {self.max_redirects} times")
+
+    async def _address(self, host: str, port: int) -> Address:
+        """The address to connect to for ``host``: its first, once all of them are checked."""
+        addresses = await self._resolve(host, port)
+        if not addresses:
+            raise PictureError(f"picture host {host!r} has no address", lasting=False)
+        if host.lower() not in self._allowed:
+            own = own_addresses()
+            for address in addresses:
+                reason = refusal(address, own)
+                if reason is not None:
+                    raise PictureError(f"picture host {host!r} is {reason} ({address})")
+        return addresses[0]
 
     async def _body(self, response: httpx.Response) -> bytes:
         declared = response.headers.get("content-length", "")

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from typing import IO, Any, Protocol
 
@@ -28,13 +29,28 @@ import numpy as np
 from ..errors import PictureError
 
 # A picture this large is not a chat screenshot; decoding it would cost more memory than
-# reading it is worth (a 5 MB PNG can unpack to gigabytes).
+# reading it is worth (a 5 MB PNG can unpack to gigabytes). Checked from the header.
 MAX_PIXELS = 40_000_000
+# The size the OCR reads a picture at: RapidOCR itself shrinks a picture to 2,000 pixels on
+# its longer side before anything else; a picture larger than a phone's screenshot is also
+# reduced to that many pixels, while it is decoded, so no full-size copy of it is ever made.
+WORK_SIDE = 2000
+WORK_PIXELS = 1080 * 1920
+# The most pixels text detection is run on (see ``_bounded_detection``): RapidOCR's own
+# sizing for anything up to 2,000 x 2,000.
+DETECT_PIXELS = 4_000_000
+# Text detection runs over tiles this many pixels a side (multiples of the model's 32), each
+# seen with this margin around it (``_tiled``).
+DETECT_TILE = 512
+DETECT_MARGIN = 160
 # Lines recognised with less confidence than this are noise (textures, emoji).
 MIN_SCORE = 0.5
 # How much less CPU priority the OCR's process takes than the bot (a nice increment; 0 keeps
 # the same): at 10 a busy reply thread gets about ten times the OCR's share of a core.
 OCR_NICENESS = 10
+# How long the worker stays without a picture before it is stopped: its models and libraries
+# are ~175 MB a bot at rest need not hold; starting it again costs ~2 s of CPU (at nice +10).
+IDLE_STOP = 60.0
 # How long the worker may take to stop when asked before it is killed.
 STOP_TIMEOUT = 5.0
 # How long one picture may take before its worker is killed (the picture is tried again
@@ -51,29 +67,118 @@ class TextReader(Protocol):
 
 
 def decoded(picture: bytes) -> np.ndarray:
-    """The picture's first frame as a BGR array (what the OCR models take); ``PictureError``
-    when it is no picture Pillow can open, or is too large to decode."""
-    from PIL import Image, UnidentifiedImageError
+    """The picture's first frame as a BGR array (what the OCR models take), at most
+    ``WORK_SIDE`` on its longer side and ``WORK_PIXELS`` in all, transparency on white;
+    ``PictureError`` (lasting) when Pillow cannot open it or it is too large to decode."""
+    from PIL import Image
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(picture)) as image:
-                width, height = image.size
+                width, height = image.size  # from the header: nothing is decoded yet
                 if width * height > MAX_PIXELS:
                     raise PictureError(f"picture of {width}x{height} pixels is too large")
-                rgb = image.convert("RGB")  # the first frame of an animation
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombWarning) as exc:
-        raise PictureError(f"not a readable picture: {exc}") from exc
+                rgb = _reduced(image)
+    except PictureError:
+        raise
+    except Exception as exc:  # Pillow's decoders raise many kinds; each means "not readable"
+        raise PictureError(f"not a readable picture: {exc!r}") from exc
     array = np.asarray(rgb)
     return np.ascontiguousarray(array[:, :, ::-1])
 
 
+def _reduced(image: Any) -> Any:
+    """``image``'s first frame in RGB, reduced to the OCR's working size as it is decoded: a
+    JPEG straight at 1/2 to 1/8 of its size (``draft``), any other format decoded once and
+    reduced at once, so no copy of the full-size picture is made."""
+    from PIL import Image
+
+    width, height = image.size
+    scale = min(1.0, WORK_SIDE / max(width, height), (WORK_PIXELS / (width * height)) ** 0.5)
+    if image.mode in ("P", "PA"):
+        # A palette resizes only by nearest neighbour, which breaks thin strokes apart.
+        image = image.convert("RGBA" if _transparent(image) else "RGB")
+    elif image.mode not in ("RGB", "RGBA", "L", "LA"):
+        image = image.convert("RGBA" if _transparent(image) else "RGB")
+    if scale < 1.0:
+        box = (max(1, round(width * scale)), max(1, round(height * scale)))
+        # A JPEG decodes at the smallest of 1/2 .. 1/8 still as large as ``box`` (thumbnail's
+        # own draft asks for twice that, a full-size decode of a 6,000-pixel photo).
+        image.draft("RGB", box)
+        image.thumbnail(box, Image.Resampling.BICUBIC)
+    if _transparent(image):
+        # Text drawn on a transparent ground has no colour under it: put it on white, as a
+        # chat window shows it (and as RapidOCR does for a picture it opens itself).
+        ground = Image.new("RGB", image.size, "white")
+        ground.paste(image.convert("RGBA"), mask=image.convert("RGBA").getchannel("A"))
+        return ground
+    return image.convert("RGB")
+
+
+def _transparent(image: Any) -> bool:
+    return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+
+
 def load_engine(threads: int) -> Any:
-    """The PP-OCRv4 engine (in the worker process)."""
+    """The PP-OCRv4 engine (in the worker process), its text detection held to
+    ``DETECT_PIXELS`` and run in tiles of ``DETECT_TILE``."""
     from rapidocr_onnxruntime import RapidOCR
 
-    return RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
+    engine = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
+    detector = engine.text_det
+    detector.get_preprocess = _bounded_detection(detector)
+    detector.infer = _tiled(detector.infer)
+    return engine
+
+
+def _bounded_detection(detector: Any) -> Any:
+    """RapidOCR's preparation of a picture for text detection (enlarged until its shorter
+    side is ``limit_side_len``, so small text is found), but never past ``DETECT_PIXELS``
+    (a thin strip would otherwise be enlarged to many millions)."""
+    import cv2
+    from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
+
+    # Only normalises (and rounds to the model's multiple of 32): the size is chosen here.
+    normalise = DetPreProcess(10**9, "max", detector.mean, detector.std)
+
+    def prepared(image: np.ndarray) -> np.ndarray:
+        height, width = image.shape[:2]
+        ratio = max(1.0, detector.limit_side_len / min(height, width))
+        ratio = min(ratio, (DETECT_PIXELS / (height * width)) ** 0.5)
+        size = (max(32, round(width * ratio)), max(32, round(height * ratio)))
+        normalised: np.ndarray = normalise(cv2.resize(image, size))
+        return normalised
+
+    return lambda _longest_side: prepared
+
+
+def _tiled(infer: Any) -> Any:
+    """The detection model run over tiles of ``DETECT_TILE`` pixels a side, each with a margin
+    of ``DETECT_MARGIN`` around it whose answer is dropped: the model's working memory (~230
+    bytes a pixel of its input) then stays that of one tile, whatever the picture's size, and
+    the text map put together is the one the whole picture gives (the margin covers what the
+    model looks at around a pixel; bench/RESULTS.md)."""
+
+    def tiled(batch: np.ndarray) -> list[np.ndarray]:
+        _, _, height, width = batch.shape
+        if height * width <= (DETECT_TILE + 2 * DETECT_MARGIN) ** 2:
+            return list(infer(batch))
+        # The model answers one channel (the text probability) at the size it is given.
+        whole = np.zeros((1, 1, height, width), dtype=np.float32)
+        for top in range(0, height, DETECT_TILE):
+            for left in range(0, width, DETECT_TILE):
+                y0, x0 = max(0, top - DETECT_MARGIN), max(0, left - DETECT_MARGIN)
+                y1 = min(height, top + DETECT_TILE + DETECT_MARGIN)
+                x1 = min(width, left + DETECT_TILE + DETECT_MARGIN)
+                tile = infer(np.ascontiguousarray(batch[:, :, y0:y1, x0:x1]))[0]
+                bottom, right = min(height, top + DETECT_TILE), min(width, left + DETECT_TILE)
+                whole[:, :, top:bottom, left:right] = tile[
+                    :, :, top - y0 : bottom - y0, left - x0 : right - x0
+                ]
+        return [whole]
+
+    return tiled
 
 
 def recognised(engine: Any, picture: bytes) -> list[str]:
@@ -87,18 +192,27 @@ def recognised(engine: Any, picture: bytes) -> list[str]:
 
 
 class RapidOcrReader:
-    """PP-OCRv4 (Chinese and English) in a worker process started on first use, at a lower
-    priority; one picture at a time. A worker that dies is started again for the next picture
-    (the picture it was reading is skipped, to be tried again). :meth:`close` stops it."""
+    """PP-OCRv4 (Chinese and English) in a worker process started when a picture comes, at a
+    lower priority, and stopped after ``idle_stop`` seconds without one; one picture at a
+    time. A worker that dies is started again for the next picture (the picture it was
+    reading is skipped, to be tried again). :meth:`close` stops it."""
 
     def __init__(
-        self, *, threads: int = 1, niceness: int = OCR_NICENESS, timeout: float = READ_TIMEOUT
+        self,
+        *,
+        threads: int = 1,
+        niceness: int = OCR_NICENESS,
+        timeout: float = READ_TIMEOUT,
+        idle_stop: float = IDLE_STOP,
     ) -> None:
         self._threads = threads
         self._niceness = niceness
         self.timeout = timeout
+        self._idle_stop = idle_stop
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
+        self._last_read = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     @property
     def worker_pid(self) -> int | None:
@@ -115,12 +229,43 @@ class RapidOcrReader:
             # thread's read, which then stops it, and the next picture starts a new one.
             self._kill()
             raise PictureError("text recognition took too long", lasting=False) from None
+        finally:
+            self._stop_when_idle()
         if "error" in answer:
             raise PictureError(str(answer["error"]))
         return [str(line) for line in answer.get("lines", ())]
 
+    def _stop_when_idle(self) -> None:
+        """Stop the worker ``idle_stop`` seconds after its last picture, unless another came."""
+        self._last_read = time.monotonic()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._idle_timer = loop.call_later(self._idle_stop, self._idle_stopping, loop)
+
+    def _idle_stopping(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._idle_timer = None
+        # Stopping waits on the worker's exit: off the event loop.
+        loop.run_in_executor(None, self.stop_if_idle)
+
+    def stop_if_idle(self) -> bool:
+        """Stop the worker when no picture is being read and none was for ``idle_stop``
+        seconds (the next picture starts it again); whether it was stopped."""
+        if not self._lock.acquire(blocking=False):
+            return False  # a picture is being read
+        try:
+            if self._process is None or time.monotonic() - self._last_read < self._idle_stop:
+                return False
+            self._stop()
+            return True
+        finally:
+            self._lock.release()
+
     def close(self) -> None:
         """Stop the worker (it also stops by itself when this process ends)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         with self._lock:
             self._stop()
 

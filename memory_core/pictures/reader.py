@@ -210,6 +210,7 @@ class PictureReader:
                 max_bytes=settings.memory_image_max_bytes,
                 timeout=settings.memory_image_timeout,
                 max_redirects=settings.memory_image_max_redirects,
+                allowed_hosts=settings.memory_image_allowed_hosts,
             ),
             text_reader=RapidOcrReader(),
             workers=settings.memory_image_workers,

@@ -35,7 +35,9 @@ def plugin_reader(runtime: Any, ocr: RapidOcrReader, **overrides: Any) -> Pictur
     options: dict[str, Any] = dict(per_minute=100) | overrides
     reader = PictureReader(
         memory=runtime.memory,
-        fetcher=PictureFetcher(max_bytes=1_000_000, timeout=30.0, max_redirects=3),
+        fetcher=PictureFetcher(
+            max_bytes=1_000_000, timeout=30.0, max_redirects=3, allowed_hosts=["127.0.0.1"]
+        ),
         text_reader=ocr,
         workers=1,
         queue_size=8,

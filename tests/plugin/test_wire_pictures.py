@@ -30,7 +30,9 @@ async def wire() -> AsyncIterator[tuple[StubLLM, OneBotPeer, PictureServer]]:
     llm = StubLLM().start()
     pictures = PictureServer({"/note.png": note_picture()})
     # The reply waits for its picture as long as reading takes here: no test races a timer.
-    bot = await start_bot(llm_url=llm.base_url, extra_env={"MEMORY_IMAGE_REPLY_WAIT": "30"})
+    # The picture server is on loopback, which only an operator's allowed host may be.
+    env = {"MEMORY_IMAGE_REPLY_WAIT": "30", "MEMORY_IMAGE_ALLOWED_HOSTS": '["127.0.0.1"]'}
+    bot = await start_bot(llm_url=llm.base_url, extra_env=env)
     peer = await OneBotPeer.connect(bot.ws_url, bot.token)
     try:
         yield llm, peer, pictures

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from memory_core.pictures import PictureReader
-from memory_core.pictures.fetch import PictureFetcher
 from memory_core.pictures.ocr import RapidOcrReader, TextReader
 from memory_core.service import TemporalMemory
-from tests.picture_server import CountingReader, PictureServer, blank_picture, note_picture
+from tests.picture_addresses import PublicPictureServer, public_fetcher
+from tests.picture_server import CountingReader, blank_picture, note_picture
 
 MAX_BYTES = 100_000
 
@@ -39,8 +39,8 @@ def remembering(ocr: RapidOcrReader) -> RememberingReader:
 
 
 @pytest.fixture
-def server() -> Iterator[PictureServer]:
-    served = PictureServer(
+def server() -> Iterator[PublicPictureServer]:
+    served = PublicPictureServer(
         {
             "/note.png": note_picture(),
             "/same-note.png": note_picture(),
@@ -78,7 +78,7 @@ async def reader_factory(
         options.setdefault("text_reader", counting)
         reader = PictureReader(
             memory=memory,
-            fetcher=PictureFetcher(max_bytes=MAX_BYTES, timeout=30.0, max_redirects=3),
+            fetcher=public_fetcher(max_bytes=MAX_BYTES),
             **options,
         )
         built.append(reader)

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from memory_core.errors import PictureError
-from memory_core.pictures.fetch import PictureFetcher
+from tests.picture_addresses import public_fetcher
 from tests.picture_server import picture_turn
 
 GROUP = 30003
@@ -112,7 +112,7 @@ async def test_a_full_queue_leaves_the_pictures_unread(memory_factory, reader_fa
 
 
 async def test_a_few_redirects_are_followed(server):
-    fetcher = PictureFetcher(max_bytes=100_000, timeout=30.0, max_redirects=3)
+    fetcher = public_fetcher()
     try:
         assert (await fetcher.fetch(server.url("/hop/3"))).startswith(b"\x89PNG")
         with pytest.raises(PictureError, match="redirected more than 3"):
@@ -126,7 +126,7 @@ async def test_base64_pictures_from_get_image_are_capped_and_checked():
 
     from tests.picture_server import blank_picture
 
-    fetcher = PictureFetcher(max_bytes=2_000, timeout=5.0, max_redirects=0)
+    fetcher = public_fetcher(max_bytes=2_000, timeout=5.0, max_redirects=0)
     try:
         small = blank_picture()
         assert await fetcher.fetch("base64://" + base64.b64encode(small).decode()) == small

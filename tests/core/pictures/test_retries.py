@@ -14,6 +14,7 @@ from memory_core.pictures import picture_refs
 from memory_core.recall.options import RecallOptions
 from memory_core.storage.opt_outs import PgOptOutStore
 from tests.core.pictures.test_pictures_remembered import content_of, picture_rows, store_and_read
+from tests.picture_addresses import PUBLIC_HOST
 from tests.picture_server import blank_picture, note_picture, picture_turn
 
 GROUP = 30013
@@ -35,7 +36,7 @@ def closed_port_url() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return f"http://127.0.0.1:{port}/gone.png"
+    return f"http://{PUBLIC_HOST}:{port}/gone.png"
 
 
 async def opened(memory_factory, reader_factory, **options):  # type: ignore[no-untyped-def]
