@@ -40,6 +40,8 @@ NOTES: dict[str, tuple[str, ...]] = {
     "third": ("第三",),
     "stalled": ("停滞",),
     "recovered": ("恢复",),
+    "alive": ("活着",),
+    "still-alive": ("还活着",),
 }
 """Every note a test reads, by the name of its file in ``SHIPPED``."""
 
