@@ -21,19 +21,12 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-
-from .storage.pg import PgStore
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 # "" = the first account's (and the shared) namespace; "B/" = account B's.
 _current: ContextVar[str] = ContextVar("memory_account", default="")
-
-SQL_CLAIM_FIRST = """
-INSERT INTO memory_meta (key, value) VALUES ('first_account', $1::text)
-ON CONFLICT (key) DO NOTHING RETURNING value
-"""
-SQL_FIRST = "SELECT value FROM memory_meta WHERE key = 'first_account'"
 
 
 def key_account(alias: str = "") -> str:
@@ -64,15 +57,11 @@ def serving(account: str) -> Iterator[None]:
         _current.reset(token)
 
 
-class PgAccountStore(PgStore):
-    """The ``first_account`` entry of ``memory_meta``."""
+class FirstAccountStore(Protocol):
+    """Where the first account is recorded (``dialogue.upkeep_store.PgUpkeepStore``: the
+    dialogue owns ``memory_meta``)."""
 
-    async def claim_first(self, self_id: int) -> tuple[int, bool]:
-        """The first account, ``self_id`` when none was recorded yet (then True)."""
-        async with self._connection() as conn:
-            claimed = await conn.fetchval(SQL_CLAIM_FIRST, str(self_id))
-            value = claimed if claimed is not None else await conn.fetchval(SQL_FIRST)
-        return int(value), claimed is not None
+    async def claim_first_account(self, self_id: int) -> tuple[int, bool]: ...
 
 
 class AccountBook:
@@ -85,11 +74,11 @@ class AccountBook:
         self.shared = shared
         self.first: int | None = None
 
-    async def adopt(self, store: PgAccountStore, self_id: int) -> int:
+    async def adopt(self, store: FirstAccountStore, self_id: int) -> int:
         """Record ``self_id`` as the first account unless one already is (the rows stored
         before per-account memory are then its own); returns the first account. Logged once,
         by the process that claimed it."""
-        self.first, claimed = await store.claim_first(self_id)
+        self.first, claimed = await store.claim_first_account(self_id)
         if claimed:
             log.info(
                 "QQ account %s is the first on this database: the memory stored before "

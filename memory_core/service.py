@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from .accounts import PgAccountStore
 from .background import RoundLoop
 from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .dialogue.recall_store import PgRecallStore
 from .dialogue.upkeep import KEYWORD_BACKFILL_BATCH, Progress
+from .dialogue.upkeep_store import PgUpkeepStore
 from .distill.keeper import MaintenanceReport
 from .distill.stats import DistilledStats, distilled_stats
 from .errors import DatabaseUnavailableError, EmbeddingError, StorageError
@@ -117,7 +117,7 @@ class TemporalMemory:
         """A QQ bot account connected: the first one ever on this database adopts the memory
         stored before (``memory_core.accounts``). Returns ``self_id``'s namespace, the one to
         serve its events in (``accounts.serving``)."""
-        await self.accounts.adopt(self.database.store(PgAccountStore), self_id)
+        await self.accounts.adopt(self.database.store(PgUpkeepStore), self_id)
         return self.accounts.namespace(self_id)
 
     def start_maintenance(self, interval: float = 30.0) -> None:
