@@ -198,8 +198,10 @@ def test_the_wheels_hold_their_own_packages_and_only_the_plugin_requires_nonebot
     assert not [r for r in core_needs if "nonebot" in r.lower()]
     plugin_needs = " ".join(_requirements(installed.plugin_wheel))
     for needed in ("temporal-memory", "nonebot2", "nonebot-adapter-onebot",
-                   "nonebot-plugin-apscheduler", "nonebot-plugin-localstore"):  # fmt: skip
+                   "nonebot-plugin-localstore"):  # fmt: skip
         assert needed in plugin_needs
+    # The core's maintenance runs the daily purge and upkeep: no scheduler of the plugin's.
+    assert "apscheduler" not in plugin_needs
 
 
 def test_the_installed_core_finds_its_migrations_and_defaults_in_site_packages(
