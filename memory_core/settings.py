@@ -69,7 +69,6 @@ class MemorySettings(BaseModel):
     memory_top_n: int = Field(default=3, ge=0, le=50)
     memory_window_size: int = Field(default=2, ge=0, le=20)
     memory_max_tokens: int = Field(default=1000, ge=0)
-    memory_token_encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
     memory_decay_after_days: float = Field(default=7.0, ge=0)
     memory_decay_half_life_days: float = Field(default=30.0, gt=0)
     memory_decay_min_weight: float = Field(default=0.97, ge=0, le=1)
@@ -141,7 +140,6 @@ class MemorySettings(BaseModel):
     rerank_model: str = ""
     rerank_timeout: float = Field(default=3.0, gt=0)
     rerank_deadline: float = Field(default=1.5, gt=0)
-    rerank_max_retries: int = Field(default=1, ge=0, le=5)
     rerank_candidates: int = Field(default=20, ge=2, le=100)
 
     # chat model
@@ -162,12 +160,10 @@ class MemorySettings(BaseModel):
     # a group's short-term window is the group's recent turns, the same for every member; off by
     # default: a member's words reach only his own prompts unless the group shares (recall.sharing)
     chat_group_window: bool = False
-    chat_notice_interval: float = Field(default=60.0, ge=0)
     # on by default: a reply that takes longer than this looks like a bot that stopped answering
     chat_slow_notice_after: float = Field(default=8.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
-    chat_max_input_chars: int = Field(default=4000, ge=100)
     # memory as tools the chat model calls (conversation.tools); auto: until refused once
     chat_tools: Literal["auto", "on", "off"] = "auto"
     # tokens a group may spend a day (MEMORY_TIMEZONE) before the bot rests there; empty: no limit
@@ -185,7 +181,6 @@ class MemorySettings(BaseModel):
     evaluator_batch_prompt_file: Path | None = None
     memory_retention_file: Path | None = None
     memory_purge_time: str = "04:00"
-    memory_purge_batch_size: int = Field(default=5000, ge=100)
     # the web console's recycle bin: days a deleted memory can still be restored
     memory_recycle_days: float = Field(default=30.0, ge=0)
     # the memory over MCP (agents.mcp_server): recall alone, no remember or forget
@@ -208,7 +203,6 @@ class MemorySettings(BaseModel):
     extraction_every_turns: int = Field(default=5, ge=1, le=1000)
     extraction_idle_minutes: float = Field(default=30.0, gt=0)
     extraction_concurrency: int = Field(default=2, ge=1, le=32)
-    extraction_max_turns: int = Field(default=40, ge=2, le=500)
     extraction_settle_seconds: float = Field(default=120.0, ge=0)
     extraction_facts_prompt_file: Path | None = None
     extraction_preferences_prompt_file: Path | None = None

@@ -20,6 +20,7 @@ from memory_core.context.builder import FACTS_HEADER, PREFERENCES_HEADER
 from memory_core.conversation.engine import (
     APOLOGY,
     NOT_CONFIGURED_NOTICE,
+    NOTICE_INTERVAL,
     SLOW_NOTICE,
     ConversationEngine,
     Delivery,
@@ -27,6 +28,7 @@ from memory_core.conversation.engine import (
     SessionLocks,
     split_reply,
 )
+from memory_core.conversation.preparation import MAX_INPUT_CHARS
 from memory_core.conversation.prompt import NOTE_OPEN
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
@@ -242,7 +244,7 @@ async def test_without_model_notice_is_rate_limited_per_chat_and_turns_are_recor
     in_group = await engine.converse(user_turn("大家好", user=3, group=70), outbox)
     same_group = await engine.converse(user_turn("我也在", user=4, group=70), outbox)
     # A minute later (the default interval, not ten), the chat hears it again.
-    assert memory.settings.chat_notice_interval == 60
+    assert NOTICE_INTERVAL == 60
     clock[0] += 61
     later = await engine.converse(user_turn("还在吗"), outbox)
     assert [r.outcome for r in (first, second, other, in_group, same_group, later)] == [
@@ -435,7 +437,7 @@ async def test_huge_message_is_stored_whole_but_cut_visibly_in_the_prompt(memory
     result = await engine_for(memory, model).converse(user_turn(huge), Outbox())
     assert result.user_turn is not None and result.user_turn.content == huge
     current = model.prompts[-1][-1]["content"]
-    limit = memory.settings.chat_max_input_chars
+    limit = MAX_INPUT_CHARS
     assert current.endswith(f"…[消息过长，其余 {50_000 - limit} 字略去]")
     assert len(current) < limit + 100
 
