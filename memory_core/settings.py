@@ -125,7 +125,6 @@ class MemorySettings(BaseModel):
     embedding_dim: int | None = Field(default=None, ge=1, le=16_000)
     embedding_batch_size: int = Field(default=32, ge=1, le=2048)
     embedding_timeout: float = Field(default=15.0, gt=0)
-    embedding_max_retries: int = Field(default=3, ge=0, le=10)
     embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_defer_window: float = Field(default=0.5, ge=0, le=60)
@@ -147,7 +146,6 @@ class MemorySettings(BaseModel):
     llm_api_key: SecretStr | None = None
     llm_model: str = ""
     llm_timeout: float = Field(default=60.0, gt=0)
-    llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_reply_deadline: float = Field(default=25.0, gt=0)
     llm_max_reply_tokens: int = Field(default=1024, ge=1)
     llm_temperature: float = Field(default=0.7, ge=0, le=2)
@@ -238,7 +236,6 @@ class MemorySettings(BaseModel):
     vision_api_key: SecretStr | None = None
     vision_model: str = ""
     vision_timeout: float = Field(default=20.0, gt=0)
-    vision_max_retries: int = Field(default=1, ge=0, le=5)
 
     @field_validator("*", mode="before")
     @classmethod
