@@ -431,10 +431,9 @@ class TemporalMemory:
         return report
 
     async def preload_answer_cache(self, now: datetime | None = None) -> int:
-        """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
-        path = self.settings.config_file(
-            self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
-        )
+        """(Re)load the public entries of ``answer_cache_preload.jsonl`` (``MEMORY_CONFIG_DIR``);
+        0 when the cache is off."""
+        path = self.settings.config_file("answer_cache_preload.jsonl")
         return await self.parts.answer_cache.preload(path, now)
 
     async def evaluate_pending(self, now: datetime | None = None) -> int:

@@ -160,6 +160,7 @@ class MemorySettings(BaseModel):
     chat_group_window: bool = False
     # on by default: a reply that takes longer than this looks like a bot that stopped answering
     chat_slow_notice_after: float = Field(default=8.0, ge=0)
+    chat_notice_interval: float = Field(default=60.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
     # memory as tools the chat model calls (conversation.tools); auto: until refused once
@@ -175,9 +176,9 @@ class MemorySettings(BaseModel):
     evaluator_timeout: float = Field(default=30.0, gt=0)
     evaluator_concurrency: int = Field(default=2, ge=1, le=32)
     evaluator_batch_size: int = Field(default=5, ge=1, le=50)
-    evaluator_prompt_file: Path | None = None
-    evaluator_batch_prompt_file: Path | None = None
-    memory_retention_file: Path | None = None
+    # a folder of the operator's own copies of the files in config/ (prompts, retention bands,
+    # the answer cache's preload): a file there replaces the shipped one of the same name
+    memory_config_dir: Path | None = None
     memory_purge_time: str = "04:00"
     # the web console's recycle bin: days a deleted memory can still be restored
     memory_recycle_days: float = Field(default=30.0, ge=0)
@@ -202,15 +203,11 @@ class MemorySettings(BaseModel):
     extraction_idle_minutes: float = Field(default=30.0, gt=0)
     extraction_concurrency: int = Field(default=2, ge=1, le=32)
     extraction_settle_seconds: float = Field(default=120.0, ge=0)
-    extraction_facts_prompt_file: Path | None = None
-    extraction_preferences_prompt_file: Path | None = None
-    extraction_summary_prompt_file: Path | None = None
     # the semantic answer cache, off unless enabled
     answer_cache_enabled: bool = False
     # empty: the calibrated default of the embedding model (memory_core.answer_cache.cache)
     answer_cache_threshold: float | None = Field(default=None, ge=0, le=1)
     answer_cache_ttl_hours: float = Field(default=168.0, gt=0)
-    answer_cache_preload_file: Path | None = None
 
     # pictures remembered (memory_core.pictures): what a picture says, read offline in the
     # background and written into its turn; off: pictures stay "[图片]"
@@ -371,9 +368,12 @@ class MemorySettings(BaseModel):
         """MEMORY_DSN when set; ``None`` means the embedded server."""
         return self.memory_dsn.get_secret_value() if self.memory_dsn else None
 
-    def config_file(self, configured: Path | None, default_name: str) -> Path:
-        """A user-editable file: the configured path, else the shipped default (``config/``)."""
-        return configured if configured is not None else DEFAULTS_DIR / default_name
+    def config_file(self, name: str) -> Path:
+        """A user-editable file: the operator's copy in ``MEMORY_CONFIG_DIR`` when there is
+        one, else the shipped default (``config/``)."""
+        if self.memory_config_dir is not None and (self.memory_config_dir / name).is_file():
+            return self.memory_config_dir / name
+        return DEFAULTS_DIR / name
 
 
 def settings_from_mapping(values: Mapping[str, Any]) -> MemorySettings:

@@ -225,9 +225,7 @@ async def open_memory(
     chosen_reranker = reranker if reranker is not None else build_reranker(settings)
     chosen_embedder = embedder or await build_embedder(settings)
     counter = await asyncio.to_thread(load_token_counter, TOKEN_ENCODING)
-    retention = load_retention_policy(
-        settings.config_file(settings.memory_retention_file, "retention.toml")
-    )
+    retention = load_retention_policy(settings.config_file("retention.toml"))
     chosen_evaluator = evaluator if evaluator is not None else build_evaluator(settings)
     embedded = (
         None

@@ -264,8 +264,10 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
     data_dir = home / ".local" / "share" / "nonebot2" / PLUGIN_MODULE
     port, token = free_port(), "installed-test-token"
     llm = ScriptedLLM(_answer)
-    prompt_file = project / "my_evaluator_prompt.txt"
-    prompt_file.write_text(EVALUATOR_PROMPT, encoding="utf-8")
+    # The operator's copy of a shipped file, in a folder of their own.
+    config_dir = project / "my_config"
+    config_dir.mkdir()
+    (config_dir / "evaluator_prompt.txt").write_text(EVALUATOR_PROMPT, encoding="utf-8")
     (project / "bot.py").write_text(BOT_PY, encoding="utf-8")
     (project / ".env").write_text(
         "\n".join(
@@ -281,12 +283,11 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
                 f"LLM_BASE_URL={llm.base_url}",
                 "LLM_MODEL=stub-model",
                 "LLM_API_KEY=test-key",
-                "LLM_MAX_RETRIES=0",
                 # Timers this test expects never to run out (see tests/plugin/wire.py).
                 "CHAT_SLOW_NOTICE_AFTER=0",
                 "EMBEDDING_QUERY_DEADLINE=60",
                 "EMBEDDING_STORE_DEADLINE=60",
-                f"EVALUATOR_PROMPT_FILE={prompt_file}",
+                f"MEMORY_CONFIG_DIR={config_dir}",
                 "",
             ]
         ),

@@ -20,7 +20,6 @@ from memory_core.context.builder import FACTS_HEADER, PREFERENCES_HEADER
 from memory_core.conversation.engine import (
     APOLOGY,
     NOT_CONFIGURED_NOTICE,
-    NOTICE_INTERVAL,
     SLOW_NOTICE,
     ConversationEngine,
     Delivery,
@@ -244,7 +243,7 @@ async def test_without_model_notice_is_rate_limited_per_chat_and_turns_are_recor
     in_group = await engine.converse(user_turn("大家好", user=3, group=70), outbox)
     same_group = await engine.converse(user_turn("我也在", user=4, group=70), outbox)
     # A minute later (the default interval, not ten), the chat hears it again.
-    assert NOTICE_INTERVAL == 60
+    assert memory.settings.chat_notice_interval == 60
     clock[0] += 61
     later = await engine.converse(user_turn("还在吗"), outbox)
     assert [r.outcome for r in (first, second, other, in_group, same_group, later)] == [
@@ -484,10 +483,11 @@ def extraction_llm():
 
 
 def preload(tmp_path: Path, *pairs: tuple[str, str]) -> Path:
-    path = tmp_path / "preload.jsonl"
+    """The operator's config folder holding a preload file of ``pairs``."""
+    path = tmp_path / "answer_cache_preload.jsonl"
     lines = [json.dumps({"question": q, "answer": a}, ensure_ascii=False) for q, a in pairs]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return tmp_path
 
 
 PUBLIC_QUESTION, PUBLIC_ANSWER = "HTTP 404 是什么意思", "404 表示服务器找不到请求的资源。"
@@ -498,7 +498,7 @@ GENERAL_QUESTION = "Docker 和虚拟机有什么区别"
 async def cached_memory(memory_factory, tmp_path):
     return await memory_factory(
         answer_cache_enabled=True,
-        answer_cache_preload_file=preload(tmp_path, (PUBLIC_QUESTION, PUBLIC_ANSWER)),
+        memory_config_dir=preload(tmp_path, (PUBLIC_QUESTION, PUBLIC_ANSWER)),
     )
 
 
