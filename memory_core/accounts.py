@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 from .errors import DatabaseUnavailableError
-from .storage.pg import PgStore
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,6 @@ class _Serving:
 
 _UNSET = _Serving("", None)  # no bot: the CLI, MCP, the console
 _current: ContextVar[_Serving] = ContextVar("memory_account", default=_UNSET)
-
-SQL_CLAIM_FIRST = """
-INSERT INTO memory_meta (key, value) VALUES ('first_account', $1::text)
-ON CONFLICT (key) DO NOTHING RETURNING value
-"""
-SQL_FIRST = "SELECT value FROM memory_meta WHERE key = 'first_account'"
 
 
 def key_account(alias: str = "") -> str:
@@ -107,15 +101,11 @@ def serving(account: str | None, self_id: int | None = None) -> Iterator[None]:
         _current.reset(token)
 
 
-class PgAccountStore(PgStore):
-    """The ``first_account`` entry of ``memory_meta``."""
+class FirstAccountStore(Protocol):
+    """Where the first account is recorded (``dialogue.upkeep_store.PgUpkeepStore``: the
+    dialogue owns ``memory_meta``)."""
 
-    async def claim_first(self, self_id: int) -> tuple[int, bool]:
-        """The first account, ``self_id`` when none was recorded yet (then True)."""
-        async with self._connection() as conn:
-            claimed = await conn.fetchval(SQL_CLAIM_FIRST, str(self_id))
-            value = claimed if claimed is not None else await conn.fetchval(SQL_FIRST)
-        return int(value), claimed is not None
+    async def claim_first_account(self, self_id: int) -> tuple[int, bool]: ...
 
 
 class AccountBook:
@@ -128,11 +118,11 @@ class AccountBook:
         self.shared = shared
         self.first: int | None = None
 
-    async def adopt(self, store: PgAccountStore, self_id: int) -> int:
+    async def adopt(self, store: FirstAccountStore, self_id: int) -> int:
         """Record ``self_id`` as the first account unless one already is (the rows stored
         before per-account memory are then its own); returns the first account. Logged once,
         by the process that claimed it."""
-        self.first, claimed = await store.claim_first(self_id)
+        self.first, claimed = await store.claim_first_account(self_id)
         if claimed:
             log.info(
                 "QQ account %s is the first on this database: the memory stored before "
@@ -154,7 +144,7 @@ class AccountBook:
             return None
         return f"{self_id}/"
 
-    async def decide(self, store: PgAccountStore, self_id: int | None) -> str:
+    async def decide(self, store: FirstAccountStore, self_id: int | None) -> str:
         """``self_id``'s namespace, learning the first account from the database first when it
         is not known (claimed by ``self_id`` when none is recorded: it is then the first
         account seen there). ``StorageError`` when the database cannot say."""

@@ -1,14 +1,18 @@
 """One background round-runner for every loop of the core: the durable-queue workers
-(evaluation, extraction) and the memory's maintenance (reconnect, spool, backfills)."""
+(evaluation, extraction) and the memory's maintenance (reconnect, spool, backfills), and the
+daily steps that maintenance runs (the purge of expired rows, the distilled upkeep): the core
+owns time, whatever front end (the bot, ``python -m memory_core mcp``) opened the memory."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta, timezone, tzinfo
 
-from .errors import DatabaseUnavailableError, StorageError
+from .errors import DatabaseUnavailableError, MemoryCoreError, StorageError
 
 Failures = tuple[type[Exception], ...]
 
@@ -106,3 +110,64 @@ class DueFlag:
 
     def is_set(self) -> bool:
         return self._due
+
+
+# A daily step that failed (the database or a provider away) is tried again this much later,
+# not every round.
+STEP_RETRY = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class DailyStep:
+    """A named step of the maintenance round, due once a day at a local wall time ``at``;
+    with ``on_start`` also at the first round after start (a day missed while stopped)."""
+
+    name: str
+    run: Callable[[], Awaitable[object]]
+    at: time
+    on_start: bool = False
+
+
+class DailySchedule:
+    """When each daily step is next due, in zone ``tz``. The maintenance round calls
+    :meth:`run_due` (a test calls it with the moment it pretends it is: no timer to race).
+    A late round runs a step once, however many of its times it missed."""
+
+    def __init__(self, steps: Sequence[DailyStep], tz: tzinfo, now: datetime | None = None) -> None:
+        self._steps = tuple(steps)
+        self._tz = tz
+        now = now or datetime.now(timezone.utc)
+        self._next = {s.name: now if s.on_start else self._following(s, now) for s in steps}
+
+    def _following(self, step: DailyStep, now: datetime) -> datetime:
+        """The first ``step.at`` after ``now``."""
+        local = now.astimezone(self._tz)
+        at = datetime.combine(local.date(), step.at, tzinfo=self._tz)
+        if at <= local:
+            at = datetime.combine(local.date() + timedelta(days=1), step.at, tzinfo=self._tz)
+        return at
+
+    def next_run(self, name: str) -> datetime:
+        return self._next[name]
+
+    async def run_due(self, now: datetime | None = None) -> list[str]:
+        """Run every step due at ``now`` (default: the clock), in order; the names that ran.
+        A step that fails is logged and tried again ``STEP_RETRY`` later; the others run."""
+        now = now or datetime.now(timezone.utc)
+        ran = []
+        for step in self._steps:
+            if self._next[step.name] > now:
+                continue
+            try:
+                await step.run()
+            except MemoryCoreError as exc:
+                log.warning("%s postponed: %s", step.name, exc)
+                self._next[step.name] = now + STEP_RETRY
+                continue
+            except Exception as exc:
+                log.error("%s failed", step.name, exc_info=exc)
+                self._next[step.name] = now + STEP_RETRY
+                continue
+            self._next[step.name] = self._following(step, now)
+            ran.append(step.name)
+        return ran

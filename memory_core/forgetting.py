@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from .accounts import AccountBook, PgAccountStore, serving
+from .accounts import AccountBook, serving
 from .dialogue.forget_store import PgForgetStore
 from .dialogue.spool import failure_text, is_bad_item
+from .dialogue.upkeep_store import PgUpkeepStore
 from .dialogue.writing import TurnWriter
 from .distill.forgetting import count_scope, forget_scope, forget_turns
 from .errors import StorageError
@@ -55,7 +56,7 @@ class Forgetting:
         turns = await self._database.store(PgForgetStore).delete_recalled(message)
         # The cached answers go in the recalling account's memory, also when a spooled recall
         # is done later, outside the event that brought it.
-        store = self._database.store(PgAccountStore)
+        store = self._database.store(PgUpkeepStore)
         with serving(await self._accounts.decide(store, message.self_id), message.self_id):
             distilled = await forget_turns(self._database, turns)
         replies = sum(1 for t in turns if t.role == "assistant")
@@ -105,7 +106,7 @@ class Forgetting:
         known gets it from the bot it was asked through (``AccountBook.decide``)."""
         if scope.account is not None:
             return scope
-        store = self._database.store(PgAccountStore)
+        store = self._database.store(PgUpkeepStore)
         return dataclasses.replace(scope, account=await self._accounts.decide(store, scope.self_id))
 
     async def _forget_stored(self, scope: ForgetScope) -> Forgotten:

@@ -6,16 +6,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
 
-from .accounts import PgAccountStore
-from .background import RoundLoop
+from .background import DailySchedule, DailyStep, RoundLoop
 from .context.block import LineBudget, MemoryBlock, build_memory_block
 from .dialogue.recall_store import PgRecallStore
 from .dialogue.upkeep import KEYWORD_BACKFILL_BATCH, Progress
+from .dialogue.upkeep_store import PgUpkeepStore
 from .distill.keeper import MaintenanceReport
 from .distill.stats import DistilledStats, distilled_stats
 from .errors import DatabaseUnavailableError, EmbeddingError, StorageError
@@ -88,6 +88,7 @@ class TemporalMemory:
         self.writer = parts.writer
         self.upkeep = parts.upkeep
         self._connect_lock = asyncio.Lock()
+        self.daily = daily_schedule(self)
 
     generate_session_key = staticmethod(generate_session_key)
 
@@ -117,8 +118,13 @@ class TemporalMemory:
         """A QQ bot account connected: the first one ever on this database adopts the memory
         stored before (``memory_core.accounts``). Returns ``self_id``'s namespace, the one to
         serve its events in (``accounts.serving``)."""
-        await self.accounts.adopt(self.database.store(PgAccountStore), self_id)
-        return await self.accounts.decide(self.database.store(PgAccountStore), self_id)
+        await self.accounts.adopt(self.database.store(PgUpkeepStore), self_id)
+        return await self.accounts.decide(self.database.store(PgUpkeepStore), self_id)
+
+    async def maintenance_round(self) -> None:
+        """One maintenance round now, as the loop runs it (burst mode: a front end without the
+        loop, or a test, drives it)."""
+        await self._upkeep()
 
     def start_maintenance(self, interval: float = 30.0) -> None:
         """Run the background maintenance (``_maintenance_round``) when woken and at least
@@ -146,14 +152,15 @@ class TemporalMemory:
 
     async def _upkeep(self) -> None:
         """One round of upkeep: the embedded server restarted if it died, the database
-        connected, the spool flushed, then (when some are due) the dialogue's backfills
-        (``DialogueUpkeep.run_round``)."""
+        connected, the spool flushed, the daily steps due run (``daily_schedule``), then (when
+        some are due) the dialogue's backfills (``DialogueUpkeep.run_round``)."""
         retry_in = await self._restart_dead_server()
         if retry_in is not None:
             await asyncio.sleep(retry_in)
             return
         await self.connect()
         await self.flush_spool()
+        await self.daily.run_due()
         if not self._backfill_needed.is_set():
             return
         self._backfill_needed.clear()
@@ -415,13 +422,18 @@ class TemporalMemory:
         missing, drop expired cached answers."""
         report = await self.parts.keeper.maintain()
         await self.parts.answer_cache.purge_expired(now)
+        log.info(
+            "distilled memory upkeep: %d merged, %d importance refreshed, %d embedded",
+            report.merged,
+            report.importance_refreshed,
+            report.embedded,
+        )
         return report
 
     async def preload_answer_cache(self, now: datetime | None = None) -> int:
-        """(Re)load the public entries of ANSWER_CACHE_PRELOAD_FILE; 0 when the cache is off."""
-        path = self.settings.config_file(
-            self.settings.answer_cache_preload_file, "answer_cache_preload.jsonl"
-        )
+        """(Re)load the public entries of ``answer_cache_preload.jsonl`` (``MEMORY_CONFIG_DIR``);
+        0 when the cache is off."""
+        path = self.settings.config_file("answer_cache_preload.jsonl")
         return await self.parts.answer_cache.preload(path, now)
 
     async def evaluate_pending(self, now: datetime | None = None) -> int:
@@ -451,3 +463,27 @@ class TemporalMemory:
         done = await self.upkeep.reembed(batch_size=batch_size, progress=progress)
         done += await self.parts.keeper.reembed(batch_size=batch_size)
         return done + await self.parts.answer_cache.reembed(batch_size=batch_size)
+
+
+# The distilled upkeep comes this long after the purge, so that it does not merge or re-rank
+# what is about to be deleted.
+UPKEEP_AFTER_PURGE = timedelta(minutes=15)
+
+
+def daily_schedule(memory: TemporalMemory) -> DailySchedule:
+    """The memory's daily steps, run by its maintenance round: the purge of expired rows at
+    ``MEMORY_PURGE_TIME`` (and at the first round after start), the distilled upkeep
+    ``UPKEEP_AFTER_PURGE`` later."""
+    hour, _, minute = memory.settings.memory_purge_time.partition(":")
+    purge_at = datetime(2000, 1, 1, int(hour), int(minute))
+    return DailySchedule(
+        [
+            DailyStep("memory purge", memory.purge_expired, purge_at.time(), on_start=True),
+            DailyStep(
+                "distilled memory upkeep",
+                memory.maintain_distilled,
+                (purge_at + UPKEEP_AFTER_PURGE).time(),
+            ),
+        ],
+        memory.settings.tz,
+    )

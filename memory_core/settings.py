@@ -69,7 +69,6 @@ class MemorySettings(BaseModel):
     memory_top_n: int = Field(default=3, ge=0, le=50)
     memory_window_size: int = Field(default=2, ge=0, le=20)
     memory_max_tokens: int = Field(default=1000, ge=0)
-    memory_token_encoding: Literal["cl100k_base", "o200k_base"] = "cl100k_base"
     memory_decay_after_days: float = Field(default=7.0, ge=0)
     memory_decay_half_life_days: float = Field(default=30.0, gt=0)
     memory_decay_min_weight: float = Field(default=0.97, ge=0, le=1)
@@ -126,7 +125,6 @@ class MemorySettings(BaseModel):
     embedding_dim: int | None = Field(default=None, ge=1, le=16_000)
     embedding_batch_size: int = Field(default=32, ge=1, le=2048)
     embedding_timeout: float = Field(default=15.0, gt=0)
-    embedding_max_retries: int = Field(default=3, ge=0, le=10)
     embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_defer_window: float = Field(default=0.5, ge=0, le=60)
@@ -141,7 +139,6 @@ class MemorySettings(BaseModel):
     rerank_model: str = ""
     rerank_timeout: float = Field(default=3.0, gt=0)
     rerank_deadline: float = Field(default=1.5, gt=0)
-    rerank_max_retries: int = Field(default=1, ge=0, le=5)
     rerank_candidates: int = Field(default=20, ge=2, le=100)
 
     # chat model
@@ -149,7 +146,6 @@ class MemorySettings(BaseModel):
     llm_api_key: SecretStr | None = None
     llm_model: str = ""
     llm_timeout: float = Field(default=60.0, gt=0)
-    llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_reply_deadline: float = Field(default=25.0, gt=0)
     llm_max_reply_tokens: int = Field(default=1024, ge=1)
     llm_temperature: float = Field(default=0.7, ge=0, le=2)
@@ -162,12 +158,11 @@ class MemorySettings(BaseModel):
     # a group's short-term window is the group's recent turns, the same for every member; off by
     # default: a member's words reach only his own prompts unless the group shares (recall.sharing)
     chat_group_window: bool = False
-    chat_notice_interval: float = Field(default=60.0, ge=0)
     # on by default: a reply that takes longer than this looks like a bot that stopped answering
     chat_slow_notice_after: float = Field(default=8.0, ge=0)
+    chat_notice_interval: float = Field(default=60.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
-    chat_max_input_chars: int = Field(default=4000, ge=100)
     # memory as tools the chat model calls (conversation.tools); auto: until refused once
     chat_tools: Literal["auto", "on", "off"] = "auto"
     # tokens a group may spend a day (MEMORY_TIMEZONE) before the bot rests there; empty: no limit
@@ -181,11 +176,10 @@ class MemorySettings(BaseModel):
     evaluator_timeout: float = Field(default=30.0, gt=0)
     evaluator_concurrency: int = Field(default=2, ge=1, le=32)
     evaluator_batch_size: int = Field(default=5, ge=1, le=50)
-    evaluator_prompt_file: Path | None = None
-    evaluator_batch_prompt_file: Path | None = None
-    memory_retention_file: Path | None = None
+    # a folder of the operator's own copies of the files in config/ (prompts, retention bands,
+    # the answer cache's preload): a file there replaces the shipped one of the same name
+    memory_config_dir: Path | None = None
     memory_purge_time: str = "04:00"
-    memory_purge_batch_size: int = Field(default=5000, ge=100)
     # the web console's recycle bin: days a deleted memory can still be restored
     memory_recycle_days: float = Field(default=30.0, ge=0)
     # the memory over MCP (agents.mcp_server): recall alone, no remember or forget
@@ -208,17 +202,12 @@ class MemorySettings(BaseModel):
     extraction_every_turns: int = Field(default=5, ge=1, le=1000)
     extraction_idle_minutes: float = Field(default=30.0, gt=0)
     extraction_concurrency: int = Field(default=2, ge=1, le=32)
-    extraction_max_turns: int = Field(default=40, ge=2, le=500)
     extraction_settle_seconds: float = Field(default=120.0, ge=0)
-    extraction_facts_prompt_file: Path | None = None
-    extraction_preferences_prompt_file: Path | None = None
-    extraction_summary_prompt_file: Path | None = None
     # the semantic answer cache, off unless enabled
     answer_cache_enabled: bool = False
     # empty: the calibrated default of the embedding model (memory_core.answer_cache.cache)
     answer_cache_threshold: float | None = Field(default=None, ge=0, le=1)
     answer_cache_ttl_hours: float = Field(default=168.0, gt=0)
-    answer_cache_preload_file: Path | None = None
 
     # pictures remembered (memory_core.pictures): what a picture says, read offline in the
     # background and written into its turn; off: pictures stay "[图片]"
@@ -247,7 +236,6 @@ class MemorySettings(BaseModel):
     vision_api_key: SecretStr | None = None
     vision_model: str = ""
     vision_timeout: float = Field(default=20.0, gt=0)
-    vision_max_retries: int = Field(default=1, ge=0, le=5)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -385,9 +373,12 @@ class MemorySettings(BaseModel):
         """MEMORY_DSN when set; ``None`` means the embedded server."""
         return self.memory_dsn.get_secret_value() if self.memory_dsn else None
 
-    def config_file(self, configured: Path | None, default_name: str) -> Path:
-        """A user-editable file: the configured path, else the shipped default (``config/``)."""
-        return configured if configured is not None else DEFAULTS_DIR / default_name
+    def config_file(self, name: str) -> Path:
+        """A user-editable file: the operator's copy in ``MEMORY_CONFIG_DIR`` when there is
+        one, else the shipped default (``config/``)."""
+        if self.memory_config_dir is not None and (self.memory_config_dir / name).is_file():
+            return self.memory_config_dir / name
+        return DEFAULTS_DIR / name
 
 
 def settings_from_mapping(values: Mapping[str, Any]) -> MemorySettings:

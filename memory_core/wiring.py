@@ -47,6 +47,13 @@ from .storage.embedded_server import EmbeddedServer, embedded_cluster_dir
 
 log = logging.getLogger(__name__)
 
+# The most turns one extraction reads (the latest of a chat): more is a longer prompt, not
+# better memories.
+EXTRACTION_MAX_TURNS = 40
+# Token budgets count with the encoding of the common OpenAI-compatible chat models: a
+# budget is a bound on prompt size, not an invoice, so one encoding serves every model.
+TOKEN_ENCODING = "cl100k_base"
+
 
 def build_parts(
     settings: MemorySettings,
@@ -168,7 +175,7 @@ def _extraction(
             every_turns=settings.extraction_every_turns,
             idle_minutes=settings.extraction_idle_minutes,
             concurrency=settings.extraction_concurrency,
-            max_turns=settings.extraction_max_turns,
+            max_turns=EXTRACTION_MAX_TURNS,
             settle_seconds=settings.extraction_settle_seconds,
         )
     reason = extraction_off_reason(settings) if settings.memory_distilled_enabled else None
@@ -218,10 +225,8 @@ async def open_memory(
     # Built first: a bad RERANK_BASE_URL fails before anything holds a resource.
     chosen_reranker = reranker if reranker is not None else build_reranker(settings)
     chosen_embedder = embedder or await build_embedder(settings)
-    counter = await asyncio.to_thread(load_token_counter, settings.memory_token_encoding)
-    retention = load_retention_policy(
-        settings.config_file(settings.memory_retention_file, "retention.toml")
-    )
+    counter = await asyncio.to_thread(load_token_counter, TOKEN_ENCODING)
+    retention = load_retention_policy(settings.config_file("retention.toml"))
     chosen_evaluator = evaluator if evaluator is not None else build_evaluator(settings)
     embedded = (
         None

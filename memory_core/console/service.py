@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TypeVar
 
-from ..dialogue.admin_store import PgAdminStore, SessionActivity, TurnEdit, TurnsShown
+from ..dialogue.admin_store import PgAdminStore, SessionActivity, TurnsShown
 from ..dialogue.forget_store import PgForgetStore
 from ..dialogue.recall_store import AnchorFilters, PgRecallStore, RecallScope
+from ..dialogue.rewrite_store import Rewritten
 from ..distill.memory import DistilledMemory, content_hash, embedding_text
 from ..distill.store import MemoryEdit, MemorySessionStats, PgDistilledStore
 from ..distill.worker import EXTRACTION_FAILED
 from ..errors import EmbeddingError, InvalidTurnError
-from ..lang.indexed import indexed_text
-from ..lang.keywords import document_terms, normalize, substring_terms, tsquery_all
+from ..lang.keywords import normalize, substring_terms, tsquery_all
 from ..lang.text import clean_content, scrub
 from ..models import MemoryTurn
 from ..personal import switch_group_memory
@@ -346,30 +346,18 @@ class MemoryConsole:
     async def edit_turn(
         self, session_key: str, turn_id: int, text: str, *, actor: str
     ) -> MemoryTurn | None:
-        """Replace a turn's text (re-embedded, keywords and tokens recounted); ``None`` if
-        the session has no such turn. Raises ``InvalidTurnError`` for empty text."""
-        content = clean_content(scrub(text), self.memory.settings.memory_max_content_chars)
-        current = [
-            r.turn for r in await self._dialogues().session_turns_by_ids(session_key, [turn_id])
-        ]
-        if not current:
-            return None
-        # Searched like a freshly stored turn: in the bot's text form (the speaker's name too
-        # when MEMORY_INDEX_SPEAKER is on), so the background re-index has nothing to redo.
-        form = self.memory.text_form
-        indexed = indexed_text(content, current[0].sender_name, form)
-        vector, model = await self._passage_vector(indexed)
-        edit = TurnEdit(
-            content=content,
-            token_count=self.memory.token_counter.count(content),
-            embedding=vector,  # type: ignore[arg-type]
-            embedding_model=model,
-            keywords=document_terms(indexed),
-            text_form=form,
+        """Replace a turn's text and everything derived from it, as a stored turn gets them
+        (``TurnWriter.rewrite``); ``None`` if the session has no such turn. Raises
+        ``InvalidTurnError`` for empty text."""
+
+        async def audited(tx: Transaction, rewritten: Rewritten) -> None:
+            edited = (rewritten.before, rewritten.turn)
+            await self._audited_edit(tx, "turn", session_key, turn_id, edited, actor)
+
+        rewritten = await self.memory.parts.writer.rewrite(
+            turn_id, text, session_key=session_key, then=audited
         )
-        async with self.memory.database.transaction() as tx:
-            edited = await tx.store(PgAdminStore).edit_turn(session_key, turn_id, edit)
-            return await self._audited_edit(tx, "turn", session_key, turn_id, edited, actor)
+        return None if rewritten is None else rewritten.turn
 
     async def edit_memory(
         self, session_key: str, memory_id: int, text: str, *, actor: str

@@ -52,6 +52,9 @@ from .window import SteppedWindow
 # The current message is excluded from its own recall by cutting recall off just before it.
 JUST_BEFORE = timedelta(microseconds=1)
 INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
+# A message is stored whole but reaches the chat model cut to this many characters (with
+# ``INPUT_CUT_MARK``): a pasted log must not spend the prompt.
+MAX_INPUT_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,7 @@ class PromptPreparer:
         assert turn.created_at is not None
         now = max(now, turn.created_at)
         cutoff = turn.created_at - JUST_BEFORE
-        text = prompt_text(turn.content, self._settings.chat_max_input_chars)
+        text = prompt_text(turn.content, MAX_INPUT_CHARS)
         recent: list[MemoryTurn] = []
         context: MemoryContext | None = None
         recalled: RecallResult | None = None

@@ -10,12 +10,11 @@ from datetime import date, datetime
 from typing import Any
 
 import asyncpg
-import numpy as np
 
 from ..accounts import current as current_account
 from ..accounts import key_account
 from ..models import MemoryTurn
-from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
+from ..storage.row_changes import RowTaker, put_back_sql, take_sql
 from ..time_bounds import EARLIEST, LATEST
 from .bad_rows import usable_turn
 from .columns import TURN_COLUMNS, turn_from_record
@@ -179,33 +178,9 @@ WHERE id = $1 AND session_key = $2
 RETURNING content
 """
 
-# The console's edit (its text before goes to the audit log).
-SQL_EDIT_TURN = edit_sql(
-    "dialogues",
-    "content = $3, token_count = $4, embedding = $5::halfvec, embedding_model = $6, "
-    "keywords = array_to_tsvector($7::text[]), text_form = $8",
-    TURN_COLUMNS,
-)
-
 SQL_TAKE_TURN = take_sql("dialogues")
 
 SQL_PUT_BACK_TURN = put_back_sql("dialogues")
-
-
-@dataclass(frozen=True)
-class TurnEdit:
-    """A turn's new text with everything derived from it."""
-
-    content: str
-    token_count: int
-    embedding: np.ndarray | None
-    embedding_model: str | None
-    keywords: Sequence[str]
-    text_form: int  # the form ``keywords`` and ``embedding`` were made in (lang.indexed)
-
-    def values(self) -> tuple[Any, ...]:
-        return (self.content, self.token_count, self.embedding, self.embedding_model,
-                list(self.keywords), self.text_form)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -404,15 +379,6 @@ class PgAdminStore(RowTaker):
         async with self._connection() as conn:
             text = await conn.fetchval(SQL_PIN_TURN, turn_id, session_key, pinned, expires_at)
         return None if text is None else str(text)
-
-    async def edit_turn(
-        self, session_key: str, turn_id: int, edit: TurnEdit
-    ) -> tuple[str, MemoryTurn] | None:
-        """Replace a turn's text and what is derived from it; (text before, turn after), or
-        ``None`` if the session has no such turn."""
-        async with self._connection() as conn:
-            record = await conn.fetchrow(SQL_EDIT_TURN, turn_id, session_key, *edit.values())
-        return None if record is None else (record["before_text"], turn_from_record(record))
 
     async def groups_with_turns(self, limit: int) -> list[int]:
         async with self._connection() as conn:

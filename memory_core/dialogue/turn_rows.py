@@ -1,4 +1,6 @@
-"""Validating a ``TurnInput`` and turning it into a row ready to insert."""
+"""Validating a ``TurnInput`` and turning it into a row ready to insert, and the one rule by which
+a turn's text becomes its derived columns (``text_columns``): the write path, the console's edit
+and the picture reader (``writing.TurnWriter.rewrite``) all go through it."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import dataclasses
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -63,6 +66,52 @@ def raw_segments_json(segments: Sequence[dict[str, Any]] | None) -> str | None:
     return json.dumps(list(segments), ensure_ascii=False, default=str)
 
 
+@dataclass(frozen=True)
+class TextColumns:
+    """What a turn's stored text gives its row: the text itself, its token count, the time it
+    talks about, and what it is searched by (keyword terms; ``indexed``, the text to embed)."""
+
+    content: str
+    token_count: int
+    refers_start: datetime | None
+    refers_end: datetime | None
+    keywords: list[str]
+    text_form: int
+    indexed: str
+
+
+def cleaned_text(text: object, max_chars: int) -> str:
+    """Text made storable: scrubbed (``lang.text.scrub``) and cut to ``max_chars``;
+    ``InvalidTurnError`` for non-text or blank text."""
+    return clean_content(scrub(text) if isinstance(text, str) else text, max_chars)
+
+
+def text_columns(
+    content: str,
+    *,
+    sender_name: str | None,
+    created_at: datetime,
+    text_form: int,
+    context: ContextLine | None,
+    token_counter: TokenCounter,
+    tz: tzinfo,
+) -> TextColumns:
+    """The columns derived from a turn's (cleaned) ``content``: tokens, the time range it talks
+    about (relative to the turn's own time), and its index in ``text_form`` with ``context``,
+    the line it answers (``context_lines``; used when the form says so)."""
+    refers = referred_range(content, created_at, tz)
+    texts = index_texts(content, sender_name, text_form, context)
+    return TextColumns(
+        content=content,
+        token_count=token_counter.count(content),
+        refers_start=refers.start if refers is not None else None,
+        refers_end=refers.end if refers is not None else None,
+        keywords=document_terms(texts.keywords),
+        text_form=text_form,
+        indexed=texts.vector,
+    )
+
+
 def prepare_row(
     turn: TurnInput,
     *,
@@ -91,10 +140,16 @@ def prepare_row(
     problem = time_problem(created_at, now=now)
     if problem is not None:
         raise InvalidTurnError(f"created_at {problem}")
-    content = clean_content(turn.content, max_chars)
     sender = turn.sender_name[:SENDER_NAME_MAX] if turn.sender_name else None
-    refers = referred_range(content, created_at, tz)
-    indexed = index_texts(content, sender, text_form)
+    text = text_columns(
+        clean_content(turn.content, max_chars),
+        sender_name=sender,
+        created_at=created_at,
+        text_form=text_form,
+        context=None,  # read from the database by the writer (``with_context``)
+        token_counter=token_counter,
+        tz=tz,
+    )
     row = NewTurnRow(
         message_uuid=message_uuid_for(turn),
         self_id=turn.self_id,
@@ -103,19 +158,19 @@ def prepare_row(
         group_id=turn.group_id,
         chat_type=turn.chat_type,
         role=turn.role,
-        content=content,
+        content=text.content,
         sender_name=sender or None,
         qq_message_id=turn.message_id,
         raw_segments=raw_segments_json(turn.raw_segments),
         embedding=None,
         embedding_model=None,
-        token_count=token_counter.count(content),
+        token_count=text.token_count,
         created_at=created_at,
-        refers_start=refers.start if refers is not None else None,
-        refers_end=refers.end if refers is not None else None,
-        keywords=document_terms(indexed.keywords),
-        text_form=text_form,
-        indexed=indexed.vector,
+        refers_start=text.refers_start,
+        refers_end=text.refers_end,
+        keywords=text.keywords,
+        text_form=text.text_form,
+        indexed=text.indexed,
     )
     stamped = dataclasses.replace(turn, message_uuid=row.message_uuid, created_at=created_at)
     return stamped, row

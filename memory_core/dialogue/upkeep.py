@@ -29,6 +29,10 @@ from .vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
+# Expired rows deleted a statement at a time: short locks, and a purge that a restart cuts
+# short loses nothing.
+PURGE_BATCH = 5000
+
 KEYWORD_BACKFILL_BATCH = 1000
 TEXT_FORM_META = "indexed_text_form"
 # One maintenance round re-indexes for about this long, then lets the spool and the
@@ -270,7 +274,7 @@ class DialogueUpkeep:
         store = self._upkeep()
         now = now or await store.database_now()  # bots sharing the database share its clock
         expired_before = now - timedelta(minutes=self._settings.chat_recent_minutes)
-        batch = self._settings.memory_purge_batch_size
+        batch = PURGE_BATCH
         total = 0
         while True:
             deleted = await store.purge_expired(expired_before, batch)

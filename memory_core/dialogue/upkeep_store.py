@@ -88,6 +88,14 @@ INSERT INTO memory_meta (key, value) VALUES ($1, $2)
 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
 """
 
+# The QQ account that owns the unprefixed namespace (``memory_core.accounts``): claimed once,
+# by the first account ever to connect; every later claim reads it.
+SQL_CLAIM_FIRST_ACCOUNT = """
+INSERT INTO memory_meta (key, value) VALUES ('first_account', $1::text)
+ON CONFLICT (key) DO NOTHING RETURNING value
+"""
+SQL_FIRST_ACCOUNT = "SELECT value FROM memory_meta WHERE key = 'first_account'"
+
 SQL_PURGE_BATCH = """
 DELETE FROM dialogues WHERE id IN (
     SELECT id FROM dialogues WHERE expires_at IS NOT NULL AND expires_at <= $1 AND NOT pinned
@@ -210,3 +218,10 @@ class PgUpkeepStore(PgStore):
     async def write_meta(self, values: dict[str, str]) -> None:
         async with self._connection() as conn, conn.transaction():
             await conn.executemany(SQL_META_SET, list(values.items()))
+
+    async def claim_first_account(self, self_id: int) -> tuple[int, bool]:
+        """The first account, ``self_id`` when none was recorded yet (then True)."""
+        async with self._connection() as conn:
+            claimed = await conn.fetchval(SQL_CLAIM_FIRST_ACCOUNT, str(self_id))
+            value = claimed if claimed is not None else await conn.fetchval(SQL_FIRST_ACCOUNT)
+        return int(value), claimed is not None

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..accounts import AccountBook, PgAccountStore
+from ..accounts import AccountBook
 from ..errors import EmbeddingError, StorageError
 from ..lang.indexed import WITH_CONTEXT
 from ..lang.tokens import TokenCounter
@@ -22,12 +22,13 @@ from ..models import AddOutcome, ForgetScope, RecalledMessage, Role, TurnInput
 from ..providers.embedding import Embedder
 from ..settings import MemorySettings
 from ..stages import stage
-from ..storage.database_handle import Database
+from ..storage.database_handle import Database, Transaction
 from .columns import NewTurnRow
 from .deferred_embeddings import DeferredEmbeddings
 from .recall_store import PgRecallStore
+from .rewrite_store import PgRewriteStore, Rewritten
 from .spool import TurnSpool, failure_text, is_bad_item
-from .turn_rows import prepare_row, with_context
+from .turn_rows import cleaned_text, prepare_row, text_columns, with_context
 from .upkeep_store import PgUpkeepStore
 
 log = logging.getLogger(__name__)
@@ -217,8 +218,57 @@ class TurnWriter:
         database once); ``StorageError`` when the database cannot say."""
         if turn.account is not None:
             return turn
-        store = self._database.store(PgAccountStore)
+        store = self._database.store(PgUpkeepStore)
         return dataclasses.replace(turn, account=await self._accounts.decide(store, turn.self_id))
+
+    async def rewrite(
+        self,
+        turn_id: int,
+        text: str,
+        *,
+        session_key: str | None = None,
+        expected: str | None = None,
+        then: Callable[[Transaction, Rewritten], Awaitable[None]] | None = None,
+    ) -> Rewritten | None:
+        """Give a stored turn a new text, and everything derived from it by the rule of a
+        written turn (``turn_rows.text_columns``): cleaned, tokens, the time it talks about
+        (from the turn's own time), its index with the line it answers, its embedding now (or,
+        when the embedder fails, by the backfill). The one way a turn's text changes: the
+        console's edit and the picture reader call it.
+
+        ``None`` when there is no such turn (in ``session_key``, when given) or, with
+        ``expected``, its text is no longer that. ``then`` runs in the update's transaction,
+        after it (the console's audit log commits with the edit). ``InvalidTurnError`` for
+        text that cannot be stored."""
+        content = cleaned_text(text, self._settings.memory_max_content_chars)
+        source = await self._database.store(PgRewriteStore).source(turn_id, session_key)
+        if source is None:
+            return None
+        columns = text_columns(
+            content,
+            sender_name=source.sender_name,
+            created_at=source.created_at,
+            text_form=self._text_form,
+            context=source.context,
+            token_counter=self._token_counter,
+            tz=self._settings.tz,
+        )
+        # The turn's first embedding may still be on its way (``embed_later``): it must land
+        # before the new one, not after it.
+        await self.settle_embeddings(timeout=self._settings.embedding_defer_window + 5.0)
+        vectors = await self._embed_passages([columns.indexed])
+        async with self._database.transaction() as tx:
+            rewritten = await tx.store(PgRewriteStore).rewrite(
+                turn_id,
+                source.session_key,
+                columns,
+                embedding=None if vectors is None else vectors[0],
+                embedding_model=None if vectors is None else self._embedder.model,
+                expected=expected,
+            )
+            if rewritten is not None and then is not None:
+                await then(tx, rewritten)
+        return rewritten
 
     def _with_embedding(self, row: NewTurnRow, vector: np.ndarray) -> NewTurnRow:
         return dataclasses.replace(row, embedding=vector, embedding_model=self._embedder.model)

@@ -342,17 +342,17 @@ def load_templates(settings: MemorySettings) -> ExtractionTemplates:
     """The three prompt templates (configured files, else the ``config/`` copies)."""
     return ExtractionTemplates(
         facts=read_prompt_template(
-            settings.config_file(settings.extraction_facts_prompt_file, FACTS_PROMPT),
+            settings.config_file(FACTS_PROMPT),
             ("{conversation}", "{known_facts}"),
             "the extraction prompt",
         ),
         preferences=read_prompt_template(
-            settings.config_file(settings.extraction_preferences_prompt_file, PREFERENCES_PROMPT),
+            settings.config_file(PREFERENCES_PROMPT),
             ("{conversation}", "{known_preferences}"),
             "the extraction prompt",
         ),
         summary=read_prompt_template(
-            settings.config_file(settings.extraction_summary_prompt_file, SUMMARY_PROMPT),
+            settings.config_file(SUMMARY_PROMPT),
             ("{conversation}",),
             "the extraction prompt",
         ),

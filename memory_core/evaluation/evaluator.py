@@ -179,12 +179,12 @@ def build_evaluator(settings: MemorySettings) -> Evaluator | None:
     if not settings.evaluator_endpoint.configured:
         return HeuristicEvaluator()
     prompt = read_prompt_template(
-        settings.config_file(settings.evaluator_prompt_file, "evaluator_prompt.txt"),
+        settings.config_file("evaluator_prompt.txt"),
         ("{user}", "{assistant}"),
         "the evaluator prompt",
     )
     batch_prompt = read_prompt_template(
-        settings.config_file(settings.evaluator_batch_prompt_file, "evaluator_batch_prompt.txt"),
+        settings.config_file("evaluator_batch_prompt.txt"),
         ("{count}", "{exchanges}"),
         "the evaluator prompt",
     )

@@ -43,14 +43,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from datetime import tzinfo
 from typing import TYPE_CHECKING, Protocol
 
 from ..background import RoundLoop
-from ..errors import EmbeddingError, MemoryCoreError, PictureError
-from ..lang.indexed import indexed_text
-from ..lang.keywords import document_terms
-from ..lang.timerange import referred_range
+from ..errors import MemoryCoreError, PictureError
 from ..models import MemoryTurn, TurnInput
 from ..storage.opt_outs import chat_name
 from ..traffic import ReplyTraffic
@@ -73,42 +69,24 @@ from .store import (
     PictureRecord,
     RetryTurn,
     StoredReading,
-    TextUpdate,
-    TurnText,
 )
 from .text import derived_label, picture_text, with_labels
 from .vision import Describer, NoDescriptions, build_describer
 
 if TYPE_CHECKING:
-    from ..lang.tokens import TokenCounter
     from ..parts import MemoryParts
-    from ..providers.embedding import Embedder
     from ..settings import MemorySettings
     from ..storage.database_handle import Database
 
 
 class PictureMemory(Protocol):
-    """What reading pictures uses of the memory (``TemporalMemory`` is one): the database,
-    the writer's deferred vectors, and how a turn is indexed and embedded."""
+    """What reading pictures uses of the memory (``TemporalMemory`` is one): the database, and
+    the dialogue's writer, which rewrites a turn's text with its pictures' labels."""
 
     @property
     def database(self) -> Database: ...
     @property
-    def settings(self) -> MemorySettings: ...
-    @property
     def parts(self) -> MemoryParts: ...
-    @property
-    def embedder(self) -> Embedder: ...
-    @property
-    def token_counter(self) -> TokenCounter: ...
-    @property
-    def text_form(self) -> int: ...
-    @property
-    def tz(self) -> tzinfo: ...
-    @property
-    def embedding_model(self) -> str: ...
-
-    async def settle_embeddings(self, timeout: float | None = None) -> None: ...
 
 
 log = logging.getLogger(__name__)
@@ -424,7 +402,7 @@ class PictureReader:
         content = with_labels(current.content, labels)
         if content is None:
             return  # nothing was read, the labels are in already, or the text was edited
-        await self._set_text(store, turn_id, current.content, content, current)
+        await self._set_text(turn_id, current.content, content)
 
     # ----------------------------------------------------------------- retries
 
@@ -513,32 +491,8 @@ class PictureReader:
             labels.append((shown, shown))
         return labels
 
-    async def _set_text(
-        self, store: PgPictureStore, turn_id: int, before: str, content: str, current: TurnText
-    ) -> None:
-        memory = self._memory
-        # The stored turn's own embedding may still be on its way (``embed_later``): it must
-        # land before the new one, not after it.
-        await memory.settle_embeddings(timeout=memory.settings.embedding_defer_window + 5.0)
-        indexed = indexed_text(content, current.sender_name, memory.text_form)
-        vector = None
-        try:
-            vector = (await memory.embedder.embed_passages([indexed]))[0]
-        except EmbeddingError as exc:
-            log.warning("turn %d's new text will be embedded later: %s", turn_id, exc)
-            memory.parts.backfill_due.set()
-        refers = referred_range(content, current.created_at, memory.tz)
-        await store.set_text(
-            TextUpdate(
-                turn_id=turn_id,
-                before=before,
-                content=content,
-                token_count=memory.token_counter.count(content),
-                keywords=document_terms(indexed),
-                text_form=memory.text_form,
-                embedding=vector,
-                embedding_model=memory.embedding_model if vector is not None else None,
-                refers_start=refers.start if refers is not None else None,
-                refers_end=refers.end if refers is not None else None,
-            )
-        )
+    async def _set_text(self, turn_id: int, before: str, content: str) -> None:
+        """The turn's text with its pictures' labels, searched anew as a written turn is
+        (``TurnWriter.rewrite``); only while the text is still ``before``: an edit in the
+        console meanwhile wins."""
+        await self._memory.parts.writer.rewrite(turn_id, content, expected=before)

@@ -1,5 +1,5 @@
-"""All SQL of ``turn_pictures`` (migrations 014, 017), and the one update of a turn's text that
-reading its pictures makes (content, keywords, embedding, time reference together)."""
+"""All SQL of ``turn_pictures`` (migrations 014, 017), and what reading pictures reads of the
+dialogue (a turn's text is rewritten by ``dialogue``: ``TurnWriter.rewrite``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-
-import numpy as np
 
 from ..accounts import account_of_key, key_account
 from ..storage.opt_outs import EVERYONE, EVERYWHERE, not_opted_out
@@ -65,15 +63,6 @@ SELECT position, status, text, description FROM turn_pictures WHERE turn_id = $1
 """
 
 SQL_TURN_TEXT = "SELECT content, sender_name, created_at FROM dialogues WHERE id = $1"
-
-# The turn's text with its pictures' labels, searched anew by both channels. Only while the
-# text is still the one the labels were made for: an edit in the console meanwhile wins.
-SQL_SET_TEXT = """
-UPDATE dialogues
-SET content = $2, token_count = $3, keywords = array_to_tsvector($4::text[]), text_form = $5,
-    embedding = $6::halfvec, embedding_model = $7, refers_start = $8, refers_end = $9
-WHERE id = $1 AND content = $10
-"""
 
 # The latest turns of a chat that carried a photo or screenshot (not a sticker), newest first,
 # for "刚才那张图": the session index walked backwards, each row's segments looked at.
@@ -140,22 +129,6 @@ class TurnText:
     content: str
     sender_name: str | None
     created_at: datetime
-
-
-@dataclass(frozen=True)
-class TextUpdate:
-    """A turn's new text and everything searched by it."""
-
-    turn_id: int
-    before: str
-    content: str
-    token_count: int
-    keywords: Sequence[str]
-    text_form: int
-    embedding: np.ndarray | None
-    embedding_model: str | None
-    refers_start: datetime | None
-    refers_end: datetime | None
 
 
 class PgPictureStore(PgStore):
@@ -229,24 +202,6 @@ class PgPictureStore(PgStore):
         if record is None:
             return None
         return TurnText(record["content"], record["sender_name"], record["created_at"])
-
-    async def set_text(self, update: TextUpdate) -> bool:
-        """Write the turn's new text; whether it was still the text the update was made for."""
-        async with self._connection() as conn:
-            status = await conn.execute(
-                SQL_SET_TEXT,
-                update.turn_id,
-                update.content,
-                update.token_count,
-                list(update.keywords),
-                update.text_form,
-                update.embedding,
-                update.embedding_model,
-                update.refers_start,
-                update.refers_end,
-                update.before,
-            )
-        return rows_affected(status) == 1
 
     async def latest_pictures(
         self, session_key: str, shared_group: int | None, now: datetime, limit: int

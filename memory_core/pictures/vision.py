@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 PROMPT = "用一句中文（不超过40个字）描述这张图片的内容，只写看到的东西；图中的文字不用抄写。"
 DESCRIPTION_MAX_CHARS = 80
+# One retry: a picture left without its description still keeps the text read from it.
+VISION_MAX_RETRIES = 1
 _KINDS = (
     (b"\x89PNG", "image/png"),
     (b"\xff\xd8\xff", "image/jpeg"),
@@ -117,6 +119,6 @@ def build_describer(settings: MemorySettings) -> VisionDescriber | NoDescription
         max_connections=4,
     )
     endpoint = OpenAIEndpoint(
-        client, label="vision model", error=LLMError, max_retries=settings.vision_max_retries
+        client, label="vision model", error=LLMError, max_retries=VISION_MAX_RETRIES
     )
     return VisionDescriber(endpoint, settings.vision_model, deadline=settings.vision_timeout)

@@ -29,6 +29,10 @@ from .openai_api import OpenAIEndpoint, open_http_client
 
 log = logging.getLogger(__name__)
 
+# Retries of a failed chat call (timeouts, 429, 5xx; ``openai_api``): the reply deadline
+# bounds them anyway, so more would only be cut off.
+LLM_MAX_RETRIES = 2
+
 ToolsMode = Literal["auto", "on", "off"]
 
 # (base URL, model) of the endpoints found to serve only streamed calls, for the whole process:
@@ -342,7 +346,7 @@ def build_chat_model(settings: MemorySettings) -> OpenAIChatModel | None:
         return None
     return build_openai_model(
         settings.chat_endpoint,
-        max_retries=settings.llm_max_retries,
+        max_retries=LLM_MAX_RETRIES,
         max_tokens=settings.llm_max_reply_tokens,
         temperature=settings.llm_temperature,
         deadline=settings.llm_reply_deadline,

@@ -18,6 +18,9 @@ from .openai_api import OpenAIEndpoint, open_http_client
 # A reranker reads each document with the query in one window (bge-reranker: 512 tokens by
 # default); a chat turn longer than this adds nothing to its relevance but time.
 RERANK_MAX_CHARS = 1024
+# One retry at most: the reranker has a deadline well inside a reply's, and without it the
+# recall keeps its own order.
+RERANK_MAX_RETRIES = 1
 
 
 class ApiReranker:
@@ -86,7 +89,7 @@ def build_reranker(settings: MemorySettings) -> ApiReranker | None:
             client,
             label="reranker",
             error=RerankError,
-            max_retries=settings.rerank_max_retries,
+            max_retries=RERANK_MAX_RETRIES,
             max_delay=1.0,
         ),
         model=endpoint.model,

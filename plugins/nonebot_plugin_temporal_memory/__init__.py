@@ -3,7 +3,6 @@
 from nonebot import require
 from nonebot.plugin import PluginMetadata
 
-require("nonebot_plugin_apscheduler")
 require("nonebot_plugin_localstore")
 
 from .command_help import USAGE  # noqa: E402
@@ -30,7 +29,6 @@ from . import (  # noqa: E402, F401
     handlers,
     http_event_guard,
     intake,
-    jobs,
     log_redaction,
     mcp_http,
     runtime,

@@ -198,8 +198,10 @@ def test_the_wheels_hold_their_own_packages_and_only_the_plugin_requires_nonebot
     assert not [r for r in core_needs if "nonebot" in r.lower()]
     plugin_needs = " ".join(_requirements(installed.plugin_wheel))
     for needed in ("temporal-memory", "nonebot2", "nonebot-adapter-onebot",
-                   "nonebot-plugin-apscheduler", "nonebot-plugin-localstore"):  # fmt: skip
+                   "nonebot-plugin-localstore"):  # fmt: skip
         assert needed in plugin_needs
+    # The core's maintenance runs the daily purge and upkeep: no scheduler of the plugin's.
+    assert "apscheduler" not in plugin_needs
 
 
 def test_the_installed_core_finds_its_migrations_and_defaults_in_site_packages(
@@ -262,8 +264,10 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
     data_dir = home / ".local" / "share" / "nonebot2" / PLUGIN_MODULE
     port, token = free_port(), "installed-test-token"
     llm = ScriptedLLM(_answer)
-    prompt_file = project / "my_evaluator_prompt.txt"
-    prompt_file.write_text(EVALUATOR_PROMPT, encoding="utf-8")
+    # The operator's copy of a shipped file, in a folder of their own.
+    config_dir = project / "my_config"
+    config_dir.mkdir()
+    (config_dir / "evaluator_prompt.txt").write_text(EVALUATOR_PROMPT, encoding="utf-8")
     (project / "bot.py").write_text(BOT_PY, encoding="utf-8")
     (project / ".env").write_text(
         "\n".join(
@@ -279,12 +283,11 @@ async def test_a_nonebot_project_with_the_installed_plugin_answers_over_onebot_v
                 f"LLM_BASE_URL={llm.base_url}",
                 "LLM_MODEL=stub-model",
                 "LLM_API_KEY=test-key",
-                "LLM_MAX_RETRIES=0",
                 # Timers this test expects never to run out (see tests/plugin/wire.py).
                 "CHAT_SLOW_NOTICE_AFTER=0",
                 "EMBEDDING_QUERY_DEADLINE=60",
                 "EMBEDDING_STORE_DEADLINE=60",
-                f"EVALUATOR_PROMPT_FILE={prompt_file}",
+                f"MEMORY_CONFIG_DIR={config_dir}",
                 "",
             ]
         ),

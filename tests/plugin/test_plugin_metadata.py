@@ -28,7 +28,7 @@ def test_plugin_metadata_names_an_application_for_onebot_v11_with_its_config(plu
     assert meta.homepage == package.HOMEPAGE and meta.homepage.startswith("https://")
     # Nothing else in this test session requires them: the plugin's require() calls did.
     loaded = {each.id_ for each in nonebot.get_loaded_plugins()}
-    assert {"nonebot_plugin_apscheduler", "nonebot_plugin_localstore"} <= loaded
+    assert "nonebot_plugin_localstore" in loaded
 
 
 def test_the_distribution_names_the_same_homepage_and_module(plugin: Any) -> None:

@@ -219,7 +219,6 @@ def bot_environment(
             "LLM_BASE_URL": llm_url or "http://127.0.0.1:9/v1",
             "LLM_MODEL": "stub-model" if llm_url else "",
             "LLM_API_KEY": "test-key",
-            "LLM_MAX_RETRIES": "0",
             # Timers the wire tests expect never to run out, made far longer than a loaded
             # machine takes (the tests of each timer set their own): a stand-in model's answer,
             # the local embedder's query and store deadlines, and the wait message (0 = never),

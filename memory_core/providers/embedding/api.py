@@ -31,6 +31,9 @@ QWEN3_QUERY_PREFIX = (
     "Instruct: Given a chat message, retrieve earlier chat messages relevant to it\nQuery:"
 )
 API_MAX_CHARS = 4096
+# Retries of a failed embedding call: stored turns wait for the backfill when they run out, so
+# a few with backoff are enough.
+EMBEDDING_MAX_RETRIES = 3
 
 
 def default_query_prefix(model: str) -> str:
@@ -148,7 +151,7 @@ def build_api_embedder(settings: MemorySettings) -> ApiEmbedder:
         client,
         label="embedding API",
         error=EmbeddingError,
-        max_retries=settings.embedding_max_retries,
+        max_retries=EMBEDDING_MAX_RETRIES,
         max_delay=20.0,
     )
     return ApiEmbedder(

@@ -22,10 +22,11 @@ DOCKER = "怎么安装Docker"
 
 
 def preload_file(tmp_path, *pairs: tuple[str, str], extra: str = ""):
-    path = tmp_path / "preload.jsonl"
+    """The operator's config folder holding a preload file of ``pairs``."""
+    path = tmp_path / "answer_cache_preload.jsonl"
     lines = [json.dumps({"question": q, "answer": a}, ensure_ascii=False) for q, a in pairs]
     path.write_text("# comment\n\n" + "\n".join(lines) + "\n" + extra, encoding="utf-8")
-    return path
+    return tmp_path
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ async def cached(memory_factory, tmp_path):
     return await memory_factory(
         answer_cache_enabled=True,
         answer_cache_threshold=0.8,
-        answer_cache_preload_file=path,
+        memory_config_dir=path,
     )
 
 
@@ -154,7 +155,7 @@ async def test_a_question_that_recalled_personal_memory_is_not_served_or_stored(
 async def test_a_semantic_hit_needs_the_same_numbers(memory_factory, tmp_path):
     path = preload_file(tmp_path, ("HTTP 404 是什么意思", "找不到页面"))
     memory = await memory_factory(
-        answer_cache_enabled=True, answer_cache_threshold=0.3, answer_cache_preload_file=path
+        answer_cache_enabled=True, answer_cache_threshold=0.3, memory_config_dir=path
     )
     assert (
         await memory.parts.answer_cache.lookup("HTTP 404 是啥意思", 1, now=T0)
@@ -220,7 +221,7 @@ async def test_preload_skips_time_dependent_questions_and_drops_removed_entries(
     path = preload_file(
         tmp_path, (DOCKER, "答案一"), ("今天星期几", "不该缓存"), ("什么是RAG", "检索增强")
     )
-    memory = await memory_factory(answer_cache_enabled=True, answer_cache_preload_file=path)
+    memory = await memory_factory(answer_cache_enabled=True, memory_config_dir=path)
     assert await memory.parts.answer_cache.entry_counts() == {"public": 2}
     preload_file(tmp_path, (DOCKER, "答案二"))
     assert await memory.preload_answer_cache() == 1
@@ -232,7 +233,7 @@ async def test_a_malformed_preload_line_is_named_and_does_not_stop_start_up(
     memory_factory, tmp_path, caplog
 ):
     path = preload_file(tmp_path, (DOCKER, "答案"), extra='{"question": "缺答案"}\n')
-    memory = await memory_factory(answer_cache_enabled=True, answer_cache_preload_file=path)
+    memory = await memory_factory(answer_cache_enabled=True, memory_config_dir=path)
     assert any("preload.jsonl:4" in r.message for r in caplog.records)
     with pytest.raises(ConfigError, match=r"preload.jsonl:4"):
         await memory.preload_answer_cache()

@@ -27,6 +27,7 @@ from memory_core.conversation.engine import (
     SessionLocks,
     split_reply,
 )
+from memory_core.conversation.preparation import MAX_INPUT_CHARS
 from memory_core.conversation.prompt import NOTE_OPEN
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
@@ -435,7 +436,7 @@ async def test_huge_message_is_stored_whole_but_cut_visibly_in_the_prompt(memory
     result = await engine_for(memory, model).converse(user_turn(huge), Outbox())
     assert result.user_turn is not None and result.user_turn.content == huge
     current = model.prompts[-1][-1]["content"]
-    limit = memory.settings.chat_max_input_chars
+    limit = MAX_INPUT_CHARS
     assert current.endswith(f"…[消息过长，其余 {50_000 - limit} 字略去]")
     assert len(current) < limit + 100
 
@@ -482,10 +483,11 @@ def extraction_llm():
 
 
 def preload(tmp_path: Path, *pairs: tuple[str, str]) -> Path:
-    path = tmp_path / "preload.jsonl"
+    """The operator's config folder holding a preload file of ``pairs``."""
+    path = tmp_path / "answer_cache_preload.jsonl"
     lines = [json.dumps({"question": q, "answer": a}, ensure_ascii=False) for q, a in pairs]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return tmp_path
 
 
 PUBLIC_QUESTION, PUBLIC_ANSWER = "HTTP 404 是什么意思", "404 表示服务器找不到请求的资源。"
@@ -496,7 +498,7 @@ GENERAL_QUESTION = "Docker 和虚拟机有什么区别"
 async def cached_memory(memory_factory, tmp_path):
     return await memory_factory(
         answer_cache_enabled=True,
-        answer_cache_preload_file=preload(tmp_path, (PUBLIC_QUESTION, PUBLIC_ANSWER)),
+        memory_config_dir=preload(tmp_path, (PUBLIC_QUESTION, PUBLIC_ANSWER)),
     )
 
 

@@ -14,6 +14,7 @@ from memory_core.conversation.budget import RESTING_NOTICE
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.models import TurnInput
 from memory_core.personal import known_about, opt_out
+from memory_core.providers import llm as llm_module
 from memory_core.providers.llm import OpenAIChatModel, build_chat_model
 from tests.tool_llm import Reply, ToolLLM, tool_messages
 
@@ -62,14 +63,14 @@ async def llm() -> AsyncIterator[ToolLLM]:
 
 
 @pytest.fixture
-async def open_chat(memory_factory, llm):
+async def open_chat(memory_factory, llm, monkeypatch):
+    monkeypatch.setattr(llm_module, "LLM_MAX_RETRIES", 0)  # a scripted failure is final
     models: list[OpenAIChatModel] = []
 
     async def factory(**overrides: Any) -> ConversationEngine:
         settings: dict[str, Any] = {
             "llm_base_url": llm.base_url,
             "llm_model": "stand-in",
-            "llm_max_retries": 0,
             "chat_slow_notice_after": 0,
             **overrides,
         }

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memory_core.dialogue import upkeep
 from memory_core.errors import ConfigError
 from memory_core.evaluation.evaluator import (
     Exchange,
@@ -243,8 +244,9 @@ async def test_low_scored_exchange_leaves_recall_while_high_scored_stays(memory_
     assert [t.content for t in recalled if t.role == "user"] == ["Docker 的猫咪镜像端口被占用"]
 
 
-async def test_purge_deletes_exactly_the_expired_rows(memory_factory, fresh_dsn):
-    memory = await memory_factory(memory_purge_batch_size=100)
+async def test_purge_deletes_exactly_the_expired_rows(memory_factory, fresh_dsn, monkeypatch):
+    monkeypatch.setattr(upkeep, "PURGE_BATCH", 100)  # 250 rows: three batches
+    memory = await memory_factory()
     turns = [
         (
             await memory.add_turn(

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
+from memory_core.pictures import vision
 from memory_core.pictures.vision import NoDescriptions, VisionDescriber, build_describer
 from memory_core.settings import MemorySettings
 from tests.fakes import Answer, ScriptedLLM
@@ -13,12 +16,16 @@ from tests.picture_server import note_picture, picture_turn
 GROUP, ALICE = 30003, 20002
 
 
+@pytest.fixture(autouse=True)
+def _no_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vision, "VISION_MAX_RETRIES", 0)
+
+
 def describer_for(server: ScriptedLLM) -> VisionDescriber:
     built = build_describer(
         MemorySettings(
             vision_base_url=server.base_url,
             vision_model="Qwen/Qwen2.5-VL-7B-Instruct",
-            vision_max_retries=0,
         )
     )
     assert isinstance(built, VisionDescriber)

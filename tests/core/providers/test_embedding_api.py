@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from memory_core.errors import ConfigError, EmbeddingError
-from memory_core.providers.embedding import ApiEmbedder, CachedEmbedder, build_embedder
+from memory_core.providers.embedding import ApiEmbedder, CachedEmbedder, api, build_embedder
 from memory_core.providers.embedding.api import QWEN3_QUERY_PREFIX, build_api_embedder
 from memory_core.providers.openai_api import OpenAIEndpoint
 from memory_core.settings import MemorySettings
@@ -107,6 +107,12 @@ class EmbeddingAPI:
 
     def release(self) -> None:
         self.released.set()
+
+
+@pytest.fixture(autouse=True)
+def _no_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing stand-in answers at once: the factory's embedder does not retry it."""
+    monkeypatch.setattr(api, "EMBEDDING_MAX_RETRIES", 0)
 
 
 @pytest.fixture
@@ -513,7 +519,6 @@ def api_settings(base_url: str, **overrides: Any) -> MemorySettings:
         "embedding_model": "test/embed",
         "embedding_dim": DIM,
         "embedding_batch_size": 2,
-        "embedding_max_retries": 0,
         "embedding_cache_size": 0,
     }
     values.update(overrides)
