@@ -22,7 +22,7 @@ from .dialogue.writing import TurnWriter
 from .distill.forgetting import count_scope, forget_scope, forget_turns
 from .errors import StorageError
 from .models import ForgetScope, Forgotten, RecalledMessage
-from .storage.audit_log import PgAuditTextStore
+from .storage.audit_log import PgAuditLogStore
 from .storage.database_handle import Database
 from .storage.recycle_bin import PgRecycleBinStore
 
@@ -115,7 +115,7 @@ class Forgetting:
         # What the console deleted of that scope goes too: the recycle bin keeps copies; and
         # the audit log keeps the texts the console and the agents wrote or read.
         await self._database.store(PgRecycleBinStore).delete_scope(scope)
-        await self._database.store(PgAuditTextStore).forget_scope(scope)
+        await self._database.store(PgAuditLogStore).forget_scope(scope)
         return dataclasses.replace(distilled, dialogues=deleted)
 
     async def spooled_recall(self, recalled: RecalledMessage) -> int:

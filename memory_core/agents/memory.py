@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..console.store import Audit, PgConsoleStore
 from ..conversation.engine import ConversationEngine
 from ..errors import MemoryCoreError, StorageError
 from ..models import ForgetScope, Forgotten, MemoryTurn, TurnInput, generate_session_key
 from ..personal import forget_memories
 from ..recall.listing import list_recall
 from ..service import TemporalMemory
+from ..storage.audit_log import Audit, PgAuditLogStore
 from ..storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class AgentMemory:
         session_key = generate_session_key(user_id, group_id)
         entry = Audit(self.actor, action, kind, item_id, session_key, before, after)
         try:
-            await self.memory.database.store(PgConsoleStore).write_audit(entry)
+            await self.memory.database.store(PgAuditLogStore).write_audit(entry)
         except StorageError as exc:
             # Only after a note was spooled or a forget deferred (anything else needed the
             # database first): the call is done, its entry cannot be written.

@@ -1,6 +1,7 @@
 """The operator's web console, framework-free: sessions, the memory browser, edits, the recycle
 bin, the audit log, daily figures and the recall debugger. The plugin serves it as pages."""
 
+from ..storage.audit_log import AuditEntry
 from ..storage.recycle_bin import BinItem
 from .debugger import RecallTrace, trace_recall
 from .service import (
@@ -15,7 +16,7 @@ from .service import (
     TurnSearch,
 )
 from .settings_view import masked_settings
-from .store import AuditEntry, ConsoleConflictError, FoundTurn, SessionRow
+from .store import ConsoleConflictError, FoundTurn, SessionRow
 
 __all__ = [
     "PAGE_SIZE",

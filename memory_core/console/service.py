@@ -27,19 +27,13 @@ from ..models import MemoryTurn
 from ..personal import switch_group_memory
 from ..providers.openai_api import is_failing
 from ..settings import BUNDLED_MODEL_RECALL_FLOOR, LOCAL_EMBEDDING_MODEL
+from ..storage.audit_log import Audit, AuditEntry, PgAuditLogStore
 from ..storage.counters import PgCounterStore
 from ..storage.database_handle import Transaction
 from ..storage.opt_outs import EVERYONE, PgOptOutStore
 from ..storage.recycle_bin import BinItem, PgRecycleBinStore
 from ..storage.row_changes import RowTaker
-from .store import (
-    Audit,
-    AuditEntry,
-    FoundTurn,
-    PgConsoleStore,
-    SessionRow,
-    conflicts_refused,
-)
+from .store import FoundTurn, SessionRow, conflicts_refused
 
 if TYPE_CHECKING:
     from ..service import TemporalMemory
@@ -155,8 +149,8 @@ class MemoryConsole:
         self.memory = memory
         self.names = names
 
-    def _store(self) -> PgConsoleStore:
-        return self.memory.database.store(PgConsoleStore)
+    def _store(self) -> PgAuditLogStore:
+        return self.memory.database.store(PgAuditLogStore)
 
     def _bin(self) -> PgRecycleBinStore:
         return self.memory.database.store(PgRecycleBinStore)
@@ -399,7 +393,7 @@ class MemoryConsole:
             return None
         before_text, after = edited
         audit = Audit(actor, "edit", kind, item_id, session_key, before_text, after.content)
-        await tx.store(PgConsoleStore).write_audit(audit)
+        await tx.store(PgAuditLogStore).write_audit(audit)
         return after
 
     async def delete(
@@ -450,7 +444,7 @@ class MemoryConsole:
         bin_id = await tx.store(PgRecycleBinStore).to_bin(
             kind, taken, deleted_by=actor, purge_after=now + keep
         )
-        await tx.store(PgConsoleStore).write_audit(
+        await tx.store(PgAuditLogStore).write_audit(
             Audit(actor, "delete", kind, item_id, session_key, before_text=taken.summary)
         )
         return bin_id
@@ -486,7 +480,7 @@ class MemoryConsole:
             if text is None:
                 return False
             action = "pin" if pinned else "unpin"
-            await tx.store(PgConsoleStore).write_audit(
+            await tx.store(PgAuditLogStore).write_audit(
                 Audit(actor, action, kind, item_id, session_key, before_text=text, after_text=text)
             )
         return True
@@ -524,7 +518,7 @@ class MemoryConsole:
                     return None
                 item, row_data = taken
                 await tx.store(OWNERS[item.kind]).put_back_row(row_data)
-                await tx.store(PgConsoleStore).write_audit(
+                await tx.store(PgAuditLogStore).write_audit(
                     Audit(actor, "restore", item.kind, item.item_id, item.session_key,
                           after_text=item.summary)
                 )  # fmt: skip
@@ -610,4 +604,4 @@ async def _audit_switch(
 ) -> None:
     """A group switch's audit entry, written in the switch's own transaction."""
     audit = Audit(actor, action, "group", group_id, None, after_text="开" if on else "关")
-    await tx.store(PgConsoleStore).write_audit(audit)
+    await tx.store(PgAuditLogStore).write_audit(audit)

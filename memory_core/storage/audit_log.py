@@ -1,9 +1,8 @@
-"""What forgetting does to the audit log (migration 009): a forgotten scope's entries lose
-their texts.
+"""The audit log (migration 009): who changed what, when, and the text before and after; and
+what forgetting does to it (a forgotten scope's entries lose their texts).
 
-The console (``console.store``) writes and reads the audit log: who changed what, when, and
-the text before and after (a console edit, an MCP ``remember`` or ``recall``). Those texts are
-the person's memories, so a /forget, /忘记我 or MCP forget of them must reach the log too; the
+The console and the MCP tools write and read it (a console edit, an MCP ``remember`` or
+``recall``). Its texts are the person's memories, so a /forget, /忘记我 or MCP forget of them must reach the log too; the
 entries themselves stay, so the operator still sees that something was done, by whom and when.
 The core does it for the reason it owns the recycle bin (``storage.recycle_bin``): forgetting
 is the memory's lifecycle, and nothing the core is built from may import the console.
@@ -15,9 +14,63 @@ read against the ids in that key.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
 from ..models import ForgetScope
 from .pg import PgStore, rows_affected
 from .scopes import scope_filter
+
+SQL_AUDIT = """
+INSERT INTO memory_audit_log
+    (actor, action, target_kind, target_id, session_key, before_text, after_text)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+"""
+AUDIT_COLUMNS = (
+    "id, at, actor, action, target_kind, target_id, session_key, before_text, after_text"
+)
+SQL_AUDIT_LOG = f"""
+SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 OFFSET $2
+"""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target_kind: str
+    target_id: int | None
+    session_key: str | None
+    before_text: str | None
+    after_text: str | None
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What one change writes to the audit log."""
+
+    actor: str
+    action: str
+    target_kind: str
+    target_id: int | None
+    session_key: str | None
+    before_text: str | None = None
+    after_text: str | None = None
+
+    def values(self) -> tuple[Any, ...]:
+        return (
+            self.actor,
+            self.action,
+            self.target_kind,
+            self.target_id,
+            self.session_key,
+            self.before_text,
+            self.after_text,
+        )
+
 
 # The entries that still hold a text, with the user and group of their session key; entries
 # without a session key (a group's switch) hold no one's memory.
@@ -38,8 +91,21 @@ WITH keyed AS (
 """
 
 
-class PgAuditTextStore(PgStore):
-    """Clears the texts of the audit entries a /forget scope covers."""
+class PgAuditLogStore(PgStore):
+    """The audit log. A change the console makes to a turn or a distilled memory runs in one
+    transaction with its bin row and audit entry (``Database.transaction``): the rows' own
+    stores change them, ``PgRecycleBinStore`` keeps the bin, this store writes the audit; a
+    /forget clears the texts of the entries its scope covers.
+    """
+
+    async def audit_log(self, limit: int, offset: int) -> list[AuditEntry]:
+        async with self._connection() as conn:
+            rows = await conn.fetch(SQL_AUDIT_LOG, limit, offset)
+        return [AuditEntry(**{key: r[key] for key in AUDIT_COLUMNS.split(", ")}) for r in rows]
+
+    async def write_audit(self, audit: Audit) -> None:
+        async with self._connection() as conn:
+            await conn.execute(SQL_AUDIT, *audit.values())
 
     async def forget_scope(self, scope: ForgetScope) -> int:
         """Clear ``before_text`` and ``after_text`` of the entries of ``scope``'s sessions;

@@ -30,7 +30,7 @@ OWNERS = {
     "distilled_sessions": "memory_core/distill/",
     "answer_cache": "memory_core/answer_cache/",
     "evaluation_queue": "memory_core/evaluation/",
-    "memory_audit_log": "memory_core/console/store.py",
+    "memory_audit_log": "memory_core/storage/audit_log.py",
     "memory_daily_stats": "memory_core/storage/counters.py",
     "memory_opt_outs": "memory_core/storage/opt_outs.py",
     "memory_recycle_bin": "memory_core/storage/recycle_bin.py",

@@ -4,10 +4,10 @@ note, a ``recall`` query) go with their memories, the entries stay, and nobody e
 from __future__ import annotations
 
 from memory_core.agents.memory import AgentMemory
-from memory_core.console.store import PgConsoleStore
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.models import ForgetScope
 from memory_core.service import TemporalMemory
+from memory_core.storage.audit_log import PgAuditLogStore
 
 ME, OTHER, GROUP = 11, 12, 900
 
@@ -18,7 +18,7 @@ def agent_of(memory: TemporalMemory) -> AgentMemory:
 
 
 async def audit_texts(memory: TemporalMemory) -> list[tuple[str, str, str | None]]:
-    entries = await memory.database.store(PgConsoleStore).audit_log(100, 0)
+    entries = await memory.database.store(PgAuditLogStore).audit_log(100, 0)
     return sorted((e.session_key or "", e.action, e.after_text) for e in entries)
 
 
