@@ -19,11 +19,13 @@ only says which lines they are.
 
 from __future__ import annotations
 
+import operator
 import re
+import unicodedata
 from collections.abc import Sequence
 from enum import Enum
 
-from .repeats import fold
+from .repeats import MAX_FOLDED
 
 
 class Kind(Enum):
@@ -48,6 +50,7 @@ _EN_ASKING = re.compile(
     r"|would|will|should|have|has|had|any|remember)\b",
     re.IGNORECASE,
 )
+_NOT_WORD = re.compile(r"[\W_]+")
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _EN_WORD = re.compile(r"[A-Za-z0-9']+")
 # A clause with fewer than these says nothing on its own ("嗯", "Hey Mel", "对了").
@@ -71,6 +74,7 @@ _ACKNOWLEDGED = re.compile(
     r"|我?记住(?:了|啦)|我?记下(?:了|啦)|帮你记(?:住|下)(?:了|啦)?)+",
     re.IGNORECASE,
 )
+
 
 def _substantial(clause: str) -> bool:
     if len(_CJK.findall(clause)) >= MIN_CJK:
@@ -110,19 +114,30 @@ def is_non_answer(text: str) -> bool:
     return bool(_NOT_KNOWING.search(text))
 
 
-def _pairs(text: str) -> set[str]:
-    folded = fold(text)
-    return {folded[i : i + 2] for i in range(len(folded) - 1)}
+def pairs(text: str) -> frozenset[str]:
+    """The character pairs of ``text`` folded (NFKC, case-folded, letters, digits and CJK
+    characters only, as ``repeats.fold``; by one regular expression: a recall's head folds
+    twenty texts or more), as echoes compare them."""
+    folded = _NOT_WORD.sub("", unicodedata.normalize("NFKC", text[:MAX_FOLDED]).casefold())
+    return frozenset(map(operator.add, folded, folded[1:]))
+
+
+def restated_pairs(reply: str) -> frozenset[str]:
+    """The pairs of what a bot ``reply`` says beyond its acknowledgement ("好的，记住啦："), read
+    in the person's words (the bot's 你 is their 我)."""
+    return pairs(_ACKNOWLEDGED.sub("", reply).replace("你", "我"))
+
+
+def echoes_pairs(restated: frozenset[str], said: frozenset[str]) -> bool:
+    """``echoes`` on pairs made once (``restated_pairs`` of the reply, ``pairs`` of the line)."""
+    shared = len(restated & said)
+    return shared >= MIN_ECHO_PAIRS and shared >= ECHO_OWN_SHARE * len(restated)
 
 
 def echoes(reply: str, said: str) -> bool:
     """Whether the bot's ``reply`` restates the person's ``said`` (see the module): what it
-    says beyond its acknowledgement ("好的，记住啦：") comes mostly from ``said``, read in the
-    person's words (the bot's 你 is their 我)."""
-    restated = _ACKNOWLEDGED.sub("", reply).replace("你", "我")
-    own = _pairs(restated)
-    shared = len(own & _pairs(said))
-    return shared >= MIN_ECHO_PAIRS and shared >= ECHO_OWN_SHARE * len(own)
+    says beyond its acknowledgement comes mostly from ``said``."""
+    return echoes_pairs(restated_pairs(reply), pairs(said))
 
 
 def kind_of(text: str, role: str, earlier_said: Sequence[str] = ()) -> Kind:

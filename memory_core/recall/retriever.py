@@ -355,7 +355,7 @@ class Retriever:
                 if lead is not None and ranked:
                     ranked = put_first(ranked, lead)
         # Statements over questions and echoes (recall.statements): the head's turns read once.
-        ranked = await statements_first(store, scope, ranked, now, head=limit)
+        ranked = await statements_first(self._database, ranked, head=limit)
         rerank_scores: tuple[tuple[int, float], ...] = ()
         if self.reranker is not None and len(ranked) > 1:
             ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)

@@ -14,9 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ..dialogue.recall_store import PgRecallStore, RecallScope
-from ..lang.utterance import Kind, kind_of
+from ..dialogue.source_store import PgSourceStore
+from ..lang.utterance import (
+    Kind,
+    echoes_pairs,
+    is_non_answer,
+    is_question,
+    pairs,
+    restated_pairs,
+)
 from ..models import MemoryTurn
+from ..storage.database_handle import Database
 from .ranking import RankedAnchor
 
 DEMOTION = 0.5
@@ -31,13 +39,30 @@ WEIGHTS = {
 
 
 def kinds(turns: Sequence[MemoryTurn]) -> dict[int, Kind]:
-    """Each turn's kind (``lang.utterance.kind_of``); a bot line is an echo of a person's line
-    among ``turns`` said before it."""
-    said = sorted((t for t in turns if t.role == "user"), key=lambda t: (t.created_at, t.id))
-    found = {}
+    """Each turn's kind (``lang.utterance.kind_of``); a bot line is an echo of a person's
+    statement among ``turns`` said before it. Each text is analysed once (a recall's head is
+    twenty turns or more: comparing texts pair by pair would cost milliseconds)."""
+    found: dict[int, Kind] = {}
+    statements: list[tuple[tuple[datetime, int], frozenset[str]]] = []
     for turn in turns:
-        earlier = [s.content for s in said if (s.created_at, s.id) < (turn.created_at, turn.id)]
-        found[turn.id] = kind_of(turn.content, turn.role, earlier)
+        if turn.role == "assistant":
+            continue
+        asks = is_question(turn.content)
+        found[turn.id] = Kind.QUESTION if asks else Kind.STATEMENT
+        if not asks:
+            statements.append(((turn.created_at, turn.id), pairs(turn.content)))
+    for turn in turns:
+        if turn.role != "assistant":
+            continue
+        if is_non_answer(turn.content):
+            found[turn.id] = Kind.NON_ANSWER
+            continue
+        said_at = (turn.created_at, turn.id)
+        restated = restated_pairs(turn.content)
+        if any(at < said_at and echoes_pairs(restated, said) for at, said in statements):
+            found[turn.id] = Kind.ECHO
+        else:
+            found[turn.id] = Kind.QUESTION if is_question(turn.content) else Kind.STATEMENT
     return found
 
 
@@ -55,16 +80,11 @@ def demoted(
 
 
 async def statements_first(
-    store: PgRecallStore,
-    scope: RecallScope,
-    ranked: Sequence[RankedAnchor],
-    now: datetime,
-    *,
-    head: int,
+    database: Database, ranked: Sequence[RankedAnchor], *, head: int
 ) -> list[RankedAnchor]:
-    """``demoted`` for a recall: the first ``head`` anchors' turns read in one query."""
+    """``demoted`` for a recall: the first ``head`` anchors' turns read by id in one query
+    (they were found in the recall's scope already)."""
     if len(ranked) < 2:
         return list(ranked)
-    top = [a.candidate for a in ranked[:head]]
-    rows = await store.windows(scope=scope, anchors=top, window_size=0, now=now)
-    return demoted(ranked, [turn for anchor_id, turn in rows if turn.id == anchor_id], head)
+    turns = await database.store(PgSourceStore).turns_by_id([a.candidate.id for a in ranked[:head]])
+    return demoted(ranked, list(turns.values()), head)
