@@ -19,7 +19,7 @@ only says which lines they are.
 
 from __future__ import annotations
 
-import operator
+import itertools
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -50,7 +50,9 @@ _EN_ASKING = re.compile(
     r"|would|will|should|have|has|had|any|remember)\b",
     re.IGNORECASE,
 )
-_NOT_WORD = re.compile(r"[\W_]+")
+_TOKENS = re.compile(r"[a-z0-9]+|[^\W\d_a-z]")
+_YOUR = re.compile(r"\b(?:you|your|yours)\b", re.IGNORECASE)
+_MINE = {"you": "i", "your": "my", "yours": "mine"}
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _EN_WORD = re.compile(r"[A-Za-z0-9']+")
 # A clause with fewer than these says nothing on its own ("嗯", "Hey Mel", "对了").
@@ -70,8 +72,8 @@ _NOT_KNOWING = re.compile(
 ECHO_OWN_SHARE = 0.6
 MIN_ECHO_PAIRS = 4
 _ACKNOWLEDGED = re.compile(
-    r"^(?:\s|[，,。.！!：:~～]|好的|好嘞|好|嗯嗯|嗯|收到|明白|了解|知道了|没问题|ok(?:ay)?|got it|noted"
-    r"|我?记住(?:了|啦)|我?记下(?:了|啦)|帮你记(?:住|下)(?:了|啦)?)+",
+    r"^(?:\s|[，,。.！!：:~～]|好的|好嘞|好|嗯嗯|嗯|收到|明白|了解|知道了|没问题"
+    r"|ok(?:ay)?|got it|noted|我?记住(?:了|啦)|我?记下(?:了|啦)|帮你记(?:住|下)(?:了|啦)?)+",
     re.IGNORECASE,
 )
 
@@ -115,17 +117,19 @@ def is_non_answer(text: str) -> bool:
 
 
 def pairs(text: str) -> frozenset[str]:
-    """The character pairs of ``text`` folded (NFKC, case-folded, letters, digits and CJK
-    characters only, as ``repeats.fold``; by one regular expression: a recall's head folds
-    twenty texts or more), as echoes compare them."""
-    folded = _NOT_WORD.sub("", unicodedata.normalize("NFKC", text[:MAX_FOLDED]).casefold())
-    return frozenset(map(operator.add, folded, folded[1:]))
+    """The pairs of neighbouring tokens of ``text`` (NFKC, case-folded): a token is a CJK
+    character or a word of letters and digits, so Chinese is compared by character pairs and
+    English by word pairs (letter pairs would find "a support group for new moms" in "an LGBTQ
+    support group")."""
+    tokens = _TOKENS.findall(unicodedata.normalize("NFKC", text[:MAX_FOLDED]).casefold())
+    return frozenset(map(" ".join, itertools.pairwise(tokens)))
 
 
 def restated_pairs(reply: str) -> frozenset[str]:
     """The pairs of what a bot ``reply`` says beyond its acknowledgement ("好的，记住啦："), read
-    in the person's words (the bot's 你 is their 我)."""
-    return pairs(_ACKNOWLEDGED.sub("", reply).replace("你", "我"))
+    in the person's words (the bot's 你 / "your" is their 我 / "my")."""
+    restated = _ACKNOWLEDGED.sub("", reply).replace("你", "我")
+    return pairs(_YOUR.sub(lambda m: _MINE[m.group().lower()], restated))
 
 
 def echoes_pairs(restated: frozenset[str], said: frozenset[str]) -> bool:
