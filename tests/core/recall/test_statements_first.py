@@ -11,9 +11,12 @@ import pytest
 
 from memory_core.agents.memory import AgentMemory
 from memory_core.conversation.engine import ConversationEngine
-from memory_core.recall import statements
+from memory_core.dialogue.recall_store import AnchorCandidate
+from memory_core.models import MemoryTurn
+from memory_core.recall import retriever, statements
 from memory_core.recall.listing import list_recall
 from memory_core.recall.options import RecallOptions
+from memory_core.recall.ranking import RankedAnchor
 from tests.turns import said
 
 NOW = datetime.now(timezone.utc)
@@ -32,8 +35,12 @@ def at(minutes: float) -> datetime:
 
 @pytest.fixture
 def no_demotion(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every kind weighs alike: what recall did before statements came first."""
-    monkeypatch.setattr(statements, "WEIGHTS", dict.fromkeys(statements.WEIGHTS, 1.0))
+    """Recall as it was before statements came first."""
+
+    async def as_ranked(database, ranked, **_):  # type: ignore[no-untyped-def]
+        return list(ranked)
+
+    monkeypatch.setattr(retriever, "statements_first", as_ranked)
 
 
 async def private_chat(memory) -> None:  # type: ignore[no-untyped-def]
@@ -156,3 +163,28 @@ async def test_mcp_recall_returns_nothing_for_an_unrelated_query(memory_factory,
     assert answer["turns"] == [] and answer["facts"] == []
     answer = await agent.recall(XIAOMING, "周会几点？")
     assert answer["turns"][0]["content"] == MEETING
+
+
+def anchor(turn_id: int, score: float) -> RankedAnchor:
+    return RankedAnchor(AnchorCandidate(turn_id, T0, score), score)
+
+
+def turn(turn_id: int, text: str, role: str = "user") -> MemoryTurn:
+    return MemoryTurn(
+        turn_id, f"u{turn_id}", "1", None, 1, None, "private", role, text,  # type: ignore[arg-type]
+        None, None, at(turn_id), None, None, 10,
+    )  # fmt: skip
+
+
+def test_a_question_with_no_statement_about_it_keeps_its_place() -> None:
+    """A topic that comes back is found by the question that opened it (Chit-Chat)."""
+    ranked = [anchor(1, 0.9), anchor(2, 0.8), anchor(3, 0.7)]
+    turns = [
+        turn(1, "What's your favourite movie?"),
+        turn(2, "I went camping with my kids last weekend"),
+        turn(3, "My favourite movie is Spirited Away"),
+    ]
+    order = [a.candidate.id for a in statements.demoted(ranked, turns, head=3)]
+    assert order == [2, 3, 1]  # just under the statement it is about
+    order = [a.candidate.id for a in statements.demoted(ranked[:2], turns[:2], head=2)]
+    assert order == [1, 2]
