@@ -681,6 +681,7 @@ def _asking(
             recall=parts.retriever,
             notes=parts.keeper,
             opt_outs=StoredOptOuts(parts.database),
+            settings=settings,
             bot_name=bot_name,
         )
         if settings.chat_tools != "off"

@@ -7,12 +7,19 @@ names neither a user nor a group, so it cannot reach another chat; ``search_memo
 ``TemporalMemory.recall`` with the message's own user and group, so a shared group is searched
 exactly as recall searches it (``recall.sharing``).
 
+``search_memory`` lists only what ``/recall`` would show (``recall.listing.relevant_windows``:
+a line that mentions the query or is close to it in meaning), and says ``没有找到`` when nothing
+is: a list of unrelated lines reads to the model as an answer.
+
 The bounds (``answer_with_tools``): at most ``MAX_TOOL_ROUNDS`` rounds of calls, then one last
 call that must answer in text (``tool_choice: none``, the tools still in the request so the
-prompt's prefix is unchanged); at most ``MAX_CALLS_PER_ROUND`` calls run in a round; each tool
-call gets ``TOOL_SECONDS`` at most; the whole exchange
-runs inside the caller's reply deadline. A tool that fails, is too slow, is unknown or gets
-arguments it cannot use answers the model with a tool message saying so, never an exception.
+prompt's prefix is unchanged). A model that still asks for tools there is asked once more
+without any, the tools' results written into the message; if that fails too, the reply is a
+short summary of what the tools found (``summary_of``), never an apology for answers in hand.
+At most ``MAX_CALLS_PER_ROUND`` calls run in a round; each tool call gets ``TOOL_SECONDS`` at
+most; the whole exchange runs inside the caller's reply deadline. A tool that fails, is too
+slow, is unknown or gets arguments it cannot use answers the model with a tool message saying
+so, never an exception.
 
 ``TOOL_DEFINITIONS`` is a constant: the same bytes in every request of every chat, which is
 what lets a provider's prefix cache keep them with the system prompt.
@@ -21,6 +28,7 @@ what lets a provider's prefix cache keep them with the system prompt.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -36,7 +44,9 @@ from ..lang.timefmt import format_absolute
 from ..models import MemoryTurn, RecallResult, Role
 from ..providers.chat_turn import ModelTurn, ToolCall
 from ..providers.llm import ToolChatModel, strip_reasoning
+from ..recall.listing import Relevance, relevant_windows
 from ..recall.options import RecallOptions
+from ..settings import MemorySettings
 from ..storage.database_handle import Database
 from ..storage.opt_outs import PgOptOutStore
 from .preparation import JUST_BEFORE
@@ -168,10 +178,13 @@ class MemoryTools:
         recall: ToolRecall,
         notes: NoteSaver,
         opt_outs: OptOuts,
+        settings: MemorySettings,
         bot_name: str | None = None,
         tool_seconds: float = TOOL_SECONDS,
     ) -> None:
+        """``settings``: the relevance floor and time words ``/recall`` uses (``Relevance``)."""
         self._recall = recall
+        self._settings = settings
         self._notes = notes
         self._opt_outs = opt_outs
         self._tz = recall.tz
@@ -231,6 +244,11 @@ class MemoryTools:
         windows = found.windows
         if name is not None:
             windows = tuple(w for w in windows if _said_by(w, name))[:SEARCH_TOP_N]
+        relevance = Relevance.of(query, self._settings, now)
+        if relevance.words or relevance.span is not None or (since is None and until is None):
+            # Only what /recall would list; a query of nothing but a range the model gave
+            # (since/until with "聊了什么") keeps that range's turns.
+            windows = relevant_windows(windows, relevance)
         turns = sorted({t.id: t for w in windows for t in w.turns}.values(), key=_time_order)
         # Windows widen each anchor by its neighbours; those outside the asked time go.
         turns = [
@@ -348,6 +366,7 @@ async def answer_with_tools(
     offered = tools is not None and model.offers_tools
     history: list[Mapping[str, Any]] = list(messages)
     tool_calls = tokens = 0
+    results: list[str] = []  # what the tools answered, in order
     for round_number in range(max_rounds + 1):
         last = round_number == max_rounds
         model_calls = round_number + 1
@@ -357,6 +376,11 @@ async def answer_with_tools(
         tokens += turn.tokens
         text = strip_reasoning(turn.text)
         if not turn.tool_calls or not offered or last or tools is None:
+            if not text and last and results:
+                # Asked to answer, it asked for tools again: it gets what they gave, plainly.
+                return await _answer_from_results(
+                    model, messages, results, ToolAnswer("", model_calls, tool_calls, tokens)
+                )
             if not text:
                 raise LLMError(
                     f"chat model gave no text after {model_calls} call(s) "
@@ -376,6 +400,70 @@ async def answer_with_tools(
                 result = await tools.run(call, scope)
             else:
                 result = f"未执行：每轮最多调用 {MAX_CALLS_PER_ROUND} 次工具。"
+            results.append(result)
             history.append({"role": "tool", "tool_call_id": call.id, "content": result})
         offered = model.offers_tools  # a refusal in this round turned them off
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+RESULTS_NOTE = (
+    "\n\n（以下是你刚才查记忆得到的结果，不是对方说的话。请据此直接回答上面的消息，不要再查。）\n"
+)
+SUMMARY_MAX_CHARS = 600
+
+
+async def _answer_from_results(
+    model: ToolChatModel,
+    messages: Sequence[Mapping[str, Any]],
+    results: Sequence[str],
+    spent: ToolAnswer,
+) -> ToolAnswer:
+    """One more call without tools, the tools' ``results`` written after the message (no tool
+    messages: a request without tools may not carry them); ``summary_of`` the results when
+    that call fails or gives no text. ``spent``: the calls and tokens so far."""
+    calls = spent.model_calls + 1
+    try:
+        turn = await model.respond(_with_results(messages, results), tools=None)
+    except LLMError as exc:
+        log.warning("the chat model failed on the tools' results; answering with them: %s", exc)
+        return dataclasses.replace(spent, text=summary_of(results), model_calls=calls)
+    text = strip_reasoning(turn.text)
+    if not text:
+        text = summary_of(results)
+    return ToolAnswer(text, calls, spent.tool_calls, spent.tokens + turn.tokens)
+
+
+def _with_results(
+    messages: Sequence[Mapping[str, Any]], results: Sequence[str]
+) -> list[Mapping[str, Any]]:
+    """``messages`` with the tools' results appended to the last one (the person's message),
+    so the roles still alternate as every provider wants."""
+    note = RESULTS_NOTE + "\n\n".join(results)
+    *before, last = messages
+    content = last.get("content")
+    if isinstance(content, str):
+        return [*before, {**last, "content": content + note}]
+    if isinstance(content, list):
+        return [*before, {**last, "content": [*content, {"type": "text", "text": note}]}]
+    return [*messages, {"role": "user", "content": note.strip()}]
+
+
+def summary_of(results: Sequence[str]) -> str:
+    """A short Chinese reply from the tools' results alone: the lines ``search_memory`` found
+    (at most ``SUMMARY_MAX_CHARS``), or that a note was kept, or that nothing was found."""
+    found: list[str] = []
+    for result in results:
+        found.extend(line for line in result.splitlines() if line.startswith("["))
+    found = list(dict.fromkeys(found))
+    if found:
+        lines = ["我翻了一下记忆，找到这些："]
+        used = len(lines[0])
+        for line in found:
+            if used + len(line) > SUMMARY_MAX_CHARS:
+                break
+            lines.append(line)
+            used += len(line) + 1
+        return "\n".join(lines)
+    if any(result.startswith("已记下") for result in results):
+        return "好的，我记下了。"
+    return "我翻了一下记忆，没有找到相关的内容。"

@@ -12,6 +12,7 @@ The prompt's recall is untouched by any of this.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -93,6 +94,11 @@ class RecallListing:
     turns: tuple[MemoryTurn, ...] = ()
     windows: RecallResult | None = None
     facts: tuple[DistilledHit, ...] = ()
+    words: tuple[tuple[str, ...], ...] = ()  # the query's words (``Relevance.words``)
+
+    def excerpt(self, text: str, chars: int) -> str:
+        """``text`` cut to about ``chars`` characters around the query's words (``excerpt``)."""
+        return excerpt(text, self.words, chars)
 
     @property
     def empty(self) -> bool:
@@ -134,10 +140,26 @@ async def list_recall(
         every = {t.id: t for w in kept for t in w.turns}
         ordered = tuple(sorted(every.values(), key=lambda t: (t.created_at, t.id)))
         view = dataclasses.replace(result, windows=kept, turns=ordered)
-        return RecallListing(query=query, windows=view, facts=tuple(shown_facts))
+        return RecallListing(
+            query=query, windows=view, facts=tuple(shown_facts), words=relevance.words
+        )
     anchors = [_anchor(w) for w in windows]
     turns = _distinct([t for t in anchors if t is not None], key=lambda t: same_words(t.content))
-    return RecallListing(query=query, turns=tuple(turns[:items]), facts=tuple(shown_facts))
+    return RecallListing(
+        query=query, turns=tuple(turns[:items]), facts=tuple(shown_facts), words=relevance.words
+    )
+
+
+def relevant_windows(
+    windows: Sequence[RecallWindow], relevance: Relevance
+) -> tuple[RecallWindow, ...]:
+    """The windows ``--full`` would keep: the anchor is about the query, or another of their
+    turns mentions it (the chat model's ``search_memory`` lists no more than that)."""
+    return tuple(w for w in windows if _relevant_window(w, relevance, _never, whole=True))
+
+
+def _never(turn: MemoryTurn) -> bool:
+    return False
 
 
 def _anchor(window: RecallWindow) -> MemoryTurn | None:
@@ -172,3 +194,76 @@ def _distinct(found: Sequence[_T], *, key: Callable[[_T], str]) -> list[_T]:
             seen.add(key(item))
             kept.append(item)
     return kept
+
+
+# A run a cut must not split: letters and digits, joined by the separators of a code or an
+# id ("4-2-1187", "ORD-123456", "a.b@c.com").
+_RUN = re.compile(r"[0-9A-Za-z]+(?:[-_.:/#@+][0-9A-Za-z]+)*")
+NEAR = 3  # characters between a match and a run that is its value ("取件码是 4-2-1187")
+
+
+def excerpt(text: str, words: Sequence[Sequence[str]], chars: int) -> str:
+    """``text`` on one line, cut to about ``chars`` characters (``…`` where cut) around the
+    place that holds the most of the query's ``words`` (their terms, ``lang.keywords``), so
+    what follows a matched word — the digits of "取件码 4-2-1187" — is shown, not the line's
+    start. A letter-and-digit run is never split (the window grows to hold it, unless the run
+    alone is longer than ``chars``); without a match, the start of the line."""
+    text = " ".join(text.split())
+    if chars <= 2 or len(text) <= chars:
+        return text
+    spans = _matched_spans(text, [term for word in words for term in word])
+    room = chars - 2  # an ellipsis either side
+    start = _best_start(spans, len(text), room)
+    end = start + room
+    if start == 0:  # no ellipsis before: its room goes to the end
+        end += 1
+    elif end >= len(text):
+        start -= 1
+    for run in _RUN.finditer(text):
+        if run.end() - run.start() > room:
+            continue
+        # A run cut by the window: the window grows to hold it when it touches a match (the
+        # value of what was asked: "取件码4-2-1187"), else it stops short of it.
+        near = any(s - NEAR <= run.end() and run.start() <= e + NEAR for s, e in spans)
+        if run.start() < start < run.end():
+            start = run.start() if near else run.end()
+        if run.start() < end < run.end():
+            end = run.end() if near else run.start()
+    head = "…" if start > 0 else ""
+    tail = "…" if end < len(text) else ""
+    return head + text[start:end] + tail
+
+
+def _matched_spans(text: str, found_terms: Sequence[str]) -> list[tuple[int, int]]:
+    """Where each term occurs in ``text`` (normalised a character at a time, so the offsets
+    are the text's own)."""
+    index: list[int] = []  # position in the normalised text -> position in ``text``
+    folded = []
+    for position, char in enumerate(text):
+        part = normalize(char)
+        folded.append(part)
+        index.extend([position] * len(part))
+    body = "".join(folded)
+    spans = []
+    for term in found_terms:
+        at = body.find(term)
+        while at >= 0:
+            spans.append((index[at], index[at + len(term) - 1] + 1))
+            at = body.find(term, at + 1)
+    return spans
+
+
+def _best_start(spans: Sequence[tuple[int, int]], length: int, chars: int) -> int:
+    """The start of the ``chars`` window holding the most matched characters, each span tried
+    at the window's centre; the earliest on a tie, 0 without spans."""
+    best, best_start = 0, 0
+    for span_start, span_end in spans:
+        start = max(0, min(length - chars, (span_start + span_end - chars) // 2))
+        held = sum(
+            min(e, start + chars) - max(s, start)
+            for s, e in spans
+            if s < start + chars and e > start
+        )
+        if held > best or (held == best and start < best_start):
+            best, best_start = held, start
+    return best_start

@@ -54,6 +54,7 @@ from .ranking import (
     rank_anchors,
 )
 from .sharing import GroupSharing
+from .statements import statements_first
 
 log = logging.getLogger(__name__)
 
@@ -353,6 +354,8 @@ class Retriever:
                 )
                 if lead is not None and ranked:
                     ranked = put_first(ranked, lead)
+        # Statements over questions and echoes (recall.statements): the head's turns read once.
+        ranked = await statements_first(self._database, ranked, head=limit)
         rerank_scores: tuple[tuple[int, float], ...] = ()
         if self.reranker is not None and len(ranked) > 1:
             ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)

@@ -41,6 +41,7 @@ from memory_core import (
     Forgotten,
     MemoryCoreError,
     MemoryTurn,
+    RecallListing,
     TurnInput,
     chat_calls_zh,
     connection_of,
@@ -639,10 +640,10 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
             if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
                 who = turn.sender_name or f"QQ {turn.user_id}"
             when = relative_time_zh(turn.created_at, now, runtime.memory.tz)
-            lines.append(_one_line(f"· {when} {who}：", turn.content))
+            lines.append(_matched_line(f"· {when} {who}：", turn.content, listing))
     if listing.facts:
         lines.append("事实（会提供给模型）：")
-        lines.extend(_one_line("· ", hit.memory.content) for hit in listing.facts)
+        lines.extend(_matched_line("· ", hit.memory.content, listing) for hit in listing.facts)
     if listing.windows is None:
         lines.append("加 --full 查看带上下文的完整记忆。")
     await _answer_recall(bot, event, runtime, "\n".join(lines), privately=elsewhere)
@@ -681,6 +682,12 @@ def _one_line(head: str, text: str) -> str:
     if len(text) > room:
         text = text[: room - 1] + "…"
     return head + text
+
+
+def _matched_line(head: str, text: str, listing: RecallListing) -> str:
+    """``head`` and the part of ``text`` around the query's words, in about
+    ``RECALL_LINE_CHARS`` characters: the digits asked for are kept, not the line's start."""
+    return head + listing.excerpt(text, RECALL_LINE_CHARS - len(head))
 
 
 # ----------------------------------------------------------------------------- /remember

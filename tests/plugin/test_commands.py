@@ -703,6 +703,24 @@ async def test_recall_of_a_said_word_lists_it_once_with_its_relative_time(app: A
     assert answer.startswith(f"与“周会”相关的记忆（群 {GROUP}）：\n")
 
 
+async def test_recall_cuts_a_long_line_around_the_match_keeping_the_digits(app: App, runtime):
+    parcel = (
+        "今天下午刚刚收到菜鸟驿站发来的短信，说我上周在网上买的那一整箱专业书已经到了，"
+        "放在东门的快递柜子里，取件码4-2-1187，晚上八点前一定要去取"
+    )
+    await say(runtime, ("user", parcel))
+    ANY_TEXT.seen.clear()
+    async with app.test_matcher() as ctx:
+        bot = ctx.create_bot(base=Bot, self_id=str(SELF_ID))
+        event = event_of("/回忆 取件码", group_id=GROUP)
+        ctx.receive_event(bot, event)
+        ctx.should_call_send(event, ANY_TEXT, {"message_id": 1})
+    [answer] = ANY_TEXT.seen
+    [item] = [line for line in answer.splitlines() if line.startswith("· ")]
+    assert item.startswith("· 2小时前 你：…") and "取件码4-2-1187" in item, item
+    assert len(item) <= 60
+
+
 async def test_recall_leaves_out_the_asking_message_and_the_bots_answers_to_recalls(
     app: App, runtime
 ):

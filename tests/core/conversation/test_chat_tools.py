@@ -129,6 +129,26 @@ async def test_search_memory_in_a_shared_group_reaches_the_members_as_recall_doe
     assert "长颈鹿" not in found  # group 400 is not shared: another member's words stay theirs
 
 
+async def test_search_memory_finds_nothing_for_an_unrelated_query_with_the_bundled_model(
+    open_chat, llm, local
+):
+    engine = await open_chat(embedder=local)
+    memory = engine.memory  # type: ignore[attr-defined]
+    then = datetime.now(timezone.utc) - HOURS_AGO
+    lines = ["我的猫叫咪咪", "今天中午吃了牛肉面", "周会改到周四下午三点", "我对花生过敏"]
+    for i, text in enumerate(lines * 4):
+        await memory.add_turn(said(text, user=1, group=None, at=then + timedelta(minutes=i)))
+    llm.responder = searching("工位密码")
+    await engine.converse(said("我的工位密码是多少", user=1, group=None), Outbox())
+    [found] = tool_messages(llm.bodies[-1])
+    assert found == "没有找到相关的记忆。"
+    llm.bodies.clear()
+    llm.responder = searching("猫的名字")
+    await engine.converse(said("我的猫叫什么", user=1, group=None), Outbox())
+    [found] = tool_messages(llm.bodies[-1])
+    assert "咪咪" in found  # with its window, as /recall --full shows it
+
+
 async def test_search_memory_since_until_and_speaker_narrow_the_search(open_chat, llm):
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
@@ -209,15 +229,65 @@ async def test_calls_past_the_round_limit_are_answered_but_not_run(open_chat, ll
     assert [a.startswith("未执行") for a in answers] == [False] * 3 + [True] * 2
 
 
-async def test_a_model_that_ignores_the_last_call_gets_an_apology_not_a_hang(open_chat, llm):
+def asking_three_times(query: str) -> Callable[[dict[str, Any]], Reply]:
+    """A model that asks for ``search_memory`` whenever tools are in the request (even when
+    told to answer), and without tools answers with what the message carries after its own
+    text (the tools' results, if it was given them)."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("tools"):
+            return Reply(
+                content=None, tool_calls=(("search_memory", json.dumps({"query": query})),)
+            )
+        last = body["messages"][-1]["content"]
+        return Reply(content="查到了：青蛙跳。" if "青蛙跳" in last else "没查到。")
+
+    return respond
+
+
+async def test_a_model_asking_for_a_third_round_answers_from_what_the_tools_found(open_chat, llm):
     engine = await open_chat()
-    llm.responder = lambda body: Reply(
-        content=None, tool_calls=(("search_memory", json.dumps({"query": "x"})),)
-    )
+    memory = engine.memory  # type: ignore[attr-defined]
+    then = datetime.now(timezone.utc) - HOURS_AGO
+    await memory.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
+    llm.responder = asking_three_times("暗号")
     outbox = Outbox()
-    result = await engine.converse(said("随便聊聊", user=1, group=None), outbox)
-    assert result.outcome is Outcome.APOLOGIZED
-    assert len(llm.bodies) == 3
+    result = await engine.converse(said("我的暗号是什么", user=1, group=None), outbox)
+    assert result.outcome is Outcome.REPLIED and outbox.sent == ["查到了：青蛙跳。"]
+    assert len(llm.bodies) == 4  # two tool rounds, the refused last call, one without tools
+    final = llm.bodies[-1]
+    assert "tools" not in final and not tool_messages(final)
+    assert "青蛙跳" in final["messages"][-1]["content"]
+    assert final["messages"][-1]["role"] == "user"
+
+
+async def test_a_model_failing_on_the_tools_results_replies_with_a_summary_of_them(open_chat, llm):
+    engine = await open_chat()
+    memory = engine.memory  # type: ignore[attr-defined]
+    then = datetime.now(timezone.utc) - HOURS_AGO
+    await memory.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
+
+    def failing_after(query: str) -> Callable[[dict[str, Any]], Reply]:
+        def respond(body: dict[str, Any]) -> Reply:
+            if body.get("tools"):
+                call = ("search_memory", json.dumps({"query": query}))
+                return Reply(content=None, tool_calls=(call,))
+            return Reply(status=500, error="overloaded")
+
+        return respond
+
+    llm.responder = failing_after("暗号")
+    outbox = Outbox()
+    result = await engine.converse(said("我的暗号是什么", user=1, group=None), outbox)
+    assert result.outcome is Outcome.REPLIED
+    [answer] = outbox.sent
+    assert answer.startswith("我翻了一下记忆，找到这些：") and "我的暗号是青蛙跳" in answer
+    # Nothing found: it says so, instead of an apology.
+    llm.responder = failing_after("潜水艇")
+    outbox = Outbox()
+    result = await engine.converse(said("潜水艇呢", user=1, group=None), outbox)
+    assert result.outcome is Outcome.REPLIED
+    assert outbox.sent == ["我翻了一下记忆，没有找到相关的内容。"]
 
 
 async def test_tool_definitions_and_system_prompt_are_byte_identical_across_calls(open_chat, llm):

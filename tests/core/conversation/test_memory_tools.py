@@ -69,7 +69,11 @@ class NobodyOptedOut:
 
 def tools(recall: Recall, seconds: float = 5.0) -> MemoryTools:
     return MemoryTools(
-        recall=recall, notes=Notes(), opt_outs=NobodyOptedOut(), tool_seconds=seconds
+        recall=recall,
+        notes=Notes(),
+        opt_outs=NobodyOptedOut(),
+        settings=MemorySettings(),
+        tool_seconds=seconds,
     )
 
 

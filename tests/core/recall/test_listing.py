@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.lang.keywords import query_words
-from memory_core.recall.listing import list_recall, mentions
+from memory_core.recall.listing import excerpt, list_recall, mentions
 from memory_core.settings import BUNDLED_MODEL_RECALL_FLOOR, MemorySettings
 from tests.turns import said
 
@@ -144,3 +144,17 @@ async def test_a_question_about_a_time_lists_what_was_said_then(memory_factory):
     await chatted(memory, [("user", "周末去爬山")], days_ago=4)
     listing = await list_recall(memory.parts, 1, "昨天聊了什么", GROUP, now=NOW, items=5)
     assert texts(listing) == ["下午去银行办卡"]
+
+
+def test_a_listed_line_is_cut_around_the_match_and_keeps_its_digits_whole() -> None:
+    text = (
+        "我刚刚拿到快递通知了，菜鸟驿站那边说东西到了，取件码4-2-1187，记得下班前去拿，不然要退回"
+    )
+    cut = excerpt(text, query_words("取件码是多少"), 30)
+    assert "取件码4-2-1187" in cut and cut.startswith("…") and len(cut) <= 30
+    # A run the window would split and no match touches is left out, not cut in two.
+    cut = excerpt(text, query_words("快递"), 30)
+    assert cut.endswith("取件码…") and "4-2" not in cut
+    # No match: the line's start, as before.
+    assert excerpt(text, query_words("潜水艇"), 30).startswith("我刚刚拿到快递")
+    assert excerpt("短句", query_words("短句"), 30) == "短句"
