@@ -3,9 +3,10 @@ what forgetting does to it (a forgotten scope's entries lose their texts).
 
 The console and the MCP tools write and read it (a console edit, an MCP ``remember`` or
 ``recall``). Its texts are the person's memories, so a /forget, /忘记我 or MCP forget of them
-must reach the log too; the entries themselves stay, so the operator still sees that something was done, by whom and when.
-The core does it for the reason it owns the recycle bin (``storage.recycle_bin``): forgetting
-is the memory's lifecycle, and nothing the core is built from may import the console.
+must reach the log too; the entries themselves stay, so the operator still sees that something
+was done, by whom and when. The core owns the table for the reason it owns the recycle bin
+(``storage.recycle_bin``): forgetting is the memory's lifecycle, and nothing the core is built
+from may import the console.
 
 The log has no user or group column, only the session key (``models.generate_session_key``:
 ``[account/][group:]user``), so the scope's condition (``storage.scopes.scope_filter``) is
