@@ -9,12 +9,14 @@ from datetime import datetime
 
 from ..models import Role
 from ..settings import RetrievalMode
+from .fusion import FusionRecipe
 
 
 @dataclass(frozen=True)
 class RecallOptions:
     """The knobs of one recall; ``None`` means the setting (MEMORY_TOP_N, MEMORY_WINDOW_SIZE,
-    MEMORY_RETRIEVAL_MODE, MEMORY_TIME_UNDERSTANDING) and ``now`` the current time.
+    MEMORY_RETRIEVAL_MODE, MEMORY_FUSION, MEMORY_TIME_UNDERSTANDING) and ``now`` the current
+    time. ``fusion`` is a recipe of ``recall.fusion.FUSIONS``.
 
     ``roles`` limits anchors to those roles, ``keywords`` to turns containing every one of
     them; ``context`` is the session's lines before the query, oldest first; ``since`` keeps
@@ -29,6 +31,7 @@ class RecallOptions:
     time_aware: bool | None = None
     context: tuple[str, ...] = ()
     since: datetime | None = None
+    fusion: FusionRecipe | None = None
 
     def __post_init__(self) -> None:
         # Lists given by a caller become tuples, so the value stays what it was when built.
