@@ -260,3 +260,82 @@ def fuse_channels(
     ranked = [RankedAnchor(best[turn_id], score) for turn_id, score in scores.items()]
     ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
     return ranked
+
+
+def partner_of(anchor: MemoryTurn, around: Sequence[MemoryTurn]) -> MemoryTurn | None:
+    """The turn beside ``anchor`` (``around``: its window in time order) that carries its
+    meaning: the line that answers it (the next, said by someone else), else the line it
+    answers (the previous, by someone else); None when both neighbours are the same
+    speaker's. "对，上周二！" means nothing without the question before it; "周五的周会改到下午
+    三点了" is answered by the line after it."""
+    at = next((i for i, turn in enumerate(around) if turn.id == anchor.id), None)
+    if at is None:
+        return None
+
+    def other(i: int) -> bool:
+        if not 0 <= i < len(around):
+            return False
+        turn = around[i]
+        return (turn.role, turn.user_id) != (anchor.role, anchor.user_id) or (
+            turn.sender_name != anchor.sender_name
+        )
+
+    return next((around[i] for i in (at + 1, at - 1) if other(i)), None)
+
+
+def evidence_windows(
+    query: str,
+    anchors: Sequence[RankedAnchor],
+    window_rows: Sequence[tuple[int, MemoryTurn]],
+    *,
+    turns: int,
+) -> RecallResult:
+    """The prompt's dialogue: at most ``turns`` distinct turns spent where the evidence is.
+
+    ``anchors`` best first, ``window_rows`` each anchor's ±window turns. First every anchor
+    that is not inside a better anchor's window (distinct evidence before the same spot
+    again) with its partner (``partner_of``), then the anchors left, then the rest of each
+    window nearest first (a reading aid), best anchor first — until ``turns`` are spent.
+    Windows come out in that order, each an anchor with the turns spent on it (merged when
+    they share a turn, ``assemble_windows``), so the prompt's block takes them best first.
+    """
+    around: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in anchors}
+    for anchor_id, turn in window_rows:
+        around.setdefault(anchor_id, []).append(turn)
+    for rows in around.values():
+        rows.sort(key=lambda t: (t.created_at, t.id))
+    by_id = {t.id: t for rows in around.values() for t in rows}
+    present = [a for a in anchors if a.candidate.id in by_id]  # gone since (deleted): skip
+    spent: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in present}
+    chosen: set[int] = set()
+
+    def spend(anchor: RankedAnchor, turn: MemoryTurn | None) -> None:
+        if turn is None or turn in spent[anchor.candidate.id]:
+            return
+        if turn.id in chosen:
+            if turn.id == anchor.candidate.id:  # spent on a better anchor: their windows merge
+                spent[anchor.candidate.id].append(turn)
+            return
+        if len(chosen) < turns:
+            chosen.add(turn.id)
+            spent[anchor.candidate.id].append(turn)
+
+    seen: set[int] = set()  # the turns inside the windows of the anchors taken first
+    first: list[RankedAnchor] = []
+    later: list[RankedAnchor] = []
+    for anchor in present:
+        (later if anchor.candidate.id in seen else first).append(anchor)
+        if anchor in first:
+            seen.update(t.id for t in around[anchor.candidate.id])
+    for anchor in [*first, *later]:
+        own = by_id[anchor.candidate.id]
+        spend(anchor, own)
+        spend(anchor, partner_of(own, around[anchor.candidate.id]))
+    for anchor in present:
+        rows = around[anchor.candidate.id]
+        at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)
+        for i in sorted(range(len(rows)), key=lambda i: (abs(i - at), i < at)):
+            spend(anchor, rows[i])
+    taken = [a for a in present if spent[a.candidate.id]]
+    rows_spent = [(a.candidate.id, t) for a in taken for t in spent[a.candidate.id]]
+    return assemble_windows(query, taken, rows_spent)

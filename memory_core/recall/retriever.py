@@ -45,6 +45,7 @@ from .ranking import (
     assemble_windows,
     decay_for_match,
     decayed_order,
+    evidence_windows,
     fuse_channels,
     merge_time_candidates,
     rank_anchors,
@@ -198,6 +199,10 @@ class Retriever:
         asked = await self._asked(store, scope, query, options, now)
         if asked is None:
             return RecallResult(query=query)
+        # With neither top_n nor window given, the prompt's recall: the same turns as top_n
+        # anchors ±window could give, spent where the evidence is (``evidence_windows``),
+        # from as many anchors; the candidate lists are those of top_n anchors.
+        evidence = options.top_n is None and options.window_size is None
         found = await self._search(store, asked, top_n)
         ranked = self._fuse(asked, found, options.fusion or FUSIONS[self.settings.memory_fusion])
         rerank_scores: tuple[tuple[int, float], ...] = ()
@@ -208,7 +213,10 @@ class Retriever:
         if names_a_picture(query) and not options.keywords and not options.roles:
             ranked = await self._pictures_first(scope, ranked, now)
         with stage("recall_windows"):
-            result = await self._assemble(store, scope, query, ranked, top_n, window, now)
+            if evidence:
+                result = await self._spend(store, scope, query, ranked, top_n, window, now)
+            else:
+                result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(
             result, search_text=asked.search_text, rerank_scores=rerank_scores
         )
@@ -531,6 +539,28 @@ class Retriever:
             scope=scope, anchors=[a.candidate for a in anchors], window_size=window, now=now
         )
         return assemble_windows(query, anchors, rows)
+
+    async def _spend(
+        self,
+        store: PgRecallStore,
+        scope: RecallScope,
+        query: str,
+        ranked: Sequence[RankedAnchor],
+        top_n: int,
+        window: int,
+        now: datetime,
+    ) -> RecallResult:
+        """The turns of ``top_n`` anchors ±``window`` spent evidence first
+        (``ranking.evidence_windows``)."""
+        turns = top_n * (2 * window + 1)
+        anchors = list(ranked[:turns])
+        rows = await store.windows(
+            scope=scope,
+            anchors=[a.candidate for a in anchors],
+            window_size=max(window, 1),
+            now=now,
+        )
+        return evidence_windows(query, anchors, rows, turns=turns)
 
     async def _anchor_candidates(
         self,
