@@ -7,6 +7,7 @@ change, a LoCoMo question), hybrid recall is asked twice:
 
 * *today*: ``MEMORY_TOP_N`` anchors, each ±``MEMORY_WINDOW_SIZE`` turns (explicitly, the
   shipped 3 and 2: the prompt's dialogue before this change), merged windows;
+* the prompt's recall (the defaults, ``recall.ranking.evidence_windows``): what the model sees;
 * a *pool*: the best ``POOL`` anchors alone (window 0), from which every rule below orders the
   turns it would spend, the neighbours read from the set's own turn order (as the database's
   windows are); each rule's order is cut at ``top_n × (2 × window + 1)`` turns (15: the most
@@ -125,6 +126,17 @@ def _anchors_then_partners(answer_first: bool) -> Rule:
     return rule
 
 
+def _best_then_anchors(around_best: int) -> Rule:
+    def rule(anchors: Sequence[int], items: Sequence[Item], size: int, window: int) -> list[int]:
+        if not anchors:
+            return []
+        best = anchors[0]
+        near = range(max(0, best - around_best), min(size, best + around_best + 1))
+        return [best, *anchors[1:2], *sorted(near, key=lambda p: abs(p - best)), *anchors[2:]]
+
+    return rule
+
+
 def rules(top_n: int, window: int) -> dict[str, Rule]:
     """Every rule measured, by name; ``today`` is the shipped windows."""
     return {
@@ -136,6 +148,7 @@ def rules(top_n: int, window: int) -> dict[str, Rule]:
         "distinct anchor + answer": _with_partner(answer_first=True, distinct=True),
         "distinct anchor + line answered": _with_partner(answer_first=False, distinct=True),
         "anchors, then answers": _anchors_then_partners(answer_first=True),
+        "two best, the best ±1, then anchors": _best_then_anchors(1),
     }
 
 
@@ -212,6 +225,15 @@ async def evaluate(
             if key not in bm25s:
                 bm25s[key] = BM25([i.text for i in chat.items[:size]])
             lexical = bm25s[key].ranked(query)[:pool]
+            # What the bot's prompt recall gives (the defaults: ``evidence_windows``).
+            prompt = await memory.recall(base + case.user, query, options=ask)
+            units_prompt = {
+                chat.items[position_of[t.message_id]].unit
+                for t in prompt.turns
+                if t.message_id is not None
+            }
+            prompt_chars = sum(len(t.content) for t in prompt.turns)
+            _score(out["the prompt's recall (defaults)"], case.relevant, units_prompt, prompt_chars)
             units_today = {
                 chat.items[position_of[t.message_id]].unit
                 for t in today.turns
@@ -266,8 +288,11 @@ def report(results: dict[str, dict[str, Scores]]) -> None:
         print(
             f"\n#### leave-one-set-out, hybrid rules at equal {budget}, picked by mean any + all\n"
         )
-        print("| left out | picked on the others | its any / all there | today's any / all there |")
-        print("|---|---|---|---|")
+        print(
+            "| left out | picked on the others | its any / all there | today's any / all there "
+            "| the prompt's recall now |"
+        )
+        print("|---|---|---|---|---|")
         for left in results:
             others = [s for s in results if s != left]
 
@@ -279,9 +304,11 @@ def report(results: dict[str, dict[str, Scores]]) -> None:
             pick = max(names, key=on_others)
             there = results[left][pick]
             today = results[left]["shipped recall (top 3 ±2)"]
+            prompt = results[left]["the prompt's recall (defaults)"]
             print(
                 f"| {left} | {pick} | {mean(there['any']):.3f} / {mean(there['all']):.3f} | "
-                f"{mean(today['any']):.3f} / {mean(today['all']):.3f} |"
+                f"{mean(today['any']):.3f} / {mean(today['all']):.3f} | "
+                f"{mean(prompt['any']):.3f} / {mean(prompt['all']):.3f} |"
             )
 
 

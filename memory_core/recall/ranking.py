@@ -288,16 +288,24 @@ def evidence_windows(
     anchors: Sequence[RankedAnchor],
     window_rows: Sequence[tuple[int, MemoryTurn]],
     *,
-    turns: int,
+    top_n: int,
+    window: int,
 ) -> RecallResult:
-    """The prompt's dialogue: at most ``turns`` distinct turns spent where the evidence is.
+    """The prompt's dialogue: no more text than the best ``top_n`` anchors' ±``window`` turns
+    hold, spent
+    where the evidence is.
 
-    ``anchors`` best first, ``window_rows`` each anchor's ±window turns. First every anchor
-    that is not inside a better anchor's window (distinct evidence before the same spot
-    again) with its partner (``partner_of``), then the anchors left, then the rest of each
-    window nearest first (a reading aid), best anchor first — until ``turns`` are spent.
-    Windows come out in that order, each an anchor with the turns spent on it (merged when
-    they share a turn, ``assemble_windows``), so the prompt's block takes them best first.
+    ``anchors`` best first, ``window_rows`` each anchor's ±window turns. The allowance is the
+    characters of the first ``top_n`` anchors' windows (what the prompt carried before, so
+    the prompt does not grow) and at most as many turns as those windows could hold. It is
+    spent on every anchor first,
+    best first; then, while it lasts, on each anchor's partner (``partner_of``), then on the
+    rest of each window nearest first (reading aids). A turn that does not fit is skipped and
+    a shorter later one may still fit. Anchors first and no preference for distinct spots:
+    measured on the public sets (bench/RESULTS.md, 2026-12-07) at equal characters, partners
+    before further anchors and pushing anchors near a better one back both lost.
+    Windows come out best anchor first, each with the turns spent on it (merged when they
+    share a turn, ``assemble_windows``), so the prompt's block takes them in that order.
     """
     around: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in anchors}
     for anchor_id, turn in window_rows:
@@ -306,31 +314,31 @@ def evidence_windows(
         rows.sort(key=lambda t: (t.created_at, t.id))
     by_id = {t.id: t for rows in around.values() for t in rows}
     present = [a for a in anchors if a.candidate.id in by_id]  # gone since (deleted): skip
+    before: dict[int, MemoryTurn] = {}  # the first top_n anchors' windows
+    for anchor in present[:top_n]:
+        rows = around[anchor.candidate.id]
+        at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)
+        before.update((t.id, t) for i, t in enumerate(rows) if abs(i - at) <= window)
+    allowance = sum(len(t.content) for t in before.values())
+    turns = top_n * (2 * window + 1)
     spent: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in present}
     chosen: set[int] = set()
+    used = 0
 
     def spend(anchor: RankedAnchor, turn: MemoryTurn | None) -> None:
-        if turn is None or turn in spent[anchor.candidate.id]:
+        nonlocal used
+        if turn is None or turn.id in chosen or len(chosen) >= turns:
             return
-        if turn.id in chosen:
-            if turn.id == anchor.candidate.id:  # spent on a better anchor: their windows merge
-                spent[anchor.candidate.id].append(turn)
+        if used + len(turn.content) > allowance:
             return
-        if len(chosen) < turns:
-            chosen.add(turn.id)
-            spent[anchor.candidate.id].append(turn)
+        chosen.add(turn.id)
+        used += len(turn.content)
+        spent[anchor.candidate.id].append(turn)
 
-    seen: set[int] = set()  # the turns inside the windows of the anchors taken first
-    first: list[RankedAnchor] = []
-    later: list[RankedAnchor] = []
     for anchor in present:
-        (later if anchor.candidate.id in seen else first).append(anchor)
-        if anchor in first:
-            seen.update(t.id for t in around[anchor.candidate.id])
-    for anchor in [*first, *later]:
-        own = by_id[anchor.candidate.id]
-        spend(anchor, own)
-        spend(anchor, partner_of(own, around[anchor.candidate.id]))
+        spend(anchor, by_id[anchor.candidate.id])
+    for anchor in present:
+        spend(anchor, partner_of(by_id[anchor.candidate.id], around[anchor.candidate.id]))
     for anchor in present:
         rows = around[anchor.candidate.id]
         at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)

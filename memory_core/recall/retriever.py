@@ -199,9 +199,9 @@ class Retriever:
         asked = await self._asked(store, scope, query, options, now)
         if asked is None:
             return RecallResult(query=query)
-        # With neither top_n nor window given, the prompt's recall: the same turns as top_n
-        # anchors ±window could give, spent where the evidence is (``evidence_windows``),
-        # from as many anchors; the candidate lists are those of top_n anchors.
+        # With neither top_n nor window given, the prompt's recall: the text top_n anchors
+        # ±window would give, spent on anchors first (``evidence_windows``); the candidate
+        # lists are those of top_n anchors, so the head of the ranking is as before.
         evidence = options.top_n is None and options.window_size is None
         found = await self._search(store, asked, top_n)
         ranked = self._fuse(asked, found, options.fusion or FUSIONS[self.settings.memory_fusion])
@@ -550,7 +550,7 @@ class Retriever:
         window: int,
         now: datetime,
     ) -> RecallResult:
-        """The turns of ``top_n`` anchors ±``window`` spent evidence first
+        """The text of ``top_n`` anchors ±``window`` spent on anchors first
         (``ranking.evidence_windows``)."""
         turns = top_n * (2 * window + 1)
         anchors = list(ranked[:turns])
@@ -560,7 +560,7 @@ class Retriever:
             window_size=max(window, 1),
             now=now,
         )
-        return evidence_windows(query, anchors, rows, turns=turns)
+        return evidence_windows(query, anchors, rows, top_n=top_n, window=window)
 
     async def _anchor_candidates(
         self,

@@ -118,7 +118,7 @@ def test_an_echo_and_the_statement_it_repeats_are_shown_once():
     assert not same_words("好的，明天见", "好的")
 
 
-def test_distinct_anchors_and_their_answers_come_before_the_same_spot_again():
+def test_the_text_of_the_best_window_is_spent_on_anchors_first_then_on_their_answers():
     chat = [
         turn(1, "assistant", "你最后去上陶艺课了吗？", 0),
         turn(2, "user", "对，上周二！", 1),
@@ -130,21 +130,21 @@ def test_distinct_anchors_and_their_answers_come_before_the_same_spot_again():
         turn(22, "user", "周四晚上", 32),
     ]
     by_id = {t.id: t for t in chat}
-    # Anchors best first: 2, then 4 (inside 2's window: the same spot), then 20.
-    anchors = ranked(by_id[2], by_id[4], by_id[20])
+    anchors = ranked(by_id[2], by_id[20], by_id[4])  # best first
     rows = [
         (a.candidate.id, t)
         for a in anchors
         for t in chat
-        if abs(chat.index(t) - chat.index(by_id[a.candidate.id])) <= 2
+        if abs(chat.index(t) - chat.index(by_id[a.candidate.id])) <= 1
     ]
 
-    result = evidence_windows("陶艺课是哪天", anchors, rows, turns=4)
+    result = evidence_windows("陶艺课是哪天", anchors, rows, top_n=1, window=1)
 
-    kept = {t.id for t in result.turns}
-    # 2 with the line that answers it (3), then the distinct anchor 20 and its answer (21),
-    # before 4, which only adds to the spot already there.
-    assert kept == {2, 3, 20, 21}
+    # The allowance: the best anchor's ±1 window (turns 1-3, 20 characters, 3 turns). Spent
+    # on the anchors first (4 does not fit beside 2 and 20), then on the line answering the
+    # best one (3), not on the rest of its window (1).
+    assert [t.id for t in result.turns] == [2, 3, 20]
+    assert sum(len(t.content) for t in result.turns) <= 20
     assert partner_of(by_id[22], chat[5:]) == by_id[21]  # the last line: the one it answers
 
 
