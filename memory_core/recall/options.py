@@ -32,11 +32,15 @@ class RecallOptions:
     context: tuple[str, ...] = ()
     since: datetime | None = None
     fusion: FusionRecipe | None = None
+    shown: tuple[int, ...] = ()
+
+    # ``shown``: turns already in the prompt (its short-term memory); the prompt's recall
+    # (no top_n, no window) neither spends its allowance on them nor counts them in it.
 
     def __post_init__(self) -> None:
         # Lists given by a caller become tuples, so the value stays what it was when built.
-        for name in ("roles", "keywords", "context"):
-            value: Sequence[str] | None = getattr(self, name)
+        for name in ("roles", "keywords", "context", "shown"):
+            value: Sequence[object] | None = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))
 

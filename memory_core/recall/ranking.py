@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -283,6 +283,12 @@ def partner_of(anchor: MemoryTurn, around: Sequence[MemoryTurn]) -> MemoryTurn |
     return next((around[i] for i in (at + 1, at - 1) if other(i)), None)
 
 
+# What a memory line costs beside its text: "[2024-01-16 10:30:15] (5小时前) user(小明): " (the
+# prompt's ``lang.timefmt.format_memory_line``). Counted with each turn's characters, so that
+# many short turns spend the allowance as a few long ones do, and the prompt does not grow.
+LINE_COST = 32
+
+
 def evidence_windows(
     query: str,
     anchors: Sequence[RankedAnchor],
@@ -290,20 +296,22 @@ def evidence_windows(
     *,
     top_n: int,
     window: int,
+    shown: Collection[int] = (),
 ) -> RecallResult:
     """The prompt's dialogue: no more text than the best ``top_n`` anchors' ±``window`` turns
-    hold, spent
-    where the evidence is.
+    hold, spent where the evidence is.
 
     ``anchors`` best first, ``window_rows`` each anchor's ±window turns. The allowance is the
-    characters of the first ``top_n`` anchors' windows (what the prompt carried before, so
-    the prompt does not grow) and at most as many turns as those windows could hold. It is
-    spent on every anchor first,
-    best first; then, while it lasts, on each anchor's partner (``partner_of``), then on the
-    rest of each window nearest first (reading aids). A turn that does not fit is skipped and
-    a shorter later one may still fit. Anchors first and no preference for distinct spots:
-    measured on the public sets (bench/RESULTS.md, 2026-12-07) at equal characters, partners
-    before further anchors and pushing anchors near a better one back both lost.
+    characters of the first ``top_n`` anchors' windows, each line's ``LINE_COST`` included
+    (what the prompt carried before, so the prompt does not grow), and at most as many turns
+    as those windows could hold. It is spent on every anchor first, best first; then, while
+    it lasts, on each anchor's partner (``partner_of``), then on the rest of each window
+    nearest first (reading aids). A turn that does not fit is skipped and a shorter later one
+    may still fit. Anchors first and no preference for distinct spots: measured on the public
+    sets (bench/RESULTS.md, 2026-12-07) at equal characters, partners before further anchors
+    and pushing anchors near a better one back both lost.
+    ``shown``: turns already in the prompt (its short-term memory), neither spent on nor
+    counted, as the prompt's block leaves them out of the windows too.
     Windows come out best anchor first, each with the turns spent on it (merged when they
     share a turn, ``assemble_windows``), so the prompt's block takes them in that order.
     """
@@ -318,8 +326,10 @@ def evidence_windows(
     for anchor in present[:top_n]:
         rows = around[anchor.candidate.id]
         at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)
-        before.update((t.id, t) for i, t in enumerate(rows) if abs(i - at) <= window)
-    allowance = sum(len(t.content) for t in before.values())
+        before.update(
+            (t.id, t) for i, t in enumerate(rows) if abs(i - at) <= window and t.id not in shown
+        )
+    allowance = sum(len(t.content) + LINE_COST for t in before.values())
     turns = top_n * (2 * window + 1)
     spent: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in present}
     chosen: set[int] = set()
@@ -327,12 +337,13 @@ def evidence_windows(
 
     def spend(anchor: RankedAnchor, turn: MemoryTurn | None) -> None:
         nonlocal used
-        if turn is None or turn.id in chosen or len(chosen) >= turns:
+        if turn is None or turn.id in chosen or turn.id in shown or len(chosen) >= turns:
             return
-        if used + len(turn.content) > allowance:
+        cost = len(turn.content) + LINE_COST
+        if used + cost > allowance:
             return
         chosen.add(turn.id)
-        used += len(turn.content)
+        used += cost
         spent[anchor.candidate.id].append(turn)
 
     for anchor in present:

@@ -214,7 +214,9 @@ class Retriever:
             ranked = await self._pictures_first(scope, ranked, now)
         with stage("recall_windows"):
             if evidence:
-                result = await self._spend(store, scope, query, ranked, top_n, window, now)
+                result = await self._spend(
+                    store, scope, query, ranked, top_n, window, now, options.shown
+                )
             else:
                 result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(
@@ -549,9 +551,10 @@ class Retriever:
         top_n: int,
         window: int,
         now: datetime,
+        shown: Sequence[int],
     ) -> RecallResult:
-        """The text of ``top_n`` anchors ±``window`` spent on anchors first
-        (``ranking.evidence_windows``)."""
+        """The text of ``top_n`` anchors ±``window`` spent on anchors first, less the turns
+        already ``shown`` (``ranking.evidence_windows``)."""
         turns = top_n * (2 * window + 1)
         anchors = list(ranked[:turns])
         rows = await store.windows(
@@ -560,7 +563,9 @@ class Retriever:
             window_size=max(window, 1),
             now=now,
         )
-        return evidence_windows(query, anchors, rows, top_n=top_n, window=window)
+        return evidence_windows(
+            query, anchors, rows, top_n=top_n, window=window, shown=frozenset(shown)
+        )
 
     async def _anchor_candidates(
         self,
