@@ -169,3 +169,22 @@ async def test_the_debugger_reads_the_budget_the_prompt_was_built_within(memory_
 class _Chars:
     def count(self, text: str) -> int:
         return len(text)
+
+
+def test_turns_already_in_the_prompt_are_neither_spent_nor_counted_so_the_prompt_does_not_grow():
+    # The prompt's cached prefix holds while its memory note is no longer than the windows'
+    # (bench/prompt_prefix.py): turns of the short-term memory, which the prompt already
+    # carries, neither fill the allowance nor make room for others.
+    chat = [turn(i, "user" if i % 2 else "assistant", f"第{i}句话", i) for i in range(1, 9)]
+    anchors = ranked(chat[1], chat[6], chat[3])
+    rows = [
+        (a.candidate.id, t)
+        for a in anchors
+        for t in chat
+        if abs(chat.index(t) - [c.id for c in chat].index(a.candidate.id)) <= 1
+    ]
+    result = evidence_windows("第二句", anchors, rows, top_n=1, window=1, shown={1, 2})
+
+    # The best anchor's ±1 window is turns 1-3; only 3 is not already in the prompt, so its
+    # text is the allowance: one more line (the next anchor, 7), not three.
+    assert [t.id for t in result.turns] == [7]
