@@ -311,7 +311,8 @@ def evidence_windows(
     sets (bench/RESULTS.md, 2026-12-07) at equal characters, partners before further anchors
     and pushing anchors near a better one back both lost.
     ``shown``: turns already in the prompt (its short-term memory), neither spent on nor
-    counted, as the prompt's block leaves them out of the windows too.
+    counted, as the prompt's block leaves them out of the windows too; the best anchor not
+    shown always fits.
     Windows come out best anchor first, each with the turns spent on it (merged when they
     share a turn, ``assemble_windows``), so the prompt's block takes them in that order.
     """
@@ -330,6 +331,11 @@ def evidence_windows(
             (t.id, t) for i, t in enumerate(rows) if abs(i - at) <= window and t.id not in shown
         )
     allowance = sum(len(t.content) + LINE_COST for t in before.values())
+    # The best anchor not already in the prompt always fits: the best windows being mostly
+    # short-term turns must not leave the evidence out.
+    best = next((a for a in present if a.candidate.id not in shown), None)
+    if best is not None:
+        allowance = max(allowance, len(by_id[best.candidate.id].content) + LINE_COST)
     turns = top_n * (2 * window + 1)
     spent: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in present}
     chosen: set[int] = set()
