@@ -401,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--top-n",
         type=int,
         help="anchors, each ±--window turns; without both: the turns the bot's prompt recalls "
-        "(MEMORY_TOP_N × (2 × MEMORY_WINDOW_SIZE + 1), spent on distinct evidence first)",
+        "(the text of MEMORY_TOP_N anchors ±MEMORY_WINDOW_SIZE, spent on the best-matching "
+        "turns first)",
     )
     rec.add_argument("--window", type=int, help="turns around each anchor (with --top-n)")
     rec.add_argument("--now", help="reference time, ISO 8601 with offset")
