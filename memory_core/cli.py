@@ -404,8 +404,14 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("query", nargs="?")
     rec.add_argument("--user-id", type=int)
     rec.add_argument("--group-id", type=int)
-    rec.add_argument("--top-n", type=int)
-    rec.add_argument("--window", type=int)
+    rec.add_argument(
+        "--top-n",
+        type=int,
+        help="anchors, each ±--window turns; without both: the turns the bot's prompt recalls "
+        "(the text of MEMORY_TOP_N anchors ±MEMORY_WINDOW_SIZE, spent on the best-matching "
+        "turns first)",
+    )
+    rec.add_argument("--window", type=int, help="turns around each anchor (with --top-n)")
     rec.add_argument("--now", help="reference time, ISO 8601 with offset")
     rec.add_argument("--json", action="store_true", help="print the turns as JSON")
     rec.add_argument(

@@ -28,7 +28,7 @@ LOCAL_EMBEDDING_DIM = 384
 BUNDLED_MODEL_RECALL_FLOOR = 0.88
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-FusionMethod = Literal["rrf", "confident", "rarity", "gated", "lead", "agreement"]
+FusionMethod = Literal["rrf", "confident", "rarity", "gated"]  # recall.fusion.FUSIONS
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 

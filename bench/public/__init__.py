@@ -8,5 +8,8 @@ beside a plain BM25 (``bm25``);
 message after two lines of another dialogue;
 ``scoring``: the shapes every set becomes and the hit@k arithmetic; ``run``: the runner;
 ``outcomes``: every case's hit per configuration (``--outcomes``), read by ``loso``, which
-picks each setting on all sets but one and reads it on the one left out.
+picks each setting on all sets but one and reads it on the one left out;
+``evidence``: evidence any/all at the bot's own budget (the prompt's recall, rules for spending
+its turns, BM25 on the same turns), with its own leave-one-set-out; ``prompt_recall_latency``:
+what the prompt's recall costs beside the windows it replaced.
 """

@@ -17,11 +17,18 @@ from collections.abc import Sequence
 K1 = 1.2
 B = 0.75
 _TOKEN = re.compile(r"[a-z0-9]+")
+_HAN = re.compile(r"[\u4e00-\u9fff]+")
 
 
 def tokens(text: str) -> list[str]:
-    """The text's lower-case runs of ASCII letters and digits."""
-    return _TOKEN.findall(text.lower())
+    """The text's lower-case runs of ASCII letters and digits, and the character bigrams of
+    its runs of Chinese characters (a lone character as itself): the plain lexical baseline
+    of Chinese retrieval, which needs no word segmenter."""
+    lowered = text.lower()
+    found = _TOKEN.findall(lowered)
+    for run in _HAN.findall(lowered):
+        found += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+    return found
 
 
 class BM25:

@@ -34,9 +34,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "memory_query_message_weight": "rare",
         "memory_rare_term_turns": 2,
     },
-    "MEMORY_FUSION=agreement": {"memory_fusion": "agreement"},
-    "both": {"memory_query_message_weight": "rare", "memory_fusion": "agreement"},
 }
+# (MEMORY_FUSION=agreement, timed here on 2026-12-05, lost out of sample and was removed.)
 
 
 def conversational(case: Case) -> tuple[str, tuple[str, ...]]:

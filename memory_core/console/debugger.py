@@ -157,5 +157,5 @@ async def trace_recall(
         context=context,
         recent=prepared.recent,
         messages=tuple(prepared.messages),
-        budget=s.memory_max_tokens,
+        budget=context.budget,  # the one the prompt was built within (tools, a tight group)
     )

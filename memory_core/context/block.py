@@ -4,6 +4,7 @@ token budget. Pure: nothing here talks to a model or a database."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -87,7 +88,7 @@ def build_memory_block(windows: Sequence[RecallWindow], budget: LineBudget) -> M
     now, tz, counter, max_tokens, asker = (
         budget.now, budget.tz, budget.counter, budget.max_tokens, budget.asker
     )  # fmt: skip
-    excluded = set(budget.exclude_ids)
+    excluded = set(budget.exclude_ids) | repeated_turns(windows)
     if max_tokens <= 0 or not windows:
         return MemoryBlock(text="", turn_ids=(), tokens=0, dropped_windows=len(windows))
     names = _member_names(windows)
@@ -149,6 +150,38 @@ def build_memory_block(windows: Sequence[RecallWindow], budget: LineBudget) -> M
         tokens=tokens,
         dropped_windows=dropped,
     )
+
+
+# Two lines say the same when the shorter, stripped of punctuation and spaces, is inside the
+# longer and at least this share of it: "好的，记住啦：我的工位密码是 8812" restates "我的工位
+# 密码是8812" (11 of 16 characters), "好的" inside "好的，明天见" does not (2 of 6).
+SAME_SHARE = 0.5
+SAME_MIN_CHARS = 4
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
+def same_words(first: str, second: str) -> bool:
+    """Whether two lines say the same thing (one restates the other, see ``SAME_SHARE``)."""
+    a, b = _NOT_WORD.sub("", first.lower()), _NOT_WORD.sub("", second.lower())
+    short, long = sorted((a, b), key=len)
+    return len(short) >= SAME_MIN_CHARS and short in long and len(short) >= SAME_SHARE * len(long)
+
+
+def repeated_turns(windows: Sequence[RecallWindow]) -> set[int]:
+    """The recalled turns that only repeat another recalled turn, to be shown once: the bot's
+    restatement of what a person said (its echo "好的，记住啦：…") goes, the person's words stay;
+    of two lines of the same role saying the same, the one of the better window stays."""
+    turns = list({t.id: t for w in windows for t in w.turns}.values())
+    said = [t for t in turns if t.role == "user"]
+    gone: set[int] = set()
+    for i, turn in enumerate(turns):
+        if turn.role != "user" and any(same_words(turn.content, t.content) for t in said):
+            gone.add(turn.id)
+            continue
+        earlier = (t for t in turns[:i] if t.role == turn.role and t.id not in gone)
+        if any(same_words(turn.content, t.content) for t in earlier):
+            gone.add(turn.id)
+    return gone
 
 
 def _member_names(windows: Sequence[RecallWindow]) -> dict[int, str]:

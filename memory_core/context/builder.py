@@ -1,9 +1,11 @@
 """Prompt assembly within one token budget.
 
 The budget (MEMORY_MAX_TOKENS, counted with the core's ``TokenCounter`` on the whole text) is
-filled in a fixed priority: the user's preferences, the facts relevant to the message, recent
-conversation summaries, then recalled dialogue windows (``block.build_memory_block`` with what
-is left). Every line carries its time like a dialogue line::
+filled in a fixed priority: the user's preferences, the facts relevant to the message (by the
+relevance floor ``/回忆`` uses), recent conversation summaries, then the recalled dialogue
+(``block.build_memory_block`` with what is left), then the facts found below that floor with
+what the dialogue left: a fact unrelated to the message never displaces a recalled line that
+matches it. Every line carries its time like a dialogue line::
 
     --- 用户偏好 ---
     [2024-01-16 10:30:15] (5小时前) 偏好(沟通风格): 喜欢简洁的回复
@@ -31,13 +33,17 @@ from ..distill.memory import CATEGORY_ZH, DistilledMemory, content_hash, flatten
 from ..lang.timefmt import format_absolute, relative_time_zh
 from ..lang.tokens import TokenCounter
 from ..models import RecallResult, RecallWindow
+from ..recall.listing import Relevance
 from ..recall.options import RecallOptions
 from ..recall.retriever import Retriever
 from ..settings import MemorySettings
 from .block import LineBudget, build_memory_block
 
-Distilled = tuple[list[DistilledMemory], list[DistilledMemory], list[DistilledMemory]]
-"""Preferences, relevant facts, recent summaries (``ContextBuilder.distilled``)."""
+Distilled = tuple[
+    list[DistilledMemory], list[DistilledMemory], list[DistilledMemory], list[DistilledMemory]
+]
+"""Preferences, relevant facts, recent summaries, and the facts found for the message that are
+below its relevance floor (``ContextBuilder.distilled``)."""
 
 PREFERENCES_HEADER = "--- 用户偏好 ---"
 FACTS_HEADER = "--- 关于用户的事实 ---"
@@ -61,6 +67,7 @@ class MemoryContext:
     turn_ids: tuple[int, ...] = ()
     dropped: int = 0
     settled: str = ""  # the preferences and summaries, apart (``assemble_context(settled=)``)
+    budget: int = 0  # the token budget it was built within (the one in force for this reply)
 
     @property
     def distilled_ids(self) -> tuple[int, ...]:
@@ -105,6 +112,7 @@ def assemble_context(
     windows: Sequence[RecallWindow],
     budget: LineBudget,
     settled: bool = False,
+    loose_facts: Sequence[DistilledMemory] = (),
 ) -> MemoryContext:
     """Fill ``max_tokens`` in priority order (see the module docstring); pure.
 
@@ -113,11 +121,15 @@ def assemble_context(
     what is left (``block.LineBudget`` says how lines are dated, counted and labelled).
     ``settled``: the preferences and summaries go to ``settled`` (without relative times,
     so they are counted within the budget as the longer lines they were), the rest to ``text``.
+    ``loose_facts``: facts below the relevance floor of this message (``ContextBuilder``):
+    they take only what the dialogue leaves, so an unrelated fact never displaces a recalled
+    line that matches the message.
     """
     now, tz, counter, max_tokens = budget.now, budget.tz, budget.counter, budget.max_tokens
     if max_tokens <= 0:
         everything = len(preferences) + len(facts) + len(summaries) + len(windows)
-        return MemoryContext(text="", tokens=0, dropped=everything)
+        everything += len(loose_facts)
+        return MemoryContext(text="", tokens=0, dropped=everything, budget=max(max_tokens, 0))
     accepted: list[tuple[str, DistilledMemory, str]] = []  # (header, memory, line)
     seen: set[tuple[str, str]] = set()
     dropped = 0
@@ -185,6 +197,23 @@ def assemble_context(
         tokens = counter.count(text)
     if not block.text:
         text, tokens = prefix, prefix_tokens
+    # The facts below the relevance floor take only what the dialogue left (``loose_facts``).
+    for memory in loose_facts:
+        key = (memory.kind, content_hash(memory.content))
+        if key in seen:
+            continue
+        entry = (FACTS_HEADER, memory, format_distilled_line(memory, now, tz))
+        at = max((i + 1 for i, e in enumerate(accepted) if e[0] != SUMMARIES_HEADER), default=0)
+        trial = render([*accepted[:at], entry, *accepted[at:]])
+        trial_text = f"{trial}\n{block.text}" if block.text else trial
+        trial_tokens = counter.count(trial_text)
+        if trial_tokens > max_tokens:
+            dropped += 1
+            continue
+        accepted.insert(at, entry)
+        seen.add(key)
+        text, tokens = trial_text, trial_tokens
+        chosen["facts"].append(memory.id)
     apart = ""
     if settled:
         kept = [(h, m, format_distilled_line(m, now, tz, relative=False)) for h, m, _ in accepted]
@@ -195,6 +224,7 @@ def assemble_context(
         text=text,
         tokens=tokens,
         settled=apart,
+        budget=max_tokens,
         preference_ids=tuple(chosen["preferences"]),
         fact_ids=tuple(chosen["facts"]),
         summary_ids=tuple(chosen["summary"]),
@@ -231,7 +261,7 @@ class ContextBuilder:
         before the recall reads them beside it and hands them to ``build``."""
         keeper, s = self._keeper, self._settings
         if keeper is None or not s.memory_distilled_enabled:
-            return [], [], []
+            return [], [], [], []
         preferences, hits, summaries = await asyncio.gather(
             keeper.recall_by_type(
                 user_id,
@@ -254,7 +284,12 @@ class ContextBuilder:
                 user_id, group_id, "summary", limit=s.memory_distilled_summaries, now=now
             ),
         )
-        return preferences, [hit.memory for hit in hits], summaries
+        # The floor /回忆 and search_memory show by (``recall.listing.Relevance``): a fact
+        # below it is not about this message and must not displace a line that is.
+        relevance = Relevance.of(query, s, now)
+        relevant = [h.memory for h in hits if relevance.admits(h.memory.content, h.similarity)]
+        loose = [h.memory for h in hits if h.memory not in relevant]
+        return preferences, relevant, summaries, loose
 
     async def build(
         self,
@@ -290,17 +325,17 @@ class ContextBuilder:
             recall = self._retriever.recall(user_id, query, group_id, RecallOptions(now=now))
         budget = self._settings.memory_max_tokens if max_tokens is None else max_tokens
         if not isinstance(recall, RecallResult):
-            (preferences, facts, summaries), recalled = await asyncio.gather(
+            (preferences, facts, summaries, loose), recalled = await asyncio.gather(
                 self.distilled(user_id, group_id, query, now), recall
             )
         elif distilled is not None:
-            (preferences, facts, summaries), recalled = distilled, recall
+            (preferences, facts, summaries, loose), recalled = distilled, recall
         else:
             # The recall's search text (the query less its time words) has just been embedded:
             # searching facts with it costs no second embedding.
             text = recall.search_text or query
-            preferences, facts, summaries = await self.distilled(user_id, group_id, text, now)
-            recalled = recall
+            found = await self.distilled(user_id, group_id, text, now)
+            (preferences, facts, summaries, loose), recalled = found, recall
         context = assemble_context(
             preferences=preferences,
             facts=facts,
@@ -308,6 +343,7 @@ class ContextBuilder:
             windows=recalled.windows,
             budget=LineBudget(now, self._tz, self._counter, budget, exclude_ids, asker=user_id),
             settled=settled,
+            loose_facts=loose,
         )
         if touch and self._keeper is not None and context.distilled_ids:
             await self._keeper.touch(context.distilled_ids, now)

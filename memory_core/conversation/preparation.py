@@ -193,7 +193,7 @@ class PromptPreparer:
             memory_tokens = budget(turn.group_id, now) if budget is not None else None
             recent = self._short_term(self._window_key(turn), tail, now, remember=touch)
             own = [t for t in recent if t.session_key == turn.session_key]
-            options = self._recall_options(own, cutoff)
+            options = self._recall_options(own, cutoff, tuple(t.id for t in recent))
             with stage("recall"):
                 recalled, distilled = await self._recall(turn, text, options, now)
             with stage("context"):
@@ -283,10 +283,13 @@ class PromptPreparer:
         recent = [t for t in tail.recent if t.created_at >= since]
         return self._window.shown(session_key, recent, remember=remember)
 
-    def _recall_options(self, recent: Sequence[MemoryTurn], cutoff: datetime) -> RecallOptions:
+    def _recall_options(
+        self, recent: Sequence[MemoryTurn], cutoff: datetime, shown: tuple[int, ...]
+    ) -> RecallOptions:
         """A conversational query (MEMORY_QUERY_CONTEXT_TURNS > 0) is formed from the message
-        and this session's short-term turns (in a group window, the member's own)."""
+        and this session's short-term turns (in a group window, the member's own); ``shown``
+        (every short-term turn in the prompt) is not recalled again."""
         context: tuple[str, ...] = ()
         if self._settings.memory_query_context_turns > 0:
             context = tuple(t.content for t in recent)
-        return RecallOptions(now=cutoff, context=context)
+        return RecallOptions(now=cutoff, context=context, shown=shown)

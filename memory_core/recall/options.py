@@ -9,12 +9,14 @@ from datetime import datetime
 
 from ..models import Role
 from ..settings import RetrievalMode
+from .fusion import FusionRecipe
 
 
 @dataclass(frozen=True)
 class RecallOptions:
     """The knobs of one recall; ``None`` means the setting (MEMORY_TOP_N, MEMORY_WINDOW_SIZE,
-    MEMORY_RETRIEVAL_MODE, MEMORY_TIME_UNDERSTANDING) and ``now`` the current time.
+    MEMORY_RETRIEVAL_MODE, MEMORY_FUSION, MEMORY_TIME_UNDERSTANDING) and ``now`` the current
+    time. ``fusion`` is a recipe of ``recall.fusion.FUSIONS``.
 
     ``roles`` limits anchors to those roles, ``keywords`` to turns containing every one of
     them; ``context`` is the session's lines before the query, oldest first; ``since`` keeps
@@ -29,11 +31,16 @@ class RecallOptions:
     time_aware: bool | None = None
     context: tuple[str, ...] = ()
     since: datetime | None = None
+    fusion: FusionRecipe | None = None
+    shown: tuple[int, ...] = ()
+
+    # ``shown``: turns already in the prompt (its short-term memory); the prompt's recall
+    # (no top_n, no window) neither spends its allowance on them nor counts them in it.
 
     def __post_init__(self) -> None:
         # Lists given by a caller become tuples, so the value stays what it was when built.
-        for name in ("roles", "keywords", "context"):
-            value: Sequence[str] | None = getattr(self, name)
+        for name in ("roles", "keywords", "context", "shown"):
+            value: Sequence[object] | None = getattr(self, name)
             if value is not None and not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -185,89 +185,6 @@ def keyword_hit_gate(similarity: float | None, best_similarity: float, rarity: f
     return max(near, keyword_rarity_weight(rarity))
 
 
-def standout(scores: Sequence[float], pool: int) -> float:
-    """How far a channel's best score stands above the rest of its ``pool`` best, in standard
-    deviations of those scores (0 when all tie). Scale-free, so a cosine list and a BM25 list
-    can be compared; a keyword list shorter than the pool is padded with the zero score of
-    the turns it did not match (one hit alone is a clear lead: its terms are rare)."""
-    values = sorted(scores, reverse=True)[:pool]
-    if not values:
-        return 0.0
-    values += [0.0] * (pool - len(values))
-    rest = values[1:]
-    mean = sum(values) / len(values)
-    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-    if spread <= 0:
-        return 0.0
-    return max(0.0, (values[0] - sum(rest) / len(rest)) / spread) if rest else 0.0
-
-
-# Under ``MEMORY_FUSION=lead`` each of the vector and keyword lists counts in proportion to
-# how clearly its best hit stands out (``standout`` over its best ``LEAD_POOL``), the two
-# weights summing to 2 as under ``rrf``; never below ``LEAD_MIN_SHARE`` of that. Per query,
-# not per set: a question naming rare terms leans on keywords, a paraphrase on meaning.
-LEAD_POOL = 20
-LEAD_MIN_SHARE = 0.2
-
-
-def lead_weights(
-    vector_scores: Sequence[float], keyword_scores: Sequence[float]
-) -> tuple[float, float]:
-    """(vector weight, keyword weight) under ``MEMORY_FUSION=lead``: 1 each when neither
-    list stands out."""
-    vector = standout(vector_scores, LEAD_POOL)
-    keyword = standout(keyword_scores, LEAD_POOL)
-    if vector + keyword <= 0:
-        return 1.0, 1.0
-    share = min(1.0 - LEAD_MIN_SHARE, max(LEAD_MIN_SHARE, vector / (vector + keyword)))
-    return 2.0 * share, 2.0 * (1.0 - share)
-
-
-# Under ``MEMORY_FUSION=agreement`` the vector and keyword lists agree when either one's first
-# hit is among the other's first ``AGREE_DEPTH``; the keyword list may lead only when the
-# query's rarest found terms are at least this rare in the session (``RARITY_NONE``). Written
-# down before they were run (bench/RESULTS.md, "A per-query confidence fusion").
-AGREE_DEPTH = 3
-LEAD_RARITY = RARITY_NONE
-
-
-def lists_agree(first: Sequence[int], second: Sequence[int], depth: int = AGREE_DEPTH) -> bool:
-    """Whether two ranked lists of turn ids agree at the top: either one's first is among the
-    other's first ``depth`` (an empty list agrees with anything: nothing to dispute)."""
-    if not first or not second:
-        return True
-    return first[0] in second[:depth] or second[0] in first[:depth]
-
-
-def confident_lead(
-    vector: Sequence[AnchorCandidate],
-    vector_scores: Sequence[float],
-    keyword: Sequence[AnchorCandidate],
-    keyword_scores: Sequence[float],
-    rarity: float,
-) -> int | None:
-    """The turn ``MEMORY_FUSION=agreement`` puts first, or None to keep the ``rrf`` order: when
-    the two lists (best first, each with its scores) disagree at the top, the first hit of the
-    one whose best stands out more (``standout``); the keyword list only when the terms it
-    matched are rare in the session (``rarity``), else the vector list's."""
-    if lists_agree([c.id for c in vector], [c.id for c in keyword]):
-        return None
-    keyword_leads = rarity >= LEAD_RARITY and standout(keyword_scores, LEAD_POOL) > standout(
-        vector_scores, LEAD_POOL
-    )
-    return keyword[0].id if keyword_leads else vector[0].id
-
-
-def put_first(ranked: Sequence[RankedAnchor], turn_id: int) -> list[RankedAnchor]:
-    """``ranked`` with ``turn_id``'s anchor first (at the best score), the rest in order; as it
-    was when that turn is not in it."""
-    found = next((a for a in ranked if a.candidate.id == turn_id), None)
-    if found is None or ranked[0] is found:
-        return list(ranked)
-    first = RankedAnchor(found.candidate, ranked[0].score)
-    return [first, *(a for a in ranked if a is not found)]
-
-
 def decayed_order(
     candidates: Sequence[AnchorCandidate],
     scores: Sequence[float],
@@ -343,3 +260,107 @@ def fuse_channels(
     ranked = [RankedAnchor(best[turn_id], score) for turn_id, score in scores.items()]
     ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
     return ranked
+
+
+def partner_of(anchor: MemoryTurn, around: Sequence[MemoryTurn]) -> MemoryTurn | None:
+    """The turn beside ``anchor`` (``around``: its window in time order) that carries its
+    meaning: the line that answers it (the next, said by someone else), else the line it
+    answers (the previous, by someone else); None when both neighbours are the same
+    speaker's. "对，上周二！" means nothing without the question before it; "周五的周会改到下午
+    三点了" is answered by the line after it."""
+    at = next((i for i, turn in enumerate(around) if turn.id == anchor.id), None)
+    if at is None:
+        return None
+
+    def other(i: int) -> bool:
+        if not 0 <= i < len(around):
+            return False
+        turn = around[i]
+        return (turn.role, turn.user_id) != (anchor.role, anchor.user_id) or (
+            turn.sender_name != anchor.sender_name
+        )
+
+    return next((around[i] for i in (at + 1, at - 1) if other(i)), None)
+
+
+# What a memory line costs beside its text: "[2024-01-16 10:30:15] (5小时前) user(小明): " (the
+# prompt's ``lang.timefmt.format_memory_line``). Counted with each turn's characters, so that
+# many short turns spend the allowance as a few long ones do, and the prompt does not grow.
+LINE_COST = 32
+
+
+def evidence_windows(
+    query: str,
+    anchors: Sequence[RankedAnchor],
+    window_rows: Sequence[tuple[int, MemoryTurn]],
+    *,
+    top_n: int,
+    window: int,
+    shown: Collection[int] = (),
+) -> RecallResult:
+    """The prompt's dialogue: no more text than the best ``top_n`` anchors' ±``window`` turns
+    hold, spent where the evidence is.
+
+    ``anchors`` best first, ``window_rows`` each anchor's ±window turns. The allowance is the
+    characters of the first ``top_n`` anchors' windows, each line's ``LINE_COST`` included
+    (what the prompt carried before, so the prompt does not grow), and at most as many turns
+    as those windows could hold. It is spent on every anchor first, best first; then, while
+    it lasts, on each anchor's partner (``partner_of``), then on the rest of each window
+    nearest first (reading aids). A turn that does not fit is skipped and a shorter later one
+    may still fit. Anchors first and no preference for distinct spots: measured on the public
+    sets (bench/RESULTS.md, 2026-12-07) at equal characters, partners before further anchors
+    and pushing anchors near a better one back both lost.
+    ``shown``: turns already in the prompt (its short-term memory), neither spent on nor
+    counted, as the prompt's block leaves them out of the windows too; the best anchor not
+    shown always fits.
+    Windows come out best anchor first, each with the turns spent on it (merged when they
+    share a turn, ``assemble_windows``), so the prompt's block takes them in that order.
+    """
+    around: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in anchors}
+    for anchor_id, turn in window_rows:
+        around.setdefault(anchor_id, []).append(turn)
+    for rows in around.values():
+        rows.sort(key=lambda t: (t.created_at, t.id))
+    by_id = {t.id: t for rows in around.values() for t in rows}
+    present = [a for a in anchors if a.candidate.id in by_id]  # gone since (deleted): skip
+    before: dict[int, MemoryTurn] = {}  # the first top_n anchors' windows
+    for anchor in present[:top_n]:
+        rows = around[anchor.candidate.id]
+        at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)
+        before.update(
+            (t.id, t) for i, t in enumerate(rows) if abs(i - at) <= window and t.id not in shown
+        )
+    allowance = sum(len(t.content) + LINE_COST for t in before.values())
+    # The best anchor not already in the prompt always fits: the best windows being mostly
+    # short-term turns must not leave the evidence out.
+    best = next((a for a in present if a.candidate.id not in shown), None)
+    if best is not None:
+        allowance = max(allowance, len(by_id[best.candidate.id].content) + LINE_COST)
+    turns = top_n * (2 * window + 1)
+    spent: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in present}
+    chosen: set[int] = set()
+    used = 0
+
+    def spend(anchor: RankedAnchor, turn: MemoryTurn | None) -> None:
+        nonlocal used
+        if turn is None or turn.id in chosen or turn.id in shown or len(chosen) >= turns:
+            return
+        cost = len(turn.content) + LINE_COST
+        if used + cost > allowance:
+            return
+        chosen.add(turn.id)
+        used += cost
+        spent[anchor.candidate.id].append(turn)
+
+    for anchor in present:
+        spend(anchor, by_id[anchor.candidate.id])
+    for anchor in present:
+        spend(anchor, partner_of(by_id[anchor.candidate.id], around[anchor.candidate.id]))
+    for anchor in present:
+        rows = around[anchor.candidate.id]
+        at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)
+        for i in sorted(range(len(rows)), key=lambda i: (abs(i - at), i < at)):
+            spend(anchor, rows[i])
+    taken = [a for a in present if spent[a.candidate.id]]
+    rows_spent = [(a.candidate.id, t) for a in taken for t in spent[a.candidate.id]]
+    return assemble_windows(query, taken, rows_spent)

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,9 +31,10 @@ from ..models import RecallResult, generate_session_key
 from ..pictures.recall import latest_pictures, names_a_picture
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
-from ..settings import MemorySettings
+from ..settings import MemorySettings, RetrievalMode
 from ..stages import stage
 from ..storage.database_handle import Database
+from .fusion import FUSIONS, FusionRecipe, KeywordEvidence
 from .message_share import MessageShare, message_share, own_terms, rare_share
 from .options import DEFAULT_RECALL, RecallOptions
 from .ranking import (
@@ -41,16 +43,11 @@ from .ranking import (
     RankedAnchor,
     TimeScope,
     assemble_windows,
-    confident_lead,
     decay_for_match,
     decayed_order,
+    evidence_windows,
     fuse_channels,
-    keyword_confidence,
-    keyword_hit_gate,
-    keyword_rarity_weight,
-    lead_weights,
     merge_time_candidates,
-    put_first,
     rank_anchors,
 )
 from .sharing import GroupSharing
@@ -100,6 +97,31 @@ def _keyword_order(
     )
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What one recall's query asks, read once for every channel (``Retriever._asked``)."""
+
+    scope: RecallScope
+    now: datetime
+    mode: RetrievalMode
+    when: TimeQuery | None
+    about: tuple[str, ...]  # the speakers the query asks about (``lang.names``)
+    search_text: str
+    filters: AnchorFilters
+    since: datetime | None
+    vector: np.ndarray | None
+    weighted: tuple[tuple[str, float], ...]  # keyword terms and their weights
+    size: int  # the session's live turns
+
+
+@dataclass(frozen=True)
+class _Found:
+    """Each channel's candidate list by name, and how many each was asked for."""
+
+    lists: dict[str, list[Any]]
+    limit: int
+
+
 class Retriever:
     """Finds a session's anchors and their windows, through the recall store of the moment."""
 
@@ -141,12 +163,14 @@ class Retriever:
         shared: bool | None = None,
     ) -> RecallResult:
         """Top-N anchors of this session by meaning, keywords and time, each widened by
-        ±window turns.
+        ±window turns: the channels' candidate lists (``_search``), their fusion
+        (``_fuse``, by the recipe of ``options.fusion``), then the windows (``_assemble``).
 
         ``options`` (``recall.options.RecallOptions``) says how. Only this session's live
         turns (not expired, not after ``now``) are considered. ``mode`` (default: the setting)
         picks the channels: ``vector`` (meaning), ``keyword`` (terms, see
-        ``memory_core.lang.keywords``) or ``hybrid`` (both, reciprocal rank fusion).
+        ``memory_core.lang.keywords``) or ``hybrid`` (both, reciprocal rank fusion by the
+        recipe ``fusion``, see ``recall.fusion``).
         A time expression in the query (昨天, 上周三, 刚才…, see ``memory_core.lang.timerange``)
         adds that range's turns as candidates, or keeps only them when the query asks nothing
         else (and the range holds a turn; else the best matches anywhere); ``time_aware=False``
@@ -173,6 +197,45 @@ class Retriever:
         if shared is None:
             shared = self.sharing is not None and await self.sharing.shared(group_id)
         scope = RecallScope(generate_session_key(user_id, group_id), group_id if shared else None)
+        asked = await self._asked(store, scope, query, options, now)
+        if asked is None:
+            return RecallResult(query=query)
+        # With neither top_n nor window given, the prompt's recall: the text top_n anchors
+        # ±window would give, spent on anchors first (``evidence_windows``); the candidate
+        # lists are those of top_n anchors, so the head of the ranking is as before.
+        evidence = options.top_n is None and options.window_size is None
+        found = await self._search(store, asked, top_n)
+        ranked = self._fuse(asked, found, options.fusion or FUSIONS[self.settings.memory_fusion])
+        # Statements over questions and echoes (recall.statements): the head's turns read once.
+        ranked = await statements_first(self._database, ranked, head=found.limit)
+        rerank_scores: tuple[tuple[int, float], ...] = ()
+        if self.reranker is not None and len(ranked) > 1:
+            ranked, rerank_scores = await self._reranked(
+                store, scope, asked.search_text, ranked, now
+            )
+        if names_a_picture(query) and not options.keywords and not options.roles:
+            ranked = await self._pictures_first(scope, ranked, now)
+        with stage("recall_windows"):
+            if evidence:
+                result = await self._spend(
+                    store, scope, query, ranked, top_n, window, now, options.shown
+                )
+            else:
+                result = await self._assemble(store, scope, query, ranked, top_n, window, now)
+        return dataclasses.replace(
+            result, search_text=asked.search_text, rerank_scores=rerank_scores
+        )
+
+    async def _asked(
+        self,
+        store: PgRecallStore,
+        scope: RecallScope,
+        query: str,
+        options: RecallOptions,
+        now: datetime,
+    ) -> _Asked | None:
+        """What ``query`` asks, read once for every channel; None when a vector recall has no
+        query vector (nothing to search)."""
         mode = options.mode or self.settings.memory_retrieval_mode
         when, text, earlier, _ = self._query_parts(query, options, now)
         # A participant the message names is who, not what (lang.names): the name leaves the
@@ -205,14 +268,36 @@ class Retriever:
                 store.session_size(scope),
             )
         if embedded is _NO_VECTOR:
-            return RecallResult(query=query)
-        vector = embedded if isinstance(embedded, np.ndarray) else None
+            return None
+        weighted = (
+            weighted_conversation_terms(topic, earlier, share.context_term_weight)
+            if mode != "vector"
+            else []
+        )
+        return _Asked(
+            scope=scope,
+            now=now,
+            mode=mode,
+            when=when,
+            about=about,
+            search_text=search_text,
+            filters=filters,
+            since=options.since,
+            vector=embedded if isinstance(embedded, np.ndarray) else None,
+            weighted=tuple(weighted),
+            size=size,
+        )
+
+    async def _search(self, store: PgRecallStore, asked: _Asked, top_n: int) -> _Found:
+        """Every channel's candidate list, read at once."""
+        vector, filters, size, weighted = asked.vector, asked.filters, asked.size, asked.weighted
         limit = max(MIN_CANDIDATES, top_n * CANDIDATES_PER_ANCHOR)
-        search: dict[str, Any] = dict(scope=scope, model=self.embedding_model, now=now, limit=limit)
+        search: dict[str, Any] = dict(
+            scope=asked.scope, model=self.embedding_model, now=asked.now, limit=limit
+        )
         searches: dict[str, Awaitable[list[Any]]] = {}
         if vector is not None:
             searches["vector"] = self._anchor_candidates(store, vector, filters, size, **search)
-        weighted: list[tuple[str, float]] = []
 
         def keyword_search(among: AnchorFilters) -> Awaitable[list[KeywordCandidate]]:
             return store.keyword_candidates(
@@ -224,25 +309,24 @@ class Retriever:
                 **search,
             )
 
-        if mode != "vector":
-            weighted = weighted_conversation_terms(topic, earlier, share.context_term_weight)
+        if asked.mode != "vector":
             searches["keyword"] = keyword_search(filters)
-        if about and mode != "keyword":
+        if asked.about and asked.mode != "keyword":
             # The turns of the speakers asked about, by meaning and by the same terms. Not in
             # keyword mode: a second list of the same terms fused with the first only reorders
             # it (LoCoMo-dev: keyword mode is best with the name out of its terms alone).
-            theirs = dataclasses.replace(filters, speakers=about)
+            theirs = dataclasses.replace(filters, speakers=asked.about)
             if vector is not None:
                 searches["speaker vector"] = self._anchor_candidates(
                     store, vector, theirs, size, **search
                 )
             if weighted:
                 searches["speaker keyword"] = keyword_search(theirs)
-        within: TimeScope | None = None
+        when = asked.when
         if when is not None:
             start = when.range.start
-            if options.since is not None and (start is None or start < options.since):
-                start = options.since
+            if asked.since is not None and (start is None or start < asked.since):
+                start = asked.since
             in_range = dataclasses.replace(filters, start=start, end=when.range.end)
             if when.range.recent or vector is None:  # newest first
                 searches["time"] = store.latest_candidates(
@@ -260,110 +344,66 @@ class Retriever:
                     query_vector=vector, filters=in_range, **search
                 )
         with stage("recall_candidates"):
-            found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
-        referring = found.get("refers", [])
+            lists = await asyncio.gather(*searches.values())
+        return _Found(dict(zip(searches, lists, strict=True)), limit)
+
+    def _fuse(self, asked: _Asked, found: _Found, recipe: FusionRecipe) -> list[RankedAnchor]:
+        """The candidates of every channel in one order: vector alone by similarity times
+        decay, else reciprocal rank fusion with the keyword lists weighed by ``recipe``."""
+        lists, now, when = found.lists, asked.now, asked.when
+        referring = lists.get("refers", [])
+        within: TimeScope | None = None
         if when is not None and when.time_only:
             within = TimeScope(when.range.start, when.range.end, frozenset(c.id for c in referring))
-
+        s = self.settings
         channels: list[Channel] = []
         decay = self._decay
         near: list[AnchorCandidate] = []  # the vector list's candidates above the floor
-        floor = self.settings.memory_similarity_floor
-        if "vector" in found:
-            near = [c for c in found["vector"] if floor is None or c.similarity >= floor]
+        floor = s.memory_similarity_floor
+        if "vector" in lists:
+            near = [c for c in lists["vector"] if floor is None or c.similarity >= floor]
             similarities = [c.similarity for c in near]
-            decay = decay_for_match(decay, similarities, self.settings.memory_decay_tie_margin)
+            decay = decay_for_match(decay, similarities, s.memory_decay_tie_margin)
             ordered = decayed_order(near, similarities, now=now, decay=decay)
             channels.append(Channel("vector", ordered))
-        if "keyword" in found:
-            hits = found["keyword"]
-            keyed = _keyword_order(hits, now, decay)
-            # Beside the vector list, a hit counts in proportion to how much of the query it
-            # matches: a keyword list that only matched filler words ("最近") must not outvote
-            # it. Alone (keyword mode), the keyword ranking stands as it is.
-            strengths = {h.id: h.coverage for h in hits} if vector is not None else None
-            weight = self.settings.memory_keyword_weight
-            if vector is not None and self.settings.memory_fusion == "confident":
-                # Beside the vector list, keywords count as much as their best hit stands out.
+        beside = asked.vector is not None  # the keyword lists fused beside a vector list
+        if "keyword" in lists:
+            hits = lists["keyword"]
+            weight, strengths = s.memory_keyword_weight, None
+            if beside:
                 decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
-                weight *= keyword_confidence(decayed)
-            elif vector is not None and self.settings.memory_fusion == "rarity" and hits:
-                # Beside the vector list, keywords count as much as the query's terms are rare
-                # in this session (every hit carries the same rarity).
-                weight *= keyword_rarity_weight(hits[0].rarity)
-            elif vector is not None and self.settings.memory_fusion == "lead" and near and hits:
-                # Each list counts as much as its best hit stands out (the vector list's
-                # weight is set on it below).
-                decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
-                vector_weight, keyword_weight = lead_weights([c.similarity for c in near], decayed)
-                channels[0] = dataclasses.replace(channels[0], weight=vector_weight)
-                weight *= keyword_weight
-            elif self.settings.memory_fusion == "gated" and near and when is None:
-                # Beside the vector list, each hit counts in full when its terms are rare in
-                # this session or meaning agrees with it (near the best vector match). Not in
-                # a question about a time: there the turns of that time are the evidence, near
-                # in meaning or not (gating them cost the generated set's time questions).
-                best = max(c.similarity for c in near)
-                strengths = {
-                    h.id: h.coverage * keyword_hit_gate(h.similarity, best, h.rarity) for h in hits
-                }
-            channels.append(Channel("keyword", keyed, weight, strengths))
-        if "time" in found:
-            by_meaning = vector is not None and when is not None and not when.range.recent
-            timed = merge_time_candidates(found["time"], referring, by_meaning=by_meaning)
-            channels.append(Channel("time", timed, self.settings.memory_time_weight))
-        speaker_weight = self.settings.memory_speaker_weight
-        if "speaker vector" in found:
-            theirs_near = [
-                c for c in found["speaker vector"] if floor is None or c.similarity >= floor
-            ]
-            ordered = decayed_order(
-                theirs_near, [c.similarity for c in theirs_near], now=now, decay=decay
-            )
-            channels.append(Channel("speaker vector", ordered, speaker_weight))
-        if "speaker keyword" in found:
-            hits = found["speaker keyword"]
-            strengths = {h.id: h.coverage for h in hits} if vector is not None else None
+                share, strengths = recipe.keyword_share(
+                    KeywordEvidence(hits, decayed, near, timed=when is not None)
+                )
+                weight *= share
+            channels.append(Channel("keyword", _keyword_order(hits, now, decay), weight, strengths))
+        if "time" in lists:
+            by_meaning = beside and when is not None and not when.range.recent
+            timed = merge_time_candidates(lists["time"], referring, by_meaning=by_meaning)
+            channels.append(Channel("time", timed, s.memory_time_weight))
+        if "speaker vector" in lists:
+            theirs = [c for c in lists["speaker vector"] if floor is None or c.similarity >= floor]
+            ordered = decayed_order(theirs, [c.similarity for c in theirs], now=now, decay=decay)
+            channels.append(Channel("speaker vector", ordered, s.memory_speaker_weight))
+        if "speaker keyword" in lists:
+            hits = lists["speaker keyword"]
             channels.append(
                 Channel(
                     "speaker keyword",
                     _keyword_order(hits, now, decay),
-                    speaker_weight * self.settings.memory_keyword_weight,
-                    strengths,
+                    s.memory_speaker_weight * s.memory_keyword_weight,
+                    {h.id: h.coverage for h in hits} if beside else None,
                 )
             )
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
-            ranked = rank_anchors(channels[0].candidates, now=now, decay=decay, top_n=limit)
-        else:
-            ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k, within=within)
-            if within is not None and not ranked:
-                # Nothing was said in that time: answer with what matches best instead of
-                # nothing (the user may misremember when).
-                ranked = fuse_channels(channels, rrf_k=self.settings.memory_rrf_k)
-            if self.settings.memory_fusion == "agreement" and near and found.get("keyword"):
-                # When the two lists disagree at the top, the more confident one's first hit
-                # comes first (ranking.confident_lead); the rest keep the fused order.
-                hits = found["keyword"]
-                lead = confident_lead(
-                    channels[0].candidates,
-                    [c.similarity for c in near],
-                    next(c for c in channels if c.name == "keyword").candidates,
-                    [h.score * decay.weight_at(h.created_at, now) for h in hits],
-                    hits[0].rarity,
-                )
-                if lead is not None and ranked:
-                    ranked = put_first(ranked, lead)
-        # Statements over questions and echoes (recall.statements): the head's turns read once.
-        ranked = await statements_first(self._database, ranked, head=limit)
-        rerank_scores: tuple[tuple[int, float], ...] = ()
-        if self.reranker is not None and len(ranked) > 1:
-            ranked, rerank_scores = await self._reranked(store, scope, search_text, ranked, now)
-        if names_a_picture(query) and not options.keywords and not options.roles:
-            ranked = await self._pictures_first(scope, ranked, now)
-        with stage("recall_windows"):
-            result = await self._assemble(store, scope, query, ranked, top_n, window, now)
-        return dataclasses.replace(result, search_text=search_text, rerank_scores=rerank_scores)
+            return rank_anchors(channels[0].candidates, now=now, decay=decay, top_n=found.limit)
+        ranked = fuse_channels(channels, rrf_k=s.memory_rrf_k, within=within)
+        if within is not None and not ranked:
+            # Nothing was said in that time: answer with what matches best instead of
+            # nothing (the user may misremember when).
+            ranked = fuse_channels(channels, rrf_k=s.memory_rrf_k)
+        return ranked
 
     async def _reranked(
         self,
@@ -504,6 +544,31 @@ class Retriever:
             scope=scope, anchors=[a.candidate for a in anchors], window_size=window, now=now
         )
         return assemble_windows(query, anchors, rows)
+
+    async def _spend(
+        self,
+        store: PgRecallStore,
+        scope: RecallScope,
+        query: str,
+        ranked: Sequence[RankedAnchor],
+        top_n: int,
+        window: int,
+        now: datetime,
+        shown: Sequence[int],
+    ) -> RecallResult:
+        """The text of ``top_n`` anchors ±``window`` spent on anchors first, less the turns
+        already ``shown`` (``ranking.evidence_windows``)."""
+        turns = top_n * (2 * window + 1)
+        anchors = list(ranked[:turns])
+        rows = await store.windows(
+            scope=scope,
+            anchors=[a.candidate for a in anchors],
+            window_size=max(window, 1),
+            now=now,
+        )
+        return evidence_windows(
+            query, anchors, rows, top_n=top_n, window=window, shown=frozenset(shown)
+        )
 
     async def _anchor_candidates(
         self,

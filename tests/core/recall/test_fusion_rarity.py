@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
+from typing import get_args
 
 import pytest
 
 from memory_core.dialogue.recall_store import PgRecallStore, RecallScope
 from memory_core.models import TurnInput, generate_session_key
+from memory_core.recall.fusion import FUSIONS
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import RARITY_FULL, RARITY_NONE, keyword_rarity_weight
+from memory_core.settings import FusionMethod
 
 SH = timezone(timedelta(hours=8))
 NOW = datetime(2024, 1, 15, 10, 0, tzinfo=SH)
@@ -83,3 +86,23 @@ async def test_rarity_fusion_leaves_the_vector_order_alone_when_the_query_words_
     # The test can fail: plain RRF lets the common words reorder the vector list.
     assert orders["rrf", "hybrid"] != orders["rrf", "vector"]
     assert orders["rarity", "hybrid"] == orders["rarity", "vector"]
+
+
+async def test_a_fusion_recipe_given_in_the_options_wins_over_the_setting(memory_factory):
+    # The recipe travels with the recall: the same memory (MEMORY_FUSION=rrf) recalls as
+    # ``rarity`` when the options name it, and as ``rrf`` otherwise.
+    memory = await memory_factory(memory_fusion="rrf")
+    await memory.add_dialogues([said(text, 100 - i) for i, text in enumerate(CHAT)])
+    query = "天气很热，在家吧"
+
+    async def order(**options: object) -> list[int]:
+        asked = RecallOptions(top_n=5, window_size=0, now=NOW, **options)  # type: ignore[arg-type]
+        return [w.anchor_id for w in (await memory.recall(1, query, options=asked)).windows]
+
+    vector = await order(mode="vector")
+    assert await order(mode="hybrid") != vector  # rrf: the common words reorder it
+    assert await order(mode="hybrid", fusion=FUSIONS["rarity"]) == vector
+
+
+def test_every_fusion_setting_names_a_recipe():
+    assert set(get_args(FusionMethod)) == set(FUSIONS)
