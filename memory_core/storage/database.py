@@ -188,6 +188,17 @@ class _OneLineConnectionErrors(logging.Filter):
 _POOL_LOG_FILTER = _OneLineConnectionErrors()
 
 
+STATEMENT_TIMEOUT = 5.0
+"""Seconds a pooled statement may go unanswered unless it names its own timeout: what the
+bot runs for a message (a row, a session's recall) takes milliseconds, and a server silent
+this long is treated as gone (``pg.pooled`` drops the connection; a turn goes to the spool).
+Well inside the reply deadline, so a silent primary costs a reply seconds, not the reply."""
+
+BULK_TIMEOUT = 600.0
+"""Statements whose work grows with the data — deleting a person's or a session's memory,
+the purge, counts over whole tables, exports, backfills — and may wait for locks: they name
+this timeout."""
+
 HOST_CONNECT_TIMEOUT = 5.0
 """Seconds one host of a multi-host DSN gets to accept a connection before the next is tried
 (libpq's ``connect_timeout`` is per host too)."""
@@ -260,7 +271,7 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             max_size=max_size,
             init=_init_connection,
             reset=_leave_session_as_is,
-            command_timeout=30,
+            command_timeout=STATEMENT_TIMEOUT,
             timeout=10,
             connect=connect,
             **kwargs,

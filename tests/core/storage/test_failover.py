@@ -97,6 +97,40 @@ async def test_every_acknowledged_turn_is_on_the_promoted_standby_after_the_prim
         await memory.aclose()
 
 
+async def test_a_turn_said_after_a_silent_primary_is_replaced_is_written_to_the_new_one(
+    pair: ReplicatedPair, tmp_data_dir: Path, hashing_embedder: HashingEmbedder
+) -> None:
+    """The primary stops answering without refusing (SIGSTOP on the postmaster and every
+    backend: a hung host, a cut network), with connections to it open in the pool. Those
+    connections are dropped when a statement on them goes unanswered, not kept for asyncpg's
+    cancel request to the same silent server, so the memory reaches the promoted standby."""
+    settings = MemorySettings(memory_dsn=pair.dsn(), memory_data_dir=tmp_data_dir)
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    acknowledged: list[str] = []
+    try:
+        for n in range(4):
+            await say(memory, f"主库还在时说的第{n}句话", n, acknowledged)
+
+        await asyncio.to_thread(pair.primary.freeze)
+        await asyncio.to_thread(pair.standby.promote)
+        # Generous: asyncpg alone took over a minute here (bench/RESULTS.md, 2026-12-07).
+        deadline = time.monotonic() + 40
+        on_new_primary: set[str] = set()
+        n = 4
+        while not on_new_primary and time.monotonic() < deadline:
+            await say(memory, f"主库不出声后说的第{n}句话", n, acknowledged)
+            on_new_primary = set(acknowledged[4:]) & await contents_on(pair.standby.dsn())
+            n += 1
+        assert on_new_primary, f"no turn on the new primary within 40 s ({n - 4} said)"
+
+        stored = await written_to(memory, pair.standby.dsn(), acknowledged)
+        assert sorted(set(acknowledged) - stored) == []
+    finally:
+        # A frozen server never answers the pool's goodbye: end it before closing the memory.
+        await asyncio.to_thread(pair.primary.thaw_and_kill)
+        await memory.aclose()
+
+
 class SilentHost:
     """A loopback port that accepts connections and never answers: a hung server, or a host
     behind a cut network, as a client sees it (no refusal, no reset)."""
