@@ -3,7 +3,6 @@ of that pool, or of one transaction."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -12,7 +11,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import DatabaseUnavailableError
-from .pg import PgStore, database_errors, pooled
+from .pg import PgStore, database_errors, in_transaction, pooled
 
 StoreT = TypeVar("StoreT", bound=PgStore)
 Stores = dict[type[PgStore], PgStore]
@@ -86,14 +85,5 @@ class Database:
         when the block ends, rolled back when it raises."""
         pool = self.pool
         with database_errors():
-            async with pooled(pool) as conn:
-                transaction = conn.transaction()
-                await transaction.start()
-                try:
-                    yield Transaction(pool, conn)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
-                    raise  # ``pooled`` drops the connection: the server rolls back
-                except BaseException:
-                    await transaction.rollback()
-                    raise
-                await transaction.commit()
+            async with pooled(pool) as conn, in_transaction(conn):
+                yield Transaction(pool, conn)

@@ -55,6 +55,25 @@ async def pooled(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy[asyncp
             raise
 
 
+@asynccontextmanager
+async def in_transaction(
+    conn: PoolConnectionProxy[asyncpg.Record],
+) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    """``conn.transaction()`` (a savepoint inside another), except after a statement that
+    went unanswered or a caller that gave up: no ROLLBACK then, which would wait on the same
+    silent server; ``pooled`` drops the connection and the server rolls back."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        yield conn
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        raise
+    except BaseException:
+        await transaction.rollback()
+        raise
+    await transaction.commit()
+
+
 class PgStore:
     """A pool, and the one place where database failures become core errors.
 
@@ -79,6 +98,12 @@ class PgStore:
                 return
             async with pooled(self._pool) as conn:
                 yield conn
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        """``_connection`` inside a transaction (``in_transaction``)."""
+        async with self._connection() as conn, in_transaction(conn):
+            yield conn
 
     async def database_now(self) -> datetime:
         """The database server's clock: the one every bot sharing this database agrees on
