@@ -20,6 +20,7 @@ from memory_core import TemporalMemory, open_memory
 from memory_core.errors import MemoryCoreError
 from memory_core.models import TurnInput
 from memory_core.settings import MemorySettings
+from memory_core.storage import database
 from tests.fakes import HashingEmbedder
 from tests.replication import ReplicatedPair
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
@@ -175,6 +176,30 @@ async def test_a_silent_first_host_does_not_keep_the_memory_from_the_next_one(
         finally:
             await memory.aclose()
         assert await contents_on(proxy.dsn(database)) == {"主库不出声时说的话"}
+    finally:
+        await proxy.stop()
+        await silent.stop()
+
+
+async def test_the_next_host_is_tried_beside_a_silent_one_before_its_connect_timeout(
+    fresh_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconnect after the primary went silent does not wait out the silent host's connect
+    timeout (an hour here) before trying the next host: it is tried after a head start."""
+    monkeypatch.setattr(database, "HOST_CONNECT_TIMEOUT", 3600.0)
+    silent = SilentHost()
+    await silent.start()
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))
+    await proxy.start()
+    name = urlsplit(fresh_dsn).path.lstrip("/")
+    dsn = f"postgresql://postgres@127.0.0.1:{silent.port},127.0.0.1:{proxy.port}/{name}"
+    try:
+        # Bounded so that a failure fails instead of hanging for the hour.
+        conn = await asyncio.wait_for(database.HostByHost(dsn)(dsn, timeout=3600), 120)
+        try:
+            assert await conn.fetchval("SELECT 1") == 1
+        finally:
+            await conn.close()
     finally:
         await proxy.stop()
         await silent.stop()
