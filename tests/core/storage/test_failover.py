@@ -127,7 +127,7 @@ async def test_a_turn_said_after_a_silent_primary_is_replaced_is_written_to_the_
         stored = await written_to(memory, pair.standby.dsn(), acknowledged)
         assert sorted(set(acknowledged) - stored) == []
     finally:
-        # A frozen server never answers the pool's goodbye: end it before closing the memory.
+        # Ended first: a connection still open to the frozen server would wait on its goodbye.
         await asyncio.to_thread(pair.primary.thaw_and_kill)
         await memory.aclose()
 
