@@ -44,15 +44,30 @@ async def pooled(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy[asyncp
     2026-12-07, failover). Dropping the connection is the answer that needs nothing from the
     server, which ends the statement (and rolls back its transaction) once it notices. The
     pool's other connections most likely lead to the same server: they are replaced on their
-    next use, by a connect that tries each host in turn (``HostByHost``).
+    next use (after a timeout, not after a caller gave up), by a connect that tries each host
+    in turn (``HostByHost``).
     """
     async with pool.acquire() as conn:
         try:
             yield conn
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            conn.terminate()
-            await pool.expire_connections()
+        except BaseException as exc:
+            if went_unanswered(exc):
+                conn.terminate()
+                await pool.expire_connections()
+            elif isinstance(exc, asyncio.CancelledError):
+                conn.terminate()  # says nothing of the server: the other connections stay
             raise
+
+
+def went_unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement's timeout, or was raised from one (``database_errors``
+    of a store inside a transaction makes it a ``DatabaseUnavailableError`` on its way)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, asyncio.TimeoutError):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 @asynccontextmanager
@@ -66,10 +81,9 @@ async def in_transaction(
     await transaction.start()
     try:
         yield conn
-    except (asyncio.TimeoutError, asyncio.CancelledError):
-        raise
-    except BaseException:
-        await transaction.rollback()
+    except BaseException as exc:
+        if not (went_unanswered(exc) or isinstance(exc, asyncio.CancelledError)):
+            await transaction.rollback()
         raise
     await transaction.commit()
 
