@@ -17,6 +17,7 @@ import numpy as np
 from ..accounts import current as current_account
 from ..models import ForgetScope
 from ..storage.counters import bump_sql
+from ..storage.database import BULK_TIMEOUT
 from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_count, scope_delete
 
@@ -200,12 +201,14 @@ class PgAnswerCacheStore(PgStore):
 
     async def purge(self, now: datetime) -> int:
         async with self._connection() as conn:
-            status = await conn.execute(SQL_CACHE_PURGE, now)
+            status = await conn.execute(SQL_CACHE_PURGE, now, timeout=BULK_TIMEOUT)
         return rows_affected(status)
 
     async def drop_stale_preload(self, kept_norms: Sequence[str]) -> int:
         async with self._connection() as conn:
-            status = await conn.execute(SQL_CACHE_DROP_STALE_PRELOAD, list(kept_norms))
+            status = await conn.execute(
+                SQL_CACHE_DROP_STALE_PRELOAD, list(kept_norms), timeout=BULK_TIMEOUT
+            )
         return rows_affected(status)
 
     async def delete_scope(self, scope: ForgetScope) -> int:
@@ -214,7 +217,7 @@ class PgAnswerCacheStore(PgStore):
             "answer_cache", scope, extra="scope = 'user'", account_of_row="account"
         )
         async with self._connection() as conn:
-            status = await conn.execute(sql, *args)
+            status = await conn.execute(sql, *args, timeout=BULK_TIMEOUT)
         return rows_affected(status)
 
     async def count_scope(self, scope: ForgetScope) -> int:
@@ -223,14 +226,14 @@ class PgAnswerCacheStore(PgStore):
             "answer_cache", scope, extra="scope = 'user'", account_of_row="account"
         )
         async with self._connection() as conn:
-            return int(await conn.fetchval(sql, *args))
+            return int(await conn.fetchval(sql, *args, timeout=BULK_TIMEOUT))
 
     async def delete_user_since(self, user_id: int, since: datetime) -> int:
         """Delete the user's own entries cached at or after ``since`` (any of them may repeat
         something the user has since recalled)."""
         async with self._connection() as conn:
             status = await conn.execute(
-                SQL_CACHE_DROP_USER_SINCE, user_id, since, current_account()
+                SQL_CACHE_DROP_USER_SINCE, user_id, since, current_account(), timeout=BULK_TIMEOUT
             )
         return rows_affected(status)
 
@@ -239,14 +242,21 @@ class PgAnswerCacheStore(PgStore):
         (case-folded, as ``lang.keywords.normalize`` gives it)."""
         async with self._connection() as conn:
             status = await conn.execute(
-                SQL_CACHE_DROP_USER_CONTAINING, user_id, group_id or 0, text, current_account()
+                SQL_CACHE_DROP_USER_CONTAINING,
+                user_id,
+                group_id or 0,
+                text,
+                current_account(),
+                timeout=BULK_TIMEOUT,
             )
         return rows_affected(status)
 
     async def by_user(self, user_id: int) -> list[OwnCachedAnswer]:
         """The user's own entries, oldest first (public entries are nobody's)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_CACHE_BY_USER, user_id, current_account())
+            records = await conn.fetch(
+                SQL_CACHE_BY_USER, user_id, current_account(), timeout=BULK_TIMEOUT
+            )
         return [
             OwnCachedAnswer(
                 group_id=r["group_id"],
@@ -260,13 +270,18 @@ class PgAnswerCacheStore(PgStore):
 
     async def counts(self, now: datetime) -> dict[str, int]:
         async with self._connection() as conn:
-            return {r["scope"]: r["n"] for r in await conn.fetch(SQL_CACHE_COUNTS, now)}
+            return {
+                r["scope"]: r["n"]
+                for r in await conn.fetch(SQL_CACHE_COUNTS, now, timeout=BULK_TIMEOUT)
+            }
 
     async def rows_needing_reembed(
         self, model: str, after_id: int, limit: int
     ) -> list[tuple[int, str]]:
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_CACHE_NEEDING_REEMBED, model, after_id, limit)
+            records = await conn.fetch(
+                SQL_CACHE_NEEDING_REEMBED, model, after_id, limit, timeout=BULK_TIMEOUT
+            )
         return [(r["id"], r["question_norm"]) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:

@@ -14,6 +14,7 @@ import asyncpg
 from ..accounts import current as current_account
 from ..accounts import key_account
 from ..models import MemoryTurn
+from ..storage.database import BULK_TIMEOUT
 from ..storage.row_changes import RowTaker, put_back_sql, take_sql
 from ..time_bounds import EARLIEST, LATEST
 from .bad_rows import usable_turn
@@ -268,37 +269,41 @@ class PgAdminStore(RowTaker):
     async def ids_by_uuid(self, message_uuids: Sequence[str]) -> dict[str, int]:
         """The row ids of those of ``message_uuids`` that are stored."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_IDS_BY_UUID, list(message_uuids))
+            records = await conn.fetch(SQL_IDS_BY_UUID, list(message_uuids), timeout=BULK_TIMEOUT)
         return {r["message_uuid"]: r["id"] for r in records}
 
     async def uuids_by_id(self, ids: Collection[int]) -> dict[int, str]:
         """The message_uuid of those of ``ids`` that are stored (an export names turns so)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_UUIDS_BY_ID, list(ids))
+            records = await conn.fetch(SQL_UUIDS_BY_ID, list(ids), timeout=BULK_TIMEOUT)
         return {r["id"]: r["message_uuid"] for r in records}
 
     async def set_retention(self, rows: Sequence[tuple[str, int | None, datetime | None]]) -> None:
         """Give turns (by message_uuid) their score and expiry."""
         if rows:
-            async with self._connection() as conn, conn.transaction():
-                await conn.executemany(SQL_SET_RETENTION, rows)
+            async with self._transaction() as conn:
+                await conn.executemany(SQL_SET_RETENTION, rows, timeout=BULK_TIMEOUT)
 
     async def user_turns(self, user_id: int) -> list[MemoryTurn]:
         """Every stored turn of ``user_id``'s sessions (theirs and the bot's replies)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_USER_TURNS, user_id, current_account())
+            records = await conn.fetch(
+                SQL_USER_TURNS, user_id, current_account(), timeout=BULK_TIMEOUT
+            )
         return [turn_from_record(r) for r in records if usable_turn(r)]
 
     async def count_pending_embeddings(self) -> int:
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_COUNT_PENDING))
+            return int(await conn.fetchval(SQL_COUNT_PENDING, timeout=BULK_TIMEOUT))
 
     async def stats(self) -> StoreStats:
         async with self._connection() as conn:
             account = current_account()
-            records = await conn.fetch(SQL_STATS, account)
+            records = await conn.fetch(SQL_STATS, account, timeout=BULK_TIMEOUT)
             by = {(r["chat_type"], r["role"]): r["n"] for r in records}
-            s = await conn.fetchrow(SQL_STATS_SUMMARY, EARLIEST, LATEST, account)
+            s = await conn.fetchrow(
+                SQL_STATS_SUMMARY, EARLIEST, LATEST, account, timeout=BULK_TIMEOUT
+            )
         assert s is not None  # an aggregate always returns a row
         return StoreStats(
             by_type_role=by,
@@ -331,14 +336,16 @@ class PgAdminStore(RowTaker):
         async with self._connection() as conn:
             rows = await conn.fetch(
                 SQL_SESSION_LIST, chat_type, group_id, user_id, limit, offset,
-                keys, [without_turns[k] for k in keys], session_key,
+                keys, [without_turns[k] for k in keys], session_key, timeout=BULK_TIMEOUT,
             )  # fmt: skip
         return [_activity(r) for r in rows]
 
     async def session_count(self, without_turns: Sequence[str]) -> int:
         """How many sessions ``session_list`` would list in all (``without_turns`` as there)."""
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_SESSION_COUNT, list(without_turns)))
+            return int(
+                await conn.fetchval(SQL_SESSION_COUNT, list(without_turns), timeout=BULK_TIMEOUT)
+            )
 
     async def session_activity(self, session_key: str) -> SessionActivity | None:
         async with self._connection() as conn:
@@ -382,10 +389,13 @@ class PgAdminStore(RowTaker):
 
     async def groups_with_turns(self, limit: int) -> list[int]:
         async with self._connection() as conn:
-            return [r["group_id"] for r in await conn.fetch(SQL_GROUPS_WITH_TURNS, limit)]
+            return [
+                r["group_id"]
+                for r in await conn.fetch(SQL_GROUPS_WITH_TURNS, limit, timeout=BULK_TIMEOUT)
+            ]
 
     async def turns_per_day(self, since: datetime, tz_name: str) -> list[tuple[date, int, int]]:
         """(local day, user turns, bot turns) of every day since ``since`` with turns."""
         async with self._connection() as conn:
-            rows = await conn.fetch(SQL_TURNS_PER_DAY, since, tz_name)
+            rows = await conn.fetch(SQL_TURNS_PER_DAY, since, tz_name, timeout=BULK_TIMEOUT)
         return [(r["day"], r["user_turns"], r["bot_turns"]) for r in rows]

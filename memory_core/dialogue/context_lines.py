@@ -17,6 +17,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ..lang.indexed import CONTEXT_MAX_GAP, ContextLine
+from ..storage.database import BULK_TIMEOUT
 from .columns import NewTurnRow
 
 _GAP = f"interval '{int(CONTEXT_MAX_GAP.total_seconds())} seconds'"
@@ -85,7 +86,7 @@ async def contexts_for(
     firsts = [min(rows[p].created_at for p in sessions[k]) - CONTEXT_MAX_GAP for k in keys]
     lasts = [max(rows[p].created_at for p in sessions[k]) for k in keys]
     lines: dict[str, list[_Line]] = defaultdict(list)
-    for r in await conn.fetch(SQL_SESSION_LINES, keys, firsts, lasts):
+    for r in await conn.fetch(SQL_SESSION_LINES, keys, firsts, lasts, timeout=BULK_TIMEOUT):
         line = ContextLine(r["content"], r["sender_name"])
         lines[r["session_key"]].append(_Line(r["created_at"], 0, r["id"], r["role"], line))
     for key, places in sessions.items():

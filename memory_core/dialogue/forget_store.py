@@ -12,6 +12,7 @@ from asyncpg.pool import PoolConnectionProxy
 
 from ..lang.repeats import Repeats
 from ..models import ForgetScope, MemoryTurn, RecalledMessage, Role
+from ..storage.database import BULK_TIMEOUT
 from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_count, scope_delete
 from .bad_rows import usable_turn
@@ -90,14 +91,19 @@ async def _with_replies(
     users = [r for r in said if r["role"] == "user"]
     if not users:
         return chosen
-    chosen.update(r["id"] for r in await conn.fetch(SQL_REPLIES_TO, [r["id"] for r in users]))
+    chosen.update(
+        r["id"]
+        for r in await conn.fetch(SQL_REPLIES_TO, [r["id"] for r in users], timeout=BULK_TIMEOUT)
+    )
     for session_key in {r["session_key"] for r in users}:
         own = [r for r in users if r["session_key"] == session_key]
         repeated = Repeats([r["content"] for r in own])
         if not repeated:
             continue
         first = min(r["id"] for r in own)
-        later = await conn.fetch(SQL_LATER_REPLIES, session_key, first, LATER_REPLIES_READ)
+        later = await conn.fetch(
+            SQL_LATER_REPLIES, session_key, first, LATER_REPLIES_READ, timeout=BULK_TIMEOUT
+        )
         chosen.update(r["id"] for r in later if repeated.found_in(r["content"]))
     return chosen
 
@@ -105,7 +111,7 @@ async def _with_replies(
 async def _delete(conn: PoolConnectionProxy[asyncpg.Record], ids: set[int]) -> list[DeletedTurn]:
     if not ids:
         return []
-    records = await conn.fetch(SQL_DELETE_TURNS, sorted(ids))
+    records = await conn.fetch(SQL_DELETE_TURNS, sorted(ids), timeout=BULK_TIMEOUT)
     return [DeletedTurn(r["id"], r["user_id"], r["created_at"], r["role"]) for r in records]
 
 
@@ -115,7 +121,7 @@ class PgForgetStore(PgStore):
     async def delete_recalled(self, message: RecalledMessage) -> list[DeletedTurn]:
         """Delete a recalled message's turns with the bot's replies to it and its later replies
         that repeat it (``with_replies``)."""
-        async with self._connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             said = await conn.fetch(
                 SQL_RECALLED_TURNS,
                 message.message_id,
@@ -130,9 +136,11 @@ class PgForgetStore(PgStore):
     ) -> list[MemoryTurn]:
         """What ``forget_turns`` would delete now, in time order (the question before it)."""
         async with self._connection() as conn:
-            said = await conn.fetch(SQL_CHOSEN_TURNS, session_key, list(ids), containing)
+            said = await conn.fetch(
+                SQL_CHOSEN_TURNS, session_key, list(ids), containing, timeout=BULK_TIMEOUT
+            )
             chosen = await _with_replies(conn, said)
-            records = await conn.fetch(SQL_TURNS_BY_ID, sorted(chosen))
+            records = await conn.fetch(SQL_TURNS_BY_ID, sorted(chosen), timeout=BULK_TIMEOUT)
         turns = (turn_from_record(r) for r in records if usable_turn(r))
         return sorted(turns, key=lambda t: (t.created_at, t.id))
 
@@ -141,8 +149,10 @@ class PgForgetStore(PgStore):
     ) -> list[DeletedTurn]:
         """Delete turns of one session: ``ids``, every turn holding the case-folded text
         ``containing``, and the bot's replies to them and later replies repeating them."""
-        async with self._connection() as conn, conn.transaction():
-            said = await conn.fetch(SQL_CHOSEN_TURNS, session_key, list(ids), containing)
+        async with self._transaction() as conn:
+            said = await conn.fetch(
+                SQL_CHOSEN_TURNS, session_key, list(ids), containing, timeout=BULK_TIMEOUT
+            )
             return await _delete(conn, await _with_replies(conn, said))
 
     async def delete_scope(self, scope: ForgetScope) -> int:
@@ -150,11 +160,11 @@ class PgForgetStore(PgStore):
         ``TemporalMemory.forget``)."""
         sql, args = scope_delete("dialogues", scope)
         async with self._connection() as conn:
-            status = await conn.execute(sql, *args)
+            status = await conn.execute(sql, *args, timeout=BULK_TIMEOUT)
         return rows_affected(status)
 
     async def count_scope(self, scope: ForgetScope) -> int:
         """How many rows ``delete_scope`` would delete now."""
         sql, args = scope_count("dialogues", scope)
         async with self._connection() as conn:
-            return int(await conn.fetchval(sql, *args))
+            return int(await conn.fetchval(sql, *args, timeout=BULK_TIMEOUT))

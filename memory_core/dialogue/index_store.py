@@ -9,6 +9,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import StorageError
+from ..storage.database import BULK_TIMEOUT
 from ..storage.pg import PgStore
 from .columns import COPY_TIMEOUT, INDEX_BUILD_TIMEOUT, SQL_SESSION_SIZE
 
@@ -114,10 +115,10 @@ class PgVectorIndexStore(PgStore):
             raise StorageError(f"no vector index for the session key {session_key!r}")
         async with self._connection() as conn:
             if (await _vector_indexes(conn)).get(name) is False:
-                await conn.execute(f'DROP INDEX IF EXISTS "{name}"')
+                await conn.execute(f'DROP INDEX IF EXISTS "{name}"', timeout=BULK_TIMEOUT)
             # An HNSW build is fast only while its graph fits in maintenance_work_mem; beyond
             # that it crawls (measured: 1M rows at 384-d). Size it to the session, within bounds.
-            rows = int(await conn.fetchval(SQL_SESSION_SIZE, session_key))
+            rows = int(await conn.fetchval(SQL_SESSION_SIZE, session_key, timeout=BULK_TIMEOUT))
             megabytes = int(rows * (2 * dim + INDEX_BYTES_PER_ROW_OVERHEAD) * 1.3 / 2**20)
             megabytes = min(INDEX_BUILD_MEMORY_MAX_MB, max(INDEX_BUILD_MEMORY_MIN_MB, megabytes))
             # A session setting (CONCURRENTLY cannot run in a transaction, so no SET LOCAL):

@@ -15,7 +15,7 @@ from ..lang.indexed import ContextLine
 from ..lang.keywords import tsquery_any
 from ..models import MemoryTurn
 from ..storage.opt_outs import not_opted_out
-from ..storage.pg import PgStore, rows_affected
+from ..storage.pg import PgStore, in_transaction, rows_affected
 from .bad_rows import usable_time, usable_turn
 from .columns import (
     COPY_TIMEOUT,
@@ -420,7 +420,7 @@ class PgRecallStore(PgStore):
         """Bulk insert with COPY through a temporary table; duplicates are skipped."""
         if not rows:
             return 0
-        async with self._connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             await conn.execute(SQL_CREATE_IMPORT_TABLE)
             await conn.copy_records_to_table(
                 "dialogue_import",
@@ -489,7 +489,7 @@ class PgRecallStore(PgStore):
                     *filters.args(),
                 )
             else:
-                async with conn.transaction():
+                async with in_transaction(conn):
                     # The session's partial index matches only a plan made for this key.
                     await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
                     await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
@@ -549,7 +549,7 @@ class PgRecallStore(PgStore):
             if session_rows <= CUSTOM_PLAN_MIN_ROWS:
                 records = await conn.fetch(scope.pick(SQL_SCOPE_KEYWORD_CANDIDATES), *args)
             else:
-                async with conn.transaction():
+                async with in_transaction(conn):
                     # A plan for these very terms and session: a generic plan (after five
                     # calls of a prepared statement) guesses the session small and the terms
                     # common, and reads a large session row by row instead of looking its

@@ -11,6 +11,7 @@ import asyncpg
 import numpy as np
 
 from ..lang.indexed import IndexTexts, index_texts
+from ..storage.database import BULK_TIMEOUT
 from ..storage.pg import PgStore, rows_affected
 from .columns import INDEX_BUILD_TIMEOUT
 from .context_lines import SQL_CONTEXT_LATERAL, context_of
@@ -116,7 +117,7 @@ class PgUpkeepStore(PgStore):
     async def pending_embeddings(self, limit: int) -> list[tuple[int, str]]:
         """Rows stored without an embedding: (id, text embedded in the row's own form)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_PENDING_EMBEDDINGS, limit)
+            records = await conn.fetch(SQL_PENDING_EMBEDDINGS, limit, timeout=BULK_TIMEOUT)
         return [(r["id"], _indexed(r).vector) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
@@ -128,12 +129,18 @@ class PgUpkeepStore(PgStore):
         """Rows after ``after_id`` not embedded by ``model`` or not in ``text_form``:
         (id, indexed texts in ``text_form``)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_NEEDING_REEMBED, model, text_form, after_id, limit)
+            records = await conn.fetch(
+                SQL_NEEDING_REEMBED, model, text_form, after_id, limit, timeout=BULK_TIMEOUT
+            )
         return [(r["id"], _indexed(r, text_form)) for r in records]
 
     async def count_needing_reembed(self, model: str, text_form: int) -> int:
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_COUNT_NEEDING_REEMBED, model, text_form))
+            return int(
+                await conn.fetchval(
+                    SQL_COUNT_NEEDING_REEMBED, model, text_form, timeout=BULK_TIMEOUT
+                )
+            )
 
     async def rows_in_other_form(
         self, text_form: int, after_id: int, limit: int
@@ -141,12 +148,16 @@ class PgUpkeepStore(PgStore):
         """Rows after ``after_id`` indexed in another form: (id, indexed texts in
         ``text_form``)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_OTHER_TEXT_FORM, text_form, after_id, limit)
+            records = await conn.fetch(
+                SQL_OTHER_TEXT_FORM, text_form, after_id, limit, timeout=BULK_TIMEOUT
+            )
         return [(r["id"], _indexed(r, text_form)) for r in records]
 
     async def count_in_other_form(self, text_form: int) -> int:
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_COUNT_OTHER_TEXT_FORM, text_form))
+            return int(
+                await conn.fetchval(SQL_COUNT_OTHER_TEXT_FORM, text_form, timeout=BULK_TIMEOUT)
+            )
 
     async def set_indexed(
         self,
@@ -157,25 +168,28 @@ class PgUpkeepStore(PgStore):
     ) -> None:
         """Store each row's new embedding and keywords (``(id, terms)``), made in
         ``text_form``."""
-        async with self._connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             await conn.executemany(
                 SQL_SET_INDEXED,
                 [
                     (row_id, vectors[i], model, list(terms), text_form)
                     for i, (row_id, terms) in enumerate(rows)
                 ],
+                timeout=BULK_TIMEOUT,
             )
 
     async def pending_keywords(self, limit: int) -> list[tuple[int, str]]:
         """Rows whose keywords are still to be made, oldest first: (id, text cut into keyword
         terms in the row's own form)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_PENDING_KEYWORDS, limit)
+            records = await conn.fetch(SQL_PENDING_KEYWORDS, limit, timeout=BULK_TIMEOUT)
         return [(r["id"], _indexed(r).keywords) for r in records]
 
     async def set_keywords(self, rows: Sequence[tuple[int, Sequence[str]]]) -> None:
-        async with self._connection() as conn, conn.transaction():
-            await conn.executemany(SQL_SET_KEYWORDS, [(i, list(t)) for i, t in rows])
+        async with self._transaction() as conn:
+            await conn.executemany(
+                SQL_SET_KEYWORDS, [(i, list(t)) for i, t in rows], timeout=BULK_TIMEOUT
+            )
 
     async def reset_keywords(self) -> int:
         """Mark every row's keywords as stale (the analyser changed); the backfill redoes them."""
@@ -188,24 +202,32 @@ class PgUpkeepStore(PgStore):
     ) -> list[tuple[int, str, datetime]]:
         """Rows after ``after_id`` with no time reference: (id, content, created_at)."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_WITHOUT_TIME_REFERENCE, after_id, limit)
+            records = await conn.fetch(
+                SQL_WITHOUT_TIME_REFERENCE, after_id, limit, timeout=BULK_TIMEOUT
+            )
         return [(r["id"], r["content"], r["created_at"]) for r in records]
 
     async def count_without_time_reference(self, after_id: int) -> int:
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_COUNT_WITHOUT_TIME_REFERENCE, after_id))
+            return int(
+                await conn.fetchval(
+                    SQL_COUNT_WITHOUT_TIME_REFERENCE, after_id, timeout=BULK_TIMEOUT
+                )
+            )
 
     async def set_time_references(self, rows: Sequence[tuple[int, datetime, datetime]]) -> None:
         """Store each ``(id, refers_start, refers_end)``."""
         if rows:
-            async with self._connection() as conn, conn.transaction():
-                await conn.executemany(SQL_SET_TIME_REFERENCE, list(rows))
+            async with self._transaction() as conn:
+                await conn.executemany(SQL_SET_TIME_REFERENCE, list(rows), timeout=BULK_TIMEOUT)
 
     async def purge_expired(self, now: datetime, limit: int) -> int:
         """Delete up to ``limit`` turns expired by ``now`` (never pinned ones) in one short
         statement; how many."""
         async with self._connection() as conn:
-            return rows_affected(await conn.execute(SQL_PURGE_BATCH, now, limit))
+            return rows_affected(
+                await conn.execute(SQL_PURGE_BATCH, now, limit, timeout=BULK_TIMEOUT)
+            )
 
     async def any_embedded(self) -> bool:
         async with self._connection() as conn:
@@ -216,7 +238,7 @@ class PgUpkeepStore(PgStore):
             return {r["key"]: r["value"] for r in await conn.fetch(SQL_META_GET)}
 
     async def write_meta(self, values: dict[str, str]) -> None:
-        async with self._connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             await conn.executemany(SQL_META_SET, list(values.items()))
 
     async def claim_first_account(self, self_id: int) -> tuple[int, bool]:

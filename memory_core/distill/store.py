@@ -20,6 +20,7 @@ import numpy as np
 from ..accounts import current as current_account
 from ..accounts import key_account
 from ..models import ForgetScope
+from ..storage.database import BULK_TIMEOUT
 from ..storage.pg import rows_affected
 from ..storage.row_changes import RowTaker, edit_sql, put_back_sql, take_sql
 from ..storage.scopes import scope_count, scope_delete
@@ -563,7 +564,7 @@ class PgDistilledStore(RowTaker):
 
     async def refresh_importance(self) -> int:
         async with self._connection() as conn:
-            status = await conn.execute(SQL_REFRESH_IMPORTANCE)
+            status = await conn.execute(SQL_REFRESH_IMPORTANCE, timeout=BULK_TIMEOUT)
         return rows_affected(status)
 
     async def duplicate_pairs(
@@ -571,12 +572,12 @@ class PgDistilledStore(RowTaker):
     ) -> list[tuple[int, int, str, str]]:
         """``(keep_id, drop_id, keep_content, drop_content)`` of close current pairs."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DUPLICATE_PAIRS, model, threshold)
+            records = await conn.fetch(SQL_DUPLICATE_PAIRS, model, threshold, timeout=BULK_TIMEOUT)
         return [(r["keep_id"], r["drop_id"], r["keep_content"], r["drop_content"]) for r in records]
 
     async def merge(self, keep_id: int, drop_id: int) -> bool:
         """Fold ``drop_id`` into ``keep_id`` (mentions, sources, evidence) and delete it."""
-        async with self._connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             status = await conn.execute(SQL_MERGE_INTO, keep_id, drop_id)
             if status.split()[-1] == "0":
                 return False  # one of them was merged or superseded meanwhile
@@ -586,14 +587,18 @@ class PgDistilledStore(RowTaker):
 
     async def pending_embeddings(self, limit: int) -> list[tuple[int, str, str, list[str]]]:
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_PENDING_DISTILLED_EMBEDDINGS, limit)
+            records = await conn.fetch(
+                SQL_PENDING_DISTILLED_EMBEDDINGS, limit, timeout=BULK_TIMEOUT
+            )
         return [(r["id"], r["kind"], r["content"], list(r["key_topics"])) for r in records]
 
     async def rows_needing_reembed(
         self, model: str, after_id: int, limit: int
     ) -> list[tuple[int, str, str, list[str]]]:
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DISTILLED_NEEDING_REEMBED, model, after_id, limit)
+            records = await conn.fetch(
+                SQL_DISTILLED_NEEDING_REEMBED, model, after_id, limit, timeout=BULK_TIMEOUT
+            )
         return [(r["id"], r["kind"], r["content"], list(r["key_topics"])) for r in records]
 
     async def set_embeddings(self, ids: Sequence[int], vectors: np.ndarray, model: str) -> None:
@@ -604,22 +609,33 @@ class PgDistilledStore(RowTaker):
         memories deleted by kind (history rows included)."""
         memories, args = scope_delete("distilled_memories", scope)
         sessions, _ = scope_delete("distilled_sessions", scope)
-        async with self._connection() as conn, conn.transaction():
-            kinds = [r["kind"] for r in await conn.fetch(memories + " RETURNING kind", *args)]
-            await conn.execute(sessions, *args)
+        async with self._transaction() as conn:
+            kinds = [
+                r["kind"]
+                for r in await conn.fetch(memories + " RETURNING kind", *args, timeout=BULK_TIMEOUT)
+            ]
+            await conn.execute(sessions, *args, timeout=BULK_TIMEOUT)
         return {kind: kinds.count(kind) for kind in set(kinds)}
 
     async def count_scope(self, scope: ForgetScope) -> dict[str, int]:
         """How many memories ``delete_scope`` would delete now, by kind."""
         sql, args = scope_count("distilled_memories", scope, by="kind")
         async with self._connection() as conn:
-            return {r["kind"]: int(r["count"]) for r in await conn.fetch(sql, *args)}
+            return {
+                r["kind"]: int(r["count"])
+                for r in await conn.fetch(sql, *args, timeout=BULK_TIMEOUT)
+            }
 
     async def delete_from_sources(self, turn_ids: Sequence[int]) -> dict[str, int]:
         """Delete every distilled memory drawn from any of these turns (history included);
         returns how many of each kind."""
         async with self._connection() as conn:
-            kinds = [r["kind"] for r in await conn.fetch(SQL_DELETE_FROM_SOURCES, list(turn_ids))]
+            kinds = [
+                r["kind"]
+                for r in await conn.fetch(
+                    SQL_DELETE_FROM_SOURCES, list(turn_ids), timeout=BULK_TIMEOUT
+                )
+            ]
         return {kind: kinds.count(kind) for kind in set(kinds)}
 
     async def drawn_from(self, turn_ids: Sequence[int]) -> list[DistilledMemory]:
@@ -627,7 +643,7 @@ class PgDistilledStore(RowTaker):
         if not turn_ids:
             return []
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DRAWN_FROM, list(turn_ids))
+            records = await conn.fetch(SQL_DRAWN_FROM, list(turn_ids), timeout=BULK_TIMEOUT)
         return [_distilled(r) for r in records]
 
     async def delete_own(
@@ -636,7 +652,9 @@ class PgDistilledStore(RowTaker):
         """Delete these memories if they are ``user_id``'s in ``session_key``; returns how
         many of each kind went."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DELETE_OWN, list(ids), user_id, session_key)
+            records = await conn.fetch(
+                SQL_DELETE_OWN, list(ids), user_id, session_key, timeout=BULK_TIMEOUT
+            )
         kinds = [r["kind"] for r in records]
         return {kind: kinds.count(kind) for kind in set(kinds)}
 
@@ -646,13 +664,17 @@ class PgDistilledStore(RowTaker):
         """``user_id``'s rows in ``session_key`` with these ids or holding the case-folded text
         ``containing`` anywhere (``SQL_OWN_NAMED``); current ones first."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_OWN_NAMED, session_key, user_id, list(ids), containing)
+            records = await conn.fetch(
+                SQL_OWN_NAMED, session_key, user_id, list(ids), containing, timeout=BULK_TIMEOUT
+            )
         return [_distilled(r) for r in records]
 
     async def by_user(self, user_id: int) -> list[DistilledMemory]:
         """Every distilled memory about ``user_id``, every chat, history included."""
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_BY_USER, user_id, current_account())
+            records = await conn.fetch(
+                SQL_BY_USER, user_id, current_account(), timeout=BULK_TIMEOUT
+            )
         return [_distilled(r) for r in records]
 
     async def export_page(
@@ -677,7 +699,7 @@ class PgDistilledStore(RowTaker):
                 m.confidence, m.strength, list(m.evidence), list(m.key_topics), m.sentiment,
                 list(m.action_items), list(source_turn_ids), m.first_seen, m.last_confirmed,
                 m.times_mentioned, row.base_importance, m.importance, m.access_count,
-                m.last_accessed_at, m.valid_until, m.created_at,
+                m.last_accessed_at, m.valid_until, m.created_at, timeout=BULK_TIMEOUT,
             )  # fmt: skip
             if new_id is not None:
                 return int(new_id), True
@@ -688,20 +710,21 @@ class PgDistilledStore(RowTaker):
                 digest,
                 m.first_seen,
                 m.valid_until is None,
+                timeout=BULK_TIMEOUT,
             )
         return (int(found) if found is not None else 0), False
 
     async def link_superseded(self, pairs: Sequence[tuple[int, int]]) -> None:
         """Point history rows at their successors: ``(old id, new id)`` pairs."""
         if pairs:
-            async with self._connection() as conn, conn.transaction():
+            async with self._transaction() as conn:
                 await conn.executemany(SQL_SET_SUPERSEDED_BY, pairs)
 
     async def counts(self, *, every_account: bool = False) -> dict[str, tuple[int, int]]:
         """``{kind: (current, history)}`` of the call's QQ account's memory, or of all."""
         account = None if every_account else current_account()
         async with self._connection() as conn:
-            records = await conn.fetch(SQL_DISTILLED_COUNTS, account)
+            records = await conn.fetch(SQL_DISTILLED_COUNTS, account, timeout=BULK_TIMEOUT)
         return {r["kind"]: (r["current"], r["history"]) for r in records}
 
     # ---------------------------------------------------------------- extraction bookkeeping
@@ -767,7 +790,7 @@ class PgDistilledStore(RowTaker):
     async def memory_sessions(self) -> dict[str, MemorySessionStats]:
         """Every session holding distilled memories (history included)."""
         async with self._connection() as conn:
-            rows = await conn.fetch(SQL_MEMORY_SESSIONS)
+            rows = await conn.fetch(SQL_MEMORY_SESSIONS, timeout=BULK_TIMEOUT)
         return {r["session_key"]: MemorySessionStats(r["last_at"], r["current"]) for r in rows}
 
     async def session_memories(

@@ -99,7 +99,7 @@ class PgEvaluationStore(PgStore):
     ) -> None:
         """Take the item off the queue and count its outcome (the turns' score is written by
         their store, in the caller's transaction)."""
-        async with self._connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             await conn.execute(SQL_DEQUEUE_EVALUATION, item.assistant_turn_id)
             await bump_on(conn, day, metrics)
 

@@ -155,7 +155,7 @@ class PgPictureStore(PgStore):
     async def record(self, turn_id: int, pictures: Sequence[PictureRecord]) -> int:
         """Keep the readings of a turn's pictures; how many were kept (none when the turn is
         gone)."""
-        async with self._connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             kept = 0
             for p in pictures:
                 status = await conn.execute(

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..models import ForgetScope
+from .database import BULK_TIMEOUT
 from .pg import PgStore, rows_affected
 from .scopes import scope_filter
 
@@ -117,4 +118,5 @@ class PgAuditLogStore(PgStore):
             f"WHERE id IN (SELECT id FROM entries WHERE {where})"
         )
         async with self._connection() as conn:
-            return rows_affected(await conn.execute(sql, *args))
+            # Forgetting grows with the log: the bulk statements' timeout.
+            return rows_affected(await conn.execute(sql, *args, timeout=BULK_TIMEOUT))

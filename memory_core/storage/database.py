@@ -188,6 +188,17 @@ class _OneLineConnectionErrors(logging.Filter):
 _POOL_LOG_FILTER = _OneLineConnectionErrors()
 
 
+STATEMENT_TIMEOUT = 5.0
+"""Seconds a pooled statement may go unanswered unless it names its own timeout: what the
+bot runs for a message (a row, a session's recall) takes milliseconds, and a server silent
+this long is treated as gone (``pg.pooled`` drops the connection; a turn goes to the spool).
+Well inside the reply deadline, so a silent primary costs a reply seconds, not the reply."""
+
+BULK_TIMEOUT = 600.0
+"""Statements whose work grows with the data — deleting a person's or a session's memory,
+the purge, counts over whole tables, exports, backfills — and may wait for locks: they name
+this timeout."""
+
 HOST_CONNECT_TIMEOUT = 5.0
 """Seconds one host of a multi-host DSN gets to accept a connection before the next is tried
 (libpq's ``connect_timeout`` is per host too)."""
@@ -208,6 +219,10 @@ def dsn_hosts(dsn: str) -> list[tuple[str, int | None]]:
     return pairs
 
 
+HOST_HEAD_START = 1.0
+"""Seconds a host of a multi-host DSN has to itself before the next is tried beside it."""
+
+
 class HostByHost:
     """``asyncpg.connect`` for a DSN that names several servers (a primary and its standbys),
     giving each host its own ``HOST_CONNECT_TIMEOUT``, the host that worked last tried first.
@@ -216,7 +231,10 @@ class HostByHost:
     without refusing (a hung server, a dead host, a cut network) used it up, and the promoted
     standby after it was never tried (bench/RESULTS.md, 2026-12-07, failover). Refused
     connections and servers that do not match ``target_session_attrs`` move on to the next
-    host, as asyncpg does. A DSN with one host is asyncpg's own connect.
+    host at once, as asyncpg does; a host silent for ``HOST_HEAD_START`` gets the next one
+    tried beside it (as browsers do with addresses), so a primary gone silent costs a
+    reconnect one second, not five; the first host to accept, in order, wins. A DSN with one
+    host is asyncpg's own connect.
     """
 
     def __init__(self, dsn: str) -> None:
@@ -229,20 +247,53 @@ class HostByHost:
             return single
         timeout = min(float(kwargs.pop("timeout", HOST_CONNECT_TIMEOUT)), HOST_CONNECT_TIMEOUT)
         order = [self._last_good, *(i for i in range(len(self._hosts)) if i != self._last_good)]
+        waiting = list(order)
+        trying: dict[asyncio.Task[asyncpg.Connection], int] = {}
         failure: BaseException | None = None
-        for index in order:
-            host, port = self._hosts[index]
-            try:
-                conn: asyncpg.Connection = await asyncpg.connect(
-                    dsn, host=host, port=port, timeout=timeout, **kwargs
+        try:
+            while waiting or trying:
+                if waiting and not trying:  # nothing in flight: the next host at once
+                    self._try(trying, waiting.pop(0), dsn, timeout, kwargs)
+                done, _ = await asyncio.wait(
+                    trying,
+                    timeout=HOST_HEAD_START if waiting else None,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
-            except CONNECTION_ERRORS as exc:  # also TargetServerAttributeNotMatched
-                failure = exc
-                continue
-            self._last_good = index
-            return conn
-        assert failure is not None
-        raise failure
+                if not done:  # silent so far: the next host beside it
+                    self._try(trying, waiting.pop(0), dsn, timeout, kwargs)
+                for task in sorted(done, key=lambda t: order.index(trying[t])):
+                    index = trying.pop(task)
+                    try:
+                        conn = task.result()
+                    except CONNECTION_ERRORS as exc:  # also TargetServerAttributeNotMatched
+                        failure = exc
+                        continue
+                    self._last_good = index
+                    return conn
+            assert failure is not None
+            raise failure
+        finally:
+            for task in trying:  # lost the race, or the caller gave up
+                task.cancel()
+                task.add_done_callback(_drop_unwanted)
+
+    def _try(
+        self,
+        trying: dict[asyncio.Task[asyncpg.Connection], int],
+        index: int,
+        dsn: str,
+        timeout: float,
+        kwargs: dict[str, Any],
+    ) -> None:
+        host, port = self._hosts[index]
+        attempt = asyncpg.connect(dsn, host=host, port=port, timeout=timeout, **kwargs)
+        trying[asyncio.ensure_future(attempt)] = index
+
+
+def _drop_unwanted(task: asyncio.Task[asyncpg.Connection]) -> None:
+    """A connect that lost the race: its connection, if it made one, is closed."""
+    if not task.cancelled() and task.exception() is None:
+        task.result().terminate()
 
 
 async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
@@ -260,7 +311,7 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             max_size=max_size,
             init=_init_connection,
             reset=_leave_session_as_is,
-            command_timeout=30,
+            command_timeout=STATEMENT_TIMEOUT,
             timeout=10,
             connect=connect,
             **kwargs,

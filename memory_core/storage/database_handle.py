@@ -11,7 +11,7 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import DatabaseUnavailableError
-from .pg import PgStore, database_errors
+from .pg import PgStore, database_errors, in_transaction, pooled
 
 StoreT = TypeVar("StoreT", bound=PgStore)
 Stores = dict[type[PgStore], PgStore]
@@ -85,5 +85,5 @@ class Database:
         when the block ends, rolled back when it raises."""
         pool = self.pool
         with database_errors():
-            async with pool.acquire() as conn, conn.transaction():
+            async with pooled(pool) as conn, in_transaction(conn):
                 yield Transaction(pool, conn)

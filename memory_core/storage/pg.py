@@ -3,6 +3,7 @@ errors."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
@@ -12,7 +13,7 @@ import numpy as np
 from asyncpg.pool import PoolConnectionProxy
 
 from ..errors import DatabaseUnavailableError, StorageError
-from .database import CONNECTION_ERRORS
+from .database import BULK_TIMEOUT, CONNECTION_ERRORS
 
 
 def rows_affected(status: str) -> int:
@@ -29,6 +30,62 @@ def database_errors() -> Iterator[None]:
         raise DatabaseUnavailableError(f"database unreachable: {exc}") from exc
     except asyncpg.PostgresError as exc:
         raise StorageError(f"database error: {exc}") from exc
+
+
+@asynccontextmanager
+async def pooled(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    """A connection of ``pool``, dropped at once when a statement on it goes unanswered
+    (its timeout) or its caller gives up (cancelled).
+
+    asyncpg's own way out of such a statement is a cancel request over a new connection to
+    the same server, and the pool keeps the caller until that is answered: another command
+    timeout when the server accepts connections and never answers (a hung host, a cut
+    network), a minute in all before a primary's promoted standby was tried (bench/RESULTS.md,
+    2026-12-07, failover). Dropping the connection is the answer that needs nothing from the
+    server, which ends the statement (and rolls back its transaction) once it notices. The
+    pool's other connections most likely lead to the same server: they are replaced on their
+    next use (after a timeout, not after a caller gave up), by a connect that tries each host
+    in turn (``HostByHost``).
+    """
+    async with pool.acquire() as conn:
+        try:
+            yield conn
+        except BaseException as exc:
+            if went_unanswered(exc):
+                conn.terminate()
+                await pool.expire_connections()
+            elif isinstance(exc, asyncio.CancelledError):
+                conn.terminate()  # says nothing of the server: the other connections stay
+            raise
+
+
+def went_unanswered(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement's timeout, or was raised from one (``database_errors``
+    of a store inside a transaction makes it a ``DatabaseUnavailableError`` on its way)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, asyncio.TimeoutError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+@asynccontextmanager
+async def in_transaction(
+    conn: PoolConnectionProxy[asyncpg.Record],
+) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    """``conn.transaction()`` (a savepoint inside another), except after a statement that
+    went unanswered or a caller that gave up: no ROLLBACK then, which would wait on the same
+    silent server; ``pooled`` drops the connection and the server rolls back."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        yield conn
+    except BaseException as exc:
+        if not (went_unanswered(exc) or isinstance(exc, asyncio.CancelledError)):
+            await transaction.rollback()
+        raise
+    await transaction.commit()
 
 
 class PgStore:
@@ -53,8 +110,14 @@ class PgStore:
             if self._bound is not None:
                 yield self._bound
                 return
-            async with self._pool.acquire() as conn:
+            async with pooled(self._pool) as conn:
                 yield conn
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        """``_connection`` inside a transaction (``in_transaction``)."""
+        async with self._connection() as conn, in_transaction(conn):
+            yield conn
 
     async def database_now(self) -> datetime:
         """The database server's clock: the one every bot sharing this database agrees on
@@ -71,7 +134,9 @@ class PgStore:
         # only add two round trips (BEGIN, COMMIT) to every batch of embeddings.
         async with self._connection() as conn:
             await conn.executemany(
-                sql, [(row_id, vectors[i], model) for i, row_id in enumerate(ids)]
+                sql,
+                [(row_id, vectors[i], model) for i, row_id in enumerate(ids)],
+                timeout=BULK_TIMEOUT,
             )
 
     async def _sessions_page(
@@ -82,6 +147,10 @@ class PgStore:
         async with self._connection() as conn:
             return list(
                 await conn.fetch(
-                    sql, None if session_keys is None else list(session_keys), after_id, limit
+                    sql,
+                    None if session_keys is None else list(session_keys),
+                    after_id,
+                    limit,
+                    timeout=BULK_TIMEOUT,
                 )
             )

@@ -13,6 +13,7 @@ from datetime import datetime
 import asyncpg
 
 from ..models import ForgetScope
+from .database import BULK_TIMEOUT
 from .pg import PgStore, rows_affected
 from .row_changes import TakenRow
 from .scopes import scope_delete
@@ -69,6 +70,7 @@ class PgRecycleBinStore(PgStore):
             bin_id = await conn.fetchval(
                 SQL_TO_BIN, kind, taken.item_id, taken.session_key, taken.user_id,
                 taken.group_id, taken.summary, taken.row_data, deleted_by, purge_after,
+                timeout=BULK_TIMEOUT,
             )  # fmt: skip
         return int(bin_id)
 
@@ -88,14 +90,14 @@ class PgRecycleBinStore(PgStore):
 
     async def purge_bin(self, before: datetime) -> int:
         async with self._connection() as conn:
-            return rows_affected(await conn.execute(SQL_PURGE_BIN, before))
+            return rows_affected(await conn.execute(SQL_PURGE_BIN, before, timeout=BULK_TIMEOUT))
 
     async def delete_scope(self, scope: ForgetScope) -> int:
         """Empty the bin of a /forget scope (see ``storage.scopes.scope_delete``)."""
         sql, args = scope_delete("memory_recycle_bin", scope)
         async with self._connection() as conn:
-            return rows_affected(await conn.execute(sql, *args))
+            return rows_affected(await conn.execute(sql, *args, timeout=BULK_TIMEOUT))
 
     async def bin_size(self) -> int:
         async with self._connection() as conn:
-            return int(await conn.fetchval(SQL_BIN_SIZE))
+            return int(await conn.fetchval(SQL_BIN_SIZE, timeout=BULK_TIMEOUT))

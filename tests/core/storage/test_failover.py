@@ -20,6 +20,7 @@ from memory_core import TemporalMemory, open_memory
 from memory_core.errors import MemoryCoreError
 from memory_core.models import TurnInput
 from memory_core.settings import MemorySettings
+from memory_core.storage import database
 from tests.fakes import HashingEmbedder
 from tests.replication import ReplicatedPair
 from tests.tcp_proxy import SwitchableProxy, unix_socket_of
@@ -97,6 +98,40 @@ async def test_every_acknowledged_turn_is_on_the_promoted_standby_after_the_prim
         await memory.aclose()
 
 
+async def test_a_turn_said_after_a_silent_primary_is_replaced_is_written_to_the_new_one(
+    pair: ReplicatedPair, tmp_data_dir: Path, hashing_embedder: HashingEmbedder
+) -> None:
+    """The primary stops answering without refusing (SIGSTOP on the postmaster and every
+    backend: a hung host, a cut network), with connections to it open in the pool. Those
+    connections are dropped when a statement on them goes unanswered, not kept for asyncpg's
+    cancel request to the same silent server, so the memory reaches the promoted standby."""
+    settings = MemorySettings(memory_dsn=pair.dsn(), memory_data_dir=tmp_data_dir)
+    memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
+    acknowledged: list[str] = []
+    try:
+        for n in range(4):
+            await say(memory, f"主库还在时说的第{n}句话", n, acknowledged)
+
+        await asyncio.to_thread(pair.primary.freeze)
+        await asyncio.to_thread(pair.standby.promote)
+        # Generous: asyncpg alone took over a minute here (bench/RESULTS.md, 2026-12-07).
+        deadline = time.monotonic() + 40
+        on_new_primary: set[str] = set()
+        n = 4
+        while not on_new_primary and time.monotonic() < deadline:
+            await say(memory, f"主库不出声后说的第{n}句话", n, acknowledged)
+            on_new_primary = set(acknowledged[4:]) & await contents_on(pair.standby.dsn())
+            n += 1
+        assert on_new_primary, f"no turn on the new primary within 40 s ({n - 4} said)"
+
+        stored = await written_to(memory, pair.standby.dsn(), acknowledged)
+        assert sorted(set(acknowledged) - stored) == []
+    finally:
+        # Ended first: a connection still open to the frozen server would wait on its goodbye.
+        await asyncio.to_thread(pair.primary.thaw_and_kill)
+        await memory.aclose()
+
+
 class SilentHost:
     """A loopback port that accepts connections and never answers: a hung server, or a host
     behind a cut network, as a client sees it (no refusal, no reset)."""
@@ -141,6 +176,30 @@ async def test_a_silent_first_host_does_not_keep_the_memory_from_the_next_one(
         finally:
             await memory.aclose()
         assert await contents_on(proxy.dsn(database)) == {"主库不出声时说的话"}
+    finally:
+        await proxy.stop()
+        await silent.stop()
+
+
+async def test_the_next_host_is_tried_beside_a_silent_one_before_its_connect_timeout(
+    fresh_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconnect after the primary went silent does not wait out the silent host's connect
+    timeout (an hour here) before trying the next host: it is tried after a head start."""
+    monkeypatch.setattr(database, "HOST_CONNECT_TIMEOUT", 3600.0)
+    silent = SilentHost()
+    await silent.start()
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))
+    await proxy.start()
+    name = urlsplit(fresh_dsn).path.lstrip("/")
+    dsn = f"postgresql://postgres@127.0.0.1:{silent.port},127.0.0.1:{proxy.port}/{name}"
+    try:
+        # Bounded so that a failure fails instead of hanging for the hour.
+        conn = await asyncio.wait_for(database.HostByHost(dsn)(dsn, timeout=3600), 120)
+        try:
+            assert await conn.fetchval("SELECT 1") == 1
+        finally:
+            await conn.close()
     finally:
         await proxy.stop()
         await silent.stop()
