@@ -14,7 +14,8 @@ from bench.faults.attacks import _jsonl_with_bad_records, _qq_exports
 from bench.faults.clocks import answered_twice
 from bench.faults.harness import Judge
 from memory_core.time_bounds import EARLIEST
-from memory_core.transfer.qq_text import decode_export, parse_qq_text
+from memory_core.transfer.encoding import decode_export
+from memory_core.transfer.qq_text import parse_qq_text
 
 
 def _ask(judge: Judge, prompt: str) -> httpx.Response:
@@ -71,6 +72,6 @@ def test_the_bad_import_lines_are_the_ones_said_bad(tmp_path: Path):
     assert len(lines) - len(bad) == good
     for _, export, extra, text in _qq_exports(tmp_path):
         encoding = extra[extra.index("--encoding") + 1] if "--encoding" in extra else None
-        parsed = parse_qq_text(decode_export(export.read_bytes(), encoding))
+        parsed = parse_qq_text(decode_export(export.read_bytes(), encoding).text)
         assert text in [message.text for message in parsed.messages]
         assert [message.time.year for message in parsed.messages] == [2025, 1, 9999, 2025]
