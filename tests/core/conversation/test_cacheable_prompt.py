@@ -54,6 +54,9 @@ async def chat(memory, messages: list[tuple[int, int | None]]) -> RecordingModel
         parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=read
     )
     for i, (user, group) in enumerate(messages):
+        # The last turns' vectors land in the background (embed_later); settled, every
+        # prompt is built from the same kind of index, whatever the machine's load.
+        await memory.settle_embeddings()
         now[0] = next(clock)
         await engine.converse(user_turn(f"第{i}句：猫最近怎么样", user=user, group=group), Outbox())
     return model

@@ -118,6 +118,9 @@ async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_
 
     for minute, text in enumerate(["第一句", "第二句", "第三句"]):
         await engine.converse(message(text, minute), send)  # six turns: the window stepped
+    # The earlier turns' vectors land in the background (embed_later): both looks and the
+    # bot must see them landed, or the vector channel differs between them.
+    await memory.settle_embeddings()
     fourth = message("第四句", 3)
     looks = [
         await trace_recall(
