@@ -1,6 +1,6 @@
 """The memory over MCP at ``/mcp`` on the real bot (loopback): the official SDK client with the
 bearer token lists and calls the tools; without it every request is refused (401); bodies are
-bounded; a read-only bot serves recall alone; a short token ends the start in one line."""
+bounded; a read-only bot serves no remember or forget; a short token ends the start in one line."""
 
 from __future__ import annotations
 
