@@ -434,11 +434,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "mcp",
-        help="serve the memory to a local agent over MCP (stdio): recall, remember, forget",
+        help="serve the memory to a local agent over MCP (stdio): find_people, recall, ...",
         description="Serve the memory over MCP on standard input and output, for an agent "
-        "that starts this command (Claude Desktop, AstrBot, any MCP client). Tools: recall, "
-        "remember, forget; recall alone with MEMORY_MCP_READONLY=true. Logs go to standard "
-        "error.",
+        "that starts this command (Claude Desktop, AstrBot, any MCP client). Tools: find_people, "
+        "recall, remember, forget; no remember or forget with MEMORY_MCP_READONLY=true. Logs go "
+        "to standard error.",
     )
 
     pur = sub.add_parser("purge", help="delete expired turns now (the bot also does it daily)")

@@ -182,7 +182,7 @@ class MemorySettings(BaseModel):
     memory_purge_time: str = "04:00"
     # the web console's recycle bin: days a deleted memory can still be restored
     memory_recycle_days: float = Field(default=30.0, ge=0)
-    # the memory over MCP (agents.mcp_server): recall alone, no remember or forget
+    # the memory over MCP (agents.mcp_server): read-only, no remember or forget
     memory_mcp_readonly: bool = False
 
     # distilled memory: facts, preferences, summaries; see .env.prod for each key

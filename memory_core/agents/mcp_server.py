@@ -1,7 +1,9 @@
-"""The memory served over MCP (the official ``mcp`` SDK): ``recall``, ``remember``, ``forget``.
+"""The memory served over MCP (the official ``mcp`` SDK): ``find_people``, ``recall``,
+``remember``, ``forget``.
 
-``build_server`` makes the SDK's server with the three tools of ``agents.memory`` (``recall``
-alone when read-only: the others are neither listed nor callable). Two transports use it:
+``build_server`` makes the SDK's server with the tools of ``agents.memory`` (``find_people`` and
+``recall`` alone when read-only: the others are neither listed nor callable). Two transports use
+it:
 
 * stdio, ``python -m memory_core mcp`` (``serve_stdio``): a local agent starts this process and
   talks to it over its standard input and output; the memory opens inside the transport, so
@@ -31,7 +33,7 @@ from ..conversation.engine import ConversationEngine
 from ..errors import MemoryCoreError
 from ..settings import MemorySettings
 from ..wiring import open_memory
-from .memory import RECALL_ITEMS, AgentMemory
+from .memory import FOUND_CHATS, RECALL_ITEMS, AgentMemory
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +41,10 @@ SERVER_NAME = "temporal-memory"
 INSTRUCTIONS = (
     "Long-term, time-aware memory of a QQ chat bot. A chat is a person (user_id, a QQ number) "
     "in a group (group_id) or, without group_id, their private chat with the bot; every tool "
-    "acts on that one chat only. recall lists what is remembered about a query there; "
-    "remember stores a note as the person's own words there; forget deletes their memory "
-    "there (all of it, or the facts named by the ids recall lists)."
+    "acts on that one chat only. find_people gives the user_id and group_id of a person "
+    "known by name; recall lists what is remembered about a query there; remember stores a "
+    "note as the person's own words there; forget deletes their memory there (all of it, or "
+    "the facts named by the ids recall lists)."
 )
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ADDS = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
@@ -95,9 +98,15 @@ def build_server(source: AgentMemorySource, *, readonly: bool, **options: Any) -
         async with _answering():
             return await source().recall(user_id, query, group_id, top_n)
 
-    async def remember(user_id: int, text: str, group_id: int | None = None) -> dict[str, Any]:
+    async def remember(
+        user_id: int, text: str, group_id: int | None = None, name: str | None = None
+    ) -> dict[str, Any]:
         async with _answering():
-            return await source().remember(user_id, text, group_id)
+            return await source().remember(user_id, text, group_id, name)
+
+    async def find_people(text: str) -> dict[str, Any]:
+        async with _answering():
+            return await source().find_people(text)
 
     async def forget(
         user_id: int, group_id: int | None = None, ids: list[int] | None = None
@@ -105,6 +114,17 @@ def build_server(source: AgentMemorySource, *, readonly: bool, **options: Any) -
         async with _answering():
             return await source().forget(user_id, group_id, ids)
 
+    server.add_tool(
+        find_people,
+        description=(
+            "The people whose name (the QQ nickname or group card their newest message "
+            "carries) contains `text`, each in one chat: user_id and group_id (none: their "
+            "private chat with the bot) for the other tools, the name, and last_seen. At most "
+            f"{FOUND_CHATS}, last seen first. Group names are not stored: find a group through "
+            "a member's name."
+        ),
+        annotations=READ_ONLY,
+    )
     server.add_tool(
         recall,
         description=(
@@ -122,7 +142,10 @@ def build_server(source: AgentMemorySource, *, readonly: bool, **options: Any) -
         description=(
             "Store `text` (at most 500 characters) as a note said by user_id in that chat "
             "(group_id, or none for the private chat), recalled later like anything they said. "
-            "The chat command /remember. Refused for a person who opted out of memory there."
+            "The chat command /remember. Stored under `name` (their name there), by default "
+            "the name they were last seen under in that chat. A text they already said there "
+            "is not stored again: duplicate is true and id is that turn's. Refused for a "
+            "person who opted out of memory there."
         ),
         annotations=ADDS,
     )

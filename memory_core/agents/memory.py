@@ -1,4 +1,5 @@
-"""The memory as another agent reaches it (``agents.mcp_server``): recall, remember, forget.
+"""The memory as another agent reaches it (``agents.mcp_server``): recall, remember, forget,
+and finding a person by name.
 
 Each is the operation of a chat command, on the same core functions and the same scope: a
 person (``user_id``) in one chat (``group_id``, or the private chat without one).
@@ -6,10 +7,14 @@ person (``user_id``) in one chat (``group_id``, or the private chat without one)
 * ``recall`` is ``/recall``: ``recall.listing.list_recall``, what a person is shown (relevant
   turns and facts only), after the session's earlier messages are stored and embedded;
 * ``remember`` is ``/remember``: the text stored as the person's own turn in that chat, in
-  order with the chat (``ConversationEngine.record``);
+  order with the chat (``ConversationEngine.record``), under the name given or else the one
+  the person was last seen under there; a text the person already said there is not stored
+  again (the existing turn's id is the answer);
 * ``forget`` is ``/forget`` alone (that chat, everything of the person there) or, with ``ids``,
   ``/忘记 <编号>`` (``personal.forget_memories``: those facts or preferences and the turns
-  they were drawn from).
+  they were drawn from);
+* ``find_people`` names the ids: the chats whose person's newest stored name contains a text
+  (``dialogue.people_store``), never a chat where that person opted out.
 
 A person who opted out of a chat (``/不记我``, or a group switched off) is neither remembered
 nor recalled there through an agent; forgetting is always allowed. Every call, read or change,
@@ -28,7 +33,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..conversation.engine import ConversationEngine
+from ..dialogue.people_store import PgPeopleStore
+from ..dialogue.turn_rows import SENDER_NAME_MAX
 from ..errors import MemoryCoreError, StorageError
+from ..lang.text import scrub
 from ..models import ForgetScope, Forgotten, MemoryTurn, TurnInput, generate_session_key
 from ..personal import forget_memories
 from ..recall.listing import list_recall
@@ -45,6 +53,8 @@ MAX_TEXT_CHARS = 500
 """The longest query or note, as a chat command's argument (the plugin's
 ``COMMAND_ARG_MAX_CHARS``): a note is a line to remember, not a document."""
 MAX_FORGET_IDS = 200
+FOUND_CHATS = 20
+"""The most chats ``find_people`` lists: a name is for picking one, not for listing everyone."""
 
 
 class AgentRefusal(MemoryCoreError):
@@ -103,18 +113,35 @@ class AgentMemory:
         }
 
     async def remember(
-        self, user_id: int, text: str, group_id: int | None = None
+        self, user_id: int, text: str, group_id: int | None = None, name: str | None = None
     ) -> dict[str, Any]:
-        """Store ``text`` as a note of ``user_id`` in that chat (``/remember``); its turn id."""
+        """Store ``text`` as a note of ``user_id`` in that chat (``/remember``) under ``name``
+        (by default the name they were last seen under there); its turn id. A text they
+        already said there is not stored twice: the answer names that turn (``duplicate``)."""
         _check_ids(user_id, group_id)
         text = _bounded(text.strip(), "text")
+        name = _name(name)
+        people = self.memory.database.store(PgPeopleStore)
+        key = generate_session_key(user_id, group_id)
         try:
             await self._refuse_opted_out(user_id, group_id)
+            # After the chat's earlier messages are stored: the same text of the same person
+            # in the same chat is one memory, and an agent that retries, or notes what was
+            # just said, gets the turn that holds it.
+            async with self.engine.session(user_id, group_id):
+                same = await people.same_turn(key, scrub(text))
+                name = name or await people.newest_name(key)
+            if same is not None:
+                await self._audit("remember", "turn", same, user_id, group_id, after=text)
+                return {"stored": True, "id": same, "spooled": False, "duplicate": True,
+                        "name": name}  # fmt: skip
         except StorageError:
             # The database is away: the note goes to the spool like a chat message, and the
             # spool's flush honours an opt-out all the same (storage.opt_outs).
             log.info("opt-outs unreadable, the note of %s is kept for the spool", user_id)
-        turn = TurnInput(user_id=user_id, group_id=group_id, role="user", content=text)
+        turn = TurnInput(
+            user_id=user_id, group_id=group_id, role="user", content=text, sender_name=name
+        )
         self.memory.check_turn(turn)  # InvalidTurnError (too long, …) says why
         outcome = await self.engine.record(turn)
         if outcome is None or outcome.failed or outcome.dead_lettered:
@@ -131,7 +158,26 @@ class AgentMemory:
             # The database is away: the note waits in the local spool and is written later.
             "spooled": outcome.spooled,
             "duplicate": outcome.duplicate,
+            "name": name,
         }
+
+    async def find_people(self, text: str) -> dict[str, Any]:
+        """The chats (at most ``FOUND_CHATS``) whose person's newest name contains ``text``,
+        last seen first: their ``user_id`` and ``group_id`` for the other operations. A person
+        is not found in a chat they opted out of, nor anyone in a group switched off."""
+        text = _bounded(" ".join(text.split()), "text", SENDER_NAME_MAX)
+        found = await self.memory.database.store(PgPeopleStore).chats_named(text, FOUND_CHATS)
+        chats = [
+            {
+                "user_id": chat.user_id,
+                "group_id": chat.group_id,
+                "name": chat.name,
+                "last_seen": self._time(chat.last_seen),
+            }
+            for chat in found
+        ]
+        await self._audit("find", "people", None, None, None, after=f"{text} → {len(chats)}")
+        return {"text": text, "chats": chats}
 
     async def forget(
         self, user_id: int, group_id: int | None = None, ids: Sequence[int] | None = None
@@ -186,13 +232,14 @@ class AgentMemory:
         action: str,
         kind: str,
         item_id: int | None,
-        user_id: int,
+        user_id: int | None,
         group_id: int | None,
         *,
         before: str | None = None,
         after: str | None = None,
     ) -> None:
-        session_key = generate_session_key(user_id, group_id)
+        # A search by name is of no one chat: its entry has no session.
+        session_key = None if user_id is None else generate_session_key(user_id, group_id)
         entry = Audit(self.actor, action, kind, item_id, session_key, before, after)
         try:
             await self.memory.database.store(PgAuditLogStore).write_audit(entry)
@@ -222,12 +269,18 @@ _OPTED_OUT = (
 )
 
 
-def _bounded(text: str, name: str) -> str:
+def _bounded(text: str, name: str, most: int = MAX_TEXT_CHARS) -> str:
     if not text:
         raise AgentRefusal(f"{name} is empty")
-    if len(text) > MAX_TEXT_CHARS:
-        raise AgentRefusal(f"{name} has {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    if len(text) > most:
+        raise AgentRefusal(f"{name} has {len(text)} characters; at most {most}")
     return text
+
+
+def _name(name: str | None) -> str | None:
+    """A sender name as given (blank: none), as long as a QQ name may be."""
+    name = " ".join((name or "").split())
+    return _bounded(name, "name", SENDER_NAME_MAX) if name else None
 
 
 def _check_ids(user_id: int, group_id: int | None) -> None:

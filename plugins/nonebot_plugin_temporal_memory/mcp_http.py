@@ -6,7 +6,7 @@ one the path does not exist. Every request must carry ``Authorization: Bearer <t
 like every other body of the app (``body_limit`` sits on the whole app; the SDK's own limit is
 set to the same bytes). The tools are ``memory_core.agents.mcp_server``'s, over the bot's running
 memory and conversation engine, so a note remembered here is kept in order with the chat;
-``MEMORY_MCP_READONLY=true`` serves ``recall`` alone.
+``MEMORY_MCP_READONLY=true`` serves no ``remember`` or ``forget``.
 
 Stateless, answered as plain JSON (``agents.mcp_server.http_sessions`` says why).
 """

@@ -57,12 +57,14 @@ async def audit_entries(dsn: str) -> list[asyncpg.Record]:
         await conn.close()
 
 
-async def test_the_sdk_client_lists_and_calls_the_three_tools_each_in_its_own_chat(
+async def test_the_sdk_client_lists_and_calls_the_tools_each_in_its_own_chat(
     fresh_dsn: str, tmp_data_dir: Path
 ):
     async with stdio_memory(fresh_dsn, tmp_data_dir) as client:
         tools = await client.list_tools()
-        assert sorted(t.name for t in tools.tools) == ["forget", "recall", "remember"]
+        assert sorted(t.name for t in tools.tools) == [
+            "find_people", "forget", "recall", "remember",
+        ]  # fmt: skip
         recall_schema = next(t for t in tools.tools if t.name == "recall").input_schema
         assert set(recall_schema["required"]) == {"user_id", "query"}
 
@@ -74,9 +76,17 @@ async def test_the_sdk_client_lists_and_calls_the_three_tools_each_in_its_own_ch
         ]
         ids = []
         for user_id, group_id, text in said:
-            stored = await call(client, "remember", user_id=user_id, text=text, group_id=group_id)
+            name = "爱丽丝" if user_id == ALICE else "鲍勃"
+            stored = await call(
+                client, "remember", user_id=user_id, text=text, group_id=group_id, name=name
+            )
             assert stored["stored"] and not stored["spooled"], stored
             ids.append(stored["id"])
+        # The agent that knows her by name finds her chats, the newest first.
+        alice = await call(client, "find_people", text="爱丽丝")
+        assert [(c["user_id"], c["group_id"]) for c in alice["chats"]] == [
+            (ALICE, None), (ALICE, OTHER_GROUP), (ALICE, GROUP),
+        ]  # fmt: skip
 
         found = await call(client, "recall", user_id=ALICE, query="咖啡", group_id=GROUP)
         assert [t["content"] for t in found["turns"]] == [said[0][2]]
@@ -106,6 +116,7 @@ async def test_the_sdk_client_lists_and_calls_the_three_tools_each_in_its_own_ch
         ("remember", f"{OTHER_GROUP}:{ALICE}"),
         ("remember", str(ALICE)),
     ]
+    assert ("find", None) in actions  # a search by name is of no one chat
     assert ("forget", f"{GROUP}:{ALICE}") in actions
     assert actions.count(("recall", f"{GROUP}:{ALICE}")) == 2
     # The forgotten chat's texts left the log; the others' stay.
@@ -142,7 +153,7 @@ async def test_read_only_serves_recall_alone_and_refuses_the_others(
 ):
     async with stdio_memory(fresh_dsn, tmp_data_dir, MEMORY_MCP_READONLY="true") as client:
         tools = await client.list_tools()
-        assert [t.name for t in tools.tools] == ["recall"]
+        assert [t.name for t in tools.tools] == ["find_people", "recall"]
         for tool, arguments in [
             ("remember", {"user_id": ALICE, "text": "记住这个"}),
             ("forget", {"user_id": ALICE}),

@@ -1,6 +1,6 @@
 """The memory over MCP at ``/mcp`` on the real bot (loopback): the official SDK client with the
 bearer token lists and calls the tools; without it every request is refused (401); bodies are
-bounded; a read-only bot serves recall alone; a short token ends the start in one line."""
+bounded; a read-only bot serves no remember or forget; a short token ends the start in one line."""
 
 from __future__ import annotations
 
@@ -97,7 +97,9 @@ async def test_with_the_token_the_sdk_client_lists_and_calls_the_tools_in_one_ch
     console = {"MEMORY_CONSOLE_TOKEN": CONSOLE_TOKEN}
     async with mcp_bot(pg_server_dsn, **console) as (bot, dsn), sdk_client(bot) as client:
         tools = await client.list_tools()
-        assert sorted(t.name for t in tools.tools) == ["forget", "recall", "remember"]
+        assert sorted(t.name for t in tools.tools) == [
+            "find_people", "forget", "recall", "remember",
+        ]  # fmt: skip
         said = [
             (ALICE, GROUP, "周末我打算去爬黄山"),
             (BOB, GROUP, "我上个月刚爬过黄山"),
@@ -180,7 +182,9 @@ async def test_without_the_right_bearer_token_every_request_is_refused_401(pg_se
 async def test_a_read_only_token_cannot_remember_or_forget(pg_server_dsn: str):
     async with mcp_bot(pg_server_dsn, MEMORY_MCP_READONLY="true") as (bot, dsn):
         async with sdk_client(bot) as client:
-            assert [t.name for t in (await client.list_tools()).tools] == ["recall"]
+            assert [t.name for t in (await client.list_tools()).tools] == [
+                "find_people", "recall",
+            ]  # fmt: skip
             for tool, arguments in [
                 ("remember", {"user_id": ALICE, "text": "记住：我怕高"}),
                 ("forget", {"user_id": ALICE}),

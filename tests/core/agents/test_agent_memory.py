@@ -110,7 +110,9 @@ async def test_with_the_database_away_a_note_is_spooled_and_a_recall_refused(
             await conn.close()
         await proxy.stop()
         kept = await agent.remember(ME, "数据库断开时记下的笔记")
-        assert kept == {"stored": False, "id": None, "spooled": True, "duplicate": False}
+        assert kept == {
+            "stored": False, "id": None, "spooled": True, "duplicate": False, "name": None
+        }  # fmt: skip
         # The opt-out cannot be read now: the note waits, and the flush refuses it.
         assert (await agent.remember(OTHER, "不要记我的笔记"))["spooled"]
         with pytest.raises(MemoryCoreError):
