@@ -212,25 +212,12 @@ class MemorySettings(BaseModel):
     # pictures remembered (memory_core.pictures): what a picture says, read offline in the
     # background and written into its turn; off: pictures stay "[图片]"
     memory_image_enabled: bool = True
-    memory_image_max_bytes: int = Field(default=5_000_000, ge=1000)
-    memory_image_timeout: float = Field(default=10.0, gt=0)
-    memory_image_max_redirects: int = Field(default=3, ge=0, le=10)
     # hosts a picture may come from although they are not on the public internet (a picture
     # server on the operator's own network); every other private or local address is refused
     memory_image_allowed_hosts: frozenset[str] = frozenset()
     memory_image_workers: int = Field(default=1, ge=1, le=8)
-    memory_image_queue: int = Field(default=32, ge=1, le=10_000)
     memory_image_per_minute: int = Field(default=20, ge=1)
     memory_image_reply_wait: float = Field(default=2.0, ge=0, le=30)
-    # a queued picture waits for no reply to be under way (a second of quiet) before it is
-    # read, at most this many seconds (0: read at once); a reply's own picture never waits
-    memory_image_defer_max: float = Field(default=30.0, ge=0, le=3600)
-    memory_image_sticker_max_bytes: int = Field(default=300_000, ge=0)
-    memory_image_text_max_chars: int = Field(default=300, ge=20, le=5000)
-    # a picture not read for a passing reason (the budget, a full queue, a timeout) is tried
-    # again while its turn is at most this old (0: never), at most this many times in all
-    memory_image_retry_hours: float = Field(default=6.0, ge=0)
-    memory_image_read_attempts: int = Field(default=3, ge=1, le=20)
     # optional descriptions by an OpenAI-compatible vision model; off while VISION_MODEL is empty
     vision_base_url: str = SILICONFLOW_BASE_URL
     vision_api_key: SecretStr | None = None
