@@ -26,6 +26,11 @@ LOCAL_EMBEDDING_DIM = 384
 # /recall: 0.8 % of unrelated pairs pass it and 89 % of related ones (``python -m
 # bench.public.floor`` on MADial-Bench zh, bench/RESULTS.md, 2026-12-02).
 BUNDLED_MODEL_RECALL_FLOOR = 0.88
+# Seconds one request of the background models may take (settings until 2026-12-07 that no
+# operator changed): neither is on a reply's path, so a slow answer costs nobody a wait, and a
+# distillation reads up to 40 turns, a longer answer than a score.
+EVALUATOR_TIMEOUT = 30.0
+EXTRACTION_TIMEOUT = 60.0
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
 FusionMethod = Literal["rrf", "confident", "rarity", "gated"]  # recall.fusion.FUSIONS
@@ -69,12 +74,6 @@ class MemorySettings(BaseModel):
     memory_top_n: int = Field(default=3, ge=0, le=50)
     memory_window_size: int = Field(default=2, ge=0, le=20)
     memory_max_tokens: int = Field(default=1000, ge=0)
-    memory_decay_after_days: float = Field(default=7.0, ge=0)
-    memory_decay_half_life_days: float = Field(default=30.0, gt=0)
-    memory_decay_min_weight: float = Field(default=0.97, ge=0, le=1)
-    # decay applies only when the best two similarities are this close (empty: always);
-    # 0.005 measured for the local e5 model on every benchmark set (bench/RESULTS.md)
-    memory_decay_tie_margin: float | None = Field(default=0.005, ge=0, le=2)
     memory_similarity_floor: float | None = None
     # what /recall shows by meaning alone (memory_core.recall.listing); empty: the bundled
     # model's measured floor, or none for another model (bench/RESULTS.md, 2026-12-02)
@@ -84,10 +83,7 @@ class MemorySettings(BaseModel):
 
     # retrieval quality: channels, fusion, time in queries
     memory_retrieval_mode: RetrievalMode = "hybrid"
-    memory_rrf_k: float = Field(default=60.0, gt=0)
     memory_fusion: FusionMethod = "rrf"
-    memory_keyword_weight: float = Field(default=1.0, ge=0)
-    memory_time_weight: float = Field(default=1.0, ge=0)
     memory_time_understanding: bool = True
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
@@ -124,7 +120,6 @@ class MemorySettings(BaseModel):
     embedding_model: str = ""
     embedding_dim: int | None = Field(default=None, ge=1, le=16_000)
     embedding_batch_size: int = Field(default=32, ge=1, le=2048)
-    embedding_timeout: float = Field(default=15.0, gt=0)
     embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_defer_window: float = Field(default=0.5, ge=0, le=60)
@@ -137,9 +132,7 @@ class MemorySettings(BaseModel):
     rerank_base_url: str = SILICONFLOW_BASE_URL
     rerank_api_key: SecretStr | None = None
     rerank_model: str = ""
-    rerank_timeout: float = Field(default=3.0, gt=0)
     rerank_deadline: float = Field(default=1.5, gt=0)
-    rerank_candidates: int = Field(default=20, ge=2, le=100)
 
     # chat model
     llm_base_url: str = SILICONFLOW_BASE_URL
@@ -153,14 +146,11 @@ class MemorySettings(BaseModel):
     # conversation (memory_core.conversation.engine)
     chat_recent_turns: int = Field(default=6, ge=0, le=100)
     chat_recent_minutes: float = Field(default=30.0, ge=0)
-    # the short-term window grows to this many times chat_recent_turns, then steps back
-    chat_recent_growth: int = Field(default=3, ge=2, le=10)
     # a group's short-term window is the group's recent turns, the same for every member; off by
     # default: a member's words reach only his own prompts unless the group shares (recall.sharing)
     chat_group_window: bool = False
     # on by default: a reply that takes longer than this looks like a bot that stopped answering
     chat_slow_notice_after: float = Field(default=8.0, ge=0)
-    chat_notice_interval: float = Field(default=60.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
     # memory as tools the chat model calls (conversation.tools); auto: until refused once
@@ -173,9 +163,6 @@ class MemorySettings(BaseModel):
     evaluator_base_url: str = ""
     evaluator_api_key: SecretStr | None = None
     evaluator_model: str = ""
-    evaluator_timeout: float = Field(default=30.0, gt=0)
-    evaluator_concurrency: int = Field(default=2, ge=1, le=32)
-    evaluator_batch_size: int = Field(default=5, ge=1, le=50)
     # a folder of the operator's own copies of the files in config/ (prompts, retention bands,
     # the answer cache's preload): a file there replaces the shipped one of the same name
     memory_config_dir: Path | None = None
@@ -198,10 +185,8 @@ class MemorySettings(BaseModel):
     extraction_base_url: str = ""
     extraction_api_key: SecretStr | None = None
     extraction_model: str = ""
-    extraction_timeout: float = Field(default=60.0, gt=0)
     extraction_every_turns: int = Field(default=5, ge=1, le=1000)
     extraction_idle_minutes: float = Field(default=30.0, gt=0)
-    extraction_concurrency: int = Field(default=2, ge=1, le=32)
     extraction_settle_seconds: float = Field(default=120.0, ge=0)
     # the semantic answer cache, off unless enabled
     answer_cache_enabled: bool = False
@@ -311,7 +296,7 @@ class MemorySettings(BaseModel):
             self.evaluator_base_url,
             self.evaluator_api_key,
             self.evaluator_model,
-            self.evaluator_timeout,
+            EVALUATOR_TIMEOUT,
         )
 
     @property
@@ -322,18 +307,19 @@ class MemorySettings(BaseModel):
             self.extraction_base_url,
             self.extraction_api_key,
             self.extraction_model,
-            self.extraction_timeout,
+            EXTRACTION_TIMEOUT,
         )
 
     @property
     def rerank_endpoint(self) -> ModelEndpoint:
-        """The reranker (``RERANK_*``); not configured while ``RERANK_MODEL`` is empty."""
+        """The reranker (``RERANK_*``); not configured while ``RERANK_MODEL`` is empty. A
+        request may take the whole ``RERANK_DEADLINE``: that is what bounds the reranker."""
         return ModelEndpoint(
             "RERANK",
             self.rerank_base_url,
             self.rerank_api_key,
             self.rerank_model,
-            self.rerank_timeout,
+            self.rerank_deadline,
         )
 
     @property

@@ -53,6 +53,12 @@ EXTRACTION_MAX_TURNS = 40
 # Token budgets count with the encoding of the common OpenAI-compatible chat models: a
 # budget is a bound on prompt size, not an invoice, so one encoding serves every model.
 TOKEN_ENCODING = "cl100k_base"
+# The background model calls beside the chat (settings until 2026-12-07 that no operator
+# changed): two calls in flight keep a backlog moving without crowding the replies on the same
+# model service, and a backlog is scored five exchanges a call.
+EVALUATION_CONCURRENCY = 2
+EVALUATION_BATCH_SIZE = 5
+EXTRACTION_CONCURRENCY = 2
 
 
 def build_parts(
@@ -126,8 +132,8 @@ def build_parts(
                 evaluator=evaluator,
                 policy=retention,
                 tz=settings.tz,
-                concurrency=settings.evaluator_concurrency,
-                batch_size=settings.evaluator_batch_size,
+                concurrency=EVALUATION_CONCURRENCY,
+                batch_size=EVALUATION_BATCH_SIZE,
             )
             if evaluator is not None and retention is not None
             else EvaluationOff()
@@ -174,7 +180,7 @@ def _extraction(
             tz=settings.tz,
             every_turns=settings.extraction_every_turns,
             idle_minutes=settings.extraction_idle_minutes,
-            concurrency=settings.extraction_concurrency,
+            concurrency=EXTRACTION_CONCURRENCY,
             max_turns=EXTRACTION_MAX_TURNS,
             settle_seconds=settings.extraction_settle_seconds,
         )

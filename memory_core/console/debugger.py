@@ -19,6 +19,7 @@ from ..conversation.preparation import PromptPreparer, not_before
 from ..lang.keywords import document_terms, query_terms
 from ..lang.timerange import analyse_query
 from ..models import MemoryTurn, TurnInput, generate_session_key
+from ..recall import retriever
 from ..recall.ranking import DecayPolicy
 
 if TYPE_CHECKING:
@@ -64,12 +65,7 @@ class RecallTrace:
 
 
 def _decay(parts: MemoryParts) -> DecayPolicy:
-    s = parts.settings
-    return DecayPolicy(
-        after_days=s.memory_decay_after_days,
-        half_life_days=s.memory_decay_half_life_days,
-        min_weight=s.memory_decay_min_weight,
-    )
+    return retriever.DECAY
 
 
 async def trace_recall(

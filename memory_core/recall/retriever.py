@@ -59,6 +59,21 @@ CANDIDATES_PER_ANCHOR = 4
 MIN_CANDIDATES = 20
 # The participants a query may name are the sender names on the scope's last this many turns.
 SPEAKER_SCAN_TURNS = 2_000
+# The fusion's constants, settings until 2026-12-07 that no operator changed. Decay: older than
+# a week weighs less, down to 0.97 with a 30-day half-life (0.9 let yesterday's chatter beat a
+# month-old fact; bench/RESULTS.md, "Time-decay floor"), and only between near ties: when the
+# best two cosines differ by less than 0.005 (measured for the local e5 model on every public
+# set, bench/RESULTS.md, "Decay that knows a clear match"; None = decay always).
+DECAY = DecayPolicy(after_days=7.0, half_life_days=30.0, min_weight=0.97)
+DECAY_TIE_MARGIN: float | None = 0.005
+# Reciprocal-rank fusion's k, the common 60; the keyword and time lists count as much as the
+# vector list (the recipes weigh the keyword list per query, recall.fusion).
+RRF_K = 60.0
+KEYWORD_WEIGHT = 1.0
+TIME_WEIGHT = 1.0
+# The fused anchors a reranker reorders: a setting until 2026-12-07 that no operator changed;
+# the rerank call's time grows with it and its deadline (RERANK_DEADLINE) bounds the wait.
+RERANK_CANDIDATES = 20
 _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
 
 
@@ -147,11 +162,7 @@ class Retriever:
         self.embedder = embedder
         self.embedding_model = embedder.model
         self.embedding_dim = embedder.dim
-        self._decay = DecayPolicy(
-            after_days=settings.memory_decay_after_days,
-            half_life_days=settings.memory_decay_half_life_days,
-            min_weight=settings.memory_decay_min_weight,
-        )
+        self._decay = DECAY
 
     async def recall(
         self,
@@ -363,13 +374,13 @@ class Retriever:
         if "vector" in lists:
             near = [c for c in lists["vector"] if floor is None or c.similarity >= floor]
             similarities = [c.similarity for c in near]
-            decay = decay_for_match(decay, similarities, s.memory_decay_tie_margin)
+            decay = decay_for_match(decay, similarities, DECAY_TIE_MARGIN)
             ordered = decayed_order(near, similarities, now=now, decay=decay)
             channels.append(Channel("vector", ordered))
         beside = asked.vector is not None  # the keyword lists fused beside a vector list
         if "keyword" in lists:
             hits = lists["keyword"]
-            weight, strengths = s.memory_keyword_weight, None
+            weight, strengths = KEYWORD_WEIGHT, None
             if beside:
                 decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
                 share, strengths = recipe.keyword_share(
@@ -380,7 +391,7 @@ class Retriever:
         if "time" in lists:
             by_meaning = beside and when is not None and not when.range.recent
             timed = merge_time_candidates(lists["time"], referring, by_meaning=by_meaning)
-            channels.append(Channel("time", timed, s.memory_time_weight))
+            channels.append(Channel("time", timed, TIME_WEIGHT))
         if "speaker vector" in lists:
             theirs = [c for c in lists["speaker vector"] if floor is None or c.similarity >= floor]
             ordered = decayed_order(theirs, [c.similarity for c in theirs], now=now, decay=decay)
@@ -391,18 +402,18 @@ class Retriever:
                 Channel(
                     "speaker keyword",
                     _keyword_order(hits, now, decay),
-                    s.memory_speaker_weight * s.memory_keyword_weight,
+                    s.memory_speaker_weight * KEYWORD_WEIGHT,
                     {h.id: h.coverage for h in hits} if beside else None,
                 )
             )
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
             return rank_anchors(channels[0].candidates, now=now, decay=decay, top_n=found.limit)
-        ranked = fuse_channels(channels, rrf_k=s.memory_rrf_k, within=within)
+        ranked = fuse_channels(channels, rrf_k=RRF_K, within=within)
         if within is not None and not ranked:
             # Nothing was said in that time: answer with what matches best instead of
             # nothing (the user may misremember when).
-            ranked = fuse_channels(channels, rrf_k=s.memory_rrf_k)
+            ranked = fuse_channels(channels, rrf_k=RRF_K)
         return ranked
 
     async def _reranked(
@@ -417,7 +428,7 @@ class Retriever:
         after them, and the scores it gave (anchor id, score); the fused order unchanged and
         no scores when the reranker fails (logged once an outage)."""
         assert self.reranker is not None
-        head = list(ranked[: self.settings.rerank_candidates])
+        head = list(ranked[:RERANK_CANDIDATES])
         rows = await store.windows(
             scope=scope, anchors=[a.candidate for a in head], window_size=0, now=now
         )

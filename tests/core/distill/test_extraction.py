@@ -110,9 +110,6 @@ def llm_settings(distiller: Distiller, **extra):
     return {
         "extraction_base_url": distiller.server.base_url,
         "extraction_model": "distiller",
-        # Far longer than a held answer is held on a loaded machine (no test here expects
-        # the extractor to time out).
-        "extraction_timeout": 60.0,
         # Turns are distilled as soon as they are due here; the wait for QQ's 撤回 window
         # (EXTRACTION_SETTLE_SECONDS) has tests of its own below.
         "extraction_settle_seconds": 0,
@@ -296,9 +293,7 @@ async def test_a_failing_model_is_retried_later_then_given_up_without_losing_tur
 
 
 async def test_sessions_are_distilled_concurrently_within_the_bound(memory_factory, distiller):
-    memory = await memory_factory(
-        **llm_settings(distiller, extraction_every_turns=1, extraction_concurrency=2)
-    )
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     for user in range(1, 6):
         await exchange(memory, "我在杭州上班", T0, user_id=user)
     distiller.meet = 2
