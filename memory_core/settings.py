@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -33,7 +33,6 @@ EVALUATOR_TIMEOUT = 30.0
 EXTRACTION_TIMEOUT = 60.0
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-FusionMethod = Literal["rrf", "confident", "rarity", "gated"]  # recall.fusion.FUSIONS
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 
@@ -82,9 +81,6 @@ class MemorySettings(BaseModel):
     memory_vector_index: VectorIndexMode = "auto"
 
     # retrieval quality: channels, fusion, time in queries
-    memory_retrieval_mode: RetrievalMode = "hybrid"
-    memory_fusion: FusionMethod = "rrf"
-    memory_time_understanding: bool = True
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
     # every QQ bot account on this database one memory (memory_core.accounts); off: each its own
@@ -99,16 +95,6 @@ class MemorySettings(BaseModel):
     # (issue 26 part 2, memory_core.lang.names).
     memory_speaker_weight: float = Field(default=1.0, ge=0, le=10)
     memory_query_context_turns: int = Field(default=2, ge=0, le=20)
-    # The message outweighs its context (issue 26 part 3): the share of the message embedded
-    # alone in the query vector (the rest: message with its context), and how much a keyword
-    # term only the earlier lines have counts against one of the message. `auto`: both per
-    # query, by how much the message says on its own; `rare`: both per query, by the message's
-    # own terms that are rare in the session (memory_core.recall.message_share).
-    memory_query_message_weight: Annotated[float, Field(ge=0, le=1)] | Literal["auto", "rare"] = 0.0
-    memory_context_term_weight: float = Field(default=1.0, ge=0, le=1)
-    # Under `rare`: a term is rare when in 1 to this many of the session's turns; 0: 1 to N^0.3
-    # of its N turns (memory_core.recall.message_share.is_rare).
-    memory_rare_term_turns: int = Field(default=0, ge=0, le=1000)
     # a diagnostic: each reply's stages (wall and CPU) added to the daily counters
     # (memory_core.stages; bench.bot_throughput prints them)
     memory_stage_times: bool = False
@@ -175,9 +161,6 @@ class MemorySettings(BaseModel):
     # distilled memory: facts, preferences, summaries; see .env.prod for each key
     memory_distilled_enabled: bool = True
     memory_distilled_scope: DistilledScope = "session"
-    memory_distilled_facts: int = Field(default=5, ge=0, le=50)
-    memory_distilled_preferences: int = Field(default=5, ge=0, le=50)
-    memory_distilled_summaries: int = Field(default=3, ge=0, le=20)
     # empty: the calibrated default of the embedding model (memory_core.distill.memory)
     memory_dedupe_threshold: float | None = Field(default=None, ge=0, le=1)
     # extraction of distilled memory; empty extraction_* fall back to llm_*

@@ -16,7 +16,7 @@ from datetime import timedelta
 from .accounts import AccountBook
 from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
 from .background import DueFlag
-from .context.builder import ContextBuilder
+from .context.builder import DISTILLED_FACTS, ContextBuilder
 from .conversation.engine import ConversationEngine
 from .dialogue.spool import TurnSpool
 from .dialogue.upkeep import DialogueUpkeep
@@ -85,7 +85,7 @@ def build_parts(
         embedder=embedder,
         scope=settings.memory_distilled_scope,
         dedupe_threshold=dedupe_threshold(embedder.model, settings.memory_dedupe_threshold),
-        recall_top_k=settings.memory_distilled_facts,
+        recall_top_k=DISTILLED_FACTS,
     )
     spool = TurnSpool(settings.memory_data_dir / "spool.jsonl")
     # Whose memory each QQ bot account reads and writes (memory_core.accounts).

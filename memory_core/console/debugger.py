@@ -111,7 +111,7 @@ async def trace_recall(
         ),
     )
     recent_ids = {t.id for t in prepared.recent}
-    when = analyse_query(message, now, parts.tz) if s.memory_time_understanding else None
+    when = analyse_query(message, now, parts.tz)
     wanted = set(query_terms(recalled.search_text or prepared.question))
     decay = _decay(parts)
     # Windows that share turns are merged, so a candidate may be inside another's window.

@@ -35,7 +35,6 @@ from ..settings import MemorySettings, RetrievalMode
 from ..stages import stage
 from ..storage.database_handle import Database
 from .fusion import FUSIONS, FusionRecipe, KeywordEvidence
-from .message_share import MessageShare, message_share, own_terms, rare_share
 from .options import DEFAULT_RECALL, RecallOptions
 from .ranking import (
     Channel,
@@ -69,6 +68,12 @@ DECAY_TIE_MARGIN: float | None = 0.005
 # Reciprocal-rank fusion's k, the common 60; the keyword and time lists count as much as the
 # vector list (the recipes weigh the keyword list per query, recall.fusion).
 RRF_K = 60.0
+# Both channels fused by plain reciprocal rank (settings until 2026-12-07): hybrid is the
+# measured best, and no other recipe of recall.fusion won out of sample (bench/RESULTS.md,
+# "Decision: the default stays rrf"); a bench or a test picks another per recall
+# (RecallOptions.mode, RecallOptions.fusion).
+RETRIEVAL_MODE: RetrievalMode = "hybrid"
+DEFAULT_FUSION = "rrf"
 KEYWORD_WEIGHT = 1.0
 TIME_WEIGHT = 1.0
 # The fused anchors a reranker reorders: a setting until 2026-12-07 that no operator changed;
@@ -80,17 +85,6 @@ _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing t
 def _last_lines(context: Sequence[str], count: int) -> list[str]:
     lines = [line.strip() for line in context if isinstance(line, str) and line.strip()]
     return [scrub(line) for line in lines[-count:]] if count > 0 else []
-
-
-def blended_query_vector(message: np.ndarray, conversation: np.ndarray, share: float) -> np.ndarray:
-    """The query vector of a message said after other lines: ``share`` of the message's own
-    vector and the rest of the message-with-context one, normalised. For unit vectors the
-    cosine to the sum is the weighted sum of the two cosines, so a turn must be near the
-    message itself to rank first; the context still helps an elliptic message, whose own
-    vector says little ("那家店叫什么来着")."""
-    blended = share * message + (1.0 - share) * conversation
-    norm = float(np.linalg.norm(blended))
-    return blended / norm if norm > 0 else conversation
 
 
 def conversational_query(message: str, earlier: Sequence[str]) -> str:
@@ -216,7 +210,7 @@ class Retriever:
         # lists are those of top_n anchors, so the head of the ranking is as before.
         evidence = options.top_n is None and options.window_size is None
         found = await self._search(store, asked, top_n)
-        ranked = self._fuse(asked, found, options.fusion or FUSIONS[self.settings.memory_fusion])
+        ranked = self._fuse(asked, found, options.fusion or FUSIONS[DEFAULT_FUSION])
         # Statements over questions and echoes (recall.statements): the head's turns read once.
         ranked = await statements_first(self._database, ranked, head=found.limit)
         rerank_scores: tuple[tuple[int, float], ...] = ()
@@ -247,7 +241,7 @@ class Retriever:
     ) -> _Asked | None:
         """What ``query`` asks, read once for every channel; None when a vector recall has no
         query vector (nothing to search)."""
-        mode = options.mode or self.settings.memory_retrieval_mode
+        mode = options.mode or RETRIEVAL_MODE
         when, text, earlier, _ = self._query_parts(query, options, now)
         # A participant the message names is who, not what (lang.names): the name leaves the
         # text searched (both channels) and that speaker's turns join the fusion below.
@@ -262,29 +256,15 @@ class Retriever:
             phrases=tuple(required_phrases(options.keywords)) if options.keywords else None,
             start=options.since,
         )
-        if self.settings.memory_query_message_weight == "rare" and earlier:
-            # The share follows the message's own terms that are rare in the session: their
-            # document frequencies are read (with the session's size) before the embedding.
-            own = own_terms(topic, earlier)
-            size, frequencies = await asyncio.gather(
-                store.session_size(scope), store.term_frequencies(scope, own, now)
-            )
-            share = rare_share(own, frequencies, size, most=self.settings.memory_rare_term_turns)
-            embedded = await self._query_vector(topic, search_text, mode, share.message_weight)
-        else:
-            share = self._share(text, earlier)
-            # The query's embedding and the session's size are independent: fetch both at once.
-            embedded, size = await asyncio.gather(
-                self._query_vector(topic, search_text, mode, share.message_weight),
-                store.session_size(scope),
-            )
+        # One text, the message with its earlier lines, every term alike: weighing the message
+        # above its context lost out of sample (bench/RESULTS.md, "Recall out of sample").
+        # The query's embedding and the session's size are independent: fetch both at once.
+        embedded, size = await asyncio.gather(
+            self._embed_for_recall(search_text, mode), store.session_size(scope)
+        )
         if embedded is _NO_VECTOR:
             return None
-        weighted = (
-            weighted_conversation_terms(topic, earlier, share.context_term_weight)
-            if mode != "vector"
-            else []
-        )
+        weighted = weighted_conversation_terms(topic, earlier, 1.0) if mode != "vector" else []
         return _Asked(
             scope=scope,
             now=now,
@@ -479,40 +459,12 @@ class Retriever:
         and the text searched: the topic after those lines (``conversational_query``)."""
         time_aware = options.time_aware
         if time_aware is None:
-            time_aware = self.settings.memory_time_understanding
+            time_aware = True
         when = analyse_query(query, now, self.tz) if time_aware else None
         # The time expression has done its work once it is a range; the rest is the topic.
         text = when.rest if when is not None and when.rest.strip() else query
         earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
         return when, text, earlier, conversational_query(text, earlier)
-
-    def _share(self, message: str, earlier: Sequence[str]) -> MessageShare:
-        """The query's message weight and context term weight: the settings', or with
-        MEMORY_QUERY_MESSAGE_WEIGHT=auto the ones for how much the message says on its own."""
-        weight = self.settings.memory_query_message_weight
-        if weight == "auto":
-            return message_share(message, earlier)
-        if weight == "rare":  # no earlier lines: nothing to share with (see ``recall``)
-            return MessageShare(0.0, self.settings.memory_context_term_weight)
-        return MessageShare(float(weight), self.settings.memory_context_term_weight)
-
-    async def _query_vector(
-        self, message: str, search_text: str, mode: str, share: float
-    ) -> np.ndarray | object | None:
-        """The query vector of ``message`` searched as ``search_text`` (the message with its
-        earlier lines): the two embeddings blended (``blended_query_vector``, ``share`` of the
-        message alone) when they differ, else the one; see ``_embed_for_recall``."""
-        if search_text == message or share <= 0:
-            return await self._embed_for_recall(search_text, mode)
-        if share >= 1:
-            return await self._embed_for_recall(message, mode)
-        both = await asyncio.gather(
-            self._embed_for_recall(message, mode), self._embed_for_recall(search_text, mode)
-        )
-        alone, conversation = both
-        if not isinstance(alone, np.ndarray) or not isinstance(conversation, np.ndarray):
-            return conversation if isinstance(conversation, np.ndarray) else alone
-        return blended_query_vector(alone, conversation, share)
 
     async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
         """The query vector; None to go on without it (keyword mode, or hybrid falling back
