@@ -26,11 +26,6 @@ LOCAL_EMBEDDING_DIM = 384
 # /recall: 0.8 % of unrelated pairs pass it and 89 % of related ones (``python -m
 # bench.public.floor`` on MADial-Bench zh, bench/RESULTS.md, 2026-12-02).
 BUNDLED_MODEL_RECALL_FLOOR = 0.88
-# Seconds one request of the background models may take (settings until 2026-12-07 that no
-# operator changed): neither is on a reply's path, so a slow answer costs nobody a wait, and a
-# distillation reads up to 40 turns, a longer answer than a score.
-EVALUATOR_TIMEOUT = 30.0
-EXTRACTION_TIMEOUT = 60.0
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
 VectorIndexMode = Literal["auto", "never"]
@@ -73,14 +68,13 @@ class MemorySettings(BaseModel):
     memory_top_n: int = Field(default=3, ge=0, le=50)
     memory_window_size: int = Field(default=2, ge=0, le=20)
     memory_max_tokens: int = Field(default=1000, ge=0)
-    memory_similarity_floor: float | None = None
     # what /recall shows by meaning alone (memory_core.recall.listing); empty: the bundled
     # model's measured floor, or none for another model (bench/RESULTS.md, 2026-12-02)
     memory_recall_floor: float | None = Field(default=None, ge=-1, le=1)
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
 
-    # retrieval quality: channels, fusion, time in queries
+    # whose words are recalled, and how a turn is searched
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
     # every QQ bot account on this database one memory (memory_core.accounts); off: each its own
@@ -137,6 +131,8 @@ class MemorySettings(BaseModel):
     chat_group_window: bool = False
     # on by default: a reply that takes longer than this looks like a bot that stopped answering
     chat_slow_notice_after: float = Field(default=8.0, ge=0)
+    # the wire tests set it on a bot process (tests/plugin/test_wire_degraded.py)
+    chat_notice_interval: float = Field(default=60.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
     # memory as tools the chat model calls (conversation.tools); auto: until refused once
@@ -149,6 +145,9 @@ class MemorySettings(BaseModel):
     evaluator_base_url: str = ""
     evaluator_api_key: SecretStr | None = None
     evaluator_model: str = ""
+    # one timeout per remote service: the evaluator may have its own (bench/faults sets it on
+    # a bot process)
+    evaluator_timeout: float = Field(default=30.0, gt=0)
     # a folder of the operator's own copies of the files in config/ (prompts, retention bands,
     # the answer cache's preload): a file there replaces the shipped one of the same name
     memory_config_dir: Path | None = None
@@ -168,14 +167,13 @@ class MemorySettings(BaseModel):
     extraction_base_url: str = ""
     extraction_api_key: SecretStr | None = None
     extraction_model: str = ""
+    extraction_timeout: float = Field(default=60.0, gt=0)
     extraction_every_turns: int = Field(default=5, ge=1, le=1000)
-    extraction_idle_minutes: float = Field(default=30.0, gt=0)
     extraction_settle_seconds: float = Field(default=120.0, ge=0)
     # the semantic answer cache, off unless enabled
     answer_cache_enabled: bool = False
     # empty: the calibrated default of the embedding model (memory_core.answer_cache.cache)
     answer_cache_threshold: float | None = Field(default=None, ge=0, le=1)
-    answer_cache_ttl_hours: float = Field(default=168.0, gt=0)
 
     # pictures remembered (memory_core.pictures): what a picture says, read offline in the
     # background and written into its turn; off: pictures stay "[图片]"
@@ -279,7 +277,7 @@ class MemorySettings(BaseModel):
             self.evaluator_base_url,
             self.evaluator_api_key,
             self.evaluator_model,
-            EVALUATOR_TIMEOUT,
+            self.evaluator_timeout,
         )
 
     @property
@@ -290,7 +288,7 @@ class MemorySettings(BaseModel):
             self.extraction_base_url,
             self.extraction_api_key,
             self.extraction_model,
-            EXTRACTION_TIMEOUT,
+            self.extraction_timeout,
         )
 
     @property

@@ -59,6 +59,10 @@ TOKEN_ENCODING = "cl100k_base"
 EVALUATION_CONCURRENCY = 2
 EVALUATION_BATCH_SIZE = 5
 EXTRACTION_CONCURRENCY = 2
+# A session short of EXTRACTION_EVERY_TURNS exchanges is distilled once idle this long, and a
+# cached answer lives a week (settings until 2026-12-07 that no operator changed).
+EXTRACTION_IDLE_MINUTES = 30.0
+ANSWER_CACHE_TTL = timedelta(hours=168)
 
 
 def build_parts(
@@ -179,7 +183,7 @@ def _extraction(
             extractor=extractor,
             tz=settings.tz,
             every_turns=settings.extraction_every_turns,
-            idle_minutes=settings.extraction_idle_minutes,
+            idle_minutes=EXTRACTION_IDLE_MINUTES,
             concurrency=EXTRACTION_CONCURRENCY,
             max_turns=EXTRACTION_MAX_TURNS,
             settle_seconds=settings.extraction_settle_seconds,
@@ -205,7 +209,7 @@ def _answer_cache(
         database=database,
         embedder=embedder,
         threshold=cache_threshold(embedder.model, settings.answer_cache_threshold),
-        ttl=timedelta(hours=settings.answer_cache_ttl_hours),
+        ttl=ANSWER_CACHE_TTL,
         tz=settings.tz,
     )
 

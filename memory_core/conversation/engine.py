@@ -74,9 +74,6 @@ SLOW_NOTICE = "稍等，我想一想……"
 # The same message delivered twice (HTTP + WebSocket, a reconnect) arrives within minutes.
 REDELIVERY_WINDOW = timedelta(minutes=10)
 _NOTICE_TABLE_MAX = 4096
-# Seconds between two "chat is not configured" notices in one chat (a setting until 2026-12-07
-# that no operator changed): once a minute tells a chat without being its loudest member.
-NOTICE_INTERVAL = 60.0
 
 
 @dataclass(frozen=True)
@@ -569,7 +566,7 @@ class ConversationEngine:
 
     async def _notice(self, turn: TurnInput, send: SendText, stored: AddOutcome) -> ChatResult:
         # Once per interval in each chat: a group's members all read the same notice.
-        interval = NOTICE_INTERVAL
+        interval = self._settings.chat_notice_interval
         now = self._monotonic()
         chat = f"g{turn.group_id}" if turn.group_id is not None else f"p{turn.user_id}"
         last = self._last_notice.get(chat)

@@ -61,13 +61,10 @@ def rank_anchors(
     now: datetime,
     decay: DecayPolicy,
     top_n: int,
-    similarity_floor: float | None = None,
 ) -> list[RankedAnchor]:
-    """Apply the similarity floor and time decay, keep the best ``top_n`` (best first)."""
+    """Apply time decay, keep the best ``top_n`` (best first)."""
     ranked = []
     for candidate in candidates:
-        if similarity_floor is not None and candidate.similarity < similarity_floor:
-            continue
         weight = decay.weight_at(candidate.created_at, now)
         ranked.append(RankedAnchor(candidate, candidate.similarity * weight))
     ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))

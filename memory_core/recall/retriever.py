@@ -349,10 +349,9 @@ class Retriever:
         s = self.settings
         channels: list[Channel] = []
         decay = self._decay
-        near: list[AnchorCandidate] = []  # the vector list's candidates above the floor
-        floor = s.memory_similarity_floor
+        near: list[AnchorCandidate] = []  # the vector list's candidates
         if "vector" in lists:
-            near = [c for c in lists["vector"] if floor is None or c.similarity >= floor]
+            near = list(lists["vector"])
             similarities = [c.similarity for c in near]
             decay = decay_for_match(decay, similarities, DECAY_TIE_MARGIN)
             ordered = decayed_order(near, similarities, now=now, decay=decay)
@@ -373,7 +372,7 @@ class Retriever:
             timed = merge_time_candidates(lists["time"], referring, by_meaning=by_meaning)
             channels.append(Channel("time", timed, TIME_WEIGHT))
         if "speaker vector" in lists:
-            theirs = [c for c in lists["speaker vector"] if floor is None or c.similarity >= floor]
+            theirs = list(lists["speaker vector"])
             ordered = decayed_order(theirs, [c.similarity for c in theirs], now=now, decay=decay)
             channels.append(Channel("speaker vector", ordered, s.memory_speaker_weight))
         if "speaker keyword" in lists:

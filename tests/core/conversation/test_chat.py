@@ -17,7 +17,6 @@ from pydantic import SecretStr
 from memory_core import open_memory
 from memory_core.context.block import MEMORY_HEADER
 from memory_core.context.builder import FACTS_HEADER, PREFERENCES_HEADER
-from memory_core.conversation import engine as engine_module
 from memory_core.conversation.engine import (
     APOLOGY,
     NOT_CONFIGURED_NOTICE,
@@ -244,7 +243,7 @@ async def test_without_model_notice_is_rate_limited_per_chat_and_turns_are_recor
     in_group = await engine.converse(user_turn("大家好", user=3, group=70), outbox)
     same_group = await engine.converse(user_turn("我也在", user=4, group=70), outbox)
     # A minute later (the default interval, not ten), the chat hears it again.
-    assert engine_module.NOTICE_INTERVAL == 60
+    assert memory.settings.chat_notice_interval == 60
     clock[0] += 61
     later = await engine.converse(user_turn("还在吗"), outbox)
     assert [r.outcome for r in (first, second, other, in_group, same_group, later)] == [

@@ -110,6 +110,9 @@ def llm_settings(distiller: Distiller, **extra):
     return {
         "extraction_base_url": distiller.server.base_url,
         "extraction_model": "distiller",
+        # Far longer than a held answer is held on a loaded machine (no test here expects
+        # the extractor to time out).
+        "extraction_timeout": 60.0,
         # Turns are distilled as soon as they are due here; the wait for QQ's 撤回 window
         # (EXTRACTION_SETTLE_SECONDS) has tests of its own below.
         "extraction_settle_seconds": 0,
@@ -201,7 +204,7 @@ async def test_extraction_runs_every_n_exchanges_in_the_background_never_on_note
 async def test_a_session_under_n_exchanges_is_distilled_once_it_has_been_idle(
     memory_factory, distiller
 ):
-    memory = await memory_factory(**llm_settings(distiller, extraction_idle_minutes=30))
+    memory = await memory_factory(**llm_settings(distiller))  # idle after 30 minutes
     await exchange(memory, "我在杭州上班", T0)
     assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=10)) == 0
     assert distiller.server.requests == []

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memory_core import settings as settings_module
 from memory_core import wiring
 from memory_core.dialogue import upkeep
 from memory_core.errors import ConfigError
@@ -134,6 +133,9 @@ def llm_settings(judge: Judge, **extra):
     return {
         "evaluator_base_url": judge.server.base_url,
         "evaluator_model": "judge",
+        # Far longer than a loopback answer takes on a loaded machine; the test of a judge
+        # that does not answer in time sets its own.
+        "evaluator_timeout": 30.0,
         **extra,
     }
 
@@ -192,8 +194,7 @@ async def test_garbage_answer_keeps_the_exchange_without_score_and_counts_it(mem
 async def test_errors_and_timeouts_retry_then_keep_without_score(
     memory_factory, judge, monkeypatch
 ):
-    monkeypatch.setattr(settings_module, "EVALUATOR_TIMEOUT", 1.0)
-    memory = await memory_factory(**llm_settings(judge))
+    memory = await memory_factory(**llm_settings(judge, evaluator_timeout=1.0))
     for mode in ("error", "slow"):
         judge.mode = mode
         user, _ = await exchange(memory, f"{mode} 的一轮对话", "回答", T0)
