@@ -3,7 +3,7 @@
 Each set (see ``bench.public.madial`` and ``bench.public.chitchat``) is stored in a throwaway
 embedded database through ``TemporalMemory`` with the shipped defaults and the local embedder,
 then every case is recalled in its user's private session with ``top_n = k`` and window 0, for
-every retrieval mode (``MEMORY_RETRIEVAL_MODE``) and query form. Nothing here changes a default:
+every retrieval mode (``RecallOptions.mode``) and query form. Nothing here changes a default:
 the figures are what a bot with ``MEMORY_TOP_N=k`` would recall. LoCoMo-dev
 (``bench.public.locomo``) follows its own protocol instead: window ±2, one conversation a
 session, a plain BM25 over the same turns beside (``bench.public.windows``).
@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_const",
         const=False,
         default=None,
-        help="diagnosis: recall with time_aware=False (MEMORY_TIME_UNDERSTANDING off)",
+        help="diagnosis: recall with time_aware=False (time words not read)",
     )
     parser.add_argument(
         "--decay-floor",

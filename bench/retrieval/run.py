@@ -165,7 +165,7 @@ async def evaluate(
     config: Config,
     budget: int,
 ) -> tuple[dict[str, list[Scores]], list[float]]:
-    # bench-only: swap the decay policy (MEMORY_DECAY_MIN_WEIGHT=1 turns it off)
+    # bench-only: swap the decay policy (a floor of 1 turns it off)
     memory._retriever._decay = (
         DEFAULT_DECAY
         if config.decay_floor is None
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         "--decay-floors",
         type=lambda text: [float(x) for x in text.split(",")],
         default=[],
-        help="only compare these MEMORY_DECAY_MIN_WEIGHT values, e.g. 0.9,0.97,1",
+        help="only compare these decay floors (retriever.DECAY), e.g. 0.9,0.97,1",
     )
     add_set_option(parser)
     parser.add_argument(

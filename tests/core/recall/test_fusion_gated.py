@@ -1,6 +1,6 @@
-"""MEMORY_FUSION=gated: beside the vector list, a keyword hit counts in full when the query's
-terms are rare in the session or the hit is about as close in meaning as the best vector match,
-and a quarter when it is neither."""
+"""The ``gated`` fusion recipe (not the default): beside the vector list, a keyword hit counts
+in full when the query's terms are rare in the session or the hit is about as close in meaning
+as the best vector match, and a quarter when it is neither."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""MEMORY_FUSION=rarity: beside the vector list, the keyword list counts as much as the query's
-rarest found terms are rare in the session."""
+"""The ``rarity`` fusion recipe (not the default): beside the vector list, the keyword list
+counts as much as the query's rarest found terms are rare in the session."""
 
 from __future__ import annotations
 
