@@ -55,7 +55,7 @@ COUNT_BY_ROLE = "SELECT role, count(*) AS n FROM dialogues WHERE user_id < $1 GR
 COUNT_UNEMBEDDED = "SELECT count(*) FROM dialogues WHERE embedding IS NULL"
 # The measured sessions' turns whose picture has been read into their text.
 COUNT_READ = "SELECT count(*) FROM dialogues WHERE user_id < $1 AND content LIKE '%[图片：%'"
-# How long the pictures put off (MEMORY_IMAGE_DEFER_MAX) are waited for after the run, at most,
+# How long the pictures put off (pictures.reader.DEFER_MAX) are waited for after the run, at most,
 # and how long no new reading means that no more are coming.
 READ_WAIT = 90.0
 READ_STILL = 10.0

@@ -169,18 +169,21 @@ def add_set_option(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a setting other than the shipped default, e.g. MEMORY_FUSION=confident",
+        help="a setting other than the shipped default, e.g. MEMORY_SPEAKER_WEIGHT=0",
     )
 
 
 def setting_overrides(pairs: Sequence[str]) -> dict[str, str]:
     """``--set KEY=VALUE`` options as settings overrides (env key names in any case), to
-    measure a setting against the shipped default: ``--set MEMORY_DECAY_HALF_LIFE_DAYS=3``."""
+    measure a setting against the shipped default: ``--set MEMORY_SPEAKER_WEIGHT=0``. A key
+    the settings do not have (one that became a module constant) is refused, not ignored."""
     overrides: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise SystemExit(f"--set needs KEY=VALUE, got {pair!r}")
+        if key.strip().lower() not in MemorySettings.model_fields:
+            raise SystemExit(f"--set {key.strip()}: no such setting (see .env.prod)")
         overrides[key.strip().lower()] = value.strip()
     return overrides
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -28,7 +28,6 @@ LOCAL_EMBEDDING_DIM = 384
 BUNDLED_MODEL_RECALL_FLOOR = 0.88
 
 RetrievalMode = Literal["hybrid", "vector", "keyword"]
-FusionMethod = Literal["rrf", "confident", "rarity", "gated"]  # recall.fusion.FUSIONS
 VectorIndexMode = Literal["auto", "never"]
 DistilledScope = Literal["session", "user"]
 
@@ -69,26 +68,13 @@ class MemorySettings(BaseModel):
     memory_top_n: int = Field(default=3, ge=0, le=50)
     memory_window_size: int = Field(default=2, ge=0, le=20)
     memory_max_tokens: int = Field(default=1000, ge=0)
-    memory_decay_after_days: float = Field(default=7.0, ge=0)
-    memory_decay_half_life_days: float = Field(default=30.0, gt=0)
-    memory_decay_min_weight: float = Field(default=0.97, ge=0, le=1)
-    # decay applies only when the best two similarities are this close (empty: always);
-    # 0.005 measured for the local e5 model on every benchmark set (bench/RESULTS.md)
-    memory_decay_tie_margin: float | None = Field(default=0.005, ge=0, le=2)
-    memory_similarity_floor: float | None = None
     # what /recall shows by meaning alone (memory_core.recall.listing); empty: the bundled
     # model's measured floor, or none for another model (bench/RESULTS.md, 2026-12-02)
     memory_recall_floor: float | None = Field(default=None, ge=-1, le=1)
     memory_exact_search_max_rows: int = Field(default=20_000, ge=0)
     memory_vector_index: VectorIndexMode = "auto"
 
-    # retrieval quality: channels, fusion, time in queries
-    memory_retrieval_mode: RetrievalMode = "hybrid"
-    memory_rrf_k: float = Field(default=60.0, gt=0)
-    memory_fusion: FusionMethod = "rrf"
-    memory_keyword_weight: float = Field(default=1.0, ge=0)
-    memory_time_weight: float = Field(default=1.0, ge=0)
-    memory_time_understanding: bool = True
+    # whose words are recalled, and how a turn is searched
     # groups whose members recall each other's words (memory_core.recall.sharing)
     memory_shared_groups: frozenset[int] = frozenset()
     # every QQ bot account on this database one memory (memory_core.accounts); off: each its own
@@ -103,16 +89,6 @@ class MemorySettings(BaseModel):
     # (issue 26 part 2, memory_core.lang.names).
     memory_speaker_weight: float = Field(default=1.0, ge=0, le=10)
     memory_query_context_turns: int = Field(default=2, ge=0, le=20)
-    # The message outweighs its context (issue 26 part 3): the share of the message embedded
-    # alone in the query vector (the rest: message with its context), and how much a keyword
-    # term only the earlier lines have counts against one of the message. `auto`: both per
-    # query, by how much the message says on its own; `rare`: both per query, by the message's
-    # own terms that are rare in the session (memory_core.recall.message_share).
-    memory_query_message_weight: Annotated[float, Field(ge=0, le=1)] | Literal["auto", "rare"] = 0.0
-    memory_context_term_weight: float = Field(default=1.0, ge=0, le=1)
-    # Under `rare`: a term is rare when in 1 to this many of the session's turns; 0: 1 to N^0.3
-    # of its N turns (memory_core.recall.message_share.is_rare).
-    memory_rare_term_turns: int = Field(default=0, ge=0, le=1000)
     # a diagnostic: each reply's stages (wall and CPU) added to the daily counters
     # (memory_core.stages; bench.bot_throughput prints them)
     memory_stage_times: bool = False
@@ -124,7 +100,6 @@ class MemorySettings(BaseModel):
     embedding_model: str = ""
     embedding_dim: int | None = Field(default=None, ge=1, le=16_000)
     embedding_batch_size: int = Field(default=32, ge=1, le=2048)
-    embedding_timeout: float = Field(default=15.0, gt=0)
     embedding_query_deadline: float = Field(default=3.0, gt=0)
     embedding_store_deadline: float = Field(default=3.0, gt=0)
     embedding_defer_window: float = Field(default=0.5, ge=0, le=60)
@@ -137,9 +112,7 @@ class MemorySettings(BaseModel):
     rerank_base_url: str = SILICONFLOW_BASE_URL
     rerank_api_key: SecretStr | None = None
     rerank_model: str = ""
-    rerank_timeout: float = Field(default=3.0, gt=0)
     rerank_deadline: float = Field(default=1.5, gt=0)
-    rerank_candidates: int = Field(default=20, ge=2, le=100)
 
     # chat model
     llm_base_url: str = SILICONFLOW_BASE_URL
@@ -153,13 +126,12 @@ class MemorySettings(BaseModel):
     # conversation (memory_core.conversation.engine)
     chat_recent_turns: int = Field(default=6, ge=0, le=100)
     chat_recent_minutes: float = Field(default=30.0, ge=0)
-    # the short-term window grows to this many times chat_recent_turns, then steps back
-    chat_recent_growth: int = Field(default=3, ge=2, le=10)
     # a group's short-term window is the group's recent turns, the same for every member; off by
     # default: a member's words reach only his own prompts unless the group shares (recall.sharing)
     chat_group_window: bool = False
     # on by default: a reply that takes longer than this looks like a bot that stopped answering
     chat_slow_notice_after: float = Field(default=8.0, ge=0)
+    # the wire tests set it on a bot process (tests/plugin/test_wire_degraded.py)
     chat_notice_interval: float = Field(default=60.0, ge=0)
     chat_persona: str = ""
     chat_reply_max_chars: int = Field(default=1000, ge=50, le=10_000)
@@ -173,9 +145,9 @@ class MemorySettings(BaseModel):
     evaluator_base_url: str = ""
     evaluator_api_key: SecretStr | None = None
     evaluator_model: str = ""
+    # one timeout per remote service: the evaluator may have its own (bench/faults sets it on
+    # a bot process)
     evaluator_timeout: float = Field(default=30.0, gt=0)
-    evaluator_concurrency: int = Field(default=2, ge=1, le=32)
-    evaluator_batch_size: int = Field(default=5, ge=1, le=50)
     # a folder of the operator's own copies of the files in config/ (prompts, retention bands,
     # the answer cache's preload): a file there replaces the shipped one of the same name
     memory_config_dir: Path | None = None
@@ -188,9 +160,6 @@ class MemorySettings(BaseModel):
     # distilled memory: facts, preferences, summaries; see .env.prod for each key
     memory_distilled_enabled: bool = True
     memory_distilled_scope: DistilledScope = "session"
-    memory_distilled_facts: int = Field(default=5, ge=0, le=50)
-    memory_distilled_preferences: int = Field(default=5, ge=0, le=50)
-    memory_distilled_summaries: int = Field(default=3, ge=0, le=20)
     # empty: the calibrated default of the embedding model (memory_core.distill.memory)
     memory_dedupe_threshold: float | None = Field(default=None, ge=0, le=1)
     # extraction of distilled memory; empty extraction_* fall back to llm_*
@@ -200,37 +169,21 @@ class MemorySettings(BaseModel):
     extraction_model: str = ""
     extraction_timeout: float = Field(default=60.0, gt=0)
     extraction_every_turns: int = Field(default=5, ge=1, le=1000)
-    extraction_idle_minutes: float = Field(default=30.0, gt=0)
-    extraction_concurrency: int = Field(default=2, ge=1, le=32)
     extraction_settle_seconds: float = Field(default=120.0, ge=0)
     # the semantic answer cache, off unless enabled
     answer_cache_enabled: bool = False
     # empty: the calibrated default of the embedding model (memory_core.answer_cache.cache)
     answer_cache_threshold: float | None = Field(default=None, ge=0, le=1)
-    answer_cache_ttl_hours: float = Field(default=168.0, gt=0)
 
     # pictures remembered (memory_core.pictures): what a picture says, read offline in the
     # background and written into its turn; off: pictures stay "[图片]"
     memory_image_enabled: bool = True
-    memory_image_max_bytes: int = Field(default=5_000_000, ge=1000)
-    memory_image_timeout: float = Field(default=10.0, gt=0)
-    memory_image_max_redirects: int = Field(default=3, ge=0, le=10)
     # hosts a picture may come from although they are not on the public internet (a picture
     # server on the operator's own network); every other private or local address is refused
     memory_image_allowed_hosts: frozenset[str] = frozenset()
     memory_image_workers: int = Field(default=1, ge=1, le=8)
-    memory_image_queue: int = Field(default=32, ge=1, le=10_000)
     memory_image_per_minute: int = Field(default=20, ge=1)
     memory_image_reply_wait: float = Field(default=2.0, ge=0, le=30)
-    # a queued picture waits for no reply to be under way (a second of quiet) before it is
-    # read, at most this many seconds (0: read at once); a reply's own picture never waits
-    memory_image_defer_max: float = Field(default=30.0, ge=0, le=3600)
-    memory_image_sticker_max_bytes: int = Field(default=300_000, ge=0)
-    memory_image_text_max_chars: int = Field(default=300, ge=20, le=5000)
-    # a picture not read for a passing reason (the budget, a full queue, a timeout) is tried
-    # again while its turn is at most this old (0: never), at most this many times in all
-    memory_image_retry_hours: float = Field(default=6.0, ge=0)
-    memory_image_read_attempts: int = Field(default=3, ge=1, le=20)
     # optional descriptions by an OpenAI-compatible vision model; off while VISION_MODEL is empty
     vision_base_url: str = SILICONFLOW_BASE_URL
     vision_api_key: SecretStr | None = None
@@ -340,13 +293,14 @@ class MemorySettings(BaseModel):
 
     @property
     def rerank_endpoint(self) -> ModelEndpoint:
-        """The reranker (``RERANK_*``); not configured while ``RERANK_MODEL`` is empty."""
+        """The reranker (``RERANK_*``); not configured while ``RERANK_MODEL`` is empty. A
+        request may take the whole ``RERANK_DEADLINE``: that is what bounds the reranker."""
         return ModelEndpoint(
             "RERANK",
             self.rerank_base_url,
             self.rerank_api_key,
             self.rerank_model,
-            self.rerank_timeout,
+            self.rerank_deadline,
         )
 
     @property

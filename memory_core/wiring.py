@@ -16,7 +16,7 @@ from datetime import timedelta
 from .accounts import AccountBook
 from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
 from .background import DueFlag
-from .context.builder import ContextBuilder
+from .context.builder import DISTILLED_FACTS, ContextBuilder
 from .conversation.engine import ConversationEngine
 from .dialogue.spool import TurnSpool
 from .dialogue.upkeep import DialogueUpkeep
@@ -53,6 +53,16 @@ EXTRACTION_MAX_TURNS = 40
 # Token budgets count with the encoding of the common OpenAI-compatible chat models: a
 # budget is a bound on prompt size, not an invoice, so one encoding serves every model.
 TOKEN_ENCODING = "cl100k_base"
+# The background model calls beside the chat (settings until 2026-12-07 that no operator
+# changed): two calls in flight keep a backlog moving without crowding the replies on the same
+# model service, and a backlog is scored five exchanges a call.
+EVALUATION_CONCURRENCY = 2
+EVALUATION_BATCH_SIZE = 5
+EXTRACTION_CONCURRENCY = 2
+# A session short of EXTRACTION_EVERY_TURNS exchanges is distilled once idle this long, and a
+# cached answer lives a week (settings until 2026-12-07 that no operator changed).
+EXTRACTION_IDLE_MINUTES = 30.0
+ANSWER_CACHE_TTL = timedelta(hours=168)
 
 
 def build_parts(
@@ -79,7 +89,7 @@ def build_parts(
         embedder=embedder,
         scope=settings.memory_distilled_scope,
         dedupe_threshold=dedupe_threshold(embedder.model, settings.memory_dedupe_threshold),
-        recall_top_k=settings.memory_distilled_facts,
+        recall_top_k=DISTILLED_FACTS,
     )
     spool = TurnSpool(settings.memory_data_dir / "spool.jsonl")
     # Whose memory each QQ bot account reads and writes (memory_core.accounts).
@@ -126,8 +136,8 @@ def build_parts(
                 evaluator=evaluator,
                 policy=retention,
                 tz=settings.tz,
-                concurrency=settings.evaluator_concurrency,
-                batch_size=settings.evaluator_batch_size,
+                concurrency=EVALUATION_CONCURRENCY,
+                batch_size=EVALUATION_BATCH_SIZE,
             )
             if evaluator is not None and retention is not None
             else EvaluationOff()
@@ -173,8 +183,8 @@ def _extraction(
             extractor=extractor,
             tz=settings.tz,
             every_turns=settings.extraction_every_turns,
-            idle_minutes=settings.extraction_idle_minutes,
-            concurrency=settings.extraction_concurrency,
+            idle_minutes=EXTRACTION_IDLE_MINUTES,
+            concurrency=EXTRACTION_CONCURRENCY,
             max_turns=EXTRACTION_MAX_TURNS,
             settle_seconds=settings.extraction_settle_seconds,
         )
@@ -199,7 +209,7 @@ def _answer_cache(
         database=database,
         embedder=embedder,
         threshold=cache_threshold(embedder.model, settings.answer_cache_threshold),
-        ttl=timedelta(hours=settings.answer_cache_ttl_hours),
+        ttl=ANSWER_CACHE_TTL,
         tz=settings.tz,
     )
 

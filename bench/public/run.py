@@ -3,7 +3,7 @@
 Each set (see ``bench.public.madial`` and ``bench.public.chitchat``) is stored in a throwaway
 embedded database through ``TemporalMemory`` with the shipped defaults and the local embedder,
 then every case is recalled in its user's private session with ``top_n = k`` and window 0, for
-every retrieval mode (``MEMORY_RETRIEVAL_MODE``) and query form. Nothing here changes a default:
+every retrieval mode (``RecallOptions.mode``) and query form. Nothing here changes a default:
 the figures are what a bot with ``MEMORY_TOP_N=k`` would recall. LoCoMo-dev
 (``bench.public.locomo``) follows its own protocol instead: window ±2, one conversation a
 session, a plain BM25 over the same turns beside (``bench.public.windows``).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -55,6 +56,7 @@ from bench.public.scoring import (
 )
 from bench.public.windows import evaluate_windows
 from memory_core import MemorySettings, RecallResult, TemporalMemory, TurnInput, open_memory
+from memory_core.recall import retriever
 from memory_core.recall.options import RecallOptions
 
 Mode = Literal["vector", "keyword", "hybrid"]
@@ -315,13 +317,13 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.later_days:
         print(f"every recall {args.later_days} days after its case's moment (--later-days)")
     if args.decay_floor is not None:
-        print(f"MEMORY_DECAY_MIN_WEIGHT={args.decay_floor:g} (--decay-floor; not the default)")
+        print(f"decay floor {args.decay_floor:g} (--decay-floor; not the default 0.97)")
     overrides: dict[str, Any] = quality_overrides(args.set)
     for key, value in overrides.items():
         print(f"{key.upper()}={value} (--set; not the shipped default)")
     with bench_data_dir("public") as data_dir:
         if args.decay_floor is not None:
-            overrides["memory_decay_min_weight"] = args.decay_floor
+            retriever.DECAY = dataclasses.replace(retriever.DECAY, min_weight=args.decay_floor)
         if args.index_speaker is not None:
             overrides["memory_index_speaker"] = args.index_speaker
         if args.context_turns:
@@ -424,13 +426,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_const",
         const=False,
         default=None,
-        help="diagnosis: recall with time_aware=False (MEMORY_TIME_UNDERSTANDING off)",
+        help="diagnosis: recall with time_aware=False (time words not read)",
     )
     parser.add_argument(
         "--decay-floor",
         type=float,
         default=None,
-        help="compare a MEMORY_DECAY_MIN_WEIGHT (1 = no time decay) with the shipped one",
+        help="compare a decay floor (1 = no time decay) with the shipped 0.97",
     )
     add_set_option(parser)
     parser.add_argument(

@@ -37,15 +37,15 @@ from bench.retrieval.generate import NOW, Dataset, Question, Turn, build
 from memory_core import TemporalMemory, open_memory
 from memory_core.models import RecallResult, TurnInput
 from memory_core.providers.embedding import build_embedder
+from memory_core.recall import retriever
 from memory_core.recall.options import RecallOptions
-from memory_core.recall.ranking import DecayPolicy
 from memory_core.settings import MemorySettings
 
 BUDGETS = (5, 15)
 MODES = ("keyword", "vector", "hybrid")
 WINDOWS = (0, 2)
 VECTOR_CACHE = Path("/tmp/tm-bench-retrieval-vectors")
-DEFAULT_DECAY = DecayPolicy()  # the shipped MEMORY_DECAY_* defaults (or --set ones)
+DEFAULT_DECAY = retriever.DECAY  # the shipped decay (retriever.DECAY)
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Config:
     mode: str
     window: int
     time_aware: bool = True
-    decay_floor: float | None = None  # MEMORY_DECAY_MIN_WEIGHT; None: the shipped default
+    decay_floor: float | None = None  # None: the shipped retriever.DECAY
 
     @property
     def label(self) -> str:
@@ -165,7 +165,7 @@ async def evaluate(
     config: Config,
     budget: int,
 ) -> tuple[dict[str, list[Scores]], list[float]]:
-    # bench-only: swap the decay policy (MEMORY_DECAY_MIN_WEIGHT=1 turns it off)
+    # bench-only: swap the decay policy (a floor of 1 turns it off)
     memory._retriever._decay = (
         DEFAULT_DECAY
         if config.decay_floor is None
@@ -258,11 +258,7 @@ async def run(
             }
         )
         print(f"MEMORY_INDEX_SPEAKER={str(settings.memory_index_speaker).lower()}")
-        DEFAULT_DECAY = DecayPolicy(
-            after_days=settings.memory_decay_after_days,
-            half_life_days=settings.memory_decay_half_life_days,
-            min_weight=settings.memory_decay_min_weight,
-        )
+        DEFAULT_DECAY = retriever.DECAY
         started = time.perf_counter()
         embedder = await build_embedder(settings)
         print(f"local embedder loaded in {time.perf_counter() - started:.2f} s")
@@ -364,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         "--decay-floors",
         type=lambda text: [float(x) for x in text.split(",")],
         default=[],
-        help="only compare these MEMORY_DECAY_MIN_WEIGHT values, e.g. 0.9,0.97,1",
+        help="only compare these decay floors (retriever.DECAY), e.g. 0.9,0.97,1",
     )
     add_set_option(parser)
     parser.add_argument(

@@ -14,7 +14,7 @@ the same numbers as the question (``HTTP 404`` is not ``HTTP 500``).
 Public entries are preloaded from ``config/answer_cache_preload.jsonl``, never expire and are
 served in every chat. The entries written at run time belong to one user in one chat (the
 private chat or one group): they are served only there, since the question may itself carry
-what was said there, and expire after ANSWER_CACHE_TTL_HOURS.
+what was said there, and expire after a week (``wiring.ANSWER_CACHE_TTL``).
 ``/forget`` deletes a user's entries. Hits and misses are counted per level, per day.
 """
 

@@ -19,6 +19,7 @@ from ..conversation.preparation import PromptPreparer, not_before
 from ..lang.keywords import document_terms, query_terms
 from ..lang.timerange import analyse_query
 from ..models import MemoryTurn, TurnInput, generate_session_key
+from ..recall import retriever
 from ..recall.ranking import DecayPolicy
 
 if TYPE_CHECKING:
@@ -64,12 +65,7 @@ class RecallTrace:
 
 
 def _decay(parts: MemoryParts) -> DecayPolicy:
-    s = parts.settings
-    return DecayPolicy(
-        after_days=s.memory_decay_after_days,
-        half_life_days=s.memory_decay_half_life_days,
-        min_weight=s.memory_decay_min_weight,
-    )
+    return retriever.DECAY
 
 
 async def trace_recall(
@@ -115,7 +111,7 @@ async def trace_recall(
         ),
     )
     recent_ids = {t.id for t in prepared.recent}
-    when = analyse_query(message, now, parts.tz) if s.memory_time_understanding else None
+    when = analyse_query(message, now, parts.tz)
     wanted = set(query_terms(recalled.search_text or prepared.question))
     decay = _decay(parts)
     # Windows that share turns are merged, so a candidate may be inside another's window.

@@ -49,6 +49,11 @@ PREFERENCES_HEADER = "--- 用户偏好 ---"
 FACTS_HEADER = "--- 关于用户的事实 ---"
 SUMMARIES_HEADER = "--- 近期对话摘要 ---"
 _LABELS = {"preferences": "偏好", "facts": "事实", "summary": "摘要"}
+# Distilled lines a prompt gets at most, by kind (settings until 2026-12-07 that no operator
+# changed); the memory budget (MEMORY_MAX_TOKENS) cuts them further.
+DISTILLED_FACTS = 5
+DISTILLED_PREFERENCES = 5
+DISTILLED_SUMMARIES = 3
 
 
 @dataclass(frozen=True)
@@ -267,7 +272,7 @@ class ContextBuilder:
                 user_id,
                 group_id,
                 "preferences",
-                limit=s.memory_distilled_preferences,
+                limit=DISTILLED_PREFERENCES,
                 now=now,
                 by_importance=True,
             ),
@@ -276,13 +281,11 @@ class ContextBuilder:
                 group_id,
                 query,
                 kinds=("facts",),
-                top_k=s.memory_distilled_facts,
+                top_k=DISTILLED_FACTS,
                 now=now,
                 touch=False,
             ),
-            keeper.recall_by_type(
-                user_id, group_id, "summary", limit=s.memory_distilled_summaries, now=now
-            ),
+            keeper.recall_by_type(user_id, group_id, "summary", limit=DISTILLED_SUMMARIES, now=now),
         )
         # The floor /回忆 and search_memory show by (``recall.listing.Relevance``): a fact
         # below it is not about this message and must not displace a line that is.

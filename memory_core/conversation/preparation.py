@@ -55,6 +55,11 @@ INPUT_CUT_MARK = "…[消息过长，其余 {dropped} 字略去]"
 # A message is stored whole but reaches the chat model cut to this many characters (with
 # ``INPUT_CUT_MARK``): a pasted log must not spend the prompt.
 MAX_INPUT_CHARS = 4000
+# The short-term window grows to this many times CHAT_RECENT_TURNS, then steps back to them:
+# consecutive prompts share a prefix the provider caches (a setting until 2026-12-07 that no
+# operator changed; bench/RESULTS.md, "Reaching the targets: a group-wide window, bigger
+# steps", measured it against 2, the behaviour before).
+RECENT_GROWTH = 3
 
 
 @dataclass(frozen=True)
@@ -130,14 +135,12 @@ class PromptPreparer:
         self._settings = parts.settings
         self._tz = parts.tz
         self._bot_name = bot_name
-        self._window = SteppedWindow(
-            self._settings.chat_recent_turns, growth=self._settings.chat_recent_growth
-        )
+        self._window = SteppedWindow(self._settings.chat_recent_turns, growth=RECENT_GROWTH)
 
     async def read_tail(self, turn: TurnInput, now: datetime, *, recent: bool = True) -> Tail:
         """The session's last turn time up to ``now`` and, with ``recent``, its short-term
         turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show:
-        CHAT_RECENT_GROWTH times CHAT_RECENT_TURNS; in a group window, the group's), read in
+        RECENT_GROWTH times CHAT_RECENT_TURNS; in a group window, the group's), read in
         one round trip before ``turn`` is stored.
 
         Read up to this message's time, the recent turns are those ``prepare`` would read up

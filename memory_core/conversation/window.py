@@ -4,7 +4,7 @@ A provider's prefix cache (DeepSeek, OpenAI, Qwen, SiliconFlow bill cached input
 only reuses a prompt up to its first changed character. A window of "the last N turns" drops its
 oldest turn at every message and so changes the prompt right after the system prompt each time.
 Here the window has a start: it grows by appending until it would hold more than
-CHAT_RECENT_GROWTH (3) times CHAT_RECENT_TURNS turns, then drops all but the last
+``preparation.RECENT_GROWTH`` (3) times CHAT_RECENT_TURNS turns, then drops all but the last
 CHAT_RECENT_TURNS at once and grows again. So the model never sees fewer recent turns than the
 setting asks for, and the turns beyond it cost little: they are the part of the prompt the
 provider has cached. Only a step sends the window's turns uncached again, once per
@@ -15,7 +15,7 @@ can shorten it. In a group the window is the group's (CHAT_GROUP_WINDOW): one st
 its members.
 
 The starts live in this process only; after a restart a session's window starts again at the
-turns read (at most CHAT_RECENT_GROWTH times CHAT_RECENT_TURNS).
+turns read (at most RECENT_GROWTH times CHAT_RECENT_TURNS).
 """
 
 from __future__ import annotations

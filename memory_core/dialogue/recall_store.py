@@ -248,20 +248,6 @@ SELECT DISTINCT sender_name FROM (
 
 SQL_SCOPE_SPEAKER_NAMES = _scoped(SQL_SPEAKER_NAMES)
 
-# How many of the scope's live turns up to $3 hold each of the terms $2 (their document
-# frequencies; one index lookup a term, $4 each term as a tsquery, same order), for the
-# message's rare terms (``recall.message_share``).
-SQL_TERM_FREQUENCIES = """
-SELECT t.term, (
-    SELECT count(*) FROM dialogues
-    WHERE session_key = $1 AND keywords @@ t.query
-      AND created_at <= $3 AND (expires_at IS NULL OR expires_at > $3)
-) AS n
-FROM unnest($2::text[], $4::tsquery[]) AS t(term, query)
-"""
-
-SQL_SCOPE_TERM_FREQUENCIES = _scoped(SQL_TERM_FREQUENCIES)
-
 # The short-term context: whatever the evaluator made of a turn, the conversation of the last
 # minutes stays (expired rows outlive their expiry by that window, see ``purge_expired``).
 SQL_RECENT = f"""
@@ -436,22 +422,6 @@ class PgRecallStore(PgStore):
         async with self._connection() as conn:
             records = await conn.fetch(scope.pick(SQL_SCOPE_SPEAKER_NAMES), scope.key, now, turns)
         return sorted(r["sender_name"] for r in records)
-
-    async def term_frequencies(
-        self, scope: RecallScope, terms: Sequence[str], now: datetime
-    ) -> dict[str, int]:
-        """How many of the scope's live turns up to ``now`` hold each of ``terms``."""
-        if not terms:
-            return {}
-        async with self._connection() as conn:
-            records = await conn.fetch(
-                scope.pick(SQL_SCOPE_TERM_FREQUENCIES),
-                scope.key,
-                list(terms),
-                now,
-                [tsquery_any([term]) for term in terms],
-            )
-        return {r["term"]: int(r["n"]) for r in records}
 
     async def session_size(self, scope: RecallScope) -> int:
         """The rows of the scope's session (or shared group), live or not."""

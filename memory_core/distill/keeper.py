@@ -76,7 +76,7 @@ class MemoryKeeper:
         recall_top_k: int = 5,
     ) -> None:
         """``recall_top_k``: how many memories ``recall`` returns unless told
-        (MEMORY_DISTILLED_FACTS)."""
+        (``context.builder.DISTILLED_FACTS``)."""
         self._database = database
         self.embedder = embedder
         self.scope = scope

@@ -2,7 +2,7 @@
 from the public internet only.
 
 QQ's picture CDN answers a message's ``url`` directly or after a redirect or two; anything
-larger than ``MEMORY_IMAGE_MAX_BYTES`` is refused from its ``Content-Length`` before the body is
+larger than ``MAX_BYTES`` is refused from its ``Content-Length`` before the body is
 read, and a body without one is read only until it passes the cap. ``base64://`` (what a OneBot
 client's ``get_image`` may return) is decoded within the same cap; nothing else but ``http(s)``
 is fetched (no ``file://``: a sender must not make the bot read its own disk). Only the bytes'
@@ -125,6 +125,14 @@ async def resolved(host: str, port: int) -> list[Address]:
     return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in found]
 
 
+# The bot's bounds on one picture, settings until 2026-12-07 that no operator changed: a cap
+# well above a chat photo, a deadline a slow CDN meets, and room for QQ's picture CDN, which
+# redirects once or twice (bench/RESULTS.md, "Pictures remembered").
+MAX_BYTES = 5_000_000
+TIMEOUT = 10.0
+MAX_REDIRECTS = 3
+
+
 class PictureFetcher:
     """One HTTP client for every picture, closed with :meth:`aclose`. ``allowed_hosts``: host
     names (or literal addresses) fetched from whatever they resolve to; ``resolve``: how a
@@ -133,9 +141,9 @@ class PictureFetcher:
     def __init__(
         self,
         *,
-        max_bytes: int,
-        timeout: float,
-        max_redirects: int,
+        max_bytes: int = MAX_BYTES,
+        timeout: float = TIMEOUT,
+        max_redirects: int = MAX_REDIRECTS,
         allowed_hosts: Collection[str] = (),
         resolve: Resolve = resolved,
         transport: httpx.AsyncBaseTransport | None = None,

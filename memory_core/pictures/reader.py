@@ -8,14 +8,14 @@ the turn's text becomes ``[图片：文字 …]``, searched anew by keywords and
 Bounds, so a sticker flood in a busy group cannot take the CPU or the memory:
 
 * ``MEMORY_IMAGE_WORKERS`` pictures are read at once, the rest wait in a queue of
-  ``MEMORY_IMAGE_QUEUE`` messages; a message finding it full is not read (its turn keeps
+  ``QUEUE_SIZE`` messages; a message finding it full is not read (its turn keeps
   ``[图片]``);
 * at most ``MEMORY_IMAGE_PER_MINUTE`` pictures are fetched a minute; a picture seen before (by
   the client's digest name or the bytes' hash) is not fetched or read again, within or over
   the budget;
-* a sticker is read only when it is at most ``MEMORY_IMAGE_STICKER_MAX_BYTES``.
+* a sticker is read only when it is at most ``STICKER_MAX_BYTES``.
 
-Reading yields to replies: with ``MEMORY_IMAGE_DEFER_MAX`` above 0, a queued picture waits for a
+Reading yields to replies: with ``DEFER_MAX`` above 0, a queued picture waits for a
 quiet moment (no reply under way for a second, ``memory_core.traffic``) before it is fetched and
 read, but at most that many seconds after it was queued; then it is read anyway. A busy chat
 thus puts its pictures' reading off instead of slowing its replies. A reply waiting for its own
@@ -25,8 +25,8 @@ pictures put off.
 A picture not read for a passing reason (the budget, a full queue, a timeout) is tried again by
 :meth:`PictureReader.retry_skipped`, a round every minute (:meth:`PictureReader.start_retries`)
 that takes only what the minute's budget and the queue leave, from the turn's stored segments,
-while the turn is at most ``MEMORY_IMAGE_RETRY_HOURS`` old and each picture at most
-``MEMORY_IMAGE_READ_ATTEMPTS`` times in all. A sticker declined for its size is not tried again.
+while the turn is at most ``RETRY_WINDOW`` old and each picture at most ``READ_ATTEMPTS`` times
+in all. A sticker declined for its size is not tried again.
 
 Nothing is read for a person who opted out of memory in that chat, and nothing is written for
 a turn that is gone (撤回 while its picture was read). Failures never reach the caller: a
@@ -98,6 +98,22 @@ FOLLOW_TIMEOUT = 600.0
 # A retry round every minute (the budget's own period), a few pictures at a time.
 RETRY_INTERVAL = 60.0
 RETRY_BATCH = 8
+# The bounds of the bot's reader. They were settings no operator changed; the figures behind
+# them are in bench/RESULTS.md ("Pictures remembered", 2026-12-04/05):
+# messages waiting for their pictures; past it a message is not read (a flood, not a chat)
+QUEUE_SIZE = 32
+# a sticker is read only when this small (the big ones are animations without text)
+STICKER_MAX_BYTES = 300_000
+# characters of a picture's text written into its turn: a screenshot's gist, not a page
+TEXT_MAX_CHARS = 300
+# a picture not read for a passing reason is tried again while its turn is this young,
+# this many times in all, the first included
+RETRY_WINDOW = 6 * 3600.0
+READ_ATTEMPTS = 3
+# how long a queued picture waits for a quiet moment before it is read anyway: measured with
+# 20 % picture messages, 30 s took the reading off the replies' path (bench/RESULTS.md,
+# "reading that yields to replies", 2026-12-05)
+DEFER_MAX = 30.0
 
 Labels = list[tuple[str, str]]
 
@@ -181,26 +197,21 @@ class PictureReader:
         traffic: ReplyTraffic | None = None,
     ) -> PictureReader:
         """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR; ``traffic``: the
-        engine's replies, which the reading yields to (``MEMORY_IMAGE_DEFER_MAX``)."""
+        engine's replies, which the reading yields to (``DEFER_MAX``)."""
         return cls(
             memory=memory,
-            fetcher=PictureFetcher(
-                max_bytes=settings.memory_image_max_bytes,
-                timeout=settings.memory_image_timeout,
-                max_redirects=settings.memory_image_max_redirects,
-                allowed_hosts=settings.memory_image_allowed_hosts,
-            ),
+            fetcher=PictureFetcher(allowed_hosts=settings.memory_image_allowed_hosts),
             text_reader=RapidOcrReader(),
             workers=settings.memory_image_workers,
-            queue_size=settings.memory_image_queue,
+            queue_size=QUEUE_SIZE,
             per_minute=settings.memory_image_per_minute,
-            sticker_max_bytes=settings.memory_image_sticker_max_bytes,
-            text_max_chars=settings.memory_image_text_max_chars,
+            sticker_max_bytes=STICKER_MAX_BYTES,
+            text_max_chars=TEXT_MAX_CHARS,
             describer=build_describer(settings),
-            retry_window=settings.memory_image_retry_hours * 3600.0,
-            max_attempts=settings.memory_image_read_attempts,
+            retry_window=RETRY_WINDOW,
+            max_attempts=READ_ATTEMPTS,
             close_text_reader=True,
-            defer_max=settings.memory_image_defer_max,
+            defer_max=DEFER_MAX,
             traffic=traffic,
         )
 

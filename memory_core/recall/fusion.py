@@ -1,11 +1,12 @@
 """Fusion recipes: how the keyword list counts beside the vector list in a hybrid recall.
 
-A recipe is a value (``FusionRecipe``) that travels in ``RecallOptions.fusion``; its name is
-what ``MEMORY_FUSION`` says. Every recipe fuses by reciprocal rank (``ranking.fuse_channels``);
-they differ only in the weight of the keyword list and of each of its hits beside the vector
-list. Alone (keyword mode, or a query that could not be embedded) the keyword ranking stands
-as it is, whatever the recipe. Each rule's figures are in ``bench/RESULTS.md``; rules that
-lost out of sample (``lead``, ``agreement``) were removed, their figures kept there.
+A recipe is a value (``FusionRecipe``) that travels in ``RecallOptions.fusion``; without one
+recall uses ``rrf`` (``retriever.DEFAULT_FUSION``: no other won out of sample). Every recipe
+fuses by reciprocal rank (``ranking.fuse_channels``); they differ only in the weight of the
+keyword list and of each of its hits beside the vector list. Alone (keyword mode, or a query
+that could not be embedded) the keyword ranking stands as it is, whatever the recipe. Each
+rule's figures are in ``bench/RESULTS.md``; rules that lost out of sample (``lead``,
+``agreement``) were removed, their figures kept there.
 """
 
 from __future__ import annotations
@@ -85,4 +86,4 @@ FUSIONS: Mapping[str, FusionRecipe] = {
         FusionRecipe("gated", _gated),
     )
 }
-"""Every recipe by name (``MEMORY_FUSION``'s values)."""
+"""Every recipe by name (``RecallOptions.fusion`` takes one)."""

@@ -45,9 +45,7 @@ class Relevance:
     @classmethod
     def of(cls, query: str, settings: MemorySettings, now: datetime) -> Relevance:
         """The query's words (less a time expression recall understands) and the floor."""
-        when = (
-            analyse_query(query, now, settings.tz) if settings.memory_time_understanding else None
-        )
+        when = analyse_query(query, now, settings.tz)
         topic = when.rest if when is not None and when.rest.strip() else query
         span = when.range if when is not None and when.time_only else None
         return cls(tuple(query_words(topic)), settings.recall_floor, span)

@@ -14,9 +14,9 @@ from .fusion import FusionRecipe
 
 @dataclass(frozen=True)
 class RecallOptions:
-    """The knobs of one recall; ``None`` means the setting (MEMORY_TOP_N, MEMORY_WINDOW_SIZE,
-    MEMORY_RETRIEVAL_MODE, MEMORY_FUSION, MEMORY_TIME_UNDERSTANDING) and ``now`` the current
-    time. ``fusion`` is a recipe of ``recall.fusion.FUSIONS``.
+    """The knobs of one recall; ``None`` means the setting (MEMORY_TOP_N, MEMORY_WINDOW_SIZE),
+    the shipped choice (hybrid, the ``rrf`` recipe, time words understood: ``recall.retriever``)
+    and ``now`` the current time. ``fusion`` is a recipe of ``recall.fusion.FUSIONS``.
 
     ``roles`` limits anchors to those roles, ``keywords`` to turns containing every one of
     them; ``context`` is the session's lines before the query, oldest first; ``since`` keeps

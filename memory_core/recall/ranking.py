@@ -61,13 +61,10 @@ def rank_anchors(
     now: datetime,
     decay: DecayPolicy,
     top_n: int,
-    similarity_floor: float | None = None,
 ) -> list[RankedAnchor]:
-    """Apply the similarity floor and time decay, keep the best ``top_n`` (best first)."""
+    """Apply time decay, keep the best ``top_n`` (best first)."""
     ranked = []
     for candidate in candidates:
-        if similarity_floor is not None and candidate.similarity < similarity_floor:
-            continue
         weight = decay.weight_at(candidate.created_at, now)
         ranked.append(RankedAnchor(candidate, candidate.similarity * weight))
     ranked.sort(key=lambda r: (-r.score, -r.candidate.created_at.timestamp(), -r.candidate.id))
@@ -133,7 +130,7 @@ class Channel:
 
 
 # How far the keyword channel's best score must stand above its second for the channel to
-# count in full under ``MEMORY_FUSION=confident`` (1.25: a quarter higher). Chosen on half of
+# count in full under the ``confident`` recipe (1.25: a quarter higher). Chosen on half of
 # the public sets' cases, see bench/RESULTS.md.
 CLEAR_LEAD = 1.25
 
@@ -149,7 +146,7 @@ def keyword_confidence(scores: Sequence[float]) -> float:
     return min(1.0, max(0.0, (first / rest[0] - 1.0) / (CLEAR_LEAD - 1.0)))
 
 
-# Under ``MEMORY_FUSION=rarity`` the keyword list counts not at all while the query's rarest
+# Under the ``rarity`` recipe the keyword list counts not at all while the query's rarest
 # found terms are this common in the session (rarity 0.7: each in about N^0.3 of its N turns,
 # e.g. 8 of 1,000), and in full from rarity 1 (a term in one turn only). Chosen on half of the
 # public sets' cases, see bench/RESULTS.md.
@@ -164,7 +161,7 @@ def keyword_rarity_weight(rarity: float) -> float:
     return min(1.0, max(0.0, (rarity - RARITY_NONE) / (RARITY_FULL - RARITY_NONE)))
 
 
-# Under ``MEMORY_FUSION=gated`` a keyword hit whose cosine to the query is this far below the
+# Under the ``gated`` recipe a keyword hit whose cosine to the query is this far below the
 # vector list's best counts ``FAR_HIT_SHARE`` of its strength (in full when level with it,
 # linearly between), unless the query's terms are rare in the session. Chosen on half of the
 # public sets' cases, see bench/RESULTS.md ("A keyword hit vouched for by rarity or meaning").

@@ -35,7 +35,6 @@ from ..settings import MemorySettings, RetrievalMode
 from ..stages import stage
 from ..storage.database_handle import Database
 from .fusion import FUSIONS, FusionRecipe, KeywordEvidence
-from .message_share import MessageShare, message_share, own_terms, rare_share
 from .options import DEFAULT_RECALL, RecallOptions
 from .ranking import (
     Channel,
@@ -59,23 +58,33 @@ CANDIDATES_PER_ANCHOR = 4
 MIN_CANDIDATES = 20
 # The participants a query may name are the sender names on the scope's last this many turns.
 SPEAKER_SCAN_TURNS = 2_000
+# The fusion's constants, settings until 2026-12-07 that no operator changed. Decay: older than
+# a week weighs less, down to 0.97 with a 30-day half-life (0.9 let yesterday's chatter beat a
+# month-old fact; bench/RESULTS.md, "Time-decay floor"), and only between near ties: when the
+# best two cosines differ by less than 0.005 (measured for the local e5 model on every public
+# set, bench/RESULTS.md, "Decay that knows a clear match"; None = decay always).
+DECAY = DecayPolicy(after_days=7.0, half_life_days=30.0, min_weight=0.97)
+DECAY_TIE_MARGIN: float | None = 0.005
+# Reciprocal-rank fusion's k, the common 60; the keyword and time lists count as much as the
+# vector list (the recipes weigh the keyword list per query, recall.fusion).
+RRF_K = 60.0
+# Both channels fused by plain reciprocal rank (settings until 2026-12-07): hybrid is the
+# measured best, and no other recipe of recall.fusion won out of sample (bench/RESULTS.md,
+# "Decision: the default stays rrf"); a bench or a test picks another per recall
+# (RecallOptions.mode, RecallOptions.fusion).
+RETRIEVAL_MODE: RetrievalMode = "hybrid"
+DEFAULT_FUSION = "rrf"
+KEYWORD_WEIGHT = 1.0
+TIME_WEIGHT = 1.0
+# The fused anchors a reranker reorders: a setting until 2026-12-07 that no operator changed;
+# the rerank call's time grows with it and its deadline (RERANK_DEADLINE) bounds the wait.
+RERANK_CANDIDATES = 20
 _NO_VECTOR = object()  # recall in vector mode without a query vector: nothing to do
 
 
 def _last_lines(context: Sequence[str], count: int) -> list[str]:
     lines = [line.strip() for line in context if isinstance(line, str) and line.strip()]
     return [scrub(line) for line in lines[-count:]] if count > 0 else []
-
-
-def blended_query_vector(message: np.ndarray, conversation: np.ndarray, share: float) -> np.ndarray:
-    """The query vector of a message said after other lines: ``share`` of the message's own
-    vector and the rest of the message-with-context one, normalised. For unit vectors the
-    cosine to the sum is the weighted sum of the two cosines, so a turn must be near the
-    message itself to rank first; the context still helps an elliptic message, whose own
-    vector says little ("那家店叫什么来着")."""
-    blended = share * message + (1.0 - share) * conversation
-    norm = float(np.linalg.norm(blended))
-    return blended / norm if norm > 0 else conversation
 
 
 def conversational_query(message: str, earlier: Sequence[str]) -> str:
@@ -147,11 +156,7 @@ class Retriever:
         self.embedder = embedder
         self.embedding_model = embedder.model
         self.embedding_dim = embedder.dim
-        self._decay = DecayPolicy(
-            after_days=settings.memory_decay_after_days,
-            half_life_days=settings.memory_decay_half_life_days,
-            min_weight=settings.memory_decay_min_weight,
-        )
+        self._decay = DECAY
 
     async def recall(
         self,
@@ -205,7 +210,7 @@ class Retriever:
         # lists are those of top_n anchors, so the head of the ranking is as before.
         evidence = options.top_n is None and options.window_size is None
         found = await self._search(store, asked, top_n)
-        ranked = self._fuse(asked, found, options.fusion or FUSIONS[self.settings.memory_fusion])
+        ranked = self._fuse(asked, found, options.fusion or FUSIONS[DEFAULT_FUSION])
         # Statements over questions and echoes (recall.statements): the head's turns read once.
         ranked = await statements_first(self._database, ranked, head=found.limit)
         rerank_scores: tuple[tuple[int, float], ...] = ()
@@ -236,7 +241,7 @@ class Retriever:
     ) -> _Asked | None:
         """What ``query`` asks, read once for every channel; None when a vector recall has no
         query vector (nothing to search)."""
-        mode = options.mode or self.settings.memory_retrieval_mode
+        mode = options.mode or RETRIEVAL_MODE
         when, text, earlier, _ = self._query_parts(query, options, now)
         # A participant the message names is who, not what (lang.names): the name leaves the
         # text searched (both channels) and that speaker's turns join the fusion below.
@@ -251,29 +256,15 @@ class Retriever:
             phrases=tuple(required_phrases(options.keywords)) if options.keywords else None,
             start=options.since,
         )
-        if self.settings.memory_query_message_weight == "rare" and earlier:
-            # The share follows the message's own terms that are rare in the session: their
-            # document frequencies are read (with the session's size) before the embedding.
-            own = own_terms(topic, earlier)
-            size, frequencies = await asyncio.gather(
-                store.session_size(scope), store.term_frequencies(scope, own, now)
-            )
-            share = rare_share(own, frequencies, size, most=self.settings.memory_rare_term_turns)
-            embedded = await self._query_vector(topic, search_text, mode, share.message_weight)
-        else:
-            share = self._share(text, earlier)
-            # The query's embedding and the session's size are independent: fetch both at once.
-            embedded, size = await asyncio.gather(
-                self._query_vector(topic, search_text, mode, share.message_weight),
-                store.session_size(scope),
-            )
+        # One text, the message with its earlier lines, every term alike: weighing the message
+        # above its context lost out of sample (bench/RESULTS.md, "Recall out of sample").
+        # The query's embedding and the session's size are independent: fetch both at once.
+        embedded, size = await asyncio.gather(
+            self._embed_for_recall(search_text, mode), store.session_size(scope)
+        )
         if embedded is _NO_VECTOR:
             return None
-        weighted = (
-            weighted_conversation_terms(topic, earlier, share.context_term_weight)
-            if mode != "vector"
-            else []
-        )
+        weighted = weighted_conversation_terms(topic, earlier, 1.0) if mode != "vector" else []
         return _Asked(
             scope=scope,
             now=now,
@@ -358,18 +349,17 @@ class Retriever:
         s = self.settings
         channels: list[Channel] = []
         decay = self._decay
-        near: list[AnchorCandidate] = []  # the vector list's candidates above the floor
-        floor = s.memory_similarity_floor
+        near: list[AnchorCandidate] = []  # the vector list's candidates
         if "vector" in lists:
-            near = [c for c in lists["vector"] if floor is None or c.similarity >= floor]
+            near = list(lists["vector"])
             similarities = [c.similarity for c in near]
-            decay = decay_for_match(decay, similarities, s.memory_decay_tie_margin)
+            decay = decay_for_match(decay, similarities, DECAY_TIE_MARGIN)
             ordered = decayed_order(near, similarities, now=now, decay=decay)
             channels.append(Channel("vector", ordered))
         beside = asked.vector is not None  # the keyword lists fused beside a vector list
         if "keyword" in lists:
             hits = lists["keyword"]
-            weight, strengths = s.memory_keyword_weight, None
+            weight, strengths = KEYWORD_WEIGHT, None
             if beside:
                 decayed = [h.score * decay.weight_at(h.created_at, now) for h in hits]
                 share, strengths = recipe.keyword_share(
@@ -380,9 +370,9 @@ class Retriever:
         if "time" in lists:
             by_meaning = beside and when is not None and not when.range.recent
             timed = merge_time_candidates(lists["time"], referring, by_meaning=by_meaning)
-            channels.append(Channel("time", timed, s.memory_time_weight))
+            channels.append(Channel("time", timed, TIME_WEIGHT))
         if "speaker vector" in lists:
-            theirs = [c for c in lists["speaker vector"] if floor is None or c.similarity >= floor]
+            theirs = list(lists["speaker vector"])
             ordered = decayed_order(theirs, [c.similarity for c in theirs], now=now, decay=decay)
             channels.append(Channel("speaker vector", ordered, s.memory_speaker_weight))
         if "speaker keyword" in lists:
@@ -391,18 +381,18 @@ class Retriever:
                 Channel(
                     "speaker keyword",
                     _keyword_order(hits, now, decay),
-                    s.memory_speaker_weight * s.memory_keyword_weight,
+                    s.memory_speaker_weight * KEYWORD_WEIGHT,
                     {h.id: h.coverage for h in hits} if beside else None,
                 )
             )
         if [c.name for c in channels] == ["vector"]:
             # Vector only: similarity times decay, as before fusion existed.
             return rank_anchors(channels[0].candidates, now=now, decay=decay, top_n=found.limit)
-        ranked = fuse_channels(channels, rrf_k=s.memory_rrf_k, within=within)
+        ranked = fuse_channels(channels, rrf_k=RRF_K, within=within)
         if within is not None and not ranked:
             # Nothing was said in that time: answer with what matches best instead of
             # nothing (the user may misremember when).
-            ranked = fuse_channels(channels, rrf_k=s.memory_rrf_k)
+            ranked = fuse_channels(channels, rrf_k=RRF_K)
         return ranked
 
     async def _reranked(
@@ -417,7 +407,7 @@ class Retriever:
         after them, and the scores it gave (anchor id, score); the fused order unchanged and
         no scores when the reranker fails (logged once an outage)."""
         assert self.reranker is not None
-        head = list(ranked[: self.settings.rerank_candidates])
+        head = list(ranked[:RERANK_CANDIDATES])
         rows = await store.windows(
             scope=scope, anchors=[a.candidate for a in head], window_size=0, now=now
         )
@@ -468,40 +458,12 @@ class Retriever:
         and the text searched: the topic after those lines (``conversational_query``)."""
         time_aware = options.time_aware
         if time_aware is None:
-            time_aware = self.settings.memory_time_understanding
+            time_aware = True
         when = analyse_query(query, now, self.tz) if time_aware else None
         # The time expression has done its work once it is a range; the rest is the topic.
         text = when.rest if when is not None and when.rest.strip() else query
         earlier = _last_lines(options.context, self.settings.memory_query_context_turns)
         return when, text, earlier, conversational_query(text, earlier)
-
-    def _share(self, message: str, earlier: Sequence[str]) -> MessageShare:
-        """The query's message weight and context term weight: the settings', or with
-        MEMORY_QUERY_MESSAGE_WEIGHT=auto the ones for how much the message says on its own."""
-        weight = self.settings.memory_query_message_weight
-        if weight == "auto":
-            return message_share(message, earlier)
-        if weight == "rare":  # no earlier lines: nothing to share with (see ``recall``)
-            return MessageShare(0.0, self.settings.memory_context_term_weight)
-        return MessageShare(float(weight), self.settings.memory_context_term_weight)
-
-    async def _query_vector(
-        self, message: str, search_text: str, mode: str, share: float
-    ) -> np.ndarray | object | None:
-        """The query vector of ``message`` searched as ``search_text`` (the message with its
-        earlier lines): the two embeddings blended (``blended_query_vector``, ``share`` of the
-        message alone) when they differ, else the one; see ``_embed_for_recall``."""
-        if search_text == message or share <= 0:
-            return await self._embed_for_recall(search_text, mode)
-        if share >= 1:
-            return await self._embed_for_recall(message, mode)
-        both = await asyncio.gather(
-            self._embed_for_recall(message, mode), self._embed_for_recall(search_text, mode)
-        )
-        alone, conversation = both
-        if not isinstance(alone, np.ndarray) or not isinstance(conversation, np.ndarray):
-            return conversation if isinstance(conversation, np.ndarray) else alone
-        return blended_query_vector(alone, conversation, share)
 
     async def _embed_for_recall(self, text: str, mode: str) -> np.ndarray | object | None:
         """The query vector; None to go on without it (keyword mode, or hybrid falling back

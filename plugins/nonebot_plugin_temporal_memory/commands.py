@@ -3,7 +3,7 @@
 Each runs before the chat matcher and blocks it (``command_dispatch``). Anyone may act on
 their own session; touching another user, a whole group or everything takes a superuser, and
 others get a clear refusal.
-Forgetting names what will go and asks for a "确认" within ``BOT_CONFIRM_TIMEOUT`` seconds
+Forgetting names what will go and asks for a "确认" within ``CONFIRM_TIMEOUT`` seconds
 (``handle_confirm`` says what counts as one). In a group only what is said to the bot answers
 it: what members say to each other meanwhile gets no word about it (one quiet hint aside, for
 the asker's unaddressed 确认).
@@ -61,6 +61,9 @@ from .runtime import Runtime, RuntimeDep, get_runtime
 from .segments import flatten_segments
 
 CONFIRM_PRIORITY = 1
+# Seconds a /forget waits for its 确认 (a setting until 2026-12-07 that no operator changed):
+# time to read what will go, short enough that a 确认 said much later is not taken for it.
+CONFIRM_TIMEOUT = 60.0
 # Only these, said alone (punctuation, spaces and full-width forms aside), confirm a delete;
 # a "好" or "嗯" is too often said to someone else, or to something else, to delete on.
 CONFIRM_WORDS = frozenset({"确认", "确定"})
@@ -261,7 +264,7 @@ async def ask_to_confirm(
     A ``scope`` is counted first, and the question names what will go by kind and count;
     when nothing would, the person is told so (``nothing``, or that nothing is stored) and
     nothing is asked."""
-    timeout = runtime.config.bot_confirm_timeout
+    timeout = CONFIRM_TIMEOUT
     what = ""
     if scope is not None:
         counted = await count_scope(event, runtime, scope, own_session=own_session)

@@ -20,7 +20,6 @@ class Config(BaseModel):
     bot_group_allowlist: set[int] = Field(default_factory=set)
     bot_group_denylist: set[int] = Field(default_factory=set)
     bot_group_reply_quote: bool = True
-    bot_confirm_timeout: float = Field(default=60.0, gt=0)
     bot_resolve_at_names: bool = True
     bot_resolve_group_names: bool = True
     bot_name: str = ""

@@ -174,9 +174,11 @@ async def test_forget_in_private_chat_uses_the_chinese_alias_and_can_be_cancelle
     assert await contents(runtime, USER, GROUP) == ["我的猫叫咪咪"]
 
 
-async def test_confirmation_expires(app: App, runtime, model):
+async def test_confirmation_expires(app: App, runtime, model, monkeypatch):
+    from nonebot_plugin_temporal_memory import commands
+
     await seed(runtime)
-    runtime.config = runtime.config.model_copy(update={"bot_confirm_timeout": 0.05})
+    monkeypatch.setattr(commands, "CONFIRM_TIMEOUT", 0.05)
     await run(
         app,
         (

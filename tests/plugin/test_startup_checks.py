@@ -82,12 +82,12 @@ async def test_invalid_settings_of_the_plugin_and_the_core_are_named_in_one_line
         extra_env={
             "ONEBOT_ACCESS_TOKEN": "3f9c2a71be04d5e8",
             "MEMORY_TOP_N": "abc",
-            "BOT_CONFIRM_TIMEOUT": "-1",
+            "BOT_RECORD_UNADDRESSED": "maybe",
         }
     )
     line = refusal_line(exited)
     assert "MEMORY_TOP_N: Input should be a valid integer" in line
-    assert "BOT_CONFIRM_TIMEOUT: Input should be greater than 0" in line
+    assert "BOT_RECORD_UNADDRESSED: Input should be a valid boolean" in line
     assert "Failed to import" not in exited.log  # the console did not fail on it first
 
 

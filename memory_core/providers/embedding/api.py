@@ -34,6 +34,10 @@ API_MAX_CHARS = 4096
 # Retries of a failed embedding call: stored turns wait for the backfill when they run out, so
 # a few with backoff are enough.
 EMBEDDING_MAX_RETRIES = 3
+# Seconds one embedding request may take (a setting until 2026-12-07 that no operator
+# changed): a reply waits only EMBEDDING_QUERY_DEADLINE for its query, a stored turn only
+# EMBEDDING_STORE_DEADLINE; this bounds the background's batches, which nobody waits for.
+REQUEST_TIMEOUT = 15.0
 
 
 def default_query_prefix(model: str) -> str:
@@ -143,7 +147,7 @@ def build_api_embedder(settings: MemorySettings) -> ApiEmbedder:
     client = open_http_client(
         base_url=settings.embedding_base_url,
         api_key=settings.embedding_api_key,
-        timeout=settings.embedding_timeout,
+        timeout=REQUEST_TIMEOUT,
         setting_prefix="EMBEDDING",
         max_connections=8,
     )

@@ -185,16 +185,14 @@ async def test_forget_deletes_the_users_cached_answers_and_keeps_public_ones(cac
 
 
 async def test_entries_expire_after_the_ttl_and_maintenance_removes_them(memory_factory):
-    memory = await memory_factory(answer_cache_enabled=True, answer_cache_ttl_hours=1)
+    memory = await memory_factory(answer_cache_enabled=True)  # a week (wiring.ANSWER_CACHE_TTL)
     await memory.parts.answer_cache.store("如何配置Nginx", "答案", 1, now=T0)
-    assert await memory.parts.answer_cache.lookup(
-        "如何配置Nginx", 1, now=T0 + timedelta(minutes=59)
-    )
+    assert await memory.parts.answer_cache.lookup("如何配置Nginx", 1, now=T0 + timedelta(hours=167))
     assert (
-        await memory.parts.answer_cache.lookup("如何配置Nginx", 1, now=T0 + timedelta(minutes=61))
+        await memory.parts.answer_cache.lookup("如何配置Nginx", 1, now=T0 + timedelta(hours=169))
         is None
     )
-    await memory.maintain_distilled(now=T0 + timedelta(hours=2))
+    await memory.maintain_distilled(now=T0 + timedelta(hours=170))
     assert await memory.parts.answer_cache.entry_counts(T0) == {"public": 4}  # the shipped preload
 
 

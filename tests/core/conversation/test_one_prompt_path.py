@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from memory_core.console import trace_recall
+from memory_core.conversation import preparation
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
 from memory_core.models import TurnInput
 from memory_core.service import TemporalMemory
@@ -94,12 +95,11 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
 
 
 async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_bots_prompt(
-    memory_factory,
+    memory_factory, monkeypatch
 ):
     # Two recent turns at least: the window grows to four, then drops its oldest half.
-    memory = await memory_factory(
-        chat_recent_turns=2, chat_recent_growth=2, memory_top_n=1, memory_window_size=0
-    )
+    monkeypatch.setattr(preparation, "RECENT_GROWTH", 2)
+    memory = await memory_factory(chat_recent_turns=2, memory_top_n=1, memory_window_size=0)
     model = RecordingModel("叫老张面馆。")
     clock = [NOW]
     engine = ConversationEngine(

@@ -204,7 +204,7 @@ async def test_extraction_runs_every_n_exchanges_in_the_background_never_on_note
 async def test_a_session_under_n_exchanges_is_distilled_once_it_has_been_idle(
     memory_factory, distiller
 ):
-    memory = await memory_factory(**llm_settings(distiller, extraction_idle_minutes=30))
+    memory = await memory_factory(**llm_settings(distiller))  # idle after 30 minutes
     await exchange(memory, "我在杭州上班", T0)
     assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=10)) == 0
     assert distiller.server.requests == []
@@ -296,9 +296,7 @@ async def test_a_failing_model_is_retried_later_then_given_up_without_losing_tur
 
 
 async def test_sessions_are_distilled_concurrently_within_the_bound(memory_factory, distiller):
-    memory = await memory_factory(
-        **llm_settings(distiller, extraction_every_turns=1, extraction_concurrency=2)
-    )
+    memory = await memory_factory(**llm_settings(distiller, extraction_every_turns=1))
     for user in range(1, 6):
         await exchange(memory, "我在杭州上班", T0, user_id=user)
     distiller.meet = 2

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memory_core import wiring
 from memory_core.dialogue import upkeep
 from memory_core.errors import ConfigError
 from memory_core.evaluation.evaluator import (
@@ -190,7 +191,9 @@ async def test_garbage_answer_keeps_the_exchange_without_score_and_counts_it(mem
     assert figures.failed == 1 and figures.succeeded == 0 and figures.pending == 0
 
 
-async def test_errors_and_timeouts_retry_then_keep_without_score(memory_factory, judge):
+async def test_errors_and_timeouts_retry_then_keep_without_score(
+    memory_factory, judge, monkeypatch
+):
     memory = await memory_factory(**llm_settings(judge, evaluator_timeout=1.0))
     for mode in ("error", "slow"):
         judge.mode = mode
@@ -205,10 +208,10 @@ async def test_errors_and_timeouts_retry_then_keep_without_score(memory_factory,
     assert figures.failed == 2 and figures.pending == 0
 
 
-async def test_a_backlog_is_scored_in_batches(memory_factory, judge):
-    memory = await memory_factory(
-        **llm_settings(judge, evaluator_concurrency=1, evaluator_batch_size=5)
-    )
+async def test_a_backlog_is_scored_in_batches(memory_factory, judge, monkeypatch):
+    monkeypatch.setattr(wiring, "EVALUATION_CONCURRENCY", 1)
+    monkeypatch.setattr(wiring, "EVALUATION_BATCH_SIZE", 5)
+    memory = await memory_factory(**llm_settings(judge))
     texts = ["Docker 问题", "一本书", "测试", "SSL 证书", "谢谢", "随便聊聊"]
     turns = [
         await exchange(memory, t, "回答", T0 + timedelta(minutes=i)) for i, t in enumerate(texts)
@@ -312,9 +315,12 @@ async def test_evaluation_can_be_switched_off(memory_factory):
     assert (figures.evaluator, figures.pending) == ("off", 0)
 
 
-async def test_two_bots_on_one_database_never_score_the_same_exchange(memory_factory, judge):
-    first = await memory_factory(**llm_settings(judge, evaluator_batch_size=1))
-    second = await memory_factory(**llm_settings(judge, evaluator_batch_size=1))
+async def test_two_bots_on_one_database_never_score_the_same_exchange(
+    memory_factory, judge, monkeypatch
+):
+    monkeypatch.setattr(wiring, "EVALUATION_BATCH_SIZE", 1)
+    first = await memory_factory(**llm_settings(judge))
+    second = await memory_factory(**llm_settings(judge))
     for i in range(12):
         await exchange(first, f"第{i}个问题：书", "好的", T0 + timedelta(minutes=i))
     now = T0 + timedelta(hours=1)

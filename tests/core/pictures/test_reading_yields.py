@@ -1,4 +1,4 @@
-"""Reading yields to replies (``MEMORY_IMAGE_DEFER_MAX``): a queued picture waits while a reply is
+"""Reading yields to replies (``reader.DEFER_MAX``): a queued picture waits while a reply is
 under way, for at most the longest deferral; a reply waiting for its own picture has it read at
 once, before the pictures put off (real OCR, real PostgreSQL, a loopback picture server)."""
 

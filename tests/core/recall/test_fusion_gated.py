@@ -1,6 +1,6 @@
-"""MEMORY_FUSION=gated: beside the vector list, a keyword hit counts in full when the query's
-terms are rare in the session or the hit is about as close in meaning as the best vector match,
-and a quarter when it is neither."""
+"""The ``gated`` fusion recipe (not the default): beside the vector list, a keyword hit counts
+in full when the query's terms are rare in the session or the hit is about as close in meaning
+as the best vector match, and a quarter when it is neither."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
 
-from memory_core import MemorySettings
 from memory_core.dialogue.recall_store import AnchorCandidate
 from memory_core.models import TurnInput
+from memory_core.recall.fusion import FUSIONS
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import (
     FAR_HIT_SHARE,
@@ -81,14 +80,6 @@ def test_a_keyword_hit_near_the_best_match_still_moves_up_on_common_words():
     assert fused_first(step=0.001, rarity=COMMON) == 10
 
 
-def test_the_setting_accepts_gated_and_refuses_an_unknown_fusion(tmp_path):
-    assert MemorySettings(memory_data_dir=tmp_path, memory_fusion="gated").memory_fusion == (
-        "gated"
-    )
-    with pytest.raises(ValidationError, match="memory_fusion"):
-        MemorySettings(memory_data_dir=tmp_path, memory_fusion="gate")
-
-
 def said(text: str, minutes_ago: int, user: int) -> TurnInput:
     return TurnInput(
         user_id=user, role="user", content=text, created_at=NOW - timedelta(minutes=minutes_ago)
@@ -96,7 +87,7 @@ def said(text: str, minutes_ago: int, user: int) -> TurnInput:
 
 
 async def test_gated_hybrid_recall_stays_in_the_asking_session(memory_factory):
-    memory = await memory_factory(memory_fusion="gated")
+    memory = await memory_factory()
     mine = [said(f"今天天气{w}，在家做饭", 100 - i, user=1) for i, w in enumerate("好热冷闷")]
     # Another user's session says the query's rare word and is the closer match by far.
     others = [said("周末去吃了那家火锅，天气很热", 50, user=2) for _ in range(5)]
@@ -105,7 +96,9 @@ async def test_gated_hybrid_recall_stays_in_the_asking_session(memory_factory):
         result = await memory.recall(
             1,
             "那家火锅天气很热",
-            options=RecallOptions(top_n=10, window_size=0, now=NOW, mode=mode),
+            options=RecallOptions(
+                top_n=10, window_size=0, now=NOW, mode=mode, fusion=FUSIONS["gated"]
+            ),
         )
         assert result.turns, mode
         assert {t.user_id for t in result.turns} == {1}, mode
@@ -160,11 +153,13 @@ async def first_by_fusion(
     embedder = MeaningByTable(cosines, query=query.removeprefix("yesterday "))
     firsts = {}
     for fusion in ("rrf", "gated"):
-        memory = await memory_factory(embedder=embedder, memory_fusion=fusion)
+        memory = await memory_factory(embedder=embedder)
         if fusion == "rrf":
             turns = [said(t, said_minutes_ago + 60 - i, 1) for i, t in enumerate(cosines)]
             await memory.add_dialogues(turns)
-        options = RecallOptions(top_n=5, window_size=0, now=NOW, mode="hybrid")
+        options = RecallOptions(
+            top_n=5, window_size=0, now=NOW, mode="hybrid", fusion=FUSIONS[fusion]
+        )
         result = await memory.recall(1, query, options=options)
         firsts[fusion] = next(
             t.content for t in result.turns if t.id == result.windows[0].anchor_id

@@ -1,11 +1,10 @@
-"""MEMORY_FUSION=rarity: beside the vector list, the keyword list counts as much as the query's
-rarest found terms are rare in the session."""
+"""The ``rarity`` fusion recipe (not the default): beside the vector list, the keyword list
+counts as much as the query's rarest found terms are rare in the session."""
 
 from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
-from typing import get_args
 
 import pytest
 
@@ -14,7 +13,6 @@ from memory_core.models import TurnInput, generate_session_key
 from memory_core.recall.fusion import FUSIONS
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import RARITY_FULL, RARITY_NONE, keyword_rarity_weight
-from memory_core.settings import FusionMethod
 
 SH = timezone(timedelta(hours=8))
 NOW = datetime(2024, 1, 15, 10, 0, tzinfo=SH)
@@ -75,12 +73,16 @@ async def test_rarity_fusion_leaves_the_vector_order_alone_when_the_query_words_
     query = "天气很热，在家吧"
     orders = {}
     for fusion in ("rrf", "rarity"):
-        memory = await memory_factory(memory_fusion=fusion)
+        memory = await memory_factory()
         if fusion == "rrf":
             await memory.add_dialogues([said(text, 100 - i) for i, text in enumerate(CHAT)])
         for mode in ("vector", "hybrid"):
             result = await memory.recall(
-                1, query, options=RecallOptions(top_n=5, window_size=0, now=NOW, mode=mode)
+                1,
+                query,
+                options=RecallOptions(
+                    top_n=5, window_size=0, now=NOW, mode=mode, fusion=FUSIONS[fusion]
+                ),
             )
             orders[fusion, mode] = [w.anchor_id for w in result.windows]
     # The test can fail: plain RRF lets the common words reorder the vector list.
@@ -88,10 +90,10 @@ async def test_rarity_fusion_leaves_the_vector_order_alone_when_the_query_words_
     assert orders["rarity", "hybrid"] == orders["rarity", "vector"]
 
 
-async def test_a_fusion_recipe_given_in_the_options_wins_over_the_setting(memory_factory):
-    # The recipe travels with the recall: the same memory (MEMORY_FUSION=rrf) recalls as
-    # ``rarity`` when the options name it, and as ``rrf`` otherwise.
-    memory = await memory_factory(memory_fusion="rrf")
+async def test_a_fusion_recipe_given_in_the_options_wins_over_the_default(memory_factory):
+    # The recipe travels with the recall: the same memory recalls as ``rarity`` when the
+    # options name it, and as ``rrf`` (the default) otherwise.
+    memory = await memory_factory()
     await memory.add_dialogues([said(text, 100 - i) for i, text in enumerate(CHAT)])
     query = "天气很热，在家吧"
 
@@ -102,7 +104,3 @@ async def test_a_fusion_recipe_given_in_the_options_wins_over_the_setting(memory
     vector = await order(mode="vector")
     assert await order(mode="hybrid") != vector  # rrf: the common words reorder it
     assert await order(mode="hybrid", fusion=FUSIONS["rarity"]) == vector
-
-
-def test_every_fusion_setting_names_a_recipe():
-    assert set(get_args(FusionMethod)) == set(FUSIONS)

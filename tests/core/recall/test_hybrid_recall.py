@@ -8,6 +8,7 @@ import pytest
 
 from memory_core.dialogue.recall_store import AnchorCandidate
 from memory_core.models import TurnInput
+from memory_core.recall import retriever
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import (
     NO_DECAY,
@@ -271,9 +272,11 @@ def test_keyword_confidence_is_nothing_for_a_tie_and_full_for_a_clear_lead():
 
 @pytest.mark.parametrize("tie_margin", [None, 0.005])
 async def test_an_old_clearly_best_match_is_not_decayed_below_a_newer_weaker_one(
-    memory_factory, tie_margin
+    memory_factory, tie_margin, monkeypatch
 ):
-    memory = await memory_factory(memory_decay_min_weight=0.5, memory_decay_tie_margin=tie_margin)
+    monkeypatch.setattr(retriever, "DECAY", DecayPolicy(min_weight=0.5))
+    monkeypatch.setattr(retriever, "DECAY_TIE_MARGIN", tie_margin)
+    memory = await memory_factory()
     old, newer = "我最喜欢的颜色是蓝色", "我最喜欢的颜色是蓝色和绿色，还有一点点紫色"
     await memory.add_dialogues([said(old, ago(days=300)), said(newer, ago(days=1))])
     result = await memory.recall(

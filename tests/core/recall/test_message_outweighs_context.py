@@ -1,5 +1,9 @@
-"""The message outweighs its context (issue 26 part 3): a conversational query keeps the lines
-before the message, but the message's own words decide what is recalled.
+"""A conversational query: the message with the lines before it, embedded as one text, every
+keyword term alike. Giving the message more weight than its context (issue 26 part 3: a fixed
+share, one by what the message says, one by its rare terms) won after a change of topic but lost
+on Chit-Chat out of sample, so the experiment left the code (bench/RESULTS.md, "Recall out of
+sample", "A per-query message share", "A per-query confidence fusion and the message's share by
+words rare in the session"); these tests hold what recall does instead.
 
 Real PostgreSQL and the bundled model: the failure was one of weights between real vectors and
 real keyword scores, which no stand-in reproduces."""
@@ -31,9 +35,6 @@ HISTORY = [
 ]
 EARLIER = ["今天又加班到很晚，累死了", "楼下那家奶茶店今天排了好长的队"]
 MESSAGE = "上次我说想买的那个球拍叫什么来着？"
-# The settings that put the message first (not the defaults: by the strict leave-one-set-out
-# rule they lost on Chit-Chat; README, bench/RESULTS.md).
-MESSAGE_FIRST = {"memory_query_message_weight": 0.5, "memory_context_term_weight": 0.7}
 
 
 async def recalled_first(memory, mode: Any) -> str:  # type: ignore[no-untyped-def]
@@ -72,105 +73,20 @@ async def stored(memory_factory, local, **overrides):  # type: ignore[no-untyped
     return memory
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "vector"])
-async def test_the_messages_own_words_win_over_two_unrelated_earlier_lines(
-    memory_factory, local, mode
-):
-    memory = await stored(memory_factory, local, **MESSAGE_FIRST)
-    assert await recalled_first(memory, mode) == RACKET
-
-
-@pytest.mark.parametrize("mode", ["hybrid", "vector"])
-async def test_with_the_share_by_what_the_message_says_the_racket_comes_first(
-    memory_factory, local, mode
-):
-    # MEMORY_QUERY_MESSAGE_WEIGHT=auto: the message has three words of its own (none in the
-    # lines about work and milk tea), so it gets the message-first pair by itself.
-    memory = await stored(memory_factory, local, memory_query_message_weight="auto")
-    assert await recalled_first(memory, mode) == RACKET
-
-
-async def test_keyword_recall_alone_keeps_to_the_message_when_context_terms_count_less(
-    memory_factory, local
-):
-    # A low MEMORY_CONTEXT_TERM_WEIGHT (not 0.7: it lost in hybrid recall out of sample) keeps
-    # even the keyword channel alone on the message's topic.
-    memory = await stored(memory_factory, local, memory_context_term_weight=0.3)
-    assert await recalled_first(memory, "keyword") == RACKET
-
-
-@pytest.mark.parametrize(
-    ("mode", "overrides"),
-    [
-        ("hybrid", {}),  # the defaults: one text embedded, every term alike
-        ("hybrid", {"memory_query_message_weight": 0.5, "memory_context_term_weight": 1.0}),
-        ("vector", {"memory_query_message_weight": 0.0}),
-        ("keyword", {"memory_context_term_weight": 1.0}),
-    ],
-)
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])
 async def test_with_the_message_no_stronger_than_its_context_the_context_wins(
-    memory_factory, local, mode, overrides
+    memory_factory, local, mode
 ):
-    # The recall as it was made before (one text embedded, every term alike): the earlier
-    # lines' topics come first. Each setting is what mends its channel (keywords: the test
-    # above).
-    memory = await stored(memory_factory, local, **overrides)
+    # One text embedded, every term alike: the earlier lines' topics come first (the known
+    # weakness the experiment measured; bench/RESULTS.md).
+    memory = await stored(memory_factory, local)
     assert await recalled_first(memory, mode) != RACKET
 
 
-@pytest.mark.parametrize(
-    ("message", "embedded"),
-    [
-        # One word of its own (然后): the context-led query, one text (main's recall).
-        ("然后呢？", ["\n".join([*EARLIER, "然后呢？"])]),
-        # Three words of their own: the message alone and with its context, blended.
-        (MESSAGE, [MESSAGE, "\n".join([*EARLIER, MESSAGE])]),
-    ],
-)
-async def test_with_the_share_by_what_it_says_only_a_message_saying_enough_is_embedded_alone(
-    memory_factory, local, monkeypatch, message, embedded
+@pytest.mark.parametrize("message", ["然后呢？", MESSAGE])
+async def test_the_message_with_its_earlier_lines_is_embedded_as_one_text(
+    memory_factory, local, monkeypatch, message
 ):
-    memory = await stored(memory_factory, local, memory_query_message_weight="auto")
+    memory = await stored(memory_factory, local)
     asked = await texts_embedded(memory, local, monkeypatch, message, EARLIER)
-    assert sorted(asked) == sorted(embedded)
-
-
-@pytest.mark.parametrize("bound", [0, 2])
-@pytest.mark.parametrize("mode", ["hybrid", "vector"])
-async def test_with_the_share_by_rare_terms_the_racket_comes_first(
-    memory_factory, local, mode, bound
-):
-    # MEMORY_QUERY_MESSAGE_WEIGHT=rare: 想买 and 球拍 are each in one of the eight stored
-    # turns (rare by N ** 0.3 and by MEMORY_RARE_TERM_TURNS=2), and neither earlier line has
-    # them: the message gets its share.
-    memory = await stored(
-        memory_factory, local, memory_query_message_weight="rare", memory_rare_term_turns=bound
-    )
-    assert await recalled_first(memory, mode) == RACKET
-
-
-@pytest.mark.parametrize(
-    ("message", "embedded"),
-    [
-        # 然后: never said in the session, so no evidence of a memory: one text.
-        ("然后呢？", ["\n".join([*EARLIER, "然后呢？"])]),
-        # 班了 is its only term of its own (又加, 加班: the earlier line's), never stored: one text.
-        ("又加班了", ["\n".join([*EARLIER, "又加班了"])]),
-        # 想买, 球拍: two rare terms of its own: the message alone and with its context.
-        (MESSAGE, [MESSAGE, "\n".join([*EARLIER, MESSAGE])]),
-    ],
-)
-async def test_with_the_share_by_rare_terms_only_a_message_pointing_at_a_memory_is_embedded_alone(
-    memory_factory, local, monkeypatch, message, embedded
-):
-    memory = await stored(memory_factory, local, memory_query_message_weight="rare")
-    asked = await texts_embedded(memory, local, monkeypatch, message, EARLIER)
-    assert sorted(asked) == sorted(embedded)
-
-
-async def test_a_common_term_of_its_own_does_not_earn_the_share(memory_factory, local, monkeypatch):
-    # 加班 and 奶茶 are each in three of the eight turns (not rare: 8 ** 0.3 = 1.9); after a
-    # line about the weekend they are the message's own, but point at no one memory.
-    memory = await stored(memory_factory, local, memory_query_message_weight="rare")
-    asked = await texts_embedded(memory, local, monkeypatch, "加班喝奶茶", ["周末想去爬山"])
-    assert asked == ["周末想去爬山\n加班喝奶茶"]
+    assert asked == ["\n".join([*EARLIER, message])]

@@ -96,7 +96,6 @@ async def open_with_reranker(memory_factory, server: RerankServer, **overrides: 
         # Far longer than a loopback answer takes on a loaded machine: the answering tests
         # must not fall back to the fused order because a timer ran out first.
         rerank_deadline=30.0,
-        rerank_timeout=30.0,
     )
     values.update(overrides)
     return await memory_factory(**values)
