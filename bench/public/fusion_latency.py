@@ -1,10 +1,11 @@
-"""Recall latency of the per-query message share and fusion choices (issue 26 parts 1 and 3:
-"recall latency within 1.5× of today's"), query embedding excluded: Chit-Chat (four people's
-sessions of ~1,700 turns) and MADial zh's topic change cases stored once, every case's
-conversational query recalled once per configuration beforehand (the embedder's cache then
-answers every text either configuration embeds), then each configuration's recalls of the
-same cases timed in alternating rounds on the same database, with the CPU of this process
-and of the embedded PostgreSQL. The method of ``bench.public.speaker_latency``.
+"""Recall latency of the shipped recall beside other configurations (today: without statements
+first, ``recall.statements``, one more read of the ranked head's turns a recall; earlier the
+per-query message share and fusion choices of issue 26), query embedding excluded: Chit-Chat
+(four people's sessions of ~1,700 turns) and MADial zh's topic change cases stored once, every
+case's conversational query recalled once beforehand (the embedder's cache then answers every
+text), then each configuration's recalls of the same cases timed in alternating rounds on the
+same database, with the CPU of this process and of the embedded PostgreSQL. The method of
+``bench.public.speaker_latency``.
 
     python -m bench.public.fusion_latency [--cases 200] [--rounds 3]
 """
@@ -13,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bench.common import bench_data_dir, machine_line, print_recall_times
@@ -24,13 +25,40 @@ from bench.public import chitchat, madial
 from bench.public.run import USERS_PER_SET, madial_root, store
 from bench.public.scoring import Case
 from memory_core import MemorySettings, open_memory
+from memory_core.models import RecallResult
+from memory_core.recall import retriever as retriever_module
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.retriever import Retriever
 
-CONFIGS: dict[str, dict[str, Any]] = {"shipped": {}}
 # (MEMORY_FUSION=agreement, timed here on 2026-12-05, and MEMORY_QUERY_MESSAGE_WEIGHT=rare with
 # and without MEMORY_RARE_TERM_TURNS=2, lost out of sample and were removed; their figures are in
-# bench/RESULTS.md. Add a configuration here to time a new one beside the shipped recall.)
+# bench/RESULTS.md. Add a configuration to ``configs`` in ``run`` to time it beside the shipped
+# recall.)
+
+
+async def _as_ranked(database: Any, ranked: Sequence[Any], **_: Any) -> Any:
+    return list(ranked)
+
+
+@contextlib.contextmanager
+def _without_statements() -> Iterator[None]:
+    kept = getattr(retriever_module, "statements_first")  # noqa: B009  # the hook's name
+    setattr(retriever_module, "statements_first", _as_ranked)  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(retriever_module, "statements_first", kept)  # noqa: B010
+
+
+class WithoutStatements:
+    """The retriever as it was before statements came first (calls run one at a time)."""
+
+    def __init__(self, retriever: Retriever) -> None:
+        self._retriever = retriever
+
+    async def recall(self, *args: Any, **kwargs: Any) -> RecallResult:
+        with _without_statements():
+            return await self._retriever.recall(*args, **kwargs)
 
 
 def conversational(case: Case) -> tuple[str, tuple[str, ...]]:
@@ -53,11 +81,10 @@ async def run(args: argparse.Namespace) -> None:
         try:
             first_id = 1
             shipped: Retriever = memory._retriever  # a bench reads the parts
-            configs: dict[str, Retriever] = {}
-            for name, update in CONFIGS.items():
-                retriever = copy.copy(shipped)
-                retriever.settings = settings.model_copy(update=update)
-                configs[name] = retriever
+            configs: dict[str, Any] = {
+                "shipped": shipped,
+                "without statements first": WithoutStatements(shipped),
+            }
             for number, task in enumerate(tasks, 1):
                 base = number * USERS_PER_SET
                 await store(memory, task, base, first_id)
@@ -65,16 +92,9 @@ async def run(args: argparse.Namespace) -> None:
                 cases = task.cases[: args.cases]
                 queries = [(base + c.user, *conversational(c), c.now) for c in cases]
 
-                async def recall_all(retriever: Retriever) -> None:
-                    for user, query, earlier, now in queries:  # noqa: B023
-                        await retriever.recall(
-                            user,
-                            query,
-                            options=RecallOptions(top_n=5, window_size=0, now=now, context=earlier),
-                        )
-
-                for retriever in configs.values():  # every text embedded once
-                    await recall_all(retriever)
+                for user, query, earlier, now in queries:  # every text embedded once
+                    options = RecallOptions(top_n=5, window_size=0, now=now, context=earlier)
+                    await shipped.recall(user, query, options=options)
                 calls = [
                     functools.partial(
                         _ask,
@@ -94,7 +114,7 @@ async def run(args: argparse.Namespace) -> None:
             await memory.aclose()
 
 
-async def _ask(user: int, text: str, options: RecallOptions, retriever: Retriever) -> None:
+async def _ask(user: int, text: str, options: RecallOptions, retriever: Any) -> None:
     await retriever.recall(user, text, options=options)
 
 
