@@ -129,9 +129,10 @@ def build_server(source: AgentMemorySource, *, readonly: bool, **options: Any) -
         recall,
         description=(
             "What is remembered about `query` in one chat (user_id, and group_id for a group; "
-            f"none for the private chat): at most top_n (default {RECALL_ITEMS}) relevant "
-            "turns, best first, and the relevant facts and preferences, each with its id. "
-            "The same list as the chat command /recall."
+            "none for the private chat): the dialogue lines the bot's prompt would carry for "
+            "that message (best match first, nothing when none is about it), or with top_n at "
+            f"most that many relevant turns; and the relevant facts and preferences (at most "
+            f"{RECALL_ITEMS}), each with its id. The same list as the chat command /recall."
         ),
         annotations=READ_ONLY,
     )

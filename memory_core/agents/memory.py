@@ -39,15 +39,16 @@ from ..errors import MemoryCoreError, StorageError
 from ..lang.text import scrub
 from ..models import ForgetScope, Forgotten, MemoryTurn, TurnInput, generate_session_key
 from ..personal import forget_memories
-from ..recall.listing import list_recall
+from ..recall.listing import FACTS, list_recall
 from ..service import TemporalMemory
 from ..storage.audit_log import Audit, PgAuditLogStore
 from ..storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 log = logging.getLogger(__name__)
 
-RECALL_ITEMS = 5
-"""Turns and facts a recall lists when the caller does not say (``/recall``'s five)."""
+RECALL_ITEMS = FACTS
+"""Facts a recall lists (``/recall``'s five); its turns are the prompt's lines unless the caller
+gives ``top_n``."""
 MAX_RECALL_ITEMS = 50
 MAX_TEXT_CHARS = 500
 """The longest query or note, as a chat command's argument (the plugin's
@@ -75,11 +76,12 @@ class AgentMemory:
     async def recall(
         self, user_id: int, query: str, group_id: int | None = None, top_n: int | None = None
     ) -> dict[str, Any]:
-        """What ``/recall <query>`` lists for ``user_id`` in that chat: at most ``top_n``
-        relevant turns (best first) and facts, each with its id."""
+        """What ``/recall <query>`` lists for ``user_id`` in that chat, each with its id: the
+        dialogue lines the bot's prompt would carry for ``query`` (``recall.listing``), or
+        with ``top_n`` at most that many relevant turns, best first; and the relevant facts."""
         _check_ids(user_id, group_id)
-        items = RECALL_ITEMS if top_n is None else top_n
-        if not 1 <= items <= MAX_RECALL_ITEMS:
+        items = top_n
+        if items is not None and not 1 <= items <= MAX_RECALL_ITEMS:
             raise AgentRefusal(f"top_n must be between 1 and {MAX_RECALL_ITEMS}")
         query = _bounded(" ".join(query.split()), "query")
         await self._refuse_opted_out(user_id, group_id)

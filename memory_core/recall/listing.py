@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
+from ..context.block import repeated_turns
 from ..distill.memory import DistilledHit
 from ..lang.keywords import normalize, query_words, terms
 from ..lang.timerange import TimeRange, analyse_query
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 # Anchors asked of recall per item listed: most of a weak query's matches fall below the
 # floor, and the ones left should still fill the list.
 CANDIDATES_PER_ITEM = 4
+# Facts listed beside the prompt's lines (``/recall``'s five).
+FACTS = 5
 _T = TypeVar("_T")
 
 
@@ -111,26 +114,38 @@ async def list_recall(
     group_id: int | None,
     *,
     now: datetime,
-    items: int,
+    items: int | None = None,
     full: bool = False,
     skip: Callable[[MemoryTurn], bool] = lambda turn: False,
 ) -> RecallListing:
-    """What to show for ``query`` in this session: at most ``items`` relevant turns (``full``:
-    the relevant windows of the prompt's recall instead) and facts. ``skip`` leaves turns out
-    whatever they say (the asking message itself, the bot's echoes of it)."""
+    """What to show for ``query`` in this session, and its relevant facts (at most ``items``,
+    else ``FACTS``).
+
+    ``items=None`` (``/recall``'s and MCP ``recall``'s default): the dialogue lines the bot's
+    prompt would carry for ``query`` (``prompt_lines``), or nothing when none of its windows is
+    about the query. ``items``: at most that many relevant anchors alone. ``full``: the
+    relevant windows of the prompt's recall. ``skip`` leaves turns out whatever they say (the
+    asking message itself, the bot's answers to /recall)."""
     relevance = Relevance.of(query, parts.settings, now)
-    if full:
+    prompt = items is None or full
+    if prompt:
         options = RecallOptions(now=now)
     else:
+        assert items is not None
         options = RecallOptions(top_n=items * CANDIDATES_PER_ITEM, window_size=0, now=now)
     result = await parts.retriever.recall(user_id, query, group_id, options)
-    windows = [w for w in result.windows if _relevant_window(w, relevance, skip, whole=full)]
+    windows = [w for w in result.windows if _relevant_window(w, relevance, skip, whole=prompt)]
     # Shown, not used: a fact's use count ranks it for the prompt.
     facts = await parts.keeper.recall(user_id, group_id, query, now=now, touch=False)
     shown_facts = _distinct(
         [h for h in facts if relevance.admits(h.memory.content, h.similarity)],
         key=lambda h: same_words(h.memory.content),
-    )[:items]
+    )[: FACTS if items is None else items]
+    if not full and items is None:
+        lines = prompt_lines(result, skip) if windows else ()
+        return RecallListing(
+            query=query, turns=lines, facts=tuple(shown_facts), words=relevance.words
+        )
     if full:
         kept = tuple(
             dataclasses.replace(w, turns=tuple(t for t in w.turns if not skip(t))) for w in windows
@@ -146,6 +161,27 @@ async def list_recall(
     return RecallListing(
         query=query, turns=tuple(turns[:items]), facts=tuple(shown_facts), words=relevance.words
     )
+
+
+def prompt_lines(
+    result: RecallResult, skip: Callable[[MemoryTurn], bool] = lambda turn: False
+) -> tuple[MemoryTurn, ...]:
+    """The dialogue lines the prompt's block carries from ``result`` (the prompt's recall),
+    best window first, each window's anchor first and its other turns in time order: every
+    turn once, less the ones that only repeat another (``context.block.repeated_turns``: the
+    bot's echo of a statement) and the ``skip``ped. The block's token fit aside, these are the
+    prompt's lines, so what a person or an agent is shown is what the model sees; the anchors'
+    order keeps a statement before a question about it (``recall.statements``)."""
+    gone = repeated_turns(result.windows)
+    seen: set[int] = set()
+    lines = []
+    for window in result.windows:
+        for turn in sorted(window.turns, key=lambda t: t.id != window.anchor_id):
+            if turn.id in seen or turn.id in gone or skip(turn):
+                continue
+            seen.add(turn.id)
+            lines.append(turn)
+    return tuple(lines)
 
 
 def relevant_windows(

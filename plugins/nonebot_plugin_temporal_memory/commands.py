@@ -536,7 +536,6 @@ async def handle_memstat(bot: Bot, event: MessageEvent, _args: Message, runtime:
 # ----------------------------------------------------------------------------- /recall
 
 _FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private|full)(?!\S)")
-RECALL_ITEMS = 5
 RECALL_SENT_PRIVATELY = "其他会话的记忆已私聊发给你（不在群里公开）。"
 RECALL_NOT_SENT = "没能私聊发给你（可先加我为好友），其他会话的记忆不在群里公开。"
 RECALL_LINE_CHARS = 60
@@ -601,15 +600,15 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         async with runtime.engine.session(user_id, group_id):
             await runtime.memory.settle_embeddings(runtime.settings.embedding_store_deadline)
             now = datetime.now(timezone.utc)
-            # The short list: the best relevant anchors alone; --full: what the prompt would
-            # get, less what is not about the query.
+            # The lines the prompt would carry for the query, one a line around the words
+            # that matched (nothing when none is about it); --full: the windows in full, less
+            # what is not about the query.
             listing = await list_recall(
                 runtime.memory.parts,
                 user_id,
                 request.query,
                 group_id,
                 now=now,
-                items=RECALL_ITEMS,
                 full=request.full,
                 skip=_asking_or_echo(event),
             )

@@ -103,7 +103,7 @@ async def test_a_remembered_turn_carries_the_name_given_or_the_newest_seen_in_th
     assert [r["sender_name"] for r in await stored_rows(fresh_dsn, "我养了一只猫")] == ["红红"]
     assert [r["sender_name"] for r in await stored_rows(fresh_dsn, "私聊里的笔记")] == [None]
     # The name a recall shows is the stored one.
-    [turn] = (await agent.recall(RED, "爬山", GROUP))["turns"]
+    [turn] = (await agent.recall(RED, "爬山", GROUP, top_n=1))["turns"]
     assert turn["sender_name"] == "小红"
     with pytest.raises(AgentRefusal, match="name has 65 characters"):
         await agent.remember(RED, "名字太长", GROUP, name="名" * 65)

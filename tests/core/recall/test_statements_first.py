@@ -188,3 +188,48 @@ def test_a_question_with_no_statement_about_it_keeps_its_place() -> None:
     assert order == [2, 3, 1]  # just under the statement it is about
     order = [a.candidate.id for a in statements.demoted(ranked[:2], turns[:2], head=2)]
     assert order == [1, 2]
+
+
+# ------------------------------------------------ one path: the lines the prompt would carry
+
+
+async def test_mcp_recall_gives_the_lines_the_prompt_carries(memory_factory, local):
+    """MCP ``recall`` with its defaults lists the dialogue turns the bot's prompt carries for
+    the same message (the context builder's), the statement first; ``top_n`` still lists that
+    many anchors."""
+    memory = await memory_factory(embedder=local)
+    lines = [said(XIAOMING, text, at(i), None) for i, text in enumerate(FILLER * 3)]
+    lines += [
+        said(XIAOMING, MEETING, at(20), None),
+        said(XIAOMING, ASKED, at(60), None),
+        said(XIAOMING, NOT_KNOWN, at(60.1), None, role="assistant", name="小诗"),
+    ]
+    await memory.add_dialogues(lines)
+    agent = AgentMemory(
+        memory, ConversationEngine(parts=memory.parts, writer=memory, chat_model=None), "test"
+    )
+    prompt = await memory.parts.context_builder.build(
+        XIAOMING, None, "周会几点？", now=NOW, touch=False
+    )
+    answer = await agent.recall(XIAOMING, "周会几点？")
+    listed = [t["id"] for t in answer["turns"]]
+    assert sorted(listed) == sorted(prompt.turn_ids) and len(listed) > 3, answer["turns"]
+    assert answer["turns"][0]["content"] == MEETING
+    [one] = (await agent.recall(XIAOMING, "周会几点？", top_n=1))["turns"]
+    assert one["content"] == MEETING
+
+
+async def test_in_a_shared_group_the_prompts_lines_put_the_statement_first(memory_factory, local):
+    """小红 asks in the shared group: what the prompt carries, /recall's list and MCP
+    ``recall`` give 小明's statement before 阿强's question and the bot's "不记得"."""
+    memory = await memory_factory(embedder=local, memory_shared_groups=str(TEAM))
+    await shared_group_chat(memory)
+    prompt = await memory.parts.context_builder.build(
+        XIAOHONG, TEAM, "周会几点？", now=NOW, touch=False
+    )
+    listing = await list_recall(memory.parts, XIAOHONG, "周会几点？", TEAM, now=NOW)
+    contents = [t.content for t in listing.turns]
+    assert sorted(t.id for t in listing.turns) == sorted(prompt.turn_ids)
+    assert contents[0] == MEETING, contents
+    later = [contents.index(text) for text in (ASKED, NOT_KNOWN) if text in contents]
+    assert all(at > 0 for at in later), contents
