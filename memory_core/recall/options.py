@@ -10,6 +10,7 @@ from datetime import datetime
 from ..models import Role
 from ..settings import RetrievalMode
 from .fusion import FusionRecipe
+from .ranking import AnchorFloor
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,12 @@ class RecallOptions:
     since: datetime | None = None
     fusion: FusionRecipe | None = None
     shown: tuple[int, ...] = ()
+    anchor_floor: AnchorFloor | None = None
 
     # ``shown``: turns already in the prompt (its short-term memory); the prompt's recall
     # (no top_n, no window) neither spends its allowance on them nor counts them in it.
+    # ``anchor_floor``: which weak anchors the prompt's recall leaves out (default:
+    # ``recall.ranking.ANCHOR_FLOOR``; ``NO_FLOOR`` spends on every anchor).
 
     def __post_init__(self) -> None:
         # Lists given by a caller become tuples, so the value stays what it was when built.

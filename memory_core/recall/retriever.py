@@ -31,12 +31,14 @@ from ..models import RecallResult, generate_session_key
 from ..pictures.recall import latest_pictures, names_a_picture
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
-from ..settings import MemorySettings, RetrievalMode
+from ..settings import LOCAL_EMBEDDING_MODEL, MemorySettings, RetrievalMode
 from ..stages import stage
 from ..storage.database_handle import Database
 from .fusion import FUSIONS, FusionRecipe, KeywordEvidence
 from .options import DEFAULT_RECALL, RecallOptions
 from .ranking import (
+    ANCHOR_FLOOR,
+    NO_FLOOR,
     Channel,
     DecayPolicy,
     RankedAnchor,
@@ -157,6 +159,9 @@ class Retriever:
         self.embedding_model = embedder.model
         self.embedding_dim = embedder.dim
         self._decay = DECAY
+        # The floor's cosine gap was measured for the bundled model only: another model's
+        # cosines spread differently, and the prompt then spends on every anchor.
+        self._anchor_floor = ANCHOR_FLOOR if embedder.model == LOCAL_EMBEDDING_MODEL else NO_FLOOR
 
     async def recall(
         self,
@@ -222,9 +227,7 @@ class Retriever:
             ranked = await self._pictures_first(scope, ranked, now)
         with stage("recall_windows"):
             if evidence:
-                result = await self._spend(
-                    store, scope, query, ranked, top_n, window, now, options.shown
-                )
+                result = await self._spend(store, scope, query, ranked, top_n, window, now, options)
             else:
                 result = await self._assemble(store, scope, query, ranked, top_n, window, now)
         return dataclasses.replace(
@@ -516,10 +519,10 @@ class Retriever:
         top_n: int,
         window: int,
         now: datetime,
-        shown: Sequence[int],
+        options: RecallOptions,
     ) -> RecallResult:
         """The text of ``top_n`` anchors ±``window`` spent on anchors first, less the turns
-        already ``shown`` (``ranking.evidence_windows``)."""
+        already ``options.shown`` (``ranking.evidence_windows``)."""
         turns = top_n * (2 * window + 1)
         anchors = list(ranked[:turns])
         rows = await store.windows(
@@ -529,7 +532,13 @@ class Retriever:
             now=now,
         )
         return evidence_windows(
-            query, anchors, rows, top_n=top_n, window=window, shown=frozenset(shown)
+            query,
+            anchors,
+            rows,
+            top_n=top_n,
+            window=window,
+            shown=frozenset(options.shown),
+            floor=options.anchor_floor or self._anchor_floor,
         )
 
     async def _anchor_candidates(

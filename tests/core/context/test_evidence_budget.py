@@ -14,7 +14,13 @@ from memory_core.conversation.preparation import PromptPreparer
 from memory_core.dialogue.recall_store import AnchorCandidate
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import MemoryTurn, RecallWindow, TurnInput
-from memory_core.recall.ranking import RankedAnchor, evidence_windows, partner_of
+from memory_core.recall.ranking import (
+    NO_FLOOR,
+    AnchorFloor,
+    RankedAnchor,
+    evidence_windows,
+    partner_of,
+)
 
 T0 = datetime(2026, 12, 7, 2, tzinfo=timezone.utc)
 TZ = ZoneInfo("Asia/Shanghai")
@@ -188,3 +194,31 @@ def test_turns_already_in_the_prompt_are_neither_spent_nor_counted_so_the_prompt
     # The best anchor's ±1 window is turns 1-3; only 3 is not already in the prompt, so its
     # text is the allowance: one more line (the next anchor, 7), not three.
     assert [t.id for t in result.turns] == [7]
+
+
+def test_an_anchor_far_below_the_best_gives_its_text_back():
+    # Issue 36: later anchors that match the message weakly took the budget. One whose cosine
+    # is more than the floor's gap below the best is not spent on; its text stays unspent or
+    # goes to the kept anchors' windows.
+    chat = [turn(i, "user", f"第{i}句话，说了些别的事情", i * 10) for i in range(1, 7)]
+    by_id = {t.id: t for t in chat}
+
+    def anchor(turn_id: int, similarity: float, score: float) -> RankedAnchor:
+        return RankedAnchor(AnchorCandidate(turn_id, by_id[turn_id].created_at, similarity), score)
+
+    anchors = [anchor(2, 0.90, 0.03), anchor(4, 0.88, 0.02), anchor(6, 0.83, 0.01)]
+    rows = [(a.candidate.id, by_id[a.candidate.id]) for a in anchors]
+
+    def spent(floor: AnchorFloor, shown: set[int] = set()) -> list[int]:
+        result = evidence_windows(
+            "周会", anchors, rows, top_n=3, window=0, shown=shown, floor=floor
+        )
+        return [t.id for t in result.turns]
+
+    assert spent(AnchorFloor(keep=1, gap=0.04)) == [2, 4]
+    assert spent(NO_FLOOR) == [2, 4, 6]
+    # A turn already in the prompt sets no floor: the best one not shown does (4, at 0.88).
+    anchors.insert(0, anchor(1, 0.97, 0.04))
+    rows.append((1, by_id[1]))
+    # (Set by the shown turn at 0.97, the floor would leave 4 out as well.)
+    assert spent(AnchorFloor(keep=1, gap=0.04), shown={1}) == [2, 4]
