@@ -209,7 +209,7 @@ def test_an_anchor_far_below_the_best_gives_its_text_back():
     anchors = [anchor(2, 0.90, 0.03), anchor(4, 0.88, 0.02), anchor(6, 0.83, 0.01)]
     rows = [(a.candidate.id, by_id[a.candidate.id]) for a in anchors]
 
-    def spent(floor: AnchorFloor, shown: set[int] = set()) -> list[int]:
+    def spent(floor: AnchorFloor, shown: frozenset[int] = frozenset()) -> list[int]:
         result = evidence_windows(
             "周会", anchors, rows, top_n=3, window=0, shown=shown, floor=floor
         )
@@ -221,4 +221,4 @@ def test_an_anchor_far_below_the_best_gives_its_text_back():
     anchors.insert(0, anchor(1, 0.97, 0.04))
     rows.append((1, by_id[1]))
     # (Set by the shown turn at 0.97, the floor would leave 4 out as well.)
-    assert spent(AnchorFloor(keep=1, gap=0.04), shown={1}) == [2, 4]
+    assert spent(AnchorFloor(keep=1, gap=0.04), shown=frozenset({1})) == [2, 4]
