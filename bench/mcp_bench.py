@@ -102,7 +102,7 @@ async def in_process(data_dir: Path, asked: list[str]) -> dict[str, dict[str, fl
 
             async def listing(query: str, u: int = user_id, g: int | None = group_id) -> Any:
                 now = datetime.now(timezone.utc)
-                return await list_recall(memory.parts, u, query, g, now=now, items=5)
+                return await list_recall(memory.parts, u, query, g, now=now)
 
             results[f"CLI recall (in process), {chat}"] = await timed(asked, cli)
             results[f"/recall listing (in process), {chat}"] = await timed(asked, listing)
