@@ -102,6 +102,29 @@ async def test_huge_raw_segments_and_nul_in_segments_are_stored(memory_factory):
     assert outcome.turn is not None
 
 
+async def test_segments_nested_thousands_deep_are_stored_with_the_depth_cut(
+    memory_factory, fresh_dsn
+):
+    from memory_core.lang.text import JSON_DEPTH_LIMIT, JSON_TOO_DEEP
+
+    memory = await memory_factory()
+    nested: object = "最里面"
+    for _ in range(5000):  # deeper than Python's recursion limit
+        nested = {"type": "node", "data": {"content": [nested]}}
+    outcome = await memory.add_turn(user_turn("一条转发的聊天记录", raw_segments=[nested]))
+    assert outcome.turn is not None
+    row = await stored_row(fresh_dsn, outcome.turn.message_uuid)
+    assert row["content"] == "一条转发的聊天记录"
+    stored, depth = json.loads(row["raw_segments"]), 0
+    while isinstance(stored, (list, dict)):  # segment list -> node -> data -> content list
+        if isinstance(stored, list):
+            stored = stored[0]
+        else:
+            stored = stored["data"] if "data" in stored else stored["content"]
+        depth += 1
+    assert stored == JSON_TOO_DEEP and depth == JSON_DEPTH_LIMIT
+
+
 # Text a user can send that PostgreSQL or UTF-8 cannot take as is, and what is stored instead.
 # The last one also holds a backslash-u-0000 typed as text, which must stay as typed.
 ODD_TEXTS = [
