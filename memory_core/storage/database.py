@@ -15,6 +15,7 @@ from pgvector.asyncpg import register_vector
 
 from ..errors import ConfigError, DatabaseUnavailableError, PgvectorMissingError, StorageError
 from ..resources import MIGRATIONS_DIR
+from .dsn_options import split_connect_timeout
 from .embedded_server import EmbeddedServer
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,9 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 async def prepare_database(dsn: str, migrations_dir: Path = MIGRATIONS_DIR) -> str:
     """Check pgvector and migrate on a plain connection; return the pgvector version."""
+    dsn, connect_timeout = split_connect_timeout(dsn)
     try:
-        conn = await HostByHost(dsn)(dsn, timeout=15)
+        conn = await HostByHost(dsn, connect_timeout)(dsn, timeout=connect_timeout or 15)
     except CONNECTION_ERRORS as exc:
         raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
     except asyncpg.PostgresError as exc:
@@ -237,15 +239,17 @@ class HostByHost:
     host is asyncpg's own connect.
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, host_timeout: float | None = None) -> None:
+        """``host_timeout``: the DSN's ``connect_timeout``, if it names one."""
         self._hosts = dsn_hosts(dsn)
+        self._host_timeout = host_timeout or HOST_CONNECT_TIMEOUT
         self._last_good = 0
 
     async def __call__(self, dsn: str, **kwargs: Any) -> asyncpg.Connection:
         if len(self._hosts) < 2:
             single: asyncpg.Connection = await asyncpg.connect(dsn, **kwargs)
             return single
-        timeout = min(float(kwargs.pop("timeout", HOST_CONNECT_TIMEOUT)), HOST_CONNECT_TIMEOUT)
+        timeout = min(float(kwargs.pop("timeout", self._host_timeout)), self._host_timeout)
         order = [self._last_good, *(i for i in range(len(self._hosts)) if i != self._last_good)]
         waiting = list(order)
         trying: dict[asyncio.Task[asyncpg.Connection], int] = {}
@@ -303,7 +307,8 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
     if _POOL_LOG_FILTER not in pool_log.filters:
         pool_log.addFilter(_POOL_LOG_FILTER)
     # asyncpg's stubs spell out every keyword of ``connect``; it is called with the same ones.
-    connect: Any = HostByHost(dsn)
+    dsn, connect_timeout = split_connect_timeout(dsn)
+    connect: Any = HostByHost(dsn, connect_timeout)
     try:
         pool: asyncpg.Pool | None = await asyncpg.create_pool(
             dsn,
@@ -312,7 +317,7 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             init=_init_connection,
             reset=_leave_session_as_is,
             command_timeout=STATEMENT_TIMEOUT,
-            timeout=10,
+            timeout=connect_timeout or 10,
             connect=connect,
             **kwargs,
         )
