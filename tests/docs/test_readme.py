@@ -29,17 +29,32 @@ def test_the_readmes_settings_table_is_the_first_group_of_env_prod() -> None:
     assert "docs/settings.md" in section
 
 
-def test_every_relative_link_of_the_readme_and_docs_lands_on_a_file() -> None:
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page: its headings' slugs and its explicit ``<a id>``s."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    slugs = {
+        re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        for title in re.findall(r"^#+ (.+)$", text, re.M)
+    }
+    return slugs | set(re.findall(r'<a id="([^"]+)"></a>', text))
+
+
+def test_every_relative_link_of_the_readme_and_docs_lands_on_a_file_and_anchor() -> None:
     pages = [README, *sorted(DOCS.glob("*.md"))]
     missing = []
     for page in pages:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text("utf-8")):
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
             if re.match(r"[a-z]+:", target):
                 continue  # a web address
-            path = (page.parent / target).resolve()
+            path = (page.parent / target).resolve() if target else page
             name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else target
-            if not path.exists() and name not in PAGES_OF_OTHER_BRANCHES:
+            if name in PAGES_OF_OTHER_BRANCHES and not path.exists():
+                continue
+            if not path.exists():
                 missing.append(f"{page.name}: {target}")
+            elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+                missing.append(f"{page.name}: {target}#{anchor}")
     assert missing == []
 
 
