@@ -74,8 +74,8 @@ def embedded_cluster_dir(data_dir: Path) -> Path:
     """The folder of the embedded PostgreSQL cluster for ``data_dir``.
 
     Run as root, the embedded server opens every parent folder of its cluster to other users
-    (o+rx, see the README); under /root that would expose the home folder, so the cluster then
-    lives under /var/lib/temporal-memory instead, named after the data dir.
+    (o+rx, see ``docs/database.md``); under /root that would expose the home folder, so the
+    cluster then lives under /var/lib/temporal-memory instead, named after the data dir.
     """
     data_dir = data_dir.expanduser().resolve()
     if hasattr(os, "geteuid") and os.geteuid() == 0 and data_dir.is_relative_to("/root"):
