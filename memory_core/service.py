@@ -101,7 +101,7 @@ class TemporalMemory:
                 return
             location = await locate_database(self.settings.external_dsn(), self._embedded)
             await prepare_database(location.dsn)
-            pool = await create_pool(location.dsn, self.settings.memory_pool_size)
+            pool = await create_pool(location.dsn)
             try:
                 await self.upkeep.check(
                     pool, location.description, allow_model_change=allow_model_change
