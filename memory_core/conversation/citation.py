@@ -12,8 +12,8 @@ quotes (``Citations.resolve``), when its turn
 * is still stored and live, in the session being answered (never another chat, nor another
   member's line in a shared group), checked as the reply is sent, not when the prompt was made,
 * carries the QQ message id the platform gave it (imported and MCP-remembered turns have none),
-* and is not being recalled (撤回) at that moment (``Citations.retracting``: the recall waits
-  for the session, so its delete lands only after the reply).
+* and is not being recalled (撤回) or forgotten (/忘记) at that moment (``Citations.retracting``,
+  ``Citations.forgetting``: those deletes wait for the session, so they land after the reply).
 
 At most one turn is quoted; the front end builds the quote (the plugin: a OneBot reply
 segment). The rule is a fixed part of the system prompt, the same for every message of a chat,
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -115,16 +115,37 @@ class Citations:
 
     def __init__(self, database: Database) -> None:
         self._database = database
-        self._retracting: list[RecalledMessage] = []
+        self._withheld: list[Callable[[MemoryTurn], bool]] = []
 
     @contextmanager
     def retracting(self, message: RecalledMessage) -> Iterator[None]:
         """While a recalled (撤回) ``message`` waits to be forgotten, no reply quotes it."""
-        self._retracting.append(message)
+
+        def recalled(turn: MemoryTurn) -> bool:
+            return (
+                turn.message_id == message.message_id
+                and turn.group_id == message.group_id
+                and (message.self_id is None or turn.self_id in (None, message.self_id))
+            )
+
+        with self._withholding(recalled):
+            yield
+
+    @contextmanager
+    def forgetting(self, turn_ids: Iterable[int]) -> Iterator[None]:
+        """While the turns ``turn_ids`` wait to be forgotten (/忘记), no reply quotes them."""
+        ids = frozenset(turn_ids)
+        with self._withholding(lambda turn: turn.id in ids):
+            yield
+
+    @contextmanager
+    def _withholding(self, withheld: Callable[[MemoryTurn], bool]) -> Iterator[None]:
+        # Those deletes wait for the session, so for the reply under way to be sent first.
+        self._withheld.append(withheld)
         try:
             yield
         finally:
-            self._retracting.remove(message)
+            self._withheld.remove(withheld)
 
     async def resolve(
         self,
@@ -149,14 +170,8 @@ class Citations:
         except MemoryCoreError as exc:
             log.warning("session %s: the cited turn could not be read: %s", session_key, exc)
             return None
-        if turn is None or turn.message_id is None or self._being_retracted(turn):
+        if turn is None or turn.message_id is None or any(w(turn) for w in self._withheld):
+            log.info("session %s: the answer cited #%d, not quotable", session_key, number)
             return None
+        log.info("session %s: the reply quotes turn %d (#%d)", session_key, turn.id, number)
         return Citation(turn=turn, message_id=turn.message_id)
-
-    def _being_retracted(self, turn: MemoryTurn) -> bool:
-        return any(
-            message.message_id == turn.message_id
-            and message.group_id == turn.group_id
-            and (message.self_id is None or turn.self_id in (None, message.self_id))
-            for message in self._retracting
-        )

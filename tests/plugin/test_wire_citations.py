@@ -224,6 +224,43 @@ async def test_a_memory_forgotten_with_forget_me_while_the_model_thinks_is_not_q
     assert quoted_id(call) is None
 
 
+async def test_a_memory_forgotten_with_forget_while_the_model_thinks_is_not_quoted(wire: Wire):
+    user = 20087
+    await wire.tell_secret(user)
+    calls = len(wire.llm.calls)
+    wire.llm.release.clear()
+    wire.llm.held = True
+    try:
+        mark = len(wire.peer.calls)
+        await wire.say("我的工位密码是多少", user_id=user)
+        await wire.prompt_arrives(calls)
+        assert "我的工位密码是8812" in wire.llm.calls[-1].messages[-1]["content"]
+        question = await wire.ask("/忘记 工位密码", user_id=user)
+        assert sent_text(question).startswith("确定要删除"), sent_text(question)
+        # The first 确认 takes the question; its delete waits for the reply under way. Once a
+        # second one hears there is nothing left to confirm, the first has taken it.
+        await wire.say("确认", user_id=user)
+        lone = await wire.ask("确认", user_id=user)
+        assert sent_text(lone) == "现在没有待确认的删除。"
+    finally:
+        wire.llm.held = False
+        wire.llm.release.set()
+    call = await wire.peer.wait_for(
+        lambda c: (
+            c.action in {"send_msg", "send_private_msg"}
+            and sent_text(c) == ANSWER
+            and c.params.get("user_id") == user
+        ),
+        after=mark,
+    )
+    assert quoted_id(call) is None
+    receipt = await wire.peer.wait_for(
+        lambda c: c.params.get("user_id") == user and sent_text(c).startswith("已删除"),
+        after=mark,
+    )
+    assert "对话" in sent_text(receipt)
+
+
 async def test_in_a_group_by_default_nothing_is_numbered_and_the_reply_quotes_the_asker(
     wire: Wire,
 ):

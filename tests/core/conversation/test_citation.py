@@ -179,6 +179,17 @@ async def test_a_message_being_recalled_is_not_quoted_before_its_delete_comes(ch
     assert again.cited is not None and again.cited.message_id == SECRET_ID
 
 
+async def test_a_turn_being_forgotten_is_not_quoted_before_its_delete_comes(chat_for):
+    chat = await chat_for(citing("我的车牌是沪A12345"))
+    stored = await chat.memory.add_turn(said("我的车牌是沪A12345", 30, message_id=503))
+    assert stored.turn is not None
+    with chat.engine.citations.forgetting([stored.turn.id]):  # a /忘记 waits for the session
+        result = await chat.ask("我的车牌是多少")
+    assert result.cited is None and chat.outbox.sent == [(ANSWER, None)]
+    again = await chat.ask("再说一次我的车牌")
+    assert again.cited is not None and again.cited.message_id == 503
+
+
 async def test_a_turn_without_a_qq_message_id_is_not_quoted(chat_for):
     chat = await chat_for(citing("我的车牌是沪A12345"))
     # As MCP's remember or an import stores it: no QQ message to quote.
