@@ -42,6 +42,7 @@ from bench.common import (
     setting_overrides,
 )
 from memory_core import open_memory
+from memory_core.conversation.citation import Citation
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
@@ -195,7 +196,7 @@ async def run(
             clock=lambda: clock[0],
         )
 
-        async def send(text: str) -> Delivery:
+        async def send(text: str, *, cited: Citation | None = None) -> Delivery:
             return Delivery(text)
 
         try:

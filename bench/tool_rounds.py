@@ -32,6 +32,7 @@ import httpx
 from bench.common import T0, RandomQueryEmbedder, bench_data_dir, machine_line
 from bench.prompt_prefix import GROUP_ID, MEMBERS, PRIVATE_USER, TOPICS, history
 from memory_core import open_memory
+from memory_core.conversation.citation import Citation
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
@@ -123,7 +124,7 @@ async def measure(behaviour: str, messages: int) -> str:
             clock=lambda: clock[0],
         )
 
-        async def send(text: str) -> Delivery:
+        async def send(text: str, *, cited: Citation | None = None) -> Delivery:
             return Delivery(text)
 
         per_reply: list[int] = []

@@ -9,6 +9,7 @@ console is a layer above the core with a public face of its own (``memory_core.c
 """
 
 from .accounts import serving as serving_account
+from .conversation.citation import Citation
 from .conversation.engine import (
     RECALL_BANDS,
     RECALL_MS_TOTAL,
@@ -109,6 +110,7 @@ __all__ = [
     "ChatBot",
     "ChatModel",
     "ChatResult",
+    "Citation",
     "ConfigError",
     "Connection",
     "ConversationEngine",

@@ -103,7 +103,7 @@ class TemporalMemory:
             location = await locate_database(self.settings.external_dsn(), self._embedded)
             try:
                 await prepare_database(location.dsn)
-                pool = await create_pool(location.dsn, self.settings.memory_pool_size)
+                pool = await create_pool(location.dsn)
             except DatabaseUnavailableError:
                 raise  # said by the maintenance loop, a line a round
             except StorageError as exc:

@@ -59,7 +59,6 @@ class MemorySettings(BaseModel):
     # storage
     memory_dsn: SecretStr | None = None
     memory_data_dir: Path = Path("data")
-    memory_pool_size: int = Field(default=10, ge=1, le=100)
     memory_max_content_chars: int = Field(default=100_000, ge=100)
 
     # time
@@ -140,6 +139,9 @@ class MemorySettings(BaseModel):
     chat_tools: Literal["auto", "on", "off"] = "auto"
     # tokens a group may spend a day (MEMORY_TIMEZONE) before the bot rests there; empty: no limit
     chat_group_daily_tokens: int | None = Field(default=None, ge=1)
+    # a reply quotes the recalled message it rests on (conversation.citation): always in a
+    # private chat, in groups only when set (a quote there is read by every member)
+    chat_cite_in_groups: bool = False
 
     # memory evaluation and retention; empty evaluator_* fall back to llm_*
     evaluator_enabled: bool = True

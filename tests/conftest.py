@@ -45,6 +45,7 @@ SHARED_FIXTURE_MODULES = frozenset(
         "tests/plugin/test_wire.py",
         "tests/plugin/test_wire_access.py",
         "tests/plugin/test_wire_accounts.py",
+        "tests/plugin/test_wire_citations.py",
         "tests/plugin/test_wire_manners.py",
         "tests/plugin/test_wire_pictures.py",
         "tests/plugin/test_wire_self_service.py",

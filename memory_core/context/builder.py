@@ -73,6 +73,7 @@ class MemoryContext:
     dropped: int = 0
     settled: str = ""  # the preferences and summaries, apart (``assemble_context(settled=)``)
     budget: int = 0  # the token budget it was built within (the one in force for this reply)
+    numbered: bool = False  # the dialogue lines carry numbers: ``#n`` is ``turn_ids[n - 1]``
 
     @property
     def distilled_ids(self) -> tuple[int, ...]:
@@ -235,6 +236,7 @@ def assemble_context(
         summary_ids=tuple(chosen["summary"]),
         turn_ids=block.turn_ids,
         dropped=dropped + block.dropped_windows,
+        numbered=budget.numbered,
     )
 
 
@@ -307,6 +309,7 @@ class ContextBuilder:
         touch: bool = True,
         settled: bool = False,
         distilled: Distilled | None = None,
+        numbered: bool = False,
     ) -> MemoryContext:
         """The memory context for ``query`` in this session (see ``assemble_context``):
         preferences, relevant facts, recent summaries, then recalled dialogue (minus
@@ -319,7 +322,8 @@ class ContextBuilder:
         ``now``, by the ``retriever``.
         ``touch=False`` leaves the use counts alone (a look at the prompt, not a reply).
         ``distilled``: the distilled memory already read for the recall's search text
-        (``distilled``), with ``recall`` already recalled.
+        (``distilled``), with ``recall`` already recalled. ``numbered``: the dialogue lines
+        carry the numbers the chat model cites (``conversation.citation``).
         """
         now = now or datetime.now(timezone.utc)
         if recall is None:
@@ -344,7 +348,9 @@ class ContextBuilder:
             facts=facts,
             summaries=summaries,
             windows=recalled.windows,
-            budget=LineBudget(now, self._tz, self._counter, budget, exclude_ids, asker=user_id),
+            budget=LineBudget(
+                now, self._tz, self._counter, budget, exclude_ids, asker=user_id, numbered=numbered
+            ),
             settled=settled,
             loose_facts=loose,
         )

@@ -300,7 +300,12 @@ def _drop_unwanted(task: asyncio.Task[asyncpg.Connection]) -> None:
         task.result().terminate()
 
 
-async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
+# Connections of the memory's pool: MEMORY_POOL_SIZE until 2026-12-07, a key no operator had
+# reason to change, taken out of `.env.prod` (at its 100 keys) to make room for one that is.
+POOL_SIZE = 10
+
+
+async def create_pool(dsn: str, max_size: int = POOL_SIZE, **kwargs: Any) -> asyncpg.Pool:
     """A pool whose connections know the vector types (binary codecs), connecting host by
     host (``HostByHost``)."""
     pool_log = logging.getLogger("asyncpg.pool")

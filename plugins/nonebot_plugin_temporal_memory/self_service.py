@@ -220,9 +220,10 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
 
     async def delete(runtime: Runtime) -> Forgotten:
         # After this person's messages still being answered, so no reply holding it is
-        # stored after the delete.
-        async with runtime.engine.session(user_id, group_id):
-            return await forget_named(runtime.memory, named)
+        # stored after the delete; meanwhile that reply quotes none of it.
+        with runtime.engine.citations.forgetting(t.id for t in preview.turns):
+            async with runtime.engine.session(user_id, group_id):
+                return await forget_named(runtime.memory, named)
 
     if group_id is not None:
         # In a group the question and the answer name no memory: the whole group reads them.

@@ -14,7 +14,7 @@ ENV_PROD = ROOT / ".env.prod"
 
 # Pages other branches of this session write; the README links them already. Whoever merges
 # the page removes its name here (the link test then holds for it too).
-PAGES_OF_OTHER_BRANCHES = {"docs/memory.md", "docs/citations.md"}
+PAGES_OF_OTHER_BRANCHES = {"docs/memory.md"}
 
 
 def test_the_readmes_settings_table_is_the_first_group_of_env_prod() -> None:

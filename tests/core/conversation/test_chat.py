@@ -38,8 +38,10 @@ from memory_core.settings import MemorySettings
 from tests.fakes import Answer, HashingEmbedder, RecordingModel, ScriptedLLM
 from tests.window_gate import gate_the_window
 
+# A private chat numbers its memory lines for the model to cite (conversation.citation).
 MEMORY_LINE = re.compile(
-    r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \((?:刚刚|\d+(?:分钟|小时|天|周|个月|年)前|昨天)\) "
+    r"^(?:#\d+ )?"
+    r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \((?:刚刚|\d+(?:分钟|小时|天|周|个月|年)前|昨天)\) "
     r"(?:user|assistant)(?:\([^)]*\))?: ",
     re.MULTILINE,
 )

@@ -4,6 +4,7 @@ path (``conversation.preparation``), the conversational query included."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -87,6 +88,10 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     assert result.outcome is Outcome.REPLIED
     [sent] = model.prompts
     assert list(trace.messages) == sent
+    # In a private chat the memory lines carry the numbers a reply cites: the debugger shows
+    # them as the model gets them (conversation.citation).
+    numbered = re.search(r"^#1 \[", sent[-1]["content"], re.MULTILINE)
+    assert (numbered is not None) == (group is None)
     # The conversational query (the recent lines about the noodle shop) found the old line.
     assert NOODLES in sent[-1]["content"]
     assert trace.search_text.endswith(message) and "面馆" in trace.search_text
