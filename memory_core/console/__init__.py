@@ -16,7 +16,7 @@ from .service import (
     TurnSearch,
     chat_of_key,
 )
-from .settings_view import SettingsSection, masked_settings, settings_sections
+from .settings_view import SettingsSection, documented, masked_settings, settings_sections
 from .store import ConsoleConflictError, FoundTurn, SessionRow
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "TurnPage",
     "TurnSearch",
     "chat_of_key",
+    "documented",
     "masked_settings",
     "settings_sections",
     "trace_recall",

@@ -74,7 +74,7 @@ def documented(env_text: str) -> tuple[dict[str, str], dict[str, str]]:
     one-line description (the Chinese half of the first comment line above it)."""
     sections: dict[str, str] = {}
     descriptions: dict[str, str] = {}
-    section, block = OTHERS, []
+    section, block = OTHERS, list[str]()
     lines = env_text.splitlines()
     for index, line in enumerate(lines):
         stripped = line.strip()
@@ -101,9 +101,7 @@ def documented(env_text: str) -> tuple[dict[str, str], dict[str, str]]:
     return sections, descriptions
 
 
-def settings_sections(
-    rows: Sequence[tuple[str, str]], env_text: str
-) -> list[SettingsSection]:
+def settings_sections(rows: Sequence[tuple[str, str]], env_text: str) -> list[SettingsSection]:
     """``masked_settings`` rows in the sections and order of the commented ``env_text`` (the
     one place settings are described), with their descriptions; keys it does not name last,
     under 其他."""
