@@ -226,13 +226,14 @@ class MemoryConsole:
         key (the audit log): the chat client's names, else the person's newest stored name."""
         chats = {k: c for k in dict.fromkeys(session_keys) if (c := chat_of_key(k)) is not None}
         stored = await self._dialogues().session_names(list(chats))
-        lookup = self.names
-        asked = await asyncio.gather(*(lookup(*c) for c in chats.values())) if lookup else ()
-        told = dict(zip(chats, asked, strict=True)) if lookup else {}
+        told: dict[str, ChatNames] = {}
+        if self.names is not None:
+            asked = await asyncio.gather(*(self.names(*chat) for chat in chats.values()))
+            told = dict(zip(chats, asked, strict=True))
         return {
             key: ChatNames(
-                person=(told[key].person if key in told else None) or stored.get(key),
-                group=told[key].group if key in told else None,
+                person=told.get(key, ChatNames()).person or stored.get(key),
+                group=told.get(key, ChatNames()).group,
             )
             for key in chats
         }
