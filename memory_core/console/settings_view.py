@@ -3,6 +3,7 @@ sections of the commented ``.env.prod`` with the one-line description written th
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ def _shown(name: str, value: Any) -> str:
         return UNSET
     if isinstance(value, SecretStr) or _SECRET_NAME.search(name):
         return MASK
-    if isinstance(value, (set, frozenset)):
-        value = sorted(value, key=str)
+    if isinstance(value, (set, frozenset, list, tuple)):
+        # As .env.prod writes a list: JSON.
+        items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else list(value)
+        return json.dumps(items, ensure_ascii=False, default=str)
     return str(value)
 
 

@@ -40,3 +40,8 @@ def test_settings_follow_the_files_sections_and_a_key_it_does_not_name_comes_las
     shown = {k: (v, d) for s in sections for k, v, d in s.rows}
     assert shown["LLM_API_KEY"][1] == "聊天 API 密钥，用环境变量传入"
     assert settings_sections(rows, "")[0].title == OTHERS  # no file: one section, no texts
+
+
+def test_a_list_is_shown_as_env_prod_writes_it():
+    shown = dict(masked_settings({"superusers": {"99999"}, "nickname": ["小诗"], "port": 8080}))
+    assert shown == {"SUPERUSERS": '["99999"]', "NICKNAME": '["小诗"]', "PORT": "8080"}
