@@ -184,6 +184,7 @@ async def test_operator_edits_a_fact_and_the_debugger_uses_the_new_text(
     await go(browser, f"{console_wire.base}/session?key={ALICE}")
     row = browser.find_element(By.CSS_SELECTOR, "tr.memory")
     await click(row.find_element(By.TAG_NAME, "summary"))
+    full_shot(browser, "05-edit-open-1366", (1366, 768), first_screen=True)
     box = row.find_element(By.NAME, "text")
     box.clear()
     box.send_keys(EDITED_FACT)
