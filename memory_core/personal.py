@@ -26,6 +26,7 @@ from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
 from .lang.keywords import normalize
 from .models import Forgotten, MemoryTurn, generate_session_key
+from .storage.audit_log import PgAuditLogStore
 from .storage.database_handle import Transaction
 from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
@@ -138,7 +139,10 @@ async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
         by_kind = await distilled.delete_own(
             [m.id for m in rows], user_id=named.user_id, session_key=named.session_key
         )
-        fed = await forget_turns(tx, turns)
+        own = [memory_id for ids in by_kind.values() for memory_id in ids]
+        await tx.store(PgAuditLogStore).forget_items(memories=own)
+        fed = await forget_turns(tx, turns)  # the turns' own entries and their memories'
+        went = {kind: len(ids) for kind, ids in by_kind.items()}
         cached = fed.cached_answers
         if named.folded is not None:
             cached += await tx.store(PgAnswerCacheStore).delete_user_containing(
@@ -147,9 +151,9 @@ async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
     return Forgotten(
         dialogues=len(turns),
         bot_replies=sum(1 for t in turns if t.role == "assistant"),
-        facts=by_kind.get("facts", 0) + fed.facts,
-        preferences=by_kind.get("preferences", 0) + fed.preferences,
-        summaries=by_kind.get("summary", 0) + fed.summaries,
+        facts=went.get("facts", 0) + fed.facts,
+        preferences=went.get("preferences", 0) + fed.preferences,
+        summaries=went.get("summary", 0) + fed.summaries,
         cached_answers=cached,
     )
 

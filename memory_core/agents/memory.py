@@ -57,6 +57,17 @@ FOUND_CHATS = 20
 """The most chats ``find_people`` lists: a name is for picking one, not for listing everyone."""
 
 
+# How a forget's audit entry names what went (the operator reads it in Chinese).
+FORGOTTEN_ZH = {
+    "dialogues": "对话",
+    "bot_replies": "机器人的回复",
+    "facts": "事实",
+    "preferences": "偏好",
+    "summaries": "摘要",
+    "cached_answers": "缓存的回答",
+}
+
+
 class AgentRefusal(MemoryCoreError):
     """A call the memory will not carry out (bad arguments, an opted-out person); the text is
     what the calling agent is told."""
@@ -102,7 +113,7 @@ class AgentMemory:
         ]
         await self._audit(
             "recall", "query", None, user_id, group_id,
-            after=f"{query} → {len(turns)} turn(s), {len(facts)} fact(s)",
+            before=query, after=f"对话 {len(turns)} 条，事实 {len(facts)} 条",
         )  # fmt: skip
         return {
             "user_id": user_id,
@@ -176,7 +187,13 @@ class AgentMemory:
             }
             for chat in found
         ]
-        await self._audit("find", "people", None, None, None, after=f"{text} → {len(chats)}")
+        # One entry per chat found, in that chat's session: the name searched is forgotten with
+        # the person (``PgAuditLogStore.forget_scope``). A search that found no one keeps no
+        # text: the name may be someone's remembered later.
+        for chat in found:
+            await self._audit("find", "people", None, chat.user_id, chat.group_id, before=text)
+        if not found:
+            await self._audit("find", "people", None, None, None, after="0")
         return {"text": text, "chats": chats}
 
     async def forget(
@@ -208,11 +225,11 @@ class AgentMemory:
             "summaries": forgotten.summaries,
             "cached_answers": forgotten.cached_answers,
         }
-        what = ", ".join(f"{kind} {n}" for kind, n in went.items() if n) or "nothing"
-        named = f"memories {', '.join(map(str, chosen))}" if ids is not None else "the whole chat"
+        what = "、".join(f"{FORGOTTEN_ZH[kind]} {n} 条" for kind, n in went.items() if n)
+        named = "、".join(f"#{i}" for i in chosen) if ids is not None else "整个会话"
         await self._audit(
             "forget", "distilled" if ids is not None else "session", None, user_id, group_id,
-            before=named, after=what,
+            before=named, after=what or "没有可删的",
         )  # fmt: skip
         return {**went, "deferred": forgotten.deferred}
 
@@ -238,7 +255,6 @@ class AgentMemory:
         before: str | None = None,
         after: str | None = None,
     ) -> None:
-        # A search by name is of no one chat: its entry has no session.
         session_key = None if user_id is None else generate_session_key(user_id, group_id)
         entry = Audit(self.actor, action, kind, item_id, session_key, before, after)
         try:

@@ -14,8 +14,9 @@ from .service import (
     NameLookup,
     TurnPage,
     TurnSearch,
+    chat_of_key,
 )
-from .settings_view import masked_settings
+from .settings_view import SettingsSection, documented, masked_settings, settings_sections
 from .store import ConsoleConflictError, FoundTurn, SessionRow
 
 __all__ = [
@@ -32,8 +33,12 @@ __all__ = [
     "NameLookup",
     "RecallTrace",
     "SessionRow",
+    "SettingsSection",
     "TurnPage",
     "TurnSearch",
+    "chat_of_key",
+    "documented",
     "masked_settings",
+    "settings_sections",
     "trace_recall",
 ]

@@ -137,6 +137,17 @@ class ChatNames:
     group: str | None = None
 
 
+def chat_of_key(session_key: str) -> tuple[int, int | None] | None:
+    """The (user, group) of a stored session key (``models.generate_session_key``: ``[account/]
+    [group:]user``); ``None`` for what is not one."""
+    chat = session_key.rpartition("/")[2]
+    group, colon, user = chat.rpartition(":")
+    try:
+        return int(user), int(group) if colon else None
+    except ValueError:
+        return None
+
+
 # Asks the chat client for the names of (user, group) — the plugin passes one in when the bot
 # is connected; the console falls back to the names stored with the turns.
 NameLookup = Callable[[int, int | None], Awaitable[ChatNames]]
@@ -209,6 +220,23 @@ class MemoryConsole:
             return [ChatNames() for _ in listed]
         lookup = self.names
         return list(await asyncio.gather(*(lookup(a.user_id, a.group_id) for a in listed)))
+
+    async def chat_names(self, session_keys: Sequence[str]) -> dict[str, ChatNames]:
+        """What each session's person and group are called, for pages that list sessions by
+        key (the audit log): the chat client's names, else the person's newest stored name."""
+        chats = {k: c for k in dict.fromkeys(session_keys) if (c := chat_of_key(k)) is not None}
+        stored = await self._dialogues().session_names(list(chats))
+        told: dict[str, ChatNames] = {}
+        if self.names is not None:
+            asked = await asyncio.gather(*(self.names(*chat) for chat in chats.values()))
+            told = dict(zip(chats, asked, strict=True))
+        return {
+            key: ChatNames(
+                person=told.get(key, ChatNames()).person or stored.get(key),
+                group=told.get(key, ChatNames()).group,
+            )
+            for key in chats
+        }
 
     async def session(self, session_key: str) -> SessionRow | None:
         """The session, if it holds turns or distilled memories."""
@@ -444,9 +472,11 @@ class MemoryConsole:
         bin_id = await tx.store(PgRecycleBinStore).to_bin(
             kind, taken, deleted_by=actor, purge_after=now + keep
         )
-        await tx.store(PgAuditLogStore).write_audit(
-            Audit(actor, "delete", kind, item_id, session_key, before_text=taken.summary)
-        )
+        # The text lives on in the bin alone (restorable there, purged with it): the log's
+        # entries about the item lose theirs, and the delete's own entry holds none.
+        audit = tx.store(PgAuditLogStore)
+        await audit.forget_items(**{"turns" if kind == "turn" else "memories": [item_id]})
+        await audit.write_audit(Audit(actor, "delete", kind, item_id, session_key))
         return bin_id
 
     async def delete_many(

@@ -194,7 +194,7 @@ def test_the_console_marks_what_was_read_off_a_picture(plugin: Any):
     shown = marked_text("看<b>这个</b>[图片：文字 取件码8848 <script>] 和 [图片]")
     assert shown == (
         "看&lt;b&gt;这个&lt;/b&gt;"
-        '<mark class="derived" title="机器从图片中读出的文字">🖼[图片：文字 取件码8848 '
+        '<mark class="derived" title="机器从图片中读出的文字">[图片：文字 取件码8848 '
         "&lt;script&gt;]</mark> 和 [图片]"
     )
     assert marked_text("[提示：明天开会]") == "[提示：明天开会]"  # typed, not read

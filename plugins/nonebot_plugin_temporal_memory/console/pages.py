@@ -15,6 +15,7 @@ from pathlib import Path
 from time import monotonic as time_now
 from urllib.parse import parse_qs, urlencode
 
+from nonebot import get_driver
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -35,15 +36,17 @@ from memory_core.console import (
     MemoryConsole,
     TurnPage,
     TurnSearch,
+    documented,
     masked_settings,
+    settings_sections,
     trace_recall,
 )
 
 from ..runtime import Runtime, RuntimeNotReady, get_runtime
-from . import admin_views, memory_views, views
+from . import admin_views, log_views, memory_views, views
 from .access import COOKIE, ConsoleAccess, ConsoleSession, client_of, cross_site
 from .markup import Markup
-from .qq_names import connected_accounts, qq_names
+from .qq_names import connected_accounts, group_titles, qq_names
 
 log = logging.getLogger("nonebot_plugin_temporal_memory.console")
 
@@ -78,6 +81,17 @@ class Context:
 
     def with_message(self, *, notice: str = "", error: str = "") -> views.Page:
         return views.Page(tz=self.page.tz, csrf=self.page.csrf, notice=notice, error=error)
+
+
+def env_file_text() -> str:
+    """The commented settings file NoneBot read at start-up (``.env.{ENVIRONMENT}`` in the
+    directory the bot runs in): the settings page's sections and descriptions. Empty when
+    there is none (a project that sets everything in its environment)."""
+    path = Path.cwd() / f".env.{get_driver().env}"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def html(page: Markup, status: int = 200) -> HTMLResponse:
@@ -377,11 +391,17 @@ class ConsoleApp:
         key = request.query_params.get("key", "")
         items = await ctx.console.recycle_bin(key or None)
         page = ctx.with_message(notice=request.query_params.get("notice", "")[:200])
-        return html(admin_views.bin_page(page, items, key))
+        names = await ctx.console.chat_names([key, *(b.session_key for b in items)])
+        return html(log_views.bin_page(page, items, key, names))
 
     async def audit(self, request: Request, ctx: Context) -> Response:
         number = _page(request.query_params.get("page"))
-        return html(admin_views.audit_page(ctx.page, await ctx.console.audit_log(number), number))
+        entries = await ctx.console.audit_log(number)
+        # Sessions and groups by name, not by key or number.
+        names = await ctx.console.chat_names([e.session_key for e in entries if e.session_key])
+        switched = [e.target_id for e in entries if e.target_kind == "group" and e.target_id]
+        groups = await group_titles(switched)
+        return html(log_views.audit_page(ctx.page, entries, number, names, groups))
 
     async def debug(self, request: Request, ctx: Context) -> Response:
         # The message comes in a POST: a query string would put it in the access log.
@@ -414,20 +434,28 @@ class ConsoleApp:
             )
         if not at.strip():
             at = f"{now.astimezone(tz):%Y-%m-%dT%H:%M}"
+        named = await ctx.console.chat_names([trace.session_key] if trace else [])
         return html(
             admin_views.debug_page(
-                page, user=user, group=group, message=message, at=at, trace=trace
+                page, user=user, group=group, message=message, at=at, trace=trace, names=named
             )
         )
 
     async def settings(self, request: Request, ctx: Context) -> Response:
         rt = ctx.runtime
-        rows = masked_settings(rt.settings, rt.config)
+        env_text = env_file_text()
+        # NoneBot's own keys of the file (HOST, SUPERUSERS, …) as NoneBot read them.
+        nonebot = get_driver().config
+        own = {k: getattr(nonebot, k.lower(), None) for k in documented(env_text)[0]}
+        rows = masked_settings(rt.settings, rt.config, {k: v for k, v in own.items() if v})
+        sections = settings_sections(rows, env_text)
+        groups = await ctx.console.group_switches()
         return html(
             admin_views.settings_page(
                 ctx.with_message(notice=request.query_params.get("notice", "")[:200]),
-                rows,
-                await ctx.console.group_switches(),
+                sections,
+                groups,
+                await group_titles(g.group_id for g in groups),
             )
         )
 

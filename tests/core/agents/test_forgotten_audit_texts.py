@@ -43,3 +43,34 @@ async def test_forgetting_a_person_clears_their_audit_texts_and_keeps_everyone_e
     assert [action for _, action, _ in mine] == ["recall", "remember", "remember"]
     assert all(text is None for _, _, text in mine), mine
     assert (str(OTHER), "remember", "我的车牌是浙A12345") in texts
+
+
+async def test_a_search_by_name_is_forgotten_with_the_person_found(memory_factory):
+    memory = await memory_factory()
+    agent = agent_of(memory)
+    await agent.remember(ME, "我喜欢爬山", name="爱丽丝")
+    await agent.remember(ME, "群里也说说", group_id=GROUP, name="爱丽丝")
+    await agent.remember(OTHER, "我喜欢游泳", name="鲍勃")
+
+    found = await agent.find_people("爱丽")
+    assert {(c["user_id"], c["group_id"]) for c in found["chats"]} == {(ME, None), (ME, GROUP)}
+    await agent.find_people("鲍勃")
+    await agent.find_people("没有这个人")
+
+    def searched(texts: list[tuple[str, str, str | None]]) -> list[str]:
+        return [key for key, action, _ in texts if action == "find"]
+
+    entries = await memory.database.store(PgAuditLogStore).audit_log(100, 0)
+    finds = {(e.session_key, e.before_text) for e in entries if e.action == "find"}
+    # One entry per chat found, in that chat; a search that found no one keeps no text.
+    assert finds == {
+        (str(ME), "爱丽"), (f"{GROUP}:{ME}", "爱丽"), (str(OTHER), "鲍勃"), (None, None),
+    }  # fmt: skip
+    assert not any("没有这个人" in str(e) for e in entries)
+
+    await memory.forget(ForgetScope(user_id=ME))
+
+    entries = await memory.database.store(PgAuditLogStore).audit_log(100, 0)
+    assert not any("爱丽" in (e.before_text or "") + (e.after_text or "") for e in entries)
+    assert (str(OTHER), "鲍勃") in {(e.session_key, e.before_text) for e in entries}
+    assert len(searched(await audit_texts(memory))) == 4  # the entries stay, without the name

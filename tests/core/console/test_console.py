@@ -674,3 +674,24 @@ async def test_meaning_search_of_a_model_without_a_floor_shows_every_turn_and_sa
     assert (len(found.items), found.total, found.floor) == (3, 3, None)
     keyword = await console.search_turns(str(ALICE), TurnSearch(text="旺财"))
     assert keyword.total == 2 and keyword.floor is None
+
+
+async def test_sessions_listed_by_key_are_named_by_the_client_else_by_their_stored_name(
+    memory_factory,
+):
+    from memory_core.console import ChatNames
+
+    memory = await memory_factory()
+    await _seed(memory)
+
+    async def client(user_id: int, group_id: int | None) -> ChatNames:
+        return ChatNames(group="狗友群") if group_id == GROUP else ChatNames()
+
+    keys = [str(ALICE), f"{GROUP}:{BOB}", "not a chat", f"{GROUP}:{BOB}"]
+    named = await MemoryConsole(memory, names=client).chat_names(keys)
+    assert named == {
+        str(ALICE): ChatNames(person="阿丽"),
+        f"{GROUP}:{BOB}": ChatNames(person="波波", group="狗友群"),
+    }
+    unasked = await MemoryConsole(memory).chat_names([f"{GROUP}:{ALICE}"])
+    assert unasked == {f"{GROUP}:{ALICE}": ChatNames(person="丽丽")}
