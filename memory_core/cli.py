@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from dotenv import dotenv_values
 
 from .accounts import serving
-from .dashboard import connection_of, dashboard_zh
+from .console.dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
 from .models import MemoryTurn, RecallResult, TurnInput
 from .recall.options import RecallOptions

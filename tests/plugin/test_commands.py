@@ -466,7 +466,7 @@ def stopped_clock(runtime, monkeypatch):
 
 
 async def expected_dashboard(runtime: Any) -> str:
-    from memory_core.dashboard import Connection, DatabaseState, dashboard_zh
+    from memory_core.console.dashboard import Connection, DatabaseState, dashboard_zh
 
     connection = Connection(
         database=DatabaseState.CONNECTED,

@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
 from nonebot.log import logger
 
-from memory_core import (
+from memory_core import MemoryCoreError
+from memory_core.console import (
     Connection,
-    MemoryCoreError,
     chat_calls_zh,
     connection_of,
     dashboard_zh,

@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
 from nonebot.log import logger
 
-from memory_core import MemoryCoreError, MemoryTurn, RecallListing, list_recall, relative_time_zh
+from memory_core import MemoryCoreError, MemoryTurn, RecallListing, list_recall
+from memory_core.console import relative_time_zh
 
 from ..intake import group_id_of
 from ..messaging import quoted
