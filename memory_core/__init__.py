@@ -82,6 +82,7 @@ from .settings import MemorySettings, settings_from_mapping, validation_problems
 from .stages import clocked, stage
 from .stats import MemoryStats
 from .time_bounds import time_problem
+from .unknown_settings import unknown_settings
 from .wiring import ChatBot, open_chat_bot, open_memory
 
 __all__ = [
@@ -160,5 +161,6 @@ __all__ = [
     "stage",
     "switch_group_memory",
     "time_problem",
+    "unknown_settings",
     "validation_problems",
 ]

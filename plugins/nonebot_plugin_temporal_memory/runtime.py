@@ -1,6 +1,7 @@
 """The plugin's resources: opened in ``driver.on_startup``, closed in ``on_shutdown``."""
 
 import logging
+import os
 import signal
 import threading
 from datetime import datetime, timezone
@@ -25,6 +26,7 @@ from memory_core import (
     PicturesOff,
     TemporalMemory,
     open_chat_bot,
+    unknown_settings,
 )
 
 from .config import Config, bot_name_from, memory_settings_from_config
@@ -150,6 +152,11 @@ def checked_configuration() -> tuple[Config, MemorySettings]:
         invalid.append(exc)
     if invalid:
         raise settings_refusal(*invalid)
+    # NoneBot hands over only the keys of its .env files; one set in the environment alone is
+    # read from there (a removed key left in a service file is as ignored as one in .env.prod).
+    keys = [*driver.config.model_dump(), *os.environ]
+    if (ignored := unknown_settings(keys, others=Config.model_fields)) is not None:
+        logger.warning(f"TemporalMemory: {ignored}")
     for warning in check_access_token(get_plugin_config(OneBotConfig).onebot_access_token):
         logger.warning(warning)
     mcp_token = config.memory_mcp_token
