@@ -1,7 +1,8 @@
 """One background round-runner for every loop of the core: the durable-queue workers
 (evaluation, extraction) and the memory's maintenance (reconnect, spool, backfills), and the
-daily steps that maintenance runs (the purge of expired rows, the distilled upkeep): the core
-owns time, whatever front end (the bot, ``python -m memory_core mcp``) opened the memory."""
+steps that maintenance runs (daily: the purge of expired rows, the distilled upkeep; every
+minute: the picture reader's retries): the core owns time, whatever front end (the bot,
+``python -m memory_core mcp``) opened the memory."""
 
 from __future__ import annotations
 
@@ -128,19 +129,44 @@ class DailyStep:
     on_start: bool = False
 
 
+@dataclass(frozen=True)
+class RepeatedStep:
+    """A named step of the maintenance round, due at the first round after start and then
+    ``every`` after it last ran (at the first round after that: rounds come at least every
+    maintenance interval)."""
+
+    name: str
+    run: Callable[[], Awaitable[object]]
+    every: timedelta
+
+
+Step = DailyStep | RepeatedStep
+
+
 class DailySchedule:
-    """When each daily step is next due, in zone ``tz``. The maintenance round calls
+    """When each step is next due, in zone ``tz``. The maintenance round calls
     :meth:`run_due` (a test calls it with the moment it pretends it is: no timer to race).
     A late round runs a step once, however many of its times it missed."""
 
-    def __init__(self, steps: Sequence[DailyStep], tz: tzinfo, now: datetime | None = None) -> None:
-        self._steps = tuple(steps)
+    def __init__(self, steps: Sequence[Step], tz: tzinfo, now: datetime | None = None) -> None:
+        self._steps: list[Step] = []
         self._tz = tz
-        now = now or datetime.now(timezone.utc)
-        self._next = {s.name: now if s.on_start else self._following(s, now) for s in steps}
+        self._next: dict[str, datetime] = {}
+        for step in steps:
+            self.add(step, now)
 
-    def _following(self, step: DailyStep, now: datetime) -> datetime:
-        """The first ``step.at`` after ``now``."""
+    def add(self, step: Step, now: datetime | None = None) -> None:
+        """One more step: a part built after the memory adds its own (the picture reader's
+        retries, ``open_chat_bot``)."""
+        now = now or datetime.now(timezone.utc)
+        first = isinstance(step, RepeatedStep) or step.on_start
+        self._steps.append(step)
+        self._next[step.name] = now if first else self._following(step, now)
+
+    def _following(self, step: Step, now: datetime) -> datetime:
+        """The first ``step.at`` after ``now``; a repeated step's next time."""
+        if isinstance(step, RepeatedStep):
+            return now + step.every
         local = now.astimezone(self._tz)
         at = datetime.combine(local.date(), step.at, tzinfo=self._tz)
         if at <= local:
@@ -155,19 +181,24 @@ class DailySchedule:
         A step that fails is logged and tried again ``STEP_RETRY`` later; the others run."""
         now = now or datetime.now(timezone.utc)
         ran = []
-        for step in self._steps:
+        for step in tuple(self._steps):
             if self._next[step.name] > now:
                 continue
             try:
                 await step.run()
             except MemoryCoreError as exc:
                 log.warning("%s postponed: %s", step.name, exc)
-                self._next[step.name] = now + STEP_RETRY
+                self._next[step.name] = now + _retry_after(step)
                 continue
             except Exception as exc:
                 log.error("%s failed", step.name, exc_info=exc)
-                self._next[step.name] = now + STEP_RETRY
+                self._next[step.name] = now + _retry_after(step)
                 continue
             self._next[step.name] = self._following(step, now)
             ran.append(step.name)
         return ran
+
+
+def _retry_after(step: Step) -> timedelta:
+    """How long after a failure a step is tried again: a repeated step at its next time."""
+    return min(step.every, STEP_RETRY) if isinstance(step, RepeatedStep) else STEP_RETRY

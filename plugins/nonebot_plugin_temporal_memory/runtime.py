@@ -175,7 +175,7 @@ async def open_runtime() -> None:
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)
     # An unreachable database is not fatal: turns are spooled and written once it is back.
     try:
-        bot = await open_chat_bot(settings, bot_name=bot_name)
+        bot = await open_chat_bot(settings, bot_name=bot_name, locate_stored=stored_locator)
     except ConfigError as exc:  # e.g. EMBEDDING_DIM against the model, LLM_BASE_URL no URL
         await end_start_up(settings_refusal(exc))
     memory, chat_model = bot.memory, bot.chat_model
@@ -188,7 +188,6 @@ async def open_runtime() -> None:
         bot_name=bot_name,
         pictures=bot.pictures,
     )
-    _Holder.runtime.pictures.start_retries(stored_locator)
     logger.info(f"TemporalMemory plugin from {PLUGIN_DIR}, core from {CORE_DIR}")
     logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
     logger.info(f"TemporalMemory database: {memory.database_description}")
