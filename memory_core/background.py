@@ -20,15 +20,29 @@ Failures = tuple[type[Exception], ...]
 log = logging.getLogger(__name__)
 
 
+# After a failed round a resting loop waits FIRST_REST, twice as long after each further failure
+# in a row, up to its interval: a database back after a blip (a restart, a failover) is taken
+# up within seconds, not an interval later (30 s for the maintenance, every message meanwhile
+# answered without memory), and a long outage still costs one attempt (one log line) an
+# interval.
+FIRST_REST = 1.0
+
+
+def rest_after(failures: int, interval: float) -> float:
+    """The rest after the ``failures``-th failed round in a row (``failures`` >= 1)."""
+    return min(interval, FIRST_REST * 2.0 ** min(failures - 1, 32))
+
+
 class RoundLoop:
     """Runs ``run_round`` when woken, or every ``interval`` seconds; never dies of an error.
 
     The work itself is durable (in the database, or the spool), so a failed round is only
     logged: the next round picks it up. ``postponed`` failures (the database or a provider
     away) are logged as one warning line, ``quiet`` ones at debug level (reported once
-    elsewhere), any other with its traceback. With ``rest_after_failure`` the loop waits a
-    whole ``interval`` after a failed round even if woken meanwhile: during an outage every
-    message wakes it, and one attempt per interval is enough.
+    elsewhere), any other with its traceback. With ``rest_after_failure`` the loop rests after
+    a failed round even if woken meanwhile (during an outage every message wakes it), then
+    tries again: ``FIRST_REST``, doubled after each further failure in a row, up to
+    ``interval``.
     """
 
     def __init__(
@@ -47,6 +61,7 @@ class RoundLoop:
         self._postponed = postponed
         self._quiet = quiet
         self._rest_after_failure = rest_after_failure
+        self._failures = 0  # failed rounds in a row
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -81,8 +96,12 @@ class RoundLoop:
                 await self._run_round()
             except Exception as exc:  # keep the loop alive; the work is durable
                 self._log_failure(exc)
+                self._failures += 1
                 if self._rest_after_failure:
-                    await asyncio.sleep(self._interval)
+                    await asyncio.sleep(rest_after(self._failures, self._interval))
+                    self._wake.set()  # its work is still due: tried again after the rest
+            else:
+                self._failures = 0
 
     def _log_failure(self, exc: Exception) -> None:
         if isinstance(exc, self._postponed):
