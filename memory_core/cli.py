@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from dotenv import dotenv_values
 
 from .accounts import serving
-from .dashboard import connection_of, dashboard_zh
+from .console.dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
 from .models import MemoryTurn, RecallResult, TurnInput
 from .recall.options import RecallOptions
@@ -41,9 +41,12 @@ from .transfer.importer import (
 )
 from .transfer.portable import export_lines
 from .transfer.target import ImportTarget
+from .unknown_settings import unknown_settings
 from .wiring import open_memory
 
 DEFER_INDEX_LINES = 20_000
+
+log = logging.getLogger(__name__)
 
 
 def load_settings(
@@ -55,6 +58,8 @@ def load_settings(
     values.update(environ)
     if data_dir:
         values["MEMORY_DATA_DIR"] = data_dir
+    if (ignored := unknown_settings(values)) is not None:
+        log.warning(ignored)
     return settings_from_mapping(values)
 
 

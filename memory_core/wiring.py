@@ -34,7 +34,7 @@ from .forgetting import Forgetting
 from .lang.indexed import text_form_for
 from .lang.tokens import TokenCounter, load_token_counter
 from .parts import MemoryParts
-from .pictures import PictureReader, PicturesOff, build_picture_reader
+from .pictures import PictureReader, PicturesOff, StoredLocator, build_picture_reader
 from .providers.embedding import Embedder, build_embedder
 from .providers.llm import ChatModel, build_chat_model
 from .providers.rerank import ApiReranker, build_reranker
@@ -296,11 +296,14 @@ class ChatBot:
         await self.memory.aclose()
 
 
-async def open_chat_bot(settings: MemorySettings, *, bot_name: str) -> ChatBot:
+async def open_chat_bot(
+    settings: MemorySettings, *, bot_name: str, locate_stored: StoredLocator | None = None
+) -> ChatBot:
     """Open the memory (an unreachable database is not fatal: turns are spooled) and build
-    the chat model, the engine and the picture reader on it. ``ConfigError`` when a setting
-    cannot work (``EMBEDDING_DIM`` against the model, an ``LLM_BASE_URL`` that is no URL);
-    nothing is left open then."""
+    the chat model, the engine and the picture reader on it, whose retries the memory's
+    maintenance runs (``locate_stored``: where a stored picture without a URL is, the front
+    end's client). ``ConfigError`` when a setting cannot work (``EMBEDDING_DIM`` against the
+    model, an ``LLM_BASE_URL`` that is no URL); nothing is left open then."""
     memory = await open_memory(settings, require_database=False)
     try:
         chat_model = build_chat_model(settings)
@@ -314,5 +317,7 @@ async def open_chat_bot(settings: MemorySettings, *, bot_name: str) -> ChatBot:
         bot_name=bot_name,
         usage=chat_model.usage if chat_model is not None else None,
     )
-    pictures = build_picture_reader(settings, memory, engine.traffic)
+    pictures = build_picture_reader(settings, memory, engine.traffic, locate_stored)
+    for step in pictures.background_steps():
+        memory.daily.add(step)
     return ChatBot(memory, engine, chat_model, pictures)

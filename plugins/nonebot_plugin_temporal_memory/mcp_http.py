@@ -27,8 +27,8 @@ from starlette.types import Receive, Scope, Send
 
 from memory_core.agents import AgentMemory, HttpSessions, http_sessions
 
-from .body_limit import MAX_REQUEST_BYTES
 from .config import Config
+from .guards.body_limit import MAX_REQUEST_BYTES
 from .listener import is_loopback
 from .runtime import get_runtime
 from .startup_checks import MIN_MCP_TOKEN_CHARS

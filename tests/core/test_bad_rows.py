@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memory_core.dashboard import storage_section
+from memory_core.console.dashboard import storage_section
 from memory_core.dialogue.bad_rows import usable_time
 from memory_core.dialogue.recall_store import PgRecallStore
 from memory_core.dialogue.time_references import TimeReferenceBackfill

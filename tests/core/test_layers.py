@@ -90,8 +90,9 @@ def test_no_package_below_the_facade_imports_service_py() -> None:
 
 
 # The layers above the core: the operator's console and the agents' MCP server (which audits
-# its calls in the console's log), each a public face of its own.
-ABOVE_THE_CORE = ("memory_core.console", "memory_core.agents")
+# its calls in the console's log), each a public face of its own; and the command line, a front
+# end like the plugin (its ``stats`` prints the console's /memstat dashboard).
+ABOVE_THE_CORE = ("memory_core.console", "memory_core.agents", "memory_core.cli")
 
 
 def test_nothing_below_the_layers_above_the_core_imports_console() -> None:
@@ -145,3 +146,21 @@ def test_the_plugin_uses_only_the_cores_public_names() -> None:
                 inner += [a.name for a in node.names if a.name.startswith("memory_core.")]
     assert inner == []
     assert unlisted == []
+
+
+def test_the_cores_face_lists_no_presentation() -> None:
+    """What people read (the /memstat dashboard, Chinese labels and times) is presented by the
+    console's face, not listed among the core's nouns."""
+    import memory_core
+    import memory_core.console
+    from memory_core.console import dashboard
+
+    shown = {
+        n
+        for n in dir(dashboard)
+        if getattr(getattr(dashboard, n), "__module__", "") == dashboard.__name__
+    }
+    chinese = [n for n in memory_core.__all__ if n.lower().endswith("_zh") or "_ZH" in n]
+    assert chinese == []
+    assert sorted(shown & set(memory_core.__all__)) == []
+    assert {"dashboard_zh", "relative_time_zh", "CATEGORY_ZH"} <= set(memory_core.console.__all__)

@@ -175,10 +175,10 @@ async def test_forget_in_private_chat_uses_the_chinese_alias_and_can_be_cancelle
 
 
 async def test_confirmation_expires(app: App, runtime, model, monkeypatch):
-    from nonebot_plugin_temporal_memory import commands
+    from nonebot_plugin_temporal_memory.commands import forget
 
     await seed(runtime)
-    monkeypatch.setattr(commands, "CONFIRM_TIMEOUT", 0.05)
+    monkeypatch.setattr(forget, "CONFIRM_TIMEOUT", 0.05)
     await run(
         app,
         (
@@ -427,7 +427,7 @@ async def test_confirmation_belongs_to_the_person_who_asked(app: App, runtime):
 
 
 def test_answers_are_read_as_one_word(plugin: Any) -> None:
-    from nonebot_plugin_temporal_memory.commands import answer_kind
+    from nonebot_plugin_temporal_memory.commands.forget import answer_kind
 
     for yes in ("确认", "确定。", " 确认！", "\u3000确定\u3000", "确认~", "确定?!", "确认，"):
         assert answer_kind(yes) == "yes", yes
@@ -439,7 +439,7 @@ def test_answers_are_read_as_one_word(plugin: Any) -> None:
 
 def test_forget_targets_parse(plugin: Any) -> None:
     from memory_core.models import ForgetScope
-    from nonebot_plugin_temporal_memory.commands import parse_forget_target
+    from nonebot_plugin_temporal_memory.commands.forget import parse_forget_target
 
     assert parse_forget_target(["all"]) == (ForgetScope(everything=True), "所有人")
     assert parse_forget_target(["用户", "123"]) == (
@@ -459,14 +459,14 @@ MEMSTAT_NOW = datetime(2026, 11, 30, 14, 5, tzinfo=timezone.utc)  # 22:05 in Sha
 
 @pytest.fixture
 def stopped_clock(runtime, monkeypatch):
-    from nonebot_plugin_temporal_memory import commands
+    from nonebot_plugin_temporal_memory.commands import memstat
 
-    monkeypatch.setattr(commands, "now_utc", lambda: MEMSTAT_NOW)
+    monkeypatch.setattr(memstat, "now_utc", lambda: MEMSTAT_NOW)
     runtime.started_at = MEMSTAT_NOW - timedelta(hours=3, minutes=7)
 
 
 async def expected_dashboard(runtime: Any) -> str:
-    from memory_core.dashboard import Connection, DatabaseState, dashboard_zh
+    from memory_core.console.dashboard import Connection, DatabaseState, dashboard_zh
 
     connection = Connection(
         database=DatabaseState.CONNECTED,
@@ -592,7 +592,7 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
 
 
 async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
-    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
+    from nonebot_plugin_temporal_memory.commands.recall import RECALL_USAGE
 
     await seed(runtime)
     await run(
@@ -777,7 +777,7 @@ ANY_TEXT = _AnyText()
 
 
 def test_recall_args_parse(plugin: Any) -> None:
-    from nonebot_plugin_temporal_memory.commands import parse_recall_args
+    from nonebot_plugin_temporal_memory.commands.recall import parse_recall_args
 
     parsed = parse_recall_args("--user 5 猫 --group=7 的名字")
     assert (parsed.query, parsed.user_id, parsed.group_id, parsed.private) == (
@@ -830,7 +830,7 @@ async def test_an_argument_at_the_limit_is_still_the_commands(app: App, runtime)
 
 
 async def test_group_command_answers_quote_the_command(app: App, runtime):
-    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
+    from nonebot_plugin_temporal_memory.commands.recall import RECALL_USAGE
 
     answers = {
         "/remember 我的生日是五月三日": "记住了，这条会一直保留。",

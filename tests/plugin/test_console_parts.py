@@ -84,7 +84,7 @@ def test_the_headline_names_each_degraded_part_and_is_green_when_none_is(plugin:
     from zoneinfo import ZoneInfo
 
     from memory_core.console import DailyFigures, Headline
-    from memory_core.dashboard import Connection, DatabaseState
+    from memory_core.console.dashboard import Connection, DatabaseState
     from nonebot_plugin_temporal_memory.console.admin_views import BotStatus, headline_row
     from nonebot_plugin_temporal_memory.console.views import Page
 

@@ -36,7 +36,7 @@ async def recalled(runtime: Any, user: int, group: int | None) -> set[str]:
 async def test_members_see_the_state_and_only_owners_admins_or_superusers_switch_it(
     app: App, runtime
 ):
-    from nonebot_plugin_temporal_memory.group_sharing import SHARE_USAGE, SHARED_ON
+    from nonebot_plugin_temporal_memory.commands.group_sharing import SHARE_USAGE, SHARED_ON
 
     await seed(runtime)
     await run(
@@ -62,7 +62,7 @@ async def test_members_see_the_state_and_only_owners_admins_or_superusers_switch
 
 
 async def test_switching_sharing_widens_and_narrows_recall_in_that_group_only(app: App, runtime):
-    from nonebot_plugin_temporal_memory.group_sharing import SHARED_OFF, SHARED_ON
+    from nonebot_plugin_temporal_memory.commands.group_sharing import SHARED_OFF, SHARED_ON
 
     await seed(runtime)  # another member of GROUP said 我的鱼叫泡泡
     assert "我的鱼叫泡泡" not in await recalled(runtime, USER, GROUP)

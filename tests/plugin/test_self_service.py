@@ -666,7 +666,7 @@ async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_n
         USER, GROUP, source_turn_ids=list(ids.values()), stated_at=THEN - timedelta(days=1),
     )  # fmt: skip
     from memory_core.personal import known_about
-    from nonebot_plugin_temporal_memory.self_service import listings
+    from nonebot_plugin_temporal_memory.commands.self_service import listings
 
     shown = await known_about(runtime.memory, USER, GROUP)
     assert [m.content for m in shown] == ["用户住在杭州", "用户对花生过敏", "用户不能吃花生酱"]

@@ -14,18 +14,18 @@ from memory_core import (
     RECALL_MS_TOTAL,
     RECALL_REPLIES,
     RECALL_SLOW,
-    Connection,
-    DatabaseState,
-    band_label,
-    uptime_zh,
 )
 from memory_core.console import (
     ChatNames,
+    Connection,
     DailyFigures,
+    DatabaseState,
     GroupSwitches,
     Headline,
     RecallTrace,
     SettingsSection,
+    band_label,
+    uptime_zh,
 )
 
 from .charts import Series, bar_chart

@@ -3,7 +3,7 @@ operator can tell it from what the person typed (``memory_core.pictures``)."""
 
 from __future__ import annotations
 
-from memory_core import DERIVED_LABEL
+from memory_core.console import DERIVED_LABEL
 
 from .markup import Markup, escape, join, render
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_core import CATEGORY_ZH, DistilledMemory, MemoryTurn, RetentionPolicy, band_label
-from memory_core.console import PAGE_SIZE, FoundTurn, SessionRow, TurnPage, TurnSearch
+from memory_core import DistilledMemory, MemoryTurn, RetentionPolicy
+from memory_core.console import (
+    CATEGORY_ZH,
+    PAGE_SIZE,
+    FoundTurn,
+    SessionRow,
+    TurnPage,
+    TurnSearch,
+    band_label,
+)
 
 from .derived import marked_text
 from .markup import Markup, join, render

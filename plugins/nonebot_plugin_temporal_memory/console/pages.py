@@ -21,21 +21,15 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from memory_core import (
-    RANGE_TEXT,
-    EmbeddingError,
-    InvalidTurnError,
-    MemoryCoreError,
-    connection_of,
-    is_failing,
-    time_problem,
-)
+from memory_core import EmbeddingError, InvalidTurnError, MemoryCoreError, is_failing, time_problem
 from memory_core.console import (
+    RANGE_TEXT,
     ConsoleConflictError,
     DailyFigures,
     MemoryConsole,
     TurnPage,
     TurnSearch,
+    connection_of,
     documented,
     masked_settings,
     settings_sections,

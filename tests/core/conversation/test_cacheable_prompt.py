@@ -10,11 +10,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memory_core.console.dashboard import prompt_cache_line
 from memory_core.context.block import time_key
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.conversation.prompt import NOTE_CLOSE, NOTE_OPEN
 from memory_core.conversation.window import SteppedWindow
-from memory_core.dashboard import prompt_cache_line
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import MemoryTurn
 from memory_core.providers.llm import PromptUsage

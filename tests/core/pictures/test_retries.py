@@ -226,3 +226,21 @@ async def test_a_picture_whose_ocr_worker_died_is_skipped_and_read_by_the_next_r
     assert (await rows_by_turn(memory))[stored.id]["status"] == "skipped"
     assert await reader.retry_skipped() == 1
     assert "取件码8848" in await content_of(memory, stored.id)
+
+
+async def test_the_memorys_maintenance_round_runs_the_retries_without_waiting_for_them(
+    memory_factory, reader_factory, server
+):
+    """The reader has no loop of its own: its retry round is a step of the memory's
+    maintenance (``open_chat_bot`` adds it), started beside the round, which goes on."""
+    memory, clock, reader = await opened(memory_factory, reader_factory, per_minute=1)
+    await spend_the_minute(memory, reader, server)
+    turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP, mid=2)
+    stored = await store_and_read(memory, reader, turn, refs)
+    [step] = reader.background_steps()
+    memory.daily.add(step)
+    clock.now += 61.0
+    await memory.maintenance_round()
+    await reader.settled()
+    assert "8848" in await content_of(memory, stored.id)
+    assert server.hits["/note.png"] == 1

@@ -2,12 +2,12 @@
 /不记我 and /记我; group admins: /群记忆 开|关.
 
 Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
-confirmation (``commands.ask_to_confirm``). Deleting an item takes what it came from too (the
+confirmation (``forget.ask_to_confirm``). Deleting an item takes what it came from too (the
 turns, the bot's replies repeating them; for a word every turn, summary and cached answer of
 this chat holding it: ``memory_core.personal.Named``), and the question says so first.
 Memories are shown to their person as ``你…`` (``addressed``); the stored text is unchanged.
 ``/忘记`` alone (this chat) and the superuser targets (``/forget user <QQ号>`` …) keep their
-meaning in ``commands.py``; a number or any other word after ``/忘记`` names items of the
+meaning in ``forget.py``; a number or any other word after ``/忘记`` names items of the
 person's own memory in this chat.
 """
 
@@ -45,20 +45,12 @@ from memory_core import (
     switch_group_memory,
 )
 
-from .command_dispatch import plugin_command
-from .commands import (
-    DB_DOWN,
-    ask_to_confirm,
-    chat_label,
-    confirmation_key,
-    handle_forget,
-    in_chat,
-    reply,
-    send_private_text,
-)
-from .intake import group_id_of
-from .messaging import send_text
-from .runtime import Runtime
+from ..intake import group_id_of
+from ..messaging import send_text
+from ..runtime import Runtime
+from .common import DB_DOWN, chat_label, in_chat, reply, send_private_text
+from .dispatch import plugin_command
+from .forget import ask_to_confirm, confirmation_key, handle_forget
 
 PAGE_SIZE = 10
 MAX_LISTINGS = 1000
@@ -66,7 +58,7 @@ LINE_CHARS = 60
 QUOTE_CHARS = 30  # a turn quoted in a question
 QUOTED_TURNS = 8  # at most this many turns are quoted; the rest are counted
 KIND_ZH = {"facts": "事实", "preferences": "偏好", "summary": "摘要"}
-# First words after /forget that belong to the superuser targets of commands.py.
+# First words after /forget that belong to the superuser targets of forget.py.
 SUPERUSER_WORDS = frozenset({"user", "用户", "group", "群", "all", "全部", "所有"})
 
 NOTHING_KNOWN = "我还没有记住关于你的事实或偏好。多聊几句，我会慢慢记住的。"

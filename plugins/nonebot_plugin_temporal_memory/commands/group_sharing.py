@@ -7,9 +7,9 @@ from nonebot.log import logger
 
 from memory_core import MemoryCoreError, SharingStatus
 
-from .command_dispatch import plugin_command
-from .commands import DB_DOWN, reply
-from .runtime import Runtime
+from ..runtime import Runtime
+from .common import DB_DOWN, reply
+from .dispatch import plugin_command
 from .self_service import read_group_switch
 
 SHARE_USAGE = (

@@ -13,20 +13,20 @@ from datetime import datetime, timedelta, tzinfo
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from .answer_cache.cache import CACHE_MISS, CACHE_REFUSED
-from .distill.stats import DistilledStats
-from .distill.worker import (
+from ..answer_cache.cache import CACHE_MISS, CACHE_REFUSED
+from ..distill.stats import DistilledStats
+from ..distill.worker import (
     DISTILLED_MERGED,
     DISTILLED_SUPERSEDED,
     EXTRACTION_FAILED,
     EXTRACTION_GIVEN_UP,
     EXTRACTION_OK,
 )
-from .providers.llm import OpenAIChatModel
-from .stats import GROUP_BOT, GROUP_USER, PRIVATE_BOT, PRIVATE_USER, MemoryStats
+from ..providers.llm import OpenAIChatModel
+from ..stats import GROUP_BOT, GROUP_USER, PRIVATE_BOT, PRIVATE_USER, MemoryStats
 
 if TYPE_CHECKING:
-    from .service import TemporalMemory
+    from ..service import TemporalMemory
 
 LINE_CHARS = 40
 BAR = "▇"
