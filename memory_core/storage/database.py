@@ -195,6 +195,10 @@ STATEMENT_TIMEOUT = 5.0
 bot runs for a message (a row, a session's recall) takes milliseconds, and a server silent
 this long is treated as gone (``pg.pooled`` drops the connection; a turn goes to the spool).
 Well inside the reply deadline, so a silent primary costs a reply seconds, not the reply."""
+# A pooled connection unused this long is closed (asyncpg's default: 300 s): each one is a
+# PostgreSQL backend of ~7 MB (its catalog caches and prepared statements), so after a busy
+# minute the pool shrinks back to one instead of holding ten for five minutes.
+IDLE_CONNECTION_LIFETIME = 60.0
 
 BULK_TIMEOUT = 600.0
 """Statements whose work grows with the data — deleting a person's or a session's memory,
@@ -322,6 +326,7 @@ async def create_pool(dsn: str, max_size: int = POOL_SIZE, **kwargs: Any) -> asy
             init=_init_connection,
             reset=_leave_session_as_is,
             command_timeout=STATEMENT_TIMEOUT,
+            max_inactive_connection_lifetime=IDLE_CONNECTION_LIFETIME,
             timeout=connect_timeout or 10,
             connect=connect,
             **kwargs,

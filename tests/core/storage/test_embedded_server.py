@@ -18,13 +18,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from memory_core import TemporalMemory, open_memory
 from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import TurnInput
 from memory_core.settings import MemorySettings
-from memory_core.storage.embedded_server import EmbeddedServer
+from memory_core.storage.embedded_server import (
+    SMALL_SERVER_FILE,
+    SMALL_SERVER_SETTINGS,
+    EmbeddedServer,
+    size_for_small_server,
+)
 from tests.fakes import HashingEmbedder
 from tests.pg_processes import (
     kill_postmaster,
@@ -274,3 +280,25 @@ async def test_another_process_still_using_the_server_keeps_it_running_after_our
             break
         await asyncio.sleep(0.1)
     assert postgres_processes(cluster) == []
+
+
+async def test_a_cluster_made_before_is_sized_for_a_small_server_at_its_next_start(cluster):
+    # As an older version left it: initdb's postgresql.conf alone (128 MB of shared buffers).
+    (cluster / SMALL_SERVER_FILE).unlink(missing_ok=True)
+    conf = cluster / "postgresql.conf"
+    kept = [line for line in conf.read_text().splitlines() if SMALL_SERVER_FILE not in line]
+    conf.write_text("\n".join(kept) + "\n")
+    server = EmbeddedServer(cluster)
+    dsn = await asyncio.to_thread(server.start)
+    try:
+        connection = await asyncpg.connect(dsn)
+        try:
+            shared_buffers = await connection.fetchval("SHOW shared_buffers")
+        finally:
+            await connection.close()
+    finally:
+        await asyncio.to_thread(server.stop)
+    size_for_small_server(cluster)  # a later start adds nothing twice
+
+    assert shared_buffers == SMALL_SERVER_SETTINGS["shared_buffers"]
+    assert conf.read_text().count(SMALL_SERVER_FILE) == 1
