@@ -19,7 +19,6 @@ from .conversation.engine import (
     Delivery,
     Outcome,
     SendText,
-    TurnRecorder,
     split_reply,
 )
 from .dashboard import (
@@ -151,7 +150,6 @@ __all__ = [
     "StoredLocator",
     "TemporalMemory",
     "TurnInput",
-    "TurnRecorder",
     "addressed",
     "band_label",
     "build_chat_model",

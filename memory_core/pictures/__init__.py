@@ -23,7 +23,7 @@ from .text import DERIVED_LABEL, derived_label, with_labels
 if TYPE_CHECKING:
     from ..settings import MemorySettings
     from ..traffic import ReplyTraffic
-    from .reader import PictureMemory
+    from ..parts import MemoryParts
 
 
 class PicturesOff:
@@ -50,13 +50,13 @@ class PicturesOff:
 
 
 def build_picture_reader(
-    settings: MemorySettings, memory: PictureMemory, traffic: ReplyTraffic | None = None
+    settings: MemorySettings, parts: MemoryParts, traffic: ReplyTraffic | None = None
 ) -> PictureReader | PicturesOff:
     """The reader ``MEMORY_IMAGE_*`` describe, or :class:`PicturesOff`; ``traffic``: the
     replies its reading yields to (the engine's)."""
     if not settings.memory_image_enabled:
         return PicturesOff()
-    return PictureReader.from_settings(settings, memory, traffic)
+    return PictureReader.from_settings(settings, parts, traffic)
 
 
 __all__ = [
