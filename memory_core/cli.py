@@ -143,28 +143,28 @@ async def run_import(
         )
 
     def show(turn: TurnInput) -> None:
-        print(_shown_turn(turn, memory.tz), file=out)
+        print(_shown_turn(turn, memory.parts.tz), file=out)
 
     async def run() -> ImportReport:
         options: dict[str, Any] = {"dry_run": args.dry_run, "progress": progress, "show": show}
         if target is not None:
             return await import_qq_text(
-                memory, path, target, chat=args.chat, encoding=args.encoding, **options
+                memory.parts, path, target, chat=args.chat, encoding=args.encoding, **options
             )
         if fmt == "chatrecorder":
-            return await import_chatrecorder(memory, source, **options)
-        return await import_json_file(memory, path, **options)
+            return await import_chatrecorder(memory.parts, source, **options)
+        return await import_json_file(memory.parts, path, **options)
 
     lines = 0 if args.dry_run or fmt == "chatrecorder" else _count_lines(path)
     if args.dry_run:
         report = await run()
     elif lines >= DEFER_INDEX_LINES:
         print(f"{lines} lines: vector indexes are rebuilt once at the end", file=err)
-        async with memory.vector_index_deferred():
+        async with memory.parts.upkeep.vector_index_deferred():
             report = await run()
     else:
         report = await run()
-        await memory.index_large_sessions()  # sessions this import took past the limit
+        await memory.parts.upkeep.index_large_sessions()  # sessions this import took past the limit
     print(file=err)
     if fmt != "chatrecorder":
         where = f"{path}:"
@@ -186,7 +186,7 @@ async def run_export(memory: TemporalMemory, args: argparse.Namespace, err: Text
     counts: Counter[str] = Counter()
     target = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     try:
-        async for line in export_lines(memory, sessions):
+        async for line in export_lines(memory.parts, sessions):
             counts[line["type"]] += 1
             target.write(json.dumps(line, ensure_ascii=False) + "\n")
     finally:
@@ -207,7 +207,7 @@ def turn_json(turn: MemoryTurn, memory: TemporalMemory) -> dict[str, Any]:
         "message_id": turn.message_id,
         "role": turn.role,
         "content": turn.content,
-        "created_at": turn.created_at.astimezone(memory.tz).isoformat(),
+        "created_at": turn.created_at.astimezone(memory.parts.tz).isoformat(),
         "user_id": turn.user_id,
         "group_id": turn.group_id,
     }
@@ -232,7 +232,9 @@ async def _recall(
         now=_parse_time(query.get("now"), now_field),
         context=tuple(context),
     )
-    result = await memory.recall(user_id, text, _optional_int(query, "group_id"), options)
+    result = await memory.parts.retriever.recall(
+        user_id, text, _optional_int(query, "group_id"), options
+    )
     return result, options.now
 
 
@@ -267,7 +269,7 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
         print(json.dumps(await recall_json(memory, query), ensure_ascii=False), file=out)
         return 0
     recalled, now = await _recall(memory, query, now_field="--now")
-    block = memory.format_block(recalled, now)
+    block = memory.parts.context_builder.format_block(recalled, now)
     print(block.text or "(没有相关记忆)", file=out)
     return 0
 
@@ -281,8 +283,8 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
             "by_chat_type_role": {f"{c}/{r}": n for (c, r), n in stats.store.by_type_role.items()},
             "sessions": stats.store.sessions,
             "bytes": stats.store.total_bytes,
-            "oldest": _shown(stats.store.oldest, memory.tz),
-            "newest": _shown(stats.store.newest, memory.tz),
+            "oldest": _shown(stats.store.oldest, memory.parts.tz),
+            "newest": _shown(stats.store.newest, memory.parts.tz),
             "pending_embeddings": stats.store.pending_embeddings,
             "spooled_turns": stats.spooled_turns,
             "dead_letters": stats.dead_letters,
@@ -311,11 +313,11 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
     else:
         # The same dashboard as /memstat, less the uptime of a running bot.
         distilled = await memory.distilled_stats(now)
-        settings = memory.settings
+        settings = memory.parts.settings
         connection = connection_of(
             memory, chat_model=settings.llm_model if settings.llm_configured else None
         )
-        print(dashboard_zh(stats, distilled, connection, now=now, tz=memory.tz), file=out)
+        print(dashboard_zh(stats, distilled, connection, now=now, tz=memory.parts.tz), file=out)
     return 0
 
 
@@ -326,9 +328,10 @@ async def run_reembed(memory: TemporalMemory, out: TextIO, err: TextIO) -> int:
         print(f"\rre-embedded {done}/{total}", end="", file=err)
 
     done = await memory.reembed(progress=progress)
+    embedder = memory.parts.embedder
     print(file=err)
     print(
-        f"re-embedded {done} rows with {memory.embedding_model} ({memory.embedding_dim}-d) "
+        f"re-embedded {done} rows with {embedder.model} ({embedder.dim}-d) "
         f"in {time.perf_counter() - started:.1f} s",
         file=out,
     )
@@ -458,7 +461,9 @@ async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
         settings, allow_model_change=args.command == "reembed", maintenance_interval=None
     )
     try:
-        namespace = "" if args.account is None else await memory.adopt_account(args.account)
+        namespace = (
+            "" if args.account is None else await memory.parts.writer.adopt_account(args.account)
+        )
         with serving(namespace):
             return await _run_command(memory, args)
     finally:

@@ -74,19 +74,19 @@ def connection_of(
     memory: TemporalMemory, *, chat_model: str | None, uptime: timedelta | None = None
 ) -> Connection:
     """The 连接 section's facts about ``memory``: reachable, writing, embedded or not."""
-    if not memory.connected:
+    if not memory.parts.database.connected:
         state = DatabaseState.DOWN
-    elif memory.write_trouble is not None:
+    elif memory.parts.writer.write_trouble is not None:
         state = DatabaseState.DEGRADED
     else:
         state = DatabaseState.CONNECTED
-    dsn = memory.settings.memory_dsn
+    dsn = memory.parts.settings.memory_dsn
     return Connection(
         database=state,
         embedded=not (dsn and dsn.get_secret_value()),
         chat_model=chat_model,
         uptime=uptime,
-        trouble=memory.write_trouble,
+        trouble=memory.parts.writer.write_trouble,
     )
 
 

@@ -3,37 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
-from datetime import datetime, timedelta, timezone
-from typing import Any
-
-import numpy as np
+from datetime import datetime, timedelta
 
 from .background import DailySchedule, DailyStep, RoundLoop
-from .context.block import LineBudget, MemoryBlock, build_memory_block
-from .dialogue.recall_store import PgRecallStore
-from .dialogue.upkeep import KEYWORD_BACKFILL_BATCH, Progress
-from .dialogue.upkeep_store import PgUpkeepStore
+from .dialogue.upkeep import Progress
 from .distill.keeper import MaintenanceReport
 from .distill.stats import DistilledStats, distilled_stats
 from .errors import DatabaseUnavailableError, EmbeddingError, StorageError
 from .evaluation.worker import PURGED
-from .lang.indexed import text_form_for
-from .models import (
-    AddOutcome,
-    ForgetScope,
-    Forgotten,
-    MemoryTurn,
-    RecalledMessage,
-    RecallResult,
-    Role,
-    TurnInput,
-    generate_session_key,
-)
 from .parts import MemoryParts
-from .recall.options import DEFAULT_RECALL, RecallOptions
 from .stats import MemoryStats, memory_stats
 from .storage.counters import PgCounterStore
 from .storage.database import (
@@ -80,9 +59,7 @@ class TemporalMemory:
         async with self._connect_lock:
             if parts.database.connected:
                 return
-            location = await locate_database(
-                parts.settings.external_dsn(), parts.embedded_server
-            )
+            location = await locate_database(parts.settings.external_dsn(), parts.embedded_server)
             await prepare_database(location.dsn)
             pool = await create_pool(location.dsn, parts.settings.memory_pool_size)
             try:
@@ -226,7 +203,9 @@ class TemporalMemory:
         past its time; returns how many rows, and counts them per day."""
         database = self.parts.database
         now, total = await self.parts.upkeep.purge_expired(now)
-        await database.store(PgCounterStore).bump(now.astimezone(self.parts.tz).date(), {PURGED: total})
+        await database.store(PgCounterStore).bump(
+            now.astimezone(self.parts.tz).date(), {PURGED: total}
+        )
         binned = await database.store(PgRecycleBinStore).purge_bin(now)
         log.info("purged %d expired memory row(s), %d from the recycle bin", total, binned)
         return total

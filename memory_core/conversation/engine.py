@@ -49,7 +49,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import Protocol
 
 from ..accounts import serving
 from ..answer_cache.store import CachedAnswer

@@ -21,9 +21,9 @@ from .segments import image_placeholder, is_sticker, picture_refs
 from .text import DERIVED_LABEL, derived_label, with_labels
 
 if TYPE_CHECKING:
+    from ..parts import MemoryParts
     from ..settings import MemorySettings
     from ..traffic import ReplyTraffic
-    from ..parts import MemoryParts
 
 
 class PicturesOff:

@@ -43,7 +43,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ..background import RoundLoop
 from ..errors import MemoryCoreError, PictureError

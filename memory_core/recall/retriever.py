@@ -1,5 +1,5 @@
 """Session-scoped recall: vector and keyword channels, time ranges, fusion, windows.
-``TemporalMemory.recall`` delegates here; ranking maths lives in ``ranking.py``."""
+Callers reach it as ``memory.parts.retriever``; ranking maths lives in ``ranking.py``."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ async def handle_help(bot: Bot, event: MessageEvent, _args: Message, runtime: Ru
 
 @dataclass
 class PendingForget:
-    """A /forget waiting for its "确认": of a ``scope`` (``TemporalMemory.forget``) or, for
+    """A /forget waiting for its "确认": of a ``scope`` (``Forgetting.forget``) or, for
     the self-service deletes, whatever ``action`` deletes. ``yes`` is the word it waits for
     (``确认``, which ``确定`` also answers, or ``CONFIRM_ALL``)."""
 
@@ -259,7 +259,7 @@ async def ask_to_confirm(
     nothing: str | None = None,
 ) -> None:
     """Ask ``question`` and wait for ``yes`` (``handle_confirm``) before deleting: ``scope``
-    through ``TemporalMemory.forget``, or whatever ``action`` deletes.
+    through ``Forgetting.forget``, or whatever ``action`` deletes.
 
     A ``scope`` is counted first, and the question names what will go by kind and count;
     when nothing would, the person is told so (``nothing``, or that nothing is stored) and
@@ -305,8 +305,8 @@ async def count_scope(
         if own_session:
             # After this person's messages still being answered, as the forget itself waits.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                return await runtime.memory.count_forget(scope)
-        return await runtime.memory.count_forget(scope)
+                return await runtime.memory.parts.forgetting.count_forget(scope)
+        return await runtime.memory.parts.forgetting.count_forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"counting a /forget failed: {exc}")
         return None
@@ -397,9 +397,9 @@ async def forget_now(
         elif request.own_session:
             # After this person's messages still being answered, so none survives the forget.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                forgotten = await runtime.memory.forget(scope)
+                forgotten = await runtime.memory.parts.forgetting.forget(scope)
         else:
-            forgotten = await runtime.memory.forget(scope)
+            forgotten = await runtime.memory.parts.forgetting.forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"/forget failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN + "这次没有删除任何记忆。")
@@ -494,7 +494,7 @@ def now_utc() -> datetime:
 
 async def memstat_text(runtime: Runtime) -> str:
     now = now_utc()
-    tz = runtime.memory.tz
+    tz = runtime.memory.parts.tz
     connection = bot_connection(runtime, now=now)
     try:
         stats = await runtime.memory.stats(now)
@@ -599,7 +599,9 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         # Inside the session: the messages sent before this command are stored by now, and
         # their embeddings (made in the background) are waited for, a few seconds at most.
         async with runtime.engine.session(user_id, group_id):
-            await runtime.memory.settle_embeddings(runtime.settings.embedding_store_deadline)
+            await runtime.memory.parts.writer.settle_embeddings(
+                runtime.settings.embedding_store_deadline
+            )
             now = datetime.now(timezone.utc)
             # The short list: the best relevant anchors alone; --full: what the prompt would
             # get, less what is not about the query.
@@ -631,7 +633,9 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         await _answer_recall(bot, event, runtime, text, privately=elsewhere)
         return
     if listing.windows is not None:
-        block = runtime.memory.format_block(listing.windows, now, asker=user_id)
+        block = runtime.memory.parts.context_builder.format_block(
+            listing.windows, now, asker=user_id
+        )
         lines = [f"与{asked}相关的对话（{where}，完整）："]
         if block.text:
             lines.append(block.text)
@@ -642,7 +646,7 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
             who = runtime.bot_name if turn.role == "assistant" else speaker
             if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
                 who = turn.sender_name or f"QQ {turn.user_id}"
-            when = relative_time_zh(turn.created_at, now, runtime.memory.tz)
+            when = relative_time_zh(turn.created_at, now, runtime.memory.parts.tz)
             lines.append(_matched_line(f"· {when} {who}：", turn.content, listing))
     if listing.facts:
         lines.append("事实（会提供给模型）：")

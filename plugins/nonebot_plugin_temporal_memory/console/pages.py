@@ -71,7 +71,7 @@ class Context:
 
     def __init__(self, runtime: Runtime, session: ConsoleSession, request: Request) -> None:
         self.runtime = runtime
-        self.console = MemoryConsole(runtime.memory, names=qq_names)
+        self.console = MemoryConsole(runtime.memory.parts, names=qq_names)
         self.session = session
         self.actor = f"控制台@{client_of(request)}"
         self.page = views.Page(tz=runtime.settings.tz, csrf=session.csrf)
@@ -286,7 +286,7 @@ class ConsoleApp:
             self._figures = (now, await ctx.console.daily_figures())
         figures = self._figures[1]
         runtime = ctx.runtime
-        retention = runtime.memory.retention
+        retention = runtime.memory.parts.retention
         bands = retention.band_names if retention else ()
         bin_size = await ctx.console.recycle_bin_size()
         status = admin_views.BotStatus(
@@ -369,7 +369,7 @@ class ConsoleApp:
                 memories=memories,
                 sources=sources,
                 pinned_memories={m.id for m, pinned in shown if pinned},
-                policy=ctx.runtime.memory.retention,
+                policy=ctx.runtime.memory.parts.retention,
             )
         )
 
