@@ -315,7 +315,7 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
         distilled = await memory.distilled_stats(now)
         settings = memory.parts.settings
         connection = connection_of(
-            memory, chat_model=settings.llm_model if settings.llm_configured else None
+            memory.parts, chat_model=settings.llm_model if settings.llm_configured else None
         )
         print(dashboard_zh(stats, distilled, connection, now=now, tz=memory.parts.tz), file=out)
     return 0

@@ -292,7 +292,7 @@ class ConsoleApp:
         status = admin_views.BotStatus(
             accounts=connected_accounts(),
             connection=connection_of(
-                runtime.memory,
+                runtime.memory.parts,
                 chat_model=runtime.settings.llm_model if runtime.chat_model else None,
             ),
             started_at=runtime.started_at,

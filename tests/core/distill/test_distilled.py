@@ -252,7 +252,7 @@ async def test_reembed_covers_distilled_rows(memory_factory, fresh_dsn, tmp_data
         assert await switched.parts.keeper.recall(1, None, "用户在哪上班", now=T0) == []
         assert await switched.reembed() == 1
         found = await switched.parts.keeper.recall(1, None, "用户在哪上班", now=T0)
-        assert [h.memory.parts.embedder.model for h in found] == ["test/other-model"]
+        assert [h.memory.embedding_model for h in found] == ["test/other-model"]
     finally:
         await switched.aclose()
 
