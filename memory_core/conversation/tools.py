@@ -125,7 +125,7 @@ class ChatScope:
 
 
 class ToolRecall(Protocol):
-    """What ``search_memory`` reads (``Retriever`` and ``TemporalMemory`` are)."""
+    """What ``search_memory`` reads (``Retriever`` is)."""
 
     @property
     def tz(self) -> ZoneInfo: ...
