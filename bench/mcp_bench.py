@@ -98,7 +98,9 @@ async def in_process(data_dir: Path, asked: list[str]) -> dict[str, dict[str, fl
         for chat, (user_id, group_id) in CHATS.items():
 
             async def cli(query: str, u: int = user_id, g: int | None = group_id) -> Any:
-                return await recall_json(memory, {"user_id": u, "group_id": g, "query": query})
+                return await recall_json(
+                    memory.parts, {"user_id": u, "group_id": g, "query": query}
+                )
 
             async def listing(query: str, u: int = user_id, g: int | None = group_id) -> Any:
                 now = datetime.now(timezone.utc)
