@@ -102,7 +102,7 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
     await resumed.aclose()
 
     # Once done, later starts have no walk to do.
-    assert not (await memory_factory()).upkeep.time_references.due
+    assert not (await memory_factory()).parts.upkeep.time_references.due
 
 
 async def test_the_maintenance_loop_fills_old_time_references_by_itself(memory_factory):
@@ -127,4 +127,4 @@ async def test_a_new_database_walks_once_and_rows_stored_after_it_are_filled_whe
     await memory.parts.writer.add_dialogues(turns())
     assert (await references(memory))["我明天上午十点要去体检"][0] is not None
     await memory.aclose()
-    assert not (await memory_factory()).upkeep.time_references.due
+    assert not (await memory_factory()).parts.upkeep.time_references.due
