@@ -118,7 +118,6 @@ async def measure(behaviour: str, messages: int) -> str:
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
             parts=memory.parts,
-            writer=memory,
             chat_model=model,
             bot_name="小忆",
             clock=lambda: clock[0],
@@ -129,9 +128,9 @@ async def measure(behaviour: str, messages: int) -> str:
 
         per_reply: list[int] = []
         try:
-            await memory.add_dialogues(history(PRIVATE_USER, None, "阿华", T0))
+            await memory.parts.writer.add_dialogues(history(PRIVATE_USER, None, "阿华", T0))
             for user_id, name in MEMBERS:
-                await memory.add_dialogues(history(user_id, GROUP_ID, name, T0))
+                await memory.parts.writer.add_dialogues(history(user_id, GROUP_ID, name, T0))
             chats: list[tuple[int, int | None, str]] = [(PRIVATE_USER, None, "阿华")] * messages
             chats += [(MEMBERS[i % 3][0], GROUP_ID, MEMBERS[i % 3][1]) for i in range(12)]
             for i, (user_id, group_id, name) in enumerate(chats):

@@ -21,7 +21,6 @@ from .conversation.engine import (
     Delivery,
     Outcome,
     SendText,
-    TurnRecorder,
     split_reply,
 )
 from .distill.memory import DistilledMemory, ExtractedMemory, addressed
@@ -138,7 +137,6 @@ __all__ = [
     "StoredLocator",
     "TemporalMemory",
     "TurnInput",
-    "TurnRecorder",
     "addressed",
     "build_chat_model",
     "build_picture_reader",

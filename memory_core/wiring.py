@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from .accounts import AccountBook
 from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
@@ -267,16 +267,23 @@ async def open_memory(
         await memory.stop_embedded_server()
         await memory.close_providers()
         raise
-    if memory.connected:
+    if memory.parts.database.connected:
         try:
-            await memory.preload_answer_cache()
+            await preload_answer_cache(memory.parts)
         except MemoryCoreError as exc:  # a bad preload file must not stop the bot
             log.error("answer cache preload failed: %s", exc)
     if maintenance_interval is not None:
         memory.start_maintenance(maintenance_interval)
-        memory.evaluations.start()
+        memory.parts.evaluations.start()
         memory.parts.extraction.start()
     return memory
+
+
+async def preload_answer_cache(parts: MemoryParts, now: datetime | None = None) -> int:
+    """(Re)load the public entries of ``answer_cache_preload.jsonl`` (``MEMORY_CONFIG_DIR``)
+    into the answer cache, as ``open_memory`` does; 0 when the cache is off."""
+    path = parts.settings.config_file("answer_cache_preload.jsonl")
+    return await parts.answer_cache.preload(path, now)
 
 
 @dataclass(frozen=True)
@@ -312,12 +319,11 @@ async def open_chat_bot(
         raise
     engine = ConversationEngine(
         parts=memory.parts,
-        writer=memory,
         chat_model=chat_model,
         bot_name=bot_name,
         usage=chat_model.usage if chat_model is not None else None,
     )
-    pictures = build_picture_reader(settings, memory, engine.traffic, locate_stored)
+    pictures = build_picture_reader(settings, memory.parts, engine.traffic, locate_stored)
     for step in pictures.background_steps():
         memory.daily.add(step)
     return ChatBot(memory, engine, chat_model, pictures)

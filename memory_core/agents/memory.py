@@ -19,7 +19,7 @@ person (``user_id``) in one chat (``group_id``, or the private chat without one)
 A person who opted out of a chat (``/不记我``, or a group switched off) is neither remembered
 nor recalled there through an agent; forgetting is always allowed. Every call, read or change,
 writes an entry to the console's audit log naming ``actor``, so the operator sees what agents
-did (a forget's entry is written after the delete: ``TemporalMemory.forget`` owns its
+did (a forget's entry is written after the delete: ``Forgetting.forget`` owns its
 transactions). With the database away a note is spooled and a forget deferred, as from the chat;
 their entries are then lost (logged), and a recall is refused.
 """
@@ -38,9 +38,9 @@ from ..dialogue.turn_rows import SENDER_NAME_MAX
 from ..errors import MemoryCoreError, StorageError
 from ..lang.text import scrub
 from ..models import ForgetScope, Forgotten, MemoryTurn, TurnInput, generate_session_key
+from ..parts import MemoryParts
 from ..personal import forget_memories
 from ..recall.listing import list_recall
-from ..service import TemporalMemory
 from ..storage.audit_log import Audit, PgAuditLogStore
 from ..storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
@@ -75,11 +75,11 @@ class AgentRefusal(MemoryCoreError):
 
 @dataclass(frozen=True)
 class AgentMemory:
-    """The three operations over one open memory. ``engine`` keeps each call in order with
-    the chat's own messages (the bot's engine; the stdio server makes one without a model);
-    ``actor`` names the caller in the audit log."""
+    """The three operations over the parts of one open memory. ``engine`` keeps each call in
+    order with the chat's own messages (the bot's engine; the stdio server makes one without a
+    model); ``actor`` names the caller in the audit log."""
 
-    memory: TemporalMemory
+    parts: MemoryParts
     engine: ConversationEngine
     actor: str
 
@@ -94,13 +94,11 @@ class AgentMemory:
             raise AgentRefusal(f"top_n must be between 1 and {MAX_RECALL_ITEMS}")
         query = _bounded(" ".join(query.split()), "query")
         await self._refuse_opted_out(user_id, group_id)
-        memory = self.memory
+        parts = self.parts
         async with self.engine.session(user_id, group_id):
-            await memory.settle_embeddings(memory.settings.embedding_store_deadline)
+            await parts.writer.settle_embeddings(parts.settings.embedding_store_deadline)
             now = datetime.now(timezone.utc)
-            listing = await list_recall(
-                memory.parts, user_id, query, group_id, now=now, items=items
-            )
+            listing = await list_recall(parts, user_id, query, group_id, now=now, items=items)
         turns = [self._turn(t) for t in listing.turns]
         facts = [
             {
@@ -132,7 +130,7 @@ class AgentMemory:
         _check_ids(user_id, group_id)
         text = _bounded(text.strip(), "text")
         name = _name(name)
-        people = self.memory.database.store(PgPeopleStore)
+        people = self.parts.database.store(PgPeopleStore)
         key = generate_session_key(user_id, group_id)
         try:
             await self._refuse_opted_out(user_id, group_id)
@@ -153,7 +151,7 @@ class AgentMemory:
         turn = TurnInput(
             user_id=user_id, group_id=group_id, role="user", content=text, sender_name=name
         )
-        self.memory.check_turn(turn)  # InvalidTurnError (too long, …) says why
+        self.parts.writer.check_turn(turn)  # InvalidTurnError (too long, …) says why
         outcome = await self.engine.record(turn)
         if outcome is None or outcome.failed or outcome.dead_lettered:
             raise AgentRefusal("the note could not be stored (see the bot's log)")
@@ -177,7 +175,7 @@ class AgentMemory:
         last seen first: their ``user_id`` and ``group_id`` for the other operations. A person
         is not found in a chat they opted out of, nor anyone in a group switched off."""
         text = _bounded(" ".join(text.split()), "text", SENDER_NAME_MAX)
-        found = await self.memory.database.store(PgPeopleStore).chats_named(text, FOUND_CHATS)
+        found = await self.parts.database.store(PgPeopleStore).chats_named(text, FOUND_CHATS)
         chats = [
             {
                 "user_id": chat.user_id,
@@ -210,13 +208,13 @@ class AgentMemory:
             if ids is not None and not chosen:
                 forgotten = Forgotten()  # an empty list names nothing: nothing goes
             elif chosen:
-                forgotten = await forget_memories(self.memory, user_id, group_id, chosen)
+                forgotten = await forget_memories(self.parts, user_id, group_id, chosen)
             elif group_id is None:
                 scope = ForgetScope(user_id=user_id, private_only=True)
-                forgotten = await self.memory.forget(scope)
+                forgotten = await self.parts.forgetting.forget(scope)
             else:
                 scope = ForgetScope(user_id=user_id, group_id=group_id)
-                forgotten = await self.memory.forget(scope)
+                forgotten = await self.parts.forgetting.forget(scope)
         went = {
             "dialogues": forgotten.dialogues,
             "bot_replies": forgotten.bot_replies,
@@ -236,7 +234,7 @@ class AgentMemory:
     async def _refuse_opted_out(self, user_id: int, group_id: int | None) -> None:
         """``AgentRefusal`` when ``user_id`` opted out of this chat (or of every chat), or the
         group's memory is switched off."""
-        store = self.memory.database.store(PgOptOutStore)
+        store = self.parts.database.store(PgOptOutStore)
         chat = chat_name(group_id)
         off = bool({EVERYWHERE, chat} & await store.chats(user_id))
         if not off and group_id is not None:
@@ -258,14 +256,14 @@ class AgentMemory:
         session_key = None if user_id is None else generate_session_key(user_id, group_id)
         entry = Audit(self.actor, action, kind, item_id, session_key, before, after)
         try:
-            await self.memory.database.store(PgAuditLogStore).write_audit(entry)
+            await self.parts.database.store(PgAuditLogStore).write_audit(entry)
         except StorageError as exc:
             # Only after a note was spooled or a forget deferred (anything else needed the
             # database first): the call is done, its entry cannot be written.
             log.warning("audit entry of %s %s %s lost: %s", self.actor, action, session_key, exc)
 
     def _time(self, moment: datetime) -> str:
-        return moment.astimezone(self.memory.tz).isoformat()
+        return moment.astimezone(self.parts.tz).isoformat()
 
     def _turn(self, turn: MemoryTurn) -> dict[str, Any]:
         return {

@@ -26,7 +26,7 @@ from ..providers.llm import OpenAIChatModel
 from ..stats import GROUP_BOT, GROUP_USER, PRIVATE_BOT, PRIVATE_USER, MemoryStats
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
+    from ..parts import MemoryParts
 
 LINE_CHARS = 40
 BAR = "▇"
@@ -71,22 +71,23 @@ def chat_calls_zh(model: object) -> str | None:
 
 
 def connection_of(
-    memory: TemporalMemory, *, chat_model: str | None, uptime: timedelta | None = None
+    parts: MemoryParts, *, chat_model: str | None, uptime: timedelta | None = None
 ) -> Connection:
-    """The 连接 section's facts about ``memory``: reachable, writing, embedded or not."""
-    if not memory.connected:
+    """The 连接 section's facts about the memory of ``parts``: reachable, writing, embedded
+    or not."""
+    if not parts.database.connected:
         state = DatabaseState.DOWN
-    elif memory.write_trouble is not None:
+    elif parts.writer.write_trouble is not None:
         state = DatabaseState.DEGRADED
     else:
         state = DatabaseState.CONNECTED
-    dsn = memory.settings.memory_dsn
+    dsn = parts.settings.memory_dsn
     return Connection(
         database=state,
         embedded=not (dsn and dsn.get_secret_value()),
         chat_model=chat_model,
         uptime=uptime,
-        trouble=memory.write_trouble,
+        trouble=parts.writer.write_trouble,
     )
 
 

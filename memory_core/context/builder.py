@@ -37,7 +37,7 @@ from ..recall.listing import Relevance
 from ..recall.options import RecallOptions
 from ..recall.retriever import Retriever
 from ..settings import MemorySettings
-from .block import LineBudget, build_memory_block
+from .block import LineBudget, MemoryBlock, build_memory_block
 
 Distilled = tuple[
     list[DistilledMemory], list[DistilledMemory], list[DistilledMemory], list[DistilledMemory]
@@ -259,6 +259,20 @@ class ContextBuilder:
         self._retriever = retriever
         self._counter = counter
         self._tz = tz
+
+    def format_block(
+        self,
+        result: RecallResult,
+        now: datetime | None = None,
+        max_tokens: int | None = None,
+        asker: int | None = None,
+    ) -> MemoryBlock:
+        """The time-stamped memory block of ``result`` within the token budget (MEMORY_MAX_TOKENS
+        unless ``max_tokens``); ``asker`` labels a shared group's other members."""
+        tokens = self._settings.memory_max_tokens if max_tokens is None else max_tokens
+        now = now or datetime.now(timezone.utc)
+        budget = LineBudget(now, self._tz, self._counter, tokens, asker=asker)
+        return build_memory_block(result.windows, budget)
 
     async def distilled(
         self, user_id: int, group_id: int | None, query: str, now: datetime

@@ -96,12 +96,6 @@ class SendText(Protocol):
     async def __call__(self, text: str, *, cited: Citation | None = None) -> Delivery | None: ...
 
 
-class TurnRecorder(Protocol):
-    """Where the engine stores turns (``TemporalMemory.add_turn``: database, or the spool)."""
-
-    async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome: ...
-
-
 class Outcome(enum.Enum):
     REPLIED = "replied"  # the model (or the answer cache) answered; delivered and stored
     APOLOGIZED = "apologized"  # the model failed; an apology was sent
@@ -276,7 +270,6 @@ class ConversationEngine:
         self,
         *,
         parts: MemoryParts,
-        writer: TurnRecorder,
         chat_model: ChatModel | None,
         bot_name: str | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -284,11 +277,11 @@ class ConversationEngine:
         usage: PromptUsage | None = None,
     ) -> None:
         """``parts``: the memory's parts the engine reads and counts with (``open_memory``
-        builds them); ``writer``: where turns are stored (the ``TemporalMemory`` of those
-        parts). ``usage``: where the chat model adds up the prompt tokens its answers report
+        builds them; turns are stored by ``parts.writer``: database, or the spool).
+        ``usage``: where the chat model adds up the prompt tokens its answers report
         (``OpenAIChatModel.usage``); counted per day after each reply (``/memstat``)."""
         self._parts = parts
-        self._writer = writer
+        self._writer = parts.writer
         self._model = chat_model
         self._usage = usage if usage is not None else PromptUsage()
         self._settings = parts.settings

@@ -1,8 +1,8 @@
 """What a /forget or a 撤回 takes of distilled memory and of the answer cache.
 
 Facts, preferences and summaries of a scope, and its cached answers, go with the scope's
-dialogue turns (``TemporalMemory.forget``); the memories drawn from deleted turns and the
-answers their senders were given since go with those turns (``TemporalMemory.delete_message``,
+dialogue turns (``Forgetting.forget``); the memories drawn from deleted turns and the
+answers their senders were given since go with those turns (``Forgetting.delete_message``,
 ``personal.forget_named``), and the audit log's texts of all of them
 (``PgAuditLogStore.forget_items``). Each returns a ``Forgotten`` with its dialogue turns left
 at 0: the caller counts those.

@@ -22,9 +22,9 @@ from .segments import image_placeholder, is_sticker, picture_refs
 from .text import DERIVED_LABEL, derived_label, with_labels
 
 if TYPE_CHECKING:
+    from ..parts import MemoryParts
     from ..settings import MemorySettings
     from ..traffic import ReplyTraffic
-    from .reader import PictureMemory
 
 
 class PicturesOff:
@@ -50,7 +50,7 @@ class PicturesOff:
 
 def build_picture_reader(
     settings: MemorySettings,
-    memory: PictureMemory,
+    parts: MemoryParts,
     traffic: ReplyTraffic | None = None,
     locator: StoredLocator | None = None,
 ) -> PictureReader | PicturesOff:
@@ -59,7 +59,7 @@ def build_picture_reader(
     a URL is (the front end's client)."""
     if not settings.memory_image_enabled:
         return PicturesOff()
-    return PictureReader.from_settings(settings, memory, traffic, locator)
+    return PictureReader.from_settings(settings, parts, traffic, locator)
 
 
 __all__ = [

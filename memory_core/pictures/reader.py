@@ -45,7 +45,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ..background import RepeatedStep
 from ..errors import MemoryCoreError, PictureError
@@ -76,19 +76,10 @@ from .text import derived_label, picture_text, with_labels
 from .vision import Describer, NoDescriptions, build_describer
 
 if TYPE_CHECKING:
+    from ..dialogue.writing import TurnWriter
     from ..parts import MemoryParts
     from ..settings import MemorySettings
     from ..storage.database_handle import Database
-
-
-class PictureMemory(Protocol):
-    """What reading pictures uses of the memory (``TemporalMemory`` is one): the database, and
-    the dialogue's writer, which rewrites a turn's text with its pictures' labels."""
-
-    @property
-    def database(self) -> Database: ...
-    @property
-    def parts(self) -> MemoryParts: ...
 
 
 log = logging.getLogger(__name__)
@@ -148,7 +139,8 @@ class PictureReader:
     def __init__(
         self,
         *,
-        memory: PictureMemory,
+        database: Database,
+        writer: TurnWriter,
         fetcher: PictureFetcher,
         text_reader: TextReader,
         workers: int,
@@ -167,8 +159,11 @@ class PictureReader:
     ) -> None:
         """``close_text_reader``: :meth:`aclose` also closes ``text_reader`` (its own).
         ``defer_max``: how long a queued picture may wait for no reply to be under way in
-        ``traffic`` (the engine's); 0 or no ``traffic``: read as soon as a worker is free."""
-        self._memory = memory
+        ``traffic`` (the engine's); 0 or no ``traffic``: read as soon as a worker is free.
+        ``database``: where the pictures and their readings are kept; ``writer``: the
+        dialogue's, which rewrites a turn's text with its pictures' labels."""
+        self._database = database
+        self._writer = writer
         self._fetcher = fetcher
         self._text_reader = text_reader
         self._close_text_reader = close_text_reader
@@ -197,15 +192,17 @@ class PictureReader:
     def from_settings(
         cls,
         settings: MemorySettings,
-        memory: PictureMemory,
+        parts: MemoryParts,
         traffic: ReplyTraffic | None = None,
         locator: StoredLocator | None = None,
     ) -> PictureReader:
-        """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR; ``traffic``: the
-        engine's replies, which the reading yields to (``DEFER_MAX``); ``locator``: where a
-        stored picture without a URL is (the front end's client)."""
+        """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR, over the memory's
+        database and writer; ``traffic``: the engine's replies, which the reading yields to
+        (``DEFER_MAX``); ``locator``: where a stored picture without a URL is (the front end's
+        client)."""
         return cls(
-            memory=memory,
+            database=parts.database,
+            writer=parts.writer,
             fetcher=PictureFetcher(allowed_hosts=settings.memory_image_allowed_hosts),
             text_reader=RapidOcrReader(),
             workers=settings.memory_image_workers,
@@ -259,7 +256,7 @@ class PictureReader:
         if not refs:
             return None
         try:
-            allowed = await self._memory.database.store(PgPictureStore).may_read(
+            allowed = await self._database.store(PgPictureStore).may_read(
                 turn.user_id, chat_name(turn.group_id)
             )
         except MemoryCoreError as exc:
@@ -335,7 +332,7 @@ class PictureReader:
             return Reading(ref, REFUSED, reason=f"{ref.declared_size} bytes")
         if ref.sticker and ref.declared_size is not None and ref.declared_size > self._sticker_max:
             return Reading(ref, DECLINED, reason="a large sticker")
-        store = self._memory.database.store(PgPictureStore)
+        store = self._database.store(PgPictureStore)
         known = await self._known(store, ref.file_key, None)
         if known is not None:
             return self._seen(ref, known, known.sha256)
@@ -404,7 +401,7 @@ class PictureReader:
     async def _keep(self, turn_id: int, readings: Sequence[Reading], labels: Labels | None) -> None:
         """Record the readings; then, unless ``labels`` is ``None``, put them into the turn's
         text (``with_labels``: each ``(what the text shows now, what it is to show)``)."""
-        store = self._memory.database.store(PgPictureStore)
+        store = self._database.store(PgPictureStore)
         records = [
             PictureRecord(r.ref.position, r.ref.file_key, r.sha256, r.status, r.text, r.description)
             for r in readings
@@ -454,7 +451,7 @@ class PictureReader:
         room = min(self._budget.remaining(), self._queue.maxsize - self._queue.qsize(), RETRY_BATCH)
         if room <= 0 or self._retry_window <= 0:
             return 0
-        store = self._memory.database.store(PgPictureStore)
+        store = self._database.store(PgPictureStore)
         due = await store.retry_due(self._max_attempts, self._retry_window, room)
         queued: list[tuple[RetryTurn, PictureJob, list[PictureRef]]] = []
         for turn in due:
@@ -519,4 +516,4 @@ class PictureReader:
         """The turn's text with its pictures' labels, searched anew as a written turn is
         (``TurnWriter.rewrite``); only while the text is still ``before``: an edit in the
         console meanwhile wins."""
-        await self._memory.parts.writer.rewrite(turn_id, content, expected=before)
+        await self._writer.rewrite(turn_id, content, expected=before)

@@ -90,7 +90,7 @@ async def handle_recall(
         with runtime.engine.citations.retracting(recalled):
             logger.info(f"message {event.message_id} is being recalled: no reply quotes it")
             async with serving_bot(bot, runtime), runtime.engine.session(event.user_id, group_id):
-                forgotten = await runtime.memory.delete_message(recalled)
+                forgotten = await runtime.memory.parts.forgetting.delete_message(recalled)
     except MemoryCoreError as exc:
         logger.warning(f"recalled message {event.message_id} could not be forgotten: {exc}")
         return

@@ -84,7 +84,7 @@ class McpEndpoint:
         def source() -> AgentMemory:
             if not memory:
                 runtime = get_runtime()
-                memory.append(AgentMemory(runtime.memory, runtime.engine, ACTOR))
+                memory.append(AgentMemory(runtime.memory.parts, runtime.engine, ACTOR))
             return memory[0]
 
         self._manager = http_sessions(

@@ -192,12 +192,12 @@ async def open_runtime() -> None:
     logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
     logger.info(f"TemporalMemory database: {memory.database_description}")
     logger.info(
-        f"TemporalMemory embeddings: {memory.embedding_model} ({memory.embedding_dim}-d, "
+        f"TemporalMemory embeddings: {memory.parts.embedder.model} ({memory.parts.embedder.dim}-d, "
         f"{settings.embedding_provider})"
     )
     logger.info(
         f"TemporalMemory vector index: MEMORY_VECTOR_INDEX={settings.memory_vector_index}, "
-        f"{len(memory.vector_index.indexed)} session(s) indexed; sessions up to "
+        f"{len(memory.parts.vector_index.indexed)} session(s) indexed; sessions up to "
         f"{settings.memory_exact_search_max_rows} turns are searched exactly"
     )
     if chat_model is None:

@@ -29,14 +29,14 @@ def turn(content: str, message_id: int, at: datetime) -> TurnInput:
 async def seeded(memory):
     """A secret, a fact drawn from it and a turn kept, each pinned in the console (an entry
     holding its text); the console and the secret turn's and the fact's ids."""
-    secret = (await memory.add_turn(turn(SECRET, 501, T0))).turn
-    kept = (await memory.add_turn(turn(KEPT, 503, T0 + timedelta(minutes=1)))).turn
+    secret = (await memory.parts.writer.add_turn(turn(SECRET, 501, T0))).turn
+    kept = (await memory.parts.writer.add_turn(turn(KEPT, 503, T0 + timedelta(minutes=1)))).turn
     saved = await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content=FACT)], ME, source_turn_ids=[secret.id],
         stated_at=T0,
     )  # fmt: skip
     [fact_id] = saved.ids
-    console = MemoryConsole(memory)
+    console = MemoryConsole(memory.parts)
     key = secret.session_key
     for kind, item in (("turn", secret.id), ("distilled", fact_id), ("turn", kept.id)):
         assert await console.pin(kind, key, item, pinned=True, actor=ACTOR)
@@ -44,7 +44,7 @@ async def seeded(memory):
 
 
 async def texts(memory) -> list[str]:
-    entries = await memory.database.store(PgAuditLogStore).audit_log(100, 0)
+    entries = await memory.parts.database.store(PgAuditLogStore).audit_log(100, 0)
     return [t for e in entries for t in (e.before_text, e.after_text) if t is not None]
 
 
@@ -53,7 +53,10 @@ async def test_a_recalled_message_clears_its_and_its_facts_audit_texts(memory_fa
     await seeded(memory)
     assert sum("778899" in t for t in await texts(memory)) == 4  # two pins, before and after
 
-    assert await memory.delete_message(RecalledMessage(BOT, 501, user_id=ME)) is not None
+    assert (
+        await memory.parts.forgetting.delete_message(RecalledMessage(BOT, 501, user_id=ME))
+        is not None
+    )
 
     left = await texts(memory)
     assert not [t for t in left if "778899" in t], left
@@ -66,7 +69,7 @@ async def test_forgetting_a_fact_by_its_number_clears_its_and_its_sources_audit_
     memory = await memory_factory()
     _, _, _, fact_id = await seeded(memory)
 
-    forgotten = await forget_memories(memory, ME, None, [fact_id])
+    forgotten = await forget_memories(memory.parts, ME, None, [fact_id])
 
     assert (forgotten.facts, forgotten.dialogues) == (1, 1)
     assert await texts(memory) == [KEPT, KEPT]

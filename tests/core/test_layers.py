@@ -61,11 +61,11 @@ def _package(module: str) -> str:
 
 
 def test_the_import_reader_sees_imports_under_type_checking() -> None:
-    module = CORE / "console" / "service.py"  # names TemporalMemory under TYPE_CHECKING only
+    module = CORE / "console" / "service.py"  # names MemoryParts under TYPE_CHECKING only
     source = module.read_text(encoding="utf-8")
-    assert "if TYPE_CHECKING:\n    from ..service import TemporalMemory" in source
-    assert "memory_core.service" in _imports(module)
-    assert "memory_core.service" in _graph()["memory_core.console.service"]
+    assert "if TYPE_CHECKING:\n    from ..parts import MemoryParts" in source
+    assert "memory_core.parts" in _imports(module)
+    assert "memory_core.parts" in _graph()["memory_core.console.service"]
 
 
 def _below(graph: dict[str, set[str]], top: str) -> set[str]:

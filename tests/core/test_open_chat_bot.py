@@ -39,7 +39,9 @@ async def test_the_bot_records_through_its_engine_and_closes_everything(
         assert bot.chat_model is None  # LLM_MODEL is empty: chat is not set up
         assert isinstance(bot.pictures, PicturesOff)
         assert isinstance(bot.engine, ConversationEngine)
-        await bot.memory.add_turn(said(10001, "记住我喜欢吃花生", datetime.now(timezone.utc)))
+        await bot.memory.parts.writer.add_turn(
+            said(10001, "记住我喜欢吃花生", datetime.now(timezone.utc))
+        )
     finally:
         await bot.aclose()
     connection = await asyncpg.connect(fresh_dsn)

@@ -69,11 +69,9 @@ async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> As
     from nonebot_plugin_temporal_memory.config import Config
 
     memory = await memory_factory()
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗"
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=model, bot_name="小诗")
     built = runtime_module.Runtime(
-        settings=memory.settings,
+        settings=memory.parts.settings,
         config=Config(bot_resolve_at_names=False, bot_resolve_group_names=False),
         memory=memory,
         engine=engine,

@@ -59,7 +59,7 @@ async def seed(runtime: Any) -> None:
         (30001, GROUP, "我的鱼叫泡泡"),
         (USER, 40004, "我的鸟叫啾啾"),
     ):
-        await runtime.memory.add_turn(
+        await runtime.memory.parts.writer.add_turn(
             TurnInput(
                 user_id=user,
                 group_id=group,
@@ -73,7 +73,10 @@ async def seed(runtime: Any) -> None:
 
 async def contents(runtime: Any, user: int, group: int | None) -> list[str]:
     return [
-        t.content for t in await runtime.memory.recent_turns(user, group, limit=50, since=EPOCH)
+        t.content
+        for t in await runtime.memory.parts.retriever.recent_turns(
+            user, group, limit=50, since=EPOCH
+        )
     ]
 
 
@@ -479,7 +482,7 @@ async def expected_dashboard(runtime: Any) -> str:
         await runtime.memory.distilled_stats(MEMSTAT_NOW),
         connection,
         now=MEMSTAT_NOW,
-        tz=runtime.memory.tz,
+        tz=runtime.memory.parts.tz,
     )
 
 
@@ -548,7 +551,7 @@ async def test_memstat_in_a_group_says_so_when_the_private_message_fails(
 
 
 def memory_line(runtime: Any, content: str) -> str:
-    stamp = THEN.astimezone(runtime.memory.tz).strftime("%Y-%m-%d %H:%M:%S")
+    stamp = THEN.astimezone(runtime.memory.parts.tz).strftime("%Y-%m-%d %H:%M:%S")
     return f"[{stamp}] (2小时前) user(小明): {content}"
 
 
@@ -566,7 +569,7 @@ async def test_recall_shows_own_session_memory_lines(app: App, runtime):
 
 async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app: App, runtime):
     for i in range(8):
-        await runtime.memory.add_turn(
+        await runtime.memory.parts.writer.add_turn(
             TurnInput(
                 user_id=USER,
                 role="user",
@@ -649,7 +652,7 @@ ANY_PRIVATE = _AnyPrivate()
 async def say(runtime: Any, *lines: tuple[str, str], message_id: int | None = None) -> None:
     """Store (role, text) turns of USER in GROUP, a minute apart, two hours ago and earlier."""
     for i, (role, content) in enumerate(lines):
-        await runtime.memory.add_turn(
+        await runtime.memory.parts.writer.add_turn(
             TurnInput(
                 user_id=USER,
                 group_id=GROUP,
@@ -797,7 +800,7 @@ async def test_remember_stores_a_note_without_expiry_and_does_not_chat(app: App,
     await run(
         app, (event_of("/记住 我的生日是五月三日", group_id=GROUP), "记住了，这条会一直保留。")
     )
-    turns = await runtime.memory.recent_turns(USER, GROUP, limit=5, since=EPOCH)
+    turns = await runtime.memory.parts.retriever.recent_turns(USER, GROUP, limit=5, since=EPOCH)
     assert [(t.role, t.content, t.expires_at) for t in turns] == [
         ("user", "我的生日是五月三日", None)
     ]

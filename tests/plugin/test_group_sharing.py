@@ -29,7 +29,9 @@ def group_event(value: str, role: str, *, user_id: int = USER, group_id: int = G
 
 
 async def recalled(runtime: Any, user: int, group: int | None) -> set[str]:
-    result = await runtime.memory.recall(user, "我的鱼叫什么", group, RecallOptions(top_n=5))
+    result = await runtime.memory.parts.retriever.recall(
+        user, "我的鱼叫什么", group, RecallOptions(top_n=5)
+    )
     return {t.content for t in result.turns}
 
 
@@ -48,9 +50,9 @@ async def test_members_see_the_state_and_only_owners_admins_or_superusers_switch
         (group_event("/群共享 好的", "admin"), SHARE_USAGE),
         (event_of("/群共享 开"), SHARE_USAGE),  # a private chat has nothing to share
     )
-    status = await runtime.memory.sharing.status(GROUP)
+    status = await runtime.memory.parts.sharing.status(GROUP)
     assert status.shared and status.changed_by == USER and status.changed_at is not None
-    stamp = status.changed_at.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
+    stamp = status.changed_at.astimezone(runtime.memory.parts.tz).strftime("%m-%d %H:%M")
     await run(
         app,
         (

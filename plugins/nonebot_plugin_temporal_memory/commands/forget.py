@@ -64,7 +64,7 @@ FORGET_USAGE = (
 
 @dataclass
 class PendingForget:
-    """A /forget waiting for its "确认": of a ``scope`` (``TemporalMemory.forget``) or, for
+    """A /forget waiting for its "确认": of a ``scope`` (``Forgetting.forget``) or, for
     the self-service deletes, whatever ``action`` deletes. ``yes`` is the word it waits for
     (``确认``, which ``确定`` also answers, or ``CONFIRM_ALL``)."""
 
@@ -179,7 +179,7 @@ async def ask_to_confirm(
     nothing: str | None = None,
 ) -> None:
     """Ask ``question`` and wait for ``yes`` (``handle_confirm``) before deleting: ``scope``
-    through ``TemporalMemory.forget``, or whatever ``action`` deletes.
+    through ``Forgetting.forget``, or whatever ``action`` deletes.
 
     A ``scope`` is counted first, and the question names what will go by kind and count;
     when nothing would, the person is told so (``nothing``, or that nothing is stored) and
@@ -225,8 +225,8 @@ async def count_scope(
         if own_session:
             # After this person's messages still being answered, as the forget itself waits.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                return await runtime.memory.count_forget(scope)
-        return await runtime.memory.count_forget(scope)
+                return await runtime.memory.parts.forgetting.count_forget(scope)
+        return await runtime.memory.parts.forgetting.count_forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"counting a /forget failed: {exc}")
         return None
@@ -317,9 +317,9 @@ async def forget_now(
         elif request.own_session:
             # After this person's messages still being answered, so none survives the forget.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                forgotten = await runtime.memory.forget(scope)
+                forgotten = await runtime.memory.parts.forgetting.forget(scope)
         else:
-            forgotten = await runtime.memory.forget(scope)
+            forgotten = await runtime.memory.parts.forgetting.forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"/forget failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN + "这次没有删除任何记忆。")

@@ -28,7 +28,7 @@ MEMSTAT_NOT_SENT = "记忆统计没能私聊发给你（可先加机器人为好
 
 def bot_connection(runtime: Runtime, *, now: datetime) -> Connection:
     connection = connection_of(
-        runtime.memory,
+        runtime.memory.parts,
         chat_model=runtime.settings.llm_model if runtime.chat_model is not None else None,
         uptime=now - runtime.started_at,
     )
@@ -42,7 +42,7 @@ def now_utc() -> datetime:
 
 async def memstat_text(runtime: Runtime) -> str:
     now = now_utc()
-    tz = runtime.memory.tz
+    tz = runtime.memory.parts.tz
     connection = bot_connection(runtime, now=now)
     try:
         stats = await runtime.memory.stats(now)

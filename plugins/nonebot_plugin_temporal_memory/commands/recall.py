@@ -95,7 +95,9 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         # Inside the session: the messages sent before this command are stored by now, and
         # their embeddings (made in the background) are waited for, a few seconds at most.
         async with runtime.engine.session(user_id, group_id):
-            await runtime.memory.settle_embeddings(runtime.settings.embedding_store_deadline)
+            await runtime.memory.parts.writer.settle_embeddings(
+                runtime.settings.embedding_store_deadline
+            )
             now = datetime.now(timezone.utc)
             # The short list: the best relevant anchors alone; --full: what the prompt would
             # get, less what is not about the query.
@@ -127,7 +129,9 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
         await _answer_recall(bot, event, runtime, text, privately=elsewhere)
         return
     if listing.windows is not None:
-        block = runtime.memory.format_block(listing.windows, now, asker=user_id)
+        block = runtime.memory.parts.context_builder.format_block(
+            listing.windows, now, asker=user_id
+        )
         lines = [f"与{asked}相关的对话（{where}，完整）："]
         if block.text:
             lines.append(block.text)
@@ -138,7 +142,7 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
             who = runtime.bot_name if turn.role == "assistant" else speaker
             if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
                 who = turn.sender_name or f"QQ {turn.user_id}"
-            when = relative_time_zh(turn.created_at, now, runtime.memory.tz)
+            when = relative_time_zh(turn.created_at, now, runtime.memory.parts.tz)
             lines.append(_matched_line(f"· {when} {who}：", turn.content, listing))
     if listing.facts:
         lines.append("事实（会提供给模型）：")

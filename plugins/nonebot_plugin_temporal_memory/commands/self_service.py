@@ -78,7 +78,7 @@ async def handle_mymem(bot: Bot, event: MessageEvent, args: Message, runtime: Ru
         return
     page = max(int(word), 1) if word else 1
     try:
-        memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
+        memories = await known_about(runtime.memory.parts, event.user_id, group_id_of(event))
     except MemoryCoreError as exc:
         logger.warning(f"/我的记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -121,7 +121,7 @@ def listing_text(
 
 def item_line(number: int, memory: DistilledMemory, runtime: Runtime) -> str:
     """``3. [事实 11-30] 你是老师``, cut with … to ``LINE_CHARS`` characters."""
-    day = memory.last_confirmed.astimezone(runtime.memory.tz).strftime("%m-%d")
+    day = memory.last_confirmed.astimezone(runtime.memory.parts.tz).strftime("%m-%d")
     head = f"{number}. [{KIND_ZH.get(memory.kind, memory.kind)} {day}] "
     return head + shorten(addressed(memory.content), LINE_CHARS - len(head))
 
@@ -193,7 +193,7 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
         named = Named(user_id, group_id, word=words)
         description = f"包含“{shorten(words, QUOTE_CHARS)}”"
     try:
-        preview = await preview_forget(runtime.memory, named)
+        preview = await preview_forget(runtime.memory.parts, named)
     except MemoryCoreError as exc:
         logger.warning(f"/忘记 <编号|词语> failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -215,7 +215,7 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
         # stored after the delete; meanwhile that reply quotes none of it.
         with runtime.engine.citations.forgetting(t.id for t in preview.turns):
             async with runtime.engine.session(user_id, group_id):
-                return await forget_named(runtime.memory, named)
+                return await forget_named(runtime.memory.parts, named)
 
     if group_id is not None:
         # In a group the question and the answer name no memory: the whole group reads them.
@@ -329,7 +329,7 @@ NOTHING_STORED = "我这里没有存任何关于你的内容，没有可导出�
 @plugin_command("导出我的记忆", "exportmem")
 async def handle_export(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
     try:
-        export = await export_person(runtime.memory, event.user_id)
+        export = await export_person(runtime.memory.parts, event.user_id)
     except MemoryCoreError as exc:
         logger.warning(f"/导出我的记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -371,7 +371,7 @@ def export_summary(export: PersonalExport) -> str:
 
 def export_preview(export: PersonalExport, summary: str, runtime: Runtime) -> str:
     """The text fallback: the summary and the first few items of each part."""
-    tz = runtime.memory.tz
+    tz = runtime.memory.parts.tz
     lines = [f"你的 QQ 客户端收不了文件，这里是文字版（前 {EXPORT_PREVIEW} 条）：{summary}。"]
     if export.turns:
         lines.append("对话：")
@@ -431,7 +431,7 @@ async def handle_opt_out(bot: Bot, event: MessageEvent, args: Message, runtime: 
     everywhere, where, scope = found
     try:
         new = await opt_out(
-            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+            runtime.memory.parts, event.user_id, group_id_of(event), everywhere=everywhere
         )
     except MemoryCoreError as exc:
         logger.warning(f"/不记我 failed: {exc}")
@@ -461,7 +461,7 @@ async def handle_opt_in(bot: Bot, event: MessageEvent, args: Message, runtime: R
     everywhere, where, _ = found
     try:
         remembered = await opt_in(
-            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+            runtime.memory.parts, event.user_id, group_id_of(event), everywhere=everywhere
         )
     except MemoryCoreError as exc:
         logger.warning(f"/记我 failed: {exc}")
@@ -537,7 +537,7 @@ async def handle_group_memory(
     group_id, on = switch
     assert on is not None  # the word is required
     try:
-        changed = await switch_group_memory(runtime.memory, group_id, on=on)
+        changed = await switch_group_memory(runtime.memory.parts, group_id, on=on)
     except MemoryCoreError as exc:
         logger.warning(f"/群记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)

@@ -68,7 +68,7 @@ class Context:
 
     def __init__(self, runtime: Runtime, session: ConsoleSession, request: Request) -> None:
         self.runtime = runtime
-        self.console = MemoryConsole(runtime.memory, names=qq_names)
+        self.console = MemoryConsole(runtime.memory.parts, names=qq_names)
         self.session = session
         self.actor = f"控制台@{client_of(request)}"
         self.page = views.Page(tz=runtime.settings.tz, csrf=session.csrf)
@@ -294,13 +294,13 @@ class ConsoleApp:
             self._figures = (now, await ctx.console.daily_figures())
         figures = self._figures[1]
         runtime = ctx.runtime
-        retention = runtime.memory.retention
+        retention = runtime.memory.parts.retention
         bands = retention.band_names if retention else ()
         bin_size = await ctx.console.recycle_bin_size()
         status = admin_views.BotStatus(
             accounts=connected_accounts(),
             connection=connection_of(
-                runtime.memory,
+                runtime.memory.parts,
                 chat_model=runtime.settings.llm_model if runtime.chat_model else None,
             ),
             started_at=runtime.started_at,
@@ -377,7 +377,7 @@ class ConsoleApp:
                 memories=memories,
                 sources=sources,
                 pinned_memories={m.id for m, pinned in shown if pinned},
-                policy=ctx.runtime.memory.retention,
+                policy=ctx.runtime.memory.parts.retention,
             )
         )
 

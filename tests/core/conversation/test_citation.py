@@ -86,7 +86,6 @@ class Chat:
         self.model = build_openai_model(endpoint, max_retries=0, max_tokens=None, temperature=None)
         self.engine = ConversationEngine(
             parts=memory.parts,
-            writer=memory,
             chat_model=self.model,
             bot_name="小诗",
             clock=lambda: NOW,
@@ -106,9 +105,11 @@ async def chat_for(memory_factory):
 
     async def make(responder: Callable[..., Answer], **settings) -> Chat:
         memory = await memory_factory(**settings)
-        await memory.add_turn(said("今天天气不错", 50, message_id=500))
-        await memory.add_turn(said(SECRET, 48, message_id=SECRET_ID))
-        await memory.add_turn(said("好的，记住啦", 48, role="assistant", message_id=502))
+        await memory.parts.writer.add_turn(said("今天天气不错", 50, message_id=500))
+        await memory.parts.writer.add_turn(said(SECRET, 48, message_id=SECRET_ID))
+        await memory.parts.writer.add_turn(
+            said("好的，记住啦", 48, role="assistant", message_id=502)
+        )
         chat = Chat(memory, ScriptedLLM(responder))
         opened.append(chat)
         return chat

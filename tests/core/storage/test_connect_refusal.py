@@ -29,4 +29,4 @@ async def test_a_refused_reconnect_is_a_warning_said_once(memory_factory, fresh_
         await admin.execute(f'ALTER DATABASE "{name}_gone" RENAME TO "{name}"')
         await admin.close()
     await memory.maintenance_round()
-    assert memory.connected
+    assert memory.parts.database.connected

@@ -19,8 +19,8 @@ async def test_a_dsn_with_connect_timeout_opens_the_memory_and_stores(memory_fac
     turn = TurnInput(
         user_id=1, role="user", content="连得上", created_at=datetime.now(timezone.utc)
     )
-    outcome = await memory.add_turn(turn)
-    assert outcome.turn is not None and memory.connected
+    outcome = await memory.parts.writer.add_turn(turn)
+    assert outcome.turn is not None and memory.parts.database.connected
 
 
 def test_connect_timeout_is_taken_out_of_the_dsn_with_its_seconds() -> None:
