@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench install clean
+.PHONY: run test lint bench docs install clean
 
 install: $(STAMP)
 
@@ -32,6 +32,10 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+
+# docs/settings.md is made from .env.prod's comments (a test fails when it is out of date).
+docs: $(STAMP)
+	$(PY) docs/settings_doc.py
 
 BENCH_STAMP := $(VENV)/.installed-bench
 

@@ -112,7 +112,7 @@ log_clock.install()
 if __name__ == "__main__":
     # The plugin shows the core's log and lets SIGTERM end the bot normally, in any NoneBot
     # project (nonebot_plugin_temporal_memory.runtime). The server's limits and which proxies
-    # it believes: nonebot_plugin_temporal_memory.server_limits.
-    from nonebot_plugin_temporal_memory.server_limits import server_options
+    # it believes: nonebot_plugin_temporal_memory.guards.server_limits.
+    from nonebot_plugin_temporal_memory.guards.server_limits import server_options
 
     nonebot.run(**server_options(driver.config))

@@ -28,7 +28,8 @@ latency), as in every figure measured before 2026-12-04.
 
 Memory: the proportional set size (PSS) of every process of the bot — ``bot.py``, its OCR
 worker, the embedded PostgreSQL and its backends — summed (``bench.process_stats``): once idle
-after the warm-up, and the highest sum sampled each second while answering and settling.
+after the warm-up, the highest sum sampled each second while answering and settling, and with
+``--rest SECONDS`` once more that long after the work settled (the bot at rest).
 """
 
 from __future__ import annotations
@@ -226,6 +227,7 @@ async def run(
     stages_timed: bool = True,
     nagle: bool = False,
     compare_every: int = 0,
+    rest: float = 0.0,
 ) -> None:
     load_before = load_average()
     pictures = PictureServer({}) if picture_every else None
@@ -326,6 +328,10 @@ async def run(
         still_unembedded = await settle_embeddings(embedded_dsn(bot))
         settled = meter.stop()
         await memory.stop()
+        # At rest: the OCR worker stops and the pool lets its idle connections go after a
+        # quiet minute (ocr.IDLE_STOP, database.IDLE_CONNECTION_LIFETIME).
+        await asyncio.sleep(rest)
+        at_rest = memory.sample() if rest else None
         recall_ms = await recall_ms_per_reply(embedded_dsn(bot))
         stages = await stage_times(embedded_dsn(bot))
         log = bot.log_text()
@@ -444,6 +450,8 @@ async def run(
         f"{memory.highest['bot']:.0f}, OCR worker {memory.highest['workers']:.0f}, "
         f"PostgreSQL {memory.highest['postgres']:.0f} MB"
     )
+    if at_rest is not None:
+        print(f"memory (PSS) at rest, {rest:.0f} s after the work settled: {memory_line(at_rest)}")
     if lost:
         print(f"{len(lost)} message(s) got no reply within {REPLY_TIMEOUT:.0f} s")
     if len(own) != len(samples):
@@ -487,6 +495,14 @@ def main() -> None:
         action="store_true",
         help="leave Nagle's algorithm on the stand-in LLM's answers (as before 2026-12-04)",
     )
+    parser.add_argument(
+        "--rest",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also give the memory this long after the work settled (at rest: 75 lets the "
+        "OCR worker and the pool's idle connections go)",
+    )
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.env)
     asyncio.run(
@@ -501,6 +517,7 @@ def main() -> None:
             not args.no_stages,
             args.nagle,
             args.compare_every,
+            args.rest,
         )
     )
 

@@ -105,8 +105,8 @@ async def add_with_random_vectors(
     memory: TemporalMemory, turns: Sequence[TurnInput], rng: np.random.Generator, batch_size: int
 ) -> None:
     """Store ``turns`` with random unit vectors of the memory's dimension (no model runs)."""
-    vectors = unit_vectors(len(turns), memory.embedding_dim, rng)
-    await memory.add_dialogues(list(turns), embeddings=vectors, batch_size=batch_size)
+    vectors = unit_vectors(len(turns), memory.parts.embedder.dim, rng)
+    await memory.parts.writer.add_dialogues(list(turns), embeddings=vectors, batch_size=batch_size)
 
 
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:

@@ -54,7 +54,7 @@ async def build_database(data_dir: Path, rows: int, sessions: int, heavy_share: 
     )
     rng = np.random.default_rng(1)
     try:
-        async with memory.vector_index_deferred():
+        async with memory.parts.upkeep.vector_index_deferred():
             for start in range(0, rows, CHUNK):
                 count = min(CHUNK, rows - start)
                 turns = [
@@ -72,10 +72,10 @@ async def build_database(data_dir: Path, rows: int, sessions: int, heavy_share: 
                 ],
                 10_000 + s,
             )
-        await memory.index_large_sessions()
+        await memory.parts.upkeep.index_large_sessions()
         # A database that has run a while has been vacuumed: its visibility map lets counts
         # of a session read the session index alone. Right after a bulk load it has not.
-        async with memory.database.pool.acquire() as conn:  # bench-only
+        async with memory.parts.database.pool.acquire() as conn:  # bench-only
             await conn.execute("VACUUM (ANALYZE) dialogues")
     finally:
         await memory.aclose()

@@ -77,7 +77,7 @@ DIFFERENT_QUESTIONS = [
 
 
 async def calibration(memory: TemporalMemory) -> None:
-    embedder = memory.embedder
+    embedder = memory.parts.embedder
     threshold = dedupe_threshold(embedder.model)
 
     async def passage_cos(a: str, b: str) -> float:
@@ -130,7 +130,7 @@ async def cache_latency(memory: TemporalMemory, entries: int, lookups: int) -> N
     embeds = []
     for i in range(lookups):
         started = time.perf_counter()
-        await memory.embedder.embed_query(f"请问服务{i}应该怎样配置才好呢{i}?")
+        await memory.parts.embedder.embed_query(f"请问服务{i}应该怎样配置才好呢{i}?")
         embeds.append((time.perf_counter() - started) * 1000)
     print(f"for reference, embedding one new question: {fmt(percentiles(embeds))}")
 
@@ -151,7 +151,7 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
         for i in range(10)
     ]
     await memory.parts.keeper.save(items, 1, stated_at=T0)
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             TurnInput(
                 user_id=1,
@@ -171,12 +171,12 @@ async def context_time(memory: TemporalMemory, turns: int, facts: int, queries: 
             1, None, f"{topics[i % 10]}怎么样了", now=now
         )
         samples.append((time.perf_counter() - started) * 1000)
-    budget = memory.settings.memory_max_tokens
+    budget = memory.parts.settings.memory_max_tokens
     print(
         f"build_context ({turns} turns, {facts} facts, 5 preferences, 10 summaries; "
         f"{context.tokens} tokens of {budget}), recall included: {fmt(percentiles(samples))}"
     )
-    recalled = await memory.recall(1, "猫怎么样了", options=RecallOptions(now=now))
+    recalled = await memory.parts.retriever.recall(1, "猫怎么样了", options=RecallOptions(now=now))
     samples = []
     for _ in range(queries):
         started = time.perf_counter()

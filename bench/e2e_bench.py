@@ -65,12 +65,12 @@ async def run(
             memory_index_speaker=index_speaker,
         )
         memory = await open_memory(settings, maintenance_interval=None)
-        timer = QueryTimer(memory._retriever.embedder)
-        memory._retriever.embedder = timer  # bench-only: time the query embedding apart
+        timer = QueryTimer(memory.parts.retriever.embedder)
+        memory.parts.retriever.embedder = timer  # bench-only: time the query embedding apart
         try:
             rng = np.random.default_rng(5)
             started = time.perf_counter()
-            await memory.add_dialogues(synthetic_turns(0, preload, sessions, rng))
+            await memory.parts.writer.add_dialogues(synthetic_turns(0, preload, sessions, rng))
             rate = preload / (time.perf_counter() - started)
             print(f"preload {preload} turns embedded locally in batches: {rate:.0f} rows/s")
             add_ms, recall_ms, total_ms, search_ms = [], [], [], []
@@ -80,7 +80,7 @@ async def run(
                 text = f"还记得我说过的{['猫', '订单', '电影', '旅行'][i % 4]}吗？第{i}次问"
                 now = T0 + timedelta(seconds=preload + i)
                 t0 = time.perf_counter()
-                await memory.add_turn(
+                await memory.parts.writer.add_turn(
                     TurnInput(
                         user_id=user, group_id=group, role="user", content=text, created_at=now
                     )
@@ -89,14 +89,14 @@ async def run(
                 timer.seconds = 0.0
                 context: list[str] = []
                 if context_turns:  # what the engine does before a conversational recall
-                    recent = await memory.recent_turns(
+                    recent = await memory.parts.retriever.recent_turns(
                         user, group, limit=settings.chat_recent_turns, since=T0, now=now
                     )
                     context = [t.content for t in recent[:-1]]  # less the message itself
-                result = await memory.recall(
+                result = await memory.parts.retriever.recall(
                     user, text, group, RecallOptions(now=now, context=tuple(context))
                 )
-                memory.format_block(result, now)
+                memory.parts.context_builder.format_block(result, now)
                 t2 = time.perf_counter()
                 search_ms.append((t2 - t1 - timer.seconds) * 1000)
                 add_ms.append((t1 - t0) * 1000)

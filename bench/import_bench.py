@@ -54,18 +54,18 @@ async def run(messages: int, members: int) -> None:
         try:
             target = ImportTarget(group_id=GROUP, self_id=BOT)
             started = time.perf_counter()
-            report = await import_qq_text(memory, export, target)
+            report = await import_qq_text(memory.parts, export, target)
             seconds = time.perf_counter() - started
             print(
                 f"QQ text export, {messages} messages, {len(report.sessions)} sessions: "
                 f"{report.new / seconds:.0f} turns/s ({seconds:.1f} s, embedding included)"
             )
             started = time.perf_counter()
-            again = await import_qq_text(memory, export, target)
+            again = await import_qq_text(memory.parts, export, target)
             seconds = time.perf_counter() - started
             print(f"the same file again: {again.already} already stored, {seconds:.2f} s")
             started = time.perf_counter()
-            lines = [line async for line in export_lines(memory)]
+            lines = [line async for line in export_lines(memory.parts)]
             seconds = time.perf_counter() - started
             print(
                 f"JSON-lines export of {len(lines) - 1} turns: {(len(lines) - 1) / seconds:.0f}/s"
@@ -77,7 +77,7 @@ async def run(messages: int, members: int) -> None:
         )
         try:
             started = time.perf_counter()
-            moved = await import_json_lines(other, list(enumerate(lines, start=1)))
+            moved = await import_json_lines(other.parts, list(enumerate(lines, start=1)))
             seconds = time.perf_counter() - started
             print(f"its import into a fresh database: {moved.new / seconds:.0f} turns/s")
         finally:

@@ -1,4 +1,4 @@
-"""Where a lone user's query embedding goes, stage by stage, and what a lone run's threads buy.
+"""Where a lone user's query embedding goes, stage by stage, and what a run's threads buy.
 
 For the shipped two-line query of public-set chat messages (``bench.embedding_engines``'s
 messages), CPU time (every thread of the process) and wall time, medians over the messages:
@@ -6,16 +6,16 @@ messages), CPU time (every thread of the process) and wall time, medians over th
 * ``fit``: the embedder's scrub and cut to one window (``LocalE5Embedder._fit``),
   the tokenizer's cache cleared first, so this is the message's tokenization;
 * ``window``: the engine's ids of the cut text (``E5Tokenizer.window``, from that cache);
-* ``model``: one ONNX Runtime run of the query, on the one-thread session (what a busy bot's
-  worker runs) and on the lone session of ``--lone-threads`` intra-op threads;
+* ``model``: one ONNX Runtime run of the query, on a session of one thread and on one of
+  ``--threads`` intra-op threads (the embedder's one session, ``EMBEDDING_LOCAL_THREADS``);
 * ``embedder``: ``LocalE5Embedder.embed_query`` whole (thread hop, batcher, slot, checks), with
-  lone runs off (``lone_threads=1``) and on;
-* the lone session's CPU split between the calling thread and its other thread: the larger
+  one thread and with ``--threads``;
+* the wider session's CPU split between the calling thread and its other thread: the larger
   share is what the run's wall time would be on free cores, a figure the load cannot inflate;
 * the deferred-embedding batch: ``--batch`` passages (user lines and replies) in one call, as
   the backfill sends them, for the batch size and deadlines of issue 25 part 5.
 
-    python -m bench.lone_query [--messages 60] [--lone-threads 2] [--batch 32]
+    python -m bench.lone_query [--messages 60] [--threads 2] [--batch 32]
 
 CPU time is the figure to compare on a shared machine; wall time is printed with the load.
 """
@@ -63,9 +63,9 @@ def medians(samples: list[tuple[float, float]]) -> str:
 
 
 async def embedder_samples(
-    cache: Path, lone_threads: int, queries: list[str], repeat: int
+    cache: Path, threads: int, queries: list[str], repeat: int
 ) -> list[tuple[float, float]]:
-    embedder = await LocalE5Embedder.load(cache_dir=cache, lone_threads=lone_threads)
+    embedder = await LocalE5Embedder.load(cache_dir=cache, threads=threads)
     samples = []
     try:
         await embedder.embed_query("warm-up")
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--lone-threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--data", type=Path, default=DATA)
     args = parser.parse_args(argv)
@@ -95,13 +95,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     passages = [text for _, user, reply in messages for text in (user, reply)]
     with tempfile.TemporaryDirectory() as folder:
         cache = Path(folder)
-        engine, _ = OnnxE5.load(
-            bundled_weights(),
-            cache_dir=cache,
-            precision="int8",
-            max_tokens=E5_MAX_TOKENS,
-            workers=worker_count(),
-            lone_threads=args.lone_threads,
+        engine, wide = (
+            OnnxE5.load(
+                bundled_weights(),
+                cache_dir=cache,
+                precision="int8",
+                max_tokens=E5_MAX_TOKENS,
+                workers=worker_count(),
+                threads=threads,
+            )[0]
+            for threads in (1, args.threads)
         )
         fitter = LocalE5Embedder(engine=engine)
         tokens = [engine.token_count(fitter._fit(engine, q, True), True) for q in queries]
@@ -115,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             stages.setdefault(name, []).append(timed(work))
 
         engine.query(["warm-up"])
-        engine.query(["warm-up"], alone=True)
+        wide.query(["warm-up"])
         for _ in range(args.repeat):
             for query in queries:
                 # Cold: the tokenizer's cache would otherwise answer the repeats.
@@ -124,40 +127,36 @@ def main(argv: Sequence[str] | None = None) -> None:
                 cut = fitter._fit(engine, query, True)
                 sample("window (cached ids)", partial(engine.tokenizer.window, cut, True))
                 sample("model, 1 thread", partial(engine.query, [cut]))
-                sample(
-                    f"model, lone session ({args.lone_threads} threads)",
-                    partial(engine.query, [cut], alone=True),
-                )
-        shares = [
-            split(partial(engine.query, [fitter._fit(engine, q, True)], alone=True))
-            for q in queries
-        ]
+                sample(f"model, {args.threads} threads", partial(wide.query, [cut]))
+        shares = [split(partial(wide.query, [fitter._fit(engine, q, True)])) for q in queries]
         print(
-            "  lone session, CPU of the calling thread / of the others: "
+            f"  {args.threads} threads, CPU of the calling thread / of the others: "
             f"{statistics.median(t[0] for t in shares):.2f} / "
             f"{statistics.median(t[1] for t in shares):.2f} ms (critical path: the larger)"
         )
-        # The lone session is the same model; how far its vectors are from the one-thread's.
+        # The wider session is the same model; how far its vectors are from the one-thread's.
         cuts = [fitter._fit(engine, q, True) for q in queries]
         narrow = np.concatenate([engine.query([c]) for c in cuts])
-        wide = np.concatenate([engine.query([c], alone=True) for c in cuts])
-        largest = np.abs(narrow - wide).max()
-        lowest = (narrow * wide).sum(axis=1).min()
+        widened = np.concatenate([wide.query([c]) for c in cuts])
+        largest = np.abs(narrow - widened).max()
+        lowest = (narrow * widened).sum(axis=1).min()
         print(
-            f"  lone vs one-thread vectors: largest component difference {largest:.1e}, "
+            f"  {args.threads}-thread vs one-thread vectors: largest component difference "
+            f"{largest:.1e}, "
             f"lowest cosine {lowest:.7f}"
         )
         for name, samples in stages.items():
             print(f"  {name:34} {medians(samples)}")
-        for threads in (1, args.lone_threads):
+        for threads in (1, args.threads):
             samples = asyncio.run(embedder_samples(cache, threads, queries, args.repeat))
-            print(f"  {f'embed_query, lone_threads={threads}':34} {medians(samples)}")
+            print(f"  {f'embed_query, threads={threads}':34} {medians(samples)}")
 
         batch = passages[: args.batch]
         batch_tokens = sum(engine.token_count(t) for t in batch)
         runs: list[Any] = [timed(lambda: engine.passage(batch)) for _ in range(args.repeat)]
         print(f"  {f'passage batch of {len(batch)} ({batch_tokens} tokens)':34} {medians(runs)}")
         engine.close()
+        wide.close()
     print(f"load {load_average()}")
 
 

@@ -69,12 +69,12 @@ async def build_database(data_dir: Path, rows: int, sessions: int, heavy_share: 
     )
     rng = np.random.default_rng(1)
     try:
-        async with memory.vector_index_deferred():
+        async with memory.parts.upkeep.vector_index_deferred():
             for start in range(0, rows, CHUNK):
                 count = min(CHUNK, rows - start)
                 turns = synthetic_turns(start, count, sessions, rng, heavy_share)
                 await add_with_random_vectors(memory, turns, rng, CHUNK)
-        async with memory.database.pool.acquire() as conn:  # bench-only
+        async with memory.parts.database.pool.acquire() as conn:  # bench-only
             await conn.execute("VACUUM (ANALYZE) dialogues")
     finally:
         await memory.aclose()
@@ -98,7 +98,9 @@ async def in_process(data_dir: Path, asked: list[str]) -> dict[str, dict[str, fl
         for chat, (user_id, group_id) in CHATS.items():
 
             async def cli(query: str, u: int = user_id, g: int | None = group_id) -> Any:
-                return await recall_json(memory, {"user_id": u, "group_id": g, "query": query})
+                return await recall_json(
+                    memory.parts, {"user_id": u, "group_id": g, "query": query}
+                )
 
             async def listing(query: str, u: int = user_id, g: int | None = group_id) -> Any:
                 now = datetime.now(timezone.utc)

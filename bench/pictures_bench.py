@@ -164,7 +164,7 @@ async def flood(messages: int, distinct: int) -> None:
         memory = await open_memory(
             settings, embedder=RandomQueryEmbedder(384), maintenance_interval=None
         )
-        reader = PictureReader.from_settings(settings, memory)
+        reader = PictureReader.from_settings(settings, memory.parts)
         try:
             for minute in (0, 1):
                 paths = [f"/s{minute * distinct + i % distinct}.gif" for i in range(messages)]
@@ -202,7 +202,7 @@ async def one_minute(
             0, "[动画表情]", url=server.url(path), file_key=digest, sticker=True, declared_size=2000
         )
         job = await reader.start(turn, [ref])
-        stored = await memory.add_turn(turn, embed_later=True)
+        stored = await memory.parts.writer.add_turn(turn, embed_later=True)
         if job is not None and stored.turn is not None:
             reader.follow(job, stored.turn)
             jobs.append(job)

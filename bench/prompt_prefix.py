@@ -42,6 +42,7 @@ from bench.common import (
     setting_overrides,
 )
 from memory_core import open_memory
+from memory_core.conversation.citation import Citation
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.errors import LLMError
@@ -189,20 +190,21 @@ async def run(
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
             parts=memory.parts,
-            writer=memory,
             chat_model=model,
             bot_name="小忆",
             clock=lambda: clock[0],
         )
 
-        async def send(text: str) -> Delivery:
+        async def send(text: str, *, cited: Citation | None = None) -> Delivery:
             return Delivery(text)
 
         try:
             day_before = T0
-            await memory.add_dialogues(history(PRIVATE_USER, None, "阿华", day_before))
+            await memory.parts.writer.add_dialogues(history(PRIVATE_USER, None, "阿华", day_before))
             for user_id, name in MEMBERS:
-                await memory.add_dialogues(history(user_id, GROUP_ID, name, day_before))
+                await memory.parts.writer.add_dialogues(
+                    history(user_id, GROUP_ID, name, day_before)
+                )
             if distilled:
                 for user_id, group_id in (
                     (PRIVATE_USER, None),
@@ -233,8 +235,8 @@ async def run(
         for chat, label in ((0, f"private, {messages} messages"), (1, "group, 3 members")):
             bodies = [body for c, body in endpoint.prompts if c == chat]
             prompts = [serialised(body) for body in bodies]
-            previous, best, billed = shares(prompts, memory.token_counter)
-            tokens = statistics.mean(memory.token_counter.count(p) for p in prompts)
+            previous, best, billed = shares(prompts, memory.parts.token_counter)
+            tokens = statistics.mean(memory.parts.token_counter.count(p) for p in prompts)
             print(
                 f"{label}: prefix share vs previous prompt {previous:.2f}, "
                 f"vs best earlier prompt {best:.2f}, billed as cached ({BLOCK_TOKENS}-token "

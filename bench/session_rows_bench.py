@@ -31,7 +31,7 @@ async def run(rounds: int) -> None:
         try:
             for round_number in range(rounds):
                 for state in ("ENABLE", "DISABLE"):
-                    async with memory.database.pool.acquire() as conn:  # bench-only switch
+                    async with memory.parts.database.pool.acquire() as conn:  # bench-only switch
                         for trigger in TRIGGERS:
                             await conn.execute(f"ALTER TABLE dialogues {state} TRIGGER {trigger}")
                     sequential = await online_inserts(memory, 1000, 1, message_id, (3, None))

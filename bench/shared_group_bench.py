@@ -55,7 +55,7 @@ async def timed_recall(memory: TemporalMemory, queries: int) -> dict[str, float]
     samples = []
     for _ in range(queries):
         started = time.perf_counter()
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             1, "查询", TEAM, RecallOptions(top_n=3, window_size=2, now=now)
         )
         samples.append((time.perf_counter() - started) * 1000)
@@ -84,10 +84,12 @@ async def run(sizes: list[int], members: int, background: int, dim: int, queries
                 vectors_rng = np.random.default_rng(10**6 + size)
                 await add_with_random_vectors(memory, team, vectors_rng, CHUNK)
                 filled = size
-                async with memory.database.pool.acquire() as conn:  # bench-only: fresh statistics
+                async with (
+                    memory.parts.database.pool.acquire() as conn
+                ):  # bench-only: fresh statistics
                     await conn.execute("VACUUM ANALYZE dialogues")
                 for shared in (False, True):
-                    await memory.sharing.switch(TEAM, on=shared, by=None)
+                    await memory.parts.sharing.switch(TEAM, on=shared, by=None)
                     await timed_recall(memory, 10)  # warm-up
                     figures = await timed_recall(memory, queries)
                     scope = "whole group (shared)" if shared else "own session"

@@ -43,7 +43,7 @@ async def bulk_import(
         turns = synthetic_turns(start, count, sessions, rng, heavy_share)
         vectors = unit_vectors(count, dim, rng)
         started = time.perf_counter()
-        await memory.add_dialogues(turns, embeddings=vectors, batch_size=CHUNK)
+        await memory.parts.writer.add_dialogues(turns, embeddings=vectors, batch_size=CHUNK)
         copy_seconds += time.perf_counter() - started
         done = start + count
         print(f"\r  imported {done}/{rows} ({done / copy_seconds:.0f} rows/s)", end="", flush=True)
@@ -65,7 +65,7 @@ async def recall_latency(
             s = rnd.randrange(sessions)
             user, group = 10_000 + s, (500_000 + s // 3) if s % 2 else None
         started = time.perf_counter()
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             user, "查询", group, RecallOptions(top_n=3, window_size=2, now=now)
         )
         samples.append((time.perf_counter() - started) * 1000)
@@ -84,7 +84,7 @@ async def online_inserts(
     ``first_message_id`` (none may exist yet)."""
 
     async def one(i: int) -> None:
-        outcome = await memory.add_turn(
+        outcome = await memory.parts.writer.add_turn(
             TurnInput(
                 user_id=session[0],
                 group_id=session[1],
@@ -103,7 +103,7 @@ async def online_inserts(
 
 
 async def bytes_per_row(memory: TemporalMemory) -> tuple[float, dict[str, int]]:
-    async with memory.database.pool.acquire() as conn:  # bench-only peek at sizes
+    async with memory.parts.database.pool.acquire() as conn:  # bench-only peek at sizes
         total = await conn.fetchval("SELECT pg_total_relation_size('dialogues')")
         rows = await conn.fetchval("SELECT count(*) FROM dialogues")
         parts = {
@@ -155,7 +155,7 @@ async def run(rows: int, sessions: int, dim: int, queries: int, heavy_share: flo
         try:
             rate = await bulk_import(memory, rows, sessions, dim, heavy_share)
             print(f"bulk import (COPY, pre-embedded, no HNSW index): {rate:.0f} rows/s")
-            async with memory.database.pool.acquire() as conn:
+            async with memory.parts.database.pool.acquire() as conn:
                 await conn.execute("VACUUM ANALYZE dialogues")
             await recall_latency(memory, rows, sessions, 50, heavy=False)  # warm-up
             normal = await recall_latency(memory, rows, sessions, queries, heavy=False)
@@ -175,11 +175,12 @@ async def run(rows: int, sessions: int, dim: int, queries: int, heavy_share: flo
         memory = await opened("auto")
         try:
             started = time.perf_counter()
-            async with memory.vector_index_deferred():  # what a bulk import ends with
+            async with memory.parts.upkeep.vector_index_deferred():  # what a bulk import ends with
                 pass
             print(
-                f"HNSW index of the sessions above the limit ({sorted(memory.vector_index.indexed)}"
-                f"): built in {time.perf_counter() - started:.1f} s"
+                "HNSW index of the sessions above the limit "
+                f"({sorted(memory.parts.vector_index.indexed)}): "
+                f"built in {time.perf_counter() - started:.1f} s"
             )
             big = await recall_latency(memory, rows, sessions, max(50, queries // 5), True)
             print(f"recall in the heavy session (~{int(rows * heavy_share)} rows): {fmt(big)}")

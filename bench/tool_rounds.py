@@ -32,6 +32,7 @@ import httpx
 from bench.common import T0, RandomQueryEmbedder, bench_data_dir, machine_line
 from bench.prompt_prefix import GROUP_ID, MEMBERS, PRIVATE_USER, TOPICS, history
 from memory_core import open_memory
+from memory_core.conversation.citation import Citation
 from memory_core.conversation.engine import ConversationEngine, Delivery
 from memory_core.errors import LLMError
 from memory_core.models import TurnInput
@@ -117,20 +118,19 @@ async def measure(behaviour: str, messages: int) -> str:
         clock = [T0 + timedelta(days=1)]
         engine = ConversationEngine(
             parts=memory.parts,
-            writer=memory,
             chat_model=model,
             bot_name="小忆",
             clock=lambda: clock[0],
         )
 
-        async def send(text: str) -> Delivery:
+        async def send(text: str, *, cited: Citation | None = None) -> Delivery:
             return Delivery(text)
 
         per_reply: list[int] = []
         try:
-            await memory.add_dialogues(history(PRIVATE_USER, None, "阿华", T0))
+            await memory.parts.writer.add_dialogues(history(PRIVATE_USER, None, "阿华", T0))
             for user_id, name in MEMBERS:
-                await memory.add_dialogues(history(user_id, GROUP_ID, name, T0))
+                await memory.parts.writer.add_dialogues(history(user_id, GROUP_ID, name, T0))
             chats: list[tuple[int, int | None, str]] = [(PRIVATE_USER, None, "阿华")] * messages
             chats += [(MEMBERS[i % 3][0], GROUP_ID, MEMBERS[i % 3][1]) for i in range(12)]
             for i, (user_id, group_id, name) in enumerate(chats):

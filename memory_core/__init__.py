@@ -5,10 +5,12 @@ Open it with :func:`open_memory` (the one composition root, ``wiring``) and clos
 
 What a caller (the NoneBot plugin, the CLI, a benchmark) may use is listed in ``__all__``
 below and imported from here; the modules behind these names are free to move. The operator's
-console is a layer above the core with a public face of its own (``memory_core.console``).
+console is a layer above the core with a public face of its own (``memory_core.console``),
+and what people read (the /memstat dashboard, the Chinese labels and times) is listed there.
 """
 
 from .accounts import serving as serving_account
+from .conversation.citation import Citation
 from .conversation.engine import (
     RECALL_BANDS,
     RECALL_MS_TOTAL,
@@ -19,20 +21,9 @@ from .conversation.engine import (
     Delivery,
     Outcome,
     SendText,
-    TurnRecorder,
     split_reply,
 )
-from .dashboard import (
-    Connection,
-    DatabaseState,
-    band_label,
-    chat_calls_zh,
-    connection_of,
-    dashboard_zh,
-    unavailable_dashboard_zh,
-    uptime_zh,
-)
-from .distill.memory import CATEGORY_ZH, DistilledMemory, ExtractedMemory, addressed
+from .distill.memory import DistilledMemory, ExtractedMemory, addressed
 from .errors import (
     ConfigError,
     DatabaseUnavailableError,
@@ -46,7 +37,6 @@ from .errors import (
     StorageError,
 )
 from .evaluation.retention import RetentionPolicy
-from .lang.timefmt import relative_time_zh
 from .models import (
     AddOutcome,
     ForgetScope,
@@ -73,7 +63,6 @@ from .personal import (
     switch_group_memory,
 )
 from .pictures import (
-    DERIVED_LABEL,
     PictureJob,
     PictureReader,
     PictureRef,
@@ -92,15 +81,13 @@ from .service import TemporalMemory
 from .settings import MemorySettings, settings_from_mapping, validation_problems
 from .stages import clocked, stage
 from .stats import MemoryStats
-from .time_bounds import RANGE_TEXT, time_problem
+from .time_bounds import time_problem
+from .unknown_settings import unknown_settings
 from .wiring import ChatBot, open_chat_bot, open_memory
 
 __all__ = [
-    "CATEGORY_ZH",
     "CHAT_CACHED_TOKENS",
     "CHAT_PROMPT_TOKENS",
-    "DERIVED_LABEL",
-    "RANGE_TEXT",
     "RECALL_BANDS",
     "RECALL_MS_TOTAL",
     "RECALL_REPLIES",
@@ -109,10 +96,9 @@ __all__ = [
     "ChatBot",
     "ChatModel",
     "ChatResult",
+    "Citation",
     "ConfigError",
-    "Connection",
     "ConversationEngine",
-    "DatabaseState",
     "DatabaseUnavailableError",
     "Delivery",
     "DistilledMemory",
@@ -151,15 +137,10 @@ __all__ = [
     "StoredLocator",
     "TemporalMemory",
     "TurnInput",
-    "TurnRecorder",
     "addressed",
-    "band_label",
     "build_chat_model",
     "build_picture_reader",
-    "chat_calls_zh",
     "clocked",
-    "connection_of",
-    "dashboard_zh",
     "discard_export",
     "export_person",
     "forget_named",
@@ -174,14 +155,12 @@ __all__ = [
     "opt_out",
     "picture_refs",
     "preview_forget",
-    "relative_time_zh",
     "serving_account",
     "settings_from_mapping",
     "split_reply",
     "stage",
     "switch_group_memory",
     "time_problem",
-    "unavailable_dashboard_zh",
-    "uptime_zh",
+    "unknown_settings",
     "validation_problems",
 ]

@@ -24,9 +24,10 @@ from typing import Any, TextIO
 from dotenv import dotenv_values
 
 from .accounts import serving
-from .dashboard import connection_of, dashboard_zh
+from .console.dashboard import connection_of, dashboard_zh
 from .errors import MemoryCoreError
 from .models import MemoryTurn, RecallResult, TurnInput
+from .parts import MemoryParts
 from .recall.options import RecallOptions
 from .service import TemporalMemory
 from .settings import MemorySettings, settings_from_mapping
@@ -41,9 +42,12 @@ from .transfer.importer import (
 )
 from .transfer.portable import export_lines
 from .transfer.target import ImportTarget
+from .unknown_settings import unknown_settings
 from .wiring import open_memory
 
 DEFER_INDEX_LINES = 20_000
+
+log = logging.getLogger(__name__)
 
 
 def load_settings(
@@ -55,6 +59,8 @@ def load_settings(
     values.update(environ)
     if data_dir:
         values["MEMORY_DATA_DIR"] = data_dir
+    if (ignored := unknown_settings(values)) is not None:
+        log.warning(ignored)
     return settings_from_mapping(values)
 
 
@@ -124,9 +130,7 @@ def _count_lines(path: Path) -> int:
         return sum(1 for _ in handle)
 
 
-async def run_import(
-    memory: TemporalMemory, args: argparse.Namespace, out: TextIO, err: TextIO
-) -> int:
+async def run_import(parts: MemoryParts, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     source: str = args.file
     path = Path(source)
     fmt = import_format(args, err)
@@ -143,28 +147,28 @@ async def run_import(
         )
 
     def show(turn: TurnInput) -> None:
-        print(_shown_turn(turn, memory.tz), file=out)
+        print(_shown_turn(turn, parts.tz), file=out)
 
     async def run() -> ImportReport:
         options: dict[str, Any] = {"dry_run": args.dry_run, "progress": progress, "show": show}
         if target is not None:
             return await import_qq_text(
-                memory, path, target, chat=args.chat, encoding=args.encoding, **options
+                parts, path, target, chat=args.chat, encoding=args.encoding, **options
             )
         if fmt == "chatrecorder":
-            return await import_chatrecorder(memory, source, **options)
-        return await import_json_file(memory, path, **options)
+            return await import_chatrecorder(parts, source, **options)
+        return await import_json_file(parts, path, **options)
 
     lines = 0 if args.dry_run or fmt == "chatrecorder" else _count_lines(path)
     if args.dry_run:
         report = await run()
     elif lines >= DEFER_INDEX_LINES:
         print(f"{lines} lines: vector indexes are rebuilt once at the end", file=err)
-        async with memory.vector_index_deferred():
+        async with parts.upkeep.vector_index_deferred():
             report = await run()
     else:
         report = await run()
-        await memory.index_large_sessions()  # sessions this import took past the limit
+        await parts.upkeep.index_large_sessions()  # sessions this import took past the limit
     print(file=err)
     if fmt != "chatrecorder":
         where = f"{path}:"
@@ -181,12 +185,12 @@ async def run_import(
     return 1 if report.problems else 0
 
 
-async def run_export(memory: TemporalMemory, args: argparse.Namespace, err: TextIO) -> int:
+async def run_export(parts: MemoryParts, args: argparse.Namespace, err: TextIO) -> int:
     sessions = args.session or None
     counts: Counter[str] = Counter()
     target = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     try:
-        async for line in export_lines(memory, sessions):
+        async for line in export_lines(parts, sessions):
             counts[line["type"]] += 1
             target.write(json.dumps(line, ensure_ascii=False) + "\n")
     finally:
@@ -201,20 +205,20 @@ async def run_export(memory: TemporalMemory, args: argparse.Namespace, err: Text
     return 0
 
 
-def turn_json(turn: MemoryTurn, memory: TemporalMemory) -> dict[str, Any]:
+def turn_json(turn: MemoryTurn, parts: MemoryParts) -> dict[str, Any]:
     return {
         "id": turn.id,
         "message_id": turn.message_id,
         "role": turn.role,
         "content": turn.content,
-        "created_at": turn.created_at.astimezone(memory.tz).isoformat(),
+        "created_at": turn.created_at.astimezone(parts.tz).isoformat(),
         "user_id": turn.user_id,
         "group_id": turn.group_id,
     }
 
 
 async def _recall(
-    memory: TemporalMemory, query: Mapping[str, Any], now_field: str = "now"
+    parts: MemoryParts, query: Mapping[str, Any], now_field: str = "now"
 ) -> tuple[RecallResult, datetime | None]:
     """Recall one query given as ``recall --batch`` reads it; the result and its ``now``."""
     user_id = _optional_int(query, "user_id")
@@ -232,22 +236,22 @@ async def _recall(
         now=_parse_time(query.get("now"), now_field),
         context=tuple(context),
     )
-    result = await memory.recall(user_id, text, _optional_int(query, "group_id"), options)
+    result = await parts.retriever.recall(user_id, text, _optional_int(query, "group_id"), options)
     return result, options.now
 
 
-async def recall_json(memory: TemporalMemory, query: Mapping[str, Any]) -> dict[str, Any]:
-    result, _ = await _recall(memory, query)
-    return {"query": query["query"], "turns": [turn_json(t, memory) for t in result.turns]}
+async def recall_json(parts: MemoryParts, query: Mapping[str, Any]) -> dict[str, Any]:
+    result, _ = await _recall(parts, query)
+    return {"query": query["query"], "turns": [turn_json(t, parts) for t in result.turns]}
 
 
-async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: TextIO) -> int:
+async def run_recall(parts: MemoryParts, args: argparse.Namespace, out: TextIO) -> int:
     if args.batch:
         for number, data in read_json_lines(Path(args.batch)):
             if isinstance(data, Exception):
                 raise ValueError(f"{args.batch}:{number}: {data}")
             try:
-                result = await recall_json(memory, data)
+                result = await recall_json(parts, data)
             except ValueError as exc:
                 raise ValueError(f"{args.batch}:{number}: {exc}") from exc
             print(json.dumps(result, ensure_ascii=False), file=out)
@@ -264,10 +268,10 @@ async def run_recall(memory: TemporalMemory, args: argparse.Namespace, out: Text
         "context": args.earlier,
     }
     if args.json:
-        print(json.dumps(await recall_json(memory, query), ensure_ascii=False), file=out)
+        print(json.dumps(await recall_json(parts, query), ensure_ascii=False), file=out)
         return 0
-    recalled, now = await _recall(memory, query, now_field="--now")
-    block = memory.format_block(recalled, now)
+    recalled, now = await _recall(parts, query, now_field="--now")
+    block = parts.context_builder.format_block(recalled, now)
     print(block.text or "(没有相关记忆)", file=out)
     return 0
 
@@ -281,8 +285,8 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
             "by_chat_type_role": {f"{c}/{r}": n for (c, r), n in stats.store.by_type_role.items()},
             "sessions": stats.store.sessions,
             "bytes": stats.store.total_bytes,
-            "oldest": _shown(stats.store.oldest, memory.tz),
-            "newest": _shown(stats.store.newest, memory.tz),
+            "oldest": _shown(stats.store.oldest, memory.parts.tz),
+            "newest": _shown(stats.store.newest, memory.parts.tz),
             "pending_embeddings": stats.store.pending_embeddings,
             "spooled_turns": stats.spooled_turns,
             "dead_letters": stats.dead_letters,
@@ -311,11 +315,11 @@ async def run_stats(memory: TemporalMemory, args: argparse.Namespace, out: TextI
     else:
         # The same dashboard as /memstat, less the uptime of a running bot.
         distilled = await memory.distilled_stats(now)
-        settings = memory.settings
+        settings = memory.parts.settings
         connection = connection_of(
-            memory, chat_model=settings.llm_model if settings.llm_configured else None
+            memory.parts, chat_model=settings.llm_model if settings.llm_configured else None
         )
-        print(dashboard_zh(stats, distilled, connection, now=now, tz=memory.tz), file=out)
+        print(dashboard_zh(stats, distilled, connection, now=now, tz=memory.parts.tz), file=out)
     return 0
 
 
@@ -326,9 +330,10 @@ async def run_reembed(memory: TemporalMemory, out: TextIO, err: TextIO) -> int:
         print(f"\rre-embedded {done}/{total}", end="", file=err)
 
     done = await memory.reembed(progress=progress)
+    embedder = memory.parts.embedder
     print(file=err)
     print(
-        f"re-embedded {done} rows with {memory.embedding_model} ({memory.embedding_dim}-d) "
+        f"re-embedded {done} rows with {embedder.model} ({embedder.dim}-d) "
         f"in {time.perf_counter() - started:.1f} s",
         file=out,
     )
@@ -458,7 +463,9 @@ async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
         settings, allow_model_change=args.command == "reembed", maintenance_interval=None
     )
     try:
-        namespace = "" if args.account is None else await memory.adopt_account(args.account)
+        namespace = (
+            "" if args.account is None else await memory.parts.writer.adopt_account(args.account)
+        )
         with serving(namespace):
             return await _run_command(memory, args)
     finally:
@@ -467,11 +474,11 @@ async def _run(args: argparse.Namespace, settings: MemorySettings) -> int:
 
 async def _run_command(memory: TemporalMemory, args: argparse.Namespace) -> int:
     if args.command == "import":
-        return await run_import(memory, args, sys.stdout, sys.stderr)
+        return await run_import(memory.parts, args, sys.stdout, sys.stderr)
     if args.command == "export":
-        return await run_export(memory, args, sys.stderr)
+        return await run_export(memory.parts, args, sys.stderr)
     if args.command == "recall":
-        return await run_recall(memory, args, sys.stdout)
+        return await run_recall(memory.parts, args, sys.stdout)
     if args.command == "stats":
         return await run_stats(memory, args, sys.stdout)
     if args.command == "purge":

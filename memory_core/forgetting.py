@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 class Forgetting:
     """Deletes a /forget scope or a recalled message everywhere it is kept (see the module
-    docstring); ``TemporalMemory.forget``, ``count_forget`` and ``delete_message`` are it."""
+    docstring), and does what waited in the spool (``flush_spool``)."""
 
     def __init__(self, database: Database, writer: TurnWriter, accounts: AccountBook) -> None:
         self._database = database
@@ -127,3 +127,14 @@ class Forgetting:
         forgotten = await self._forget_stored(await self._decided(scope))
         log.info("a /forget made while the database was unreachable is done: %s", forgotten)
         return forgotten.dialogues
+
+    async def flush_spool(self) -> int:
+        """Write spooled turns to the database, then do the 撤回 and /forget requests that
+        waited in the spool meanwhile (``spooled_recall``, ``spooled_scope``); returns how
+        many turns were new.
+
+        Each item on its own terms (``memory_core.dialogue.spool``): a bad one goes to the
+        dead-letter file, the others are written. When the database is lost or refuses writes,
+        what was done is kept and the failure (``StorageError``) is raised; the rest waits.
+        """
+        return await self._writer.flush_spool(self.spooled_recall, self.spooled_scope)

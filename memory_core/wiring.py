@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from .accounts import AccountBook
 from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
@@ -34,7 +34,7 @@ from .forgetting import Forgetting
 from .lang.indexed import text_form_for
 from .lang.tokens import TokenCounter, load_token_counter
 from .parts import MemoryParts
-from .pictures import PictureReader, PicturesOff, build_picture_reader
+from .pictures import PictureReader, PicturesOff, StoredLocator, build_picture_reader
 from .providers.embedding import Embedder, build_embedder
 from .providers.llm import ChatModel, build_chat_model
 from .providers.rerank import ApiReranker, build_reranker
@@ -267,16 +267,23 @@ async def open_memory(
         await memory.stop_embedded_server()
         await memory.close_providers()
         raise
-    if memory.connected:
+    if memory.parts.database.connected:
         try:
-            await memory.preload_answer_cache()
+            await preload_answer_cache(memory.parts)
         except MemoryCoreError as exc:  # a bad preload file must not stop the bot
             log.error("answer cache preload failed: %s", exc)
     if maintenance_interval is not None:
         memory.start_maintenance(maintenance_interval)
-        memory.evaluations.start()
+        memory.parts.evaluations.start()
         memory.parts.extraction.start()
     return memory
+
+
+async def preload_answer_cache(parts: MemoryParts, now: datetime | None = None) -> int:
+    """(Re)load the public entries of ``answer_cache_preload.jsonl`` (``MEMORY_CONFIG_DIR``)
+    into the answer cache, as ``open_memory`` does; 0 when the cache is off."""
+    path = parts.settings.config_file("answer_cache_preload.jsonl")
+    return await parts.answer_cache.preload(path, now)
 
 
 @dataclass(frozen=True)
@@ -296,11 +303,14 @@ class ChatBot:
         await self.memory.aclose()
 
 
-async def open_chat_bot(settings: MemorySettings, *, bot_name: str) -> ChatBot:
+async def open_chat_bot(
+    settings: MemorySettings, *, bot_name: str, locate_stored: StoredLocator | None = None
+) -> ChatBot:
     """Open the memory (an unreachable database is not fatal: turns are spooled) and build
-    the chat model, the engine and the picture reader on it. ``ConfigError`` when a setting
-    cannot work (``EMBEDDING_DIM`` against the model, an ``LLM_BASE_URL`` that is no URL);
-    nothing is left open then."""
+    the chat model, the engine and the picture reader on it, whose retries the memory's
+    maintenance runs (``locate_stored``: where a stored picture without a URL is, the front
+    end's client). ``ConfigError`` when a setting cannot work (``EMBEDDING_DIM`` against the
+    model, an ``LLM_BASE_URL`` that is no URL); nothing is left open then."""
     memory = await open_memory(settings, require_database=False)
     try:
         chat_model = build_chat_model(settings)
@@ -309,10 +319,11 @@ async def open_chat_bot(settings: MemorySettings, *, bot_name: str) -> ChatBot:
         raise
     engine = ConversationEngine(
         parts=memory.parts,
-        writer=memory,
         chat_model=chat_model,
         bot_name=bot_name,
         usage=chat_model.usage if chat_model is not None else None,
     )
-    pictures = build_picture_reader(settings, memory, engine.traffic)
+    pictures = build_picture_reader(settings, memory.parts, engine.traffic, locate_stored)
+    for step in pictures.background_steps():
+        memory.daily.add(step)
     return ChatBot(memory, engine, chat_model, pictures)

@@ -35,6 +35,7 @@ SHARED_FIXTURE_MODULES = frozenset(
         "tests/core/providers/test_embedding_local.py",
         "tests/core/providers/test_embedding_onnx.py",
         "tests/core/storage/test_embedded_server.py",
+        "tests/core/storage/test_failover.py",
         "tests/core/test_cli.py",
         "tests/plugin/test_body_limit.py",
         "tests/plugin/test_console_access.py",
@@ -45,15 +46,17 @@ SHARED_FIXTURE_MODULES = frozenset(
         "tests/plugin/test_wire.py",
         "tests/plugin/test_wire_access.py",
         "tests/plugin/test_wire_accounts.py",
+        "tests/plugin/test_wire_citations.py",
         "tests/plugin/test_wire_manners.py",
         "tests/plugin/test_wire_pictures.py",
         "tests/plugin/test_wire_self_service.py",
     }
 )
 """Modules whose tests share a module-scoped fixture (a bot process, a browser, a built wheel,
-a loaded model): under xdist (``-n``, ``--dist loadgroup`` from ``addopts``) each runs whole on
-one worker, which builds the fixture once (``OneWorkerPerSharedModule``); every other test
-goes alone to whichever worker is free. Checked against the fixtures at collection."""
+a loaded model) or a start-up their process keeps (the failover pairs' ``initdb`` template,
+``tests.replication``): under xdist (``-n``, ``--dist loadgroup`` from ``addopts``) each runs
+whole on one worker, which builds the fixture once (``OneWorkerPerSharedModule``); every other
+test goes alone to whichever worker is free. Checked against the fixtures at collection."""
 
 
 def _module_of(nodeid: str) -> str:

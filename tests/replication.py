@@ -8,6 +8,7 @@ Used by the failover test (``tests/core/storage/test_failover.py``) and the faul
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pwd
@@ -21,6 +22,9 @@ from typing import Any
 
 from tests.pg_processes import postgres_processes
 from tests.tcp_proxy import free_port
+
+_TEMPLATE: Path | None = None
+"""The cluster ``initdb`` made once for this process (``ReplicatedPair._new_cluster``)."""
 
 
 def _pgserver() -> Any:
@@ -129,10 +133,7 @@ class ReplicatedPair:
         """Make and start both servers; return once the standby streams (and, when
         synchronous, is the primary's synchronous standby)."""
         primary, standby = self.primary, self.standby
-        self.run(
-            "initdb", "--no-sync", "--auth=trust", "--encoding=utf8", "-U", "postgres",
-            "-D", primary.data,
-        )  # fmt: skip
+        self._new_cluster(primary.data)
         settings = {
             "listen_addresses": "'127.0.0.1'",
             "port": primary.port,
@@ -155,6 +156,25 @@ class ReplicatedPair:
         standby.start()
         self._wait_for_standby()
         return self
+
+    def _new_cluster(self, data: Path) -> None:
+        """A new cluster in ``data``: a copy (``cp -a``: owner and modes kept) of one made by
+        ``initdb`` once per process, which was most of a pair's start on a busy machine. Its
+        settings are appended to the copy, never to the template."""
+        global _TEMPLATE
+        if _TEMPLATE is None:
+            root = Path(tempfile.mkdtemp(prefix="tm-failover-template-"))
+            root.chmod(0o755)
+            if self.user is not None:
+                entry = pwd.getpwnam(self.user)
+                os.chown(root, entry.pw_uid, entry.pw_gid)
+            self.run(
+                "initdb", "--no-sync", "--auth=trust", "--encoding=utf8", "-U", "postgres",
+                "-D", root / "data",
+            )  # fmt: skip
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            _TEMPLATE = root / "data"
+        subprocess.run(["cp", "-a", str(_TEMPLATE), str(data)], check=True)
 
     def _append_settings(self, node: Node, settings: dict[str, object]) -> None:
         lines = "".join(f"{name} = {value}\n" for name, value in settings.items())

@@ -40,7 +40,7 @@ DERIVED_COLUMNS = (
 
 async def derived_columns(memory: Any, turn_id: int) -> dict[str, Any]:
     """The columns a turn's text gives its row (terms sorted)."""
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         record = await conn.fetchrow(
             f"SELECT {DERIVED_COLUMNS} FROM dialogues WHERE id = $1", turn_id
         )

@@ -108,8 +108,8 @@ async def inserts(args: argparse.Namespace) -> None:
             MemorySettings(memory_data_dir=data_dir), maintenance_interval=None
         )
         try:
-            writer, store = memory.writer, memory.database.store(PgRecallStore)
-            pool = memory.database.pool
+            writer, store = memory.parts.writer, memory.parts.database.store(PgRecallStore)
+            pool = memory.parts.database.pool
             start = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
             async def one_round(user: int, read_line: bool) -> tuple[float, float]:

@@ -196,7 +196,7 @@ async def evaluate(
 ) -> dict[str, Scores]:
     """Per rule (and BM25 beside), any / all / characters a case at equal turns and at
     today's characters."""
-    s = memory.settings
+    s = memory.parts.settings
     top_n, window = s.memory_top_n, s.memory_window_size
     turns = top_n * (2 * window + 1)
     chats: dict[int, Chat] = {}
@@ -219,7 +219,7 @@ async def evaluate(
             if not form.startswith(BOT_FORMS):
                 continue
             ask = RecallOptions(now=case.now, mode="hybrid", context=tuple(earlier))
-            today = await memory.recall(
+            today = await memory.parts.retriever.recall(
                 base + case.user,
                 query,
                 options=RecallOptions(
@@ -231,7 +231,7 @@ async def evaluate(
                 ),
             )
             today_chars = sum(len(t.content) for t in today.turns)
-            ranked = await memory.recall(
+            ranked = await memory.parts.retriever.recall(
                 base + case.user,
                 query,
                 options=RecallOptions(
@@ -244,7 +244,7 @@ async def evaluate(
                 bm25s[key] = BM25([i.text for i in chat.items[:size]])
             lexical = bm25s[key].ranked(query)[:pool]
             # What the bot's prompt recall gives (the defaults: ``evidence_windows``).
-            prompt = await memory.recall(base + case.user, query, options=ask)
+            prompt = await memory.parts.retriever.recall(base + case.user, query, options=ask)
             units_prompt = {
                 chat.items[position_of[t.message_id]].unit
                 for t in prompt.turns
@@ -253,7 +253,7 @@ async def evaluate(
             prompt_chars = sum(len(t.content) for t in prompt.turns)
             _score(out[PROMPT], case.relevant, units_prompt, prompt_chars)
             for name, floor in FLOORS.items():
-                floored = await memory.recall(
+                floored = await memory.parts.retriever.recall(
                     base + case.user, query, options=dataclasses.replace(ask, anchor_floor=floor)
                 )
                 units = {

@@ -80,7 +80,7 @@ async def run(args: argparse.Namespace) -> None:
         memory = await open_memory(settings, maintenance_interval=None)
         try:
             first_id = 1
-            shipped: Retriever = memory._retriever  # a bench reads the parts
+            shipped: Retriever = memory.parts.retriever  # a bench reads the parts
             configs: dict[str, Any] = {
                 "shipped": shipped,
                 "without statements first": WithoutStatements(shipped),

@@ -33,7 +33,7 @@ async def run(args: argparse.Namespace) -> None:
         task = locomo.task(locomo.load(locomo.data_dir(None), settings.tz))
         memory = await open_memory(settings, maintenance_interval=None)
         try:
-            retriever: Retriever = memory._retriever  # a bench reads the parts
+            retriever: Retriever = memory.parts.retriever  # a bench reads the parts
             base = USERS_PER_SET
             await store(memory, task, base, 1)
             cases = task.cases[: args.cases]

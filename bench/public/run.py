@@ -154,9 +154,9 @@ async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) ->
     started = time.perf_counter()
     # Each turn's text as the memory embeds it (its text form, and the line it answers when
     # MEMORY_INDEX_CONTEXT puts that in the vector).
-    indexed = [row.indexed for row in await memory.writer.rows_for(turns)]
+    indexed = [row.indexed for row in await memory.parts.writer.rows_for(turns)]
     vectors = await passage_vectors(memory, indexed)
-    inserted = await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
+    inserted = await memory.parts.writer.add_dialogues(turns, embeddings=vectors, batch_size=2000)
     print(f"stored {inserted} turns in {time.perf_counter() - started:.1f} s")
     return units
 
@@ -164,18 +164,19 @@ async def store(memory: TemporalMemory, task: Task, base: int, first_id: int) ->
 async def passage_vectors(memory: TemporalMemory, texts: Sequence[str]) -> np.ndarray:
     """The texts' passage embeddings by the memory's own embedder, kept between runs in a
     cache file by text (a cold run embeds ~6,600 texts: minutes on 2 busy cores)."""
-    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model, memory.settings)
+    cache = vector_cache_path(VECTOR_CACHE, memory.parts.embedder.model, memory.parts.settings)
     known = load_vector_cache(cache)
     missing = sorted({t for t in texts if t not in known})
     if missing:
         started = time.perf_counter()
         for start in range(0, len(missing), EMBED_CHUNK):
             chunk = missing[start : start + EMBED_CHUNK]
-            known.update(zip(chunk, await memory.embedder.embed_passages(chunk), strict=True))
+            known.update(zip(chunk, await memory.parts.embedder.embed_passages(chunk), strict=True))
         save_vector_cache(cache, known)
         seconds = time.perf_counter() - started
         print(
-            f"embedded {len(missing)} new texts with {memory.embedding_model} in {seconds:.1f} s "
+            f"embedded {len(missing)} new texts with {memory.parts.embedder.model} "
+            f"in {seconds:.1f} s "
             f"({len(missing) / seconds:.0f}/s)"
         )
     if len(missing) < len(set(texts)):
@@ -226,7 +227,7 @@ async def evaluate(
                 continue
             for mode in modes:
                 for k in AT_K:
-                    result = await memory.recall(
+                    result = await memory.parts.retriever.recall(
                         user,
                         query,
                         options=RecallOptions(
@@ -369,7 +370,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     later,
                     args.forms,
                     args.modes,
-                    args.context_turns or [memory.settings.memory_query_context_turns],
+                    args.context_turns or [memory.parts.settings.memory_query_context_turns],
                     outcomes,
                 )
         finally:

@@ -39,7 +39,7 @@ async def run(args: argparse.Namespace) -> None:
         memory = await open_memory(settings, maintenance_interval=None)
         try:
             await store(memory, task, USERS_PER_SET, 1)
-            shipped: Retriever = memory._retriever  # a bench reads the parts
+            shipped: Retriever = memory.parts.retriever  # a bench reads the parts
             named = copy.copy(shipped)
             named.settings = settings.model_copy(update={"memory_speaker_weight": args.weight})
             configs = {

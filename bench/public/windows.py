@@ -96,7 +96,7 @@ async def evaluate_windows(
         for mode in modes:
             found: Figures = defaultdict(list)
             for k in AT_K:
-                result = await memory.recall(
+                result = await memory.parts.retriever.recall(
                     base + case.user,
                     query,
                     options=RecallOptions(

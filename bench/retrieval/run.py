@@ -124,26 +124,28 @@ async def load(memory: TemporalMemory, data: Dataset) -> dict[str, int]:
         for t, name in zip(data.turns, names, strict=True)
     ]
     # Each turn as the memory embeds it (its text form, with its line under MEMORY_INDEX_CONTEXT).
-    texts = [row.indexed for row in await memory.writer.rows_for(turns)]
-    cache = vector_cache_path(VECTOR_CACHE, memory.embedding_model, memory.settings)
+    texts = [row.indexed for row in await memory.parts.writer.rows_for(turns)]
+    cache = vector_cache_path(VECTOR_CACHE, memory.parts.embedder.model, memory.parts.settings)
     known = load_vector_cache(cache)
     missing = sorted({t for t in texts if t not in known})
     started = time.perf_counter()
     if missing:
-        fresh = await memory.embedder.embed_passages(missing)
+        fresh = await memory.parts.embedder.embed_passages(missing)
         known.update(zip(missing, fresh, strict=True))
         save_vector_cache(cache, known)
     embed_seconds = time.perf_counter() - started
     vectors = np.stack([known[t] for t in texts])
     print(
-        f"embedded {len(missing)} distinct new texts with {memory.embedding_model} in "
+        f"embedded {len(missing)} distinct new texts with {memory.parts.embedder.model} in "
         f"{embed_seconds:.1f} s ({embed_seconds / max(len(missing), 1) * 1000:.1f} ms each; "
         f"{len(set(texts)) - len(missing)} from {cache})"
     )
     started = time.perf_counter()
-    await memory.add_dialogues(turns, embeddings=vectors, batch_size=2000)
+    await memory.parts.writer.add_dialogues(turns, embeddings=vectors, batch_size=2000)
     print(f"inserted {len(turns)} turns in {time.perf_counter() - started:.1f} s")
-    async with memory.database.pool.acquire() as conn:  # bench-only: map the labels to row ids
+    async with (
+        memory.parts.database.pool.acquire() as conn
+    ):  # bench-only: map the labels to row ids
         await conn.execute("VACUUM ANALYZE dialogues")
         rows = await conn.fetch("SELECT id, message_uuid FROM dialogues")
         sizes = await conn.fetchrow(
@@ -166,7 +168,7 @@ async def evaluate(
     budget: int,
 ) -> tuple[dict[str, list[Scores]], list[float]]:
     # bench-only: swap the decay policy (a floor of 1 turns it off)
-    memory._retriever._decay = (
+    memory.parts.retriever._decay = (
         DEFAULT_DECAY
         if config.decay_floor is None
         else dataclasses.replace(DEFAULT_DECAY, min_weight=config.decay_floor)
@@ -175,7 +177,7 @@ async def evaluate(
     latencies = []
     for q in questions:
         started = time.perf_counter()
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             q.user_id,
             q.text,
             q.group_id,
@@ -203,7 +205,7 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
     """Latency at the shipped defaults (top_n=3, window=2) for each mode."""
     print("\nrecall latency at the defaults (top_n 3, window 2), ms, query embedding included:")
     print("| mode | p50 | p95 |\n|---|---|---|")
-    memory._retriever._decay = DEFAULT_DECAY
+    memory.parts.retriever._decay = DEFAULT_DECAY
     for mode, time_aware in (
         ("vector", False),
         ("keyword", True),
@@ -213,7 +215,7 @@ async def default_latency(memory: TemporalMemory, questions: Sequence[Question])
         samples = []
         for q in questions:
             started = time.perf_counter()
-            await memory.recall(
+            await memory.parts.retriever.recall(
                 q.user_id,
                 q.text,
                 q.group_id,

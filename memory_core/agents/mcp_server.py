@@ -200,8 +200,8 @@ async def serve_stdio(settings: MemorySettings) -> None:
         memory = await open_memory(settings)
         opened.append(
             AgentMemory(
-                memory=memory,
-                engine=ConversationEngine(parts=memory.parts, writer=memory, chat_model=None),
+                parts=memory.parts,
+                engine=ConversationEngine(parts=memory.parts, chat_model=None),
                 actor="mcp:stdio",
             )
         )

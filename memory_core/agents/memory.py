@@ -19,7 +19,7 @@ person (``user_id``) in one chat (``group_id``, or the private chat without one)
 A person who opted out of a chat (``/不记我``, or a group switched off) is neither remembered
 nor recalled there through an agent; forgetting is always allowed. Every call, read or change,
 writes an entry to the console's audit log naming ``actor``, so the operator sees what agents
-did (a forget's entry is written after the delete: ``TemporalMemory.forget`` owns its
+did (a forget's entry is written after the delete: ``Forgetting.forget`` owns its
 transactions). With the database away a note is spooled and a forget deferred, as from the chat;
 their entries are then lost (logged), and a recall is refused.
 """
@@ -38,9 +38,9 @@ from ..dialogue.turn_rows import SENDER_NAME_MAX
 from ..errors import MemoryCoreError, StorageError
 from ..lang.text import scrub
 from ..models import ForgetScope, Forgotten, MemoryTurn, TurnInput, generate_session_key
+from ..parts import MemoryParts
 from ..personal import forget_memories
 from ..recall.listing import FACTS, list_recall
-from ..service import TemporalMemory
 from ..storage.audit_log import Audit, PgAuditLogStore
 from ..storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
@@ -58,6 +58,17 @@ FOUND_CHATS = 20
 """The most chats ``find_people`` lists: a name is for picking one, not for listing everyone."""
 
 
+# How a forget's audit entry names what went (the operator reads it in Chinese).
+FORGOTTEN_ZH = {
+    "dialogues": "对话",
+    "bot_replies": "机器人的回复",
+    "facts": "事实",
+    "preferences": "偏好",
+    "summaries": "摘要",
+    "cached_answers": "缓存的回答",
+}
+
+
 class AgentRefusal(MemoryCoreError):
     """A call the memory will not carry out (bad arguments, an opted-out person); the text is
     what the calling agent is told."""
@@ -65,11 +76,11 @@ class AgentRefusal(MemoryCoreError):
 
 @dataclass(frozen=True)
 class AgentMemory:
-    """The three operations over one open memory. ``engine`` keeps each call in order with
-    the chat's own messages (the bot's engine; the stdio server makes one without a model);
-    ``actor`` names the caller in the audit log."""
+    """The three operations over the parts of one open memory. ``engine`` keeps each call in
+    order with the chat's own messages (the bot's engine; the stdio server makes one without a
+    model); ``actor`` names the caller in the audit log."""
 
-    memory: TemporalMemory
+    parts: MemoryParts
     engine: ConversationEngine
     actor: str
 
@@ -85,13 +96,11 @@ class AgentMemory:
             raise AgentRefusal(f"top_n must be between 1 and {MAX_RECALL_ITEMS}")
         query = _bounded(" ".join(query.split()), "query")
         await self._refuse_opted_out(user_id, group_id)
-        memory = self.memory
+        parts = self.parts
         async with self.engine.session(user_id, group_id):
-            await memory.settle_embeddings(memory.settings.embedding_store_deadline)
+            await parts.writer.settle_embeddings(parts.settings.embedding_store_deadline)
             now = datetime.now(timezone.utc)
-            listing = await list_recall(
-                memory.parts, user_id, query, group_id, now=now, items=items
-            )
+            listing = await list_recall(parts, user_id, query, group_id, now=now, items=items)
         turns = [self._turn(t) for t in listing.turns]
         facts = [
             {
@@ -104,7 +113,7 @@ class AgentMemory:
         ]
         await self._audit(
             "recall", "query", None, user_id, group_id,
-            after=f"{query} → {len(turns)} turn(s), {len(facts)} fact(s)",
+            before=query, after=f"对话 {len(turns)} 条，事实 {len(facts)} 条",
         )  # fmt: skip
         return {
             "user_id": user_id,
@@ -123,7 +132,7 @@ class AgentMemory:
         _check_ids(user_id, group_id)
         text = _bounded(text.strip(), "text")
         name = _name(name)
-        people = self.memory.database.store(PgPeopleStore)
+        people = self.parts.database.store(PgPeopleStore)
         key = generate_session_key(user_id, group_id)
         try:
             await self._refuse_opted_out(user_id, group_id)
@@ -144,7 +153,7 @@ class AgentMemory:
         turn = TurnInput(
             user_id=user_id, group_id=group_id, role="user", content=text, sender_name=name
         )
-        self.memory.check_turn(turn)  # InvalidTurnError (too long, …) says why
+        self.parts.writer.check_turn(turn)  # InvalidTurnError (too long, …) says why
         outcome = await self.engine.record(turn)
         if outcome is None or outcome.failed or outcome.dead_lettered:
             raise AgentRefusal("the note could not be stored (see the bot's log)")
@@ -168,7 +177,7 @@ class AgentMemory:
         last seen first: their ``user_id`` and ``group_id`` for the other operations. A person
         is not found in a chat they opted out of, nor anyone in a group switched off."""
         text = _bounded(" ".join(text.split()), "text", SENDER_NAME_MAX)
-        found = await self.memory.database.store(PgPeopleStore).chats_named(text, FOUND_CHATS)
+        found = await self.parts.database.store(PgPeopleStore).chats_named(text, FOUND_CHATS)
         chats = [
             {
                 "user_id": chat.user_id,
@@ -178,7 +187,13 @@ class AgentMemory:
             }
             for chat in found
         ]
-        await self._audit("find", "people", None, None, None, after=f"{text} → {len(chats)}")
+        # One entry per chat found, in that chat's session: the name searched is forgotten with
+        # the person (``PgAuditLogStore.forget_scope``). A search that found no one keeps no
+        # text: the name may be someone's remembered later.
+        for chat in found:
+            await self._audit("find", "people", None, chat.user_id, chat.group_id, before=text)
+        if not found:
+            await self._audit("find", "people", None, None, None, after="0")
         return {"text": text, "chats": chats}
 
     async def forget(
@@ -195,13 +210,13 @@ class AgentMemory:
             if ids is not None and not chosen:
                 forgotten = Forgotten()  # an empty list names nothing: nothing goes
             elif chosen:
-                forgotten = await forget_memories(self.memory, user_id, group_id, chosen)
+                forgotten = await forget_memories(self.parts, user_id, group_id, chosen)
             elif group_id is None:
                 scope = ForgetScope(user_id=user_id, private_only=True)
-                forgotten = await self.memory.forget(scope)
+                forgotten = await self.parts.forgetting.forget(scope)
             else:
                 scope = ForgetScope(user_id=user_id, group_id=group_id)
-                forgotten = await self.memory.forget(scope)
+                forgotten = await self.parts.forgetting.forget(scope)
         went = {
             "dialogues": forgotten.dialogues,
             "bot_replies": forgotten.bot_replies,
@@ -210,18 +225,18 @@ class AgentMemory:
             "summaries": forgotten.summaries,
             "cached_answers": forgotten.cached_answers,
         }
-        what = ", ".join(f"{kind} {n}" for kind, n in went.items() if n) or "nothing"
-        named = f"memories {', '.join(map(str, chosen))}" if ids is not None else "the whole chat"
+        what = "、".join(f"{FORGOTTEN_ZH[kind]} {n} 条" for kind, n in went.items() if n)
+        named = "、".join(f"#{i}" for i in chosen) if ids is not None else "整个会话"
         await self._audit(
             "forget", "distilled" if ids is not None else "session", None, user_id, group_id,
-            before=named, after=what,
+            before=named, after=what or "没有可删的",
         )  # fmt: skip
         return {**went, "deferred": forgotten.deferred}
 
     async def _refuse_opted_out(self, user_id: int, group_id: int | None) -> None:
         """``AgentRefusal`` when ``user_id`` opted out of this chat (or of every chat), or the
         group's memory is switched off."""
-        store = self.memory.database.store(PgOptOutStore)
+        store = self.parts.database.store(PgOptOutStore)
         chat = chat_name(group_id)
         off = bool({EVERYWHERE, chat} & await store.chats(user_id))
         if not off and group_id is not None:
@@ -240,18 +255,17 @@ class AgentMemory:
         before: str | None = None,
         after: str | None = None,
     ) -> None:
-        # A search by name is of no one chat: its entry has no session.
         session_key = None if user_id is None else generate_session_key(user_id, group_id)
         entry = Audit(self.actor, action, kind, item_id, session_key, before, after)
         try:
-            await self.memory.database.store(PgAuditLogStore).write_audit(entry)
+            await self.parts.database.store(PgAuditLogStore).write_audit(entry)
         except StorageError as exc:
             # Only after a note was spooled or a forget deferred (anything else needed the
             # database first): the call is done, its entry cannot be written.
             log.warning("audit entry of %s %s %s lost: %s", self.actor, action, session_key, exc)
 
     def _time(self, moment: datetime) -> str:
-        return moment.astimezone(self.memory.tz).isoformat()
+        return moment.astimezone(self.parts.tz).isoformat()
 
     def _turn(self, turn: MemoryTurn) -> dict[str, Any]:
         return {

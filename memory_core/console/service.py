@@ -36,7 +36,7 @@ from ..storage.row_changes import RowTaker
 from .store import FoundTurn, SessionRow, conflicts_refused
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
+    from ..parts import MemoryParts
 
 PAGE_SIZE = 50
 MEANING_SEARCH_MAX = 200  # nearest turns a meaning search weighs: counted, then paged
@@ -137,31 +137,43 @@ class ChatNames:
     group: str | None = None
 
 
+def chat_of_key(session_key: str) -> tuple[int, int | None] | None:
+    """The (user, group) of a stored session key (``models.generate_session_key``: ``[account/]
+    [group:]user``); ``None`` for what is not one."""
+    chat = session_key.rpartition("/")[2]
+    group, colon, user = chat.rpartition(":")
+    try:
+        return int(user), int(group) if colon else None
+    except ValueError:
+        return None
+
+
 # Asks the chat client for the names of (user, group) — the plugin passes one in when the bot
 # is connected; the console falls back to the names stored with the turns.
 NameLookup = Callable[[int, int | None], Awaitable[ChatNames]]
 
 
 class MemoryConsole:
-    """The console's operations over an open ``TemporalMemory``."""
+    """The console's operations over the parts of an open memory (``MemoryParts``): the
+    database and its stores, the embedder, the writer, the sharing, the retention policy."""
 
-    def __init__(self, memory: TemporalMemory, names: NameLookup | None = None) -> None:
-        self.memory = memory
+    def __init__(self, parts: MemoryParts, names: NameLookup | None = None) -> None:
+        self.parts = parts
         self.names = names
 
     def _store(self) -> PgAuditLogStore:
-        return self.memory.database.store(PgAuditLogStore)
+        return self.parts.database.store(PgAuditLogStore)
 
     def _bin(self) -> PgRecycleBinStore:
-        return self.memory.database.store(PgRecycleBinStore)
+        return self.parts.database.store(PgRecycleBinStore)
 
     # ------------------------------------------------------------------ reading
 
     def _dialogues(self) -> PgAdminStore:
-        return self.memory.database.store(PgAdminStore)
+        return self.parts.database.store(PgAdminStore)
 
     def _distilled(self) -> PgDistilledStore:
-        return self.memory.database.store(PgDistilledStore)
+        return self.parts.database.store(PgDistilledStore)
 
     async def sessions(
         self,
@@ -210,6 +222,23 @@ class MemoryConsole:
         lookup = self.names
         return list(await asyncio.gather(*(lookup(a.user_id, a.group_id) for a in listed)))
 
+    async def chat_names(self, session_keys: Sequence[str]) -> dict[str, ChatNames]:
+        """What each session's person and group are called, for pages that list sessions by
+        key (the audit log): the chat client's names, else the person's newest stored name."""
+        chats = {k: c for k in dict.fromkeys(session_keys) if (c := chat_of_key(k)) is not None}
+        stored = await self._dialogues().session_names(list(chats))
+        told: dict[str, ChatNames] = {}
+        if self.names is not None:
+            asked = await asyncio.gather(*(self.names(*chat) for chat in chats.values()))
+            told = dict(zip(chats, asked, strict=True))
+        return {
+            key: ChatNames(
+                person=told.get(key, ChatNames()).person or stored.get(key),
+                group=told.get(key, ChatNames()).group,
+            )
+            for key in chats
+        }
+
     async def session(self, session_key: str) -> SessionRow | None:
         """The session, if it holds turns or distilled memories."""
         memory_sessions = await self._distilled().memory_sessions()
@@ -236,10 +265,10 @@ class MemoryConsole:
         """The cut-off of a meaning search: the one ``/recall`` lists by
         (``MEMORY_RECALL_FLOOR``, else the bundled model's measured floor when the memory runs
         it, else none), so both show the same memories for a question."""
-        configured = self.memory.settings.memory_recall_floor
+        configured = self.parts.settings.memory_recall_floor
         if configured is not None:
             return configured
-        if self.memory.embedding_model == LOCAL_EMBEDDING_MODEL:
+        if self.parts.embedder.model == LOCAL_EMBEDDING_MODEL:
             return BUNDLED_MODEL_RECALL_FLOOR
         return None
 
@@ -272,21 +301,19 @@ class MemoryConsole:
         """The nearest live turns at or above the floor, found the way recall finds them:
         exactly, or through the session's own vector index when it has one (a large
         session)."""
-        memory = self.memory
-        vector = await memory.embedder.embed_query(query)
-        dialogue = self.memory.database.store(PgRecallStore)
+        parts = self.parts
+        vector = await parts.embedder.embed_query(query)
+        dialogue = self.parts.database.store(PgRecallStore)
         scope = RecallScope(session_key)  # one session, as the console shows it
         size = await dialogue.session_size(scope)
         weighed = max(MEANING_SEARCH_MAX, (page + 1) * PAGE_SIZE)  # a later page: more
         nearest = await dialogue.anchor_candidates(
             scope=scope,
-            model=memory.embedding_model,
+            model=parts.embedder.model,
             query_vector=vector,
             now=datetime.now(timezone.utc),
             limit=weighed,
-            index_dim=memory.embedding_dim
-            if memory.vector_index.serves(session_key, size)
-            else None,
+            index_dim=parts.embedder.dim if parts.vector_index.serves(session_key, size) else None,
             filters=AnchorFilters(start=search.start, end=search.end),
         )
         floor = self.meaning_floor
@@ -331,11 +358,11 @@ class MemoryConsole:
         """The text's embedding now, or none (the backfill embeds it later) if the embedder
         fails: an edit is never lost for want of a vector."""
         try:
-            vectors = await self.memory.embedder.embed_passages([text])
+            vectors = await self.parts.embedder.embed_passages([text])
         except EmbeddingError:
-            self.memory.parts.backfill_due.set()
+            self.parts.backfill_due.set()
             return None, None
-        return vectors[0], self.memory.embedding_model
+        return vectors[0], self.parts.embedder.model
 
     async def edit_turn(
         self, session_key: str, turn_id: int, text: str, *, actor: str
@@ -348,7 +375,7 @@ class MemoryConsole:
             edited = (rewritten.before, rewritten.turn)
             await self._audited_edit(tx, "turn", session_key, turn_id, edited, actor)
 
-        rewritten = await self.memory.parts.writer.rewrite(
+        rewritten = await self.parts.writer.rewrite(
             turn_id, text, session_key=session_key, then=audited
         )
         return None if rewritten is None else rewritten.turn
@@ -373,7 +400,7 @@ class MemoryConsole:
             embedding_model=model,
         )
         with conflicts_refused("这个会话已有一条内容相同的记忆"):
-            async with self.memory.database.transaction() as tx:
+            async with self.parts.database.transaction() as tx:
                 edited = await tx.store(PgDistilledStore).edit_memory(session_key, memory_id, edit)
                 return await self._audited_edit(
                     tx, "distilled", session_key, memory_id, edited, actor
@@ -409,7 +436,7 @@ class MemoryConsole:
         if kind not in KINDS:
             raise InvalidTurnError(f"unknown kind {kind!r}")
         now = now or datetime.now(timezone.utc)
-        async with self.memory.database.transaction() as tx:
+        async with self.parts.database.transaction() as tx:
             along: list[tuple[str, int]] = []
             if kind == "distilled":
                 along = [("turn", t) for t in await self._sources_to_bin(tx, session_key, item_id)]
@@ -440,13 +467,15 @@ class MemoryConsole:
         taken = await tx.store(OWNERS[kind]).take_row(session_key, item_id)
         if taken is None:
             return None
-        keep = timedelta(days=self.memory.settings.memory_recycle_days)
+        keep = timedelta(days=self.parts.settings.memory_recycle_days)
         bin_id = await tx.store(PgRecycleBinStore).to_bin(
             kind, taken, deleted_by=actor, purge_after=now + keep
         )
-        await tx.store(PgAuditLogStore).write_audit(
-            Audit(actor, "delete", kind, item_id, session_key, before_text=taken.summary)
-        )
+        # The text lives on in the bin alone (restorable there, purged with it): the log's
+        # entries about the item lose theirs, and the delete's own entry holds none.
+        audit = tx.store(PgAuditLogStore)
+        await audit.forget_items(**{"turns" if kind == "turn" else "memories": [item_id]})
+        await audit.write_audit(Audit(actor, "delete", kind, item_id, session_key))
         return bin_id
 
     async def delete_many(
@@ -475,7 +504,7 @@ class MemoryConsole:
         just been evaluated; one without keeps none until it is evaluated."""
         if kind not in KINDS:
             raise InvalidTurnError(f"unknown kind {kind!r}")
-        async with self.memory.database.transaction() as tx:
+        async with self.parts.database.transaction() as tx:
             text = await self._pin_row(tx, kind, session_key, item_id, pinned=pinned)
             if text is None:
                 return False
@@ -495,7 +524,7 @@ class MemoryConsole:
         expires_at = None
         if not pinned:
             rows = await dialogues.session_turns_by_ids(session_key, [item_id])
-            policy = self.memory.retention
+            policy = self.parts.retention
             score = rows[0].turn.score if rows else None
             if policy is not None and score is not None:
                 expires_at = policy.expires_at(score, datetime.now(timezone.utc))
@@ -512,7 +541,7 @@ class MemoryConsole:
         ``ConsoleConflictError`` when the same row was stored again meanwhile."""
         refused = "无法恢复：同一会话里已有一条内容相同的当前记忆（或同一条消息）"
         with conflicts_refused(refused):
-            async with self.memory.database.transaction() as tx:
+            async with self.parts.database.transaction() as tx:
                 taken = await tx.store(PgRecycleBinStore).take_from_bin(bin_id)
                 if taken is None:
                     return None
@@ -533,9 +562,9 @@ class MemoryConsole:
 
     async def group_switches(self) -> list[GroupSwitches]:
         """Every group with turns, switched off or shared, and its two switches."""
-        chats = await self.memory.database.store(PgOptOutStore).chats(EVERYONE)
+        chats = await self.parts.database.store(PgOptOutStore).chats(EVERYONE)
         off = {int(chat) for chat in chats if chat.isdigit()}
-        shared = await self.memory.sharing.shared_groups()
+        shared = await self.parts.sharing.shared_groups()
         groups = set(await self._dialogues().groups_with_turns(MEMORY_LIMIT)) | off | shared
         return [GroupSwitches(g, g not in off, g in shared) for g in sorted(groups)]
 
@@ -543,19 +572,19 @@ class MemoryConsole:
         """Share a group's memory among its members or stop (like ``/群共享``), audited;
         whether it changed."""
         try:
-            async with self.memory.database.transaction() as tx:
-                changed = await self.memory.sharing.switch(group_id, on=on, by=None, within=tx)
+            async with self.parts.database.transaction() as tx:
+                changed = await self.parts.sharing.switch(group_id, on=on, by=None, within=tx)
                 if changed:
                     await _audit_switch(tx, actor, "group_sharing", group_id, on=on)
         except BaseException:
-            self.memory.sharing.forget_kept(group_id)  # rolled back: recall must not see it
+            self.parts.sharing.forget_kept(group_id)  # rolled back: recall must not see it
             raise
         return changed
 
     async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
         """Switch a group's memory on or off (like ``/群记忆``), audited; whether it changed."""
-        async with self.memory.database.transaction() as tx:
-            changed = await switch_group_memory(self.memory, group_id, on=on, within=tx)
+        async with self.parts.database.transaction() as tx:
+            changed = await switch_group_memory(self.parts, group_id, on=on, within=tx)
             if changed:
                 await _audit_switch(tx, actor, "group_switch", group_id, on=on)
         return changed
@@ -575,19 +604,19 @@ class MemoryConsole:
             memories={kind: current for kind, (current, _) in counts.items()},
             pending_embeddings=await dialogues.count_pending_embeddings(),
             extraction_failed_today=failed[-1] if failed else 0,
-            embedder_failing=is_failing(self.memory.embedder),
+            embedder_failing=is_failing(self.parts.embedder),
         )
 
     async def daily_figures(self, days: int = 30, now: datetime | None = None) -> DailyFigures:
         """Turns stored per day and the daily counters, for the last ``days`` local days."""
         now = now or datetime.now(timezone.utc)
-        tz = self.memory.tz
+        tz = self.parts.tz
         today = now.astimezone(tz).date()
         first = today - timedelta(days=days - 1)
         since = datetime.combine(first, datetime.min.time(), tz)
         per_day = {d: (u, b) for d, u, b in await self._dialogues().turns_per_day(since, tz.key)}
         metrics: dict[str, dict[date, int]] = {}
-        counters = self.memory.database.store(PgCounterStore)
+        counters = self.parts.database.store(PgCounterStore)
         for day, metric, value in await counters.metrics_since(first):
             metrics.setdefault(metric, {})[day] = value
         span = tuple(first + timedelta(days=i) for i in range(days))

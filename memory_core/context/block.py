@@ -26,8 +26,9 @@ OTHERS_NOTE = (
 class MemoryBlock:
     """The recalled-memory text for the prompt and what went into it.
 
-    ``turn_ids`` are the kept turns in time order; ``tokens`` is the count of ``text``;
-    ``dropped_windows`` counts windows of which not even the anchor fitted the budget.
+    ``turn_ids`` are the kept turns in time order (a numbered block's line ``#n`` is
+    ``turn_ids[n - 1]``); ``tokens`` is the count of ``text``; ``dropped_windows`` counts
+    windows of which not even the anchor fitted the budget.
     """
 
     text: str
@@ -58,7 +59,9 @@ def _nearest_first(window: RecallWindow) -> list[MemoryTurn]:
 class LineBudget:
     """How memory lines are written and fitted: dated from ``now`` in ``tz``, counted by
     ``counter`` within ``max_tokens``; ``exclude_ids`` are turns already in the prompt,
-    ``asker`` the person being answered (see ``build_memory_block``)."""
+    ``asker`` the person being answered (see ``build_memory_block``); ``numbered``: each line
+    starts with its number (``#1``, ``#2`` … in time order), which the chat model cites
+    (``conversation.citation``)."""
 
     now: datetime
     tz: ZoneInfo
@@ -66,6 +69,7 @@ class LineBudget:
     max_tokens: int
     exclude_ids: Collection[int] = ()
     asker: int | None = None
+    numbered: bool = False
 
     def within(self, max_tokens: int) -> LineBudget:
         """The same budget for at most ``max_tokens`` (never below zero)."""
@@ -104,6 +108,8 @@ def build_memory_block(windows: Sequence[RecallWindow], budget: LineBudget) -> M
 
     def render(turns: Sequence[MemoryTurn]) -> str:
         body = [lines[turn.id] for turn in sorted(turns, key=time_key)]
+        if budget.numbered:
+            body = [number_line(n, line) for n, line in enumerate(body, start=1)]
         note = [OTHERS_NOTE] if any(others(turn) for turn in turns) else []
         return "\n".join([MEMORY_HEADER, *note, *body])
 
@@ -150,6 +156,13 @@ def build_memory_block(windows: Sequence[RecallWindow], budget: LineBudget) -> M
         tokens=tokens,
         dropped_windows=dropped,
     )
+
+
+def number_line(number: int, line: str) -> str:
+    """``#3 [2024-01-16 10:30:15] (5小时前) user: …``: a memory line the model can cite by its
+    number. Continuation lines stay indented, so a line starting with ``#`` at column 0 is
+    always a real memory line."""
+    return f"#{number} {line}"
 
 
 # Two lines say the same when the shorter, stripped of punctuation and spaces, is inside the

@@ -37,7 +37,7 @@ from ..recall.listing import Relevance
 from ..recall.options import RecallOptions
 from ..recall.retriever import Retriever
 from ..settings import MemorySettings
-from .block import LineBudget, build_memory_block
+from .block import LineBudget, MemoryBlock, build_memory_block
 
 Distilled = tuple[
     list[DistilledMemory], list[DistilledMemory], list[DistilledMemory], list[DistilledMemory]
@@ -73,6 +73,7 @@ class MemoryContext:
     dropped: int = 0
     settled: str = ""  # the preferences and summaries, apart (``assemble_context(settled=)``)
     budget: int = 0  # the token budget it was built within (the one in force for this reply)
+    numbered: bool = False  # the dialogue lines carry numbers: ``#n`` is ``turn_ids[n - 1]``
 
     @property
     def distilled_ids(self) -> tuple[int, ...]:
@@ -235,6 +236,7 @@ def assemble_context(
         summary_ids=tuple(chosen["summary"]),
         turn_ids=block.turn_ids,
         dropped=dropped + block.dropped_windows,
+        numbered=budget.numbered,
     )
 
 
@@ -257,6 +259,20 @@ class ContextBuilder:
         self._retriever = retriever
         self._counter = counter
         self._tz = tz
+
+    def format_block(
+        self,
+        result: RecallResult,
+        now: datetime | None = None,
+        max_tokens: int | None = None,
+        asker: int | None = None,
+    ) -> MemoryBlock:
+        """The time-stamped memory block of ``result`` within the token budget (MEMORY_MAX_TOKENS
+        unless ``max_tokens``); ``asker`` labels a shared group's other members."""
+        tokens = self._settings.memory_max_tokens if max_tokens is None else max_tokens
+        now = now or datetime.now(timezone.utc)
+        budget = LineBudget(now, self._tz, self._counter, tokens, asker=asker)
+        return build_memory_block(result.windows, budget)
 
     async def distilled(
         self, user_id: int, group_id: int | None, query: str, now: datetime
@@ -307,6 +323,7 @@ class ContextBuilder:
         touch: bool = True,
         settled: bool = False,
         distilled: Distilled | None = None,
+        numbered: bool = False,
     ) -> MemoryContext:
         """The memory context for ``query`` in this session (see ``assemble_context``):
         preferences, relevant facts, recent summaries, then recalled dialogue (minus
@@ -319,7 +336,8 @@ class ContextBuilder:
         ``now``, by the ``retriever``.
         ``touch=False`` leaves the use counts alone (a look at the prompt, not a reply).
         ``distilled``: the distilled memory already read for the recall's search text
-        (``distilled``), with ``recall`` already recalled.
+        (``distilled``), with ``recall`` already recalled. ``numbered``: the dialogue lines
+        carry the numbers the chat model cites (``conversation.citation``).
         """
         now = now or datetime.now(timezone.utc)
         if recall is None:
@@ -344,7 +362,9 @@ class ContextBuilder:
             facts=facts,
             summaries=summaries,
             windows=recalled.windows,
-            budget=LineBudget(now, self._tz, self._counter, budget, exclude_ids, asker=user_id),
+            budget=LineBudget(
+                now, self._tz, self._counter, budget, exclude_ids, asker=user_id, numbered=numbered
+            ),
             settled=settled,
             loose_facts=loose,
         )

@@ -14,10 +14,12 @@ One user message goes through :meth:`ConversationEngine.converse`:
 4. with the answer cache on (ANSWER_CACHE_ENABLED), a cached answer is sent instead of asking
    the model when the question is neither time-dependent nor personal (the policy is explained
    above ``_personal_for_lookup``);
-5. otherwise the chat model answers; the caller's ``send`` delivers the text; what was delivered
-   is stored as the assistant turn, with the message id the chat platform gave it, the exchange
-   is queued for evaluation and counted for extraction of distilled memory (both done in the
-   background, never delaying the reply), and a memory-free answer is offered to the cache.
+5. otherwise the chat model answers (the markers naming the memory it used taken out: the reply
+   quotes that message, ``conversation.citation``); the caller's ``send`` delivers the text;
+   what was delivered is stored as the assistant turn, with the message id the chat platform
+   gave it, the exchange is queued for evaluation and counted for extraction of distilled
+   memory (both done in the background, never delaying the reply), and a memory-free answer
+   is offered to the cache.
 
 Messages of one session are handled one at a time, in arrival order; sessions run concurrently.
 Once the reply is stored, the session's next message may begin while the exchange is queued
@@ -63,6 +65,7 @@ from ..storage.counters import PgCounterStore
 from ..traffic import ReplyTraffic
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
+from .citation import Citation, Citations, read_marks
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
 from .tools import ChatScope, MemoryTools, StoredOptOuts
 
@@ -84,14 +87,13 @@ class Delivery:
     message_id: int | None = None
 
 
-SendText = Callable[[str], Awaitable["Delivery | None"]]
-"""Delivers a reply; returns ``None`` when nothing reached the chat. Must not raise."""
+class SendText(Protocol):
+    """Delivers a reply; returns ``None`` when nothing reached the chat. Must not raise.
 
+    ``cited``: the recalled turn the reply quotes (``conversation.citation``); passed only to
+    a reply that cites one, never to a notice or an apology."""
 
-class TurnRecorder(Protocol):
-    """Where the engine stores turns (``TemporalMemory.add_turn``: database, or the spool)."""
-
-    async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome: ...
+    async def __call__(self, text: str, *, cited: Citation | None = None) -> Delivery | None: ...
 
 
 class Outcome(enum.Enum):
@@ -117,6 +119,7 @@ class ChatResult:
     memory_available: bool = True
     messages: tuple[Mapping[str, str], ...] = ()
     from_cache: bool = False  # the reply came from the answer cache; the model was not asked
+    cited: Citation | None = None  # the recalled turn the reply quoted
 
 
 # Daily counters of the time memory took to read for a reply (the console's chart): how many
@@ -267,7 +270,6 @@ class ConversationEngine:
         self,
         *,
         parts: MemoryParts,
-        writer: TurnRecorder,
         chat_model: ChatModel | None,
         bot_name: str | None = None,
         clock: Callable[[], datetime] | None = None,
@@ -275,11 +277,11 @@ class ConversationEngine:
         usage: PromptUsage | None = None,
     ) -> None:
         """``parts``: the memory's parts the engine reads and counts with (``open_memory``
-        builds them); ``writer``: where turns are stored (the ``TemporalMemory`` of those
-        parts). ``usage``: where the chat model adds up the prompt tokens its answers report
+        builds them; turns are stored by ``parts.writer``: database, or the spool).
+        ``usage``: where the chat model adds up the prompt tokens its answers report
         (``OpenAIChatModel.usage``); counted per day after each reply (``/memstat``)."""
         self._parts = parts
-        self._writer = writer
+        self._writer = parts.writer
         self._model = chat_model
         self._usage = usage if usage is not None else PromptUsage()
         self._settings = parts.settings
@@ -298,6 +300,8 @@ class ConversationEngine:
         self._last_notice: dict[str, float] = {}
         self.traffic = ReplyTraffic()
         """The replies under way: work that can wait (reading pictures) waits for a gap."""
+        self.citations = Citations(parts.database)
+        """Which recalled turn a reply quotes; a 撤回 marks its message there while it waits."""
 
     @property
     def chat_configured(self) -> bool:
@@ -402,6 +406,7 @@ class ConversationEngine:
             with stage("cache_lookup"):
                 cached = await self._cached(turn, prompt, now)
             searched = False  # the model read memory through a tool: its answer is not cached
+            cited_numbers: tuple[int, ...] = ()
             if cached is not None:
                 answer = cached.answer
             else:
@@ -416,6 +421,9 @@ class ConversationEngine:
                         answer, searched = await self._ask_model(
                             prompt.messages, send, scope, budget or BudgetState.OPEN
                         )
+                    # The markers naming the memory used never reach the person (citation).
+                    marked = read_marks(answer)
+                    answer, cited_numbers = marked.text, marked.numbers
                     if not answer:
                         raise LLMError("the chat model gave an empty answer")
                 except (LLMError, asyncio.TimeoutError) as exc:
@@ -424,8 +432,14 @@ class ConversationEngine:
                     await self._keep_unanswered(stored.turn)
                     return result(Outcome.APOLOGIZED)
 
+            cited = None
+            if cited_numbers and stored.turn is not None:
+                with stage("cite"):
+                    cited = await self.citations.resolve(
+                        prompt.context, cited_numbers, stored.turn.session_key, self._now(turn)
+                    )
             with stage("send"):
-                delivery = await send(answer)
+                delivery = await (send(answer, cited=cited) if cited else send(answer))
             if delivery is None or not delivery.text.strip():
                 log.warning("reply for session %s could not be delivered", turn.session_key)
                 return result(Outcome.UNSENT, reply_text=answer, from_cache=cached is not None)
@@ -461,6 +475,7 @@ class ConversationEngine:
             reply_turn=stored_reply.turn if stored_reply else None,
             reply_text=delivery.text,
             from_cache=cached is not None,
+            cited=cited,
         )
 
     # ------------------------------------------------------------------ steps

@@ -13,6 +13,8 @@ For one user message (a ``TurnInput`` with its time) a :class:`PromptPreparer` r
 4. the chat messages (``prompt``): the system prompt, which stays the same across a chat's
    calls, the short-term turns in a window that moves in steps (``window``), then the note of
    this moment (time, memory) and the message, so a provider's prefix cache can reuse the rest.
+   Where a reply may quote its memory (``cites``), the memory lines carry numbers and the system
+   prompt the rule to cite them (``citation``).
 
 In a group (CHAT_GROUP_WINDOW, on by default) the short-term turns are the group's: what every
 member said to the bot there in the last minutes, and its replies, which every member sees in
@@ -214,6 +216,7 @@ class PromptPreparer:
                     # member's note.
                     settled=turn.group_id is None,
                     distilled=distilled,
+                    numbered=self.cites(turn),
                 )
             memory_ms = (time.perf_counter() - started) * 1000
         except MemoryCoreError as exc:
@@ -225,6 +228,7 @@ class PromptPreparer:
                 persona=self._settings.chat_persona or None,
                 place=place,
                 settled=context.settled if context is not None else "",
+                cite=self.cites(turn),
             )
             note = build_moment_note(
                 now,
@@ -265,6 +269,11 @@ class PromptPreparer:
         if (recalled.search_text or text) != (search_text or text):
             return recalled, None
         return recalled, distilled
+
+    def cites(self, turn: TurnInput) -> bool:
+        """Whether the reply to ``turn`` may quote the memory it rests on: in every private
+        chat, in a group with CHAT_CITE_IN_GROUPS (``conversation.citation``)."""
+        return turn.group_id is None or self._settings.chat_cite_in_groups
 
     def _group_wide(self, turn: TurnInput) -> bool:
         return turn.group_id is not None and self._settings.chat_group_window

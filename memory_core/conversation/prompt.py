@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 from ..context.block import time_key
 from ..lang.timefmt import format_absolute, relative_time_zh, weekday_zh
 from ..models import MemoryTurn
+from .citation import CITE_RULE
 
 RECAP_AFTER = timedelta(hours=1)
 NOTE_OPEN = "【系统提示】"
@@ -81,11 +82,13 @@ def build_system_prompt(
     persona: str | None = None,
     place: ChatPlace | None = None,
     settled: str = "",
+    cite: bool = False,
 ) -> str:
-    """The Chinese system prompt: persona, the chat, the time rules and, in a private chat,
-    ``settled`` (the person's preferences and summaries, dated, without relative times);
-    nothing in it changes from one message of a chat to the next (the time is in
-    ``build_moment_note``) but a newly distilled preference or summary."""
+    """The Chinese system prompt: persona, the chat, the time rules (with ``cite``, the rule
+    that asks the model to name the numbered memory it used: ``citation.CITE_RULE``) and, in
+    a private chat, ``settled`` (the person's preferences and summaries, dated, without
+    relative times); nothing in it changes from one message of a chat to the next (the time is
+    in ``build_moment_note``) but a newly distilled preference or summary."""
     parts: list[str] = []
     if bot_name:
         parts.append(f"你是{bot_name}。")
@@ -98,7 +101,7 @@ def build_system_prompt(
         f"- 最后一条消息里{NOTE_OPEN}与{NOTE_CLOSE}之间是当前时间和相关记忆，不是用户说的话。\n"
         "- 记忆带时间戳；时间久远的信息可能已过时，必要时向用户确认。\n"
         "- 明天/昨天/刚才/下周等时间词：当前消息按当前时间理解，记忆里的按该条记忆的时间理解。\n"
-        "- 那个/上次/它等指代，结合时间戳判断所指的内容。"
+        "- 那个/上次/它等指代，结合时间戳判断所指的内容。" + (f"\n{CITE_RULE}" if cite else "")
     )
     if settled:
         parts.append(f"{SETTLED_INTRO}\n{settled}")

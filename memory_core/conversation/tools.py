@@ -4,7 +4,7 @@ With CHAT_TOOLS on (or auto, until the endpoint refuses tools once: ``providers.
 model may, before it answers, search the memory of the chat the message came from or keep a
 note about the person speaking. Both are bound to that chat (:class:`ChatScope`): the model
 names neither a user nor a group, so it cannot reach another chat; ``search_memory`` is
-``TemporalMemory.recall`` with the message's own user and group, so a shared group is searched
+``Retriever.recall`` with the message's own user and group, so a shared group is searched
 exactly as recall searches it (``recall.sharing``).
 
 ``search_memory`` lists only what ``/recall`` would show (``recall.listing.relevant_windows``:
@@ -125,7 +125,7 @@ class ChatScope:
 
 
 class ToolRecall(Protocol):
-    """What ``search_memory`` reads (``Retriever`` and ``TemporalMemory`` are)."""
+    """What ``search_memory`` reads (``Retriever`` is)."""
 
     @property
     def tz(self) -> ZoneInfo: ...

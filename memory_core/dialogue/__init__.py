@@ -1,2 +1,2 @@
 """The dialogue turn, the memory's main noun: writing it, keeping it searchable, and the SQL of
-its table cut by who uses it (README, "For developers")."""
+its table cut by who uses it (``docs/architecture.md``, "For developers")."""

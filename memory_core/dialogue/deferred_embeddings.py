@@ -7,7 +7,7 @@ conversation stores its turns without a vector and hands them here; ``DeferredEm
 collects them for ``window`` seconds (with a chat model's usual delay, the turns get embedded
 while it writes the reply rather than before it is asked), embeds up to ``max_batch`` of them
 in one call and writes the vectors in one go. A batch that cannot be embedded or written is
-left to the backfill (``TemporalMemory.backfill_embeddings``): the rows stay without a vector
+left to the backfill (``DialogueUpkeep.backfill_embeddings``): the rows stay without a vector
 in the database, so nothing depends on this queue surviving a crash.
 """
 

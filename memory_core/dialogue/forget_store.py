@@ -157,7 +157,7 @@ class PgForgetStore(PgStore):
 
     async def delete_scope(self, scope: ForgetScope) -> int:
         """Delete a user's, a group's, a session's or all rows of one QQ account's memory (see
-        ``TemporalMemory.forget``)."""
+        ``Forgetting.forget``)."""
         sql, args = scope_delete("dialogues", scope)
         async with self._connection() as conn:
             status = await conn.execute(sql, *args, timeout=BULK_TIMEOUT)

@@ -42,6 +42,13 @@ RETURNING {TURN_COLUMNS}
 
 SQL_TURN_BY_UUID = f"SELECT {TURN_COLUMNS} FROM dialogues WHERE message_uuid = $1"
 
+# A recalled turn a reply is about to quote, if it is still there (not forgotten, not expired)
+# and of the session being answered (conversation.citation).
+SQL_LIVE_TURN = f"""
+SELECT {TURN_COLUMNS} FROM dialogues
+WHERE id = $1 AND session_key = $2 AND (expires_at IS NULL OR expires_at > $3)
+"""
+
 SQL_CREATE_IMPORT_TABLE = """
 CREATE TEMPORARY TABLE IF NOT EXISTS dialogue_import (
     message_uuid text, self_id bigint, session_key text, user_id bigint, group_id bigint,
@@ -400,6 +407,12 @@ class PgRecallStore(PgStore):
     async def turn_by_uuid(self, message_uuid: str) -> MemoryTurn | None:
         async with self._connection() as conn:
             record = await conn.fetchrow(SQL_TURN_BY_UUID, message_uuid)
+        return turn_from_record(record) if record is not None else None
+
+    async def live_turn(self, turn_id: int, session_key: str, now: datetime) -> MemoryTurn | None:
+        """Turn ``turn_id`` if it is of ``session_key`` and live at ``now``; else ``None``."""
+        async with self._connection() as conn:
+            record = await conn.fetchrow(SQL_LIVE_TURN, turn_id, session_key, now)
         return turn_from_record(record) if record is not None else None
 
     async def insert_many(self, rows: Sequence[NewTurnRow]) -> int:

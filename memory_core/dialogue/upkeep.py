@@ -285,9 +285,10 @@ class DialogueUpkeep:
 
     @contextlib.asynccontextmanager
     async def vector_index_deferred(self) -> AsyncIterator[None]:
-        """Drop the sessions' HNSW indexes for a bulk import; afterwards (even on error) build
-        the index of every session above MEMORY_EXACT_SEARCH_MAX_ROWS (see
-        ``TemporalMemory.vector_index_deferred``)."""
+        """Drop the sessions' HNSW indexes for a bulk import (a live index costs up to ~10 ms a
+        row); afterwards (even on error) build the index of every session above
+        MEMORY_EXACT_SEARCH_MAX_ROWS. Recall searches exactly meanwhile
+        (``memory_core.dialogue.vector_index``)."""
         indexes = self._indexes()
         await self._vector_index.suspend(indexes)
         try:

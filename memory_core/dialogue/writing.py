@@ -87,6 +87,19 @@ class TurnWriter:
         ``None`` when writes work."""
         return self._write_trouble
 
+    @property
+    def text_form(self) -> int:
+        """The text form new rows are indexed in (``lang.indexed``)."""
+        return self._text_form
+
+    async def adopt_account(self, self_id: int) -> str:
+        """A QQ bot account connected: the first one ever on this database adopts the memory
+        stored before (``memory_core.accounts``). Returns ``self_id``'s namespace, the one to
+        serve its events in (``accounts.serving``)."""
+        store = self._database.store(PgUpkeepStore)
+        await self._accounts.adopt(store, self_id)
+        return await self._accounts.decide(store, self_id)
+
     def prepare(self, turn: TurnInput, now: datetime) -> tuple[TurnInput, NewTurnRow]:
         """The turn as it is stored (scrubbed, with its key and time) and its row, not yet
         embedded (``turn_rows.prepare_row``); ``InvalidTurnError`` for a turn that cannot be."""
@@ -104,7 +117,11 @@ class TurnWriter:
         self.prepare(turn, datetime.now(timezone.utc))
 
     async def add_turn(self, turn: TurnInput, *, embed_later: bool = False) -> AddOutcome:
-        """Store one turn; see ``TemporalMemory.add_turn``."""
+        """Store one turn, its text scrubbed first (``lang.text.scrub``), embedded now or,
+        with ``embed_later``, batched within ``EMBEDDING_DEFER_WINDOW`` (a slow or failing
+        embedder leaves it to the backfill). Spooled when the database refuses it
+        (``AddOutcome.spooled``), ``StorageError`` only if the spool fails too;
+        ``InvalidTurnError`` for input that cannot be stored."""
         now = datetime.now(timezone.utc)
         with stage(f"row_{turn.role}"):
             turn, row = self.prepare(turn, now)  # before any embedding
@@ -179,8 +196,13 @@ class TurnWriter:
         batch_size: int = 1000,
         progress: Progress | None = None,
     ) -> int:
-        """Bulk insert (COPY), embedding in batches unless ``embeddings`` are given; see
-        ``TemporalMemory.add_dialogues``."""
+        """Bulk insert (COPY), embedding in batches unless ``embeddings`` are given.
+
+        Returns how many rows were new. Invalid turns raise before anything is written.
+        For large imports, wrap calls in ``DialogueUpkeep.vector_index_deferred``. Given
+        ``embeddings`` must be of the texts ``rows_for(turns)`` gives as ``indexed`` (with
+        ``MEMORY_INDEX_CONTEXT`` they hold the line each turn answers).
+        """
         store = self._database.store(PgRecallStore)
         now = datetime.now(timezone.utc)
         rows = await self.rows_for(turns, now)
@@ -293,7 +315,9 @@ class TurnWriter:
 
     async def settle_embeddings(self, timeout: float | None = None) -> None:
         """Wait until the turns stored with ``embed_later`` so far have their vectors (or were
-        left to the backfill), at most ``timeout`` seconds."""
+        left to the backfill because the embedder or the database failed), at most
+        ``timeout`` seconds: a search someone asked for by name (``/recall``) should find by
+        meaning what was just said."""
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.deferred.settled(), timeout)
 
@@ -351,7 +375,7 @@ class TurnWriter:
 
     async def flush_spool(self, forget_recalled: ForgetRecalled, forget_scope: ForgetScoped) -> int:
         """Write spooled turns to the database, then apply the recalls and /forget requests
-        spooled meanwhile (through the two callables); see ``TemporalMemory.flush_spool``."""
+        spooled meanwhile (through the two callables); see ``Forgetting.flush_spool``."""
         report = await self._spool.drain(self.add_dialogues, forget_recalled, forget_scope)
         if report.turns or report.recalled or report.forgotten or report.dead:
             log.info(

@@ -1,10 +1,11 @@
 """What a /forget or a 撤回 takes of distilled memory and of the answer cache.
 
 Facts, preferences and summaries of a scope, and its cached answers, go with the scope's
-dialogue turns (``TemporalMemory.forget``); the memories drawn from deleted turns and the
-answers their senders were given since go with those turns (``TemporalMemory.delete_message``,
-``personal.forget_named``). Each returns a ``Forgotten`` with its dialogue turns left at 0: the
-caller counts those.
+dialogue turns (``Forgetting.forget``); the memories drawn from deleted turns and the
+answers their senders were given since go with those turns (``Forgetting.delete_message``,
+``personal.forget_named``), and the audit log's texts of all of them
+(``PgAuditLogStore.forget_items``). Each returns a ``Forgotten`` with its dialogue turns left
+at 0: the caller counts those.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from ..answer_cache.store import PgAnswerCacheStore
 from ..dialogue.forget_store import DeletedTurn
 from ..models import ForgetScope, Forgotten
+from ..storage.audit_log import PgAuditLogStore
 from ..storage.database_handle import Database, Transaction
 from .store import PgDistilledStore
 
@@ -31,17 +33,20 @@ async def count_scope(database: Database, scope: ForgetScope) -> Forgotten:
 
 
 async def forget_turns(stores: Database | Transaction, turns: Sequence[DeletedTurn]) -> Forgotten:
-    """Forget what deleted turns fed: distilled memories drawn from them, and the cached
-    answers of their users since the earliest of them (in ``stores``: a transaction, or the
-    database's pool)."""
+    """Forget what deleted turns fed: distilled memories drawn from them, the cached answers
+    of their users since the earliest of them, and the audit log's texts of those turns and
+    memories (in ``stores``: a transaction, or the database's pool)."""
     if not turns:
         return Forgotten()
-    by_kind = await stores.store(PgDistilledStore).delete_from_sources([t.id for t in turns])
+    turn_ids = [t.id for t in turns]
+    by_kind = await stores.store(PgDistilledStore).delete_from_sources(turn_ids)
+    drawn = [memory_id for ids in by_kind.values() for memory_id in ids]
+    await stores.store(PgAuditLogStore).forget_items(turns=turn_ids, memories=drawn)
     cached = 0
     for user_id in {t.user_id for t in turns}:
         since = min(t.created_at for t in turns if t.user_id == user_id)
         cached += await stores.store(PgAnswerCacheStore).delete_user_since(user_id, since)
-    return _forgotten(by_kind, cached)
+    return _forgotten({kind: len(ids) for kind, ids in by_kind.items()}, cached)
 
 
 def _forgotten(by_kind: Mapping[str, int], cached_answers: int) -> Forgotten:

@@ -243,13 +243,13 @@ SQL_DRAWN_FROM = f"""
 SELECT {DISTILLED_COLUMNS} FROM distilled_memories WHERE source_turn_ids && $1::bigint[]
 """
 SQL_DELETE_FROM_SOURCES = """
-DELETE FROM distilled_memories WHERE source_turn_ids && $1::bigint[] RETURNING kind
+DELETE FROM distilled_memories WHERE source_turn_ids && $1::bigint[] RETURNING id, kind
 """
 # A person deleting their own memories (/忘记 3): only their rows in that session.
 SQL_DELETE_OWN = """
 DELETE FROM distilled_memories
 WHERE id = ANY($1::bigint[]) AND user_id = $2 AND session_key = $3
-RETURNING kind
+RETURNING id, kind
 """
 # What a person names for deletion in one session ($1, $2): these ids ($3), and every row,
 # history included, whose text, evidence, topics or action items hold the case-folded text $4.
@@ -626,17 +626,14 @@ class PgDistilledStore(RowTaker):
                 for r in await conn.fetch(sql, *args, timeout=BULK_TIMEOUT)
             }
 
-    async def delete_from_sources(self, turn_ids: Sequence[int]) -> dict[str, int]:
+    async def delete_from_sources(self, turn_ids: Sequence[int]) -> dict[str, list[int]]:
         """Delete every distilled memory drawn from any of these turns (history included);
-        returns how many of each kind."""
+        returns the ids that went, by kind."""
         async with self._connection() as conn:
-            kinds = [
-                r["kind"]
-                for r in await conn.fetch(
-                    SQL_DELETE_FROM_SOURCES, list(turn_ids), timeout=BULK_TIMEOUT
-                )
-            ]
-        return {kind: kinds.count(kind) for kind in set(kinds)}
+            records = await conn.fetch(
+                SQL_DELETE_FROM_SOURCES, list(turn_ids), timeout=BULK_TIMEOUT
+            )
+        return _ids_by_kind(records)
 
     async def drawn_from(self, turn_ids: Sequence[int]) -> list[DistilledMemory]:
         """Every memory drawn from any of these turns (what ``delete_from_sources`` takes)."""
@@ -648,15 +645,14 @@ class PgDistilledStore(RowTaker):
 
     async def delete_own(
         self, ids: Sequence[int], *, user_id: int, session_key: str
-    ) -> dict[str, int]:
-        """Delete these memories if they are ``user_id``'s in ``session_key``; returns how
-        many of each kind went."""
+    ) -> dict[str, list[int]]:
+        """Delete these memories if they are ``user_id``'s in ``session_key``; returns the
+        ids that went, by kind."""
         async with self._connection() as conn:
             records = await conn.fetch(
                 SQL_DELETE_OWN, list(ids), user_id, session_key, timeout=BULK_TIMEOUT
             )
-        kinds = [r["kind"] for r in records]
-        return {kind: kinds.count(kind) for kind in set(kinds)}
+        return _ids_by_kind(records)
 
     async def own_named(
         self, *, user_id: int, session_key: str, ids: Sequence[int], containing: str | None
@@ -816,3 +812,11 @@ class PgDistilledStore(RowTaker):
         async with self._connection() as conn:
             record = await conn.fetchrow(SQL_EDIT_MEMORY, memory_id, session_key, *edit.values())
         return None if record is None else (record["before_text"], _distilled(record))
+
+
+def _ids_by_kind(records: Sequence[asyncpg.Record]) -> dict[str, list[int]]:
+    """Deleted rows' ids by kind (what a forget counts, and clears from the audit log)."""
+    found: dict[str, list[int]] = {}
+    for r in records:
+        found.setdefault(r["kind"], []).append(r["id"])
+    return found

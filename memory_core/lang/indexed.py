@@ -18,7 +18,7 @@ changes (deleted, edited, or a turn stored between them) loses its embedding and
 the same statement (migration 018) and the backfills make them again.
 
 ``MEMORY_INDEX_SPEAKER`` and ``MEMORY_INDEX_CONTEXT`` pick the form new rows get; rows in
-another form are re-indexed in the background (``TemporalMemory.reindex_text_form``) or by
+another form are re-indexed in the background (``DialogueUpkeep.reindex_text_form``) or by
 ``reembed``.
 """
 

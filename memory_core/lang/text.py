@@ -25,20 +25,29 @@ def scrub(text: str) -> str:
     return text
 
 
-def scrub_json(value: object) -> Any:
+# Deeper than any real OneBot message (a forwarded chat inside a forwarded chat is about ten
+# levels); deeper data would exhaust the recursion here or in the JSON encoder.
+JSON_DEPTH_LIMIT = 64
+JSON_TOO_DEEP = "[嵌套过深，已省略]"
+
+
+def scrub_json(value: object, _depth: int = 0) -> Any:
     """``value`` as plain JSON data (dicts, lists, str, int, finite float, bool, None) whose every
     string, keys included, went through :func:`scrub`; any other leaf, and a NaN or infinite
-    float (JSON has none), becomes its scrubbed ``str``."""
+    float (JSON has none), becomes its scrubbed ``str``. A container nested deeper than
+    ``JSON_DEPTH_LIMIT`` becomes the placeholder ``JSON_TOO_DEEP``."""
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, str):
         return scrub(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
+    if isinstance(value, (dict, list, tuple)) and _depth >= JSON_DEPTH_LIMIT:
+        return JSON_TOO_DEEP
     if isinstance(value, dict):
-        return {scrub(str(key)): scrub_json(item) for key, item in value.items()}
+        return {scrub(str(key)): scrub_json(item, _depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [scrub_json(item) for item in value]
+        return [scrub_json(item, _depth + 1) for item in value]
     return scrub(str(value))
 
 

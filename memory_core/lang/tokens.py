@@ -129,5 +129,8 @@ def load_token_counter(encoding_name: str) -> TiktokenCounter:
         special_tokens=args["special_tokens"],
         explicit_n_vocab=args.get("explicit_n_vocab"),
     )
+    # The encoder (in Rust) has its own copy of the ranks; tiktoken keeps the Python dict only
+    # to pickle the encoding, which is never done here: 100,000 bytes objects, 17 MB.
+    encoding._mergeable_ranks = {}
     logger.info("token encoding %s loaded from bundled files", encoding_name)
     return TiktokenCounter(encoding)

@@ -14,16 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..background import RepeatedStep
 from ..models import MemoryTurn, TurnInput
-from .reader import RETRY_INTERVAL, PictureReader
+from .reader import PictureReader
 from .reading import PictureJob, PictureRef, Reading, StoredLocator
 from .segments import image_placeholder, is_sticker, picture_refs
 from .text import DERIVED_LABEL, derived_label, with_labels
 
 if TYPE_CHECKING:
+    from ..parts import MemoryParts
     from ..settings import MemorySettings
     from ..traffic import ReplyTraffic
-    from .reader import PictureMemory
 
 
 class PicturesOff:
@@ -40,23 +41,25 @@ class PicturesOff:
     async def settled(self) -> None:
         return None
 
-    def start_retries(
-        self, locator: StoredLocator | None = None, interval: float = RETRY_INTERVAL
-    ) -> None:
-        return None
+    def background_steps(self) -> tuple[RepeatedStep, ...]:
+        return ()
 
     async def aclose(self) -> None:
         return None
 
 
 def build_picture_reader(
-    settings: MemorySettings, memory: PictureMemory, traffic: ReplyTraffic | None = None
+    settings: MemorySettings,
+    parts: MemoryParts,
+    traffic: ReplyTraffic | None = None,
+    locator: StoredLocator | None = None,
 ) -> PictureReader | PicturesOff:
     """The reader ``MEMORY_IMAGE_*`` describe, or :class:`PicturesOff`; ``traffic``: the
-    replies its reading yields to (the engine's)."""
+    replies its reading yields to (the engine's); ``locator``: where a stored picture without
+    a URL is (the front end's client)."""
     if not settings.memory_image_enabled:
         return PicturesOff()
-    return PictureReader.from_settings(settings, memory, traffic)
+    return PictureReader.from_settings(settings, parts, traffic, locator)
 
 
 __all__ = [

@@ -43,6 +43,15 @@ DETECT_PIXELS = 4_000_000
 # seen with this margin around it (``_tiled``).
 DETECT_TILE = 512
 DETECT_MARGIN = 160
+# Lines recognised per model run (RapidOCR's default: 6, each batch as wide as its widest
+# line): one at a time holds one line's buffers, ~25 MB less at the same CPU (bench/RESULTS.md).
+RECOGNITION_BATCH = 1
+# In the worker, glibc serves every allocation of this size or more with a mapping of its
+# own, given back the moment it is freed. Its default threshold grows to 32 MB as large
+# buffers are freed, and then the next picture's model buffers are carved from the heap, which
+# fragments: the worker peaked ~130 MB higher on a screenshot (bench/RESULTS.md, 2026-12-07).
+# The price: fresh pages for each large buffer, ~1.7-1.9x the CPU of a picture, at nice +10.
+WORKER_MMAP_THRESHOLD = 4 * 1024 * 1024
 # Lines recognised with less confidence than this are noise (textures, emoji).
 MIN_SCORE = 0.5
 # How much less CPU priority the OCR's process takes than the bot (a nice increment; 0 keeps
@@ -126,6 +135,7 @@ def load_engine(threads: int) -> Any:
     from rapidocr_onnxruntime import RapidOCR
 
     engine = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
+    engine.text_rec.rec_batch_num = RECOGNITION_BATCH
     detector = engine.text_det
     detector.get_preprocess = _bounded_detection(detector)
     detector.infer = _tiled(detector.infer)
@@ -294,7 +304,11 @@ class RapidOcrReader:
         if self._process is not None and self._process.poll() is None:
             return self._process
         # The worker imports this very package: the same folders first on its path.
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+            MALLOC_MMAP_THRESHOLD_=str(WORKER_MMAP_THRESHOLD),
+        )
         command = [sys.executable, "-m", "memory_core.pictures.ocr_worker"]
         command += [str(self._niceness), str(self._threads)]
         self._process = subprocess.Popen(

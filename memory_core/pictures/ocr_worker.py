@@ -5,15 +5,13 @@ end of its input."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import os
 import sys
-from collections.abc import Callable
 from typing import IO, Any
 
 from memory_core.errors import PictureError
+from memory_core.heap import give_back
 from memory_core.pictures.ocr import load_engine, recognised
 
 
@@ -22,17 +20,8 @@ def _exactly(source: IO[bytes], size: int) -> bytes | None:
     return data if data is not None and len(data) == size else None
 
 
-def _memory_returner() -> Callable[[], object]:
-    """glibc's ``malloc_trim``: a picture's working memory (hundreds of MB of freed buffers)
-    goes back to the system after each picture instead of staying in the process's heap."""
-    name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    return (lambda: trim(0)) if trim is not None else (lambda: None)
-
-
 def serve(source: IO[bytes], answers: IO[bytes], threads: int) -> None:
     engine: Any = None
-    give_back = _memory_returner()
     while True:
         head = _exactly(source, 4)
         picture = _exactly(source, int.from_bytes(head, "big")) if head else None
@@ -44,6 +33,7 @@ def serve(source: IO[bytes], answers: IO[bytes], threads: int) -> None:
             answer: dict[str, object] = {"lines": recognised(engine, picture)}
         except PictureError as exc:
             answer = {"error": str(exc)}
+        # A picture's working memory (hundreds of MB of freed buffers) goes back now.
         give_back()
         answers.write(json.dumps(answer, ensure_ascii=False).encode("utf-8") + b"\n")
         answers.flush()

@@ -23,7 +23,8 @@ picture (``MEMORY_IMAGE_REPLY_WAIT``) has it read at once (``start(urgent=True)`
 pictures put off.
 
 A picture not read for a passing reason (the budget, a full queue, a timeout) is tried again by
-:meth:`PictureReader.retry_skipped`, a round every minute (:meth:`PictureReader.start_retries`)
+:meth:`PictureReader.retry_skipped`, a round about every minute run by the memory's maintenance
+(:meth:`PictureReader.background_steps`, which ``open_chat_bot`` adds to its schedule)
 that takes only what the minute's budget and the queue leave, from the turn's stored segments,
 while the turn is at most ``RETRY_WINDOW`` old and each picture at most ``READ_ATTEMPTS`` times
 in all. A sticker declined for its size is not tried again.
@@ -43,9 +44,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from ..background import RoundLoop
+from ..background import RepeatedStep
 from ..errors import MemoryCoreError, PictureError
 from ..models import MemoryTurn, TurnInput
 from ..storage.opt_outs import chat_name
@@ -74,19 +76,10 @@ from .text import derived_label, picture_text, with_labels
 from .vision import Describer, NoDescriptions, build_describer
 
 if TYPE_CHECKING:
+    from ..dialogue.writing import TurnWriter
     from ..parts import MemoryParts
     from ..settings import MemorySettings
     from ..storage.database_handle import Database
-
-
-class PictureMemory(Protocol):
-    """What reading pictures uses of the memory (``TemporalMemory`` is one): the database, and
-    the dialogue's writer, which rewrites a turn's text with its pictures' labels."""
-
-    @property
-    def database(self) -> Database: ...
-    @property
-    def parts(self) -> MemoryParts: ...
 
 
 log = logging.getLogger(__name__)
@@ -95,7 +88,7 @@ LOCATE_TIMEOUT = 5.0
 # How long a stored turn's follow-up waits for its readings: longer than any queue wait the
 # bounds allow, shorter than forever.
 FOLLOW_TIMEOUT = 600.0
-# A retry round every minute (the budget's own period), a few pictures at a time.
+# A retry round about every minute (the budget's own period), a few pictures at a time.
 RETRY_INTERVAL = 60.0
 RETRY_BATCH = 8
 # The bounds of the bot's reader. They were settings no operator changed; the figures behind
@@ -146,7 +139,8 @@ class PictureReader:
     def __init__(
         self,
         *,
-        memory: PictureMemory,
+        database: Database,
+        writer: TurnWriter,
         fetcher: PictureFetcher,
         text_reader: TextReader,
         workers: int,
@@ -161,11 +155,15 @@ class PictureReader:
         defer_max: float = 0.0,
         traffic: ReplyTraffic | None = None,
         clock: Callable[[], float] = time.monotonic,
+        locator: StoredLocator | None = None,
     ) -> None:
         """``close_text_reader``: :meth:`aclose` also closes ``text_reader`` (its own).
         ``defer_max``: how long a queued picture may wait for no reply to be under way in
-        ``traffic`` (the engine's); 0 or no ``traffic``: read as soon as a worker is free."""
-        self._memory = memory
+        ``traffic`` (the engine's); 0 or no ``traffic``: read as soon as a worker is free.
+        ``database``: where the pictures and their readings are kept; ``writer``: the
+        dialogue's, which rewrites a turn's text with its pictures' labels."""
+        self._database = database
+        self._writer = writer
         self._fetcher = fetcher
         self._text_reader = text_reader
         self._close_text_reader = close_text_reader
@@ -185,21 +183,26 @@ class PictureReader:
         self._follow_ups: set[asyncio.Task[None]] = set()
         self._retry_window = retry_window
         self._max_attempts = max_attempts
-        self._retries: RoundLoop | None = None
-        # Where a stored turn's picture without a URL is (the plugin sets its get_image).
-        self.locator: StoredLocator | None = None
+        self._retrying: asyncio.Task[None] | None = None
+        # Where a stored turn's picture without a URL is (the plugin's get_image, handed to
+        # ``open_chat_bot``).
+        self.locator: StoredLocator | None = locator
 
     @classmethod
     def from_settings(
         cls,
         settings: MemorySettings,
-        memory: PictureMemory,
+        parts: MemoryParts,
         traffic: ReplyTraffic | None = None,
+        locator: StoredLocator | None = None,
     ) -> PictureReader:
-        """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR; ``traffic``: the
-        engine's replies, which the reading yields to (``DEFER_MAX``)."""
+        """The reader ``MEMORY_IMAGE_*`` describe, with the offline OCR, over the memory's
+        database and writer; ``traffic``: the engine's replies, which the reading yields to
+        (``DEFER_MAX``); ``locator``: where a stored picture without a URL is (the front end's
+        client)."""
         return cls(
-            memory=memory,
+            database=parts.database,
+            writer=parts.writer,
             fetcher=PictureFetcher(allowed_hosts=settings.memory_image_allowed_hosts),
             text_reader=RapidOcrReader(),
             workers=settings.memory_image_workers,
@@ -213,6 +216,7 @@ class PictureReader:
             close_text_reader=True,
             defer_max=DEFER_MAX,
             traffic=traffic,
+            locator=locator,
         )
 
     def _now(self) -> float:
@@ -224,11 +228,8 @@ class PictureReader:
         return self._queue.qsize()
 
     async def aclose(self) -> None:
-        """Stop the retries, the workers and the follow-ups, close the HTTP client (and the
-        text reader when it is this reader's own)."""
-        if self._retries is not None:
-            await self._retries.stop()
-            self._retries = None
+        """Stop the workers, the follow-ups and a retry round under way, close the HTTP client
+        (and the text reader when it is this reader's own)."""
         tasks = [*self._workers, *self._urgent, *self._follow_ups]
         for task in tasks:
             task.cancel()
@@ -255,7 +256,7 @@ class PictureReader:
         if not refs:
             return None
         try:
-            allowed = await self._memory.database.store(PgPictureStore).may_read(
+            allowed = await self._database.store(PgPictureStore).may_read(
                 turn.user_id, chat_name(turn.group_id)
             )
         except MemoryCoreError as exc:
@@ -331,7 +332,7 @@ class PictureReader:
             return Reading(ref, REFUSED, reason=f"{ref.declared_size} bytes")
         if ref.sticker and ref.declared_size is not None and ref.declared_size > self._sticker_max:
             return Reading(ref, DECLINED, reason="a large sticker")
-        store = self._memory.database.store(PgPictureStore)
+        store = self._database.store(PgPictureStore)
         known = await self._known(store, ref.file_key, None)
         if known is not None:
             return self._seen(ref, known, known.sha256)
@@ -400,7 +401,7 @@ class PictureReader:
     async def _keep(self, turn_id: int, readings: Sequence[Reading], labels: Labels | None) -> None:
         """Record the readings; then, unless ``labels`` is ``None``, put them into the turn's
         text (``with_labels``: each ``(what the text shows now, what it is to show)``)."""
-        store = self._memory.database.store(PgPictureStore)
+        store = self._database.store(PgPictureStore)
         records = [
             PictureRecord(r.ref.position, r.ref.file_key, r.sha256, r.status, r.text, r.description)
             for r in readings
@@ -417,22 +418,31 @@ class PictureReader:
 
     # ----------------------------------------------------------------- retries
 
-    def start_retries(
-        self, locator: StoredLocator | None = None, interval: float = RETRY_INTERVAL
-    ) -> None:
-        """Run :meth:`retry_skipped` every ``interval`` seconds (until :meth:`aclose`);
-        ``locator``: where a stored picture without a URL is (the plugin's ``get_image``)."""
-        self.locator = locator
-        if self._retries is None and self._retry_window > 0 and self._max_attempts > 1:
-            # The database away or refusing: said by the memory's own maintenance already.
-            self._retries = RoundLoop(
-                self.retry_skipped,
-                interval=interval,
-                name="picture retries",
-                postponed=(),
-                quiet=(MemoryCoreError,),
-            )
-            self._retries.start()
+    def background_steps(self) -> tuple[RepeatedStep, ...]:
+        """The retry round, as a step of the memory's maintenance (``open_chat_bot`` adds it
+        to ``TemporalMemory.daily``): none when retries are off."""
+        if self._retry_window <= 0 or self._max_attempts <= 1:
+            return ()
+        every = timedelta(seconds=RETRY_INTERVAL)
+        return (RepeatedStep("picture retries", self._retry_beside, every),)
+
+    async def _retry_beside(self) -> None:
+        """Start a retry round beside the maintenance round, not in it: a round waits for its
+        pictures (up to ``FOLLOW_TIMEOUT``), and the spool and the backfills must not wait
+        with it. A round still under way is not started twice."""
+        if self._retrying is not None and not self._retrying.done():
+            return
+        self._retrying = asyncio.create_task(self._retry_round())
+        self._follow_ups.add(self._retrying)  # cancelled by aclose, waited for by settled
+        self._retrying.add_done_callback(self._follow_ups.discard)
+
+    async def _retry_round(self) -> None:
+        try:
+            await self.retry_skipped()
+        except MemoryCoreError as exc:  # the database away: said by the maintenance itself
+            log.debug("picture retries postponed: %s", exc)
+        except Exception as exc:  # the next round tries again; nothing here is lost
+            log.error("picture retry round failed", exc_info=exc)
 
     async def retry_skipped(self) -> int:
         """One retry round: the pictures of stored turns not read for a passing reason, as
@@ -441,7 +451,7 @@ class PictureReader:
         room = min(self._budget.remaining(), self._queue.maxsize - self._queue.qsize(), RETRY_BATCH)
         if room <= 0 or self._retry_window <= 0:
             return 0
-        store = self._memory.database.store(PgPictureStore)
+        store = self._database.store(PgPictureStore)
         due = await store.retry_due(self._max_attempts, self._retry_window, room)
         queued: list[tuple[RetryTurn, PictureJob, list[PictureRef]]] = []
         for turn in due:
@@ -506,4 +516,4 @@ class PictureReader:
         """The turn's text with its pictures' labels, searched anew as a written turn is
         (``TurnWriter.rewrite``); only while the text is still ``before``: an edit in the
         console meanwhile wins."""
-        await self._memory.parts.writer.rewrite(turn_id, content, expected=before)
+        await self._writer.rewrite(turn_id, content, expected=before)

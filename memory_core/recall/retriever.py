@@ -1,5 +1,5 @@
 """Session-scoped recall: vector and keyword channels, time ranges, fusion, windows.
-``TemporalMemory.recall`` delegates here; ranking maths lives in ``ranking.py``."""
+Callers reach it as ``memory.parts.retriever``; ranking maths lives in ``ranking.py``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ..lang.keywords import required_phrases, weighted_conversation_terms
 from ..lang.names import asked_about, named_speakers, without_names
 from ..lang.text import scrub
 from ..lang.timerange import TimeQuery, analyse_query
-from ..models import RecallResult, generate_session_key
+from ..models import MemoryTurn, RecallResult, generate_session_key
 from ..pictures.recall import latest_pictures, names_a_picture
 from ..providers.embedding import Embedder
 from ..providers.rerank import ApiReranker
@@ -566,3 +566,34 @@ class Retriever:
             # The index scan may stop early (pgvector's scan limits); exact search is complete.
             found = await store.anchor_candidates(query_vector=vector, filters=filters, **search)
         return found
+
+    async def get_contextual_memory(
+        self,
+        user_id: int,
+        query: str,
+        group_id: int | None = None,
+        top_n: int = 3,
+        window_size: int = 2,
+        now: datetime | None = None,
+    ) -> list[MemoryTurn]:
+        """Seed API: the anchors and their windows, deduplicated, in time order."""
+        options = RecallOptions(top_n=top_n, window_size=window_size, now=now)
+        return list((await self.recall(user_id, query, group_id, options)).turns)
+
+    async def recent_turns(
+        self,
+        user_id: int,
+        group_id: int | None,
+        *,
+        limit: int,
+        since: datetime,
+        now: datetime | None = None,
+    ) -> list[MemoryTurn]:
+        """The session's latest turns since ``since`` (at most ``limit``), in time order — the
+        short-term context, so expired ("not kept") turns of that window are included."""
+        return await self._database.store(PgRecallStore).recent_turns(
+            generate_session_key(user_id, group_id),
+            since=since,
+            now=now or datetime.now(timezone.utc),
+            limit=limit,
+        )

@@ -8,6 +8,10 @@ was done, by whom and when. The core owns the table for the reason it owns the r
 (``storage.recycle_bin``): forgetting is the memory's lifecycle, and nothing the core is built
 from may import the console.
 
+A single item forgotten (a 撤回, a /忘记 <编号>, a console delete into the recycle bin) clears
+the entries about that turn or memory (``forget_items``): what was forgotten stays only where
+it can still be restored from, the bin.
+
 The log has no user or group column, only the session key (``models.generate_session_key``:
 ``[account/][group:]user``), so the scope's condition (``storage.scopes.scope_filter``) is
 read against the ids in that key.
@@ -15,6 +19,7 @@ read against the ids in that key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,6 +39,14 @@ AUDIT_COLUMNS = (
 )
 SQL_AUDIT_LOG = f"""
 SELECT {AUDIT_COLUMNS} FROM memory_audit_log ORDER BY at DESC, id DESC LIMIT $1 OFFSET $2
+"""
+# The entries about these turns ($1) and distilled memories ($2): an edit's texts, a pin's, an
+# MCP note's. The log is the operator's and agents' changes, small beside the dialogue: a scan.
+SQL_FORGET_ITEMS = """
+UPDATE memory_audit_log SET before_text = NULL, after_text = NULL
+WHERE (before_text IS NOT NULL OR after_text IS NOT NULL)
+  AND ((target_kind = 'turn' AND target_id = ANY($1::bigint[]))
+       OR (target_kind = 'distilled' AND target_id = ANY($2::bigint[])))
 """
 
 
@@ -108,6 +121,15 @@ class PgAuditLogStore(PgStore):
     async def write_audit(self, audit: Audit) -> None:
         async with self._connection() as conn:
             await conn.execute(SQL_AUDIT, *audit.values())
+
+    async def forget_items(self, *, turns: Sequence[int] = (), memories: Sequence[int] = ()) -> int:
+        """Clear the texts of the entries about these turns and distilled memories (a 撤回, a
+        /忘记 <编号>, a console delete: one item forgotten, not a whole scope); how many
+        entries lost a text."""
+        if not turns and not memories:
+            return 0
+        async with self._connection() as conn:
+            return rows_affected(await conn.execute(SQL_FORGET_ITEMS, list(turns), list(memories)))
 
     async def forget_scope(self, scope: ForgetScope) -> int:
         """Clear ``before_text`` and ``after_text`` of the entries of ``scope``'s sessions;

@@ -15,6 +15,7 @@ from pgvector.asyncpg import register_vector
 
 from ..errors import ConfigError, DatabaseUnavailableError, PgvectorMissingError, StorageError
 from ..resources import MIGRATIONS_DIR
+from .dsn_options import split_connect_timeout
 from .embedded_server import EmbeddedServer
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,9 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 async def prepare_database(dsn: str, migrations_dir: Path = MIGRATIONS_DIR) -> str:
     """Check pgvector and migrate on a plain connection; return the pgvector version."""
+    dsn, connect_timeout = split_connect_timeout(dsn)
     try:
-        conn = await HostByHost(dsn)(dsn, timeout=15)
+        conn = await HostByHost(dsn, connect_timeout)(dsn, timeout=connect_timeout or 15)
     except CONNECTION_ERRORS as exc:
         raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
     except asyncpg.PostgresError as exc:
@@ -193,6 +195,10 @@ STATEMENT_TIMEOUT = 5.0
 bot runs for a message (a row, a session's recall) takes milliseconds, and a server silent
 this long is treated as gone (``pg.pooled`` drops the connection; a turn goes to the spool).
 Well inside the reply deadline, so a silent primary costs a reply seconds, not the reply."""
+# A pooled connection unused this long is closed (asyncpg's default: 300 s): each one is a
+# PostgreSQL backend of ~7 MB (its catalog caches and prepared statements), so after a busy
+# minute the pool shrinks back to one instead of holding ten for five minutes.
+IDLE_CONNECTION_LIFETIME = 60.0
 
 BULK_TIMEOUT = 600.0
 """Statements whose work grows with the data — deleting a person's or a session's memory,
@@ -237,15 +243,17 @@ class HostByHost:
     host is asyncpg's own connect.
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, host_timeout: float | None = None) -> None:
+        """``host_timeout``: the DSN's ``connect_timeout``, if it names one."""
         self._hosts = dsn_hosts(dsn)
+        self._host_timeout = host_timeout or HOST_CONNECT_TIMEOUT
         self._last_good = 0
 
     async def __call__(self, dsn: str, **kwargs: Any) -> asyncpg.Connection:
         if len(self._hosts) < 2:
             single: asyncpg.Connection = await asyncpg.connect(dsn, **kwargs)
             return single
-        timeout = min(float(kwargs.pop("timeout", HOST_CONNECT_TIMEOUT)), HOST_CONNECT_TIMEOUT)
+        timeout = min(float(kwargs.pop("timeout", self._host_timeout)), self._host_timeout)
         order = [self._last_good, *(i for i in range(len(self._hosts)) if i != self._last_good)]
         waiting = list(order)
         trying: dict[asyncio.Task[asyncpg.Connection], int] = {}
@@ -296,14 +304,20 @@ def _drop_unwanted(task: asyncio.Task[asyncpg.Connection]) -> None:
         task.result().terminate()
 
 
-async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
+# Connections of the memory's pool: MEMORY_POOL_SIZE until 2026-12-07, a key no operator had
+# reason to change, taken out of `.env.prod` (at its 100 keys) to make room for one that is.
+POOL_SIZE = 10
+
+
+async def create_pool(dsn: str, max_size: int = POOL_SIZE, **kwargs: Any) -> asyncpg.Pool:
     """A pool whose connections know the vector types (binary codecs), connecting host by
     host (``HostByHost``)."""
     pool_log = logging.getLogger("asyncpg.pool")
     if _POOL_LOG_FILTER not in pool_log.filters:
         pool_log.addFilter(_POOL_LOG_FILTER)
     # asyncpg's stubs spell out every keyword of ``connect``; it is called with the same ones.
-    connect: Any = HostByHost(dsn)
+    dsn, connect_timeout = split_connect_timeout(dsn)
+    connect: Any = HostByHost(dsn, connect_timeout)
     try:
         pool: asyncpg.Pool | None = await asyncpg.create_pool(
             dsn,
@@ -312,7 +326,8 @@ async def create_pool(dsn: str, max_size: int, **kwargs: Any) -> asyncpg.Pool:
             init=_init_connection,
             reset=_leave_session_as_is,
             command_timeout=STATEMENT_TIMEOUT,
-            timeout=10,
+            max_inactive_connection_lifetime=IDLE_CONNECTION_LIFETIME,
+            timeout=connect_timeout or 10,
             connect=connect,
             **kwargs,
         )

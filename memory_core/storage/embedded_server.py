@@ -68,14 +68,22 @@ _STOP_TIMEOUT = 60
 # Waits between attempts to start a dead server again: 1, 2, 4 ... 60 s.
 RESTART_FIRST_DELAY = 1.0
 RESTART_MAX_DELAY = 60.0
+# The embedded server's own settings, for the 1-2 GB server a QQ bot runs on (docs/memory.md):
+# initdb's 128 MB of shared buffers is what a database server sharing its machine with nothing
+# else may take; a bot's memory is read mostly through its indexes, and a page not in the
+# buffers comes from the system's file cache. Written to a file of its own that
+# ``postgresql.conf`` includes, at each start, so a cluster made before gets them on its next
+# start; an operator overrides them with ``ALTER SYSTEM`` (read after both files).
+SMALL_SERVER_FILE = "temporal_memory.conf"
+SMALL_SERVER_SETTINGS = {"shared_buffers": "32MB"}
 
 
 def embedded_cluster_dir(data_dir: Path) -> Path:
     """The folder of the embedded PostgreSQL cluster for ``data_dir``.
 
     Run as root, the embedded server opens every parent folder of its cluster to other users
-    (o+rx, see the README); under /root that would expose the home folder, so the cluster then
-    lives under /var/lib/temporal-memory instead, named after the data dir.
+    (o+rx, see ``docs/database.md``); under /root that would expose the home folder, so the
+    cluster then lives under /var/lib/temporal-memory instead, named after the data dir.
     """
     data_dir = data_dir.expanduser().resolve()
     if hasattr(os, "geteuid") and os.geteuid() == 0 and data_dir.is_relative_to("/root"):
@@ -163,6 +171,7 @@ class EmbeddedServer:
                 with pgserver.PostgresServer._lock:  # the lock its own starts take
                     _remove_stale_lock_file(self.cluster)
                     self._server.ensure_pgdata_inited()
+                    size_for_small_server(self.cluster)
                     self._server.ensure_postgres_running()
                     handles = _live_handles(self.cluster)
                     _write_handles(self.cluster, [*handles, os.getpid()])
@@ -233,6 +242,19 @@ class EmbeddedServer:
 
     def __str__(self) -> str:
         return self.description
+
+
+def size_for_small_server(cluster: Path) -> None:
+    """Write ``SMALL_SERVER_SETTINGS`` for ``cluster``'s next start (see there)."""
+    lines = "".join(f"{name} = '{value}'\n" for name, value in SMALL_SERVER_SETTINGS.items())
+    own = cluster / SMALL_SERVER_FILE
+    if not own.exists() or own.read_text(encoding="utf-8") != lines:
+        own.write_text(lines, encoding="utf-8")
+    include = f"include_if_exists = '{SMALL_SERVER_FILE}'"
+    conf = cluster / "postgresql.conf"
+    text = conf.read_text(encoding="utf-8")
+    if include not in text.splitlines():
+        conf.write_text(text.rstrip("\n") + f"\n\n{include}\n", encoding="utf-8")
 
 
 def _pid_in_lock_file(cluster: Path) -> int | None:

@@ -1,6 +1,6 @@
 """The recycle bin (migration 009): rows the console deleted, kept whole until restored or
 purged. The core owns it because its lifecycle is the memory's: a /forget takes the scope's
-copies too (``TemporalMemory.forget``) and the purge of expired rows empties what is due
+copies too (``Forgetting.forget``) and the purge of expired rows empties what is due
 (``TemporalMemory.purge_expired``); the console puts rows in and takes them out.
 """
 

@@ -14,7 +14,7 @@ zone), ``type`` (``message`` received, ``message_sent`` sent by the bot), ``mess
 ``plain_text`` (text segments only; a message of images alone has none and is skipped). Only
 OneBot v11 private and group chats are read. The layouts were taken from the plugins' model and
 migration code; an older layout (chatrecorder on nonebot-plugin-datastore) is refused with a
-pointer to the JSON-lines route in the README.
+pointer to the JSON-lines route in ``docs/import-export.md``.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ WHERE table_schema = ANY(current_schemas(false))
 
 UNSUPPORTED = (
     "no nonebot-plugin-chatrecorder tables found that this import reads (it needs {messages} "
-    "with {uninfo} or {orm}); write JSON lines from your database instead (README, "
-    "'Command line')"
+    "with {uninfo} or {orm}); write JSON lines from your database instead (docs/import-export.md, "
+    "'jsonl')"
 )
 
 

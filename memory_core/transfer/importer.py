@@ -1,7 +1,7 @@
 """Storing imported history: QQ text exports, nonebot-plugin-chatrecorder's message table and
 the memory's own JSON lines.
 
-Turns go in batches through ``TemporalMemory.add_dialogues`` (validated, embedded in batches,
+Turns go in batches through ``TurnWriter.add_dialogues`` (validated, embedded in batches,
 inserted with COPY, duplicates and opted-out people skipped by the database). Every turn has a
 stable ``message_uuid`` — the source's, or one derived from its content, time and sender
 (``target.StableIds``) — so importing the same file again adds nothing.
@@ -37,7 +37,7 @@ from .qq_text import LineProblem, parse_qq_text
 from .target import ImportTarget, QQTextRouter, StableIds, pick_chat
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
+    from ..parts import MemoryParts
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class TurnImporter:
 
     def __init__(
         self,
-        memory: TemporalMemory,
+        parts: MemoryParts,
         report: ImportReport,
         *,
         dry_run: bool = False,
@@ -109,7 +109,7 @@ class TurnImporter:
         progress: Progress | None = None,
         show: Show | None = None,
     ) -> None:
-        self.memory = memory
+        self.parts = parts
         self.report = report
         self.dry_run = dry_run
         self.chunk = chunk
@@ -124,7 +124,7 @@ class TurnImporter:
         retention: tuple[int | None, datetime | None] | None = None,
     ) -> None:
         try:
-            self.memory.check_turn(turn)
+            self.parts.writer.check_turn(turn)
         except MemoryCoreError as exc:
             self.report.problems.append(LineProblem(line, str(exc)))
             return
@@ -137,7 +137,7 @@ class TurnImporter:
         if not batch:
             return
         uuids = [message_uuid_for(p.turn) for p in batch]
-        stored = await self.memory.database.store(PgAdminStore).ids_by_uuid(uuids)
+        stored = await self.parts.database.store(PgAdminStore).ids_by_uuid(uuids)
         fresh = [p for p, u in zip(batch, uuids, strict=True) if u not in stored]
         self.report.read += len(batch)
         self.report.already += len(batch) - len(fresh)
@@ -148,11 +148,11 @@ class TurnImporter:
                 self.report.sessions[pending.turn.session_key] += 1
             self.report.new += len(fresh)
         elif fresh:
-            inserted = await self.memory.add_dialogues([p.turn for p in fresh])
+            inserted = await self.parts.writer.add_dialogues([p.turn for p in fresh])
             self.report.new += inserted
             self.report.refused += len(fresh) - inserted
             # What the source scored keeps its score and expiry (new rows only).
-            await self.memory.database.store(PgAdminStore).set_retention(
+            await self.parts.database.store(PgAdminStore).set_retention(
                 [
                     (message_uuid_for(p.turn), *p.retention)
                     for p in fresh
@@ -165,7 +165,7 @@ class TurnImporter:
 
 
 async def import_qq_text(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     path: Path,
     target: ImportTarget,
     *,
@@ -195,8 +195,8 @@ async def import_qq_text(
         encoding=decoded.encoding,
         warnings=list(decoded.warnings),
     )
-    router = QQTextRouter(target, memory.tz, chat_name=chat or next(iter(export.chats), None))
-    importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
+    router = QQTextRouter(target, parts.tz, chat_name=chat or next(iter(export.chats), None))
+    importer = TurnImporter(parts, report, dry_run=dry_run, progress=progress, show=show)
     for line, turn in router.turns(messages):
         await importer.add(line, turn)
     await importer.flush()
@@ -207,7 +207,7 @@ async def import_qq_text(
 
 
 async def import_chatrecorder(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     source: str,
     *,
     dry_run: bool = False,
@@ -220,7 +220,7 @@ async def import_chatrecorder(
     records = await read_chatrecorder(source)
     report = ImportReport(problems=records.problems)
     router = RecordRouter(report.problems)
-    importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
+    importer = TurnImporter(parts, report, dry_run=dry_run, progress=progress, show=show)
     ids = StableIds()
     for record_id, turn in router.turns(records.messages):
         await importer.add(record_id, ids.assign(turn))
@@ -253,7 +253,7 @@ def read_json_lines(path: Path, fallbacks: list[int] | None = None) -> Iterator[
 
 
 async def import_json_file(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     path: Path,
     *,
     dry_run: bool = False,
@@ -263,14 +263,14 @@ async def import_json_file(
     """``import_json_lines`` of a file (``read_json_lines``), naming the encoding it was read in."""
     fallbacks: list[int] = []
     lines = read_json_lines(path, fallbacks)
-    report = await import_json_lines(memory, lines, dry_run=dry_run, progress=progress, show=show)
+    report = await import_json_lines(parts, lines, dry_run=dry_run, progress=progress, show=show)
     report.encoding, warnings = utf8_with_fallbacks(fallbacks)
     report.warnings.extend(warnings)
     return report
 
 
 async def import_json_lines(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     lines: Iterable[tuple[int, Any]],
     *,
     dry_run: bool = False,
@@ -280,7 +280,7 @@ async def import_json_lines(
     """Import the memory's JSON lines (``memory_core.transfer.portable``): turns, then the
     distilled memories citing them. Bad lines are reported by number and skipped."""
     report = ImportReport()
-    importer = TurnImporter(memory, report, dry_run=dry_run, progress=progress, show=show)
+    importer = TurnImporter(parts, report, dry_run=dry_run, progress=progress, show=show)
     ids = StableIds()
     memories: list[tuple[int, PortableMemory]] = []
     for number, data in lines:
@@ -301,12 +301,12 @@ async def import_json_lines(
             continue
         await importer.add(number, turn, retention)
     await importer.flush()
-    await _import_memories(memory, memories, report, dry_run=dry_run)
+    await _import_memories(parts, memories, report, dry_run=dry_run)
     return report
 
 
 async def _import_memories(
-    memory: TemporalMemory,
+    parts: MemoryParts,
     rows: list[tuple[int, PortableMemory]],
     report: ImportReport,
     *,
@@ -315,11 +315,11 @@ async def _import_memories(
     if not rows:
         return
     sources = {u for _, row in rows for u in row.source_uuids}
-    turn_ids = await memory.database.store(PgAdminStore).ids_by_uuid(sorted(sources))
+    turn_ids = await parts.database.store(PgAdminStore).ids_by_uuid(sorted(sources))
     if dry_run:
         report.memories_new += len(rows)  # an upper bound: matching rows are found on insert
         return
-    store = memory.database.store(PgDistilledStore)
+    store = parts.database.store(PgDistilledStore)
     new_ids: dict[int, int] = {}
     inserted_ids: set[int] = set()
     for number, row in rows:
@@ -347,6 +347,6 @@ async def _import_memories(
         ]
     )
     try:
-        await memory.parts.keeper.backfill_embeddings()
+        await parts.keeper.backfill_embeddings()
     except EmbeddingError as exc:  # stored; the daily upkeep embeds them
         log.warning("imported memories will be embedded later: %s", exc)

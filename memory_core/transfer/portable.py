@@ -33,7 +33,7 @@ from ..storage.paging import keyset_pages
 from ..time_bounds import check_time
 
 if TYPE_CHECKING:
-    from ..service import TemporalMemory
+    from ..parts import MemoryParts
 
 FORMAT = "temporal-memory"
 VERSION = 1
@@ -115,21 +115,21 @@ def memory_line(row: PortableMemory, tz: tzinfo) -> dict[str, Any]:
 
 
 async def export_lines(
-    memory: TemporalMemory, session_keys: Sequence[str] | None = None
+    parts: MemoryParts, session_keys: Sequence[str] | None = None
 ) -> AsyncIterator[dict[str, Any]]:
     """The export of these sessions (every session when ``None``), a line at a time: the
     header, the turns, then the distilled memories. Read page by page, so an export of any
     size streams (the CLI writes it to a file; a web page could send it as a download)."""
-    tz = memory.tz
-    yield header_line(session_keys, memory.embedding_model, datetime.now(timezone.utc), tz)
-    turns = memory.database.store(PgAdminStore)
+    tz = parts.tz
+    yield header_line(session_keys, parts.embedder.model, datetime.now(timezone.utc), tz)
+    turns = parts.database.store(PgAdminStore)
     turn_pages = keyset_pages(
         lambda last: turns.export_turns(session_keys, last, EXPORT_PAGE), lambda e: e.turn.id
     )
     async for page in turn_pages:
         for exported in page:
             yield turn_line(exported, tz)
-    distilled = memory.database.store(PgDistilledStore)
+    distilled = parts.database.store(PgDistilledStore)
     memory_pages = keyset_pages(
         lambda last: distilled.export_page(session_keys, last, EXPORT_PAGE), lambda m: m[0].id
     )

@@ -5,7 +5,7 @@ from nonebot.plugin import PluginMetadata
 
 require("nonebot_plugin_localstore")
 
-from .command_help import USAGE  # noqa: E402
+from .commands.help import USAGE  # noqa: E402
 from .config import Config  # noqa: E402
 
 HOMEPAGE = "https://github.com/temporal-memory/temporal-memory"
@@ -14,7 +14,7 @@ HOMEPAGE = "https://github.com/temporal-memory/temporal-memory"
 __plugin_meta__ = PluginMetadata(
     name="TemporalMemory",
     description="带时间感知长期记忆的 QQ 聊天机器人：私聊与群聊、记忆回忆、管理命令",
-    usage=USAGE,  # /帮助 answers from the same lines (command_help)
+    usage=USAGE,  # /帮助 answers from the same lines (commands.help)
     type="application",
     homepage=HOMEPAGE,
     config=Config,
@@ -22,17 +22,25 @@ __plugin_meta__ = PluginMetadata(
 )
 
 from . import (  # noqa: E402, F401
-    body_limit,
-    commands,
     console,
-    group_sharing,
     handlers,
-    http_event_guard,
     intake,
     log_redaction,
     mcp_http,
     runtime,
+)
+from .commands import (  # noqa: E402, F401
+    forget,
+    group_sharing,
+    memstat,
+    menu,
+    recall,
+    remember,
     self_service,
+)
+from .guards import (  # noqa: E402, F401
+    body_limit,
+    http_event_guard,
     ws_access_guard,
     ws_frame_guard,
 )

@@ -26,10 +26,10 @@ async def serving_bot(bot: Bot, runtime: Runtime) -> AsyncIterator[None]:
     database is away), its namespace is not decided: what the block stores or forgets gets it
     from ``bot.self_id`` when it is written (``memory_core.accounts``)."""
     self_id = int(bot.self_id) if bot.self_id.isdigit() else None
-    accounts = runtime.memory.accounts
+    accounts = runtime.memory.parts.accounts
     if accounts.first is None and self_id is not None:
         try:
-            await runtime.memory.adopt_account(self_id)
+            await runtime.memory.parts.writer.adopt_account(self_id)
         except MemoryCoreError as exc:
             logger.warning(f"QQ account {self_id}: whose memory is whose is not known yet: {exc}")
     with serving_account(accounts.namespace(self_id), self_id):

@@ -86,8 +86,11 @@ async def handle_recall(
     try:
         # After the exchange of that session being answered now: its reply is stored once sent,
         # and a 撤回 that came between the two left that reply behind (found by bench.faults).
-        async with serving_bot(bot, runtime), runtime.engine.session(event.user_id, group_id):
-            forgotten = await runtime.memory.delete_message(recalled)
+        # Meanwhile that reply must not quote the recalled message (conversation.citation).
+        with runtime.engine.citations.retracting(recalled):
+            logger.info(f"message {event.message_id} is being recalled: no reply quotes it")
+            async with serving_bot(bot, runtime), runtime.engine.session(event.user_id, group_id):
+                forgotten = await runtime.memory.parts.forgetting.delete_message(recalled)
     except MemoryCoreError as exc:
         logger.warning(f"recalled message {event.message_id} could not be forgotten: {exc}")
         return

@@ -5,7 +5,7 @@ NoneBot logs every event it handles (``OneBot V11 10001 | [message.private.frien
 the person's /忘记我. ``hide_message_text`` rewrites such a line to its ids and the text's
 length; ``hiding_message_text`` wraps a loguru handler's filter with it. ``bot.py`` gives its
 handler that filter once the plugins are loaded; a NoneBot project embedding the plugin does
-the same in its own start script (README, "What the logs keep"). It is a handler's filter,
+the same in its own start script (``docs/logs.md``). It is a handler's filter,
 not a loguru patcher: NoneBot's own patcher (the plugin names in the log) must stay. The
 plugin itself never reconfigures a project's log.
 

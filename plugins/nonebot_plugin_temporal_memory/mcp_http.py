@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from typing import TYPE_CHECKING
 
 from nonebot import get_driver, get_plugin_config
 from nonebot.drivers import ASGIMixin, Driver
@@ -25,13 +26,14 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from memory_core.agents import AgentMemory, HttpSessions, http_sessions
-
-from .body_limit import MAX_REQUEST_BYTES
 from .config import Config
+from .guards.body_limit import MAX_REQUEST_BYTES
 from .listener import is_loopback
 from .runtime import get_runtime
 from .startup_checks import MIN_MCP_TOKEN_CHARS
+
+if TYPE_CHECKING:  # the MCP SDK (~25 MB) is imported only when /mcp is served (``start``)
+    from memory_core.agents import AgentMemory, HttpSessions
 
 MCP_PATH = "/mcp"
 ACTOR = "mcp:http"
@@ -74,13 +76,15 @@ class McpEndpoint:
     async def start(self, *, readonly: bool) -> None:
         """Build the tools over the bot's runtime and run the SDK's manager in a task of its
         own (the manager's task group must be entered and left by one task)."""
+        from memory_core.agents import AgentMemory, http_sessions
+
         self.readonly = readonly
         memory: list[AgentMemory] = []
 
         def source() -> AgentMemory:
             if not memory:
                 runtime = get_runtime()
-                memory.append(AgentMemory(runtime.memory, runtime.engine, ACTOR))
+                memory.append(AgentMemory(runtime.memory.parts, runtime.engine, ACTOR))
             return memory[0]
 
         self._manager = http_sessions(

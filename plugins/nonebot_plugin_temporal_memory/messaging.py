@@ -1,7 +1,8 @@
 """Sending text back to QQ: split when long, never as CQ code, failures logged not raised.
 
 A command's answer (``send_answer``) is at most ``ANSWER_MESSAGES`` messages and quotes the
-command in a group; ``quoted`` is how an answer repeats what someone typed.
+command in a group; ``quoted`` is how an answer repeats what someone typed. A chat reply that
+rests on a remembered message quotes that message instead (``sender_for``, ``Citation``).
 """
 
 from typing import Any
@@ -18,7 +19,7 @@ from nonebot.adapters.onebot.v11 import (
 from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
 from nonebot.log import logger
 
-from memory_core import Delivery, SendText, split_reply
+from memory_core import Citation, Delivery, SendText, split_reply
 
 
 def _message_id(result: Any) -> int | None:
@@ -84,6 +85,7 @@ async def send_text(
     max_chars: int,
     quote: bool = False,
     max_messages: int | None = None,
+    quote_id: int | None = None,
 ) -> Delivery | None:
     """Send ``text`` as one or more plain-text messages; ``None`` if none got through.
 
@@ -91,6 +93,8 @@ async def send_text(
     shown literally, never interpreted. Stops at the first failed piece (a risk-control refusal
     would refuse the rest too); the returned delivery holds what was actually sent and the id
     of its first message. With ``max_messages``, a text that needs more is cut (``at_most``).
+    ``quote`` quotes the event's message on the first piece; ``quote_id`` quotes that message
+    instead (one quote at most: QQ shows one).
     """
     sent: list[str] = []
     first_id: int | None = None
@@ -99,7 +103,9 @@ async def send_text(
         pieces = at_most(pieces, max_messages, max_chars)
     for index, piece in enumerate(pieces):
         message = Message(MessageSegment.text(piece))
-        if index == 0 and quote:
+        if index == 0 and quote_id is not None:
+            message = MessageSegment.reply(quote_id) + message
+        elif index == 0 and quote:
             message = MessageSegment.reply(event.message_id) + message
         try:
             result = await bot.send(event, message)
@@ -115,10 +121,15 @@ async def send_text(
 
 
 def sender_for(bot: Bot, event: MessageEvent, *, max_chars: int, quote: bool) -> SendText:
-    """The engine's ``send`` callback for one event."""
+    """The engine's ``send`` callback for one event: a reply citing a remembered message
+    (``cited``, checked by the core: of this chat, still stored) quotes it, in place of the
+    event's quote."""
 
-    async def send(text: str) -> Delivery | None:
-        return await send_text(bot, event, text, max_chars=max_chars, quote=quote)
+    async def send(text: str, *, cited: Citation | None = None) -> Delivery | None:
+        quote_id = cited.message_id if cited is not None else None
+        return await send_text(
+            bot, event, text, max_chars=max_chars, quote=quote, quote_id=quote_id
+        )
 
     return send
 

@@ -1,6 +1,7 @@
 """The plugin's resources: opened in ``driver.on_startup``, closed in ``on_shutdown``."""
 
 import logging
+import os
 import signal
 import threading
 from datetime import datetime, timezone
@@ -25,6 +26,7 @@ from memory_core import (
     PicturesOff,
     TemporalMemory,
     open_chat_bot,
+    unknown_settings,
 )
 
 from .config import Config, bot_name_from, memory_settings_from_config
@@ -150,6 +152,11 @@ def checked_configuration() -> tuple[Config, MemorySettings]:
         invalid.append(exc)
     if invalid:
         raise settings_refusal(*invalid)
+    # NoneBot hands over only the keys of its .env files; one set in the environment alone is
+    # read from there (a removed key left in a service file is as ignored as one in .env.prod).
+    keys = [*driver.config.model_dump(), *os.environ]
+    if (ignored := unknown_settings(keys, others=Config.model_fields)) is not None:
+        logger.warning(f"TemporalMemory: {ignored}")
     for warning in check_access_token(get_plugin_config(OneBotConfig).onebot_access_token):
         logger.warning(warning)
     mcp_token = config.memory_mcp_token
@@ -168,7 +175,7 @@ async def open_runtime() -> None:
     bot_name = bot_name_from(config.bot_name, driver.config.nickname)
     # An unreachable database is not fatal: turns are spooled and written once it is back.
     try:
-        bot = await open_chat_bot(settings, bot_name=bot_name)
+        bot = await open_chat_bot(settings, bot_name=bot_name, locate_stored=stored_locator)
     except ConfigError as exc:  # e.g. EMBEDDING_DIM against the model, LLM_BASE_URL no URL
         await end_start_up(settings_refusal(exc))
     memory, chat_model = bot.memory, bot.chat_model
@@ -181,17 +188,16 @@ async def open_runtime() -> None:
         bot_name=bot_name,
         pictures=bot.pictures,
     )
-    _Holder.runtime.pictures.start_retries(stored_locator)
     logger.info(f"TemporalMemory plugin from {PLUGIN_DIR}, core from {CORE_DIR}")
     logger.info(f"TemporalMemory data directory: {settings.memory_data_dir.resolve()}")
     logger.info(f"TemporalMemory database: {memory.database_description}")
     logger.info(
-        f"TemporalMemory embeddings: {memory.embedding_model} ({memory.embedding_dim}-d, "
+        f"TemporalMemory embeddings: {memory.parts.embedder.model} ({memory.parts.embedder.dim}-d, "
         f"{settings.embedding_provider})"
     )
     logger.info(
         f"TemporalMemory vector index: MEMORY_VECTOR_INDEX={settings.memory_vector_index}, "
-        f"{len(memory.vector_index.indexed)} session(s) indexed; sessions up to "
+        f"{len(memory.parts.vector_index.indexed)} session(s) indexed; sessions up to "
         f"{settings.memory_exact_search_max_rows} turns are searched exactly"
     )
     if chat_model is None:

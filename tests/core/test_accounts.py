@@ -38,16 +38,18 @@ async def contents(
     memory, user: int, group: int | None, query: str, now: datetime = NOW
 ) -> set[str]:
     options = RecallOptions(top_n=5, window_size=1, now=now)
-    return {t.content for t in (await memory.recall(user, query, group, options)).turns}
+    return {
+        t.content for t in (await memory.parts.retriever.recall(user, query, group, options)).turns
+    }
 
 
 async def two_bots(memory) -> tuple[str, str]:
     """A connects first, then B; each is told a secret by 小明 in private and in the group."""
-    a = await memory.adopt_account(BOT_A)
-    b = await memory.adopt_account(BOT_B)
+    a = await memory.parts.writer.adopt_account(BOT_A)
+    b = await memory.parts.writer.adopt_account(BOT_B)
     for namespace, secret in ((a, SECRET_A), (b, SECRET_B)):
         with serving_account(namespace):
-            await memory.add_dialogues(
+            await memory.parts.writer.add_dialogues(
                 [said(XIAOMING, secret, T0), said(XIAOMING, f"群里说：{secret}", T0, TEAM)]
             )
     return a, b
@@ -88,11 +90,13 @@ async def test_share_accounts_joins_every_accounts_memory(memory_factory):
 
 async def test_rows_stored_before_belong_to_the_first_account_said_once(memory_factory, caplog):
     memory = await memory_factory()
-    await memory.add_dialogues([said(XIAOMING, SECRET_A, T0)])  # before any account connected
+    await memory.parts.writer.add_dialogues(
+        [said(XIAOMING, SECRET_A, T0)]
+    )  # before any account connected
     with caplog.at_level(logging.INFO, logger="memory_core.accounts"):
-        assert await memory.adopt_account(BOT_A) == ""
-        assert await memory.adopt_account(BOT_B) == f"{BOT_B}/"
-        assert await memory.adopt_account(BOT_A) == ""  # a reconnect changes nothing
+        assert await memory.parts.writer.adopt_account(BOT_A) == ""
+        assert await memory.parts.writer.adopt_account(BOT_B) == f"{BOT_B}/"
+        assert await memory.parts.writer.adopt_account(BOT_A) == ""  # a reconnect changes nothing
     adopted = [r.getMessage() for r in caplog.records if "first on this database" in r.message]
     assert adopted == [
         f"QQ account {BOT_A} is the first on this database: the memory stored before "
@@ -106,24 +110,28 @@ async def test_rows_stored_before_belong_to_the_first_account_said_once(memory_f
 
 async def test_another_process_learns_the_first_account_from_the_database(memory_factory):
     first = await memory_factory()
-    await first.adopt_account(BOT_A)
+    await first.parts.writer.adopt_account(BOT_A)
     second = await memory_factory()  # bot B's own process on the same database
-    assert await second.adopt_account(BOT_B) == f"{BOT_B}/"
-    assert second.accounts.first == BOT_A
+    assert await second.parts.writer.adopt_account(BOT_B) == f"{BOT_B}/"
+    assert second.parts.accounts.first == BOT_A
 
 
 async def test_forget_in_account_a_leaves_account_b(memory_factory):
     memory = await memory_factory()
     a, b = await two_bots(memory)
     with serving_account(a):
-        assert (await memory.count_forget(ForgetScope(user_id=XIAOMING))).dialogues == 2
-        assert (await memory.forget(ForgetScope(user_id=XIAOMING))).dialogues == 2
-        assert (await memory.forget(ForgetScope(everything=True))).dialogues == 0
+        assert (
+            await memory.parts.forgetting.count_forget(ForgetScope(user_id=XIAOMING))
+        ).dialogues == 2
+        assert (await memory.parts.forgetting.forget(ForgetScope(user_id=XIAOMING))).dialogues == 2
+        assert (await memory.parts.forgetting.forget(ForgetScope(everything=True))).dialogues == 0
         assert await contents(memory, XIAOMING, None, "密码 停车场") == set()
     with serving_account(b):
-        assert (await memory.count_forget(ForgetScope(user_id=XIAOMING))).dialogues == 2
+        assert (
+            await memory.parts.forgetting.count_forget(ForgetScope(user_id=XIAOMING))
+        ).dialogues == 2
         assert await contents(memory, XIAOMING, None, "密码 停车场") == {SECRET_B}
-        assert (await memory.forget(ForgetScope(group_id=TEAM))).dialogues == 1
+        assert (await memory.parts.forgetting.forget(ForgetScope(group_id=TEAM))).dialogues == 1
         assert await contents(memory, XIAOMING, TEAM, "密码 停车场") == set()
         assert await contents(memory, XIAOMING, None, "密码 停车场") == {SECRET_B}
 
@@ -141,20 +149,20 @@ async def test_facts_cached_answers_and_exports_stay_with_their_account(memory_f
         facts = await memory.parts.keeper.recall_by_type(XIAOMING, None, "facts", now=NOW)
         assert [f.content for f in facts] == ["用户住在北京"]
         assert (await cache.lookup("怎么安装Docker", XIAOMING, now=T0)).answer == "B 的答案"
-        mine = await export_person(memory, XIAOMING)
+        mine = await export_person(memory.parts, XIAOMING)
         assert {t.content for t in mine.turns} == {SECRET_B, f"群里说：{SECRET_B}"}
         assert len(mine.memories) == 2 and len(mine.cached_answers) == 1
     with serving_account(a):
         assert await memory.parts.keeper.recall_by_type(XIAOMING, None, "facts", now=NOW) == []
         assert await memory.parts.keeper.recall_by_type(XIAOMING, TEAM, "facts", now=NOW) == []
         assert await cache.lookup("怎么安装Docker", XIAOMING, now=T0) is None
-        mine = await export_person(memory, XIAOMING)
+        mine = await export_person(memory.parts, XIAOMING)
         assert {t.content for t in mine.turns} == {SECRET_A, f"群里说：{SECRET_A}"}
         assert mine.memories == () and mine.cached_answers == ()
-        forgotten = await memory.forget(ForgetScope(user_id=XIAOMING))
+        forgotten = await memory.parts.forgetting.forget(ForgetScope(user_id=XIAOMING))
         assert (forgotten.facts, forgotten.cached_answers) == (0, 0)
     with serving_account(b):
-        forgotten = await memory.forget(ForgetScope(user_id=XIAOMING))
+        forgotten = await memory.parts.forgetting.forget(ForgetScope(user_id=XIAOMING))
         assert (forgotten.dialogues, forgotten.facts, forgotten.cached_answers) == (2, 2, 1)
 
 
@@ -163,7 +171,7 @@ async def test_memstat_counts_the_askers_accounts_memory(memory_factory):
     a, b = await two_bots(memory)
     fact = ExtractedMemory(kind="facts", content="用户住在北京", category="personal_info")
     with serving_account(b):
-        await memory.add_dialogues([said(XIAOHONG, "再说一句", T0)])
+        await memory.parts.writer.add_dialogues([said(XIAOHONG, "再说一句", T0)])
         await memory.parts.keeper.save([fact], XIAOHONG, stated_at=T0)
         seen_by_b = (await memory.stats(NOW)).store
         facts_b = (await memory.distilled_stats(NOW)).counts
@@ -206,9 +214,9 @@ async def started_in_an_outage(
 ) -> AsyncIterator[TemporalMemory]:
     """A bot that knew A as the first account, started again while the database is away."""
     before = await memory_factory()
-    assert await before.adopt_account(BOT_A) == ""
+    assert await before.parts.writer.adopt_account(BOT_A) == ""
     # A was told the same person's secret before.
-    await before.add_turn(TurnInput(user_id=PATIENT, role="user", content=SECRET_A))
+    await before.parts.writer.add_turn(TurnInput(user_id=PATIENT, role="user", content=SECRET_A))
     await before.aclose()
     await proxy.stop()
     settings = MemorySettings(
@@ -217,7 +225,7 @@ async def started_in_an_outage(
     memory = await open_memory(
         settings, embedder=hashing_embedder, maintenance_interval=None, require_database=False
     )
-    assert not memory.connected
+    assert not memory.parts.database.connected
     yield memory
     await memory.aclose()
 
@@ -231,14 +239,14 @@ async def back(memory: TemporalMemory, proxy: SwitchableProxy) -> None:
 async def told_b_in_the_outage(memory: TemporalMemory) -> None:
     """Account B is told the record while the first account cannot be learned: spooled."""
     with pytest.raises(StorageError):
-        await memory.adopt_account(BOT_B)  # what the plugin tries first, in vain
-    assert memory.accounts.namespace(BOT_B) is None
-    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+        await memory.parts.writer.adopt_account(BOT_B)  # what the plugin tries first, in vain
+    assert memory.parts.accounts.namespace(BOT_B) is None
+    with serving_account(memory.parts.accounts.namespace(BOT_B), BOT_B):
         turn = TurnInput(user_id=PATIENT, role="user", content=RECORD, self_id=BOT_B)
         # Made in B's call without naming the bot (a model's memory tool does so): B's too.
         reply = TurnInput(user_id=PATIENT, role="assistant", content="记住了。")
-    assert (await memory.add_turn(turn)).spooled
-    assert (await memory.add_turn(reply)).spooled
+    assert (await memory.parts.writer.add_turn(turn)).spooled
+    assert (await memory.parts.writer.add_turn(reply)).spooled
 
 
 async def stored_keys(dsn: str) -> dict[str, str]:
@@ -256,23 +264,23 @@ async def test_what_b_was_told_while_the_first_account_was_unknown_is_bs_after_t
     memory = started_in_an_outage
     await told_b_in_the_outage(memory)
     await back(memory, proxy)
-    assert await memory.flush_spool() == 2
+    assert await memory.parts.forgetting.flush_spool() == 2
     keys = await stored_keys(fresh_dsn)
     assert keys == {
         SECRET_A: str(PATIENT),
         RECORD: f"{BOT_B}/{PATIENT}",
         "记住了。": f"{BOT_B}/{PATIENT}",
     }
-    with serving_account(await memory.adopt_account(BOT_A)):
+    with serving_account(await memory.parts.writer.adopt_account(BOT_A)):
         assert await contents(
             memory, PATIENT, None, "病历号 MR-9911 密码", datetime.now(timezone.utc)
         ) == {SECRET_A}
-    b = await memory.adopt_account(BOT_B)
+    b = await memory.parts.writer.adopt_account(BOT_B)
     with serving_account(b):
         assert RECORD in await contents(
             memory, PATIENT, None, "病历号 MR-9911 密码", datetime.now(timezone.utc)
         )
-        assert (await memory.forget(ForgetScope(user_id=PATIENT))).dialogues == 2
+        assert (await memory.parts.forgetting.forget(ForgetScope(user_id=PATIENT))).dialogues == 2
     assert await stored_keys(fresh_dsn) == {SECRET_A: str(PATIENT)}
 
 
@@ -281,14 +289,14 @@ async def test_a_forget_through_b_in_the_outage_takes_bs_turns_and_leaves_as(
 ):
     memory = started_in_an_outage
     await told_b_in_the_outage(memory)
-    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
-        forgotten = await memory.forget(ForgetScope(user_id=PATIENT))
+    with serving_account(memory.parts.accounts.namespace(BOT_B), BOT_B):
+        forgotten = await memory.parts.forgetting.forget(ForgetScope(user_id=PATIENT))
     assert forgotten.deferred and forgotten.dialogues == 2  # B's spooled turns, at once
-    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+    with serving_account(memory.parts.accounts.namespace(BOT_B), BOT_B):
         told_again = TurnInput(user_id=PATIENT, role="user", content="又说一遍", self_id=BOT_B)
-    assert (await memory.add_turn(told_again)).spooled
+    assert (await memory.parts.writer.add_turn(told_again)).spooled
     await back(memory, proxy)
-    await memory.flush_spool()
+    await memory.parts.forgetting.flush_spool()
     # The /forget was B's: A's memory of the person stays; what B was told after it is kept.
     assert await stored_keys(fresh_dsn) == {
         SECRET_A: str(PATIENT),
@@ -301,11 +309,11 @@ async def test_a_call_before_the_first_account_is_known_never_reads_anothers_mem
 ):
     await two_bots(await memory_factory())
     memory = await memory_factory()  # a new process: which account is first, not read yet
-    assert memory.accounts.first is None
-    with serving_account(memory.accounts.namespace(BOT_B), BOT_B):
+    assert memory.parts.accounts.first is None
+    with serving_account(memory.parts.accounts.namespace(BOT_B), BOT_B):
         # A session's key is B's own until decided: B's memory or nothing, never A's.
         assert await contents(memory, XIAOMING, None, "密码 停车场") == {SECRET_B}
         with pytest.raises(DatabaseUnavailableError):
             await memory.stats(NOW)  # an account-wide read waits for the database
-    with serving_account(memory.accounts.namespace(BOT_A), BOT_A):
+    with serving_account(memory.parts.accounts.namespace(BOT_A), BOT_A):
         assert await contents(memory, XIAOMING, None, "密码 停车场") == set()

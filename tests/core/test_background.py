@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from memory_core.background import DueFlag, RoundLoop
+from memory_core import background
+from memory_core.background import DueFlag, RoundLoop, rest_after
 from memory_core.errors import DatabaseUnavailableError, EmbeddingError, StorageError
 
 HOUR = 3600.0  # no round is ever started by the interval in these tests
@@ -131,3 +132,27 @@ async def test_a_loop_woken_just_before_it_is_stopped_stops() -> None:
     loop.wake()
     await asyncio.wait_for(loop.stop(), timeout=60)
     assert rounds.rounds == 1
+
+
+def test_the_rest_after_failures_in_a_row_doubles_from_a_second_up_to_the_interval() -> None:
+    assert [rest_after(n, 30.0) for n in range(1, 8)] == [1, 2, 4, 8, 16, 30, 30]
+    assert rest_after(10_000, 30.0) == 30.0
+
+
+async def test_after_its_rest_a_failed_round_is_tried_again_without_being_woken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database back after a blip is taken up after the short rest, not an interval (or a
+    message) later; once a round succeeds the loop waits for its interval again."""
+    monkeypatch.setattr(background, "FIRST_REST", 0.01)
+    rounds = FailingRounds(DatabaseUnavailableError("down"), DatabaseUnavailableError("down"))
+    loop = RoundLoop(rounds, interval=HOUR, name="upkeep", rest_after_failure=True)
+    loop.start()
+    try:
+        for _ in range(3):  # two failures, then a round that works
+            await next_round(rounds)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert rounds.rounds == 3 and not rounds.failures
+    finally:
+        await loop.stop()

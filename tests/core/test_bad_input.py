@@ -28,9 +28,9 @@ def user_turn(content: object, **extra: object) -> TurnInput:
 )
 async def test_unstorable_content_is_refused_with_a_clear_error(memory_factory, content):
     memory = await memory_factory()
-    await memory.add_turn(user_turn("先存一条"))
+    await memory.parts.writer.add_turn(user_turn("先存一条"))
     with pytest.raises(InvalidTurnError):
-        await memory.add_turn(user_turn(content))
+        await memory.parts.writer.add_turn(user_turn(content))
     assert (await memory.stats()).total_rows == 1  # the earlier row is still there
 
 
@@ -48,7 +48,7 @@ async def test_unstorable_content_is_refused_with_a_clear_error(memory_factory, 
 async def test_bad_metadata_is_refused_with_a_clear_error(memory_factory, field, value):
     memory = await memory_factory()
     with pytest.raises(InvalidTurnError):
-        await memory.add_turn(user_turn("内容", **{field: value}))
+        await memory.parts.writer.add_turn(user_turn("内容", **{field: value}))
 
 
 @pytest.mark.parametrize(
@@ -67,9 +67,9 @@ async def test_bad_metadata_is_refused_with_a_clear_error(memory_factory, field,
 )
 async def test_odd_text_is_stored_safely_and_recalled(memory_factory, content, stored):
     memory = await memory_factory()
-    outcome = await memory.add_turn(user_turn(content))
+    outcome = await memory.parts.writer.add_turn(user_turn(content))
     assert outcome.turn is not None and outcome.turn.content == stored
-    recalled = await memory.get_contextual_memory(1, content, now=NOW)
+    recalled = await memory.parts.retriever.get_contextual_memory(1, content, now=NOW)
     assert [t.content for t in recalled] == [stored]
 
 
@@ -78,10 +78,12 @@ async def test_100kb_text_is_stored_whole_and_longer_text_is_cut_with_a_visible_
 ):
     memory = await memory_factory(memory_max_content_chars=120_000)
     big = "长" * 100_000
-    outcome = await memory.add_turn(user_turn(big))
+    outcome = await memory.parts.writer.add_turn(user_turn(big))
     assert outcome.turn is not None and outcome.turn.content == big
     small_limit = await memory_factory(memory_max_content_chars=1000)
-    cut = await small_limit.add_turn(user_turn("字" * 5000, created_at=T0 + timedelta(seconds=1)))
+    cut = await small_limit.parts.writer.add_turn(
+        user_turn("字" * 5000, created_at=T0 + timedelta(seconds=1))
+    )
     assert cut.turn is not None
     assert cut.turn.content.startswith("字" * 1000)
     assert "已截断 4000 字" in cut.turn.content
@@ -89,17 +91,42 @@ async def test_100kb_text_is_stored_whole_and_longer_text_is_cut_with_a_visible_
 
 async def test_a_bad_turn_in_a_batch_writes_nothing_of_that_batch(memory_factory):
     memory = await memory_factory()
-    await memory.add_turn(user_turn("已有的记忆"))
+    await memory.parts.writer.add_turn(user_turn("已有的记忆"))
     with pytest.raises(InvalidTurnError):
-        await memory.add_dialogues([user_turn("好的一条"), user_turn("  ")])
+        await memory.parts.writer.add_dialogues([user_turn("好的一条"), user_turn("  ")])
     assert (await memory.stats()).total_rows == 1
 
 
 async def test_huge_raw_segments_and_nul_in_segments_are_stored(memory_factory):
     memory = await memory_factory()
     segments = [{"type": "text", "data": {"text": "a\x00b"}}, {"type": "image", "data": {}}]
-    outcome = await memory.add_turn(user_turn("带原始消息段", raw_segments=segments))
+    outcome = await memory.parts.writer.add_turn(user_turn("带原始消息段", raw_segments=segments))
     assert outcome.turn is not None
+
+
+async def test_segments_nested_thousands_deep_are_stored_with_the_depth_cut(
+    memory_factory, fresh_dsn
+):
+    from memory_core.lang.text import JSON_DEPTH_LIMIT, JSON_TOO_DEEP
+
+    memory = await memory_factory()
+    nested: object = "最里面"
+    for _ in range(5000):  # deeper than Python's recursion limit
+        nested = {"type": "node", "data": {"content": [nested]}}
+    outcome = await memory.parts.writer.add_turn(
+        user_turn("一条转发的聊天记录", raw_segments=[nested])
+    )
+    assert outcome.turn is not None
+    row = await stored_row(fresh_dsn, outcome.turn.message_uuid)
+    assert row["content"] == "一条转发的聊天记录"
+    stored, depth = json.loads(row["raw_segments"]), 0
+    while isinstance(stored, (list, dict)):  # segment list -> node -> data -> content list
+        if isinstance(stored, list):
+            stored = stored[0]
+        else:
+            stored = stored["data"] if "data" in stored else stored["content"]
+        depth += 1
+    assert stored == JSON_TOO_DEEP and depth == JSON_DEPTH_LIMIT
 
 
 # Text a user can send that PostgreSQL or UTF-8 cannot take as is, and what is stored instead.
@@ -131,7 +158,7 @@ async def test_odd_text_in_sender_name_and_raw_segments_is_stored_cleaned(
 ):
     memory = await memory_factory()
     segments = [{"type": "text", "data": {"text": text, text: [text, 1.5, None]}}]
-    outcome = await memory.add_turn(
+    outcome = await memory.parts.writer.add_turn(
         user_turn(text, sender_name=text, raw_segments=segments, message_id=5)
     )
     assert outcome.turn is not None

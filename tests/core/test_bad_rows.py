@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from memory_core.dashboard import storage_section
+from memory_core.console.dashboard import storage_section
 from memory_core.dialogue.bad_rows import usable_time
 from memory_core.dialogue.recall_store import PgRecallStore
 from memory_core.dialogue.time_references import TimeReferenceBackfill
@@ -34,8 +34,8 @@ BAD_TIMES = [
 async def bad_memory(memory_factory):
     memory = await memory_factory()
     for text, _ in [*BAD_TIMES, ("正常时说的话", "")]:
-        await memory.add_turn(TurnInput(user_id=7, role="user", content=text))
-    async with memory.database.pool.acquire() as conn:
+        await memory.parts.writer.add_turn(TurnInput(user_id=7, role="user", content=text))
+    async with memory.parts.database.pool.acquire() as conn:
         await conn.execute(DROP_CONSTRAINTS)
         for text, change in BAD_TIMES:
             await conn.execute(f"UPDATE dialogues SET {change} WHERE content = $1", text)
@@ -45,12 +45,14 @@ async def bad_memory(memory_factory):
 async def test_a_bad_row_is_left_out_of_recall_and_the_short_term_window(bad_memory, caplog):
     now = datetime.now(UTC)
     with caplog.at_level(logging.WARNING, logger="memory_core.dialogue.bad_rows"):
-        result = await bad_memory.recall(7, "说的话", options=RecallOptions(now=now))
-        again = await bad_memory.recall(7, "说的话", options=RecallOptions(now=now))
-        tail = await bad_memory.database.store(PgRecallStore).session_tail(
+        result = await bad_memory.parts.retriever.recall(
+            7, "说的话", options=RecallOptions(now=now)
+        )
+        again = await bad_memory.parts.retriever.recall(7, "说的话", options=RecallOptions(now=now))
+        tail = await bad_memory.parts.database.store(PgRecallStore).session_tail(
             "7", since=now - timedelta(days=1), now=now + timedelta(days=1), limit=10
         )
-        recent = await bad_memory.recent_turns(
+        recent = await bad_memory.parts.retriever.recent_turns(
             7, None, limit=10, since=datetime(1990, 1, 1, tzinfo=UTC)
         )
     assert {t.content for t in result.turns} == {"正常时说的话"}
@@ -76,7 +78,7 @@ async def test_memstat_counts_the_bad_rows_and_shows_only_good_times(bad_memory)
 async def test_the_time_reference_walk_passes_a_bad_row(bad_memory):
     walk = TimeReferenceBackfill(UTC)
     walk.after = 0
-    store = bad_memory.database.store(PgUpkeepStore)
+    store = bad_memory.parts.database.store(PgUpkeepStore)
     assert await walk.run(store) is True
 
 

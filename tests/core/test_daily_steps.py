@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 import asyncpg
 
-from memory_core.background import STEP_RETRY, DailySchedule, DailyStep
+from memory_core.background import STEP_RETRY, DailySchedule, DailyStep, RepeatedStep
 from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import TurnInput
 from tests.core.test_mcp_stdio import stdio_memory
@@ -98,7 +98,7 @@ async def test_a_maintenance_round_purges_at_start_and_then_at_the_purge_time(
 ):
     memory = await memory_factory(memory_purge_time="04:00")
     for text in ("过期的话", "留着的话", "明天过期的话"):
-        await memory.add_turn(TurnInput(user_id=1, role="user", content=text))
+        await memory.parts.writer.add_turn(TurnInput(user_id=1, role="user", content=text))
     await expire(fresh_dsn, "过期的话")
 
     await memory.maintenance_round()  # the loop's first round: the purge is due at start
@@ -108,7 +108,7 @@ async def test_a_maintenance_round_purges_at_start_and_then_at_the_purge_time(
     await memory.maintenance_round()  # not before its time
     assert await contents(fresh_dsn) == ["明天过期的话", "留着的话"]
     at = memory.daily.next_run("memory purge")
-    assert at.astimezone(memory.settings.tz).time() == time(4, 0)
+    assert at.astimezone(memory.parts.settings.tz).time() == time(4, 0)
     # (Opened between 04:00 and 04:15, the upkeep was still due today and runs with it.)
     assert (await memory.daily.run_due(at))[0] == "memory purge"
     assert await contents(fresh_dsn) == ["留着的话"]
@@ -123,7 +123,7 @@ async def test_the_mcp_stdio_server_purges_expired_rows_on_its_own(
 ):
     memory = await memory_factory()
     for text in ("过期的话", "留着的话"):
-        await memory.add_turn(TurnInput(user_id=1, role="user", content=text))
+        await memory.parts.writer.add_turn(TurnInput(user_id=1, role="user", content=text))
     await memory.aclose()
     await expire(fresh_dsn, "过期的话")
     conn = await asyncpg.connect(fresh_dsn)
@@ -140,3 +140,17 @@ async def test_the_mcp_stdio_server_purges_expired_rows_on_its_own(
                 break
             await asyncio.sleep(0.2)
         assert await contents(fresh_dsn) == ["留着的话"]
+
+
+async def test_a_repeated_step_runs_at_the_first_round_then_once_its_interval_has_passed():
+    """The picture reader's retries: added after the memory opened, due at once, then a minute
+    after each run; a failed run is tried again at its next time, not the daily steps' later."""
+    schedule = DailySchedule([DailyStep("purge", Step(), time(4, 0))], SHANGHAI, now=START)
+    retries = Step(DatabaseUnavailableError("away"))
+    schedule.add(RepeatedStep("picture retries", retries, timedelta(minutes=1)), now=START)
+    assert await schedule.run_due(START) == []  # failed: tried again a minute later
+    assert await schedule.run_due(START + timedelta(seconds=30)) == []
+    assert await schedule.run_due(START + timedelta(seconds=61)) == ["picture retries"]
+    assert await schedule.run_due(START + timedelta(seconds=90)) == []
+    assert await schedule.run_due(START + timedelta(seconds=125)) == ["picture retries"]
+    assert retries.runs == 3

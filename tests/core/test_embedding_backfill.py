@@ -38,7 +38,9 @@ async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factor
     # test, in tests/core/providers, covers the wait).
     embedder = flaky_server.embedder()
     memory = await memory_factory(embedder=embedder, embedding_provider="api", embedding_dim=64)
-    outcomes = [await memory.add_turn(said(f"我的第{i}个爱好是下棋", i)) for i in range(5)]
+    outcomes = [
+        await memory.parts.writer.add_turn(said(f"我的第{i}个爱好是下棋", i)) for i in range(5)
+    ]
     assert all(o.turn is not None for o in outcomes)
     assert flaky_server.requests > 0
     stats = await memory.stats()
@@ -46,13 +48,15 @@ async def test_embedding_api_failing_then_recovering_loses_no_turn(memory_factor
     # While nothing is embedded, vector recall finds no anchors — but never fails — and
     # hybrid recall still finds the turns through the keyword channel (issue 6).
     assert (
-        await memory.recall(3, "爱好", options=RecallOptions(mode="vector", now=NOW))
+        await memory.parts.retriever.recall(
+            3, "爱好", options=RecallOptions(mode="vector", now=NOW)
+        )
     ).turns == ()
-    assert len(await memory.get_contextual_memory(3, "爱好", top_n=5, now=NOW)) == 5
+    assert len(await memory.parts.retriever.get_contextual_memory(3, "爱好", top_n=5, now=NOW)) == 5
     flaky_server.healthy = True
-    assert await memory.backfill_embeddings() == 5
+    assert await memory.parts.upkeep.backfill_embeddings() == 5
     assert (await memory.stats()).store.pending_embeddings == 0
-    recalled = await memory.get_contextual_memory(3, "爱好 下棋", top_n=5, now=NOW)
+    recalled = await memory.parts.retriever.get_contextual_memory(3, "爱好 下棋", top_n=5, now=NOW)
     assert len(recalled) == 5
 
 
@@ -60,21 +64,24 @@ async def test_failing_embedder_stores_turn_and_backfill_makes_it_recallable(mem
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder)
     embedder.fail = True
-    outcome = await memory.add_turn(said("我家的狗叫旺财", 1))
+    outcome = await memory.parts.writer.add_turn(said("我家的狗叫旺财", 1))
     assert outcome.turn is not None
     embedder.fail = False
     assert (
-        await memory.recall(3, "狗叫什么", options=RecallOptions(mode="vector", now=NOW))
+        await memory.parts.retriever.recall(
+            3, "狗叫什么", options=RecallOptions(mode="vector", now=NOW)
+        )
     ).turns == ()
-    await memory.backfill_embeddings()
-    assert [t.content for t in await memory.get_contextual_memory(3, "狗叫旺财", now=NOW)] == [
-        "我家的狗叫旺财"
-    ]
+    await memory.parts.upkeep.backfill_embeddings()
+    assert [
+        t.content
+        for t in await memory.parts.retriever.get_contextual_memory(3, "狗叫旺财", now=NOW)
+    ] == ["我家的狗叫旺财"]
 
 
 async def test_opening_with_another_embedding_model_is_refused_until_reembed(memory_factory):
     first = await memory_factory(embedder=HashingEmbedder(dim=384, model="model-a"))
-    await first.add_dialogues([said("我喜欢爬山", 1), said("周末去了泰山", 2)])
+    await first.parts.writer.add_dialogues([said("我喜欢爬山", 1), said("周末去了泰山", 2)])
     await first.aclose()
 
     other = HashingEmbedder(dim=128, model="model-b")
@@ -85,7 +92,8 @@ async def test_opening_with_another_embedding_model_is_refused_until_reembed(mem
     from memory_core.settings import MemorySettings
 
     settings = MemorySettings(
-        memory_dsn=first.settings.memory_dsn, memory_data_dir=first.settings.memory_data_dir
+        memory_dsn=first.parts.settings.memory_dsn,
+        memory_data_dir=first.parts.settings.memory_data_dir,
     )
     switching = await open_memory(
         settings, embedder=other, allow_model_change=True, maintenance_interval=None
@@ -95,15 +103,15 @@ async def test_opening_with_another_embedding_model_is_refused_until_reembed(mem
     finally:
         await switching.aclose()
     reopened = await memory_factory(embedder=HashingEmbedder(dim=128, model="model-b"))
-    recalled = await reopened.get_contextual_memory(3, "爬山", now=NOW)
+    recalled = await reopened.parts.retriever.get_contextual_memory(3, "爬山", now=NOW)
     assert [t.content for t in recalled][:1] == ["我喜欢爬山"]
-    assert reopened.embedding_dim == 128
+    assert reopened.parts.embedder.dim == 128
 
 
 async def test_precomputed_embeddings_are_used_as_given(memory_factory):
     memory = await memory_factory()
     vectors = np.eye(384, dtype=np.float32)[:2]
-    await memory.add_dialogues([said("甲", 1), said("乙", 2)], embeddings=vectors)
+    await memory.parts.writer.add_dialogues([said("甲", 1), said("乙", 2)], embeddings=vectors)
     assert (await memory.stats()).store.pending_embeddings == 0
     await asyncio.sleep(0)
 
@@ -127,13 +135,17 @@ async def test_a_turn_whose_embedding_hangs_is_stored_at_the_deadline_and_embedd
     embedder = HangingEmbedder()
     memory = await memory_factory(embedder=embedder, embedding_store_deadline=0.2)
 
-    outcome = await asyncio.wait_for(memory.add_turn(said("我养了一只叫团子的猫", 1)), 30)
+    outcome = await asyncio.wait_for(
+        memory.parts.writer.add_turn(said("我养了一只叫团子的猫", 1)), 30
+    )
 
     assert outcome.turn is not None and not outcome.spooled
     assert (await memory.stats()).store.pending_embeddings == 1
     embedder.answering.set()
-    assert await memory.backfill_embeddings() == 1
-    recalled = await memory.recall(3, "团子", options=RecallOptions(mode="vector", now=NOW))
+    assert await memory.parts.upkeep.backfill_embeddings() == 1
+    recalled = await memory.parts.retriever.recall(
+        3, "团子", options=RecallOptions(mode="vector", now=NOW)
+    )
     assert [t.content for t in recalled.turns] == ["我养了一只叫团子的猫"]
 
 
@@ -143,7 +155,7 @@ async def test_a_failed_backfill_is_tried_again_by_the_maintenance_loop_without_
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder)
     embedder.fail = True
-    await memory.add_turn(said("我的生日是三月三日", 1))
+    await memory.parts.writer.add_turn(said("我的生日是三月三日", 1))
     failed_at_store = embedder.calls
     memory.start_maintenance(interval=0.05)
     for _ in range(3000):  # until two rounds of the loop failed (60 s at most), not a fixed time
@@ -168,17 +180,20 @@ async def test_turns_to_embed_later_are_stored_at_once_and_embedded_in_one_call(
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder, embedding_defer_window=0.2)
     outcomes = [
-        await memory.add_turn(said(f"我养了{i}只猫", i), embed_later=True) for i in (1, 2, 3)
+        await memory.parts.writer.add_turn(said(f"我养了{i}只猫", i), embed_later=True)
+        for i in (1, 2, 3)
     ]
     assert all(o.turn is not None for o in outcomes)
     assert embedder.calls == 0
     assert (await memory.stats()).store.pending_embeddings == 3
     assert window.waits == [0.2]  # one window collects all three
     window.open()
-    await memory.settle_embeddings()
+    await memory.parts.writer.settle_embeddings()
     assert embedder.calls == 1
     assert (await memory.stats()).store.pending_embeddings == 0
-    found = await memory.recall(3, "养猫", options=RecallOptions(mode="vector", now=NOW))
+    found = await memory.parts.retriever.recall(
+        3, "养猫", options=RecallOptions(mode="vector", now=NOW)
+    )
     assert len(found.turns) == 3
 
 
@@ -186,11 +201,13 @@ async def test_a_deferred_embedding_that_fails_is_left_to_the_backfill(memory_fa
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder, embedding_defer_window=0.0)
     embedder.fail = True
-    assert (await memory.add_turn(said("我家的狗叫旺财", 1), embed_later=True)).turn is not None
-    await memory.settle_embeddings()
+    assert (
+        await memory.parts.writer.add_turn(said("我家的狗叫旺财", 1), embed_later=True)
+    ).turn is not None
+    await memory.parts.writer.settle_embeddings()
     assert (await memory.stats()).store.pending_embeddings == 1
     embedder.fail = False
-    assert await memory.backfill_embeddings() == 1
+    assert await memory.parts.upkeep.backfill_embeddings() == 1
     assert (await memory.stats()).store.pending_embeddings == 0
 
 
@@ -200,13 +217,15 @@ async def test_the_backfill_leaves_a_turn_whose_deferred_embedding_is_still_to_c
     window = gate_the_window(monkeypatch)  # the deferred turn is surely still to come
     embedder = HashingEmbedder()
     memory = await memory_factory(embedder=embedder, embedding_defer_window=0.5)
-    await memory.add_turn(said("我喜欢爬山", 1))  # embedded at once
+    await memory.parts.writer.add_turn(said("我喜欢爬山", 1))  # embedded at once
     embedder.fail = True
-    await memory.add_turn(said("周末去了泰山", 2))  # failed: the backfill's
+    await memory.parts.writer.add_turn(said("周末去了泰山", 2))  # failed: the backfill's
     embedder.fail = False
-    await memory.add_turn(said("下周去黄山", 3), embed_later=True)
-    assert await memory.backfill_embeddings() == 1  # not the deferred one: not embedded twice
+    await memory.parts.writer.add_turn(said("下周去黄山", 3), embed_later=True)
+    assert (
+        await memory.parts.upkeep.backfill_embeddings() == 1
+    )  # not the deferred one: not embedded twice
     assert (await memory.stats()).store.pending_embeddings == 1
     window.open()
-    await memory.settle_embeddings()
+    await memory.parts.writer.settle_embeddings()
     assert (await memory.stats()).store.pending_embeddings == 0

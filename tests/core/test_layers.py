@@ -61,11 +61,11 @@ def _package(module: str) -> str:
 
 
 def test_the_import_reader_sees_imports_under_type_checking() -> None:
-    module = CORE / "console" / "service.py"  # names TemporalMemory under TYPE_CHECKING only
+    module = CORE / "console" / "service.py"  # names MemoryParts under TYPE_CHECKING only
     source = module.read_text(encoding="utf-8")
-    assert "if TYPE_CHECKING:\n    from ..service import TemporalMemory" in source
-    assert "memory_core.service" in _imports(module)
-    assert "memory_core.service" in _graph()["memory_core.console.service"]
+    assert "if TYPE_CHECKING:\n    from ..parts import MemoryParts" in source
+    assert "memory_core.parts" in _imports(module)
+    assert "memory_core.parts" in _graph()["memory_core.console.service"]
 
 
 def _below(graph: dict[str, set[str]], top: str) -> set[str]:
@@ -90,8 +90,9 @@ def test_no_package_below_the_facade_imports_service_py() -> None:
 
 
 # The layers above the core: the operator's console and the agents' MCP server (which audits
-# its calls in the console's log), each a public face of its own.
-ABOVE_THE_CORE = ("memory_core.console", "memory_core.agents")
+# its calls in the console's log), each a public face of its own; and the command line, a front
+# end like the plugin (its ``stats`` prints the console's /memstat dashboard).
+ABOVE_THE_CORE = ("memory_core.console", "memory_core.agents", "memory_core.cli")
 
 
 def test_nothing_below_the_layers_above_the_core_imports_console() -> None:
@@ -145,3 +146,21 @@ def test_the_plugin_uses_only_the_cores_public_names() -> None:
                 inner += [a.name for a in node.names if a.name.startswith("memory_core.")]
     assert inner == []
     assert unlisted == []
+
+
+def test_the_cores_face_lists_no_presentation() -> None:
+    """What people read (the /memstat dashboard, Chinese labels and times) is presented by the
+    console's face, not listed among the core's nouns."""
+    import memory_core
+    import memory_core.console
+    from memory_core.console import dashboard
+
+    shown = {
+        n
+        for n in dir(dashboard)
+        if getattr(getattr(dashboard, n), "__module__", "") == dashboard.__name__
+    }
+    chinese = [n for n in memory_core.__all__ if n.lower().endswith("_zh") or "_ZH" in n]
+    assert chinese == []
+    assert sorted(shown & set(memory_core.__all__)) == []
+    assert {"dashboard_zh", "relative_time_zh", "CATEGORY_ZH"} <= set(memory_core.console.__all__)

@@ -14,6 +14,7 @@ from memory_core import (
     ConfigError,
     ConversationEngine,
     MemorySettings,
+    PictureReader,
     PicturesOff,
     open_chat_bot,
 )
@@ -38,7 +39,9 @@ async def test_the_bot_records_through_its_engine_and_closes_everything(
         assert bot.chat_model is None  # LLM_MODEL is empty: chat is not set up
         assert isinstance(bot.pictures, PicturesOff)
         assert isinstance(bot.engine, ConversationEngine)
-        await bot.memory.add_turn(said(10001, "记住我喜欢吃花生", datetime.now(timezone.utc)))
+        await bot.memory.parts.writer.add_turn(
+            said(10001, "记住我喜欢吃花生", datetime.now(timezone.utc))
+        )
     finally:
         await bot.aclose()
     connection = await asyncpg.connect(fresh_dsn)
@@ -68,3 +71,24 @@ async def test_a_chat_model_setting_that_cannot_work_refuses_and_leaves_nothing_
     finally:
         await connection.close()
     assert others == 0
+
+
+async def test_the_picture_readers_retries_are_a_step_of_the_memorys_maintenance(
+    fresh_dsn: str, tmp_data_dir: Path
+) -> None:
+    """Started by whatever opens the bot, not by the plugin: the step is in the memory's
+    schedule, due at its first round, with the front end's locator for stored pictures."""
+
+    def locate(self_id: int | None, file: str) -> None:
+        return None
+
+    settings = settings_for(fresh_dsn, tmp_data_dir).model_copy(
+        update={"memory_image_enabled": True}
+    )
+    bot = await open_chat_bot(settings, bot_name="小诗", locate_stored=locate)
+    try:
+        assert isinstance(bot.pictures, PictureReader)
+        assert bot.pictures.locator is locate
+        assert bot.memory.daily.next_run("picture retries") <= datetime.now(timezone.utc)
+    finally:
+        await bot.aclose()

@@ -42,7 +42,7 @@ async def test_a_clock_gathers_the_stages_of_the_tasks_it_starts_and_ends_with_i
 async def test_each_reply_is_counted_on_its_own_clock(memory_factory) -> None:
     memory = await memory_factory(memory_stage_times=True)
     engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=RecordingModel("好的"), bot_name="小诗"
+        parts=memory.parts, chat_model=RecordingModel("好的"), bot_name="小诗"
     )
 
     async def send(text: str) -> Delivery:
@@ -63,7 +63,7 @@ async def test_each_reply_is_counted_on_its_own_clock(memory_factory) -> None:
 async def test_no_stage_is_counted_when_the_timer_is_off(memory_factory) -> None:
     memory = await memory_factory()
     engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=RecordingModel("好的"), bot_name="小诗"
+        parts=memory.parts, chat_model=RecordingModel("好的"), bot_name="小诗"
     )
 
     async def send(text: str) -> Delivery:

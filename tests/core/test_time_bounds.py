@@ -54,8 +54,8 @@ async def test_a_turn_dated_outside_the_range_is_refused_and_nothing_is_stored(m
     for moment in (datetime(1, 1, 1, tzinfo=UTC), datetime.now(UTC) + timedelta(days=3)):
         turn = TurnInput(user_id=7, role="user", content="坏时间", created_at=moment)
         with pytest.raises(InvalidTurnError, match="created_at"):
-            await memory.add_turn(turn)
-    async with memory.database.pool.acquire() as conn:
+            await memory.parts.writer.add_turn(turn)
+    async with memory.parts.database.pool.acquire() as conn:
         assert await conn.fetchval("SELECT count(*) FROM dialogues") == 0
 
 
@@ -74,11 +74,13 @@ async def test_an_import_skips_lines_dated_at_the_calendars_ends_and_the_person_
         (3, turn("周末去爬山了", "2026-11-30T10:00:00+08:00")),
         (4, {**fact, "first_seen": "0001-01-01T00:00:00+00:00"}),
     ]
-    report = await import_json_lines(memory, lines)
+    report = await import_json_lines(memory.parts, lines)
     assert [p.line for p in report.problems] == [1, 2, 4]
     assert all("1990-01-01" in p.reason or "2200-01-01" in p.reason for p in report.problems)
     assert report.new == 1
-    result = await memory.recall(7, "爬山", options=RecallOptions(now=datetime.now(UTC)))
+    result = await memory.parts.retriever.recall(
+        7, "爬山", options=RecallOptions(now=datetime.now(UTC))
+    )
     assert [t.content for t in result.turns] == ["周末去爬山了"]
 
 
@@ -96,11 +98,11 @@ async def test_migration_013_repairs_infinite_times_and_the_person_gets_replies_
 ):
     memory = await memory_factory()
     for text in ("负无穷时说的话", "正无穷时说的话", "正常时说的话"):
-        await memory.add_turn(TurnInput(user_id=7, role="user", content=text))
+        await memory.parts.writer.add_turn(TurnInput(user_id=7, role="user", content=text))
     await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户喜欢潜水")], 7, stated_at=datetime.now(UTC)
     )
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         # A database from before 013, holding what an old import wrote.
         await conn.execute(DROP_013)
         await conn.execute(
@@ -128,5 +130,7 @@ async def test_migration_013_repairs_infinite_times_and_the_person_gets_replies_
     assert times[0]["created_at"] == datetime(1990, 1, 1, tzinfo=UTC)
     assert times[0]["expires_at"] is None  # "never", as infinity meant
     assert all(time_problem(t) is None for t in fact)
-    result = await memory.recall(7, "说的话", options=RecallOptions(now=datetime.now(UTC)))
+    result = await memory.parts.retriever.recall(
+        7, "说的话", options=RecallOptions(now=datetime.now(UTC))
+    )
     assert {t.content for t in result.turns} >= {"负无穷时说的话", "正无穷时说的话"}

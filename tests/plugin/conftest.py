@@ -63,16 +63,15 @@ def model() -> RecordingModel:
 @pytest.fixture
 async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> AsyncIterator[Any]:
     from memory_core.conversation.engine import ConversationEngine
-    from nonebot_plugin_temporal_memory import commands, intake, self_service
+    from nonebot_plugin_temporal_memory import intake
     from nonebot_plugin_temporal_memory import runtime as runtime_module
+    from nonebot_plugin_temporal_memory.commands import forget, self_service
     from nonebot_plugin_temporal_memory.config import Config
 
     memory = await memory_factory()
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗"
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=model, bot_name="小诗")
     built = runtime_module.Runtime(
-        settings=memory.settings,
+        settings=memory.parts.settings,
         config=Config(bot_resolve_at_names=False, bot_resolve_group_names=False),
         memory=memory,
         engine=engine,
@@ -81,7 +80,7 @@ async def runtime(plugin: Any, memory_factory: Any, model: RecordingModel) -> As
     )
     runtime_module._Holder.runtime = built
     intake.recent_messages.clear()
-    commands.confirmations.pending.clear()
+    forget.confirmations.pending.clear()
     self_service.listings.shown.clear()
     yield built
     runtime_module._Holder.runtime = None

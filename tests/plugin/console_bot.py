@@ -18,6 +18,7 @@ from memory_core import open_memory
 from memory_core.conversation.engine import recall_metrics
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.settings import MemorySettings
+from memory_core.storage.counters import PgCounterStore
 from tests.conftest import dsn_for_database, new_database
 from tests.core.console.test_console import store_chat
 from tests.model_graphs import keep_graphs, share_graphs
@@ -82,8 +83,10 @@ async def seed(dsn: str, data_dir: Path) -> None:
         await memory.parts.keeper.save(
             [ExtractedMemory(kind="facts", content=BOB_FACT)], BOB, stated_at=start
         )
+        counters = memory.parts.database.store(PgCounterStore)
         for milliseconds in RECALL_TIMES:  # replies two days ago, for the latency chart
-            await memory.count_daily(recall_metrics(milliseconds), start)
+            day = start.astimezone(memory.parts.tz).date()
+            await counters.bump(day, recall_metrics(milliseconds))
     finally:
         await memory.aclose()
         keep_graphs(data_dir)

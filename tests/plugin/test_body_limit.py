@@ -62,7 +62,7 @@ async def call(app: Any, *, length: int | None, chunks: int) -> tuple[int, int]:
 
 
 async def test_a_declared_oversized_body_is_refused_without_reading_any_of_it(plugin: Any):
-    from nonebot_plugin_temporal_memory.body_limit import MAX_REQUEST_BYTES, RequestBodyLimit
+    from nonebot_plugin_temporal_memory.guards.body_limit import MAX_REQUEST_BYTES, RequestBodyLimit
 
     app = RequestBodyLimit(reading_app())
     status, pulled = await call(app, length=200 * 1024 * 1024, chunks=3200)
@@ -72,7 +72,7 @@ async def test_a_declared_oversized_body_is_refused_without_reading_any_of_it(pl
 
 
 async def test_a_body_sent_without_a_length_is_cut_off_once_it_passes_the_limit(plugin: Any):
-    from nonebot_plugin_temporal_memory.body_limit import RequestBodyLimit
+    from nonebot_plugin_temporal_memory.guards.body_limit import RequestBodyLimit
 
     app = RequestBodyLimit(reading_app(), limit=1024 * 1024)
     status, pulled = await call(app, length=None, chunks=3200)  # 200 MB if read to the end
@@ -81,7 +81,7 @@ async def test_a_body_sent_without_a_length_is_cut_off_once_it_passes_the_limit(
 
 
 async def test_a_body_within_the_limit_reaches_the_app_whole(plugin: Any):
-    from nonebot_plugin_temporal_memory.body_limit import RequestBodyLimit
+    from nonebot_plugin_temporal_memory.guards.body_limit import RequestBodyLimit
 
     app = RequestBodyLimit(reading_app(), limit=1024 * 1024)
     assert await call(app, length=4 * CHUNK, chunks=4) == (200, 4 * CHUNK)
@@ -91,7 +91,7 @@ async def test_a_body_within_the_limit_reaches_the_app_whole(plugin: Any):
 async def test_the_loaded_plugin_bounds_the_drivers_whole_app(plugin: Any):
     import nonebot
 
-    from nonebot_plugin_temporal_memory.body_limit import RequestBodyLimit
+    from nonebot_plugin_temporal_memory.guards.body_limit import RequestBodyLimit
 
     app = nonebot.get_driver().server_app
     assert any(m.cls is RequestBodyLimit for m in app.user_middleware)

@@ -36,7 +36,7 @@ async def say(app: App, segments: list[dict[str, Any]], answer: str | None, **pa
 
 
 async def stored(runtime: Any, group: int | None) -> list[str]:
-    turns = await runtime.memory.recent_turns(USER, group, limit=50, since=EPOCH)
+    turns = await runtime.memory.parts.retriever.recent_turns(USER, group, limit=50, since=EPOCH)
     return [t.content for t in turns]
 
 
@@ -78,7 +78,9 @@ async def test_a_group_command_is_the_command_with_or_without_addressing_the_bot
 
 async def test_the_longest_command_wins_as_before(app: App, runtime):
     """/忘记我 is a command of its own, so "/忘记我的猫" looks for "我的猫" (not /忘记)."""
-    await runtime.memory.add_turn(TurnInput(user_id=USER, group_id=None, role="user", content="x"))
+    await runtime.memory.parts.writer.add_turn(
+        TurnInput(user_id=USER, group_id=None, role="user", content="x")
+    )
     await say(app, [text_seg("/忘记我的猫")], "没有找到包含“我的猫”的记忆，什么也没有删。")
 
 

@@ -59,7 +59,7 @@ async def seed(runtime: Any) -> None:
         (30001, GROUP, "我的鱼叫泡泡"),
         (USER, 40004, "我的鸟叫啾啾"),
     ):
-        await runtime.memory.add_turn(
+        await runtime.memory.parts.writer.add_turn(
             TurnInput(
                 user_id=user,
                 group_id=group,
@@ -73,7 +73,10 @@ async def seed(runtime: Any) -> None:
 
 async def contents(runtime: Any, user: int, group: int | None) -> list[str]:
     return [
-        t.content for t in await runtime.memory.recent_turns(user, group, limit=50, since=EPOCH)
+        t.content
+        for t in await runtime.memory.parts.retriever.recent_turns(
+            user, group, limit=50, since=EPOCH
+        )
     ]
 
 
@@ -175,10 +178,10 @@ async def test_forget_in_private_chat_uses_the_chinese_alias_and_can_be_cancelle
 
 
 async def test_confirmation_expires(app: App, runtime, model, monkeypatch):
-    from nonebot_plugin_temporal_memory import commands
+    from nonebot_plugin_temporal_memory.commands import forget
 
     await seed(runtime)
-    monkeypatch.setattr(commands, "CONFIRM_TIMEOUT", 0.05)
+    monkeypatch.setattr(forget, "CONFIRM_TIMEOUT", 0.05)
     await run(
         app,
         (
@@ -427,7 +430,7 @@ async def test_confirmation_belongs_to_the_person_who_asked(app: App, runtime):
 
 
 def test_answers_are_read_as_one_word(plugin: Any) -> None:
-    from nonebot_plugin_temporal_memory.commands import answer_kind
+    from nonebot_plugin_temporal_memory.commands.forget import answer_kind
 
     for yes in ("确认", "确定。", " 确认！", "\u3000确定\u3000", "确认~", "确定?!", "确认，"):
         assert answer_kind(yes) == "yes", yes
@@ -439,7 +442,7 @@ def test_answers_are_read_as_one_word(plugin: Any) -> None:
 
 def test_forget_targets_parse(plugin: Any) -> None:
     from memory_core.models import ForgetScope
-    from nonebot_plugin_temporal_memory.commands import parse_forget_target
+    from nonebot_plugin_temporal_memory.commands.forget import parse_forget_target
 
     assert parse_forget_target(["all"]) == (ForgetScope(everything=True), "所有人")
     assert parse_forget_target(["用户", "123"]) == (
@@ -459,14 +462,14 @@ MEMSTAT_NOW = datetime(2026, 11, 30, 14, 5, tzinfo=timezone.utc)  # 22:05 in Sha
 
 @pytest.fixture
 def stopped_clock(runtime, monkeypatch):
-    from nonebot_plugin_temporal_memory import commands
+    from nonebot_plugin_temporal_memory.commands import memstat
 
-    monkeypatch.setattr(commands, "now_utc", lambda: MEMSTAT_NOW)
+    monkeypatch.setattr(memstat, "now_utc", lambda: MEMSTAT_NOW)
     runtime.started_at = MEMSTAT_NOW - timedelta(hours=3, minutes=7)
 
 
 async def expected_dashboard(runtime: Any) -> str:
-    from memory_core.dashboard import Connection, DatabaseState, dashboard_zh
+    from memory_core.console.dashboard import Connection, DatabaseState, dashboard_zh
 
     connection = Connection(
         database=DatabaseState.CONNECTED,
@@ -479,7 +482,7 @@ async def expected_dashboard(runtime: Any) -> str:
         await runtime.memory.distilled_stats(MEMSTAT_NOW),
         connection,
         now=MEMSTAT_NOW,
-        tz=runtime.memory.tz,
+        tz=runtime.memory.parts.tz,
     )
 
 
@@ -548,7 +551,7 @@ async def test_memstat_in_a_group_says_so_when_the_private_message_fails(
 
 
 def memory_line(runtime: Any, content: str) -> str:
-    stamp = THEN.astimezone(runtime.memory.tz).strftime("%Y-%m-%d %H:%M:%S")
+    stamp = THEN.astimezone(runtime.memory.parts.tz).strftime("%Y-%m-%d %H:%M:%S")
     return f"[{stamp}] (2小时前) user(小明): {content}"
 
 
@@ -566,7 +569,7 @@ async def test_recall_shows_own_session_memory_lines(app: App, runtime):
 
 async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app: App, runtime):
     for i in range(8):
-        await runtime.memory.add_turn(
+        await runtime.memory.parts.writer.add_turn(
             TurnInput(
                 user_id=USER,
                 role="user",
@@ -593,7 +596,7 @@ async def test_recall_is_a_short_numbered_list_with_the_facts_the_model_gets(app
 
 
 async def test_recall_of_other_sessions_needs_a_superuser(app: App, runtime):
-    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
+    from nonebot_plugin_temporal_memory.commands.recall import RECALL_USAGE
 
     await seed(runtime)
     await run(
@@ -650,7 +653,7 @@ ANY_PRIVATE = _AnyPrivate()
 async def say(runtime: Any, *lines: tuple[str, str], message_id: int | None = None) -> None:
     """Store (role, text) turns of USER in GROUP, a minute apart, two hours ago and earlier."""
     for i, (role, content) in enumerate(lines):
-        await runtime.memory.add_turn(
+        await runtime.memory.parts.writer.add_turn(
             TurnInput(
                 user_id=USER,
                 group_id=GROUP,
@@ -776,7 +779,7 @@ ANY_TEXT = _AnyText()
 
 
 def test_recall_args_parse(plugin: Any) -> None:
-    from nonebot_plugin_temporal_memory.commands import parse_recall_args
+    from nonebot_plugin_temporal_memory.commands.recall import parse_recall_args
 
     parsed = parse_recall_args("--user 5 猫 --group=7 的名字")
     assert (parsed.query, parsed.user_id, parsed.group_id, parsed.private) == (
@@ -796,7 +799,7 @@ async def test_remember_stores_a_note_without_expiry_and_does_not_chat(app: App,
     await run(
         app, (event_of("/记住 我的生日是五月三日", group_id=GROUP), "记住了，这条会一直保留。")
     )
-    turns = await runtime.memory.recent_turns(USER, GROUP, limit=5, since=EPOCH)
+    turns = await runtime.memory.parts.retriever.recent_turns(USER, GROUP, limit=5, since=EPOCH)
     assert [(t.role, t.content, t.expires_at) for t in turns] == [
         ("user", "我的生日是五月三日", None)
     ]
@@ -829,7 +832,7 @@ async def test_an_argument_at_the_limit_is_still_the_commands(app: App, runtime)
 
 
 async def test_group_command_answers_quote_the_command(app: App, runtime):
-    from nonebot_plugin_temporal_memory.commands import RECALL_USAGE
+    from nonebot_plugin_temporal_memory.commands.recall import RECALL_USAGE
 
     answers = {
         "/remember 我的生日是五月三日": "记住了，这条会一直保留。",
@@ -878,7 +881,7 @@ async def test_recall_lists_the_lines_the_prompt_would_carry(app: App, runtime):
         ("user", "明天要早起"),
     )
     prompt = await runtime.memory.parts.context_builder.build(USER, GROUP, "周会", touch=False)
-    recalled = await runtime.memory.recall(USER, "周会", GROUP)
+    recalled = await runtime.memory.parts.retriever.recall(USER, "周会", GROUP)
     by_id = {t.id: t.content for t in recalled.turns}
     ANY_TEXT.seen.clear()
     async with app.test_matcher() as ctx:

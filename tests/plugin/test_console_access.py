@@ -250,7 +250,8 @@ async def test_the_settings_page_switches_a_groups_shared_notes_audited(console_
             assert await shared_in_database() is (on == "1")
             assert ("关闭共享" in page) is (on == "1")
         assert await audit_rows(client) == audited + 2
-        assert "群共享开关" in (await client.get("/memory/audit")).text
+        audit = (await client.get("/memory/audit")).text
+        assert "打开群友共享" in audit and "关闭群友共享" in audit
 
 
 async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(

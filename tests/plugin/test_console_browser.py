@@ -8,11 +8,14 @@ Screenshots of each step, at a desktop and a phone width, go to ``test-artifacts
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException, WebDriverException
@@ -25,6 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from tests.plugin.console_bot import (
     ALICE,
     ALICE_FACT,
+    BOB,
     CONSOLE_TOKEN,
     GROUP,
     ConsoleBot,
@@ -63,6 +67,23 @@ def chromium() -> Iterator[WebDriver]:
         yield driver
     finally:
         driver.quit()
+
+
+def full_shot(
+    browser: WebDriver, name: str, size: tuple[int, int], *, first_screen: bool = False
+) -> None:
+    """The whole page as a screen of this width shows it (no scroll bar, as on a phone), or
+    with ``first_screen`` only what a screen of exactly this size shows before any scroll."""
+    browser.set_window_size(*size)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    shown = size[1] if first_screen else max(int(height), size[1])
+    metrics = {"width": size[0], "height": shown, "deviceScaleFactor": 1}
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {**metrics, "mobile": False})
+    try:
+        data = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(data["data"]))
 
 
 def shot(browser: WebDriver, name: str, size: tuple[int, int] = DESKTOP) -> None:
@@ -163,6 +184,7 @@ async def test_operator_edits_a_fact_and_the_debugger_uses_the_new_text(
     await go(browser, f"{console_wire.base}/session?key={ALICE}")
     row = browser.find_element(By.CSS_SELECTOR, "tr.memory")
     await click(row.find_element(By.TAG_NAME, "summary"))
+    full_shot(browser, "05-edit-open-1366", (1366, 768), first_screen=True)
     box = row.find_element(By.NAME, "text")
     box.clear()
     box.send_keys(EDITED_FACT)
@@ -270,3 +292,118 @@ async def test_operator_deletes_a_selection_and_restores_each_item(
     assert "旺财真可爱" in text_of(browser) and "下周三我要去杭州出差" in text_of(browser)
     await go(browser, f"{console_wire.base}/bin")
     assert "回收站是空的" in text_of(browser)
+
+
+LAPTOP = (1366, 768)
+ROW_MAX_PX = 44  # a turn of one line: ~15 turns on a 1366×768 screen (they were ~115 px)
+WIDTHS = (LAPTOP, PHONE)
+ENGLISH_WORD = re.compile(r"[A-Za-z]{3,}")
+
+
+def top(element: WebElement) -> float:
+    return float(element.rect["y"])
+
+
+async def every_page_shot(browser: WebDriver, base: str, name: str, path: str) -> None:
+    """The page at both widths: its first screen (what the operator sees) and all of it."""
+    for size in WIDTHS:
+        browser.set_window_size(*size)
+        await go(browser, f"{base}{path}")
+        full_shot(browser, f"page-{name}-{size[0]}", size, first_screen=True)
+        full_shot(browser, f"page-{name}-{size[0]}-full", size)
+
+
+async def test_every_page_at_both_widths_has_the_operators_layout(
+    console_wire: ConsoleBot, browser: WebDriver
+):
+    base = console_wire.base
+    # An entry an agent wrote before the MCP tools wrote Chinese, in Bob's group session.
+    conn = await asyncpg.connect(console_wire.dsn)
+    try:
+        await conn.execute(
+            "INSERT INTO memory_audit_log (actor, action, target_kind, session_key, after_text)"
+            " VALUES ('mcp:http', 'recall', 'query', $1, '周会 → 2 turn(s), 0 fact(s)')",
+            f"{GROUP}:{BOB}",
+        )
+    finally:
+        await conn.close()
+    await go(browser, f"{base}/session?key={ALICE}")
+    await submit(browser, row_with(browser, "tr.turn", "杭州").find_element(
+        By.CSS_SELECTOR, "button.danger"), then="已移入回收站")  # fmt: skip
+    pages = {
+        "overview": "/", "sessions": "/sessions", "session": f"/session?key={ALICE}",
+        "bin": "/bin", "audit": "/audit", "debug": f"/debug?user={ALICE}", "settings": "/settings",
+    }  # fmt: skip
+    for name, path in pages.items():
+        await every_page_shot(browser, base, name, path)
+
+    # A phone: 状态 is the first figure, on the first screen.
+    browser.set_window_size(*PHONE)
+    await go(browser, f"{base}/")
+    figures = browser.find_elements(By.CSS_SELECTOR, ".headline .figure")
+    assert figures[0].get_attribute("id") == "figure-state"
+    assert top(figures[0]) < PHONE[1] / 2
+
+    # A laptop: a turn is one short row, its buttons on one line, 置顶 not a filled button.
+    browser.set_window_size(*LAPTOP)
+    await go(browser, f"{base}/session?key={ALICE}")
+    turns = browser.find_elements(By.CSS_SELECTOR, "tr.turn")
+    assert turns and all(t.rect["height"] <= ROW_MAX_PX for t in turns), [
+        t.rect["height"] for t in turns
+    ]
+    for row in turns:
+        buttons = row.find_elements(By.CSS_SELECTOR, ".row-actions > * > :is(summary, button)")
+        assert len(buttons) == 3 and len({round(top(b)) for b in buttons}) == 1
+    pin = turns[0].find_element(By.CSS_SELECTOR, "button.pin")
+    assert pin.value_of_css_property("background-color") == "rgba(255, 255, 255, 1)"
+
+    # A phone: a card shows what was said before when, who and its buttons.
+    browser.set_window_size(*PHONE)
+    await go(browser, f"{base}/session?key={ALICE}")
+    for selector in ("tr.turn", "tr.memory"):
+        for card in browser.find_elements(By.CSS_SELECTOR, selector):
+            text = card.find_element(By.CSS_SELECTOR, "td.text")
+            others = card.find_elements(By.CSS_SELECTOR, "td:not(.text)")
+            assert all(top(text) < top(o) for o in others if o.text.strip()), card.text
+    await go(browser, f"{base}/bin")
+    card = browser.find_element(By.CSS_SELECTOR, "tr.binned")
+    assert top(card.find_element(By.CSS_SELECTOR, "td.text")) < top(
+        card.find_element(By.TAG_NAME, "button")
+    )
+
+    # The audit log: Chinese, sessions by their people's names.
+    browser.set_window_size(*LAPTOP)
+    await go(browser, f"{base}/audit")
+    rows = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.audit")]
+    agent = "MCP 智能体（http）"  # the transport an agent came over is its name
+    assert rows and not [r for r in rows if ENGLISH_WORD.search(r.replace(agent, ""))], rows
+    assert any("「周会」→ 对话 2 条，事实 0 条" in r and "波波" in r for r in rows), rows
+    assert any("修改提炼记忆" in r and "阿丽 · 私聊" in r for r in rows), rows
+    assert not any(f"{GROUP}:{BOB}" in r for r in rows)
+
+    # The debugger: Chinese role headings, the session by name.
+    await go(browser, f"{base}/debug?user={ALICE}")
+    browser.find_element(By.NAME, "message").send_keys("我家的狗叫什么")
+    await submit(
+        browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), then="最终提示词"
+    )
+    headings = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "main h3")]
+    assert headings and set(headings) <= {"系统提示词", "用户消息", "机器人的回复", "工具结果"}
+    assert "阿丽 · 私聊" in text_of(browser)
+    for size in WIDTHS:
+        full_shot(browser, f"page-debug-answer-{size[0]}", size)
+
+    # Settings: grouped under their names, each with its one-line description.
+    await go(browser, f"{base}/settings")
+    titles = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "section.settings h3")]
+    assert "最常改的十项" in titles and "向量嵌入" in titles
+    assert not [t for t in titles if t.strip().isdigit()]
+    described = browser.find_elements(By.CSS_SELECTOR, "tr.setting td.text")
+    assert len(described) >= 90 and all(d.text.strip() for d in described)
+    llm = row_with(browser, "tr.setting", "LLM_MODEL")
+    assert "聊天模型名" in llm.text
+
+    # No box for a missing glyph: nothing outside the fonts a server has (no emoji).
+    for path in pages.values():
+        await go(browser, f"{base}{path}")
+        assert not [c for c in text_of(browser) if ord(c) > 0xFFFF or 0x2600 <= ord(c) < 0x2800]

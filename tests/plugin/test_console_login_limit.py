@@ -14,7 +14,7 @@ import pytest
 
 from tests.plugin.console_bot import CONSOLE_TOKEN, ConsoleBot, console_bot, same_origin
 
-LOGIN_FAILURES_PER_CLIENT = 5  # access.LOGIN_FAILURES_PER_CLIENT, as the README states it
+LOGIN_FAILURES_PER_CLIENT = 5  # access.LOGIN_FAILURES_PER_CLIENT, as docs/console.md states it
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_the_addresses_of_one_ipv6_64_count_as_one_client(access: Any):
 async def behind_proxy(
     pg_server_dsn: str, migrated_template: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[ConsoleBot]:
-    """The bot as the README's proxy recipe runs it: the proxy on loopback is believed."""
+    """The bot as docs/reverse-proxy.md runs it: the proxy on loopback is believed."""
     async with console_bot(
         pg_server_dsn,
         migrated_template,

@@ -10,7 +10,6 @@ Screenshots at 1366 and 390 px go to ``test-artifacts/console/`` (``overview-*``
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -26,10 +25,10 @@ from tests.core.console.test_console import store_chat
 from tests.plugin.console_bot import ALICE, ConsoleBot
 from tests.plugin.events import SELF_ID
 from tests.plugin.test_console_browser import (
-    ARTIFACTS,
     CHROMEDRIVER,
     CHROMIUM,
     chromium,
+    full_shot,
     go,
     log_in,
     text_of,
@@ -71,19 +70,6 @@ async def connected(
     peer = await OneBotPeer.connect(console_wire.bot.ws_url, console_wire.bot.token)
     yield peer
     await peer.close()
-
-
-def full_shot(browser: WebDriver, name: str, size: tuple[int, int]) -> None:
-    """The whole page as a screen of this width shows it (no scroll bar, as on a phone)."""
-    browser.set_window_size(*size)
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    metrics = {"width": size[0], "height": max(int(height), size[1]), "deviceScaleFactor": 1}
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {**metrics, "mobile": False})
-    try:
-        data = browser.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
-    finally:
-        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    (ARTIFACTS / f"{name}.png").write_bytes(base64.b64decode(data["data"]))
 
 
 def figure(browser: WebDriver, key: str) -> tuple[str, str]:

@@ -84,7 +84,7 @@ def test_the_headline_names_each_degraded_part_and_is_green_when_none_is(plugin:
     from zoneinfo import ZoneInfo
 
     from memory_core.console import DailyFigures, Headline
-    from memory_core.dashboard import Connection, DatabaseState
+    from memory_core.console.dashboard import Connection, DatabaseState
     from nonebot_plugin_temporal_memory.console.admin_views import BotStatus, headline_row
     from nonebot_plugin_temporal_memory.console.views import Page
 
@@ -122,3 +122,39 @@ def test_the_prompt_cache_chart_stacks_cached_and_uncached_tokens_and_names_the_
     assert "缓存命中 50.0%" in svg  # 2000 of 4000 tokens over the days shown
     assert "<title>a 缓存命中：600</title>" in svg and "<title>b 未命中：1600</title>" in svg
     assert "缓存命中 " not in str(prompt_cache_chart(["a"], [0], [0]))
+
+
+def entry(action: str, kind: str, before: str | None = None, after: str | None = None) -> Any:
+    from datetime import datetime, timezone
+
+    from memory_core.console import AuditEntry
+
+    at = datetime(2026, 12, 7, tzinfo=timezone.utc)
+    return AuditEntry(1, at, "mcp:http", action, kind, 5, "6006:2002", before, after)
+
+
+def test_audit_lines_are_chinese_for_old_english_entries_and_for_cleared_ones(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.log_views import actor_zh, chinese, said, what
+
+    assert chinese("周会 → 2 turn(s), 0 fact(s)") == "「周会」→ 对话 2 条，事实 0 条"
+    assert chinese("dialogues 1, facts 2") == "对话 1 条、事实 2 条"
+    assert chinese("the whole chat") == "整个会话" and chinese("nothing") == "没有可删的"
+    assert chinese("我的猫叫团子 → 3") == "「我的猫叫团子」→ 找到 3 个会话"
+    assert chinese("我的猫叫团子") == "我的猫叫团子"  # a note's own text stays as it is
+    assert str(said(entry("recall", "query", "周会", "对话 2 条，事实 0 条"))) == (
+        "「周会」→ 对话 2 条，事实 0 条"
+    )
+    assert "已清除" in said(entry("edit", "turn"))  # forgotten: the entry says so, no text
+    assert "回收站" in said(entry("delete", "turn"))
+    assert "没有找到任何人" in said(entry("find", "people", None, "0"))
+    assert what(entry("edit", "distilled")) == "修改提炼记忆 #5"
+    assert actor_zh("mcp:http") == "MCP 智能体（http）"
+    assert actor_zh("控制台@127.0.0.1") == "控制台（127.0.0.1）"
+
+
+def test_a_text_read_off_a_picture_is_marked_without_an_emoji(plugin: Any):
+    from nonebot_plugin_temporal_memory.console.derived import marked_text
+
+    shown = str(marked_text("看这个 [图片：文字 周会改到周三]"))
+    assert '<mark class="derived"' in shown and "[图片：文字 周会改到周三]" in shown
+    assert not [c for c in shown if ord(c) > 0xFFFF]  # no font on a server draws 🖼

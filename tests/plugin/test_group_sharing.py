@@ -29,14 +29,16 @@ def group_event(value: str, role: str, *, user_id: int = USER, group_id: int = G
 
 
 async def recalled(runtime: Any, user: int, group: int | None) -> set[str]:
-    result = await runtime.memory.recall(user, "我的鱼叫什么", group, RecallOptions(top_n=5))
+    result = await runtime.memory.parts.retriever.recall(
+        user, "我的鱼叫什么", group, RecallOptions(top_n=5)
+    )
     return {t.content for t in result.turns}
 
 
 async def test_members_see_the_state_and_only_owners_admins_or_superusers_switch_it(
     app: App, runtime
 ):
-    from nonebot_plugin_temporal_memory.group_sharing import SHARE_USAGE, SHARED_ON
+    from nonebot_plugin_temporal_memory.commands.group_sharing import SHARE_USAGE, SHARED_ON
 
     await seed(runtime)
     await run(
@@ -48,9 +50,9 @@ async def test_members_see_the_state_and_only_owners_admins_or_superusers_switch
         (group_event("/群共享 好的", "admin"), SHARE_USAGE),
         (event_of("/群共享 开"), SHARE_USAGE),  # a private chat has nothing to share
     )
-    status = await runtime.memory.sharing.status(GROUP)
+    status = await runtime.memory.parts.sharing.status(GROUP)
     assert status.shared and status.changed_by == USER and status.changed_at is not None
-    stamp = status.changed_at.astimezone(runtime.memory.tz).strftime("%m-%d %H:%M")
+    stamp = status.changed_at.astimezone(runtime.memory.parts.tz).strftime("%m-%d %H:%M")
     await run(
         app,
         (
@@ -62,7 +64,7 @@ async def test_members_see_the_state_and_only_owners_admins_or_superusers_switch
 
 
 async def test_switching_sharing_widens_and_narrows_recall_in_that_group_only(app: App, runtime):
-    from nonebot_plugin_temporal_memory.group_sharing import SHARED_OFF, SHARED_ON
+    from nonebot_plugin_temporal_memory.commands.group_sharing import SHARED_OFF, SHARED_ON
 
     await seed(runtime)  # another member of GROUP said 我的鱼叫泡泡
     assert "我的鱼叫泡泡" not in await recalled(runtime, USER, GROUP)

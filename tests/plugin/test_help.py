@@ -72,8 +72,8 @@ async def test_help_in_a_group_shows_its_switches_to_its_admins_only(app: App, r
 
 def test_every_command_has_a_help_line_and_every_help_line_a_command(plugin: Any) -> None:
     import nonebot_plugin_temporal_memory as package
-    from nonebot_plugin_temporal_memory.command_dispatch import _handlers
-    from nonebot_plugin_temporal_memory.command_help import HELP_LINES, USAGE
+    from nonebot_plugin_temporal_memory.commands.dispatch import _handlers
+    from nonebot_plugin_temporal_memory.commands.help import HELP_LINES, USAGE
 
     registered = {words[0] for words in _handlers}
     described = {word for line in HELP_LINES for word in line.commands}

@@ -54,7 +54,7 @@ async def test_the_loaded_plugin_refuses_event_posts_on_the_drivers_app(
 
 def starlette_app(*, clock: Any = None) -> tuple[Starlette, list[str]]:
     """The adapter's event routes and one more route, all recording the requests they get."""
-    from nonebot_plugin_temporal_memory.http_event_guard import HttpEventGuard
+    from nonebot_plugin_temporal_memory.guards.http_event_guard import HttpEventGuard
 
     reached: list[str] = []
 
@@ -85,7 +85,7 @@ async def test_other_routes_are_untouched_and_event_routes_never_reached(plugin:
 
 
 async def test_refusals_warn_once_a_minute_naming_onebot_secret(plugin: Any, warnings: list[str]):
-    from nonebot_plugin_temporal_memory.asgi_guard import WARNING_INTERVAL
+    from nonebot_plugin_temporal_memory.guards.asgi_guard import WARNING_INTERVAL
 
     now = [1000.0]
     app, _ = starlette_app(clock=lambda: now[0])

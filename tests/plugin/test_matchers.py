@@ -62,7 +62,7 @@ def quoted(message_id: int, value: str) -> Message:
 
 
 async def stored(runtime: Any, user: int = USER, group: int | None = None) -> list[Any]:
-    return await runtime.memory.recent_turns(user, group, limit=50, since=EPOCH)
+    return await runtime.memory.parts.retriever.recent_turns(user, group, limit=50, since=EPOCH)
 
 
 # ----------------------------------------------------------------------------- chat
@@ -79,11 +79,11 @@ async def test_small_talk_scored_not_kept_stays_in_the_next_prompt(app: App, run
         ctx.should_call_send(event, text("是啊，要多穿点"), {"message_id": 601})
     # The evaluator's verdict "not kept" (score 5): both turns expire at once, as the "none"
     # band of config/retention.toml makes them.
-    async with runtime.memory.database.pool.acquire() as conn:
+    async with runtime.memory.parts.database.pool.acquire() as conn:
         assert await conn.execute("UPDATE dialogues SET score = 5, expires_at = created_at") == (
             "UPDATE 2"
         )
-    recalled = await runtime.memory.recall(
+    recalled = await runtime.memory.parts.retriever.recall(
         USER, "天气好冷", options=RecallOptions(top_n=5, window_size=0)
     )
     assert recalled.turns == ()  # gone from long-term recall at once

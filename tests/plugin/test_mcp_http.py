@@ -135,7 +135,8 @@ async def test_with_the_token_the_sdk_client_lists_and_calls_the_tools_in_one_ch
             assert login.status_code == 303, login.text
             audit = (await web.get("/memory/audit")).text
         assert audit.count('<tr class="audit">') == 7
-        assert audit.count("mcp:http") == 7 and "记住 对话" in audit and "忘记 会话" in audit
+        assert audit.count("MCP 智能体（http）") == 7
+        assert "记住一句话" in audit and "忘记整个会话" in audit
         assert said[1][2] in audit  # a note's text, as an edit's text after is shown
 
 

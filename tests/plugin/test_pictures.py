@@ -34,7 +34,8 @@ def plugin_reader(runtime: Any, ocr: RapidOcrReader, **overrides: Any) -> Pictur
     """A reader on the run's OCR (``ocr``), put into the plugin's runtime."""
     options: dict[str, Any] = dict(per_minute=100) | overrides
     reader = PictureReader(
-        memory=runtime.memory,
+        database=runtime.memory.parts.database,
+        writer=runtime.memory.parts.writer,
         fetcher=PictureFetcher(
             max_bytes=1_000_000, timeout=30.0, max_redirects=3, allowed_hosts=["127.0.0.1"]
         ),
@@ -66,7 +67,7 @@ def image_seg(url: str = "", *, file: str = f"{DIGEST}.jpg", **data: Any) -> dic
 
 
 async def contents(runtime: Any, group: int | None = None) -> list[str]:
-    turns = await runtime.memory.recent_turns(USER, group, limit=50, since=EPOCH)
+    turns = await runtime.memory.parts.retriever.recent_turns(USER, group, limit=50, since=EPOCH)
     return [t.content for t in turns]
 
 
@@ -194,7 +195,7 @@ def test_the_console_marks_what_was_read_off_a_picture(plugin: Any):
     shown = marked_text("看<b>这个</b>[图片：文字 取件码8848 <script>] 和 [图片]")
     assert shown == (
         "看&lt;b&gt;这个&lt;/b&gt;"
-        '<mark class="derived" title="机器从图片中读出的文字">🖼[图片：文字 取件码8848 '
+        '<mark class="derived" title="机器从图片中读出的文字">[图片：文字 取件码8848 '
         "&lt;script&gt;]</mark> 和 [图片]"
     )
     assert marked_text("[提示：明天开会]") == "[提示：明天开会]"  # typed, not read

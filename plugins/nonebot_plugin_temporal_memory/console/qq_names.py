@@ -9,6 +9,7 @@ background, so the next page has it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from nonebot import get_bots
 from nonebot.adapters.onebot.v11 import ActionFailed, Bot, NetworkError
@@ -76,3 +77,18 @@ class QQNames:
 
 
 qq_names = QQNames()
+
+
+async def group_titles(group_ids: Iterable[int]) -> dict[int, str]:
+    """The names of these groups that the QQ client gives within ``PAGE_BUDGET`` (the rest
+    finish in the background, cached for the next page, like ``QQNames``)."""
+    bot = connected_bot()
+    wanted = list(dict.fromkeys(group_ids))
+    if bot is None or not wanted:
+        return {}
+    asked = asyncio.ensure_future(asyncio.gather(*(group_names.name(bot, g) for g in wanted)))
+    try:
+        names = await asyncio.wait_for(asyncio.shield(asked), PAGE_BUDGET)
+    except asyncio.TimeoutError:
+        return {}
+    return {g: name for g, name in zip(wanted, names, strict=True) if name}

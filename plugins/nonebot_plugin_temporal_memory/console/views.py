@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from zoneinfo import ZoneInfo
 
 from memory_core import MemoryTurn
-from memory_core.console import PAGE_SIZE, SessionRow
+from memory_core.console import PAGE_SIZE, ChatNames, SessionRow, chat_of_key
 
 from .markup import Markup, join, render
 
@@ -140,17 +140,39 @@ def session_link(key: str) -> str:
     return f"{BASE}/session?{urlencode({'key': key})}"
 
 
+def where(group_id: int | None, group_name: str | None) -> str:
+    """The chat as an operator names it: 私聊, the group's name, or its number when the QQ
+    client has not said the name."""
+    if group_id is None:
+        return "私聊"
+    return f"群“{group_name}”" if group_name else f"群 {group_id}"
+
+
 def who(row: SessionRow) -> Markup:
     name = row.name or "（无昵称）"
-    where = "私聊"
-    if row.group_id is not None:
-        where = f"群 {row.group_id}" + (f"（{row.group_name}）" if row.group_name else "")
     return render(
         '<a href="{href}">{name}</a><div class="muted">QQ {user} · {where}</div>',
         href=session_link(row.session_key),
         name=name,
         user=row.user_id,
-        where=where,
+        where=where(row.group_id, row.group_name),
+    )
+
+
+def chat_link(key: str | None, names: Mapping[str, ChatNames]) -> Markup:
+    """A session named for a person (``名字 · 私聊`` / ``名字 · 群“周会”``), linked to its page;
+    its key only when it is no chat's."""
+    if not key:
+        return Markup("—")
+    chat, named = chat_of_key(key), names.get(key, ChatNames())
+    if chat is None:
+        return render("{key}", key=key)
+    person = named.person or f"QQ {chat[0]}"
+    return render(
+        '<a href="{href}">{person}</a> <span class="muted">· {where}</span>',
+        href=session_link(key),
+        person=person,
+        where=where(chat[1], named.group),
     )
 
 

@@ -29,15 +29,15 @@ ME, OTHER, GROUP = 11, 12, 900
 
 
 def agent_of(memory: TemporalMemory) -> AgentMemory:
-    engine = ConversationEngine(parts=memory.parts, writer=memory, chat_model=None)
-    return AgentMemory(memory, engine, "test")
+    engine = ConversationEngine(parts=memory.parts, chat_model=None)
+    return AgentMemory(memory.parts, engine, "test")
 
 
 async def said(memory: TemporalMemory, user_id: int, text: str, minute: int) -> int:
     turn = TurnInput(
         user_id=user_id, role="user", content=text, created_at=T0 + timedelta(minutes=minute)
     )
-    stored = await memory.add_turn(turn)
+    stored = await memory.parts.writer.add_turn(turn)
     assert stored.turn is not None
     return stored.turn.id
 
@@ -118,7 +118,7 @@ async def test_with_the_database_away_a_note_is_spooled_and_a_recall_refused(
         with pytest.raises(MemoryCoreError):
             await agent.recall(ME, "笔记")
         await proxy.start()
-        await memory.flush_spool()
+        await memory.parts.forgetting.flush_spool()
         assert [t["content"] for t in (await agent.recall(ME, "笔记"))["turns"]] == [
             "数据库断开时记下的笔记"
         ]
@@ -142,12 +142,12 @@ async def test_a_group_switched_off_or_an_opt_out_everywhere_refuses_there_too(m
     agent = agent_of(memory)
     await agent.remember(ME, "群里的笔记", GROUP)
     await agent.remember(ME, "私聊的笔记")
-    await switch_group_memory(memory, GROUP, on=False)  # what /群记忆 关 writes
+    await switch_group_memory(memory.parts, GROUP, on=False)  # what /群记忆 关 writes
     for user_id in (ME, OTHER):
         with pytest.raises(AgentRefusal, match="asked not to be remembered"):
             await agent.recall(user_id, "笔记", GROUP)
     assert [t["content"] for t in (await agent.recall(ME, "笔记"))["turns"]] == ["私聊的笔记"]
-    await opt_out(memory, ME, None, everywhere=True)  # /不记我 全部
+    await opt_out(memory.parts, ME, None, everywhere=True)  # /不记我 全部
     with pytest.raises(AgentRefusal, match="asked not to be remembered"):
         await agent.remember(ME, "再记一条")
     assert (await agent.forget(ME))["dialogues"] == 1  # forgetting still works

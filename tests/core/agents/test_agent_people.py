@@ -24,8 +24,8 @@ GROUP, SECRET_GROUP, OFF_GROUP = 901, 902, 903
 
 
 def agent_of(memory: TemporalMemory) -> AgentMemory:
-    engine = ConversationEngine(parts=memory.parts, writer=memory, chat_model=None)
-    return AgentMemory(memory, engine, "test")
+    engine = ConversationEngine(parts=memory.parts, chat_model=None)
+    return AgentMemory(memory.parts, engine, "test")
 
 
 async def said(
@@ -47,7 +47,7 @@ async def said(
         created_at=T0 + timedelta(minutes=minute),
         account=account,
     )
-    stored = await memory.add_turn(turn)
+    stored = await memory.parts.writer.add_turn(turn)
     assert stored.turn is not None
     return stored.turn.id
 
@@ -120,8 +120,8 @@ async def test_find_people_names_a_persons_chats_and_never_one_outside_the_memor
     await said(memory, HIDDEN, "别记我", 4, name="小红帽", group_id=SECRET_GROUP)
     await said(memory, QUIET, "关掉的群", 5, name="小红花", group_id=OFF_GROUP)
     await said(memory, STRONG, "另一个账号", 6, name="小红姐", account="777/")
-    await opt_out(memory, HIDDEN, SECRET_GROUP)  # /不记我 there
-    await switch_group_memory(memory, OFF_GROUP, on=False)  # /群记忆 关
+    await opt_out(memory.parts, HIDDEN, SECRET_GROUP)  # /不记我 there
+    await switch_group_memory(memory.parts, OFF_GROUP, on=False)  # /群记忆 关
     agent = agent_of(memory)
 
     found = await agent.find_people(" 小红 ")
@@ -130,7 +130,7 @@ async def test_find_people_names_a_persons_chats_and_never_one_outside_the_memor
         (RED, GROUP, "小红"),
     ]
     assert found["chats"][0]["last_seen"].startswith(
-        (T0 + timedelta(minutes=2)).astimezone(memory.tz).isoformat()[:16]
+        (T0 + timedelta(minutes=2)).astimezone(memory.parts.tz).isoformat()[:16]
     )
     strong = await agent.find_people("strong")  # any case
     assert [(c["user_id"], c["group_id"]) for c in strong["chats"]] == [(STRONG, GROUP)]

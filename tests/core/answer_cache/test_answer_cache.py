@@ -15,6 +15,7 @@ from memory_core.lang.text import normalize_content
 from memory_core.models import ForgetScope
 from memory_core.resources import DEFAULTS_DIR
 from memory_core.settings import LOCAL_EMBEDDING_MODEL
+from memory_core.wiring import preload_answer_cache
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 GROUP_A, GROUP_B = 1001, 1002
@@ -121,8 +122,8 @@ async def test_a_time_dependent_or_personal_question_is_never_served_even_if_cac
 ):
     memory = cached
     # Put the exact question in the cache behind the guard's back, public and for the user.
-    store = memory.database.store(PgAnswerCacheStore)
-    vector = await memory.embedder.embed_query(normalize_content(question))
+    store = memory.parts.database.store(PgAnswerCacheStore)
+    vector = await memory.parts.embedder.embed_query(normalize_content(question))
     for scope, user in (("public", None), ("user", 1)):
         await store.upsert(
             scope=scope,
@@ -133,7 +134,7 @@ async def test_a_time_dependent_or_personal_question_is_never_served_even_if_cac
             answer="过时或属于别人的答案",
             source="runtime",
             embedding=vector,
-            model=memory.embedder.model,
+            model=memory.parts.embedder.model,
             now=T0,
             expires_at=None,
         )
@@ -169,17 +170,17 @@ async def test_forget_deletes_the_users_cached_answers_and_keeps_public_ones(cac
     await memory.parts.answer_cache.store("如何学习Rust", "群B里的答案", 1, GROUP_B, now=T0)
     await memory.parts.answer_cache.store("如何写单元测试", "用户2的答案", 2, GROUP_A, now=T0)
 
-    await memory.forget(ForgetScope(user_id=1, group_id=GROUP_A))
+    await memory.parts.forgetting.forget(ForgetScope(user_id=1, group_id=GROUP_A))
     assert await memory.parts.answer_cache.lookup("如何配置Nginx", 1, GROUP_A, now=T0) is None
     rust = await memory.parts.answer_cache.lookup("如何学习Rust", 1, GROUP_B, now=T0)
     assert rust.answer == "群B里的答案"
-    await memory.forget(ForgetScope(user_id=1))
+    await memory.parts.forgetting.forget(ForgetScope(user_id=1))
     assert await memory.parts.answer_cache.lookup("如何学习Rust", 1, GROUP_B, now=T0) is None
     assert (
         await memory.parts.answer_cache.lookup("如何写单元测试", 2, GROUP_A, now=T0)
     ).answer == "用户2的答案"
     assert (await memory.parts.answer_cache.lookup(DOCKER, 1, now=T0)).level == "public_exact"
-    await memory.forget(ForgetScope(everything=True))
+    await memory.parts.forgetting.forget(ForgetScope(everything=True))
     assert await memory.parts.answer_cache.lookup("如何写单元测试", 2, GROUP_A, now=T0) is None
     assert (await memory.parts.answer_cache.lookup(DOCKER, 2, now=T0)).level == "public_exact"
 
@@ -222,7 +223,7 @@ async def test_preload_skips_time_dependent_questions_and_drops_removed_entries(
     memory = await memory_factory(answer_cache_enabled=True, memory_config_dir=path)
     assert await memory.parts.answer_cache.entry_counts() == {"public": 2}
     preload_file(tmp_path, (DOCKER, "答案二"))
-    assert await memory.preload_answer_cache() == 1
+    assert await preload_answer_cache(memory.parts) == 1
     assert (await memory.parts.answer_cache.lookup(DOCKER, 1)).answer == "答案二"
     assert await memory.parts.answer_cache.lookup("什么是RAG", 1) is None
 
@@ -234,7 +235,7 @@ async def test_a_malformed_preload_line_is_named_and_does_not_stop_start_up(
     memory = await memory_factory(answer_cache_enabled=True, memory_config_dir=path)
     assert any("preload.jsonl:4" in r.message for r in caplog.records)
     with pytest.raises(ConfigError, match=r"preload.jsonl:4"):
-        await memory.preload_answer_cache()
+        await preload_answer_cache(memory.parts)
 
 
 async def test_the_shipped_preload_example_loads(memory_factory):

@@ -65,7 +65,7 @@ async def seed(memory, group_id=None):
         "那就好",
     ]
     for i, text in enumerate(texts):
-        outcome = await memory.add_turn(
+        outcome = await memory.parts.writer.add_turn(
             TurnInput(
                 user_id=1,
                 group_id=group_id,
@@ -98,7 +98,7 @@ async def test_everything_fits_in_priority_order_with_every_line_time_stamped(me
     assert "（主题：猫粮）（待办：提醒买猫粮）" in context.text
     assert len(context.preference_ids) == 2 and len(context.fact_ids) == 3
     assert len(context.summary_ids) == 1 and context.turn_ids
-    assert context.tokens == memory.token_counter.count(context.text) <= 2000
+    assert context.tokens == memory.parts.token_counter.count(context.text) <= 2000
     assert context.personal
 
 
@@ -111,7 +111,7 @@ async def test_the_budget_is_filled_preferences_first_then_facts_summaries_dialo
     # The fact unrelated to the query (the boss) comes after the dialogue, with what it left
     # (test_evidence_budget): the cuts below are of the facts about the query.
     full = [line for line in full if "张总" not in line]
-    count = memory.token_counter.count
+    count = memory.parts.token_counter.count
 
     def upto(header: str) -> str:
         return "\n".join(full[: full.index(header)])
@@ -135,7 +135,7 @@ async def test_the_whole_context_never_exceeds_the_budget(memory_factory, budget
     memory = await memory_factory()
     await seed(memory)
     context = await memory.parts.context_builder.build(1, None, QUERY, now=NOW, max_tokens=budget)
-    assert context.tokens == memory.token_counter.count(context.text) <= budget
+    assert context.tokens == memory.parts.token_counter.count(context.text) <= budget
     if context.fact_ids:
         assert context.preference_ids  # a fact never takes a preference's place
 
@@ -165,7 +165,7 @@ async def test_a_memory_held_in_two_chats_appears_once_in_the_user_scope(memory_
 async def test_only_the_memories_that_went_in_count_as_used(memory_factory):
     memory = await memory_factory()
     await seed(memory)
-    count = memory.token_counter.count
+    count = memory.parts.token_counter.count
     full = (await memory.parts.context_builder.build(1, None, QUERY, now=NOW, max_tokens=2000)).text
     prefs_only = full.split(f"\n{FACTS_HEADER}", 1)[0]
     context = await memory.parts.context_builder.build(

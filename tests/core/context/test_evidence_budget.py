@@ -79,7 +79,7 @@ async def test_a_picture_line_matching_the_message_outranks_unrelated_facts_in_a
     )
     chatter = ["今天好冷啊", "是啊，多穿点", PICTURE, "收到一张图片", "晚上吃什么好", "火锅吧"]
     for i, text in enumerate(chatter):
-        await memory.add_turn(
+        await memory.parts.writer.add_turn(
             TurnInput(
                 user_id=1,
                 role="user" if i % 2 == 0 else "assistant",
@@ -98,7 +98,7 @@ async def test_a_picture_line_matching_the_message_outranks_unrelated_facts_in_a
         facts=[*facts, *loose],
         summaries=summaries,
         windows=[],
-        budget=LineBudget(now, TZ, memory.token_counter, 10_000),
+        budget=LineBudget(now, TZ, memory.parts.token_counter, 10_000),
     )
     budget = distilled_only.tokens + 10
 
@@ -156,7 +156,9 @@ def test_the_text_of_the_best_window_is_spent_on_anchors_first_then_on_their_ans
 
 async def test_the_debugger_reads_the_budget_the_prompt_was_built_within(memory_factory):
     memory = await memory_factory(memory_max_tokens=1000)
-    await memory.add_turn(TurnInput(user_id=1, role="user", content="我家猫叫咪咪", created_at=T0))
+    await memory.parts.writer.add_turn(
+        TurnInput(user_id=1, role="user", content="我家猫叫咪咪", created_at=T0)
+    )
     # As with the memory tools on: the bot's preparer gives the memory block half the budget.
     preparer = PromptPreparer(memory.parts, memory_budget=lambda group, now: 500)
 

@@ -10,11 +10,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from memory_core.console.dashboard import prompt_cache_line
 from memory_core.context.block import time_key
 from memory_core.conversation.engine import ConversationEngine
 from memory_core.conversation.prompt import NOTE_CLOSE, NOTE_OPEN
 from memory_core.conversation.window import SteppedWindow
-from memory_core.dashboard import prompt_cache_line
 from memory_core.distill.memory import ExtractedMemory
 from memory_core.models import MemoryTurn
 from memory_core.providers.llm import PromptUsage
@@ -42,7 +42,9 @@ async def chat(memory, messages: list[tuple[int, int | None]]) -> RecordingModel
     in every session for recall to find."""
     for user, group in set(messages):
         day_before = START - timedelta(days=1)
-        await memory.add_turn(user_turn(OLD_FACT, user=user, group=group, at=day_before))
+        await memory.parts.writer.add_turn(
+            user_turn(OLD_FACT, user=user, group=group, at=day_before)
+        )
     model = RecordingModel("好的，我们接着聊。")
     clock = ticking(timedelta(seconds=40))
     now = [START]
@@ -50,13 +52,11 @@ async def chat(memory, messages: list[tuple[int, int | None]]) -> RecordingModel
     def read() -> datetime:
         return now[0]
 
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=read
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=model, bot_name="小诗", clock=read)
     for i, (user, group) in enumerate(messages):
         # The last turns' vectors land in the background (embed_later); settled, every
         # prompt is built from the same kind of index, whatever the machine's load.
-        await memory.settle_embeddings()
+        await memory.parts.writer.settle_embeddings()
         now[0] = next(clock)
         await engine.converse(user_turn(f"第{i}句：猫最近怎么样", user=user, group=group), Outbox())
     return model
@@ -122,13 +122,11 @@ async def group_chat(memory, members: list[int]) -> RecordingModel:
     in the group and member 1 one in his private chat."""
     day_before = START - timedelta(days=1)
     for user, secret in SECRETS.items():
-        await memory.add_turn(user_turn(secret, user=user, group=100, at=day_before))
-    await memory.add_turn(user_turn(PRIVATE_SECRET, user=1, at=day_before))
+        await memory.parts.writer.add_turn(user_turn(secret, user=user, group=100, at=day_before))
+    await memory.parts.writer.add_turn(user_turn(PRIVATE_SECRET, user=1, at=day_before))
     model = RecordingModel("好的，我们接着聊。")
     now = [START]
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, clock=lambda: now[0]
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=model, clock=lambda: now[0])
     for i, user in enumerate(members):
         now[0] += timedelta(seconds=40)
         text = f"第{i}句：密码和刺猬的事你还记得吗"
@@ -243,9 +241,7 @@ class ReportingModel(RecordingModel):
 
 async def test_the_days_cached_share_of_prompt_tokens_reaches_memstat(memory):
     usage = PromptUsage()
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=ReportingModel(usage), usage=usage
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=ReportingModel(usage), usage=usage)
     for text in ("你好", "再问一句"):
         await engine.converse(user_turn(text), Outbox())
     stats = await memory.stats()

@@ -38,8 +38,10 @@ from memory_core.settings import MemorySettings
 from tests.fakes import Answer, HashingEmbedder, RecordingModel, ScriptedLLM
 from tests.window_gate import gate_the_window
 
+# A private chat numbers its memory lines for the model to cite (conversation.citation).
 MEMORY_LINE = re.compile(
-    r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \((?:刚刚|\d+(?:分钟|小时|天|周|个月|年)前|昨天)\) "
+    r"^(?:#\d+ )?"
+    r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] \((?:刚刚|\d+(?:分钟|小时|天|周|个月|年)前|昨天)\) "
     r"(?:user|assistant)(?:\([^)]*\))?: ",
     re.MULTILINE,
 )
@@ -90,9 +92,7 @@ async def memory(memory_factory):
 
 
 def engine_for(memory, model, **kwargs) -> ConversationEngine:
-    return ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", **kwargs
-    )
+    return ConversationEngine(parts=memory.parts, chat_model=model, bot_name="小诗", **kwargs)
 
 
 # ---------------------------------------------------------------- the happy path
@@ -108,7 +108,7 @@ async def test_reply_is_sent_and_stored_with_its_message_id_after_the_user_turn(
     assert result.reply_turn.message_id == 9001
     assert result.reply_turn.sender_name == "小诗"
     assert result.reply_turn.created_at > result.user_turn.created_at
-    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    stored = await memory.parts.retriever.recent_turns(1, None, limit=10, since=EPOCH)
     assert [(t.role, t.content) for t in stored] == [("user", "你好"), ("assistant", "你好呀")]
     # The finished exchange waits for the evaluator (which is not running in this test).
     assert (await memory.stats()).evaluation.pending == 1
@@ -116,11 +116,13 @@ async def test_reply_is_sent_and_stored_with_its_message_id_after_the_user_turn(
 
 async def test_prompt_has_current_time_and_old_facts_as_seed_format_memory_lines(memory):
     now = datetime.now(timezone.utc)
-    await memory.add_turn(user_turn("我的猫叫咪咪，三岁了", at=now - timedelta(minutes=45)))
+    await memory.parts.writer.add_turn(
+        user_turn("我的猫叫咪咪，三岁了", at=now - timedelta(minutes=45))
+    )
     model = RecordingModel()
     await engine_for(memory, model).converse(user_turn("我的猫叫什么名字"), Outbox())
     system = model.prompts[-1][-1]["content"]  # the time and memory come with the message
-    local_now = now.astimezone(memory.tz)
+    local_now = now.astimezone(memory.parts.tz)
     assert f"当前时间：{local_now:%Y-%m-%d %H:}" in system
     assert "Asia/Shanghai" in system
     lines = [line for line in system.splitlines() if MEMORY_LINE.match(line)]
@@ -149,7 +151,7 @@ async def test_recent_turns_are_short_term_messages_and_not_repeated_as_memory(m
 async def test_recall_never_crosses_sessions(memory):
     now = datetime.now(timezone.utc)
     earlier = now - timedelta(hours=2)
-    await memory.add_turn(user_turn("我的暗号是青蛙跳", group=100, at=earlier))
+    await memory.parts.writer.add_turn(user_turn("我的暗号是青蛙跳", group=100, at=earlier))
     model = RecordingModel()
     engine = engine_for(memory, model)
     for user, group in ((1, 200), (2, 100), (1, None)):
@@ -161,7 +163,7 @@ async def test_recall_never_crosses_sessions(memory):
 
 async def test_recap_is_offered_after_more_than_an_hour_of_silence(memory):
     now = datetime.now(timezone.utc)
-    await memory.add_turn(user_turn("上次聊到旅行计划", at=now - timedelta(hours=3)))
+    await memory.parts.writer.add_turn(user_turn("上次聊到旅行计划", at=now - timedelta(hours=3)))
     model = RecordingModel()
     engine = engine_for(memory, model)
     await engine.converse(user_turn("我回来了"), Outbox())
@@ -208,7 +210,7 @@ async def test_model_failure_sends_apology_and_keeps_the_user_turn(memory):
     result = await engine_for(memory, model).converse(user_turn("帮我记一下：周五交报告"), outbox)
     assert result.outcome is Outcome.APOLOGIZED
     assert outbox.sent == [APOLOGY]
-    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    stored = await memory.parts.retriever.recent_turns(1, None, limit=10, since=EPOCH)
     assert [(t.role, t.content) for t in stored] == [("user", "帮我记一下：周五交报告")]
     assert (await memory.stats()).evaluation.pending == 0
 
@@ -219,7 +221,7 @@ async def test_a_message_answered_with_the_apology_gets_its_rule_of_thumb_expiry
     engine = engine_for(memory, model)
     await engine.converse(user_turn("你好"), outbox)  # a greeting: not kept
     await engine.converse(user_turn("我的生日是5月3日"), outbox)  # about the user: a week
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         rows = await conn.fetch(
             "SELECT score, expires_at - created_at AS kept FROM dialogues ORDER BY id"
         )
@@ -243,7 +245,7 @@ async def test_without_model_notice_is_rate_limited_per_chat_and_turns_are_recor
     in_group = await engine.converse(user_turn("大家好", user=3, group=70), outbox)
     same_group = await engine.converse(user_turn("我也在", user=4, group=70), outbox)
     # A minute later (the default interval, not ten), the chat hears it again.
-    assert memory.settings.chat_notice_interval == 60
+    assert memory.parts.settings.chat_notice_interval == 60
     clock[0] += 61
     later = await engine.converse(user_turn("还在吗"), outbox)
     assert [r.outcome for r in (first, second, other, in_group, same_group, later)] == [
@@ -255,7 +257,7 @@ async def test_without_model_notice_is_rate_limited_per_chat_and_turns_are_recor
         Outcome.NOT_CONFIGURED,
     ]
     assert outbox.sent == [NOT_CONFIGURED_NOTICE] * 4
-    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    stored = await memory.parts.retriever.recent_turns(1, None, limit=10, since=EPOCH)
     assert [t.content for t in stored] == ["你好", "在吗", "还在吗"]
 
 
@@ -274,7 +276,7 @@ async def test_a_slow_model_gets_one_short_wait_message_before_the_answer(memory
     result = await talk
     assert result.outcome is Outcome.REPLIED and outbox.sent == [SLOW_NOTICE, "想好了"]
     # Only the answer is stored as the bot's turn.
-    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    stored = await memory.parts.retriever.recent_turns(1, None, limit=10, since=EPOCH)
     assert [t.content for t in stored] == ["一个难题", "想好了"]
 
 
@@ -317,8 +319,10 @@ async def test_a_turn_leaving_the_short_term_window_while_the_message_is_read_st
     def clock() -> datetime:  # one second later at every reading
         return start + timedelta(seconds=next(ticks))
 
-    window = timedelta(minutes=memory.settings.chat_recent_minutes)
-    await memory.add_turn(user_turn("快要过期的一句", at=start - window + timedelta(seconds=1.5)))
+    window = timedelta(minutes=memory.parts.settings.chat_recent_minutes)
+    await memory.parts.writer.add_turn(
+        user_turn("快要过期的一句", at=start - window + timedelta(seconds=1.5))
+    )
     model = RecordingModel()
     await engine_for(memory, model, clock=clock).converse(user_turn("新的一句"), Outbox())
     assert [m["role"] for m in model.prompts[-1]] == ["system", "user"]
@@ -332,7 +336,7 @@ async def test_undelivered_reply_is_not_stored(memory):
     outbox.refuse = True
     result = await engine_for(memory, model).converse(user_turn("你好"), outbox)
     assert result.outcome is Outcome.UNSENT
-    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    stored = await memory.parts.retriever.recent_turns(1, None, limit=10, since=EPOCH)
     assert [t.role for t in stored] == ["user"]
 
 
@@ -548,7 +552,7 @@ async def test_cache_serves_a_repeated_general_question_without_the_model(cached
     assert outbox.sent == [model.answer, model.answer, PUBLIC_ANSWER]
     # A cached reply is stored like any other, and the exchange still goes to the evaluator.
     assert again.outcome is Outcome.REPLIED and again.reply_turn is not None
-    stored = await cached_memory.recent_turns(11, None, limit=10, since=EPOCH)
+    stored = await cached_memory.parts.retriever.recent_turns(11, None, limit=10, since=EPOCH)
     assert [t.content for t in stored][-2:] == [GENERAL_QUESTION + "？", model.answer]
     assert (await cached_memory.stats()).evaluation.pending == 3
     lines = (await cached_memory.distilled_stats()).lines_zh()
@@ -628,7 +632,7 @@ async def test_forget_removes_distilled_memories_and_cached_answers(cached_memor
         None,
         stated_at=datetime.now(timezone.utc),
     )
-    await cached_memory.forget(ForgetScope(user_id=16, private_only=True))
+    await cached_memory.parts.forgetting.forget(ForgetScope(user_id=16, private_only=True))
 
     after = await engine.converse(user_turn(GENERAL_QUESTION, user=16), Outbox())
     assert not after.from_cache and len(model.prompts) == 2
@@ -639,7 +643,7 @@ async def test_cache_lookup_failure_falls_back_to_the_model(cached_memory):
     model = RecordingModel("答案")
     engine = engine_for(cached_memory, model)
     await engine.converse(user_turn(GENERAL_QUESTION, user=17), Outbox())
-    cached_memory.embedder.fail = True  # the embedding is needed for a semantic lookup
+    cached_memory.parts.embedder.fail = True  # the embedding is needed for a semantic lookup
     result = await engine.converse(user_turn(GENERAL_QUESTION + "呢", user=17), Outbox())
     assert result.outcome is Outcome.REPLIED and not result.from_cache
     assert len(model.prompts) == 2
@@ -696,10 +700,10 @@ async def test_both_turns_of_an_exchange_are_stored_at_once_and_embedded_togethe
     assert len(window.waits) == 1  # one window for the user turn and the reply
     window.open()
     embedder.release.set()
-    await memory.settle_embeddings()
+    await memory.parts.writer.settle_embeddings()
     assert (await memory.stats()).store.pending_embeddings == 0
     assert embedder.calls == calls_before + 1  # one call for the user turn and the reply
-    recalled = await memory.recall(
+    recalled = await memory.parts.retriever.recall(
         1, "图书馆还书", options=RecallOptions(mode="vector", now=datetime.now(timezone.utc))
     )
     assert {t.content for t in recalled.turns} == {"我周三要去图书馆还书", "记住了，周三去图书馆"}
@@ -750,9 +754,7 @@ async def test_the_next_message_goes_on_while_an_exchange_is_queued_but_a_comman
     log: list[str] = []
     evaluations = HeldEvaluations(memory.parts.evaluations, log)
     parts = dataclasses.replace(memory.parts, evaluations=evaluations)
-    engine = ConversationEngine(
-        parts=parts, writer=memory, chat_model=RecordingModel("好的"), bot_name="小诗"
-    )
+    engine = ConversationEngine(parts=parts, chat_model=RecordingModel("好的"), bot_name="小诗")
     outbox = CountingOutbox(expected=2)
     first = asyncio.ensure_future(engine.converse(user_turn("第一句", message_id=1), outbox))
     await asyncio.wait_for(evaluations.one_held.wait(), 60)  # a bound, not a timing
@@ -762,7 +764,7 @@ async def test_the_next_message_goes_on_while_an_exchange_is_queued_but_a_comman
     await asyncio.wait_for(outbox.all_sent.wait(), 60)
     assert outbox.sent == ["好的", "好的"]
     await asyncio.wait_for(evaluations.two_held.wait(), 60)  # the second reply is stored too
-    stored = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    stored = await memory.parts.retriever.recent_turns(1, None, limit=10, since=EPOCH)
     assert [t.content for t in stored] == ["第一句", "好的", "第二句", "好的"]
 
     async def command() -> None:

@@ -75,11 +75,11 @@ async def open_chat(memory_factory, llm, monkeypatch):
             **overrides,
         }
         memory = await memory_factory(**settings)
-        model = build_chat_model(memory.settings)
+        model = build_chat_model(memory.parts.settings)
         assert model is not None
         models.append(model)
         engine = ConversationEngine(
-            parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", usage=model.usage
+            parts=memory.parts, chat_model=model, bot_name="小诗", usage=model.usage
         )
         engine.memory = memory  # type: ignore[attr-defined]  # for the test's own reads
         return engine
@@ -96,10 +96,10 @@ async def test_search_memory_sees_only_its_own_chat_in_two_groups(open_chat, llm
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
     then = datetime.now(timezone.utc) - HOURS_AGO
-    await memory.add_turn(said("我的暗号是青蛙跳", user=1, group=100, at=then))
-    await memory.add_turn(said("我的暗号是白鹭飞", user=1, group=200, at=then))
-    await memory.add_turn(said("我的暗号是老虎吼", user=2, group=100, at=then))
-    await memory.add_turn(said("我的暗号是海豚游", user=1, group=None, at=then))
+    await memory.parts.writer.add_turn(said("我的暗号是青蛙跳", user=1, group=100, at=then))
+    await memory.parts.writer.add_turn(said("我的暗号是白鹭飞", user=1, group=200, at=then))
+    await memory.parts.writer.add_turn(said("我的暗号是老虎吼", user=2, group=100, at=then))
+    await memory.parts.writer.add_turn(said("我的暗号是海豚游", user=1, group=None, at=then))
     llm.responder = searching("暗号")
     outbox = Outbox()
     result = await engine.converse(said("我的暗号是什么", user=1, group=100), outbox)
@@ -118,8 +118,8 @@ async def test_search_memory_in_a_shared_group_reaches_the_members_as_recall_doe
     engine = await open_chat(memory_shared_groups="300")
     memory = engine.memory  # type: ignore[attr-defined]
     then = datetime.now(timezone.utc) - HOURS_AGO
-    await memory.add_turn(said("群的暗号是大象", user=2, group=300, at=then))
-    await memory.add_turn(said("群的暗号是长颈鹿", user=2, group=400, at=then))
+    await memory.parts.writer.add_turn(said("群的暗号是大象", user=2, group=300, at=then))
+    await memory.parts.writer.add_turn(said("群的暗号是长颈鹿", user=2, group=400, at=then))
     llm.responder = searching("暗号")
     await engine.converse(said("群的暗号是什么", user=1, group=300), Outbox())
     [found] = tool_messages(llm.bodies[-1])
@@ -137,7 +137,9 @@ async def test_search_memory_finds_nothing_for_an_unrelated_query_with_the_bundl
     then = datetime.now(timezone.utc) - HOURS_AGO
     lines = ["我的猫叫咪咪", "今天中午吃了牛肉面", "周会改到周四下午三点", "我对花生过敏"]
     for i, text in enumerate(lines * 4):
-        await memory.add_turn(said(text, user=1, group=None, at=then + timedelta(minutes=i)))
+        await memory.parts.writer.add_turn(
+            said(text, user=1, group=None, at=then + timedelta(minutes=i))
+        )
     llm.responder = searching("工位密码")
     await engine.converse(said("我的工位密码是多少", user=1, group=None), Outbox())
     [found] = tool_messages(llm.bodies[-1])
@@ -153,9 +155,13 @@ async def test_search_memory_since_until_and_speaker_narrow_the_search(open_chat
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
     now = datetime.now(timezone.utc)
-    await memory.add_turn(said("旅行去了杭州", user=1, group=None, at=now - timedelta(days=20)))
-    await memory.add_turn(said("旅行去了成都", user=1, group=None, at=now - timedelta(days=2)))
-    since = (now - timedelta(days=5)).astimezone(memory.tz).date().isoformat()
+    await memory.parts.writer.add_turn(
+        said("旅行去了杭州", user=1, group=None, at=now - timedelta(days=20))
+    )
+    await memory.parts.writer.add_turn(
+        said("旅行去了成都", user=1, group=None, at=now - timedelta(days=2))
+    )
+    since = (now - timedelta(days=5)).astimezone(memory.parts.tz).date().isoformat()
 
     def respond(body: dict[str, Any]) -> Reply:
         if body.get("tools") and not tool_messages(body):
@@ -249,7 +255,7 @@ async def test_a_model_asking_for_a_third_round_answers_from_what_the_tools_foun
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
     then = datetime.now(timezone.utc) - HOURS_AGO
-    await memory.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
+    await memory.parts.writer.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
     llm.responder = asking_three_times("暗号")
     outbox = Outbox()
     result = await engine.converse(said("我的暗号是什么", user=1, group=None), outbox)
@@ -265,7 +271,7 @@ async def test_a_model_failing_on_the_tools_results_replies_with_a_summary_of_th
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
     then = datetime.now(timezone.utc) - HOURS_AGO
-    await memory.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
+    await memory.parts.writer.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
 
     def failing_after(query: str) -> Callable[[dict[str, Any]], Reply]:
         def respond(body: dict[str, Any]) -> Reply:
@@ -319,10 +325,10 @@ async def test_remember_keeps_a_fact_of_that_person_in_that_chat(open_chat, llm)
     llm.responder = respond
     await engine.converse(said("我对花生过敏，记住哦", user=1, group=100), Outbox())
     assert tool_messages(llm.bodies[-1]) == ["已记下。"]
-    facts = await known_about(memory, 1, 100)
+    facts = await known_about(memory.parts, 1, 100)
     assert [m.content for m in facts] == ["用户对花生过敏"]
-    assert await known_about(memory, 1, None) == []
-    assert await known_about(memory, 1, 200) == []
+    assert await known_about(memory.parts, 1, None) == []
+    assert await known_about(memory.parts, 1, 200) == []
     # The fact reaches the next prompt of that chat as a distilled line.
     llm.responder = lambda body: Reply(content="不能吃")
     await engine.converse(said("我能吃花生吗", user=1, group=100), Outbox())
@@ -332,7 +338,7 @@ async def test_remember_keeps_a_fact_of_that_person_in_that_chat(open_chat, llm)
 async def test_remember_refuses_a_person_who_opted_out(open_chat, llm):
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
-    await opt_out(memory, 1, 100)
+    await opt_out(memory.parts, 1, 100)
 
     def respond(body: dict[str, Any]) -> Reply:
         if not tool_messages(body):
@@ -344,7 +350,7 @@ async def test_remember_refuses_a_person_who_opted_out(open_chat, llm):
     await engine.converse(said("我住在上海", user=1, group=100), Outbox())
     [answer] = tool_messages(llm.bodies[-1])
     assert answer.startswith("没有记下")
-    assert await known_about(memory, 1, 100) == []
+    assert await known_about(memory.parts, 1, 100) == []
 
 
 # ---------------------------------------------------------------- providers
@@ -380,7 +386,7 @@ async def test_a_stream_only_provider_is_streamed_with_its_tool_call_deltas(open
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
     then = datetime.now(timezone.utc) - HOURS_AGO
-    await memory.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
+    await memory.parts.writer.add_turn(said("我的暗号是青蛙跳", user=1, group=None, at=then))
     searching_reply = searching("暗号", answer="暗号是青蛙跳哦")
 
     def respond(body: dict[str, Any]) -> Reply:
@@ -422,7 +428,9 @@ async def test_a_group_past_its_daily_budget_rests_once_then_stays_quiet(open_ch
     # 450, 900 (past 80 %: the third reply is asked without tools), then 1350: spent.
     assert ["tools" in b for b in llm.bodies] == [True, True, False]
     # The resting messages are still stored.
-    stored = await engine.memory.recent_turns(1, 100, limit=20, since=now - HOURS_AGO)  # type: ignore[attr-defined]
+    stored = await engine.memory.parts.retriever.recent_turns(
+        1, 100, limit=20, since=now - HOURS_AGO
+    )  # type: ignore[attr-defined]
     assert "第4条" in [t.content for t in stored]
     # Another group and a private chat are not held back.
     assert (
@@ -445,7 +453,9 @@ async def test_the_memory_block_is_smaller_with_tools_and_the_debugger_sees_the_
         then = datetime.now(timezone.utc) - timedelta(days=2)
         for n in range(30):
             text = f"关于旅行的第{n}件事：我们去了很多地方，看了山和海，吃了很多好吃的东西。"
-            await memory.add_turn(said(text, user=1, group=None, at=then + timedelta(minutes=n)))
+            await memory.parts.writer.add_turn(
+                said(text, user=1, group=None, at=then + timedelta(minutes=n))
+            )
         turn = said("旅行的事你还记得吗", user=1, group=None, at=datetime.now(timezone.utc))
         tail = await engine.preparer.read_tail(turn, datetime.now(timezone.utc))
         prepared = await engine.preparer.prepare(

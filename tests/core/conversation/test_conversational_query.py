@@ -69,11 +69,11 @@ async def test_the_bots_query_holds_this_sessions_recent_turns_and_never_another
         said("那家火锅店在市中心", 7, group=GROUP),
         said("就是开了很多年的那家", 6),
     ]:
-        await memory.add_turn(turn)
+        await memory.parts.writer.add_turn(turn)
     endpoint = ModelEndpoint("LLM", chat_server.base_url, None, "stub-chat", 5.0)
     model = build_openai_model(endpoint, max_retries=0, max_tokens=None, temperature=None)
     engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=lambda: NOW
+        parts=memory.parts, chat_model=model, bot_name="小诗", clock=lambda: NOW
     )
 
     async def send(text: str) -> Delivery:
@@ -99,8 +99,8 @@ async def test_the_bots_query_holds_this_sessions_recent_turns_and_never_another
 
 async def test_with_no_context_turns_the_message_alone_is_the_query(memory_factory, server):
     memory = await open_with(memory_factory, server, memory_query_context_turns=0)
-    await memory.add_turn(said("上周去了学校门口那家面馆", 10))
-    result = await memory.recall(
+    await memory.parts.writer.add_turn(said("上周去了学校门口那家面馆", 10))
+    result = await memory.parts.retriever.recall(
         USER,
         "那家店叫什么来着",
         options=RecallOptions(context=["上周去了学校门口那家面馆"], now=NOW),
@@ -113,10 +113,10 @@ async def test_time_words_of_the_earlier_lines_are_not_read_as_the_asked_range(
     memory_factory, server
 ):
     memory = await open_with(memory_factory, server, memory_query_context_turns=2)
-    await memory.add_turn(said("学校门口那家面馆的牛肉面很好吃", 60 * 24 * 20))
-    await memory.add_turn(said("昨天下雨了", 60 * 24))
+    await memory.parts.writer.add_turn(said("学校门口那家面馆的牛肉面很好吃", 60 * 24 * 20))
+    await memory.parts.writer.add_turn(said("昨天下雨了", 60 * 24))
     context = ["好久没去学校门口了", "昨天下雨了", "学校门口那家面馆还开着吗"]
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         USER,
         "那家店叫什么来着",
         options=RecallOptions(context=context, top_n=1, window_size=0, now=NOW),
@@ -125,7 +125,7 @@ async def test_time_words_of_the_earlier_lines_are_not_read_as_the_asked_range(
     assert result.search_text == "昨天下雨了\n学校门口那家面馆还开着吗\n那家店叫什么来着"
     assert [t.content for t in result.turns] == ["学校门口那家面馆的牛肉面很好吃"]
     # A time word in the message itself still is.
-    asked = await memory.recall(
+    asked = await memory.parts.retriever.recall(
         USER,
         "昨天说了什么",
         options=RecallOptions(context=context, top_n=1, window_size=0, now=NOW),

@@ -4,6 +4,7 @@ path (``conversation.preparation``), the conversational query included."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -58,7 +59,7 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
         said("上周又去了学校门口那家面馆，牛肉面还是很好吃", 10, group),
         said("听起来不错，是哪家面馆呀", 9, group, role="assistant"),
     ]:
-        await memory.add_turn(turn)
+        await memory.parts.writer.add_turn(turn)
     message = "那家店叫什么来着"
     stored_before = await stored_turns(memory)
 
@@ -76,7 +77,7 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
 
     model = RecordingModel("叫老张面馆。")
     engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=lambda: NOW
+        parts=memory.parts, chat_model=model, bot_name="小诗", clock=lambda: NOW
     )
 
     async def send(text: str) -> Delivery:
@@ -87,6 +88,10 @@ async def test_the_debuggers_prompt_is_the_one_the_bot_sends_context_included(
     assert result.outcome is Outcome.REPLIED
     [sent] = model.prompts
     assert list(trace.messages) == sent
+    # In a private chat the memory lines carry the numbers a reply cites: the debugger shows
+    # them as the model gets them (conversation.citation).
+    numbered = re.search(r"^#1 \[", sent[-1]["content"], re.MULTILINE)
+    assert (numbered is not None) == (group is None)
     # The conversational query (the recent lines about the noodle shop) found the old line.
     assert NOODLES in sent[-1]["content"]
     assert trace.search_text.endswith(message) and "面馆" in trace.search_text
@@ -103,7 +108,7 @@ async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_
     model = RecordingModel("叫老张面馆。")
     clock = [NOW]
     engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗", clock=lambda: clock[0]
+        parts=memory.parts, chat_model=model, bot_name="小诗", clock=lambda: clock[0]
     )
 
     sent_ids = iter(range(9100, 9200))
@@ -120,7 +125,7 @@ async def test_after_the_short_term_window_stepped_the_debugger_still_shows_the_
         await engine.converse(message(text, minute), send)  # six turns: the window stepped
     # The earlier turns' vectors land in the background (embed_later): both looks and the
     # bot must see them landed, or the vector channel differs between them.
-    await memory.settle_embeddings()
+    await memory.parts.writer.settle_embeddings()
     fourth = message("第四句", 3)
     looks = [
         await trace_recall(

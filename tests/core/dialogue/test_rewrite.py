@@ -18,8 +18,8 @@ EDITED = "明天下午三点开会"
 
 async def chat(memory, user: int, answer: str) -> int:  # type: ignore[no-untyped-def]
     """The bot's line, then ``user``'s answer a minute later; the answer's id."""
-    await memory.add_turn(said(user, LINE, T0, role="assistant", message_id=1))
-    stored = await memory.add_turn(
+    await memory.parts.writer.add_turn(said(user, LINE, T0, role="assistant", message_id=1))
+    stored = await memory.parts.writer.add_turn(
         said(user, answer, T0 + timedelta(minutes=1), name="阿丽", message_id=2)
     )
     assert stored.turn is not None
@@ -32,7 +32,7 @@ async def test_an_edited_turn_gets_the_derived_columns_of_a_turn_written_with_th
     memory = await memory_factory(memory_index_context="both", memory_index_speaker=True)
     edited_id = await chat(memory, ALICE, "好的")
     written_id = await chat(memory, BOB, EDITED)
-    console = MemoryConsole(memory)
+    console = MemoryConsole(memory.parts)
 
     turn = await console.edit_turn(str(ALICE), edited_id, EDITED, actor="控制台")
 
@@ -43,8 +43,8 @@ async def test_an_edited_turn_gets_the_derived_columns_of_a_turn_written_with_th
     # among its search terms: both were made, not left to a backfill.
     assert edited["refers_start"] is not None
     assert (
-        edited["refers_start"].astimezone(memory.settings.tz).date()
-        == (T0 + timedelta(days=1)).astimezone(memory.settings.tz).date()
+        edited["refers_start"].astimezone(memory.parts.settings.tz).date()
+        == (T0 + timedelta(days=1)).astimezone(memory.parts.settings.tz).date()
     )
     assert "周五" in edited["terms"] and edited["embedding"] is not None
 

@@ -28,7 +28,7 @@ def pref(content: str, **extra) -> ExtractedMemory:
 
 
 async def rows(memory, sql: str, *args):
-    async with memory.database.pool.acquire() as conn:  # test-only read of raw columns
+    async with memory.parts.database.pool.acquire() as conn:  # test-only read of raw columns
         return await conn.fetch(sql, *args)
 
 
@@ -208,7 +208,7 @@ async def test_maintenance_merges_duplicates_stored_without_embeddings_and_keeps
 async def test_maintenance_refreshes_importance_from_use(memory_factory):
     memory = await memory_factory()
     await memory.parts.keeper.save([fact("用户养了一只猫")], 1, stated_at=T0)
-    async with memory.database.pool.acquire() as conn:  # a row left stale by an older formula
+    async with memory.parts.database.pool.acquire() as conn:  # a row left stale by an older formula
         await conn.execute("UPDATE distilled_memories SET access_count = 5, importance = 0.1")
     report = await memory.maintain_distilled()
     assert report.importance_refreshed == 1
@@ -228,13 +228,13 @@ async def test_forget_deletes_the_scopes_distilled_memories(memory_factory):
             r["content"] for r in await rows(memory, "SELECT content FROM distilled_memories")
         )
 
-    await memory.forget(ForgetScope(user_id=1, group_id=GROUP_A))
+    await memory.parts.forgetting.forget(ForgetScope(user_id=1, group_id=GROUP_A))
     assert await contents() == ["用户1在1002说的事", "用户1在None说的事", "用户2在1001说的事"]
-    await memory.forget(ForgetScope(user_id=1, private_only=True))
+    await memory.parts.forgetting.forget(ForgetScope(user_id=1, private_only=True))
     assert await contents() == ["用户1在1002说的事", "用户2在1001说的事"]
-    await memory.forget(ForgetScope(group_id=GROUP_A))
+    await memory.parts.forgetting.forget(ForgetScope(group_id=GROUP_A))
     assert await contents() == ["用户1在1002说的事"]
-    await memory.forget(ForgetScope(everything=True))
+    await memory.parts.forgetting.forget(ForgetScope(everything=True))
     assert await contents() == []
 
 

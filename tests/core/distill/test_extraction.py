@@ -123,7 +123,7 @@ def llm_settings(distiller: Distiller, **extra):
 async def exchange(
     memory, text: str, at: datetime, user_id: int = 1, group_id=None, message_id=None
 ):
-    user = await memory.add_turn(
+    user = await memory.parts.writer.add_turn(
         TurnInput(
             user_id=user_id,
             group_id=group_id,
@@ -133,7 +133,7 @@ async def exchange(
             message_id=message_id,
         )
     )
-    bot = await memory.add_turn(
+    bot = await memory.parts.writer.add_turn(
         TurnInput(
             user_id=user_id,
             group_id=group_id,
@@ -149,13 +149,13 @@ async def exchange(
 
 
 async def turn_count(memory) -> int:
-    async with memory.database.pool.acquire() as conn:  # test-only
+    async with memory.parts.database.pool.acquire() as conn:  # test-only
         return int(await conn.fetchval("SELECT count(*) FROM dialogues"))
 
 
 async def distilled_contents(memory) -> list[str]:
     """Every distilled row, current or history, of every session."""
-    async with memory.database.pool.acquire() as conn:  # test-only
+    async with memory.parts.database.pool.acquire() as conn:  # test-only
         return [r["content"] for r in await conn.fetch("SELECT content FROM distilled_memories")]
 
 
@@ -373,7 +373,9 @@ async def test_a_forget_while_the_model_reads_the_turns_leaves_no_distilled_memo
     await exchange(memory, "我住在北京，回答请简短一点", T0)
     extraction = await held_extraction(memory, distiller, T0 + timedelta(minutes=1))
     try:
-        forgotten = await memory.forget(ForgetScope(user_id=1, private_only=True))  # /forget + 确认
+        forgotten = await memory.parts.forgetting.forget(
+            ForgetScope(user_id=1, private_only=True)
+        )  # /forget + 确认
         assert forgotten.dialogues == 2
     finally:
         distiller.gate.set()
@@ -392,7 +394,9 @@ async def test_a_recall_while_the_model_reads_the_turns_drops_the_batch_and_the_
     extraction = await held_extraction(memory, distiller, T0 + timedelta(minutes=2))
     try:
         recalled = RecalledMessage(self_id=None, message_id=501, user_id=1)  # 撤回
-        assert (await memory.delete_message(recalled)).dialogues == 2  # and the reply
+        assert (
+            await memory.parts.forgetting.delete_message(recalled)
+        ).dialogues == 2  # and the reply
     finally:
         distiller.gate.set()
     await extraction

@@ -58,7 +58,7 @@ async def test_an_injected_extractor_distils_with_no_model_configured(
     try:
         assert not isinstance(memory.parts.extraction, ExtractionOff)
         for role, text, at in (("user", "我住在北京", T0), ("assistant", "好的", T0)):
-            await memory.add_turn(
+            await memory.parts.writer.add_turn(
                 TurnInput(user_id=1, role=role, content=text, created_at=at + timedelta(seconds=1))
             )
         assert await memory.parts.extraction.note_exchange(1, None, now=T0)

@@ -87,10 +87,10 @@ async def three_statements(memory) -> dict[str, int]:
     ids = {}
     for n, (text, message_id) in enumerate(zip(SAID, MESSAGE_IDS, strict=True)):
         at = T0 + timedelta(minutes=n)
-        stored = await memory.add_turn(
+        stored = await memory.parts.writer.add_turn(
             TurnInput(user_id=1, role="user", content=text, created_at=at, message_id=message_id)
         )
-        await memory.add_turn(
+        await memory.parts.writer.add_turn(
             TurnInput(
                 user_id=1, role="assistant", content="好的。", created_at=at + timedelta(seconds=5)
             )
@@ -131,7 +131,9 @@ async def test_a_recall_of_one_message_of_a_three_message_batch_keeps_the_other_
     assert await memory.parts.extraction.run_once(T0 + timedelta(minutes=10)) == 1
     assert await facts_now(memory) == {SAID[text]: (ids[text],) for text in SAID}
 
-    forgotten = await memory.delete_message(RecalledMessage(None, 602, user_id=1))  # 撤回
+    forgotten = await memory.parts.forgetting.delete_message(
+        RecalledMessage(None, 602, user_id=1)
+    )  # 撤回
 
     assert forgotten is not None and forgotten.facts == 1
     assert await facts_now(memory) == {
@@ -152,7 +154,9 @@ async def test_a_model_answer_without_sources_keeps_the_batch_rule(memory_factor
     assert facts["用户住在北京"] == (ids["我住在北京"],)
     assert len(facts["用户在杭州上班"]) == len(facts["用户养了一只猫叫年糕"]) == 6  # the batch
 
-    await memory.delete_message(RecalledMessage(None, 602, user_id=1))  # 撤回 of 杭州
+    await memory.parts.forgetting.delete_message(
+        RecalledMessage(None, 602, user_id=1)
+    )  # 撤回 of 杭州
     assert await facts_now(memory) == {"用户住在北京": (ids["我住在北京"],)}
 
 
@@ -182,7 +186,9 @@ async def test_bad_source_numbers_are_harmless_and_keep_the_batch_rule(
     facts = await facts_now(memory)
     assert facts["用户住在北京"] == (ids["我住在北京"],)
     assert len(facts["用户在杭州上班"]) == len(facts["用户养了一只猫叫年糕"]) == 6
-    await memory.delete_message(RecalledMessage(None, 603, user_id=1))  # 撤回 of the cat
+    await memory.parts.forgetting.delete_message(
+        RecalledMessage(None, 603, user_id=1)
+    )  # 撤回 of the cat
     assert await facts_now(memory) == {"用户住在北京": (ids["我住在北京"],)}
 
 

@@ -141,20 +141,20 @@ def llm_settings(judge: Judge, **extra):
 
 
 async def exchange(memory, user_text: str, reply: str, at: datetime, user_id: int = 1):
-    user = await memory.add_turn(
+    user = await memory.parts.writer.add_turn(
         TurnInput(user_id=user_id, role="user", content=user_text, created_at=at)
     )
-    bot = await memory.add_turn(
+    bot = await memory.parts.writer.add_turn(
         TurnInput(
             user_id=user_id, role="assistant", content=reply, created_at=at + timedelta(seconds=5)
         )
     )
-    await memory.evaluations.enqueue(user.turn.id, bot.turn.id)
+    await memory.parts.evaluations.enqueue(user.turn.id, bot.turn.id)
     return user.turn, bot.turn
 
 
 async def turn_row(memory, turn_id: int):
-    async with memory.database.pool.acquire() as conn:  # test-only read of the raw columns
+    async with memory.parts.database.pool.acquire() as conn:  # test-only read of the raw columns
         return await conn.fetchrow("SELECT score, expires_at FROM dialogues WHERE id = $1", turn_id)
 
 
@@ -170,7 +170,7 @@ async def test_scores_set_both_turns_expiry_by_band(memory_factory, judge):
     made = {}
     for i, text in enumerate(cases):
         made[text] = await exchange(memory, text, "回答", T0 + timedelta(minutes=i))
-    assert await memory.evaluate_pending(now=T0 + timedelta(hours=1)) == len(cases)
+    assert await memory.parts.evaluations.run_once(now=T0 + timedelta(hours=1)) == len(cases)
     for text, (score, keep) in cases.items():
         user, bot = made[text]
         for turn in (user, bot):
@@ -184,7 +184,7 @@ async def test_garbage_answer_keeps_the_exchange_without_score_and_counts_it(mem
     memory = await memory_factory(**llm_settings(judge))
     judge.mode = "garbage"
     user, _ = await exchange(memory, "我的生日是五月一日", "记住了", T0)
-    await memory.evaluate_pending(now=T0)
+    await memory.parts.evaluations.run_once(now=T0)
     row = await turn_row(memory, user.id)
     assert row["score"] is None and row["expires_at"] is None
     figures = (await memory.stats()).evaluation
@@ -200,7 +200,7 @@ async def test_errors_and_timeouts_retry_then_keep_without_score(
         user, _ = await exchange(memory, f"{mode} 的一轮对话", "回答", T0)
         now = T0
         for _attempt in range(3):  # postponed twice, then given up and kept unscored
-            await memory.evaluate_pending(now=now)
+            await memory.parts.evaluations.run_once(now=now)
             now += timedelta(hours=1)
         row = await turn_row(memory, user.id)
         assert row["score"] is None and row["expires_at"] is None
@@ -216,7 +216,7 @@ async def test_a_backlog_is_scored_in_batches(memory_factory, judge, monkeypatch
     turns = [
         await exchange(memory, t, "回答", T0 + timedelta(minutes=i)) for i, t in enumerate(texts)
     ]
-    assert await memory.evaluate_pending(now=T0 + timedelta(hours=1)) == 6
+    assert await memory.parts.evaluations.run_once(now=T0 + timedelta(hours=1)) == 6
     assert any("【回合 5】" in p for p in judge.server.prompt_texts())
     for text, (user, _) in zip(texts, turns, strict=True):
         assert (await turn_row(memory, user.id))["score"] == Judge.score_of(text)
@@ -225,7 +225,7 @@ async def test_a_backlog_is_scored_in_batches(memory_factory, judge, monkeypatch
 async def test_enqueue_returns_before_a_slow_evaluation_finishes(memory_factory, judge):
     memory = await memory_factory(**llm_settings(judge))
     judge.mode = "slow"  # the judge answers only once released below
-    memory.evaluations.start()
+    memory.parts.evaluations.start()
     user, _ = await exchange(memory, "Docker 端口", "lsof -i", T0)
     # The exchange is durable and unscored right after enqueue; scoring happens later.
     assert (await turn_row(memory, user.id))["score"] is None
@@ -242,8 +242,10 @@ async def test_low_scored_exchange_leaves_recall_while_high_scored_stays(memory_
     await exchange(memory, "测试 测试 你的猫", "你好", T0)
     await exchange(memory, "Docker 的猫咪镜像端口被占用", "用 lsof 查", T0 + timedelta(minutes=1))
     now = T0 + timedelta(minutes=10)
-    await memory.evaluate_pending(now=now)
-    recalled = await memory.get_contextual_memory(1, "猫", top_n=5, window_size=0, now=now)
+    await memory.parts.evaluations.run_once(now=now)
+    recalled = await memory.parts.retriever.get_contextual_memory(
+        1, "猫", top_n=5, window_size=0, now=now
+    )
     assert [t.content for t in recalled if t.role == "user"] == ["Docker 的猫咪镜像端口被占用"]
 
 
@@ -252,24 +254,24 @@ async def test_purge_deletes_exactly_the_expired_rows(memory_factory, fresh_dsn,
     memory = await memory_factory()
     turns = [
         (
-            await memory.add_turn(
+            await memory.parts.writer.add_turn(
                 TurnInput(user_id=1, role="user", content=f"第{i}条", created_at=T0)
             )
         ).turn
         for i in range(250)
     ]
     expiries = {t.id: T0 + timedelta(days=i % 5) if i % 3 else None for i, t in enumerate(turns)}
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         await conn.executemany(
             "UPDATE dialogues SET expires_at = $2 WHERE id = $1", list(expiries.items())
         )
     # A row goes once it has been expired for the short-term window (it may still be part of
     # the conversation the model sees until then).
-    window = timedelta(minutes=memory.settings.chat_recent_minutes)
+    window = timedelta(minutes=memory.parts.settings.chat_recent_minutes)
     clock = T0 + timedelta(days=2)
     expected_gone = {i for i, e in expiries.items() if e is not None and e <= clock - window}
     assert await memory.purge_expired(now=clock) == len(expected_gone)
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         left = {r["id"] for r in await conn.fetch("SELECT id FROM dialogues")}
     assert left == set(expiries) - expected_gone
     assert await memory.purge_expired(now=clock) == 0
@@ -281,14 +283,14 @@ async def test_pending_evaluations_and_figures_survive_a_restart(memory_factory,
     first = await memory_factory(**llm_settings(judge))
     await exchange(first, "SSL 怎么配", "生成证书", T0)
     await exchange(first, "测试", "嗯", T0 + timedelta(minutes=1))
-    await first.evaluate_pending(now=T0)  # both scored
+    await first.parts.evaluations.run_once(now=T0)  # both scored
     await exchange(first, "Docker 端口", "lsof", T0 + timedelta(minutes=2))
     await first.purge_expired(now=T0 + timedelta(hours=1))  # the "测试" exchange goes
     await first.aclose()  # one exchange still queued
 
     second = await memory_factory(**llm_settings(judge))
     assert (await second.stats()).evaluation.pending == 1
-    assert await second.evaluate_pending(now=T0 + timedelta(hours=2)) == 1
+    assert await second.parts.evaluations.run_once(now=T0 + timedelta(hours=2)) == 1
     figures = (await second.stats(now=T0 + timedelta(hours=2))).evaluation
     assert figures.succeeded == 3 and figures.pending == 0
     assert figures.band_counts()["forever"] == 1 and figures.band_counts()["none"] == 1
@@ -300,16 +302,16 @@ async def test_pending_evaluations_and_figures_survive_a_restart(memory_factory,
 
 async def test_without_llm_the_heuristic_evaluator_scores(memory_factory):
     memory = await memory_factory()  # no LLM configured
-    assert memory.evaluations.evaluator_name == "heuristic"
+    assert memory.parts.evaluations.evaluator_name == "heuristic"
     user, _ = await exchange(memory, "你好", "你好！", T0)
-    await memory.evaluate_pending(now=T0)
+    await memory.parts.evaluations.run_once(now=T0)
     assert (await turn_row(memory, user.id))["score"] == 15
 
 
 async def test_evaluation_can_be_switched_off(memory_factory):
     memory = await memory_factory(evaluator_enabled=False)
     user, _ = await exchange(memory, "你好", "你好！", T0)  # queued: a no-op
-    assert await memory.evaluate_pending(now=T0) == 0
+    assert await memory.parts.evaluations.run_once(now=T0) == 0
     assert (await turn_row(memory, user.id))["score"] is None
     figures = (await memory.stats(T0)).evaluation
     assert (figures.evaluator, figures.pending) == ("off", 0)
@@ -324,7 +326,9 @@ async def test_two_bots_on_one_database_never_score_the_same_exchange(
     for i in range(12):
         await exchange(first, f"第{i}个问题：书", "好的", T0 + timedelta(minutes=i))
     now = T0 + timedelta(hours=1)
-    done = await asyncio.gather(first.evaluate_pending(now=now), second.evaluate_pending(now=now))
+    done = await asyncio.gather(
+        first.parts.evaluations.run_once(now=now), second.parts.evaluations.run_once(now=now)
+    )
     assert sum(done) == 12
     assert len(judge.server.requests) == 12  # each exchange asked about once
     assert (await first.stats(now=now)).evaluation.pending == 0
@@ -335,7 +339,9 @@ async def test_an_item_claimed_by_a_worker_that_died_is_due_again_after_its_leas
 ):
     memory = await memory_factory(**llm_settings(judge))
     await exchange(memory, "书放在哪了", "在书架上", T0)
-    store = memory.database.store(PgEvaluationStore)
+    store = memory.parts.database.store(PgEvaluationStore)
     assert len(await store.claim_due(T0, 10)) == 1  # claimed, then the worker "dies"
-    assert await memory.evaluate_pending(now=T0 + timedelta(minutes=1)) == 0  # still leased
-    assert await memory.evaluate_pending(now=T0 + timedelta(minutes=11)) == 1
+    assert (
+        await memory.parts.evaluations.run_once(now=T0 + timedelta(minutes=1)) == 0
+    )  # still leased
+    assert await memory.parts.evaluations.run_once(now=T0 + timedelta(minutes=11)) == 1

@@ -21,7 +21,7 @@ SKEW = CLAIM_LEASE + timedelta(minutes=5)
 
 
 async def lease(memory, sql: str) -> None:
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         assert await conn.execute(sql, CLAIM_LEASE) == "UPDATE 1"
 
 
@@ -45,7 +45,7 @@ async def test_a_bot_with_its_clock_ahead_does_not_score_an_exchange_another_bot
     await lease(first, "UPDATE evaluation_queue SET not_before = now() + $1::interval")
     # ...when the second bot, whose machine's clock is 15 minutes ahead, looks for work.
     monkeypatch.setattr("memory_core.evaluation.worker.datetime", ClockAhead)
-    assert await skewed.evaluate_pending() == 0
+    assert await skewed.parts.evaluations.run_once() == 0
     assert judge.server.requests == []
 
 
@@ -55,7 +55,7 @@ async def test_a_bot_with_its_clock_ahead_does_not_take_a_session_another_bot_di
     first = await memory_factory(**extraction_settings(distiller))
     skewed = await memory_factory(**extraction_settings(distiller))
     now = datetime.now(timezone.utc)
-    store = first.database.store(PgDistilledStore)
+    store = first.parts.database.store(PgDistilledStore)
     await store.note_exchange("1", 1, None, now - timedelta(hours=2), turns=5)
     await lease(first, "UPDATE distilled_sessions SET not_before = now() + $1::interval")
     monkeypatch.setattr("memory_core.distill.worker.datetime", ClockAhead)
@@ -67,9 +67,9 @@ async def test_a_bot_with_its_clock_ahead_purges_nothing_before_its_time(
     memory_factory, monkeypatch: pytest.MonkeyPatch
 ):
     memory = await memory_factory()
-    await memory.add_turn(TurnInput(user_id=1, role="user", content="过一会儿才过期"))
-    recent = timedelta(minutes=memory.settings.chat_recent_minutes)
-    async with memory.database.pool.acquire() as conn:
+    await memory.parts.writer.add_turn(TurnInput(user_id=1, role="user", content="过一会儿才过期"))
+    recent = timedelta(minutes=memory.parts.settings.chat_recent_minutes)
+    async with memory.parts.database.pool.acquire() as conn:
         # Expired, but inside the short-term window by the database's clock for 5 more minutes.
         await conn.execute(
             "UPDATE dialogues SET expires_at = now() - $1::interval", recent - timedelta(minutes=5)

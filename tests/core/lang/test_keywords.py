@@ -63,7 +63,7 @@ async def test_keyword_recall_finds_names_numbers_and_order_ids_in_chinese_sente
     memory_factory,
 ):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("小明说他下周三要去上海出差", 0),
             said("我的订单号是ORD123456，昨天下单的", 1),
@@ -76,7 +76,7 @@ async def test_keyword_recall_finds_names_numbers_and_order_ids_in_chinese_sente
     )
 
     async def anchors(query: str) -> list[str]:
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             1, query, options=RecallOptions(top_n=1, window_size=0, mode="keyword", now=NOW)
         )
         return [t.content for t in result.turns]
@@ -90,8 +90,8 @@ async def test_keyword_recall_finds_names_numbers_and_order_ids_in_chinese_sente
 
 async def test_bulk_and_single_inserts_both_store_keywords(memory_factory, fresh_dsn):
     memory = await memory_factory()
-    await memory.add_dialogues([said("批量导入的第一条 ORD1", 0)])
-    await memory.add_turn(said("单条写入的 ORD2", 1))
+    await memory.parts.writer.add_dialogues([said("批量导入的第一条 ORD1", 0)])
+    await memory.parts.writer.add_turn(said("单条写入的 ORD2", 1))
     conn = await asyncpg.connect(fresh_dsn)
     try:
         rows = await conn.fetch(
@@ -105,23 +105,27 @@ async def test_bulk_and_single_inserts_both_store_keywords(memory_factory, fresh
 
 async def test_rows_without_keywords_are_backfilled_and_then_found(memory_factory, fresh_dsn):
     memory = await memory_factory()
-    await memory.add_dialogues([said(f"第{i}条消息 ORD{i:06d}", i) for i in range(30)])
+    await memory.parts.writer.add_dialogues([said(f"第{i}条消息 ORD{i:06d}", i) for i in range(30)])
     conn = await asyncpg.connect(fresh_dsn)
     try:
         # As if stored before migration 003.
         await conn.execute("UPDATE dialogues SET keywords = NULL")
         assert (
-            await memory.recall(1, "ORD000007", options=RecallOptions(mode="keyword", now=NOW))
+            await memory.parts.retriever.recall(
+                1, "ORD000007", options=RecallOptions(mode="keyword", now=NOW)
+            )
             is not None
         )
         assert (
-            await memory.recall(1, "ORD000007", options=RecallOptions(mode="keyword", now=NOW))
+            await memory.parts.retriever.recall(
+                1, "ORD000007", options=RecallOptions(mode="keyword", now=NOW)
+            )
         ).turns == ()
-        assert await memory.backfill_keywords(batch_size=7) == 30
+        assert await memory.parts.upkeep.backfill_keywords(batch_size=7) == 30
         assert await conn.fetchval("SELECT count(*) FROM dialogues WHERE keywords IS NULL") == 0
     finally:
         await conn.close()
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "ORD000007", options=RecallOptions(top_n=1, window_size=0, mode="keyword", now=NOW)
     )
     assert [t.content for t in result.turns] == ["第7条消息 ORD000007"]
@@ -131,7 +135,7 @@ async def test_a_changed_analyser_version_marks_every_row_for_the_backfill(
     memory_factory, fresh_dsn
 ):
     first = await memory_factory()
-    await first.add_dialogues([said("记住这个号码 ORD42", 0)])
+    await first.parts.writer.add_dialogues([said("记住这个号码 ORD42", 0)])
     await first.aclose()
     conn = await asyncpg.connect(fresh_dsn)
     try:
@@ -140,7 +144,7 @@ async def test_a_changed_analyser_version_marks_every_row_for_the_backfill(
         await conn.execute("UPDATE memory_meta SET value = 'old' WHERE key = 'keyword_analyzer'")
         again = await memory_factory()
         assert await conn.fetchval("SELECT count(*) FROM dialogues WHERE keywords IS NULL") == 1
-        assert await again.backfill_keywords() == 1
+        assert await again.parts.upkeep.backfill_keywords() == 1
     finally:
         await conn.close()
 

@@ -31,12 +31,16 @@ async def seeded(memory_factory):
     memory = await memory_factory(answer_cache_enabled=True)
     ids = {}
     for n, (role, text) in enumerate(CHAT):
-        stored = await memory.add_turn(
+        stored = await memory.parts.writer.add_turn(
             TurnInput(user_id=ME, role=role, content=text, created_at=T0 + timedelta(minutes=n))
         )
         ids[text] = stored.turn.id
-    await memory.add_turn(TurnInput(user_id=ME, group_id=GROUP, role="user", content="群里说花生"))
-    await memory.add_turn(TurnInput(user_id=OTHER, role="user", content="我也对花生过敏"))
+    await memory.parts.writer.add_turn(
+        TurnInput(user_id=ME, group_id=GROUP, role="user", content="群里说花生")
+    )
+    await memory.parts.writer.add_turn(
+        TurnInput(user_id=OTHER, role="user", content="我也对花生过敏")
+    )
     save = memory.parts.keeper.save
     await save([ExtractedMemory("facts", "用户对花生过敏", source_turn_ids=(ids["我对花生过敏"],))],
                ME, source_turn_ids=list(ids.values()), stated_at=T0)  # fmt: skip
@@ -57,7 +61,9 @@ async def seeded(memory_factory):
 
 async def private_texts(memory, tmp_path) -> list[str]:
     """Every text of ME's private chat in the export (turns, memories, cached answers)."""
-    data = json.loads((await (await export_person(memory, ME)).write(tmp_path)).read_text("utf-8"))
+    data = json.loads(
+        (await (await export_person(memory.parts, ME)).write(tmp_path)).read_text("utf-8")
+    )
     parts = (("turns", "content"), ("memories", "content"), ("cached_answers", "answer"))
     return [
         text
@@ -69,7 +75,7 @@ async def private_texts(memory, tmp_path) -> list[str]:
 
 
 async def all_rows_holding(memory, word: str) -> list[tuple[str, str]]:
-    async with memory.database.pool.acquire() as conn:  # test-only
+    async with memory.parts.database.pool.acquire() as conn:  # test-only
         rows = await conn.fetch(
             """
             SELECT 'turn' AS t, session_key FROM dialogues WHERE content LIKE '%' || $1 || '%'
@@ -88,7 +94,7 @@ async def test_forgetting_a_word_leaves_no_turn_echo_memory_or_export_line_holdi
 ):
     memory, _ = await seeded(memory_factory)
 
-    forgotten = await forget_named(memory, Named(ME, None, word="花生"))
+    forgotten = await forget_named(memory.parts, Named(ME, None, word="花生"))
 
     # The two turns saying it, the reply to the first and both bot turns holding it.
     assert (forgotten.dialogues, forgotten.bot_replies) == (5, 3)
@@ -98,41 +104,45 @@ async def test_forgetting_a_word_leaves_no_turn_echo_memory_or_export_line_holdi
         ("facts", "2"), ("facts", f"{GROUP}:1"), ("turn", "2"), ("turn", f"{GROUP}:1")
     ]  # fmt: skip
     assert not [t for t in await private_texts(memory, tmp_path) if "花生" in t]
-    left = [t.content for t in await memory.recent_turns(ME, None, limit=20, since=T0)]
+    left = [
+        t.content for t in await memory.parts.retriever.recent_turns(ME, None, limit=20, since=T0)
+    ]
     assert left == ["我住在杭州", "杭州不错", "推荐点零食"]
-    assert [m.content for m in await known_about(memory, ME, None)] == ["用户住在杭州"]
+    assert [m.content for m in await known_about(memory.parts, ME, None)] == ["用户住在杭州"]
 
 
 async def test_forgetting_a_fact_takes_its_turn_the_reply_and_later_echoes_only(memory_factory):
     memory, ids = await seeded(memory_factory)
-    [fact] = [m for m in await known_about(memory, ME, None) if m.content == "用户对花生过敏"]
+    [fact] = [m for m in await known_about(memory.parts, ME, None) if m.content == "用户对花生过敏"]
     named = Named(ME, None, (fact.id,))
 
-    preview = await preview_forget(memory, named)
+    preview = await preview_forget(memory.parts, named)
     assert [t.content for t in preview.turns] == [
         "我对花生过敏", "好的，记住了", "你对花生过敏要注意，推荐海苔"
     ]  # fmt: skip
     assert (preview.count("facts"), preview.count("summary"), preview.bot_replies) == (1, 1, 2)
 
-    forgotten = await forget_named(memory, named)
+    forgotten = await forget_named(memory.parts, named)
 
     assert (forgotten.dialogues, forgotten.bot_replies, forgotten.facts) == (3, 2, 1)
     assert forgotten.summaries == 1  # drawn from the batch the deleted turn was in
-    left = [t.content for t in await memory.recent_turns(ME, None, limit=20, since=T0)]
+    left = [
+        t.content for t in await memory.parts.retriever.recent_turns(ME, None, limit=20, since=T0)
+    ]
     assert left == ["今天吃了花生酱面包", "花生酱很好吃", "我住在杭州", "杭州不错", "推荐点零食"]
-    assert sorted(m.content for m in await known_about(memory, ME, None)) == [
+    assert sorted(m.content for m in await known_about(memory.parts, ME, None)) == [
         "喜欢面包", "用户住在杭州"
     ]  # fmt: skip
     assert ids["我住在杭州"] in next(
-        m.source_turn_ids for m in await known_about(memory, ME, None) if m.kind == "facts"
+        m.source_turn_ids for m in await known_about(memory.parts, ME, None) if m.kind == "facts"
     )
 
 
 async def test_another_chats_and_another_persons_rows_are_out_of_reach(memory_factory):
     memory, _ = await seeded(memory_factory)
-    [group_fact] = await known_about(memory, ME, GROUP)
-    [other_fact] = await known_about(memory, OTHER, None)
-    forgotten = await forget_named(memory, Named(ME, None, (group_fact.id, other_fact.id)))
+    [group_fact] = await known_about(memory.parts, ME, GROUP)
+    [other_fact] = await known_about(memory.parts, OTHER, None)
+    forgotten = await forget_named(memory.parts, Named(ME, None, (group_fact.id, other_fact.id)))
     assert forgotten.total == 0
-    assert [m.content for m in await known_about(memory, ME, GROUP)] == ["用户在群里聊花生"]
-    assert [m.content for m in await known_about(memory, OTHER, None)] == ["用户对花生过敏"]
+    assert [m.content for m in await known_about(memory.parts, ME, GROUP)] == ["用户在群里聊花生"]
+    assert [m.content for m in await known_about(memory.parts, OTHER, None)] == ["用户对花生过敏"]

@@ -77,7 +77,8 @@ async def reader_factory(
         options.update(overrides)
         options.setdefault("text_reader", counting)
         reader = PictureReader(
-            memory=memory,
+            database=memory.parts.database,
+            writer=memory.parts.writer,
             fetcher=public_fetcher(max_bytes=MAX_BYTES),
             **options,
         )

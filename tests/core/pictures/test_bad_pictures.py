@@ -18,11 +18,11 @@ ALICE = 20002
 
 async def stored_after_reading(memory, reader, turn, refs):  # type: ignore[no-untyped-def]
     job = await reader.start(turn, refs)
-    stored = await memory.add_turn(turn, embed_later=True)
+    stored = await memory.parts.writer.add_turn(turn, embed_later=True)
     assert job is not None and stored.turn is not None
     reader.follow(job, stored.turn)
     await reader.settled()
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         content = await conn.fetchval("SELECT content FROM dialogues WHERE id = $1", stored.turn.id)
         rows = await conn.fetch("SELECT status FROM turn_pictures")
     return content, [r["status"] for r in rows], job.done.result()
@@ -107,7 +107,7 @@ async def test_a_full_queue_leaves_the_pictures_unread(memory_factory, reader_fa
     assert not first.done.done() and not second.done.done()
     [reading] = third.done.result()
     assert reading.status == "skipped" and reading.reason == "queue full"
-    stored = await memory.add_turn(turns[2][0], embed_later=True)
+    stored = await memory.parts.writer.add_turn(turns[2][0], embed_later=True)
     assert stored.turn is not None and stored.turn.content == "帮我记一下[图片]"
 
 
@@ -165,11 +165,11 @@ async def test_a_picture_without_address_is_located_or_left_alone(
 async def test_without_the_database_no_picture_is_fetched(memory_factory, reader_factory, server):
     memory = await memory_factory()
     reader = reader_factory(memory)
-    pool = memory.database.detach()
+    pool = memory.parts.database.detach()
     assert pool is not None
     try:
         turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP)
         assert await reader.start(turn, refs) is None
         assert server.hits["/note.png"] == 0
     finally:
-        memory.database.attach(pool)
+        memory.parts.database.attach(pool)

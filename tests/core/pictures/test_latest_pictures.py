@@ -35,25 +35,29 @@ async def test_the_latest_pictures_of_the_chat_come_first(memory_factory):
     memory = await memory_factory()
     now = datetime.now(timezone.utc)
     at = now - timedelta(hours=3)
-    await memory.add_turn(with_image(said(ALICE, "[图片]", at, GROUP)))  # older photo
-    await memory.add_turn(with_image(said(ALICE, "看这个[图片]", at + timedelta(minutes=1), GROUP)))
-    await memory.add_turn(
+    await memory.parts.writer.add_turn(with_image(said(ALICE, "[图片]", at, GROUP)))  # older photo
+    await memory.parts.writer.add_turn(
+        with_image(said(ALICE, "看这个[图片]", at + timedelta(minutes=1), GROUP))
+    )
+    await memory.parts.writer.add_turn(
         with_image(said(ALICE, "[动画表情]", at + timedelta(minutes=2), GROUP), sticker=True)
     )
     for i in range(10):
-        await memory.add_turn(
+        await memory.parts.writer.add_turn(
             said(ALICE, f"那张图说的事我们再聊聊第{i}次", at + timedelta(minutes=3 + i), GROUP)
         )
     # Bob's picture in the same group, later: another member's session.
-    await memory.add_turn(with_image(said(BOB, "[图片]", at + timedelta(minutes=30), GROUP)))
+    await memory.parts.writer.add_turn(
+        with_image(said(BOB, "[图片]", at + timedelta(minutes=30), GROUP))
+    )
 
-    found = await memory.recall(
+    found = await memory.parts.retriever.recall(
         ALICE, "上次那张图是什么", GROUP, RecallOptions(top_n=2, window_size=0, now=now)
     )
     assert [t.content for t in found.turns] == ["[图片]", "看这个[图片]"]  # time order
     assert {t.user_id for t in found.turns} == {ALICE}
 
-    plain = await memory.recall(
+    plain = await memory.parts.retriever.recall(
         ALICE, "我们再聊聊", GROUP, RecallOptions(top_n=2, window_size=0, now=now)
     )
     assert all("图片" not in t.content for t in plain.turns)

@@ -22,19 +22,19 @@ async def test_a_turn_read_from_its_picture_gets_the_derived_columns_of_a_writte
     memory = await memory_factory(memory_index_context="both")
     reader: PictureReader = reader_factory(memory)
     said_at = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=5)
-    await memory.add_turn(said(ALICE, LINE, said_at, role="assistant", message_id=1))
+    await memory.parts.writer.add_turn(said(ALICE, LINE, said_at, role="assistant", message_id=1))
     turn, refs = picture_turn(ALICE, server.url("/note.png"), mid=2)
     turn = dataclasses.replace(turn, created_at=said_at + timedelta(minutes=1))
     job = await reader.start(turn, refs)
-    stored = await memory.add_turn(turn, embed_later=True)
+    stored = await memory.parts.writer.add_turn(turn, embed_later=True)
     assert job is not None and stored.turn is not None
     reader.follow(job, stored.turn)
     await reader.settled()
 
     read = await derived_columns(memory, stored.turn.id)
     assert "8848" in read["content"]  # the picture's text is in the turn
-    await memory.add_turn(said(BOB, LINE, said_at, role="assistant", message_id=1))
-    written = await memory.add_turn(
+    await memory.parts.writer.add_turn(said(BOB, LINE, said_at, role="assistant", message_id=1))
+    written = await memory.parts.writer.add_turn(
         said(BOB, read["content"], said_at + timedelta(minutes=1), message_id=2)
     )
     assert written.turn is not None

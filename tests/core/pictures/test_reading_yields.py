@@ -21,7 +21,7 @@ async def stored_and_followed(memory, reader, turn, refs, *, urgent=False):  # t
     """The plugin's steps: start reading, store the turn, hand the stored turn over."""
     job = await reader.start(turn, refs, urgent=urgent)
     assert job is not None
-    stored = await memory.add_turn(turn, embed_later=True)
+    stored = await memory.parts.writer.add_turn(turn, embed_later=True)
     assert stored.turn is not None
     reader.follow(job, stored.turn)
     return job, stored.turn
@@ -69,9 +69,7 @@ async def test_a_picture_put_off_is_read_anyway_after_the_longest_deferral(
 
 async def test_a_reply_counts_as_under_way_from_its_message_to_its_answer(memory_factory):
     memory = await memory_factory()
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=RecordingModel(), bot_name="小诗"
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=RecordingModel(), bot_name="小诗")
     seen: list[int] = []
 
     async def ready(turn: TurnInput) -> TurnInput:

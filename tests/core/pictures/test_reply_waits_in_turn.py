@@ -17,9 +17,7 @@ EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 async def test_a_later_message_waits_for_the_picture_message_before_it(memory_factory):
     memory = await memory_factory()
     model = RecordingModel()
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=model, bot_name="小诗"
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=model, bot_name="小诗")
     picture_read = asyncio.Event()
     waiting = asyncio.Event()
 
@@ -36,7 +34,7 @@ async def test_a_later_message_waits_for_the_picture_message_before_it(memory_fa
     await asyncio.sleep(0)  # the second message is under way before the picture is read
     picture_read.set()
     await asyncio.gather(first, second)
-    turns = await memory.recent_turns(1, None, limit=10, since=EPOCH)
+    turns = await memory.parts.retriever.recent_turns(1, None, limit=10, since=EPOCH)
     assert [t.content for t in turns if t.role == "user"] == [
         "帮我记一下[图片：文字 取件码8848]",
         "记下了吗",

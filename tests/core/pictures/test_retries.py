@@ -77,7 +77,7 @@ async def test_a_picture_skipped_by_the_budget_is_read_by_a_later_retry_and_then
     row = (await rows_by_turn(memory))[stored.id]
     assert (row["status"], row["attempts"]) == ("read", 2)
     for mode in ("keyword", "vector"):
-        found = await memory.recall(
+        found = await memory.parts.retriever.recall(
             ALICE, "我之前发的那张图上取件码是多少", GROUP, RecallOptions(mode=mode, top_n=1)
         )
         assert any("8848" in t.content for t in found.turns), mode
@@ -157,7 +157,7 @@ async def test_a_withdrawn_turns_picture_is_not_tried_again(memory_factory, read
     stored = await store_and_read(memory, reader, turn, refs)
     assert (await rows_by_turn(memory))[stored.id]["status"] == "skipped"
 
-    await memory.delete_message(
+    await memory.parts.forgetting.delete_message(
         RecalledMessage(self_id=10001, message_id=78, group_id=GROUP, user_id=ALICE)
     )
     clock.now += 61.0
@@ -174,7 +174,7 @@ async def test_an_opted_out_persons_skipped_picture_is_not_tried_again(
     turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP, mid=2)
     await store_and_read(memory, reader, turn, refs)
 
-    await memory.database.store(PgOptOutStore).opt_out(ALICE, str(GROUP))
+    await memory.parts.database.store(PgOptOutStore).opt_out(ALICE, str(GROUP))
     clock.now += 61.0
     assert await reader.retry_skipped() == 0
     assert server.hits["/note.png"] == 0
@@ -226,3 +226,21 @@ async def test_a_picture_whose_ocr_worker_died_is_skipped_and_read_by_the_next_r
     assert (await rows_by_turn(memory))[stored.id]["status"] == "skipped"
     assert await reader.retry_skipped() == 1
     assert "取件码8848" in await content_of(memory, stored.id)
+
+
+async def test_the_memorys_maintenance_round_runs_the_retries_without_waiting_for_them(
+    memory_factory, reader_factory, server
+):
+    """The reader has no loop of its own: its retry round is a step of the memory's
+    maintenance (``open_chat_bot`` adds it), started beside the round, which goes on."""
+    memory, clock, reader = await opened(memory_factory, reader_factory, per_minute=1)
+    await spend_the_minute(memory, reader, server)
+    turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP, mid=2)
+    stored = await store_and_read(memory, reader, turn, refs)
+    [step] = reader.background_steps()
+    memory.daily.add(step)
+    clock.now += 61.0
+    await memory.maintenance_round()
+    await reader.settled()
+    assert "8848" in await content_of(memory, stored.id)
+    assert server.hits["/note.png"] == 1

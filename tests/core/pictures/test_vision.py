@@ -41,11 +41,11 @@ async def test_a_described_picture_carries_the_sentence_and_the_text(
     try:
         turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP)
         job = await reader.start(turn, refs)
-        stored = await memory.add_turn(turn, embed_later=True)
+        stored = await memory.parts.writer.add_turn(turn, embed_later=True)
         assert job is not None and stored.turn is not None
         reader.follow(job, stored.turn)
         await reader.settled()
-        async with memory.database.pool.acquire() as conn:
+        async with memory.parts.database.pool.acquire() as conn:
             content = await conn.fetchval(
                 "SELECT content FROM dialogues WHERE id = $1", stored.turn.id
             )
@@ -67,11 +67,11 @@ async def test_a_failing_vision_model_leaves_the_text_alone(memory_factory, read
     try:
         turn, refs = picture_turn(ALICE, server.url("/note.png"), GROUP)
         job = await reader.start(turn, refs)
-        stored = await memory.add_turn(turn, embed_later=True)
+        stored = await memory.parts.writer.add_turn(turn, embed_later=True)
         assert job is not None and stored.turn is not None
         reader.follow(job, stored.turn)
         await reader.settled()
-        async with memory.database.pool.acquire() as conn:
+        async with memory.parts.database.pool.acquire() as conn:
             content = await conn.fetchval(
                 "SELECT content FROM dialogues WHERE id = $1", stored.turn.id
             )

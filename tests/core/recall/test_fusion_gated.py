@@ -91,9 +91,9 @@ async def test_gated_hybrid_recall_stays_in_the_asking_session(memory_factory):
     mine = [said(f"今天天气{w}，在家做饭", 100 - i, user=1) for i, w in enumerate("好热冷闷")]
     # Another user's session says the query's rare word and is the closer match by far.
     others = [said("周末去吃了那家火锅，天气很热", 50, user=2) for _ in range(5)]
-    await memory.add_dialogues(mine + others)
+    await memory.parts.writer.add_dialogues(mine + others)
     for mode in ("hybrid", "keyword", "vector"):
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             1,
             "那家火锅天气很热",
             options=RecallOptions(
@@ -156,11 +156,11 @@ async def first_by_fusion(
         memory = await memory_factory(embedder=embedder)
         if fusion == "rrf":
             turns = [said(t, said_minutes_ago + 60 - i, 1) for i, t in enumerate(cosines)]
-            await memory.add_dialogues(turns)
+            await memory.parts.writer.add_dialogues(turns)
         options = RecallOptions(
             top_n=5, window_size=0, now=NOW, mode="hybrid", fusion=FUSIONS[fusion]
         )
-        result = await memory.recall(1, query, options=options)
+        result = await memory.parts.retriever.recall(1, query, options=options)
         firsts[fusion] = next(
             t.content for t in result.turns if t.id == result.windows[0].anchor_id
         )

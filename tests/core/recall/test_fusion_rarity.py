@@ -50,11 +50,11 @@ async def test_the_store_tells_how_rare_the_querys_terms_are_in_this_session_onl
     turns = [said(text, 100 - i) for i, text in enumerate(CHAT)]
     # Another user's session says "火锅" everywhere: it must not make it common in this one.
     turns += [said(f"火锅真好吃 {i}", 50, user=2) for i in range(30)]
-    await memory.add_dialogues(turns)
-    store = memory.database.store(PgRecallStore)
+    await memory.parts.writer.add_dialogues(turns)
+    store = memory.parts.database.store(PgRecallStore)
     scope = RecallScope(generate_session_key(1, None), None)
     search = dict(
-        scope=scope, model=memory.embedding_model, now=NOW, limit=40, session_rows=len(CHAT)
+        scope=scope, model=memory.parts.embedder.model, now=NOW, limit=40, session_rows=len(CHAT)
     )
 
     common = await store.keyword_candidates(terms=["今天", "天气"], **search)
@@ -75,9 +75,11 @@ async def test_rarity_fusion_leaves_the_vector_order_alone_when_the_query_words_
     for fusion in ("rrf", "rarity"):
         memory = await memory_factory()
         if fusion == "rrf":
-            await memory.add_dialogues([said(text, 100 - i) for i, text in enumerate(CHAT)])
+            await memory.parts.writer.add_dialogues(
+                [said(text, 100 - i) for i, text in enumerate(CHAT)]
+            )
         for mode in ("vector", "hybrid"):
-            result = await memory.recall(
+            result = await memory.parts.retriever.recall(
                 1,
                 query,
                 options=RecallOptions(
@@ -94,12 +96,15 @@ async def test_a_fusion_recipe_given_in_the_options_wins_over_the_default(memory
     # The recipe travels with the recall: the same memory recalls as ``rarity`` when the
     # options name it, and as ``rrf`` (the default) otherwise.
     memory = await memory_factory()
-    await memory.add_dialogues([said(text, 100 - i) for i, text in enumerate(CHAT)])
+    await memory.parts.writer.add_dialogues([said(text, 100 - i) for i, text in enumerate(CHAT)])
     query = "天气很热，在家吧"
 
     async def order(**options: object) -> list[int]:
         asked = RecallOptions(top_n=5, window_size=0, now=NOW, **options)  # type: ignore[arg-type]
-        return [w.anchor_id for w in (await memory.recall(1, query, options=asked)).windows]
+        return [
+            w.anchor_id
+            for w in (await memory.parts.retriever.recall(1, query, options=asked)).windows
+        ]
 
     vector = await order(mode="vector")
     assert await order(mode="hybrid") != vector  # rrf: the common words reorder it

@@ -62,11 +62,11 @@ async def test_fusion_never_leaks_other_sessions_with_100x_more_matching_rows(
     # The asked user's private chat also matches, and is another session too.
     others.append(said("订单ORD777的快递到了上海", ago(hours=1), user=1))
     # A bulk import builds the index of every session above the limit (all, for index-query).
-    async with memory.vector_index_deferred():
-        await memory.add_dialogues(others + mine)
-    assert memory.vector_index.serves("500:1", 5) == (exact_max_rows == 0)
+    async with memory.parts.upkeep.vector_index_deferred():
+        await memory.parts.writer.add_dialogues(others + mine)
+    assert memory.parts.vector_index.serves("500:1", 5) == (exact_max_rows == 0)
     for query in ("ORD777 快递", "三天前的快递到哪了", "刚才说的订单"):
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             1, query, 500, RecallOptions(top_n=8, window_size=2, mode=mode, now=NOW)
         )
         assert result.turns, query
@@ -118,7 +118,7 @@ def test_time_decay_orders_each_channel_and_fusion_can_keep_only_a_time_range():
 
 async def test_role_filter_anchors_only_the_users_turns_but_windows_stay_whole(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("我想养一只猫", ago(hours=5)),
             said("养猫要准备猫砂和猫粮", ago(hours=5, minutes=-1), role="assistant"),
@@ -126,14 +126,14 @@ async def test_role_filter_anchors_only_the_users_turns_but_windows_stay_whole(m
             said("猫粮推荐皇家", ago(hours=4, minutes=-1), role="assistant"),
         ]
     )
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "猫粮 猫砂", options=RecallOptions(top_n=5, window_size=1, roles=["user"], now=NOW)
     )
     anchors = {t.id: t for t in result.turns}
     assert result.windows
     assert all(anchors[a].role == "user" for a in result.anchor_ids)
     assert any(t.role == "assistant" for t in result.turns)  # neighbours are kept
-    unfiltered = await memory.recall(
+    unfiltered = await memory.parts.retriever.recall(
         1, "猫粮推荐皇家", options=RecallOptions(top_n=1, window_size=0, now=NOW)
     )
     assert unfiltered.turns[0].role == "assistant"
@@ -141,7 +141,7 @@ async def test_role_filter_anchors_only_the_users_turns_but_windows_stay_whole(m
 
 async def test_required_keywords_keep_only_anchors_containing_all_of_them(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("快递 ORD555 到北京了", ago(days=2)),
             said("快递 ORD556 到上海了", ago(days=2, minutes=-5)),
@@ -149,19 +149,21 @@ async def test_required_keywords_keep_only_anchors_containing_all_of_them(memory
         ]
     )
     for mode in ("hybrid", "vector", "keyword"):
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             1,
             "快递到哪了",
             options=RecallOptions(top_n=3, window_size=0, keywords=["ord556"], mode=mode, now=NOW),
         )
         assert [t.content for t in result.turns] == ["快递 ORD556 到上海了"], mode
-    nothing = await memory.recall(1, "快递", options=RecallOptions(keywords=["ORD999"], now=NOW))
+    nothing = await memory.parts.retriever.recall(
+        1, "快递", options=RecallOptions(keywords=["ORD999"], now=NOW)
+    )
     assert nothing.turns == ()
 
 
 async def test_a_pure_time_question_keeps_only_anchors_inside_the_range(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("我们昨天聊了很多关于旅行的事", ago(days=5)),  # says 昨天, but 5 days ago
             said("今天中午吃了牛肉面", ago(days=1, hours=1)),  # yesterday 09:00
@@ -169,12 +171,12 @@ async def test_a_pure_time_question_keeps_only_anchors_inside_the_range(memory_f
             said("刚才在看电影", ago(minutes=10)),
         ]
     )
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "昨天我们聊了什么", options=RecallOptions(top_n=3, window_size=0, now=NOW)
     )
     assert {t.content for t in result.turns} == {"今天中午吃了牛肉面", "下午去打了羽毛球"}
     # Without time understanding the words decide, and 昨天 matches the wrong day.
-    blind = await memory.recall(
+    blind = await memory.parts.retriever.recall(
         1,
         "昨天我们聊了什么",
         options=RecallOptions(top_n=1, window_size=0, time_aware=False, now=NOW),
@@ -186,11 +188,11 @@ async def test_a_pure_time_question_with_nothing_in_its_range_falls_back_to_any_
     memory_factory,
 ):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [said("我们聊了很多关于旅行的事", ago(days=5)), said("刚才在看电影", ago(minutes=10))]
     )
     # Nothing was said yesterday: the best matches of any time, not "nothing found".
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "昨天我们聊了什么", options=RecallOptions(top_n=2, window_size=0, now=NOW)
     )
     assert {t.content for t in result.turns} == {"我们聊了很多关于旅行的事", "刚才在看电影"}
@@ -198,14 +200,14 @@ async def test_a_pure_time_question_with_nothing_in_its_range_falls_back_to_any_
 
 async def test_a_time_expression_with_a_topic_boosts_the_range(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("小明推荐了一家火锅店，叫海底捞", ago(days=40)),
             said("小明推荐了一家烤肉店，叫姜虎东", ago(days=5)),  # last week (Jan 10)
             said("小明推荐了一家火锅店，叫小龙坎", ago(hours=2)),
         ]
     )
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "上周小明推荐的店", options=RecallOptions(top_n=1, window_size=0, now=NOW)
     )
     assert [t.content for t in result.turns] == ["小明推荐了一家烤肉店，叫姜虎东"]
@@ -213,14 +215,14 @@ async def test_a_time_expression_with_a_topic_boosts_the_range(memory_factory):
 
 async def test_just_now_prefers_the_latest_turns(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("链接是 https://a.example/old", ago(days=3)),
             said("链接发你了 https://b.example/new", ago(minutes=5)),
             said("好的", ago(minutes=4), role="assistant"),
         ]
     )
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "刚才你发的链接", options=RecallOptions(top_n=1, window_size=0, now=NOW)
     )
     assert [t.content for t in result.turns] == ["链接发你了 https://b.example/new"]
@@ -230,12 +232,14 @@ async def test_hybrid_recall_falls_back_to_keywords_when_the_query_cannot_be_emb
     memory_factory, hashing_embedder
 ):
     memory = await memory_factory()
-    await memory.add_dialogues([said("我的车牌号是京A12345", ago(days=1))])
+    await memory.parts.writer.add_dialogues([said("我的车牌号是京A12345", ago(days=1))])
     hashing_embedder.fail = True
-    result = await memory.recall(1, "京A12345", options=RecallOptions(now=NOW))
+    result = await memory.parts.retriever.recall(1, "京A12345", options=RecallOptions(now=NOW))
     assert [t.content for t in result.turns] == ["我的车牌号是京A12345"]
     assert (
-        await memory.recall(1, "京A12345", options=RecallOptions(mode="vector", now=NOW))
+        await memory.parts.retriever.recall(
+            1, "京A12345", options=RecallOptions(mode="vector", now=NOW)
+        )
     ).turns == ()
 
 
@@ -245,9 +249,9 @@ async def test_keyword_search_of_a_large_session_finds_its_one_rare_term(memory_
     rare = said("快递单号是 SF1234567890", ago(days=3))
     others = [said("快递单号是 SF1234567890", ago(days=1), user=2)]
     memory = await memory_factory()
-    await memory.add_dialogues([*chatter, rare, *others])
+    await memory.parts.writer.add_dialogues([*chatter, rare, *others])
     for _ in range(7):  # past the five custom plans of a prepared statement
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             1, "SF1234567890", options=RecallOptions(top_n=1, window_size=0, mode="keyword")
         )
         assert [t.content for t in result.turns] == ["快递单号是 SF1234567890"]
@@ -278,8 +282,8 @@ async def test_an_old_clearly_best_match_is_not_decayed_below_a_newer_weaker_one
     monkeypatch.setattr(retriever, "DECAY_TIE_MARGIN", tie_margin)
     memory = await memory_factory()
     old, newer = "我最喜欢的颜色是蓝色", "我最喜欢的颜色是蓝色和绿色，还有一点点紫色"
-    await memory.add_dialogues([said(old, ago(days=300)), said(newer, ago(days=1))])
-    result = await memory.recall(
+    await memory.parts.writer.add_dialogues([said(old, ago(days=300)), said(newer, ago(days=1))])
+    result = await memory.parts.retriever.recall(
         1,
         "我最喜欢的颜色是蓝色",
         options=RecallOptions(top_n=1, window_size=0, mode="vector", now=NOW),

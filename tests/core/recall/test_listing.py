@@ -25,7 +25,7 @@ CHAT = [
 
 async def chatted(memory, lines=CHAT, *, days_ago: float = 3):  # type: ignore[no-untyped-def]
     at = NOW - timedelta(days=days_ago)
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said(1, text, at + timedelta(minutes=i), GROUP, role=role)
             for i, (role, text) in enumerate(lines)
@@ -55,7 +55,7 @@ def test_a_word_of_the_query_must_be_said_not_one_of_its_bigrams() -> None:
 
 async def test_the_bundled_model_lists_nothing_for_words_never_said(memory_factory, local):
     memory = await memory_factory(embedder=local)
-    assert memory.settings.recall_floor == BUNDLED_MODEL_RECALL_FLOOR
+    assert memory.parts.settings.recall_floor == BUNDLED_MODEL_RECALL_FLOOR
     await chatted(memory)
     await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户对花生过敏")], 1, GROUP, stated_at=NOW

@@ -38,7 +38,7 @@ MESSAGE = "上次我说想买的那个球拍叫什么来着？"
 
 
 async def recalled_first(memory, mode: Any) -> str:  # type: ignore[no-untyped-def]
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         USER,
         MESSAGE,
         options=RecallOptions(top_n=1, window_size=0, now=NOW, mode=mode, context=tuple(EARLIER)),
@@ -56,7 +56,7 @@ async def texts_embedded(memory, local, monkeypatch, message, earlier) -> list[s
         return await embed_query(text)
 
     monkeypatch.setattr(local, "embed_query", recorded)
-    await memory.recall(
+    await memory.parts.retriever.recall(
         USER,
         message,
         options=RecallOptions(top_n=1, window_size=0, now=NOW, context=tuple(earlier)),
@@ -67,7 +67,7 @@ async def texts_embedded(memory, local, monkeypatch, message, earlier) -> list[s
 async def stored(memory_factory, local, **overrides):  # type: ignore[no-untyped-def]
     memory = await memory_factory(embedder=local, memory_query_context_turns=2, **overrides)
     start = NOW - timedelta(days=20)
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [said(USER, text, start + timedelta(days=2 * i)) for i, text in enumerate(HISTORY)]
     )
     return memory

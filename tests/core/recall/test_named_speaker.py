@@ -46,7 +46,7 @@ async def stored(memory_factory, local, language: str, **overrides: Any):  # typ
     """A memory holding the language's two-person chat."""
     memory = await memory_factory(embedder=local, **overrides)
     start = NOW - timedelta(days=3)
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said(USER, text, start + timedelta(minutes=i), role=role, name=name)
             for i, (role, name, text) in enumerate(CHATS[language])
@@ -56,7 +56,7 @@ async def stored(memory_factory, local, language: str, **overrides: Any):  # typ
 
 
 async def asked(memory, question: str) -> RecallResult:  # type: ignore[no-untyped-def]
-    return await memory.recall(
+    return await memory.parts.retriever.recall(
         USER, question, options=RecallOptions(top_n=3, window_size=0, now=NOW)
     )
 
@@ -156,7 +156,7 @@ async def test_in_a_group_the_members_card_is_the_name(memory_factory, local, qu
         embedder=local, memory_shared_groups=str(GROUP), memory_speaker_weight=1.0
     )
     start = NOW - timedelta(days=3)
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said(user, text, start + timedelta(minutes=i), GROUP, role=role, name=name)
             for i, (user, role, name, text) in enumerate(GROUP_CHAT)
@@ -164,7 +164,7 @@ async def test_in_a_group_the_members_card_is_the_name(memory_factory, local, qu
     )
     # Asked by a third member: the shared group's memory is searched.
     options = RecallOptions(top_n=1, window_size=0, now=NOW)
-    result = await memory.recall(23, question, GROUP, options)
+    result = await memory.parts.retriever.recall(23, question, GROUP, options)
     assert first(result) == expected
 
 

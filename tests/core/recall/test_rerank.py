@@ -109,9 +109,11 @@ def anchor_texts(result) -> list[str]:
 async def fused_order(memory_factory, query: str, top_n: int) -> list[str]:
     """MINE stored once, and the order recall gives without a reranker."""
     plain = await memory_factory()
-    await plain.add_dialogues(MINE)
+    await plain.parts.writer.add_dialogues(MINE)
     return anchor_texts(
-        await plain.recall(1, query, options=RecallOptions(top_n=top_n, window_size=0, now=NOW))
+        await plain.parts.retriever.recall(
+            1, query, options=RecallOptions(top_n=top_n, window_size=0, now=NOW)
+        )
     )
 
 
@@ -121,7 +123,9 @@ async def test_the_reranker_reorders_the_fused_candidates(memory_factory, rerank
     rerank_server.favourite = fused[-1]  # the stand-in prefers the fused order's last
     memory = await open_with_reranker(memory_factory, rerank_server)
 
-    result = await memory.recall(1, "体检", options=RecallOptions(top_n=4, window_size=0, now=NOW))
+    result = await memory.parts.retriever.recall(
+        1, "体检", options=RecallOptions(top_n=4, window_size=0, now=NOW)
+    )
 
     assert anchor_texts(result)[0] == fused[-1]
     (request,) = rerank_server.requests
@@ -141,9 +145,11 @@ async def test_reranking_never_brings_in_another_sessions_turns(memory_factory, 
     memory = await open_with_reranker(memory_factory, rerank_server)
     others = [said(f"体检中心的体检套餐 {i}", 10 + i, user=2 + i) for i in range(30)]
     others += [said(f"群里在说体检的事 {i}", 5 + i, user=1, group=700) for i in range(30)]
-    await memory.add_dialogues(MINE + others)
+    await memory.parts.writer.add_dialogues(MINE + others)
 
-    result = await memory.recall(1, "体检", options=RecallOptions(top_n=4, window_size=1, now=NOW))
+    result = await memory.parts.retriever.recall(
+        1, "体检", options=RecallOptions(top_n=4, window_size=1, now=NOW)
+    )
 
     assert result.turns
     assert {t.session_key for t in result.turns} == {"1"}
@@ -166,7 +172,9 @@ async def test_a_failing_reranker_leaves_the_fused_order_within_its_deadline(
     for _ in range(2):
         results.append(
             await asyncio.wait_for(
-                memory.recall(1, "体检", options=RecallOptions(top_n=3, window_size=0, now=NOW)),
+                memory.parts.retriever.recall(
+                    1, "体检", options=RecallOptions(top_n=3, window_size=0, now=NOW)
+                ),
                 120,  # a recall waiting for the hung stand-in fails here instead of hanging
             )
         )
@@ -194,7 +202,7 @@ async def test_the_debugger_shows_the_rerankers_score_of_each_candidate(
 
     rerank_server.favourite = "空腹"
     memory = await open_with_reranker(memory_factory, rerank_server)
-    await memory.add_dialogues(MINE)
+    await memory.parts.writer.add_dialogues(MINE)
 
     trace = await trace_recall(memory.parts, user_id=1, group_id=None, message="体检", now=NOW)
 

@@ -35,7 +35,7 @@ def said(
 
 async def seed_meeting(memory) -> None:
     """小明 tells the bot about the meeting in the team group; the same words elsewhere."""
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said(XIAOMING, MEETING, 0, TEAM, message_id=5001),
             said(XIAOMING, "收到，周五周会下午三点。", 0.1, TEAM, role="assistant", name="小诗"),
@@ -47,7 +47,9 @@ async def seed_meeting(memory) -> None:
 
 
 async def contents(memory, user: int, group: int | None, query: str = "周会几点") -> set[str]:
-    result = await memory.recall(user, query, group, RecallOptions(top_n=5, window_size=1, now=NOW))
+    result = await memory.parts.retriever.recall(
+        user, query, group, RecallOptions(top_n=5, window_size=1, now=NOW)
+    )
     return {t.content for t in result.turns}
 
 
@@ -55,7 +57,7 @@ async def test_memory_is_per_member_until_the_group_is_shared(memory_factory):
     memory = await memory_factory()
     await seed_meeting(memory)
     assert MEETING not in await contents(memory, XIAOHONG, TEAM)
-    assert not (await memory.sharing.status(TEAM)).shared
+    assert not (await memory.parts.sharing.status(TEAM)).shared
 
 
 async def test_a_shared_groups_member_recalls_another_members_words_and_only_that_groups(
@@ -63,7 +65,7 @@ async def test_a_shared_groups_member_recalls_another_members_words_and_only_tha
 ):
     memory = await memory_factory()
     await seed_meeting(memory)
-    assert await memory.sharing.switch(TEAM, on=True, by=XIAOMING)
+    assert await memory.parts.sharing.switch(TEAM, on=True, by=XIAOMING)
     found = await contents(memory, XIAOHONG, TEAM)
     assert MEETING in found and "收到，周五周会下午三点。" in found
     assert not {"周会改到下午四点（别的群）", "周会改到下午五点（私聊）"} & found
@@ -79,13 +81,13 @@ async def test_the_operators_list_shares_a_group_and_an_admins_choice_wins_over_
 ):
     memory = await memory_factory(memory_shared_groups="700, 900")
     await seed_meeting(memory)
-    assert (await memory.sharing.status(TEAM)).source == "setting"
+    assert (await memory.parts.sharing.status(TEAM)).source == "setting"
     assert MEETING in await contents(memory, XIAOHONG, TEAM)
-    assert await memory.sharing.switch(TEAM, on=False, by=XIAOHONG)
-    status = await memory.sharing.status(TEAM)
+    assert await memory.parts.sharing.switch(TEAM, on=False, by=XIAOHONG)
+    status = await memory.parts.sharing.status(TEAM)
     assert (status.shared, status.source, status.changed_by) == (False, "command", XIAOHONG)
     assert MEETING not in await contents(memory, XIAOHONG, TEAM)
-    assert not await memory.sharing.switch(TEAM, on=False, by=XIAOHONG)  # nothing changed
+    assert not await memory.parts.sharing.switch(TEAM, on=False, by=XIAOHONG)  # nothing changed
 
 
 @pytest.mark.parametrize("exact_max_rows", [20_000, 0], ids=["exact-query", "index-query"])
@@ -100,11 +102,11 @@ async def test_a_shared_group_gets_min_top_n_anchors_and_only_its_rows_among_100
         for i in range(500)
     ]
     # A bulk import builds the index of every session above the limit (all, for index-query).
-    async with memory.vector_index_deferred():
-        await memory.add_dialogues(others + mine)
-    await memory.sharing.switch(TEAM, on=True, by=None)
+    async with memory.parts.upkeep.vector_index_deferred():
+        await memory.parts.writer.add_dialogues(others + mine)
+    await memory.parts.sharing.switch(TEAM, on=True, by=None)
     for top_n in (1, 3, 5, 8):
-        result = await memory.recall(
+        result = await memory.parts.retriever.recall(
             100, "苹果香蕉", TEAM, RecallOptions(top_n=top_n, window_size=0, now=NOW)
         )
         assert len(result.windows) == min(top_n, 5)
@@ -113,15 +115,15 @@ async def test_a_shared_group_gets_min_top_n_anchors_and_only_its_rows_among_100
 
 async def test_windows_stay_in_the_anchors_own_session_when_members_interleave(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said(XIAOMING, "我的工号是A100", 0, TEAM),
             said(XIAOHONG, "今天下雨了", 0.5, TEAM, name="小红"),
             said(XIAOMING, "好的，工号A100记下了", 1, TEAM, role="assistant", name="小诗"),
         ]
     )
-    await memory.sharing.switch(TEAM, on=True, by=None)
-    result = await memory.recall(
+    await memory.parts.sharing.switch(TEAM, on=True, by=None)
+    result = await memory.parts.retriever.recall(
         XIAOHONG, "工号A100", TEAM, RecallOptions(top_n=1, window_size=1, now=NOW)
     )
     assert [t.content for t in result.windows[0].turns] in (
@@ -136,8 +138,10 @@ async def test_other_members_turns_are_labelled_with_who_said_them_in_the_prompt
 ):
     memory = await memory_factory()
     await seed_meeting(memory)
-    await memory.add_turn(said(XIAOHONG, "我的周会笔记在共享文档里", 0.5, TEAM, name="小红"))
-    await memory.sharing.switch(TEAM, on=True, by=None)
+    await memory.parts.writer.add_turn(
+        said(XIAOHONG, "我的周会笔记在共享文档里", 0.5, TEAM, name="小红")
+    )
+    await memory.parts.sharing.switch(TEAM, on=True, by=None)
     context = await memory.parts.context_builder.build(XIAOHONG, TEAM, "周会几点", now=NOW)
     lines = context.text.splitlines()
     assert OTHERS_NOTE in lines
@@ -146,7 +150,7 @@ async def test_other_members_turns_are_labelled_with_who_said_them_in_the_prompt
     # The asker's own words keep their usual label.
     assert any(") user(小红): 我的周会笔记在共享文档里" in line for line in lines)
     # Unshared, nothing of another member reaches the prompt, and no note either.
-    await memory.sharing.switch(TEAM, on=False, by=None)
+    await memory.parts.sharing.switch(TEAM, on=False, by=None)
     alone = await memory.parts.context_builder.build(XIAOHONG, TEAM, "周会几点", now=NOW)
     assert MEETING not in alone.text and OTHERS_NOTE not in alone.text
 
@@ -156,11 +160,15 @@ async def test_forget_me_and_a_recall_notice_take_a_members_words_out_of_the_sha
 ):
     memory = await memory_factory()
     await seed_meeting(memory)
-    await memory.add_turn(said(XIAOHONG, "周会室在三楼", 5, TEAM, name="小红", message_id=6001))
-    await memory.sharing.switch(TEAM, on=True, by=None)
+    await memory.parts.writer.add_turn(
+        said(XIAOHONG, "周会室在三楼", 5, TEAM, name="小红", message_id=6001)
+    )
+    await memory.parts.sharing.switch(TEAM, on=True, by=None)
     assert {MEETING, "周会室在三楼"} <= await contents(memory, STRANGER, TEAM)
-    await memory.forget(ForgetScope(user_id=XIAOMING))  # /忘记我
-    await memory.delete_message(RecalledMessage(self_id=None, message_id=6001, group_id=TEAM))
+    await memory.parts.forgetting.forget(ForgetScope(user_id=XIAOMING))  # /忘记我
+    await memory.parts.forgetting.delete_message(
+        RecalledMessage(self_id=None, message_id=6001, group_id=TEAM)
+    )
     left = await contents(memory, STRANGER, TEAM)
     assert MEETING not in left and "周会室在三楼" not in left
 
@@ -169,7 +177,7 @@ async def test_cached_answers_are_never_served_to_another_member_even_when_share
     memory_factory,
 ):
     memory = await memory_factory(answer_cache_enabled=True)
-    await memory.sharing.switch(TEAM, on=True, by=None)
+    await memory.parts.sharing.switch(TEAM, on=True, by=None)
     question = "光合作用需要什么条件"
     assert await memory.parts.answer_cache.store(question, "光、水和二氧化碳。", XIAOMING, TEAM)
     assert await memory.parts.answer_cache.lookup(question, XIAOMING, TEAM) is not None

@@ -50,12 +50,12 @@ async def private_chat(memory) -> None:  # type: ignore[no-untyped-def]
         said(XIAOMING, ASKED, at(60), None),
         said(XIAOMING, NOT_KNOWN, at(60.1), None, role="assistant", name="小诗"),
     ]
-    await memory.add_dialogues(lines)
+    await memory.parts.writer.add_dialogues(lines)
 
 
 async def anchors(memory, user: int, query: str, group: int | None = None) -> list[str]:  # type: ignore[no-untyped-def]
     options = RecallOptions(top_n=3, window_size=0, now=NOW)
-    result = await memory.recall(user, query, group, options)
+    result = await memory.parts.retriever.recall(user, query, group, options)
     by_id = {t.id: t.content for t in result.turns}
     return [by_id[w.anchor_id] for w in result.windows]
 
@@ -78,7 +78,7 @@ async def test_without_the_demotion_the_question_came_first(memory_factory, loca
 
 
 async def shared_group_chat(memory) -> None:  # type: ignore[no-untyped-def]
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             *(said(XIAOHONG, text, at(i), TEAM, name="小红") for i, text in enumerate(FILLER)),
             said(XIAOMING, MEETING, at(10), TEAM, name="小明"),
@@ -114,7 +114,7 @@ async def echoed_chat(memory) -> None:  # type: ignore[no-untyped-def]
         said(XIAOMING, CODE, at(10), None),
         said(XIAOMING, ECHO, at(10.1), None, role="assistant", name="小诗"),
     ]
-    await memory.add_dialogues(lines)
+    await memory.parts.writer.add_dialogues(lines)
 
 
 async def test_the_bots_echo_ranks_below_the_line_it_restates(memory_factory, local):
@@ -139,7 +139,7 @@ async def test_recall_lists_the_statement_first_and_keeps_the_digits_asked_for(
         "刚刚收到菜鸟驿站的短信，说我买的那箱书到了放在东门的柜子里，取件码4-2-1187，"
         "晚上八点前要取走"
     )
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             *(said(XIAOMING, text, at(i), None) for i, text in enumerate(FILLER)),
             said(XIAOMING, parcel, at(10), None),
@@ -157,7 +157,7 @@ async def test_mcp_recall_returns_nothing_for_an_unrelated_query(memory_factory,
     memory = await memory_factory(embedder=local)
     await private_chat(memory)
     agent = AgentMemory(
-        memory, ConversationEngine(parts=memory.parts, writer=memory, chat_model=None), "test"
+        memory.parts, ConversationEngine(parts=memory.parts, chat_model=None), "test"
     )
     answer = await agent.recall(XIAOMING, "工位密码")
     assert answer["turns"] == [] and answer["facts"] == []
@@ -204,9 +204,9 @@ async def test_mcp_recall_gives_the_lines_the_prompt_carries(memory_factory, loc
         said(XIAOMING, ASKED, at(60), None),
         said(XIAOMING, NOT_KNOWN, at(60.1), None, role="assistant", name="小诗"),
     ]
-    await memory.add_dialogues(lines)
+    await memory.parts.writer.add_dialogues(lines)
     agent = AgentMemory(
-        memory, ConversationEngine(parts=memory.parts, writer=memory, chat_model=None), "test"
+        memory.parts, ConversationEngine(parts=memory.parts, chat_model=None), "test"
     )
     prompt = await memory.parts.context_builder.build(
         XIAOMING, None, "周会几点？", now=NOW, touch=False

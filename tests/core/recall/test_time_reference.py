@@ -19,7 +19,7 @@ def said(text: str, at: datetime, user: int = 1, group: int | None = None) -> Tu
 
 async def test_todays_plan_said_yesterday_is_found_by_a_question_about_today(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("今天加班到好晚，累死了", MONDAY_EVENING - timedelta(hours=2)),
             said("我明天上午十点要去体检", MONDAY_EVENING),
@@ -30,7 +30,7 @@ async def test_todays_plan_said_yesterday_is_found_by_a_question_about_today(mem
         ]
     )
 
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "我今天上午要干嘛", options=RecallOptions(top_n=1, window_size=0, now=TUESDAY)
     )
 
@@ -41,7 +41,7 @@ async def test_a_question_about_a_day_finds_the_plans_made_for_it_days_before(
     memory_factory,
 ):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             said("我明天上午十点要去体检", MONDAY_EVENING),
             said("下周三要交季度报告", MONDAY_EVENING + timedelta(hours=1)),
@@ -51,7 +51,7 @@ async def test_a_question_about_a_day_finds_the_plans_made_for_it_days_before(
     # Wednesday of the next week: the report was planned for today, nine days ago.
     next_wednesday = datetime(2024, 1, 24, 9, 0, tzinfo=SH)
 
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "今天要干嘛", options=RecallOptions(top_n=1, window_size=0, now=next_wednesday)
     )
 
@@ -62,9 +62,11 @@ async def test_turns_stored_without_a_time_reference_still_fall_back_to_any_time
     memory_factory,
 ):
     memory = await memory_factory()
-    await memory.add_dialogues([said("周末去爬山了", MONDAY_EVENING - timedelta(days=2))])
+    await memory.parts.writer.add_dialogues(
+        [said("周末去爬山了", MONDAY_EVENING - timedelta(days=2))]
+    )
 
-    result = await memory.recall(
+    result = await memory.parts.retriever.recall(
         1, "我今天上午要干嘛", options=RecallOptions(top_n=1, window_size=0, now=TUESDAY)
     )
 

@@ -89,7 +89,7 @@ async def stored_contents(dsn: str) -> list[str]:
 
 
 def dead_letters(memory) -> list[dict]:
-    path = memory._spool.dead_path
+    path = memory.parts.spool.dead_path
     return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
 
 
@@ -101,16 +101,16 @@ async def test_turns_arriving_during_an_outage_are_spooled_then_written(
     )
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
     try:
-        assert (await memory.add_turn(said("停电之前说的话", 1))).turn is not None
+        assert (await memory.parts.writer.add_turn(said("停电之前说的话", 1))).turn is not None
         await proxy.stop()
-        outcome = await memory.add_turn(said("停电期间说的话", 2))
+        outcome = await memory.parts.writer.add_turn(said("停电期间说的话", 2))
         assert outcome.spooled and outcome.turn is None
         with pytest.raises(DatabaseUnavailableError):
-            await memory.recall(7, "说的话")
+            await memory.parts.retriever.recall(7, "说的话")
         await proxy.start()
-        assert await memory.flush_spool() == 1
-        assert await memory.flush_spool() == 0
-        turns = await memory.get_contextual_memory(
+        assert await memory.parts.forgetting.flush_spool() == 1
+        assert await memory.parts.forgetting.flush_spool() == 0
+        turns = await memory.parts.retriever.get_contextual_memory(
             7, "说的话", top_n=5, now=datetime.now(timezone.utc)
         )
         assert sorted(t.content for t in turns) == ["停电之前说的话", "停电期间说的话"]
@@ -128,22 +128,26 @@ async def test_a_message_recalled_during_an_outage_is_forgotten_on_reconnection(
     )
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
     try:
-        await memory.add_turn(said("停电之前发错的消息", 1))
-        await memory.add_turn(said("停电之前留下的消息", 2))
+        await memory.parts.writer.add_turn(said("停电之前发错的消息", 1))
+        await memory.parts.writer.add_turn(said("停电之前留下的消息", 2))
         await proxy.stop()
-        await memory.add_turn(said("停电期间发错又撤回的消息", 3))
+        await memory.parts.writer.add_turn(said("停电期间发错又撤回的消息", 3))
         # Both recalls arrive while the database is down: one stored before, one spooled.
-        assert await memory.delete_message(RecalledMessage(1, 1, user_id=7)) is None
-        assert await memory.delete_message(RecalledMessage(1, 3, user_id=7)) is None
+        assert (
+            await memory.parts.forgetting.delete_message(RecalledMessage(1, 1, user_id=7)) is None
+        )
+        assert (
+            await memory.parts.forgetting.delete_message(RecalledMessage(1, 3, user_id=7)) is None
+        )
         await proxy.start()
-        assert await memory.flush_spool() == 1  # the turn is written, then deleted
-        turns = await memory.get_contextual_memory(
+        assert await memory.parts.forgetting.flush_spool() == 1  # the turn is written, then deleted
+        turns = await memory.parts.retriever.get_contextual_memory(
             7, "消息", top_n=5, now=datetime.now(timezone.utc)
         )
         assert [t.content for t in turns] == ["停电之前留下的消息"]
-        forgotten = await memory.delete_message(RecalledMessage(1, 2, user_id=7))
+        forgotten = await memory.parts.forgetting.delete_message(RecalledMessage(1, 2, user_id=7))
         assert forgotten is not None and forgotten.dialogues == 1  # connected: deleted at once
-        assert await memory.flush_spool() == 0
+        assert await memory.parts.forgetting.flush_spool() == 0
     finally:
         await memory.aclose()
 
@@ -159,15 +163,17 @@ async def test_memory_started_without_a_database_connects_by_itself_later(
         settings, embedder=hashing_embedder, require_database=False, maintenance_interval=0.1
     )
     try:
-        assert not memory.connected
-        assert (await memory.add_turn(said("数据库还没起来", 10))).spooled
+        assert not memory.parts.database.connected
+        assert (await memory.parts.writer.add_turn(said("数据库还没起来", 10))).spooled
         await proxy.start()
         for _ in range(1200):  # bounded wait (60 s) for the maintenance loop, not a timing check
-            if memory.connected and (await memory.stats()).total_rows == 1:
+            if memory.parts.database.connected and (await memory.stats()).total_rows == 1:
                 break
             await asyncio.sleep(0.05)
-        assert memory.connected
-        turns = await memory.get_contextual_memory(7, "数据库", now=datetime.now(timezone.utc))
+        assert memory.parts.database.connected
+        turns = await memory.parts.retriever.get_contextual_memory(
+            7, "数据库", now=datetime.now(timezone.utc)
+        )
         assert [t.content for t in turns] == ["数据库还没起来"]
     finally:
         await memory.aclose()
@@ -184,12 +190,14 @@ async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
     writer = await asyncpg.connect(fresh_dsn)  # directly, not through the proxy
     try:
-        await memory.add_dialogues([said(f"第{i}句：今天吃了火锅", 100 + i) for i in range(20)])
+        await memory.parts.writer.add_dialogues(
+            [said(f"第{i}句：今天吃了火锅", 100 + i) for i in range(20)]
+        )
         # An open writing transaction keeps the concurrent build waiting ...
         transaction = writer.transaction()
         await transaction.start()
         await writer.execute("LOCK TABLE dialogues IN ROW EXCLUSIVE MODE")
-        assert (await memory.recall(7, "火锅")).windows  # exact; starts the build
+        assert (await memory.parts.retriever.recall(7, "火锅")).windows  # exact; starts the build
         # Bounded wait (60 s) for the build to register, not a timing check. The writer is inside
         # a transaction, where PostgreSQL answers the progress view from a snapshot taken at the
         # first read: without clearing it, a first read before the build began read 0 for all
@@ -203,13 +211,13 @@ async def test_a_vector_index_build_cut_by_an_outage_is_redone_once_the_database
             await asyncio.sleep(0.05)
         assert building == 1
         await proxy.stop()  # ... until the connection is cut under it
-        await memory.vector_index.wait_built()
-        assert memory.vector_index.indexed == set()  # failed, retried later
+        await memory.parts.vector_index.wait_built()
+        assert memory.parts.vector_index.indexed == set()  # failed, retried later
         await transaction.commit()
         await proxy.start()
-        assert (await memory.recall(7, "火锅")).windows  # still answered, exactly
-        await memory.index_large_sessions()  # what the retry comes to
-        assert memory.vector_index.indexed == {"7"}
+        assert (await memory.parts.retriever.recall(7, "火锅")).windows  # still answered, exactly
+        await memory.parts.upkeep.index_large_sessions()  # what the retry comes to
+        assert memory.parts.vector_index.indexed == {"7"}
         valid = await writer.fetchval(
             "SELECT bool_and(indisvalid) FROM pg_index WHERE indexrelid = "
             "'dialogues_hnsw_384_s7'::regclass"
@@ -231,9 +239,7 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
         memory_dsn=proxy.dsn(database_name(fresh_dsn)), memory_data_dir=tmp_data_dir
     )
     memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=RecordingModel(ANSWER))
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -258,7 +264,7 @@ async def test_odd_text_is_answered_and_stored_cleaned_with_the_database_up_or_d
                 expected[message_id] = cleaned
         assert sent == [ANSWER] * len(expected)
         await proxy.start()
-        await memory.flush_spool()
+        await memory.parts.forgetting.flush_spool()
         reader = await asyncpg.connect(fresh_dsn)
         try:
             rows = await reader.fetch(
@@ -286,16 +292,18 @@ async def test_bad_items_spooled_during_an_outage_never_block_the_good_ones_arou
     memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
     try:
         await proxy.stop()
-        await memory.add_turn(said("停电时的第一句", 1))
-        await memory.add_turn(said("半个\ud83d表情\x00", 2))  # stored cleaned
-        await memory.add_turn(said("数据库拒收这一句", 3))  # refused for its value, below
+        await memory.parts.writer.add_turn(said("停电时的第一句", 1))
+        await memory.parts.writer.add_turn(said("半个\ud83d表情\x00", 2))  # stored cleaned
+        await memory.parts.writer.add_turn(
+            said("数据库拒收这一句", 3)
+        )  # refused for its value, below
         # A line an older version could spool: content that is nothing but NUL.
-        with memory._spool.path.open("a", encoding="utf-8") as spool:
+        with memory.parts.spool.path.open("a", encoding="utf-8") as spool:
             spool.write(json.dumps({"user_id": 7, "role": "user", "content": "\x00\x00"}) + "\n")
-        await memory.add_turn(said("停电时的最后一句", 4))
+        await memory.parts.writer.add_turn(said("停电时的最后一句", 4))
         await refuse_inserts(fresh_dsn, "22023", "NEW.content LIKE '%拒收%'")
         await proxy.start()
-        assert await memory.flush_spool() == 3
+        assert await memory.parts.forgetting.flush_spool() == 3
         assert await stored_contents(fresh_dsn) == [
             "停电时的第一句",
             "半个\ufffd表情",
@@ -307,8 +315,8 @@ async def test_bad_items_spooled_during_an_outage_never_block_the_good_ones_arou
         assert letters[1]["error"].startswith("InvalidTurnError")
         stats = await memory.stats()
         assert (stats.spooled_turns, stats.dead_letters) == (0, 2)
-        assert f"无法写入的消息：2 条，已移至 {memory._spool.dead_path}" in stats.lines_zh()
-        assert await memory.flush_spool() == 0
+        assert f"无法写入的消息：2 条，已移至 {memory.parts.spool.dead_path}" in stats.lines_zh()
+        assert await memory.parts.forgetting.flush_spool() == 0
     finally:
         await memory.aclose()
 
@@ -319,21 +327,21 @@ async def test_a_torn_last_line_is_skipped_with_a_warning_and_the_turns_around_i
     memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
     try:
         await proxy.stop()
-        await memory.add_turn(said("崩溃之前的话", 1))
+        await memory.parts.writer.add_turn(said("崩溃之前的话", 1))
         # A crash in the middle of writing a line: cut inside a Chinese character, no newline.
         line = json.dumps({"user_id": 7, "role": "user", "content": "写了一半"}, ensure_ascii=False)
-        with memory._spool.path.open("ab") as spool:
+        with memory.parts.spool.path.open("ab") as spool:
             spool.write(line.encode("utf-8")[:-4])
-        await memory.add_turn(said("重启之后的话", 2))
+        await memory.parts.writer.add_turn(said("重启之后的话", 2))
         await proxy.start()
         with caplog.at_level(logging.WARNING, logger="memory_core.dialogue.spool"):
-            assert await memory.flush_spool() == 2
+            assert await memory.parts.forgetting.flush_spool() == 2
         assert await stored_contents(fresh_dsn) == ["崩溃之前的话", "重启之后的话"]
         assert any("spool line 2 is skipped" in r.message for r in caplog.records)
         assert [letter["error"].split(":")[0] for letter in dead_letters(memory)] == [
             "unreadable line"
         ]
-        assert memory._spool.pending() == 0
+        assert memory.parts.spool.pending() == 0
     finally:
         await memory.aclose()
 
@@ -380,7 +388,7 @@ class ReadOnlyDatabase:
             )
         finally:
             await conn.close()
-        await memory.database.pool.expire_connections()  # the pool's sessions are replaced
+        await memory.parts.database.pool.expire_connections()  # the pool's sessions are replaced
 
 
 class RefusingTrigger:
@@ -413,29 +421,30 @@ async def test_turns_the_database_refuses_to_write_are_answered_spooled_then_dra
     memory_factory, fresh_dsn, caplog, refusal
 ):
     memory = await memory_factory()
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=RecordingModel(ANSWER))
     sent: list[str] = []
     send = recorded_in(sent)
 
-    await memory.add_turn(said("一切正常时说的", 1))
+    await memory.parts.writer.add_turn(said("一切正常时说的", 1))
     await refusal.apply(fresh_dsn, memory)
     with caplog.at_level(logging.INFO, logger="memory_core.dialogue.writing"):
         for number in (2, 3, 4):
             result = await engine.converse(said(f"写不进去时说的第{number}句", number), send)
             assert result.outcome is Outcome.REPLIED and result.spooled
         assert sent == [ANSWER] * 3
-        assert memory.write_trouble is not None and memory.write_trouble.startswith(refusal.label)
+        assert (
+            memory.parts.writer.write_trouble is not None
+            and memory.parts.writer.write_trouble.startswith(refusal.label)
+        )
         stats = await memory.stats()  # reading still works
         assert stats.spooled_turns == 6
         assert any(line.startswith("记忆写入受阻") for line in stats.lines_zh())
         with pytest.raises(StorageError):
-            await memory.flush_spool()  # still refused: kept for later
-        assert memory._spool.pending() == 6
+            await memory.parts.forgetting.flush_spool()  # still refused: kept for later
+        assert memory.parts.spool.pending() == 6
         await refusal.lift(fresh_dsn, memory)
-        assert await memory.flush_spool() == 6
-    assert memory.write_trouble is None
+        assert await memory.parts.forgetting.flush_spool() == 6
+    assert memory.parts.writer.write_trouble is None
     contents = await stored_contents(fresh_dsn)
     assert len(contents) == 7 and contents.count(ANSWER) == 3
     stats = await memory.stats()
@@ -451,12 +460,14 @@ async def test_a_message_recalled_while_writes_are_refused_is_forgotten_once_the
     memory_factory, fresh_dsn
 ):
     memory = await memory_factory()
-    await memory.add_turn(said("发错了的消息", 1))
+    await memory.parts.writer.add_turn(said("发错了的消息", 1))
     read_only = ReadOnlyDatabase()
     await read_only.apply(fresh_dsn, memory)
-    assert await memory.delete_message(RecalledMessage(1, 1, user_id=7)) is None  # spooled
+    assert (
+        await memory.parts.forgetting.delete_message(RecalledMessage(1, 1, user_id=7)) is None
+    )  # spooled
     await read_only.lift(fresh_dsn, memory)
-    await memory.flush_spool()
+    await memory.parts.forgetting.flush_spool()
     assert await stored_contents(fresh_dsn) == []
 
 
@@ -469,21 +480,25 @@ async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_
         # say "bad data" (XX000, internal error: try later).
         await proxy.stop()
         for number, text in enumerate(["停电时的第一句", "有毒的一句", "停电时的最后一句"]):
-            await memory.add_turn(said(text, number))
+            await memory.parts.writer.add_turn(said(text, number))
         await refuse_inserts(fresh_dsn, "XX000", "NEW.content LIKE '%有毒%'")
         await proxy.start()
-        assert await memory.flush_spool() == 2  # the others are written; it waits
-        assert await memory.flush_spool() == 0  # refused again, others went through: buried
+        assert await memory.parts.forgetting.flush_spool() == 2  # the others are written; it waits
+        assert (
+            await memory.parts.forgetting.flush_spool() == 0
+        )  # refused again, others went through: buried
         assert await stored_contents(fresh_dsn) == ["停电时的第一句", "停电时的最后一句"]
         # The same alone, arriving live: spooled; once other writes go through, buried.
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="memory_core.dialogue.writing"):
-            assert (await memory.add_turn(said("又一句有毒的", 10))).spooled
+            assert (await memory.parts.writer.add_turn(said("又一句有毒的", 10))).spooled
             with pytest.raises(StorageError):
-                await memory.flush_spool()  # alone and refused: cannot tell yet
-            assert (await memory.add_turn(said("之后的正常一句", 11))).turn is not None
-            assert memory.write_trouble is not None  # degraded until the spool is written
-            assert await memory.flush_spool() == 0
+                await memory.parts.forgetting.flush_spool()  # alone and refused: cannot tell yet
+            assert (await memory.parts.writer.add_turn(said("之后的正常一句", 11))).turn is not None
+            assert (
+                memory.parts.writer.write_trouble is not None
+            )  # degraded until the spool is written
+            assert await memory.parts.forgetting.flush_spool() == 0
         said_when = [r.message for r in caplog.records if r.message.startswith("memory writes")]
         assert [m.split(" (")[0].split(",")[0] for m in said_when] == [
             "memory writes fail",
@@ -497,7 +512,7 @@ async def test_an_item_refused_for_itself_with_an_unforeseen_error_does_not_jam_
             )
             for letter in letters
         )
-        assert memory._spool.pending() == 0 and memory.write_trouble is None
+        assert memory.parts.spool.pending() == 0 and memory.parts.writer.write_trouble is None
     finally:
         await memory.aclose()
 
@@ -510,15 +525,13 @@ async def test_a_live_turn_the_database_refuses_for_its_value_is_dead_lettered_a
     sent: list[str] = []
     send = recorded_in(sent)
 
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=RecordingModel(ANSWER))
     result = await engine.converse(said("数据库拒收这一句", 1), send)
     assert result.outcome is Outcome.REPLIED and result.user_turn is None
     assert sent == [ANSWER]
     assert await stored_contents(fresh_dsn) == [ANSWER]
     assert [letter["item"]["content"] for letter in dead_letters(memory)] == ["数据库拒收这一句"]
-    assert memory.write_trouble is None and memory._spool.pending() == 0
+    assert memory.parts.writer.write_trouble is None and memory.parts.spool.pending() == 0
     assert (await memory.stats()).dead_letters == 1
 
 
@@ -527,15 +540,19 @@ async def test_a_nearly_full_disk_letting_small_writes_through_never_dead_letter
 ):
     memory = await memory_factory()
     await refuse_inserts(fresh_dsn, "53100", "length(NEW.content) > 5")  # big rows do not fit
-    assert (await memory.add_turn(said("这一句太长了写不进去", 1))).spooled
+    assert (await memory.parts.writer.add_turn(said("这一句太长了写不进去", 1))).spooled
     with pytest.raises(StorageError):
-        await memory.flush_spool()
-    assert (await memory.add_turn(said("短句", 2))).turn is not None  # a small one fits
+        await memory.parts.forgetting.flush_spool()
+    assert (
+        await memory.parts.writer.add_turn(said("短句", 2))
+    ).turn is not None  # a small one fits
     with pytest.raises(StorageError):
-        await memory.flush_spool()  # refused again, others went through: still only waits
-    assert (memory._spool.pending(), memory._spool.dead_letters()) == (1, 0)
+        await (
+            memory.parts.forgetting.flush_spool()
+        )  # refused again, others went through: still only waits
+    assert (memory.parts.spool.pending(), memory.parts.spool.dead_letters()) == (1, 0)
     await RefusingTrigger("53100", "").lift(fresh_dsn, memory)
-    assert await memory.flush_spool() == 1
+    assert await memory.parts.forgetting.flush_spool() == 1
     assert await stored_contents(fresh_dsn) == ["短句", "这一句太长了写不进去"]
 
 
@@ -546,7 +563,7 @@ async def test_the_pools_reconnection_retries_log_one_line_each_without_a_traceb
     try:
         await proxy.stop()
         with pytest.raises(DatabaseUnavailableError):
-            await memory.recall(7, "说的话")  # the pool finds its connection gone
+            await memory.parts.retriever.recall(7, "说的话")  # the pool finds its connection gone
         with caplog.at_level(logging.WARNING, logger="asyncpg.pool"):
             for _ in range(600):  # 60 s at most for asyncpg's first retry (1 s after the loss)
                 if any(r.name == "asyncpg.pool" for r in caplog.records):
@@ -582,9 +599,7 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
 ):
     """The spool usually shares the database's disk: both refuse writes as a full disk does."""
     memory = await memory_factory()
-    engine = ConversationEngine(
-        parts=memory.parts, writer=memory, chat_model=RecordingModel(ANSWER)
-    )
+    engine = ConversationEngine(parts=memory.parts, chat_model=RecordingModel(ANSWER))
     sent: list[str] = []
     send = recorded_in(sent)
 
@@ -596,15 +611,17 @@ async def test_with_the_disk_full_for_the_spool_too_turns_wait_in_memory_and_are
             result = await engine.converse(said(f"磁盘满时说的第{number}句", number), send)
             assert result.outcome is Outcome.REPLIED and result.spooled
     assert sent == [ANSWER] * 3
-    assert memory._spool.pending() == 6  # three user turns and three replies, in memory
+    assert memory.parts.spool.pending() == 6  # three user turns and three replies, in memory
     assert any("wait in memory" in r.getMessage() for r in caplog.records)
     with pytest.raises(StorageError):
-        await memory.flush_spool()  # neither the file nor the database takes them yet
+        await (
+            memory.parts.forgetting.flush_spool()
+        )  # neither the file nor the database takes them yet
 
     disk.full = False  # space again: the file takes writes, then the database
     await full_disk.lift(fresh_dsn, memory)
-    assert await memory.flush_spool() == 6
-    assert memory._spool.pending() == 0
+    assert await memory.parts.forgetting.flush_spool() == 6
+    assert memory.parts.spool.pending() == 0
     contents = await stored_contents(fresh_dsn)
     assert sorted(c for c in contents if c != ANSWER) == [f"磁盘满时说的第{n}句" for n in (1, 2, 3)]
 

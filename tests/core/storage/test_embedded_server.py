@@ -18,13 +18,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from memory_core import TemporalMemory, open_memory
 from memory_core.errors import DatabaseUnavailableError
 from memory_core.models import TurnInput
 from memory_core.settings import MemorySettings
-from memory_core.storage.embedded_server import EmbeddedServer
+from memory_core.storage.embedded_server import (
+    SMALL_SERVER_FILE,
+    SMALL_SERVER_SETTINGS,
+    EmbeddedServer,
+    size_for_small_server,
+)
 from tests.fakes import HashingEmbedder
 from tests.pg_processes import (
     kill_postmaster,
@@ -94,7 +100,7 @@ async def stored_contents(memory: TemporalMemory, expected_rows: int) -> list[st
             if (await memory.stats()).total_rows == expected_rows:
                 break
         await asyncio.sleep(0.1)
-    turns = await memory.recent_turns(7, None, limit=10, since=LONG_AGO)
+    turns = await memory.parts.retriever.recent_turns(7, None, limit=10, since=LONG_AGO)
     return [turn.content for turn in turns]
 
 
@@ -102,9 +108,9 @@ async def test_a_killed_embedded_server_is_started_again_and_the_turn_spooled_me
     open_embedded, cluster
 ):
     memory = await open_embedded()
-    assert (await memory.add_turn(said("崩溃之前说的话", 1))).turn is not None
+    assert (await memory.parts.writer.add_turn(said("崩溃之前说的话", 1))).turn is not None
     dead = await kill_postmaster(cluster)
-    outcome = await memory.add_turn(said("崩溃期间说的话", 2))
+    outcome = await memory.parts.writer.add_turn(said("崩溃期间说的话", 2))
     assert outcome.spooled and outcome.turn is None
     memory.start_maintenance(interval=0.1)
     assert await stored_contents(memory, 2) == ["崩溃之前说的话", "崩溃期间说的话"]
@@ -117,7 +123,7 @@ async def test_after_a_crash_and_a_restart_closing_the_memory_leaves_no_postgres
 ):
     memory = await open_embedded()
     dead = await kill_postmaster(cluster)
-    assert (await memory.add_turn(said("重启期间", 1))).spooled
+    assert (await memory.parts.writer.add_turn(said("重启期间", 1))).spooled
     memory.start_maintenance(interval=0.1)
     assert await stored_contents(memory, 1) == ["重启期间"]
     assert postmaster_pid(cluster) != dead
@@ -187,7 +193,7 @@ async def test_a_postmaster_pid_naming_a_process_that_is_no_postmaster_of_the_fo
     with pid_that_is_no_postmaster(owner) as pid:
         lock_file.write_text("".join([f"{pid}\n", *lines[1:]]))
         memory = await open_embedded()
-        assert (await memory.add_turn(said("照样能存", 1))).turn is not None
+        assert (await memory.parts.writer.add_turn(said("照样能存", 1))).turn is not None
         assert postmaster_pid(cluster) != pid
 
 
@@ -200,7 +206,7 @@ async def test_a_running_postmaster_of_the_folder_is_joined_and_stops_with_its_l
     assert postmaster_pid(cluster) == running
     await first.aclose()
     assert postgres_processes(cluster)  # the second memory still uses it
-    assert (await second.add_turn(said("还在用", 1))).turn is not None
+    assert (await second.parts.writer.add_turn(said("还在用", 1))).turn is not None
     await second.aclose()
     assert postgres_processes(cluster) == []
 
@@ -238,7 +244,7 @@ async def test_a_user_killed_with_sigkill_does_not_keep_the_server_running_after
     other.wait()
     assert other.pid in json.loads((cluster / ".handle_pids.json").read_text())
     memory = await open_embedded()  # joins the server the killed process started
-    assert (await memory.add_turn(said("接手", 1))).turn is not None
+    assert (await memory.parts.writer.add_turn(said("接手", 1))).turn is not None
     await memory.aclose()
     assert postgres_processes(cluster) == []
 
@@ -274,3 +280,25 @@ async def test_another_process_still_using_the_server_keeps_it_running_after_our
             break
         await asyncio.sleep(0.1)
     assert postgres_processes(cluster) == []
+
+
+async def test_a_cluster_made_before_is_sized_for_a_small_server_at_its_next_start(cluster):
+    # As an older version left it: initdb's postgresql.conf alone (128 MB of shared buffers).
+    (cluster / SMALL_SERVER_FILE).unlink(missing_ok=True)
+    conf = cluster / "postgresql.conf"
+    kept = [line for line in conf.read_text().splitlines() if SMALL_SERVER_FILE not in line]
+    conf.write_text("\n".join(kept) + "\n")
+    server = EmbeddedServer(cluster)
+    dsn = await asyncio.to_thread(server.start)
+    try:
+        connection = await asyncpg.connect(dsn)
+        try:
+            shared_buffers = await connection.fetchval("SHOW shared_buffers")
+        finally:
+            await connection.close()
+    finally:
+        await asyncio.to_thread(server.stop)
+    size_for_small_server(cluster)  # a later start adds nothing twice
+
+    assert shared_buffers == SMALL_SERVER_SETTINGS["shared_buffers"]
+    assert conf.read_text().count(SMALL_SERVER_FILE) == 1

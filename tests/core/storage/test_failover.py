@@ -42,7 +42,7 @@ async def pair() -> AsyncIterator[ReplicatedPair]:
 async def say(memory: TemporalMemory, text: str, message_id: int, acknowledged: list[str]) -> None:
     """One turn; counted as acknowledged when the memory stored or spooled it (what the bot
     answers after)."""
-    outcome = await memory.add_turn(said(text, message_id))
+    outcome = await memory.parts.writer.add_turn(said(text, message_id))
     assert outcome.turn is not None or outcome.spooled, outcome
     acknowledged.append(text)
 
@@ -61,7 +61,9 @@ async def written_to(memory: TemporalMemory, dsn: str, wanted: list[str]) -> set
     deadline = time.monotonic() + 60
     while True:
         with contextlib.suppress(MemoryCoreError):
-            await memory.flush_spool()  # reconnects; raises while no server takes writes
+            await (
+                memory.parts.forgetting.flush_spool()
+            )  # reconnects; raises while no server takes writes
         stored = await contents_on(dsn)
         if set(wanted) <= stored or time.monotonic() > deadline:
             return stored
@@ -90,7 +92,7 @@ async def test_every_acknowledged_turn_is_on_the_promoted_standby_after_the_prim
         stored = await written_to(memory, pair.standby.dsn(), acknowledged)
         assert sorted(set(acknowledged) - stored) == []
         # The same memory reads from the new primary too.
-        recalled = await memory.get_contextual_memory(
+        recalled = await memory.parts.retriever.get_contextual_memory(
             7, "备库接手后说的话", top_n=5, now=datetime.now(timezone.utc)
         )
         assert any("备库接手后" in turn.content for turn in recalled)
@@ -171,7 +173,7 @@ async def test_a_silent_first_host_does_not_keep_the_memory_from_the_next_one(
     try:
         memory = await open_memory(settings, embedder=hashing_embedder, maintenance_interval=None)
         try:
-            outcome = await memory.add_turn(said("主库不出声时说的话", 1))
+            outcome = await memory.parts.writer.add_turn(said("主库不出声时说的话", 1))
             assert outcome.turn is not None, outcome  # stored on the second host, not spooled
         finally:
             await memory.aclose()

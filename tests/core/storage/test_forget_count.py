@@ -15,7 +15,7 @@ async def seed(memory) -> None:
     """Two turns and a fact and a preference per session; a summary in one of them."""
     for user, group in ((1, GROUP_A), (1, GROUP_B), (1, None), (2, GROUP_A)):
         for n in range(2):
-            await memory.add_turn(
+            await memory.parts.writer.add_turn(
                 TurnInput(
                     user_id=user,
                     group_id=group,
@@ -55,10 +55,10 @@ async def test_count_forget_of_each_scope_is_what_forget_deletes(memory_factory)
         Forgotten(dialogues=2, facts=1, preferences=1),  # user 2 is all group A has left
         Forgotten(),
     )
-    assert await memory.count_forget(ForgetScope(user_id=1)) == Forgotten(
+    assert await memory.parts.forgetting.count_forget(ForgetScope(user_id=1)) == Forgotten(
         dialogues=6, facts=3, preferences=3, summaries=1
     )
     for scope, figures in zip(scopes, expected, strict=True):
-        counted = await memory.count_forget(ForgetScope(**scope))
+        counted = await memory.parts.forgetting.count_forget(ForgetScope(**scope))
         assert counted == figures, scope
-        assert await memory.forget(ForgetScope(**scope)) == counted, scope
+        assert await memory.parts.forgetting.forget(ForgetScope(**scope)) == counted, scope

@@ -19,7 +19,7 @@ def said(user_id: int, text: str, message_id: int, group_id: int | None = None) 
 
 
 async def spooled_texts(memory) -> list[str]:
-    entries, _ = await memory._spool.read()
+    entries, _ = await memory.parts.spool.read()
     return [getattr(entry.item, "content", repr(entry.item)) for entry in entries]
 
 
@@ -28,17 +28,17 @@ async def test_forget_takes_the_users_spooled_turns_too_and_leaves_others(
 ):
     memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
     try:
-        await memory.add_turn(said(7, "停电前：我的密码是778899", 1))
+        await memory.parts.writer.add_turn(said(7, "停电前：我的密码是778899", 1))
         await proxy.stop()
-        await memory.add_turn(said(7, "停电时：我的新密码是112233", 2))
-        await memory.add_turn(said(7, "停电时在群里说的", 3, group_id=500))
-        await memory.add_turn(said(8, "别人停电时说的", 4))
+        await memory.parts.writer.add_turn(said(7, "停电时：我的新密码是112233", 2))
+        await memory.parts.writer.add_turn(said(7, "停电时在群里说的", 3, group_id=500))
+        await memory.parts.writer.add_turn(said(8, "别人停电时说的", 4))
         await proxy.start()
         # Connected again, the spool not flushed yet.
-        forgotten = await memory.forget(ForgetScope(user_id=7))
+        forgotten = await memory.parts.forgetting.forget(ForgetScope(user_id=7))
         assert (forgotten.dialogues, forgotten.deferred) == (3, False)
         assert await spooled_texts(memory) == ["别人停电时说的"]
-        await memory.flush_spool()
+        await memory.parts.forgetting.flush_spool()
         assert await stored_contents(fresh_dsn) == ["别人停电时说的"]
     finally:
         await memory.aclose()
@@ -49,25 +49,25 @@ async def test_forget_me_with_the_database_down_drops_spooled_turns_and_finishes
 ):
     memory = await open_via_proxy(proxy, fresh_dsn, tmp_data_dir, hashing_embedder)
     try:
-        await memory.add_turn(said(7, "停电前：我的密码是778899", 1))
+        await memory.parts.writer.add_turn(said(7, "停电前：我的密码是778899", 1))
         await memory.parts.keeper.save(
             [ExtractedMemory(kind="facts", content="用户的密码是778899")], 7
         )
-        await memory.add_turn(said(8, "别人停电前说的", 2))
+        await memory.parts.writer.add_turn(said(8, "别人停电前说的", 2))
         await proxy.stop()
-        await memory.add_turn(said(7, "停电时：我的新密码是112233", 3))
-        await memory.add_turn(said(8, "别人停电时说的", 4))
+        await memory.parts.writer.add_turn(said(7, "停电时：我的新密码是112233", 3))
+        await memory.parts.writer.add_turn(said(8, "别人停电时说的", 4))
 
-        forgotten = await memory.forget(ForgetScope(user_id=7))
+        forgotten = await memory.parts.forgetting.forget(ForgetScope(user_id=7))
 
         assert (forgotten.dialogues, forgotten.deferred) == (1, True)
-        entries, _ = await memory._spool.read()
+        entries, _ = await memory.parts.spool.read()
         assert "112233" not in (tmp_data_dir / "spool.jsonl").read_text("utf-8")
         assert [type(e.item).__name__ for e in entries] == ["TurnInput", "ForgetScope"]
         # Said after the forget, still during the outage: kept.
-        await memory.add_turn(said(7, "忘记之后说的新话", 5))
+        await memory.parts.writer.add_turn(said(7, "忘记之后说的新话", 5))
         await proxy.start()
-        await memory.flush_spool()
+        await memory.parts.forgetting.flush_spool()
         assert sorted(await stored_contents(fresh_dsn)) == sorted(
             ["别人停电前说的", "别人停电时说的", "忘记之后说的新话"]
         )

@@ -56,7 +56,7 @@ async def open_with(memory_factory, server: HashingEmbeddingAPI, **overrides):
 
 
 async def stored_rows(memory) -> list[asyncpg.Record]:
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         return await conn.fetch(
             "SELECT content, text_form, tsvector_to_array(keywords) AS terms, "
             "embedding IS NOT NULL AS embedded FROM dialogues ORDER BY id"
@@ -76,8 +76,8 @@ async def test_speaker_name_reaches_the_embedding_input_and_the_keyword_terms(
     memory_factory, server
 ):
     memory = await open_with(memory_factory, server, memory_index_speaker=True)
-    first = await memory.add_turn(turns()[0])
-    await memory.add_dialogues(turns()[1:])
+    first = await memory.parts.writer.add_turn(turns()[0])
+    await memory.parts.writer.add_dialogues(turns()[1:])
     assert server.inputs == speaker_texts()
     rows = await stored_rows(memory)
     # The prompt and every display keep the content; only the search sees the name.
@@ -87,11 +87,11 @@ async def test_speaker_name_reaches_the_embedding_input_and_the_keyword_terms(
     assert "小明" in rows[0]["terms"] and "小诗" in rows[1]["terms"]
     assert "caroline" in rows[2]["terms"]
     # Found by who said it, through the keyword channel alone.
-    found = await memory.recall(
+    found = await memory.parts.retriever.recall(
         3, "小明说的那家店", options=RecallOptions(mode="keyword", top_n=1, window_size=0, now=NOW)
     )
     assert [t.content for t in found.turns] == [SAID[0][2]]
-    found = await memory.recall(
+    found = await memory.parts.retriever.recall(
         3,
         "Caroline's support group",
         options=RecallOptions(mode="keyword", top_n=1, window_size=0, now=NOW),
@@ -101,7 +101,7 @@ async def test_speaker_name_reaches_the_embedding_input_and_the_keyword_terms(
 
 async def test_the_content_form_keeps_names_out_of_the_search(memory_factory, server):
     memory = await open_with(memory_factory, server)
-    await memory.add_dialogues(turns())
+    await memory.parts.writer.add_dialogues(turns())
     assert server.inputs == [content for _, _, content in SAID]
     rows = await stored_rows(memory)
     assert all(r["text_form"] == CONTENT_ONLY for r in rows)
@@ -113,12 +113,12 @@ async def test_keyword_and_embedding_backfills_make_their_text_in_the_rows_own_f
 ):
     memory = await open_with(memory_factory, server, memory_index_speaker=True)
     server.healthy = False
-    await memory.add_dialogues(turns())
-    async with memory.database.pool.acquire() as conn:
+    await memory.parts.writer.add_dialogues(turns())
+    async with memory.parts.database.pool.acquire() as conn:
         await conn.execute("UPDATE dialogues SET keywords = NULL")
     server.healthy = True
-    assert await memory.backfill_embeddings() == len(SAID)
-    assert await memory.backfill_keywords() == len(SAID)
+    assert await memory.parts.upkeep.backfill_embeddings() == len(SAID)
+    assert await memory.parts.upkeep.backfill_keywords() == len(SAID)
     assert server.inputs == speaker_texts()
     rows = await stored_rows(memory)
     assert all(r["embedded"] for r in rows) and "小明" in rows[0]["terms"]
@@ -128,24 +128,24 @@ async def test_switching_the_speaker_form_on_reindexes_old_rows_in_bounded_resum
     memory_factory, server
 ):
     old = await open_with(memory_factory, server)
-    await old.add_dialogues(turns())
+    await old.parts.writer.add_dialogues(turns())
     await old.aclose()
     server.inputs.clear()
 
     memory = await open_with(memory_factory, server, memory_index_speaker=True)
-    assert memory.reindex_due
+    assert memory.parts.upkeep.reindex_due
     # A round with no time to spare does one batch and leaves the rest for the next round.
-    assert await memory.reindex_text_form(batch_size=3, max_seconds=0) == 3
+    assert await memory.parts.upkeep.reindex_text_form(batch_size=3, max_seconds=0) == 3
     forms = [r["text_form"] for r in await stored_rows(memory)]
     assert forms == [WITH_SPEAKER] * 3 + [CONTENT_ONLY]
-    assert await memory.reindex_text_form(batch_size=3, max_seconds=0) == 1
-    assert await memory.reindex_text_form(batch_size=3) == 0
-    assert not memory.reindex_due
+    assert await memory.parts.upkeep.reindex_text_form(batch_size=3, max_seconds=0) == 1
+    assert await memory.parts.upkeep.reindex_text_form(batch_size=3) == 0
+    assert not memory.parts.upkeep.reindex_due
     assert server.inputs == speaker_texts()
     rows = await stored_rows(memory)
     assert all(r["text_form"] == WITH_SPEAKER and r["embedded"] for r in rows)
     assert "小明" in rows[0]["terms"]
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         meta = await conn.fetchval("SELECT value FROM memory_meta WHERE key = $1", TEXT_FORM_META)
     assert meta == str(WITH_SPEAKER)
 
@@ -154,7 +154,7 @@ async def test_the_maintenance_loop_reindexes_by_itself_until_no_row_has_the_old
     memory_factory, server
 ):
     old = await open_with(memory_factory, server)
-    await old.add_dialogues(turns())
+    await old.parts.writer.add_dialogues(turns())
     await old.aclose()
 
     memory = await open_with(memory_factory, server, memory_index_speaker=True)
@@ -172,8 +172,8 @@ async def test_reembed_after_the_change_leaves_no_row_with_the_old_text_form(
     memory_factory, server
 ):
     old = await open_with(memory_factory, server)
-    await old.add_dialogues(turns())
-    settings = old.settings
+    await old.parts.writer.add_dialogues(turns())
+    settings = old.parts.settings
     await old.aclose()
     server.inputs.clear()
 
@@ -193,4 +193,4 @@ async def test_reembed_after_the_change_leaves_no_row_with_the_old_text_form(
         await memory.aclose()
     # The metadata says every row is in the form: a later start has no walk to do.
     reopened = await open_with(memory_factory, server, memory_index_speaker=True)
-    assert not reopened.reindex_due
+    assert not reopened.parts.upkeep.reindex_due

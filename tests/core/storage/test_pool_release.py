@@ -47,17 +47,21 @@ async def test_a_vector_index_build_leaves_its_memory_setting_on_no_pooled_conne
     # Above PostgreSQL's default (64MB), so that a setting left behind would show.
     monkeypatch.setattr(index_store, "INDEX_BUILD_MEMORY_MIN_MB", 96)
     memory = await memory_factory(memory_exact_search_max_rows=LIMIT)
-    await memory.add_dialogues(turns(1, 40))
-    async with memory.database.pool.acquire() as conn:
+    await memory.parts.writer.add_dialogues(turns(1, 40))
+    async with memory.parts.database.pool.acquire() as conn:
         default = await conn.fetchval("SHOW maintenance_work_mem")
-    await memory.recall(1, "火锅", 700, RecallOptions(now=NOW))  # a large session: builds its index
-    await memory.vector_index.wait_built()
-    assert memory.vector_index.serves("700:1", 40)
-    size = memory.database.pool.get_size()
-    connections = [await memory.database.pool.acquire() for _ in range(size)]  # every one of them
+    await memory.parts.retriever.recall(
+        1, "火锅", 700, RecallOptions(now=NOW)
+    )  # a large session: builds its index
+    await memory.parts.vector_index.wait_built()
+    assert memory.parts.vector_index.serves("700:1", 40)
+    size = memory.parts.database.pool.get_size()
+    connections = [
+        await memory.parts.database.pool.acquire() for _ in range(size)
+    ]  # every one of them
     try:
         settings = {await conn.fetchval("SHOW maintenance_work_mem") for conn in connections}
     finally:
         for conn in connections:
-            await memory.database.pool.release(conn)
+            await memory.parts.database.pool.release(conn)
     assert default != "96MB" and settings == {default}

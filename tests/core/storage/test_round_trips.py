@@ -34,7 +34,7 @@ async def test_session_tail_is_the_last_turn_time_and_the_recent_turns_read_apar
     memory_factory,
 ):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             turn(1, "早就说过的话"),  # before the window
             *(turn(20 + i, f"窗口里的第{i}句") for i in range(5)),
@@ -48,7 +48,9 @@ async def test_session_tail_is_the_last_turn_time_and_the_recent_turns_read_apar
         tail = await dialogues(memory).session_tail("1", since=since, now=NOW, limit=limit)
         assert tail.last_turn_at == await dialogues(memory).last_turn_time("1", NOW)
         assert tail.last_turn_at == T0 + timedelta(minutes=24)
-        recent = await memory.recent_turns(1, None, limit=limit, since=since, now=NOW)
+        recent = await memory.parts.retriever.recent_turns(
+            1, None, limit=limit, since=since, now=NOW
+        )
         assert list(tail.recent) == recent
         assert [t.content for t in tail.recent] == [f"窗口里的第{i}句" for i in range(5)][-limit:]
 
@@ -57,7 +59,7 @@ async def test_session_tail_without_recent_turns_still_gives_the_last_turn_time(
     memory_factory,
 ):
     memory = await memory_factory()
-    await memory.add_dialogues([turn(1, "半小时前的话")])
+    await memory.parts.writer.add_dialogues([turn(1, "半小时前的话")])
     quiet = await dialogues(memory).session_tail(
         "1", since=NOW - timedelta(minutes=5), now=NOW, limit=6
     )
@@ -69,12 +71,12 @@ async def test_session_tail_without_recent_turns_still_gives_the_last_turn_time(
 
 
 def dialogues(memory) -> PgRecallStore:
-    return memory.database.store(PgRecallStore)
+    return memory.parts.database.store(PgRecallStore)
 
 
 async def test_a_group_tail_holds_every_members_recent_turns_of_that_group_only(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues(
+    await memory.parts.writer.add_dialogues(
         [
             turn(10, "成员1早些时候", user=1, group=700),
             turn(21, "成员1在群里", user=1, group=700),
@@ -99,38 +101,41 @@ async def test_a_group_tail_holds_every_members_recent_turns_of_that_group_only(
 
 
 async def daily(memory, day: date) -> dict[str, int]:
-    return await memory.database.store(PgCounterStore).metric_totals(day)
+    return await memory.parts.database.store(PgCounterStore).metric_totals(day)
 
 
 async def test_several_daily_counters_are_added_in_one_statement_zeros_skipped(memory_factory):
     memory = await memory_factory()
-    day = NOW.astimezone(memory.tz).date()
-    await memory.count_daily({"a": 1, "b": 250, "zero": 0}, NOW)
-    await memory.count_daily({"a": 1, "b": 50, "c": 1}, NOW)
+    day = NOW.astimezone(memory.parts.tz).date()
+    counters = memory.parts.database.store(PgCounterStore)
+    await counters.bump(day, {"a": 1, "b": 250, "zero": 0})
+    await counters.bump(day, {"a": 1, "b": 50, "c": 1})
     assert await daily(memory, day) == {"a": 2, "b": 300, "c": 1}
-    await memory.count_daily({"zero": 0}, NOW)  # nothing to count: no statement, no row
+    await counters.bump(day, {"zero": 0})  # nothing to count: no statement, no row
     assert "zero" not in await daily(memory, day)
 
 
 async def test_an_embedding_batch_is_written_all_or_none(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogues([turn(1, "第一句"), turn(2, "第二句")])
-    ids = [t.id for t in await memory.recent_turns(1, None, limit=5, since=T0, now=NOW)]
+    await memory.parts.writer.add_dialogues([turn(1, "第一句"), turn(2, "第二句")])
+    ids = [
+        t.id for t in await memory.parts.retriever.recent_turns(1, None, limit=5, since=T0, now=NOW)
+    ]
     assert len(ids) == 2
-    store = memory.database.store(PgUpkeepStore)
-    dim = memory.embedder.dim
+    store = memory.parts.database.store(PgUpkeepStore)
+    dim = memory.parts.embedder.dim
     good = np.full(dim, 0.5, dtype=np.float32)
     bad = np.full(dim, np.nan, dtype=np.float32)  # the vector types refuse NaN
     # The second row fails after the first was written: that first write must be undone.
     with pytest.raises(StorageError, match="NaN"):
         await store.set_embeddings(ids, np.stack([good, bad]), "probe-model")
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         models = await conn.fetch(
             "SELECT embedding_model FROM dialogues WHERE id = ANY($1::bigint[])", ids
         )
     assert "probe-model" not in {r["embedding_model"] for r in models}
     await store.set_embeddings(ids, np.stack([good, good]), "probe-model")
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         models = await conn.fetch(
             "SELECT embedding_model FROM dialogues WHERE id = ANY($1::bigint[])", ids
         )

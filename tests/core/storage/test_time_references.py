@@ -39,21 +39,21 @@ def turns() -> list[TurnInput]:
 async def stored_before_migration_008(memory_factory):
     """A database whose rows have no time reference and whose walk has never run."""
     old = await memory_factory()
-    await old.add_dialogues(turns())
-    async with old.database.pool.acquire() as conn:
+    await old.parts.writer.add_dialogues(turns())
+    async with old.parts.database.pool.acquire() as conn:
         await conn.execute("UPDATE dialogues SET refers_start = NULL, refers_end = NULL")
         await conn.execute("DELETE FROM memory_meta WHERE key = $1", PROGRESS_META)
     await old.aclose()
 
 
 async def references(memory) -> dict[str, tuple[datetime | None, datetime | None]]:
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         rows = await conn.fetch("SELECT content, refers_start, refers_end FROM dialogues")
     return {r["content"]: (r["refers_start"], r["refers_end"]) for r in rows}
 
 
 async def progress(memory) -> str | None:
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         return await conn.fetchval("SELECT value FROM memory_meta WHERE key = $1", PROGRESS_META)
 
 
@@ -62,14 +62,14 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
 ):
     await stored_before_migration_008(memory_factory)
     memory = await memory_factory()
-    assert memory.upkeep.time_references.due
+    assert memory.parts.upkeep.time_references.due
     assert all(r == (None, None) for r in (await references(memory)).values())
-    memory.upkeep.time_references.batch_size = 2
+    memory.parts.upkeep.time_references.batch_size = 2
 
     caplog.set_level(logging.INFO, logger="memory_core.dialogue.time_references")
     # No time to spare: one batch a round, and the metadata says how far the walk got.
-    assert not await memory.upkeep.time_references.run(
-        memory.database.store(PgUpkeepStore), max_seconds=0
+    assert not await memory.parts.upkeep.time_references.run(
+        memory.parts.database.store(PgUpkeepStore), max_seconds=0
     )
     first_two = await references(memory)
     assert first_two["我明天上午十点要去体检"][0] is not None
@@ -82,8 +82,10 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
 
     # A restart goes on from there and finishes.
     resumed = await memory_factory()
-    assert resumed.upkeep.time_references.after == int(walked)
-    assert await resumed.upkeep.time_references.run(resumed.database.store(PgUpkeepStore))
+    assert resumed.parts.upkeep.time_references.after == int(walked)
+    assert await resumed.parts.upkeep.time_references.run(
+        resumed.parts.database.store(PgUpkeepStore)
+    )
     assert "time references done" in caplog.text
     found = await references(resumed)
     tuesday_morning = found["我明天上午十点要去体检"]
@@ -93,27 +95,27 @@ async def test_old_rows_get_their_time_reference_in_bounded_rounds_that_a_restar
     assert found["晚饭吃的饺子"] == (None, None)
     assert await progress(resumed) == DONE
     # The plan said the evening before is what a question about this morning finds.
-    result = await resumed.recall(
+    result = await resumed.parts.retriever.recall(
         1, "我今天上午要干嘛", options=RecallOptions(top_n=1, window_size=0, now=TUESDAY)
     )
     assert [t.content for t in result.turns] == ["我明天上午十点要去体检"]
     await resumed.aclose()
 
     # Once done, later starts have no walk to do.
-    assert not (await memory_factory()).upkeep.time_references.due
+    assert not (await memory_factory()).parts.upkeep.time_references.due
 
 
 async def test_the_maintenance_loop_fills_old_time_references_by_itself(memory_factory):
     await stored_before_migration_008(memory_factory)
     memory = await memory_factory()
-    memory.upkeep.time_references.batch_size = 2
+    memory.parts.upkeep.time_references.batch_size = 2
     memory.start_maintenance(interval=0.05)
     for _ in range(1200):  # polling (60 s at most) for the background walk, not timing it
         if await progress(memory) == DONE:
             break
         await asyncio.sleep(0.05)
     assert await progress(memory) == DONE
-    assert not memory.upkeep.time_references.due
+    assert not memory.parts.upkeep.time_references.due
     assert (await references(memory))["我明天上午十点要去体检"][0] is not None
 
 
@@ -121,8 +123,8 @@ async def test_a_new_database_walks_once_and_rows_stored_after_it_are_filled_whe
     memory_factory,
 ):
     memory = await memory_factory()
-    assert await memory.upkeep.time_references.run(memory.database.store(PgUpkeepStore))
-    await memory.add_dialogues(turns())
+    assert await memory.parts.upkeep.time_references.run(memory.parts.database.store(PgUpkeepStore))
+    await memory.parts.writer.add_dialogues(turns())
     assert (await references(memory))["我明天上午十点要去体检"][0] is not None
     await memory.aclose()
-    assert not (await memory_factory()).upkeep.time_references.due
+    assert not (await memory_factory()).parts.upkeep.time_references.due

@@ -23,7 +23,7 @@ def sqlite_file(tmp_path: Path, fixture: str) -> str:
 
 
 async def stored(memory) -> list[tuple[str, str, str, datetime, int | None]]:
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         rows = await conn.fetch(
             "SELECT session_key, role, content, created_at, qq_message_id FROM dialogues "
             "ORDER BY created_at, id"
@@ -38,7 +38,7 @@ def utc(hour: int, minute: int, second: int) -> datetime:
 async def test_sqlite_uninfo_layout_goes_to_the_live_bots_sessions_once(memory_factory, tmp_path):
     memory = await memory_factory()
     source = sqlite_file(tmp_path, "chatrecorder_uninfo.sql")
-    report = await import_chatrecorder(memory, source)
+    report = await import_chatrecorder(memory.parts, source)
     assert report.problems == [] and report.without_text == 1
     assert await stored(memory) == [
         ("123456", "user", "我下周三去杭州出差", utc(2, 30, 15), 1001),
@@ -47,14 +47,18 @@ async def test_sqlite_uninfo_layout_goes_to_the_live_bots_sessions_once(memory_f
         ("777:333333", "user", "我带两筒球", utc(3, 1, 0), 2002),
         ("777:333333", "assistant", "收到，小红带球。", utc(3, 1, 5), 2003),  # the last speaker's
     ]
-    again = await import_chatrecorder(memory, source)
+    again = await import_chatrecorder(memory.parts, source)
     assert (again.new, again.already) == (0, 5)
 
 
 async def test_a_message_the_live_bot_stored_too_is_not_stored_twice(memory_factory, tmp_path):
     memory = await memory_factory()
-    await memory.add_dialogue(123456, "user", "我下周三去杭州出差", message_id=1001, self_id=10001)
-    report = await import_chatrecorder(memory, sqlite_file(tmp_path, "chatrecorder_uninfo.sql"))
+    await memory.parts.writer.add_dialogue(
+        123456, "user", "我下周三去杭州出差", message_id=1001, self_id=10001
+    )
+    report = await import_chatrecorder(
+        memory.parts, sqlite_file(tmp_path, "chatrecorder_uninfo.sql")
+    )
     assert (report.new, report.already) == (4, 1)
 
 
@@ -67,7 +71,7 @@ async def test_postgres_session_orm_layout_is_read_and_a_bot_message_before_anyo
         await conn.execute((FIXTURES / "chatrecorder_session_orm.sql").read_text("utf-8"))
     finally:
         await conn.close()
-    report = await import_chatrecorder(memory, fresh_dsn)
+    report = await import_chatrecorder(memory.parts, fresh_dsn)
     assert [(p.line, p.reason) for p in report.problems] == [
         (3, "no user this message can be filed under")
     ]
@@ -87,7 +91,7 @@ async def test_a_database_without_chatrecorder_tables_is_refused_with_the_way_ou
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE notes (id INTEGER)")
     with pytest.raises(ValueError, match="write JSON lines from your database instead"):
-        await import_chatrecorder(memory, str(path))
+        await import_chatrecorder(memory.parts, str(path))
     (tmp_path / "text.db").write_text("not a database", encoding="utf-8")
     with pytest.raises(ValueError, match="not a readable SQLite database"):
-        await import_chatrecorder(memory, str(tmp_path / "text.db"))
+        await import_chatrecorder(memory.parts, str(tmp_path / "text.db"))

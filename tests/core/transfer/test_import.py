@@ -30,7 +30,7 @@ NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
 
 
 async def rows(memory: TemporalMemory, sql: str, *args: Any) -> list[asyncpg.Record]:
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         return list(await conn.fetch(sql, *args))
 
 
@@ -47,7 +47,7 @@ async def test_private_qq_export_is_stored_with_its_times_and_senders_embedded_a
     memory_factory,
 ):
     memory = await memory_factory()
-    report = await import_qq_text(memory, FIXTURES / "qq_private.txt", PRIVATE)
+    report = await import_qq_text(memory.parts, FIXTURES / "qq_private.txt", PRIVATE)
     assert (report.read, report.new, report.already, report.system_lines) == (5, 5, 0, 1)
     assert report.problems == [] and dict(report.sessions) == {"123456": 5}
     stored = await turns_of(memory)
@@ -60,7 +60,7 @@ async def test_private_qq_export_is_stored_with_its_times_and_senders_embedded_a
     )
     assert stored[1][1:3] == ("assistant", "小诗")
     assert all(e and expires is None for *_, e, expires in stored)  # embedded, never expiring
-    recalled = await memory.recall(
+    recalled = await memory.parts.retriever.recall(
         123456, "订单号是多少", options=RecallOptions(top_n=1, window_size=0, now=NOW)
     )
     assert "ORD20240116" in recalled.turns[0].content
@@ -68,8 +68,8 @@ async def test_private_qq_export_is_stored_with_its_times_and_senders_embedded_a
 
 async def test_importing_the_same_export_again_stores_nothing_new(memory_factory):
     memory = await memory_factory()
-    await import_qq_text(memory, FIXTURES / "qq_private.txt", PRIVATE)
-    again = await import_qq_text(memory, FIXTURES / "qq_private.txt", PRIVATE)
+    await import_qq_text(memory.parts, FIXTURES / "qq_private.txt", PRIVATE)
+    again = await import_qq_text(memory.parts, FIXTURES / "qq_private.txt", PRIVATE)
     assert (again.read, again.new, again.already) == (5, 0, 5)
     assert len(await turns_of(memory)) == 5
 
@@ -78,7 +78,7 @@ async def test_dry_run_shows_each_turn_and_stores_nothing(memory_factory):
     memory = await memory_factory()
     shown: list[TurnInput] = []
     report = await import_qq_text(
-        memory, FIXTURES / "qq_private.txt", PRIVATE, dry_run=True, show=shown.append
+        memory.parts, FIXTURES / "qq_private.txt", PRIVATE, dry_run=True, show=shown.append
     )
     assert report.new == 5 and len(shown) == 5
     assert shown[2].content == "对了，我的订单号是ORD20240116\n帮我记一下"
@@ -87,20 +87,22 @@ async def test_dry_run_shows_each_turn_and_stores_nothing(memory_factory):
 
 async def test_dry_run_after_an_import_counts_what_is_already_stored(memory_factory):
     memory = await memory_factory()
-    await import_qq_text(memory, FIXTURES / "qq_private.txt", PRIVATE)
-    report = await import_qq_text(memory, FIXTURES / "qq_private.txt", PRIVATE, dry_run=True)
+    await import_qq_text(memory.parts, FIXTURES / "qq_private.txt", PRIVATE)
+    report = await import_qq_text(memory.parts, FIXTURES / "qq_private.txt", PRIVATE, dry_run=True)
     assert (report.new, report.already) == (0, 5)
 
 
 async def test_group_export_goes_to_each_members_own_session(memory_factory):
     memory = await memory_factory()
     target = ImportTarget(group_id=777, self_id=10001)
-    report = await import_qq_text(memory, FIXTURES / "qq_group_utf16.txt", target)
+    report = await import_qq_text(memory.parts, FIXTURES / "qq_group_utf16.txt", target)
     assert dict(report.sessions) == {"777:222222": 2, "777:333333": 2}
     assert [p.line for p in report.problems] == [21]
-    red = await memory.recall(333333, "谁带球", 777, RecallOptions(top_n=5, window_size=0, now=NOW))
+    red = await memory.parts.retriever.recall(
+        333333, "谁带球", 777, RecallOptions(top_n=5, window_size=0, now=NOW)
+    )
     assert {t.session_key for t in red.turns} == {"777:333333"}
-    private = await memory.recall(
+    private = await memory.parts.retriever.recall(
         333333, "谁带球", options=RecallOptions(top_n=5, window_size=0, now=NOW)
     )
     assert private.turns == ()
@@ -108,8 +110,8 @@ async def test_group_export_goes_to_each_members_own_session(memory_factory):
 
 async def test_malformed_export_stores_the_good_lines_and_loses_nothing_stored(memory_factory):
     memory = await memory_factory()
-    await memory.add_dialogue(123456, "user", "导入前就存着的一句话", message_id=42)
-    report = await import_qq_text(memory, FIXTURES / "qq_malformed.txt", PRIVATE)
+    await memory.parts.writer.add_dialogue(123456, "user", "导入前就存着的一句话", message_id=42)
+    report = await import_qq_text(memory.parts, FIXTURES / "qq_malformed.txt", PRIVATE)
     assert [p.line for p in report.problems] == [1, 7]
     contents = [t[3] for t in await turns_of(memory)]
     assert sorted(contents) == sorted(["导入前就存着的一句话", "第一条正常消息", "第二条正常消息"])
@@ -122,13 +124,13 @@ async def test_a_file_that_is_no_export_at_all_is_refused_with_the_first_bad_lin
     path = tmp_path / "notes.txt"
     path.write_text("买牛奶\n买面包\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"no message found.*line 1"):
-        await import_qq_text(memory, path, PRIVATE)
+        await import_qq_text(memory.parts, path, PRIVATE)
 
 
 async def test_an_opted_out_person_is_not_imported(memory_factory):
     memory = await memory_factory()
-    await opt_out(memory, 123456, None)
-    report = await import_qq_text(memory, FIXTURES / "qq_private.txt", PRIVATE)
+    await opt_out(memory.parts, 123456, None)
+    report = await import_qq_text(memory.parts, FIXTURES / "qq_private.txt", PRIVATE)
     assert (report.new, report.refused) == (0, 5)
     assert await turns_of(memory) == []
 
@@ -164,7 +166,7 @@ async def seed_session(memory: TemporalMemory) -> None:
             ("assistant", "上海欢迎你！"),
         ]
     ):
-        outcome = await memory.add_dialogue(
+        outcome = await memory.parts.writer.add_dialogue(
             123456, role, text, message_id=100 + n, self_id=10001,
             created_at=start + timedelta(minutes=n),
             sender_name="小明" if role == "user" else "小诗",
@@ -172,7 +174,7 @@ async def seed_session(memory: TemporalMemory) -> None:
         )  # fmt: skip
         assert outcome.turn is not None
         ids.append(outcome.turn.id)
-    async with memory.database.pool.acquire() as conn:
+    async with memory.parts.database.pool.acquire() as conn:
         await conn.execute(
             "UPDATE dialogues SET score = 85, expires_at = $2 WHERE id = $1",
             ids[1],
@@ -187,12 +189,12 @@ async def seed_session(memory: TemporalMemory) -> None:
          ExtractedMemory(kind="summary", content="用户从北京搬到上海", key_topics=("搬家",))],
         123456, source_turn_ids=ids[2:], stated_at=start + timedelta(minutes=2),
     )  # fmt: skip
-    await memory.add_dialogue(999, "user", "别人的私聊：我住在广州", message_id=7)
+    await memory.parts.writer.add_dialogue(999, "user", "别人的私聊：我住在广州", message_id=7)
     await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户住在广州")], 999)
 
 
 async def exported(memory: TemporalMemory, sessions: list[str] | None) -> list[dict[str, Any]]:
-    return [line async for line in export_lines(memory, sessions)]
+    return [line async for line in export_lines(memory.parts, sessions)]
 
 
 def numbered(lines: list[dict[str, Any]]) -> list[tuple[int, Any]]:
@@ -244,7 +246,7 @@ async def test_export_times_are_written_in_memory_timezone_and_read_back_as_the_
     times = [line[k] for line in lines for k in TIME_FIELDS if line.get(k) is not None]
     assert len(times) > 10 and all(t.endswith("+08:00") for t in times), times
     first = next(line for line in lines if line["type"] == "turn")
-    stored = (await memory.database.store(PgAdminStore).user_turns(123456))[0]
+    stored = (await memory.parts.database.store(PgAdminStore).user_turns(123456))[0]
     assert datetime.fromisoformat(first["created_at"]) == stored.created_at
 
 
@@ -254,7 +256,7 @@ async def test_round_trip_to_a_fresh_database_gives_the_same_rows_and_the_same_r
     source = await memory_factory()
     await seed_session(source)
     lines = await exported(source, None)
-    report = await import_json_lines(second_memory, numbered(lines))
+    report = await import_json_lines(second_memory.parts, numbered(lines))
     assert report.problems == []
     assert (report.new, report.memories_new) == (5, 4)
     assert comparable(await exported(second_memory, None)) == comparable(lines)
@@ -266,8 +268,10 @@ async def test_round_trip_to_a_fresh_database_gives_the_same_rows_and_the_same_r
     )
     assert successor == "用户住在上海"
     for query in ("我现在住在哪里", "护士"):
-        before = await source.recall(123456, query, options=RecallOptions(now=NOW))
-        after = await second_memory.recall(123456, query, options=RecallOptions(now=NOW))
+        before = await source.parts.retriever.recall(123456, query, options=RecallOptions(now=NOW))
+        after = await second_memory.parts.retriever.recall(
+            123456, query, options=RecallOptions(now=NOW)
+        )
         assert [t.message_uuid for t in after.turns] == [t.message_uuid for t in before.turns]
         facts_before = await source.parts.keeper.recall(123456, None, query, now=NOW)
         facts_after = await second_memory.parts.keeper.recall(123456, None, query, now=NOW)
@@ -279,8 +283,8 @@ async def test_importing_an_export_twice_adds_nothing(memory_factory, second_mem
     source = await memory_factory()
     await seed_session(source)
     lines = numbered(await exported(source, None))
-    await import_json_lines(second_memory, lines)
-    again = await import_json_lines(second_memory, lines)
+    await import_json_lines(second_memory.parts, lines)
+    again = await import_json_lines(second_memory.parts, lines)
     assert (again.new, again.already, again.memories_new, again.memories_already) == (0, 5, 0, 4)
 
 
@@ -295,9 +299,9 @@ async def test_bad_json_lines_are_reported_by_number_and_the_rest_imported(memor
         (5, {"type": "spaceship"}),
         (6, {"type": "header", "format": "another-tool"}),
     ]
-    report = await import_json_lines(memory, lines)
+    report = await import_json_lines(memory.parts, lines)
     assert [p.line for p in report.problems] == [2, 3, 4, 5, 6]
     assert report.new == 1
     # A line without a source id gets a stable one: the same file again adds nothing.
-    again = await import_json_lines(memory, [(1, good)])
+    again = await import_json_lines(memory.parts, [(1, good)])
     assert (again.new, again.already) == (0, 1)

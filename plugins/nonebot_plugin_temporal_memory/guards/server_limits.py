@@ -19,7 +19,7 @@ server:
 * **Forwarded addresses** trusted from loopback: any local process could claim any address in
   ``X-Forwarded-For`` (the console's login limit counts per address), and behind a proxy that
   did not set it every client was 127.0.0.1. Now the headers are read only from the proxies
-  named in ``FORWARDED_ALLOW_IPS`` (README, "The web console": the proxy recipe).
+  named in ``FORWARDED_ALLOW_IPS`` (the proxy recipe in ``docs/reverse-proxy.md``).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ from nonebot.log import logger
 
 from memory_core import MemoryCoreError, SharingStatus
 
-from .command_dispatch import plugin_command
-from .commands import DB_DOWN, reply
-from .runtime import Runtime
+from ..runtime import Runtime
+from .common import DB_DOWN, reply
+from .dispatch import plugin_command
 from .self_service import read_group_switch
 
 SHARE_USAGE = (
@@ -36,8 +36,8 @@ async def handle_group_share(
     group_id, on = switch
     try:
         if on is None:
-            text = status_text(await runtime.memory.sharing.status(group_id), runtime)
-        elif await runtime.memory.sharing.switch(group_id, on=on, by=event.user_id):
+            text = status_text(await runtime.memory.parts.sharing.status(group_id), runtime)
+        elif await runtime.memory.parts.sharing.switch(group_id, on=on, by=event.user_id):
             text = SHARED_ON if on else SHARED_OFF
         else:
             text = f"本群的共享记忆本来就是{'开启' if on else '关闭'}的。"
@@ -56,7 +56,7 @@ def status_text(status: SharingStatus, runtime: Runtime) -> str:
         at = status.changed_at
         parts = [f"QQ {status.changed_by}" if status.changed_by is not None else "管理员"]
         if at is not None:
-            parts.append(f"于 {at.astimezone(runtime.memory.tz):%m-%d %H:%M}")
+            parts.append(f"于 {at.astimezone(runtime.memory.parts.tz):%m-%d %H:%M}")
         parts.append("开启" if status.shared else "关闭")
         why = f"（{' '.join(parts)}）"
     if status.shared:

@@ -3,7 +3,7 @@
 from datetime import date, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from memory_core.dashboard import (
+from memory_core.console.dashboard import (
     BAR,
     LINE_CHARS,
     Connection,
@@ -129,7 +129,7 @@ def test_dashboard_while_the_database_is_down_still_shows_the_connection():
 def test_the_connection_says_how_the_chat_model_is_called():
     import httpx
 
-    from memory_core.dashboard import chat_calls_zh
+    from memory_core.console.dashboard import chat_calls_zh
     from memory_core.errors import LLMError
     from memory_core.providers.llm import OpenAIChatModel
     from memory_core.providers.openai_api import OpenAIEndpoint

@@ -13,20 +13,20 @@ from datetime import datetime, timedelta, tzinfo
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from .answer_cache.cache import CACHE_MISS, CACHE_REFUSED
-from .distill.stats import DistilledStats
-from .distill.worker import (
+from ..answer_cache.cache import CACHE_MISS, CACHE_REFUSED
+from ..distill.stats import DistilledStats
+from ..distill.worker import (
     DISTILLED_MERGED,
     DISTILLED_SUPERSEDED,
     EXTRACTION_FAILED,
     EXTRACTION_GIVEN_UP,
     EXTRACTION_OK,
 )
-from .providers.llm import OpenAIChatModel
-from .stats import GROUP_BOT, GROUP_USER, PRIVATE_BOT, PRIVATE_USER, MemoryStats
+from ..providers.llm import OpenAIChatModel
+from ..stats import GROUP_BOT, GROUP_USER, PRIVATE_BOT, PRIVATE_USER, MemoryStats
 
 if TYPE_CHECKING:
-    from .service import TemporalMemory
+    from ..parts import MemoryParts
 
 LINE_CHARS = 40
 BAR = "▇"
@@ -71,22 +71,23 @@ def chat_calls_zh(model: object) -> str | None:
 
 
 def connection_of(
-    memory: TemporalMemory, *, chat_model: str | None, uptime: timedelta | None = None
+    parts: MemoryParts, *, chat_model: str | None, uptime: timedelta | None = None
 ) -> Connection:
-    """The 连接 section's facts about ``memory``: reachable, writing, embedded or not."""
-    if not memory.connected:
+    """The 连接 section's facts about the memory of ``parts``: reachable, writing, embedded
+    or not."""
+    if not parts.database.connected:
         state = DatabaseState.DOWN
-    elif memory.write_trouble is not None:
+    elif parts.writer.write_trouble is not None:
         state = DatabaseState.DEGRADED
     else:
         state = DatabaseState.CONNECTED
-    dsn = memory.settings.memory_dsn
+    dsn = parts.settings.memory_dsn
     return Connection(
         database=state,
         embedded=not (dsn and dsn.get_secret_value()),
         chat_model=chat_model,
         uptime=uptime,
-        trouble=memory.write_trouble,
+        trouble=parts.writer.write_trouble,
     )
 
 

@@ -1,64 +1,33 @@
-"""Commands: /帮助 (help), /forget (忘记), /memstat (记忆统计), /recall (回忆), /remember (记住).
+"""/forget (忘记) and the confirmation every delete waits for.
 
-Each runs before the chat matcher and blocks it (``command_dispatch``). Anyone may act on
-their own session; touching another user, a whole group or everything takes a superuser, and
-others get a clear refusal.
+Anyone may forget their own session; another user, a whole group or everything takes a
+superuser, and others get a clear refusal.
 Forgetting names what will go and asks for a "确认" within ``CONFIRM_TIMEOUT`` seconds
 (``handle_confirm`` says what counts as one). In a group only what is said to the bot answers
 it: what members say to each other meanwhile gets no word about it (one quiet hint aside, for
 the asker's unaddressed 确认).
 """
 
-import dataclasses
-import re
 import time
 import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from nonebot import on_message
-from nonebot.adapters.onebot.v11 import (
-    ActionFailed,
-    Bot,
-    Message,
-    MessageEvent,
-    MessageSegment,
-    NetworkError,
-)
-from nonebot.adapters.onebot.v11.exception import ApiNotAvailable
-from nonebot.adapters.onebot.v11.permission import GROUP_ADMIN, GROUP_OWNER
+from nonebot.adapters.onebot.v11 import Bot, Message, MessageEvent
 from nonebot.log import logger
 from nonebot.matcher import Matcher
-from nonebot.permission import SUPERUSER
 from nonebot.rule import Rule
 from nonebot.typing import T_State
 
-from memory_core import (
-    Connection,
-    ForgetScope,
-    Forgotten,
-    MemoryCoreError,
-    MemoryTurn,
-    RecallListing,
-    TurnInput,
-    chat_calls_zh,
-    connection_of,
-    dashboard_zh,
-    list_recall,
-    relative_time_zh,
-    split_reply,
-    unavailable_dashboard_zh,
-)
+from memory_core import ForgetScope, Forgotten, MemoryCoreError
 
-from .bot_accounts import serving_bot
-from .command_dispatch import handler_for, plugin_command
-from .command_help import help_text
-from .intake import accepts, group_id_of, group_names, segments_of, sender_name
-from .messaging import ANSWER_MESSAGES, at_most, quoted, send_answer, send_text
-from .runtime import Runtime, RuntimeDep, get_runtime
-from .segments import flatten_segments
+from ..bot_accounts import serving_bot
+from ..intake import accepts, group_id_of
+from ..runtime import Runtime, RuntimeDep, get_runtime
+from .common import DB_DOWN, NOT_SUPERUSER, is_superuser, reply
+from .dispatch import handler_for
 
 CONFIRM_PRIORITY = 1
 # Seconds a /forget waits for its 确认 (a setting until 2026-12-07 that no operator changed):
@@ -77,66 +46,17 @@ CANCEL_WORDS = frozenset(
 CANCEL_OPENINGS = ("取消", "算了", "不了", "不要", "不用", "别删", "先不", "还是不", "cancel")
 # A late answer to a /forget still gets a word (that it expired) for this long.
 LATE_ANSWER_GRACE = 600.0
-
-DB_DOWN = "记忆数据库暂时连不上，请稍后再试。"
 FORGET_TOO_LATE = "确认已超时，未删除任何记忆。如仍要删除，请重新发送 /forget。"
 FORGET_CANCELLED = "已取消，记忆保持不变。"
 FORGET_DROPPED = "已取消删除：没有收到“{yes}”。"
 FORGET_HINT_UNADDRESSED = "要删除的话请 @我 回复“{yes}”（或引用我的提问回复）。"
 NOTHING_TO_CONFIRM = "现在没有待确认的删除。"
 FORGET_DROPPED_ALL = f"已取消删除：删除全部要回复“{CONFIRM_ALL}”。如仍要删除，请重新发送命令。"
-NOT_SUPERUSER = "只有超级用户可以{action}。"
 
 FORGET_USAGE = (
     "用法：/forget（忘记）删除你在当前会话的记忆；"
     "超级用户可用 /forget user <QQ号>、/forget group <群号>、/forget all。"
 )
-RECALL_USAGE = (
-    "用法：/recall <内容>（回忆）查看会被想起的记忆，加 --full 看完整上下文；"
-    "超级用户可加 --user <QQ号>、--group <群号> 或 --private。"
-)
-REMEMBER_USAGE = "用法：/remember <内容>（记住）让我永久记住一条笔记。"
-
-
-async def reply(bot: Bot, event: MessageEvent, runtime: Runtime, text: str) -> None:
-    """A command's answer: at most two messages, quoting the command in a group (so the
-    member who asked sees it is theirs)."""
-    await send_answer(bot, event, text, max_chars=runtime.settings.chat_reply_max_chars)
-
-
-async def is_superuser(bot: Bot, event: MessageEvent) -> bool:
-    return bool(await SUPERUSER(bot, event))
-
-
-async def chat_label(bot: Bot, group_id: int | None, runtime: Runtime) -> str:
-    """How an answer names a chat: ``私聊``, ``群“周会群”`` (its name from the QQ client,
-    cached), or ``群 30001`` when the name is unknown or looking it up is off."""
-    if group_id is None:
-        return "私聊"
-    name = None
-    if runtime.config.bot_resolve_group_names:
-        name = await group_names.name(bot, group_id)
-    return f"群“{name}”" if name else f"群 {group_id}"
-
-
-def in_chat(label: str) -> str:
-    """``在私聊中``, ``在群“周会群”中``, ``在群 30001 中`` (a space after a number)."""
-    return f"在{label} 中" if label[-1:].isdigit() else f"在{label}中"
-
-
-# ----------------------------------------------------------------------------- /帮助
-
-
-@plugin_command("帮助", "help", "菜单", "记忆帮助")
-async def handle_help(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
-    """The commands this person may use here (``command_help``)."""
-    in_group = group_id_of(event) is not None
-    text = help_text(
-        in_group=in_group,
-        group_admin=in_group and bool(await (GROUP_ADMIN | GROUP_OWNER)(bot, event)),
-        superuser=await is_superuser(bot, event),
-    )
-    await reply(bot, event, runtime, text)
 
 
 # ----------------------------------------------------------------------------- confirmations
@@ -144,7 +64,7 @@ async def handle_help(bot: Bot, event: MessageEvent, _args: Message, runtime: Ru
 
 @dataclass
 class PendingForget:
-    """A /forget waiting for its "确认": of a ``scope`` (``TemporalMemory.forget``) or, for
+    """A /forget waiting for its "确认": of a ``scope`` (``Forgetting.forget``) or, for
     the self-service deletes, whatever ``action`` deletes. ``yes`` is the word it waits for
     (``确认``, which ``确定`` also answers, or ``CONFIRM_ALL``)."""
 
@@ -259,7 +179,7 @@ async def ask_to_confirm(
     nothing: str | None = None,
 ) -> None:
     """Ask ``question`` and wait for ``yes`` (``handle_confirm``) before deleting: ``scope``
-    through ``TemporalMemory.forget``, or whatever ``action`` deletes.
+    through ``Forgetting.forget``, or whatever ``action`` deletes.
 
     A ``scope`` is counted first, and the question names what will go by kind and count;
     when nothing would, the person is told so (``nothing``, or that nothing is stored) and
@@ -305,8 +225,8 @@ async def count_scope(
         if own_session:
             # After this person's messages still being answered, as the forget itself waits.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                return await runtime.memory.count_forget(scope)
-        return await runtime.memory.count_forget(scope)
+                return await runtime.memory.parts.forgetting.count_forget(scope)
+        return await runtime.memory.parts.forgetting.count_forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"counting a /forget failed: {exc}")
         return None
@@ -397,9 +317,9 @@ async def forget_now(
         elif request.own_session:
             # After this person's messages still being answered, so none survives the forget.
             async with runtime.engine.session(event.user_id, group_id_of(event)):
-                forgotten = await runtime.memory.forget(scope)
+                forgotten = await runtime.memory.parts.forgetting.forget(scope)
         else:
-            forgotten = await runtime.memory.forget(scope)
+            forgotten = await runtime.memory.parts.forgetting.forget(scope)
     except MemoryCoreError as exc:
         logger.warning(f"/forget failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN + "这次没有删除任何记忆。")
@@ -469,253 +389,3 @@ async def handle_forget(bot: Bot, event: MessageEvent, args: Message, runtime: R
         own_session=own_session,
         yes=CONFIRM_ALL if scope.everything else "确认",
     )
-
-
-# ----------------------------------------------------------------------------- /memstat
-
-
-MEMSTAT_SENT_PRIVATELY = "记忆统计已私聊发给你。"
-MEMSTAT_NOT_SENT = "记忆统计没能私聊发给你（可先加机器人为好友），为保护数据不在群里公布。"
-
-
-def bot_connection(runtime: Runtime, *, now: datetime) -> Connection:
-    connection = connection_of(
-        runtime.memory,
-        chat_model=runtime.settings.llm_model if runtime.chat_model is not None else None,
-        uptime=now - runtime.started_at,
-    )
-    return dataclasses.replace(connection, chat_calls=chat_calls_zh(runtime.chat_model))
-
-
-def now_utc() -> datetime:
-    """The clock of /memstat's title and uptime (tests stop it)."""
-    return datetime.now(timezone.utc)
-
-
-async def memstat_text(runtime: Runtime) -> str:
-    now = now_utc()
-    tz = runtime.memory.tz
-    connection = bot_connection(runtime, now=now)
-    try:
-        stats = await runtime.memory.stats(now)
-        distilled = await runtime.memory.distilled_stats(now)
-    except MemoryCoreError as exc:
-        logger.warning(f"/memstat failed: {exc}")
-        return unavailable_dashboard_zh(connection, now=now, tz=tz)
-    return dashboard_zh(stats, distilled, connection, now=now, tz=tz)
-
-
-async def send_private_text(bot: Bot, user_id: int, text: str, *, max_chars: int) -> bool:
-    """Send ``text`` to ``user_id`` in a private chat, in at most ``ANSWER_MESSAGES``
-    messages (a command's answer); ``False`` if any piece failed."""
-    for piece in at_most(split_reply(text, max_chars), ANSWER_MESSAGES, max_chars):
-        try:
-            await bot.send_private_msg(user_id=user_id, message=Message(MessageSegment.text(piece)))
-        except (ActionFailed, NetworkError, ApiNotAvailable) as exc:
-            logger.warning(f"sending privately to user {user_id} failed: {exc!r}")
-            return False
-    return True
-
-
-@plugin_command("memstat", "记忆统计")
-async def handle_memstat(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
-    if not await is_superuser(bot, event):
-        await reply(bot, event, runtime, NOT_SUPERUSER.format(action="查看记忆统计"))
-        return
-    text = await memstat_text(runtime)
-    if group_id_of(event) is None:
-        await reply(bot, event, runtime, text)
-        return
-    # The operator's figures (model, totals of every chat) are not for every group member.
-    max_chars = runtime.settings.chat_reply_max_chars
-    sent = await send_private_text(bot, event.user_id, text, max_chars=max_chars)
-    note = MEMSTAT_SENT_PRIVATELY if sent else MEMSTAT_NOT_SENT
-    await send_text(bot, event, note, max_chars=max_chars, quote=True)
-
-
-# ----------------------------------------------------------------------------- /recall
-
-_FLAG = re.compile(r"(?<!\S)--(user|group)(?:=|\s+)(\d+)(?!\S)|(?<!\S)--(private|full)(?!\S)")
-RECALL_SENT_PRIVATELY = "其他会话的记忆已私聊发给你（不在群里公开）。"
-RECALL_NOT_SENT = "没能私聊发给你（可先加我为好友），其他会话的记忆不在群里公开。"
-RECALL_LINE_CHARS = 60
-# A stored /recall (with any command start, after an @ of the bot) and the bot's answer to one.
-_RECALL_COMMAND = re.compile(r"\s*(?:@\S+\s*)?[/／、!！]\s*(?:recall|回忆)", re.I)
-_RECALL_ANSWER = re.compile(r"(?:与“.*”相关的(?:记忆|对话)|在.*中没有找到与“)", re.S)
-
-
-@dataclass(frozen=True)
-class RecallRequest:
-    query: str
-    user_id: int | None = None
-    group_id: int | None = None
-    private: bool = False
-    full: bool = False
-
-    @property
-    def has_flags(self) -> bool:
-        return self.user_id is not None or self.group_id is not None or self.private
-
-
-def parse_recall_args(text: str) -> RecallRequest:
-    """``--user N``, ``--group N``, ``--private`` and ``--full`` anywhere; the rest is the
-    query."""
-    user_id: int | None = None
-    group_id: int | None = None
-    private = full = False
-    for match in _FLAG.finditer(text):
-        if match.group(3) == "private":
-            private = True
-        elif match.group(3) == "full":
-            full = True
-        elif match.group(1) == "user":
-            user_id = int(match.group(2))
-        else:
-            group_id = int(match.group(2))
-    query = " ".join(_FLAG.sub(" ", text).split())
-    return RecallRequest(
-        query=query, user_id=user_id, group_id=group_id, private=private, full=full
-    )
-
-
-@plugin_command("recall", "回忆")
-async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
-    request = parse_recall_args(args.extract_plain_text())
-    if not request.query:
-        await reply(bot, event, runtime, RECALL_USAGE)
-        return
-    if request.has_flags and not await is_superuser(bot, event):
-        await reply(bot, event, runtime, NOT_SUPERUSER.format(action="查看其他会话的记忆"))
-        return
-    user_id = request.user_id if request.user_id is not None else event.user_id
-    if request.group_id is not None:
-        group_id: int | None = request.group_id
-    elif request.private:
-        group_id = None
-    else:
-        group_id = group_id_of(event)
-    try:
-        # Inside the session: the messages sent before this command are stored by now, and
-        # their embeddings (made in the background) are waited for, a few seconds at most.
-        async with runtime.engine.session(user_id, group_id):
-            await runtime.memory.settle_embeddings(runtime.settings.embedding_store_deadline)
-            now = datetime.now(timezone.utc)
-            # The lines the prompt would carry for the query, one a line around the words
-            # that matched (nothing when none is about it); --full: the windows in full, less
-            # what is not about the query.
-            listing = await list_recall(
-                runtime.memory.parts,
-                user_id,
-                request.query,
-                group_id,
-                now=now,
-                full=request.full,
-                skip=_asking_or_echo(event),
-            )
-    except MemoryCoreError as exc:
-        logger.warning(f"/recall failed: {exc}")
-        await reply(bot, event, runtime, DB_DOWN)
-        return
-    where = await chat_label(bot, group_id, runtime)
-    if user_id != event.user_id:
-        where += f" · 用户 {user_id}"
-    asked = quoted(request.query)
-    # Another chat's memory (a superuser's --user / --group / --private) asked in a group
-    # is not for that group: it goes to the superuser privately.
-    elsewhere = group_id_of(event) is not None and (
-        user_id != event.user_id or group_id != group_id_of(event)
-    )
-    if listing.empty:
-        text = f"{in_chat(where)}没有找到与{asked}相关的记忆。"
-        await _answer_recall(bot, event, runtime, text, privately=elsewhere)
-        return
-    if listing.windows is not None:
-        block = runtime.memory.format_block(listing.windows, now, asker=user_id)
-        lines = [f"与{asked}相关的对话（{where}，完整）："]
-        if block.text:
-            lines.append(block.text)
-    else:
-        speaker = "你" if user_id == event.user_id else "TA"
-        lines = [_one_line("", f"与{asked}相关的记忆（{where}）：")]
-        for turn in listing.turns:
-            who = runtime.bot_name if turn.role == "assistant" else speaker
-            if turn.role == "user" and turn.user_id != user_id:  # a shared group's other member
-                who = turn.sender_name or f"QQ {turn.user_id}"
-            when = relative_time_zh(turn.created_at, now, runtime.memory.tz)
-            lines.append(_matched_line(f"· {when} {who}：", turn.content, listing))
-    if listing.facts:
-        lines.append("事实（会提供给模型）：")
-        lines.extend(_matched_line("· ", hit.memory.content, listing) for hit in listing.facts)
-    if listing.windows is None:
-        lines.append("加 --full 查看带上下文的完整记忆。")
-    await _answer_recall(bot, event, runtime, "\n".join(lines), privately=elsewhere)
-
-
-async def _answer_recall(
-    bot: Bot, event: MessageEvent, runtime: Runtime, text: str, *, privately: bool
-) -> None:
-    """The answer, in at most two messages: in the chat, or to the asker privately (and a
-    note in the group saying so)."""
-    if not privately:
-        await reply(bot, event, runtime, text)
-        return
-    max_chars = runtime.settings.chat_reply_max_chars
-    sent = await send_private_text(bot, event.user_id, text, max_chars=max_chars)
-    await reply(bot, event, runtime, RECALL_SENT_PRIVATELY if sent else RECALL_NOT_SENT)
-
-
-def _asking_or_echo(event: MessageEvent) -> Callable[[MemoryTurn], bool]:
-    """Turns that are no memory of anything: this /recall message itself (when it was stored),
-    a stored /recall command, and the bot's stored answers to one."""
-
-    def skip(turn: MemoryTurn) -> bool:
-        if turn.role == "user":
-            asked_here = turn.message_id == event.message_id and turn.user_id == event.user_id
-            return asked_here or _RECALL_COMMAND.match(turn.content) is not None
-        return _RECALL_ANSWER.match(turn.content) is not None
-
-    return skip
-
-
-def _one_line(head: str, text: str) -> str:
-    """``head`` and ``text`` on one line of at most ``RECALL_LINE_CHARS`` characters."""
-    text = " ".join(text.split())
-    room = RECALL_LINE_CHARS - len(head)
-    if len(text) > room:
-        text = text[: room - 1] + "…"
-    return head + text
-
-
-def _matched_line(head: str, text: str, listing: RecallListing) -> str:
-    """``head`` and the part of ``text`` around the query's words, in about
-    ``RECALL_LINE_CHARS`` characters: the digits asked for are kept, not the line's start."""
-    return head + listing.excerpt(text, RECALL_LINE_CHARS - len(head))
-
-
-# ----------------------------------------------------------------------------- /remember
-
-
-@plugin_command("remember", "记住")
-async def handle_remember(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
-    note = flatten_segments(segments_of(args), self_id=event.self_id, self_name=runtime.bot_name)
-    if not note:
-        await reply(bot, event, runtime, REMEMBER_USAGE)
-        return
-    outcome = await runtime.engine.record(
-        TurnInput(
-            user_id=event.user_id,
-            group_id=group_id_of(event),
-            self_id=int(bot.self_id),
-            role="user",
-            content=note,
-            sender_name=sender_name(event),
-            message_id=event.message_id,
-            raw_segments=segments_of(args),
-        )
-    )
-    if outcome is None or (outcome.turn is None and not outcome.spooled):
-        await reply(bot, event, runtime, "没能记下这条笔记，请稍后再试。")
-    elif outcome.spooled:
-        await reply(bot, event, runtime, "记住了（数据库暂时连不上，笔记已暂存，恢复后自动写入）。")
-    else:
-        await reply(bot, event, runtime, "记住了，这条会一直保留。")

@@ -22,10 +22,10 @@ from nonebot.consts import CMD_ARG_KEY, CMD_KEY, PREFIX_KEY
 from nonebot.rule import Rule, command
 from nonebot.typing import T_State
 
-from .bot_accounts import serving_bot
-from .intake import accepts
-from .messaging import send_answer
-from .runtime import Runtime, RuntimeDep, get_runtime
+from ..bot_accounts import serving_bot
+from ..intake import accepts
+from ..messaging import send_answer
+from ..runtime import Runtime, RuntimeDep, get_runtime
 
 COMMAND_PRIORITY = 5
 COMMAND_ARG_MAX_CHARS = 500

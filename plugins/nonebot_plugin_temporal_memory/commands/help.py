@@ -2,7 +2,7 @@
 asks and where, and ``__plugin_meta__.usage`` (what the NoneBot store shows) is all of it.
 
 Each entry names the commands it describes (``commands``, as registered with
-``command_dispatch.plugin_command``); a test holds the two to each other, so a new command
+``dispatch.plugin_command``); a test holds the two to each other, so a new command
 without a help line, or a line for a command that is gone, fails it.
 """
 

@@ -2,12 +2,12 @@
 /不记我 and /记我; group admins: /群记忆 开|关.
 
 Anyone may see and delete what the bot keeps about them; deleting goes through the /forget
-confirmation (``commands.ask_to_confirm``). Deleting an item takes what it came from too (the
+confirmation (``forget.ask_to_confirm``). Deleting an item takes what it came from too (the
 turns, the bot's replies repeating them; for a word every turn, summary and cached answer of
 this chat holding it: ``memory_core.personal.Named``), and the question says so first.
 Memories are shown to their person as ``你…`` (``addressed``); the stored text is unchanged.
 ``/忘记`` alone (this chat) and the superuser targets (``/forget user <QQ号>`` …) keep their
-meaning in ``commands.py``; a number or any other word after ``/忘记`` names items of the
+meaning in ``forget.py``; a number or any other word after ``/忘记`` names items of the
 person's own memory in this chat.
 """
 
@@ -45,20 +45,12 @@ from memory_core import (
     switch_group_memory,
 )
 
-from .command_dispatch import plugin_command
-from .commands import (
-    DB_DOWN,
-    ask_to_confirm,
-    chat_label,
-    confirmation_key,
-    handle_forget,
-    in_chat,
-    reply,
-    send_private_text,
-)
-from .intake import group_id_of
-from .messaging import send_text
-from .runtime import Runtime
+from ..intake import group_id_of
+from ..messaging import send_text
+from ..runtime import Runtime
+from .common import DB_DOWN, chat_label, in_chat, reply, send_private_text
+from .dispatch import plugin_command
+from .forget import ask_to_confirm, confirmation_key, handle_forget
 
 PAGE_SIZE = 10
 MAX_LISTINGS = 1000
@@ -66,7 +58,7 @@ LINE_CHARS = 60
 QUOTE_CHARS = 30  # a turn quoted in a question
 QUOTED_TURNS = 8  # at most this many turns are quoted; the rest are counted
 KIND_ZH = {"facts": "事实", "preferences": "偏好", "summary": "摘要"}
-# First words after /forget that belong to the superuser targets of commands.py.
+# First words after /forget that belong to the superuser targets of forget.py.
 SUPERUSER_WORDS = frozenset({"user", "用户", "group", "群", "all", "全部", "所有"})
 
 NOTHING_KNOWN = "我还没有记住关于你的事实或偏好。多聊几句，我会慢慢记住的。"
@@ -86,7 +78,7 @@ async def handle_mymem(bot: Bot, event: MessageEvent, args: Message, runtime: Ru
         return
     page = max(int(word), 1) if word else 1
     try:
-        memories = await known_about(runtime.memory, event.user_id, group_id_of(event))
+        memories = await known_about(runtime.memory.parts, event.user_id, group_id_of(event))
     except MemoryCoreError as exc:
         logger.warning(f"/我的记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -129,7 +121,7 @@ def listing_text(
 
 def item_line(number: int, memory: DistilledMemory, runtime: Runtime) -> str:
     """``3. [事实 11-30] 你是老师``, cut with … to ``LINE_CHARS`` characters."""
-    day = memory.last_confirmed.astimezone(runtime.memory.tz).strftime("%m-%d")
+    day = memory.last_confirmed.astimezone(runtime.memory.parts.tz).strftime("%m-%d")
     head = f"{number}. [{KIND_ZH.get(memory.kind, memory.kind)} {day}] "
     return head + shorten(addressed(memory.content), LINE_CHARS - len(head))
 
@@ -201,7 +193,7 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
         named = Named(user_id, group_id, word=words)
         description = f"包含“{shorten(words, QUOTE_CHARS)}”"
     try:
-        preview = await preview_forget(runtime.memory, named)
+        preview = await preview_forget(runtime.memory.parts, named)
     except MemoryCoreError as exc:
         logger.warning(f"/忘记 <编号|词语> failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -220,9 +212,10 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
 
     async def delete(runtime: Runtime) -> Forgotten:
         # After this person's messages still being answered, so no reply holding it is
-        # stored after the delete.
-        async with runtime.engine.session(user_id, group_id):
-            return await forget_named(runtime.memory, named)
+        # stored after the delete; meanwhile that reply quotes none of it.
+        with runtime.engine.citations.forgetting(t.id for t in preview.turns):
+            async with runtime.engine.session(user_id, group_id):
+                return await forget_named(runtime.memory.parts, named)
 
     if group_id is not None:
         # In a group the question and the answer name no memory: the whole group reads them.
@@ -336,7 +329,7 @@ NOTHING_STORED = "我这里没有存任何关于你的内容，没有可导出�
 @plugin_command("导出我的记忆", "exportmem")
 async def handle_export(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
     try:
-        export = await export_person(runtime.memory, event.user_id)
+        export = await export_person(runtime.memory.parts, event.user_id)
     except MemoryCoreError as exc:
         logger.warning(f"/导出我的记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -378,7 +371,7 @@ def export_summary(export: PersonalExport) -> str:
 
 def export_preview(export: PersonalExport, summary: str, runtime: Runtime) -> str:
     """The text fallback: the summary and the first few items of each part."""
-    tz = runtime.memory.tz
+    tz = runtime.memory.parts.tz
     lines = [f"你的 QQ 客户端收不了文件，这里是文字版（前 {EXPORT_PREVIEW} 条）：{summary}。"]
     if export.turns:
         lines.append("对话：")
@@ -438,7 +431,7 @@ async def handle_opt_out(bot: Bot, event: MessageEvent, args: Message, runtime: 
     everywhere, where, scope = found
     try:
         new = await opt_out(
-            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+            runtime.memory.parts, event.user_id, group_id_of(event), everywhere=everywhere
         )
     except MemoryCoreError as exc:
         logger.warning(f"/不记我 failed: {exc}")
@@ -468,7 +461,7 @@ async def handle_opt_in(bot: Bot, event: MessageEvent, args: Message, runtime: R
     everywhere, where, _ = found
     try:
         remembered = await opt_in(
-            runtime.memory, event.user_id, group_id_of(event), everywhere=everywhere
+            runtime.memory.parts, event.user_id, group_id_of(event), everywhere=everywhere
         )
     except MemoryCoreError as exc:
         logger.warning(f"/记我 failed: {exc}")
@@ -544,7 +537,7 @@ async def handle_group_memory(
     group_id, on = switch
     assert on is not None  # the word is required
     try:
-        changed = await switch_group_memory(runtime.memory, group_id, on=on)
+        changed = await switch_group_memory(runtime.memory.parts, group_id, on=on)
     except MemoryCoreError as exc:
         logger.warning(f"/群记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
