@@ -160,7 +160,7 @@ async def test_a_memory_forgotten_while_the_model_thinks_is_not_quoted(chat_for)
         await asyncio.sleep(0.1)
     assert line_number(chat.server.requests[0], SECRET) is not None
     # A delete that does not wait for the session (the console, /忘记我, an operator's /forget).
-    forgotten = await chat.memory.delete_message(
+    forgotten = await chat.memory.parts.forgetting.delete_message(
         RecalledMessage(self_id=SELF, message_id=SECRET_ID, user_id=USER)
     )
     assert forgotten is not None and forgotten.dialogues >= 1
@@ -182,7 +182,7 @@ async def test_a_message_being_recalled_is_not_quoted_before_its_delete_comes(ch
 
 async def test_a_turn_being_forgotten_is_not_quoted_before_its_delete_comes(chat_for):
     chat = await chat_for(citing("我的车牌是沪A12345"))
-    stored = await chat.memory.add_turn(said("我的车牌是沪A12345", 30, message_id=503))
+    stored = await chat.memory.parts.writer.add_turn(said("我的车牌是沪A12345", 30, message_id=503))
     assert stored.turn is not None
     with chat.engine.citations.forgetting([stored.turn.id]):  # a /忘记 waits for the session
         result = await chat.ask("我的车牌是多少")
@@ -194,7 +194,7 @@ async def test_a_turn_being_forgotten_is_not_quoted_before_its_delete_comes(chat
 async def test_a_turn_without_a_qq_message_id_is_not_quoted(chat_for):
     chat = await chat_for(citing("我的车牌是沪A12345"))
     # As MCP's remember or an import stores it: no QQ message to quote.
-    await chat.memory.add_turn(said("我的车牌是沪A12345", 30))
+    await chat.memory.parts.writer.add_turn(said("我的车牌是沪A12345", 30))
     result = await chat.ask("我的车牌是多少")
     assert line_number(chat.server.requests[-1], "沪A12345") is not None
     assert result.cited is None and chat.outbox.sent == [(ANSWER, None)]
@@ -202,7 +202,9 @@ async def test_a_turn_without_a_qq_message_id_is_not_quoted(chat_for):
 
 async def test_in_a_group_nothing_is_numbered_or_asked_for_unless_set(chat_for):
     chat = await chat_for(citing("我在群里的工位是B12"))
-    await chat.memory.add_turn(said("我在群里的工位是B12", 30, group=GROUP, message_id=601))
+    await chat.memory.parts.writer.add_turn(
+        said("我在群里的工位是B12", 30, group=GROUP, message_id=601)
+    )
     result = await chat.ask("我的工位在哪", group=GROUP)
     [prompt] = chat.server.requests
     assert CITE_RULE not in prompt[0]["content"]
@@ -213,7 +215,9 @@ async def test_in_a_group_nothing_is_numbered_or_asked_for_unless_set(chat_for):
 
 async def test_in_a_group_set_to_cite_the_members_own_message_is_quoted(chat_for):
     chat = await chat_for(citing("我在群里的工位是B12"), chat_cite_in_groups=True)
-    await chat.memory.add_turn(said("我在群里的工位是B12", 30, group=GROUP, message_id=601))
+    await chat.memory.parts.writer.add_turn(
+        said("我在群里的工位是B12", 30, group=GROUP, message_id=601)
+    )
     result = await chat.ask("我的工位在哪", group=GROUP)
     assert CITE_RULE in chat.server.requests[0][0]["content"]
     assert result.cited is not None and result.cited.message_id == 601
@@ -223,7 +227,9 @@ async def test_another_members_line_in_a_shared_group_is_never_quoted(chat_for):
     chat = await chat_for(
         citing("小红的工位是C7"), chat_cite_in_groups=True, memory_shared_groups=[GROUP]
     )
-    await chat.memory.add_turn(said("小红的工位是C7", 30, user=OTHER, group=GROUP, message_id=602))
+    await chat.memory.parts.writer.add_turn(
+        said("小红的工位是C7", 30, user=OTHER, group=GROUP, message_id=602)
+    )
     result = await chat.ask("小红的工位在哪", group=GROUP)
     # The other member's line is in the prompt, numbered, and cited: still not quoted.
     assert line_number(chat.server.requests[0], "小红的工位是C7") is not None
