@@ -15,7 +15,7 @@ import dataclasses
 import logging
 
 from .accounts import AccountBook, serving
-from .dialogue.forget_store import PgForgetStore
+from .dialogue.forget_store import PgForgetStore, recalled_by
 from .dialogue.spool import failure_text, is_bad_item
 from .dialogue.upkeep_store import PgUpkeepStore
 from .dialogue.writing import TurnWriter
@@ -44,6 +44,9 @@ class Forgetting:
         and the sender's answers cached since. Returns what went,
         or ``None`` when the database is unreachable or refuses writes: the recall is then
         spooled and done once it takes them again."""
+        # The spool and the dead-letter file first: a turn refused or not yet written is
+        # deleted there, and a flush must not write a spooled one back after the delete.
+        await self._writer.forget_spooled(lambda turn: recalled_by(message, turn))
         try:
             return await self._forget_recalled(message)
         except StorageError as exc:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .answer_cache.store import OwnCachedAnswer, PgAnswerCacheStore
 from .dialogue.admin_store import PgAdminStore
-from .dialogue.forget_store import PgForgetStore
+from .dialogue.forget_store import PgForgetStore, holds_word
 from .distill.forgetting import forget_turns
 from .distill.memory import DistilledKind, DistilledMemory
 from .distill.store import PgDistilledStore
@@ -123,6 +123,14 @@ async def preview_forget(parts: MemoryParts, named: Named) -> ForgetPreview:
 async def forget_named(parts: MemoryParts, named: Named) -> Forgotten:
     """Delete what ``named`` names (see ``Named``) in one transaction; returns what went, by
     kind. Other people's rows and other chats' rows are never touched."""
+    spooled = 0
+    if named.folded is not None:
+        # The chat's turns holding the word that wait in the spool or were dead-lettered go
+        # first (a flush must not write one back after the delete).
+        folded = named.folded
+        spooled = await parts.writer.forget_spooled(
+            lambda turn: holds_word(named.session_key, folded, turn)
+        )
     async with parts.database.transaction() as tx:
         distilled = tx.store(PgDistilledStore)
         rows = await distilled.own_named(
@@ -147,7 +155,7 @@ async def forget_named(parts: MemoryParts, named: Named) -> Forgotten:
                 named.user_id, named.group_id, named.folded
             )
     return Forgotten(
-        dialogues=len(turns),
+        dialogues=len(turns) + spooled,
         bot_replies=sum(1 for t in turns if t.role == "assistant"),
         facts=went.get("facts", 0) + fed.facts,
         preferences=went.get("preferences", 0) + fed.preferences,

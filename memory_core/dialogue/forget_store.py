@@ -10,8 +10,9 @@ from datetime import datetime
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from ..lang.keywords import normalize
 from ..lang.repeats import Repeats
-from ..models import ForgetScope, MemoryTurn, RecalledMessage, Role
+from ..models import ForgetScope, MemoryTurn, RecalledMessage, Role, TurnInput
 from ..storage.database import BULK_TIMEOUT
 from ..storage.pg import PgStore, rows_affected
 from ..storage.scopes import scope_count, scope_delete
@@ -33,6 +34,29 @@ WHERE qq_message_id = $1 AND ($2::bigint IS NULL OR self_id = $2)
                ELSE self_id = $4 END)
 FOR UPDATE
 """
+
+
+def recalled_by(message: RecalledMessage, turn: TurnInput) -> bool:
+    """Whether ``turn``, not in the database (the spool, the dead-letter file), is one
+    ``SQL_RECALLED_TURNS`` would take for the recalled ``message``."""
+    if turn.message_id != message.message_id or turn.group_id != message.group_id:
+        return False
+    if message.self_id is not None and turn.self_id != message.self_id:
+        return False
+    if message.user_id is None:
+        return True
+    if turn.role == "user":
+        return turn.user_id == message.user_id
+    if turn.group_id is None:
+        return message.user_id in (turn.user_id, turn.self_id)
+    return turn.self_id == message.user_id
+
+
+def holds_word(session_key: str, folded: str, turn: TurnInput) -> bool:
+    """Whether ``turn``, not in the database, is one of ``session_key`` holding the
+    case-folded text ``folded`` (what ``SQL_CHOSEN_TURNS`` finds by a word)."""
+    return turn.session_key == session_key and folded in normalize(turn.content)
+
 
 # Turns a person deletes in one session (/忘记): these ids, and those containing the case-folded
 # text $3 (NULL: none).

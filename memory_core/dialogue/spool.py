@@ -163,7 +163,10 @@ def _encode(item: Item) -> dict[str, Any]:
 
 
 def _decode(line: str) -> Item:
-    data = json.loads(line)
+    return _from_data(json.loads(line))
+
+
+def _from_data(data: Any) -> Item:
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     if "recalled" in data:
@@ -207,6 +210,7 @@ def _write_durably(path: Path, data: bytes) -> None:
 WriteTurns = Callable[[Sequence[TurnInput]], Awaitable[int]]
 Forget = Callable[[RecalledMessage], Awaitable[int]]
 ForgetInDatabase = Callable[[ForgetScope], Awaitable[int]]
+Takes = Callable[[TurnInput], bool]  # which turns a forget drops from the spool files
 
 
 class TurnSpool:
@@ -239,36 +243,40 @@ class TurnSpool:
         await self._append(_json_line(_encode(recalled)))
 
     async def forget(self, scope: ForgetScope, *, keep_request: bool = False) -> int:
-        """Drop the spooled turns ``scope`` covers; with ``keep_request``, keep the request in
-        their place, to be applied to the database by the next flush (it cannot be reached
-        now). Returns how many turns were dropped. Waits for a flush under way."""
+        """Drop the turns ``scope`` covers, spooled and dead-lettered; with ``keep_request``,
+        keep the request in the spool, to be applied to the database by the next flush (it
+        cannot be reached now). Returns how many turns were dropped. Waits for a flush under
+        way."""
+        return await self.drop(
+            lambda turn: covers(scope, turn), request=scope if keep_request else None
+        )
+
+    async def drop(self, takes: Takes, *, request: ForgetScope | None = None) -> int:
+        """Drop the turns ``takes`` names from the spool and from the dead-letter file (a
+        forgotten turn's text stays on no disk), each file rewritten whole and renamed into
+        place; with ``request``, append it to the spool (``forget``). Other lines stay as they
+        were, unreadable ones included. Returns how many turns were dropped. Waits for a flush
+        under way."""
         async with self._drain_lock, self._lock:
-            kept = [
-                line for n, line in enumerate(self._held) if not _covered(scope, _parse(n, line))
-            ]
+            kept = [line for n, line in enumerate(self._held) if not _takes(takes, _parse(n, line))]
             dropped = len(self._held) - len(kept)
             self._held = kept
+            extra = [_json_line(_encode(request)).rstrip(b"\n")] if request is not None else []
             try:
-                return dropped + await asyncio.to_thread(self._forget_sync, scope, keep_request)
+                dropped += await asyncio.to_thread(
+                    _drop_lines, self.path, lambda n, line: _takes(takes, _parse(n, line)), extra
+                )
             except OSError as exc:
                 raise StorageError(f"cannot rewrite the spool {self.path}: {exc}") from exc
-
-    def _forget_sync(self, scope: ForgetScope, keep_request: bool) -> int:
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        lines = [line for line in data.split(b"\n") if line.strip()]
-        kept = [line for n, line in enumerate(lines) if not _covered(scope, _parse(n, line))]
-        dropped = len(lines) - len(kept)
-        if keep_request:
-            kept.append(_json_line(_encode(scope)).rstrip(b"\n"))
-        if dropped or keep_request:
-            if kept:
-                _write_durably(self.path, b"".join(line + b"\n" for line in kept))
-            else:
-                self.path.unlink()
-        return dropped
+            try:
+                buried = await asyncio.to_thread(
+                    _drop_lines, self.dead_path, lambda n, line: _takes_dead(takes, line), []
+                )
+            except OSError as exc:
+                raise StorageError(f"cannot rewrite {self.dead_path}: {exc}") from exc
+        if buried:
+            log.info("%d dead-lettered turn(s) forgotten from %s", buried, self.dead_path)
+        return dropped + buried
 
     async def _append(self, line: bytes) -> None:
         async with self._lock:
@@ -439,8 +447,39 @@ class TurnSpool:
         return before is not None and self._accepted > before
 
 
-def _covered(scope: ForgetScope, entry: SpoolEntry) -> bool:
-    return isinstance(entry.item, TurnInput) and covers(scope, entry.item)
+def _takes(takes: Takes, entry: SpoolEntry) -> bool:
+    return isinstance(entry.item, TurnInput) and takes(entry.item)
+
+
+def _takes_dead(takes: Takes, line: bytes) -> bool:
+    """Whether a line of the dead-letter file (``{"item": ..., "error": ..., "at": ...}``)
+    holds a turn ``takes`` names; one that cannot be read as a turn is kept."""
+    try:
+        letter = json.loads(line.decode("utf-8", "replace"))
+        item = letter["item"] if isinstance(letter, dict) else None
+        # An unreadable spool line was buried as its text: read it once more.
+        turn = _decode(item) if isinstance(item, str) else _from_data(item)
+    except (ValueError, TypeError, KeyError):
+        return False
+    return isinstance(turn, TurnInput) and takes(turn)
+
+
+def _drop_lines(path: Path, dropped: Callable[[int, bytes], bool], extra: list[bytes]) -> int:
+    """Rewrite ``path`` without the lines ``dropped`` names, with ``extra`` lines appended
+    (write a new file, rename it over); how many lines went. Untouched when nothing changes."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        data = b""
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    kept = [line for n, line in enumerate(lines) if not dropped(n, line)]
+    kept += extra
+    if len(kept) != len(lines) or extra:
+        if kept:
+            _write_durably(path, b"".join(line + b"\n" for line in kept))
+        else:
+            path.unlink()
+    return len(lines) + len(extra) - len(kept)
 
 
 def _turn(entry: SpoolEntry) -> TurnInput:

@@ -27,7 +27,7 @@ from .columns import NewTurnRow
 from .deferred_embeddings import DeferredEmbeddings
 from .recall_store import PgRecallStore
 from .rewrite_store import PgRewriteStore, Rewritten
-from .spool import TurnSpool, failure_text, is_bad_item
+from .spool import Takes, TurnSpool, failure_text, is_bad_item
 from .turn_rows import cleaned_text, prepare_row, text_columns, with_context
 from .upkeep_store import PgUpkeepStore
 
@@ -343,10 +343,13 @@ class TurnWriter:
         await self._spool.append_recall(message)
         self._on_more_work()
 
-    async def forget_spooled(self, scope: ForgetScope) -> int:
-        """Drop the spooled turns of ``scope``; how many (before the stored ones go: a flush
-        between the two steps could write them back)."""
-        return await self._spool.forget(scope)
+    async def forget_spooled(self, scope: ForgetScope | Takes) -> int:
+        """Drop the turns of ``scope`` (or those a test names) from the spool and the
+        dead-letter file; how many (before the stored ones go: a flush between the two steps
+        could write them back)."""
+        if isinstance(scope, ForgetScope):
+            return await self._spool.forget(scope)
+        return await self._spool.drop(scope)
 
     async def keep_forget(self, scope: ForgetScope, exc: StorageError) -> None:
         """A /forget the database could not do now: kept in the spool, done on a flush."""
