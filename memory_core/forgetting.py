@@ -15,6 +15,7 @@ import dataclasses
 import logging
 
 from .accounts import AccountBook, serving
+from .conversation.citation import Citations
 from .dialogue.forget_store import PgForgetStore, recalled_by
 from .dialogue.spool import failure_text, is_bad_item
 from .dialogue.upkeep_store import PgUpkeepStore
@@ -33,10 +34,13 @@ class Forgetting:
     """Deletes a /forget scope or a recalled message everywhere it is kept (see the module
     docstring), and does what waited in the spool (``flush_spool``)."""
 
-    def __init__(self, database: Database, writer: TurnWriter, accounts: AccountBook) -> None:
+    def __init__(
+        self, database: Database, writer: TurnWriter, accounts: AccountBook, citations: Citations
+    ) -> None:
         self._database = database
         self._writer = writer
         self._accounts = accounts
+        self._citations = citations  # what no reply may quote while a forget deletes it
 
     async def delete_message(self, message: RecalledMessage) -> Forgotten | None:
         """Forget a recalled (撤回) QQ message: its turn, the bot's reply to it and its later
@@ -74,16 +78,19 @@ class Forgetting:
         cached answers all go; returns how many of each. When the database cannot be reached
         or refuses writes, the spooled turns go now and the request waits in the spool for the
         rest (``Forgotten.deferred``)."""
-        # The spool first: a flush between the two steps could write its turns back.
-        spooled = await self._writer.forget_spooled(scope)
-        try:
-            forgotten = await self._forget_stored(await self._decided(scope))
-        except StorageError as exc:
-            if is_bad_item(exc):
-                raise
-            await self._writer.keep_forget(scope, exc)
-            log.warning("forget deferred until the database is back: %s", failure_text(exc))
-            return Forgotten(dialogues=spooled, deferred=True)
+        # No reply quotes what it takes from the moment it is asked (``Citations``).
+        async with self._citations.forgetting_scope(scope):
+            # The spool first: a flush between the two steps could write its turns back.
+            spooled = await self._writer.forget_spooled(scope)
+            try:
+                forgotten = await self._forget_stored(await self._decided(scope))
+            except StorageError as exc:
+                if is_bad_item(exc):
+                    raise
+                await self._writer.keep_forget(scope, exc)
+                self._citations.hold_back(scope)
+                log.warning("forget deferred until the database is back: %s", failure_text(exc))
+                return Forgotten(dialogues=spooled, deferred=True)
         forgotten = dataclasses.replace(forgotten, dialogues=forgotten.dialogues + spooled)
         log.info(
             "forgot %d turn(s), %d fact(s), %d preference(s), %d summar(ies), %d cached answer(s)",
@@ -128,6 +135,7 @@ class Forgetting:
     async def spooled_scope(self, scope: ForgetScope) -> int:
         """Do a /forget that waited in the spool (``TurnWriter.flush_spool``); turns deleted."""
         forgotten = await self._forget_stored(await self._decided(scope))
+        self._citations.let_go(scope)
         log.info("a /forget made while the database was unreachable is done: %s", forgotten)
         return forgotten.dialogues
 

@@ -15,6 +15,7 @@ from .accounts import AccountBook
 from .answer_cache.cache import AnswerCache, AnswerCacheOff
 from .background import DueFlag
 from .context.builder import ContextBuilder
+from .conversation.citation import Citations
 from .dialogue.spool import TurnSpool
 from .dialogue.upkeep import DialogueUpkeep
 from .dialogue.vector_index import VectorIndex
@@ -65,6 +66,9 @@ class MemoryParts:
     writer: TurnWriter
     upkeep: DialogueUpkeep
     forgetting: Forgetting  # /forget and 撤回 across every owner
+    # Which recalled turn a reply quotes, and which no reply may quote while a forget runs
+    # (the engine's quotes and ``forgetting``'s deletes meet there).
+    citations: Citations
     accounts: AccountBook  # whose memory each QQ bot account reads and writes
 
     @property

@@ -17,6 +17,7 @@ from .accounts import AccountBook
 from .answer_cache.cache import AnswerCache, AnswerCacheOff, cache_threshold
 from .background import DueFlag
 from .context.builder import DISTILLED_FACTS, ContextBuilder
+from .conversation.citation import Citations
 from .conversation.engine import ConversationEngine
 from .dialogue.spool import TurnSpool
 from .dialogue.upkeep import DialogueUpkeep
@@ -108,6 +109,7 @@ def build_parts(
         text_form=text_form,
         on_more_work=backfill_due.set,
     )
+    citations = Citations(database)
     retriever = Retriever(
         settings=settings,
         database=database,
@@ -161,7 +163,8 @@ def build_parts(
             text_form=text_form,
             on_more_work=backfill_due.set,
         ),
-        forgetting=Forgetting(database, writer, accounts),
+        forgetting=Forgetting(database, writer, accounts, citations),
+        citations=citations,
         accounts=accounts,
     )
 

@@ -13,7 +13,11 @@ quotes (``Citations.resolve``), when its turn
   member's line in a shared group), checked as the reply is sent, not when the prompt was made,
 * carries the QQ message id the platform gave it (imported and MCP-remembered turns have none),
 * and is not being recalled (撤回) or forgotten (/忘记) at that moment (``Citations.retracting``,
-  ``Citations.forgetting``: those deletes wait for the session, so they land after the reply).
+  ``Citations.forgetting``: those deletes wait for the session, so they land after the reply),
+  nor taken by a /forget of a person or a whole chat under way or done meanwhile
+  (``Citations.forgetting_scope``: ``Forgetting.forget`` runs inside it; it does not wait for
+  the sessions it takes, so a quote already on its way is sent before it deletes, and a quote
+  read while one began or ended is read again: ``Citations.quoting``).
 
 At most one turn is quoted; the front end builds the quote (the plugin: a OneBot reply
 segment). The rule is a fixed part of the system prompt, the same for every message of a chat,
@@ -24,17 +28,19 @@ message anyway: the beginning a provider's prefix cache reuses stays as it was
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
 from ..context.builder import MemoryContext
 from ..dialogue.recall_store import PgRecallStore
 from ..errors import MemoryCoreError
-from ..models import MemoryTurn, RecalledMessage
+from ..models import ForgetScope, MemoryTurn, RecalledMessage
+from ..stages import stage
 from ..storage.database_handle import Database
 
 log = logging.getLogger(__name__)
@@ -110,12 +116,34 @@ class Citation:
     message_id: int
 
 
+# A quote read again this many times, each time a forget began or ended during the read, is
+# given up rather than read forever.
+QUOTE_READS = 3
+
+
+def _may_take(scope: ForgetScope, turn: MemoryTurn) -> bool:
+    """Whether a /forget of ``scope`` may take ``turn``: its person or group, in any QQ
+    account's memory (while the forget runs, withholding one quote too many costs nothing)."""
+    if scope.everything:
+        return True
+    if scope.user_id is not None and turn.user_id != scope.user_id:
+        return False
+    if scope.group_id is not None and turn.group_id != scope.group_id:
+        return False
+    return not (scope.private_only and turn.group_id is not None)
+
+
 class Citations:
-    """Which recalled turn a reply quotes (``resolve``), over the memory's ``database``."""
+    """Which recalled turn a reply quotes (``resolve``, ``quoting``), over the memory's
+    ``database``; deletes under way say which turns no reply may quote meanwhile."""
 
     def __init__(self, database: Database) -> None:
         self._database = database
         self._withheld: list[Callable[[MemoryTurn], bool]] = []
+        # Withholds begun or ended so far: a quote read across one is read again.
+        self._changes = 0
+        self._sending: list[tuple[MemoryTurn, asyncio.Event]] = []  # quotes on their way
+        self._deferred: list[tuple[ForgetScope, Callable[[MemoryTurn], bool]]] = []
 
     @contextmanager
     def retracting(self, message: RecalledMessage) -> Iterator[None]:
@@ -138,14 +166,78 @@ class Citations:
         with self._withholding(lambda turn: turn.id in ids):
             yield
 
+    @asynccontextmanager
+    async def forgetting_scope(self, scope: ForgetScope) -> AsyncIterator[None]:
+        """While a /forget of ``scope`` deletes, and once it has, no reply quotes a turn it
+        takes. It does not wait for the sessions it takes (a whole chat, a person everywhere):
+        a quote of such a turn already being sent goes out first, then the delete begins."""
+        with self._withholding(lambda turn: _may_take(scope, turn)):
+            while on_way := [sent for turn, sent in self._sending if _may_take(scope, turn)]:
+                await asyncio.wait([asyncio.ensure_future(sent.wait()) for sent in on_way])
+            yield
+
+    def hold_back(self, scope: ForgetScope) -> None:
+        """A /forget of ``scope`` waits in the spool for the database (``Forgetting.forget``
+        deferred it): no reply quotes a turn it takes until ``let_go`` (its flush)."""
+        self._withheld.append(lambda turn: _may_take(scope, turn))
+        self._deferred.append((scope, self._withheld[-1]))
+        self._changes += 1
+
+    def let_go(self, scope: ForgetScope) -> None:
+        """The deferred /forget of ``scope`` is done (``hold_back``)."""
+        for entry in [e for e in self._deferred if e[0] == scope]:
+            self._deferred.remove(entry)
+            self._withheld.remove(entry[1])
+
     @contextmanager
     def _withholding(self, withheld: Callable[[MemoryTurn], bool]) -> Iterator[None]:
         # Those deletes wait for the session, so for the reply under way to be sent first.
         self._withheld.append(withheld)
+        self._changes += 1
         try:
             yield
         finally:
             self._withheld.remove(withheld)
+            # A quote read while this delete ran may have seen its turn before it went.
+            self._changes += 1
+
+    @asynccontextmanager
+    async def quoting(
+        self,
+        context: MemoryContext | None,
+        numbers: Sequence[int],
+        session_key: str,
+        now: datetime,
+    ) -> AsyncIterator[Citation | None]:
+        """The quote of a reply being sent (``resolve``), held as on its way until the
+        block ends: a /forget taking its turn waits for it (``forgetting_scope``). A turn read
+        while a delete began or ended is read again; one withheld is not quoted."""
+        cited: Citation | None = None
+        if numbers:
+            with stage("cite"):
+                for _ in range(QUOTE_READS):
+                    changes = self._changes
+                    cited = await self.resolve(context, numbers, session_key, now)
+                    if cited is None or changes == self._changes:
+                        break
+                else:
+                    log.info("session %s: quote read while deletes ran; not quoted", session_key)
+                    cited = None
+        # No await from here to the registration: a forget begins either before the check
+        # (and the quote is withheld) or after it (and waits for the send).
+        if cited is not None and any(w(cited.turn) for w in self._withheld):
+            log.info("session %s: the quoted turn is being forgotten; not quoted", session_key)
+            cited = None
+        if cited is None:
+            yield None
+            return
+        sending = (cited.turn, asyncio.Event())
+        self._sending.append(sending)
+        try:
+            yield cited
+        finally:
+            self._sending.remove(sending)
+            sending[1].set()
 
     async def resolve(
         self,

@@ -65,7 +65,7 @@ from ..storage.counters import PgCounterStore
 from ..traffic import ReplyTraffic
 from .asking import ModelAsking
 from .budget import RESTING_NOTICE, BudgetState, GroupBudget
-from .citation import Citation, Citations, read_marks
+from .citation import Citation, read_marks
 from .preparation import JUST_BEFORE, PreparedPrompt, PromptPreparer, Tail, not_before
 from .tools import ChatScope, MemoryTools, StoredOptOuts
 
@@ -300,7 +300,7 @@ class ConversationEngine:
         self._last_notice: dict[str, float] = {}
         self.traffic = ReplyTraffic()
         """The replies under way: work that can wait (reading pictures) waits for a gap."""
-        self.citations = Citations(parts.database)
+        self.citations = parts.citations
         """Which recalled turn a reply quotes; a 撤回 marks its message there while it waits."""
 
     @property
@@ -432,14 +432,15 @@ class ConversationEngine:
                     await self._keep_unanswered(stored.turn)
                     return result(Outcome.APOLOGIZED)
 
-            cited = None
-            if cited_numbers and stored.turn is not None:
-                with stage("cite"):
-                    cited = await self.citations.resolve(
-                        prompt.context, cited_numbers, stored.turn.session_key, self._now(turn)
-                    )
-            with stage("send"):
-                delivery = await (send(answer, cited=cited) if cited else send(answer))
+            # The quote is held until sent: a forget taking its turn waits for the send.
+            async with self.citations.quoting(
+                prompt.context,
+                cited_numbers if stored.turn is not None else (),
+                turn.session_key if stored.turn is None else stored.turn.session_key,
+                self._now(turn),
+            ) as cited:
+                with stage("send"):
+                    delivery = await (send(answer, cited=cited) if cited else send(answer))
             if delivery is None or not delivery.text.strip():
                 log.warning("reply for session %s could not be delivered", turn.session_key)
                 return result(Outcome.UNSENT, reply_text=answer, from_cache=cached is not None)

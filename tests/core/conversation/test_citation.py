@@ -9,15 +9,18 @@ import re
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 
 from memory_core.conversation.citation import CITE_RULE, Citation, read_marks
 from memory_core.conversation.engine import ConversationEngine, Delivery, Outcome
-from memory_core.models import RecalledMessage, TurnInput
+from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from memory_core.providers.llm import build_openai_model
 from memory_core.settings import ModelEndpoint
 from tests.fakes import Answer, ScriptedLLM
+from tests.tcp_proxy import SwitchableProxy, unix_socket_of
 
 NOW = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
 USER, OTHER, GROUP, SELF = 1, 2, 700, 10001
@@ -259,3 +262,121 @@ async def test_another_members_line_in_a_shared_group_is_never_quoted(chat_for):
 def test_markers_strict_or_malformed_are_taken_out_and_prose_stays(answer, text, numbers):
     marked = read_marks(answer)
     assert (marked.text, marked.numbers) == (text, numbers)
+
+
+# A whole-chat /忘记 (a group scope) and a person's /忘记我 (a user scope) do not wait for the
+# sessions they take: a reply under way in one of them must still not quote what they delete.
+GROUP_LINE = "我在群里的工位是B12"
+
+
+async def model_has_the_prompt(chat: Chat) -> None:
+    for _ in range(600):  # bounded: until the prompt (showing the memory) is with the model
+        if chat.server.requests:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the model never got the prompt")
+
+
+async def waiting_on_a_lock(dsn: str, statement: str) -> None:
+    """Until a session of the database waits for a lock running ``statement``."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for _ in range(600):  # bounded wait for the forget to reach its DELETE
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE $1",
+                f"{statement}%",
+            )
+            if waiting:
+                return
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    raise AssertionError(f"no {statement} ever waited for the lock")
+
+
+async def test_a_whole_chat_forget_in_flight_is_not_quoted_by_a_reply_under_way(
+    chat_for, fresh_dsn
+):
+    held = threading.Event()
+    chat = await chat_for(citing(GROUP_LINE, held=held), chat_cite_in_groups=True)
+    await chat.memory.parts.writer.add_turn(said(GROUP_LINE, 30, group=GROUP, message_id=601))
+    asking = asyncio.ensure_future(chat.ask("我的工位在哪", group=GROUP))
+    await model_has_the_prompt(chat)
+    assert line_number(chat.server.requests[0], GROUP_LINE) is not None
+    # Another transaction holds the turn's row: the confirmed forget stops in its DELETE,
+    # in flight (its delete not committed, the turn still readable), while the model answers.
+    blocker = await asyncpg.connect(fresh_dsn)
+    try:
+        locking = blocker.transaction()
+        await locking.start()
+        await blocker.execute("SELECT id FROM dialogues WHERE qq_message_id = 601 FOR UPDATE")
+        forgetting = asyncio.ensure_future(
+            chat.memory.parts.forgetting.forget(ForgetScope(group_id=GROUP))
+        )
+        await waiting_on_a_lock(fresh_dsn, "DELETE FROM dialogues")
+        held.set()
+        result = await asking
+        await locking.rollback()
+    finally:
+        await blocker.close()
+    forgotten = await forgetting
+    assert result.outcome is Outcome.REPLIED
+    assert result.cited is None and chat.outbox.sent == [(ANSWER, None)]
+    assert forgotten.dialogues >= 1
+
+
+async def test_a_persons_forget_confirmed_while_a_quote_is_sent_deletes_after_it(chat_for):
+    chat = await chat_for(citing(GROUP_LINE), chat_cite_in_groups=True)
+    await chat.memory.parts.writer.add_turn(said(GROUP_LINE, 30, group=GROUP, message_id=601))
+    sending, may_send = asyncio.Event(), asyncio.Event()
+    outbox = chat.outbox
+
+    async def slow_send(text: str, *, cited: Citation | None = None) -> Delivery:
+        sending.set()
+        await may_send.wait()
+        return await outbox(text, cited=cited)
+
+    turn = said("我的工位在哪", 0, group=GROUP, message_id=990)
+    asking = asyncio.ensure_future(chat.engine.converse(turn, slow_send))
+    await asyncio.wait_for(sending.wait(), 300)  # a bound against a stuck test only
+    # /忘记我 from the person's private chat: it holds that session, not the group's.
+    forgetting = asyncio.ensure_future(
+        chat.memory.parts.forgetting.forget(ForgetScope(user_id=USER))
+    )
+    # Given seconds to run ahead of the send (it needs milliseconds), it waits for the send.
+    # (A bound on how long the test looks, not a timing the code must meet.)
+    await asyncio.wait({forgetting}, timeout=3)
+    async with chat.memory.parts.database.pool.acquire() as conn:
+        kept = await conn.fetchval("SELECT count(*) FROM dialogues WHERE qq_message_id = 601")
+    assert kept == 1 and not forgetting.done()  # the quote on its way went first
+    may_send.set()
+    result = await asking
+    assert result.cited is not None and result.cited.message_id == 601
+    assert (await forgetting).dialogues >= 1
+    again = await chat.ask("再说一次我的工位", group=GROUP)
+    assert again.cited is None
+
+
+async def test_a_forget_deferred_by_an_outage_is_not_quoted_before_its_flush(chat_for, fresh_dsn):
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))
+    await proxy.start()
+    try:
+        dsn = proxy.dsn(urlsplit(fresh_dsn).path.lstrip("/"))
+        chat = await chat_for(citing(SECRET), memory_dsn=dsn)
+        await proxy.stop()
+        forgotten = await chat.memory.parts.forgetting.forget(ForgetScope(user_id=USER))
+        assert forgotten.deferred
+        await proxy.start()
+        # Back before any flush: the turn is still stored, and still not quoted.
+        result = await chat.ask()
+        assert result.outcome is Outcome.REPLIED
+        assert result.cited is None and chat.outbox.sent[-1] == (ANSWER, None)
+        await chat.memory.parts.forgetting.flush_spool()
+        async with chat.memory.parts.database.pool.acquire() as conn:
+            assert (
+                await conn.fetchval("SELECT count(*) FROM dialogues WHERE content = $1", SECRET)
+                == 0
+            )
+    finally:
+        await proxy.stop()
