@@ -226,7 +226,7 @@ def prompt_cache_line(stats: MemoryStats) -> str:
         return "提示词缓存（今日）：无记录"
     return (
         f"提示词缓存（今日）：{_percent(share)}"
-        f"（{stats.cached_tokens_today}/{stats.prompt_tokens_today} tokens）"
+        f"（{stats.cached_tokens_today}/{stats.prompt_tokens_today} 词元）"
     )
 
 

@@ -30,7 +30,7 @@ WIDER_RECALL = 3
 
 KEPT = "进入提示词"
 RECENT = "已在近期对话中（作为聊天记录发送）"
-OVER_BUDGET = "超出记忆 token 预算，被裁掉"
+OVER_BUDGET = "超出记忆的词元预算，被裁掉"
 NOT_TOP = "排名未进前 {top_n}"
 
 

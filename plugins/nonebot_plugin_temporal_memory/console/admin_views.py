@@ -46,7 +46,7 @@ def prompt_cache_chart(
     total = sum(prompt)
     share = f"，缓存命中 {sum(cached) / total:.1%}" if total else ""
     return bar_chart(
-        f"每天聊天模型的提示词 tokens（服务商报告{share}）",
+        f"每天聊天模型提示词的词元数（服务商报告{share}）",
         labels,
         [
             Series("缓存命中", tuple(cached)),
@@ -297,7 +297,7 @@ def debug_page(
     ctx = trace.context
     body = render(
         '{form}<p class="muted">{chat} · 搜索文本「{search}」{range} · 记忆 {tokens}/{budget} '
-        "tokens · "
+        "词元 · "
         "提炼记忆 {distilled} 条 · 回忆对话 {turns} 条 · 因预算舍弃 {dropped} 项 · 近期对话 "
         "{recent} 条</p>"
         "<h2>候选</h2>{candidates}<h2>最终提示词</h2>{prompt}",

@@ -346,7 +346,7 @@ async def test_debugger_marks_candidates_cut_by_the_token_budget(memory_factory)
     )
 
     fates = [c.fate for c in trace.candidates]
-    assert "超出记忆 token 预算，被裁掉" in fates
+    assert "超出记忆的词元预算，被裁掉" in fates
     assert trace.context.tokens <= 60
 
 

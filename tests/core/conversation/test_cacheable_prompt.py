@@ -246,4 +246,4 @@ async def test_the_days_cached_share_of_prompt_tokens_reaches_memstat(memory):
         await engine.converse(user_turn(text), Outbox())
     stats = await memory.stats()
     assert (stats.prompt_tokens_today, stats.cached_tokens_today) == (2000, 1500)
-    assert prompt_cache_line(stats) == "提示词缓存（今日）：75.0%（1500/2000 tokens）"
+    assert prompt_cache_line(stats) == "提示词缓存（今日）：75.0%（1500/2000 词元）"
