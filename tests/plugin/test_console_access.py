@@ -255,6 +255,36 @@ async def test_the_settings_page_switches_a_groups_shared_notes_audited(console_
         assert "打开群友共享" in audit and "关闭群友共享" in audit
 
 
+# Words a Chinese console may show in Latin letters: names and units, not sentences (and the
+# time zone's IANA name, as configured).
+NAMES = {"QQ", "PostgreSQL", "MCP", "CSRF", "ms", "Asia", "Shanghai"}
+_HIDDEN = re.compile(r"<(style|script|code|pre|title)\b.*?</\1>|<[^>]+>", re.S)
+
+
+def english_words(page: str) -> set[str]:
+    """The Latin-letter words of a page's visible text, outside code (the prompt as the model
+    reads it), names and what people said (the seeded ``XSS`` line)."""
+    text = html.unescape(_HIDDEN.sub(" ", page)).replace(XSS, " ")
+    return set(re.findall(r"[A-Za-z]{2,}", text)) - NAMES
+
+
+async def test_the_console_speaks_chinese_beyond_names_and_codes(console_wire: ConsoleBot):
+    """Every page but the settings (which lists .env.prod's keys and their notes, full of
+    product names), the recall debugger's answer included. (Before the login limit's test,
+    which locks this address out.)"""
+    async with console_wire.logged_in() as client:
+        pages = {p: (await client.get(p)).text for p in PAGES if p != "/memory/settings"}
+        csrf = csrf_of(pages["/memory/debug"])
+        pages["debugger"] = (
+            await client.post(
+                "/memory/debug", data={"csrf": csrf, "user": str(ALICE), "message": "旺财在哪"}
+            )
+        ).text
+    assert "最终提示词" in pages["debugger"] and "词元" in pages["debugger"]
+    found = {path: sorted(english_words(page)) for path, page in pages.items()}
+    assert {path: words for path, words in found.items() if words} == {}
+
+
 async def test_login_attempts_are_rate_limited_then_even_the_right_token_waits(
     console_wire: ConsoleBot,
 ):
@@ -295,32 +325,3 @@ async def test_without_a_token_the_console_does_not_exist_even_on_every_interfac
         assert "TemporalMemory console: off (MEMORY_CONSOLE_TOKEN is empty)" in bot.log_text()
     finally:
         await stop_bot(bot)
-
-
-# Words a Chinese console may show in Latin letters: names and units, not sentences (and the
-# time zone's IANA name, as configured).
-NAMES = {"QQ", "PostgreSQL", "MCP", "CSRF", "ms", "Asia", "Shanghai"}
-_HIDDEN = re.compile(r"<(style|script|code|pre|title)\b.*?</\1>|<[^>]+>", re.S)
-
-
-def english_words(page: str) -> set[str]:
-    """The Latin-letter words of a page's visible text, outside code (the prompt as the model
-    reads it), names and what people said (the seeded ``XSS`` line)."""
-    text = html.unescape(_HIDDEN.sub(" ", page)).replace(XSS, " ")
-    return set(re.findall(r"[A-Za-z]{2,}", text)) - NAMES
-
-
-async def test_the_console_speaks_chinese_beyond_names_and_codes(console_wire: ConsoleBot):
-    """Every page but the settings (which lists .env.prod's keys and their notes, full of
-    product names), the recall debugger's answer included."""
-    async with console_wire.logged_in() as client:
-        pages = {p: (await client.get(p)).text for p in PAGES if p != "/memory/settings"}
-        csrf = csrf_of(pages["/memory/debug"])
-        pages["debugger"] = (
-            await client.post(
-                "/memory/debug", data={"csrf": csrf, "user": str(ALICE), "message": "旺财在哪"}
-            )
-        ).text
-    assert "最终提示词" in pages["debugger"] and "词元" in pages["debugger"]
-    found = {path: sorted(english_words(page)) for path, page in pages.items()}
-    assert {path: words for path, words in found.items() if words} == {}
