@@ -27,18 +27,19 @@ from .distill.store import PgDistilledStore
 from .lang.keywords import normalize
 from .models import Forgotten, MemoryTurn, generate_session_key
 from .storage.audit_log import PgAuditLogStore
-from .storage.database_handle import Transaction
+from .storage.database_handle import Database, Transaction
 from .storage.opt_outs import EVERYONE, EVERYWHERE, PgOptOutStore, chat_name
 
 if TYPE_CHECKING:
-    from .parts import MemoryParts
+    from .dialogue.spool import TurnSpool
+    from .distill.keeper import MemoryKeeper
 
 LISTED_KINDS: tuple[DistilledKind, ...] = ("facts", "preferences")
 LIST_LIMIT = 200
 
 
 async def known_about(
-    parts: MemoryParts,
+    keeper: MemoryKeeper,
     user_id: int,
     group_id: int | None,
     *,
@@ -50,7 +51,7 @@ async def known_about(
     now = now or datetime.now(timezone.utc)
     found: list[DistilledMemory] = []
     for kind in LISTED_KINDS:
-        found += await parts.keeper.recall_by_type(user_id, group_id, kind, limit=limit, now=now)
+        found += await keeper.recall_by_type(user_id, group_id, kind, limit=limit, now=now)
     # recall_by_type may widen to the user's other chats (MEMORY_DISTILLED_SCOPE=user); a
     # listing of this chat shows this chat's rows, the ones a delete from here can reach.
     session_key = generate_session_key(user_id, group_id)
@@ -103,16 +104,16 @@ def _sources(rows: Sequence[DistilledMemory]) -> list[int]:
     return sorted({t for m in rows if m.kind != "summary" for t in m.source_turn_ids})
 
 
-async def preview_forget(parts: MemoryParts, named: Named) -> ForgetPreview:
+async def preview_forget(database: Database, named: Named) -> ForgetPreview:
     """What ``forget_named`` would delete now; deletes nothing."""
-    distilled = parts.database.store(PgDistilledStore)
+    distilled = database.store(PgDistilledStore)
     rows = await distilled.own_named(
         user_id=named.user_id,
         session_key=named.session_key,
         ids=named.memory_ids,
         containing=named.folded,
     )
-    turns = await parts.database.store(PgForgetStore).turns_to_forget(
+    turns = await database.store(PgForgetStore).turns_to_forget(
         named.session_key, _sources(rows), named.folded
     )
     drawn = await distilled.drawn_from([t.id for t in turns])
@@ -120,18 +121,17 @@ async def preview_forget(parts: MemoryParts, named: Named) -> ForgetPreview:
     return ForgetPreview(memories=tuple(chosen.values()), turns=tuple(turns))
 
 
-async def forget_named(parts: MemoryParts, named: Named) -> Forgotten:
-    """Delete what ``named`` names (see ``Named``) in one transaction; returns what went, by
-    kind. Other people's rows and other chats' rows are never touched."""
+async def forget_named(database: Database, spool: TurnSpool, named: Named) -> Forgotten:
+    """Delete what ``named`` names (see ``Named``) in one transaction, and the chat's turns
+    holding its word from the ``spool`` (waiting or dead-lettered); returns what went, by kind.
+    Other people's rows and other chats' rows are never touched."""
     spooled = 0
     if named.folded is not None:
         # The chat's turns holding the word that wait in the spool or were dead-lettered go
         # first (a flush must not write one back after the delete).
         folded = named.folded
-        spooled = await parts.writer.forget_spooled(
-            lambda turn: holds_word(named.session_key, folded, turn)
-        )
-    async with parts.database.transaction() as tx:
+        spooled = await spool.drop(lambda turn: holds_word(named.session_key, folded, turn))
+    async with database.transaction() as tx:
         distilled = tx.store(PgDistilledStore)
         rows = await distilled.own_named(
             user_id=named.user_id,
@@ -165,11 +165,11 @@ async def forget_named(parts: MemoryParts, named: Named) -> Forgotten:
 
 
 async def forget_memories(
-    parts: MemoryParts, user_id: int, group_id: int | None, ids: Sequence[int]
+    database: Database, spool: TurnSpool, user_id: int, group_id: int | None, ids: Sequence[int]
 ) -> Forgotten:
     """Delete these distilled memories of ``user_id`` in this chat with the turns they were
     drawn from (``forget_named``); others' rows and other chats' rows are never touched."""
-    return await forget_named(parts, Named(user_id, group_id, tuple(ids)))
+    return await forget_named(database, spool, Named(user_id, group_id, tuple(ids)))
 
 
 @dataclass(frozen=True)
@@ -267,48 +267,42 @@ def discard_export(path: Path) -> None:
         path.parent.rmdir()
 
 
-async def export_person(parts: MemoryParts, user_id: int) -> PersonalExport:
-    """Everything stored about ``user_id`` (see ``PersonalExport``)."""
+async def export_person(database: Database, user_id: int, *, tz: tzinfo) -> PersonalExport:
+    """Everything stored about ``user_id`` (see ``PersonalExport``), its times in ``tz``."""
     return PersonalExport(
         user_id=user_id,
         exported_at=datetime.now(timezone.utc),
-        turns=tuple(await parts.database.store(PgAdminStore).user_turns(user_id)),
-        memories=tuple(await parts.database.store(PgDistilledStore).by_user(user_id)),
-        cached_answers=tuple(await parts.database.store(PgAnswerCacheStore).by_user(user_id)),
-        tz=parts.tz,
+        turns=tuple(await database.store(PgAdminStore).user_turns(user_id)),
+        memories=tuple(await database.store(PgDistilledStore).by_user(user_id)),
+        cached_answers=tuple(await database.store(PgAnswerCacheStore).by_user(user_id)),
+        tz=tz,
     )
 
 
-def _opt_outs(parts: MemoryParts) -> PgOptOutStore:
-    return parts.database.store(PgOptOutStore)
-
-
 async def opt_out(
-    parts: MemoryParts, user_id: int, group_id: int | None, *, everywhere: bool = False
+    database: Database, user_id: int, group_id: int | None, *, everywhere: bool = False
 ) -> bool:
     """From now on store nothing of ``user_id`` in this chat (or in every chat); whether this
     is new. What is stored already stays until forgotten."""
-    return await _opt_outs(parts).opt_out(
+    return await database.store(PgOptOutStore).opt_out(
         user_id, EVERYWHERE if everywhere else chat_name(group_id)
     )
 
 
 async def opt_in(
-    parts: MemoryParts, user_id: int, group_id: int | None, *, everywhere: bool = False
+    database: Database, user_id: int, group_id: int | None, *, everywhere: bool = False
 ) -> bool:
     """Remember ``user_id`` again in this chat (or everywhere: every opt-out dropped);
     whether they are now remembered here (false while an everywhere opt-out remains)."""
-    store = _opt_outs(parts)
+    store = database.store(PgOptOutStore)
     await store.opt_in(user_id, None if everywhere else chat_name(group_id))
     return not ({EVERYWHERE, chat_name(group_id)} & await store.chats(user_id))
 
 
-async def switch_group_memory(
-    parts: MemoryParts, group_id: int, *, on: bool, within: Transaction | None = None
-) -> bool:
+async def switch_group_memory(database: Database | Transaction, group_id: int, *, on: bool) -> bool:
     """Switch memory of a whole group on or off (nobody's messages there are stored while
-    off), inside the caller's transaction ``within`` if given; whether that changed anything."""
-    store = (within or parts.database).store(PgOptOutStore)
+    off), in ``database`` or a transaction of the caller's; whether that changed anything."""
+    store = database.store(PgOptOutStore)
     if on:
         return await store.opt_in(EVERYONE, chat_name(group_id)) > 0
     return await store.opt_out(EVERYONE, chat_name(group_id))

@@ -210,7 +210,9 @@ class AgentMemory:
             if ids is not None and not chosen:
                 forgotten = Forgotten()  # an empty list names nothing: nothing goes
             elif chosen:
-                forgotten = await forget_memories(self.parts, user_id, group_id, chosen)
+                forgotten = await forget_memories(
+                    self.parts.database, self.parts.spool, user_id, group_id, chosen
+                )
             elif group_id is None:
                 scope = ForgetScope(user_id=user_id, private_only=True)
                 forgotten = await self.parts.forgetting.forget(scope)

@@ -36,7 +36,15 @@ from ..storage.row_changes import RowTaker
 from .store import FoundTurn, SessionRow, conflicts_refused
 
 if TYPE_CHECKING:
+    from ..background import DueFlag
+    from ..dialogue.vector_index import VectorIndex
+    from ..dialogue.writing import TurnWriter
+    from ..evaluation.retention import RetentionPolicy
     from ..parts import MemoryParts
+    from ..providers.embedding import Embedder
+    from ..recall.sharing import GroupSharing
+    from ..settings import MemorySettings
+    from ..storage.database_handle import Database
 
 PAGE_SIZE = 50
 MEANING_SEARCH_MAX = 200  # nearest turns a meaning search weighs: counted, then paged
@@ -154,26 +162,62 @@ NameLookup = Callable[[int, int | None], Awaitable[ChatNames]]
 
 
 class MemoryConsole:
-    """The console's operations over the parts of an open memory (``MemoryParts``): the
-    database and its stores, the embedder, the writer, the sharing, the retention policy."""
+    """The console's operations over the parts of an open memory it uses: the database and
+    its stores, the embedder (a search by meaning, an edited memory's vector) with the vector
+    index and the backfill flag, the writer (a turn's edit), the group sharing and the
+    retention policy (an unpinned turn's expiry)."""
 
-    def __init__(self, parts: MemoryParts, names: NameLookup | None = None) -> None:
-        self.parts = parts
+    def __init__(
+        self,
+        *,
+        settings: MemorySettings,
+        database: Database,
+        embedder: Embedder,
+        vector_index: VectorIndex,
+        backfill_due: DueFlag,
+        writer: TurnWriter,
+        sharing: GroupSharing,
+        retention: RetentionPolicy | None,
+        names: NameLookup | None = None,
+    ) -> None:
+        self._settings = settings
+        self._database = database
+        self._embedder = embedder
+        self._vector_index = vector_index
+        self._backfill_due = backfill_due
+        self._writer = writer
+        self._sharing = sharing
+        self._retention = retention
         self.names = names
 
+    @classmethod
+    def from_parts(cls, parts: MemoryParts, names: NameLookup | None = None) -> MemoryConsole:
+        """The console over the parts of an open memory (``open_memory``'s bundle)."""
+        return cls(
+            settings=parts.settings,
+            database=parts.database,
+            embedder=parts.embedder,
+            vector_index=parts.vector_index,
+            backfill_due=parts.backfill_due,
+            writer=parts.writer,
+            sharing=parts.sharing,
+            retention=parts.retention,
+            names=names,
+        )
+
     def _store(self) -> PgAuditLogStore:
-        return self.parts.database.store(PgAuditLogStore)
+        return self._database.store(PgAuditLogStore)
 
     def _bin(self) -> PgRecycleBinStore:
-        return self.parts.database.store(PgRecycleBinStore)
+        return self._database.store(PgRecycleBinStore)
 
     # ------------------------------------------------------------------ reading
 
     def _dialogues(self) -> PgAdminStore:
-        return self.parts.database.store(PgAdminStore)
+        return self._database.store(PgAdminStore)
 
     def _distilled(self) -> PgDistilledStore:
-        return self.parts.database.store(PgDistilledStore)
+        return self._database.store(PgDistilledStore)
 
     async def sessions(
         self,
@@ -265,10 +309,10 @@ class MemoryConsole:
         """The cut-off of a meaning search: the one ``/recall`` lists by
         (``MEMORY_RECALL_FLOOR``, else the bundled model's measured floor when the memory runs
         it, else none), so both show the same memories for a question."""
-        configured = self.parts.settings.memory_recall_floor
+        configured = self._settings.memory_recall_floor
         if configured is not None:
             return configured
-        if self.parts.embedder.model == LOCAL_EMBEDDING_MODEL:
+        if self._embedder.model == LOCAL_EMBEDDING_MODEL:
             return BUNDLED_MODEL_RECALL_FLOOR
         return None
 
@@ -301,19 +345,18 @@ class MemoryConsole:
         """The nearest live turns at or above the floor, found the way recall finds them:
         exactly, or through the session's own vector index when it has one (a large
         session)."""
-        parts = self.parts
-        vector = await parts.embedder.embed_query(query)
-        dialogue = self.parts.database.store(PgRecallStore)
+        vector = await self._embedder.embed_query(query)
+        dialogue = self._database.store(PgRecallStore)
         scope = RecallScope(session_key)  # one session, as the console shows it
         size = await dialogue.session_size(scope)
         weighed = max(MEANING_SEARCH_MAX, (page + 1) * PAGE_SIZE)  # a later page: more
         nearest = await dialogue.anchor_candidates(
             scope=scope,
-            model=parts.embedder.model,
+            model=self._embedder.model,
             query_vector=vector,
             now=datetime.now(timezone.utc),
             limit=weighed,
-            index_dim=parts.embedder.dim if parts.vector_index.serves(session_key, size) else None,
+            index_dim=self._embedder.dim if self._vector_index.serves(session_key, size) else None,
             filters=AnchorFilters(start=search.start, end=search.end),
         )
         floor = self.meaning_floor
@@ -358,11 +401,11 @@ class MemoryConsole:
         """The text's embedding now, or none (the backfill embeds it later) if the embedder
         fails: an edit is never lost for want of a vector."""
         try:
-            vectors = await self.parts.embedder.embed_passages([text])
+            vectors = await self._embedder.embed_passages([text])
         except EmbeddingError:
-            self.parts.backfill_due.set()
+            self._backfill_due.set()
             return None, None
-        return vectors[0], self.parts.embedder.model
+        return vectors[0], self._embedder.model
 
     async def edit_turn(
         self, session_key: str, turn_id: int, text: str, *, actor: str
@@ -375,9 +418,7 @@ class MemoryConsole:
             edited = (rewritten.before, rewritten.turn)
             await self._audited_edit(tx, "turn", session_key, turn_id, edited, actor)
 
-        rewritten = await self.parts.writer.rewrite(
-            turn_id, text, session_key=session_key, then=audited
-        )
+        rewritten = await self._writer.rewrite(turn_id, text, session_key=session_key, then=audited)
         return None if rewritten is None else rewritten.turn
 
     async def edit_memory(
@@ -400,7 +441,7 @@ class MemoryConsole:
             embedding_model=model,
         )
         with conflicts_refused("这个会话已有一条内容相同的记忆"):
-            async with self.parts.database.transaction() as tx:
+            async with self._database.transaction() as tx:
                 edited = await tx.store(PgDistilledStore).edit_memory(session_key, memory_id, edit)
                 return await self._audited_edit(
                     tx, "distilled", session_key, memory_id, edited, actor
@@ -436,7 +477,7 @@ class MemoryConsole:
         if kind not in KINDS:
             raise InvalidTurnError(f"unknown kind {kind!r}")
         now = now or datetime.now(timezone.utc)
-        async with self.parts.database.transaction() as tx:
+        async with self._database.transaction() as tx:
             along: list[tuple[str, int]] = []
             if kind == "distilled":
                 along = [("turn", t) for t in await self._sources_to_bin(tx, session_key, item_id)]
@@ -467,7 +508,7 @@ class MemoryConsole:
         taken = await tx.store(OWNERS[kind]).take_row(session_key, item_id)
         if taken is None:
             return None
-        keep = timedelta(days=self.parts.settings.memory_recycle_days)
+        keep = timedelta(days=self._settings.memory_recycle_days)
         bin_id = await tx.store(PgRecycleBinStore).to_bin(
             kind, taken, deleted_by=actor, purge_after=now + keep
         )
@@ -504,7 +545,7 @@ class MemoryConsole:
         just been evaluated; one without keeps none until it is evaluated."""
         if kind not in KINDS:
             raise InvalidTurnError(f"unknown kind {kind!r}")
-        async with self.parts.database.transaction() as tx:
+        async with self._database.transaction() as tx:
             text = await self._pin_row(tx, kind, session_key, item_id, pinned=pinned)
             if text is None:
                 return False
@@ -524,7 +565,7 @@ class MemoryConsole:
         expires_at = None
         if not pinned:
             rows = await dialogues.session_turns_by_ids(session_key, [item_id])
-            policy = self.parts.retention
+            policy = self._retention
             score = rows[0].turn.score if rows else None
             if policy is not None and score is not None:
                 expires_at = policy.expires_at(score, datetime.now(timezone.utc))
@@ -541,7 +582,7 @@ class MemoryConsole:
         ``ConsoleConflictError`` when the same row was stored again meanwhile."""
         refused = "无法恢复：同一会话里已有一条内容相同的当前记忆（或同一条消息）"
         with conflicts_refused(refused):
-            async with self.parts.database.transaction() as tx:
+            async with self._database.transaction() as tx:
                 taken = await tx.store(PgRecycleBinStore).take_from_bin(bin_id)
                 if taken is None:
                     return None
@@ -562,9 +603,9 @@ class MemoryConsole:
 
     async def group_switches(self) -> list[GroupSwitches]:
         """Every group with turns, switched off or shared, and its two switches."""
-        chats = await self.parts.database.store(PgOptOutStore).chats(EVERYONE)
+        chats = await self._database.store(PgOptOutStore).chats(EVERYONE)
         off = {int(chat) for chat in chats if chat.isdigit()}
-        shared = await self.parts.sharing.shared_groups()
+        shared = await self._sharing.shared_groups()
         groups = set(await self._dialogues().groups_with_turns(MEMORY_LIMIT)) | off | shared
         return [GroupSwitches(g, g not in off, g in shared) for g in sorted(groups)]
 
@@ -572,19 +613,19 @@ class MemoryConsole:
         """Share a group's memory among its members or stop (like ``/群共享``), audited;
         whether it changed."""
         try:
-            async with self.parts.database.transaction() as tx:
-                changed = await self.parts.sharing.switch(group_id, on=on, by=None, within=tx)
+            async with self._database.transaction() as tx:
+                changed = await self._sharing.switch(group_id, on=on, by=None, within=tx)
                 if changed:
                     await _audit_switch(tx, actor, "group_sharing", group_id, on=on)
         except BaseException:
-            self.parts.sharing.forget_kept(group_id)  # rolled back: recall must not see it
+            self._sharing.forget_kept(group_id)  # rolled back: recall must not see it
             raise
         return changed
 
     async def switch_group(self, group_id: int, *, on: bool, actor: str) -> bool:
         """Switch a group's memory on or off (like ``/群记忆``), audited; whether it changed."""
-        async with self.parts.database.transaction() as tx:
-            changed = await switch_group_memory(self.parts, group_id, on=on, within=tx)
+        async with self._database.transaction() as tx:
+            changed = await switch_group_memory(tx, group_id, on=on)
             if changed:
                 await _audit_switch(tx, actor, "group_switch", group_id, on=on)
         return changed
@@ -604,19 +645,19 @@ class MemoryConsole:
             memories={kind: current for kind, (current, _) in counts.items()},
             pending_embeddings=await dialogues.count_pending_embeddings(),
             extraction_failed_today=failed[-1] if failed else 0,
-            embedder_failing=is_failing(self.parts.embedder),
+            embedder_failing=is_failing(self._embedder),
         )
 
     async def daily_figures(self, days: int = 30, now: datetime | None = None) -> DailyFigures:
         """Turns stored per day and the daily counters, for the last ``days`` local days."""
         now = now or datetime.now(timezone.utc)
-        tz = self.parts.tz
+        tz = self._settings.tz
         today = now.astimezone(tz).date()
         first = today - timedelta(days=days - 1)
         since = datetime.combine(first, datetime.min.time(), tz)
         per_day = {d: (u, b) for d, u, b in await self._dialogues().turns_per_day(since, tz.key)}
         metrics: dict[str, dict[date, int]] = {}
-        counters = self.parts.database.store(PgCounterStore)
+        counters = self._database.store(PgCounterStore)
         for day, metric, value in await counters.metrics_since(first):
             metrics.setdefault(metric, {})[day] = value
         span = tuple(first + timedelta(days=i) for i in range(days))

@@ -149,14 +149,14 @@ async def test_facts_cached_answers_and_exports_stay_with_their_account(memory_f
         facts = await memory.parts.keeper.recall_by_type(XIAOMING, None, "facts", now=NOW)
         assert [f.content for f in facts] == ["用户住在北京"]
         assert (await cache.lookup("怎么安装Docker", XIAOMING, now=T0)).answer == "B 的答案"
-        mine = await export_person(memory.parts, XIAOMING)
+        mine = await export_person(memory.parts.database, XIAOMING, tz=memory.parts.tz)
         assert {t.content for t in mine.turns} == {SECRET_B, f"群里说：{SECRET_B}"}
         assert len(mine.memories) == 2 and len(mine.cached_answers) == 1
     with serving_account(a):
         assert await memory.parts.keeper.recall_by_type(XIAOMING, None, "facts", now=NOW) == []
         assert await memory.parts.keeper.recall_by_type(XIAOMING, TEAM, "facts", now=NOW) == []
         assert await cache.lookup("怎么安装Docker", XIAOMING, now=T0) is None
-        mine = await export_person(memory.parts, XIAOMING)
+        mine = await export_person(memory.parts.database, XIAOMING, tz=memory.parts.tz)
         assert {t.content for t in mine.turns} == {SECRET_A, f"群里说：{SECRET_A}"}
         assert mine.memories == () and mine.cached_answers == ()
         forgotten = await memory.parts.forgetting.forget(ForgetScope(user_id=XIAOMING))

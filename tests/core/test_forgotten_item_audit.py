@@ -36,7 +36,7 @@ async def seeded(memory):
         stated_at=T0,
     )  # fmt: skip
     [fact_id] = saved.ids
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     key = secret.session_key
     for kind, item in (("turn", secret.id), ("distilled", fact_id), ("turn", kept.id)):
         assert await console.pin(kind, key, item, pinned=True, actor=ACTOR)
@@ -69,7 +69,9 @@ async def test_forgetting_a_fact_by_its_number_clears_its_and_its_sources_audit_
     memory = await memory_factory()
     _, _, _, fact_id = await seeded(memory)
 
-    forgotten = await forget_memories(memory.parts, ME, None, [fact_id])
+    forgotten = await forget_memories(
+        memory.parts.database, memory.parts.spool, ME, None, [fact_id]
+    )
 
     assert (forgotten.facts, forgotten.dialogues) == (1, 1)
     assert await texts(memory) == [KEPT, KEPT]

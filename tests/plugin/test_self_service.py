@@ -545,7 +545,9 @@ async def holding(runtime: Any, word: str) -> list[str]:
     """What of USER's private chat still holds ``word``: turns, memories, export lines."""
     from memory_core.personal import export_person
 
-    export = (await export_person(runtime.memory.parts, USER)).as_json()
+    export = (
+        await export_person(runtime.memory.parts.database, USER, tz=runtime.memory.parts.tz)
+    ).as_json()
     found = [t["content"] for t in export["turns"] if t["chat"] == "private"]
     found += [m["content"] for m in export["memories"] if m["chat"] == "private"]
     found += [c["question"] + c["answer"] for c in export["cached_answers"]]
@@ -668,7 +670,7 @@ async def test_in_a_group_other_facts_drawn_from_the_same_turn_are_counted_not_n
     from memory_core.personal import known_about
     from nonebot_plugin_temporal_memory.commands.self_service import listings
 
-    shown = await known_about(runtime.memory.parts, USER, GROUP)
+    shown = await known_about(runtime.memory.parts.keeper, USER, GROUP)
     assert [m.content for m in shown] == ["用户住在杭州", "用户对花生过敏", "用户不能吃花生酱"]
     listings.remember((SELF_ID, GROUP, USER), shown)
     await run(

@@ -78,7 +78,7 @@ async def handle_mymem(bot: Bot, event: MessageEvent, args: Message, runtime: Ru
         return
     page = max(int(word), 1) if word else 1
     try:
-        memories = await known_about(runtime.memory.parts, event.user_id, group_id_of(event))
+        memories = await known_about(runtime.memory.parts.keeper, event.user_id, group_id_of(event))
     except MemoryCoreError as exc:
         logger.warning(f"/我的记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -193,7 +193,7 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
         named = Named(user_id, group_id, word=words)
         description = f"包含“{shorten(words, QUOTE_CHARS)}”"
     try:
-        preview = await preview_forget(runtime.memory.parts, named)
+        preview = await preview_forget(runtime.memory.parts.database, named)
     except MemoryCoreError as exc:
         logger.warning(f"/忘记 <编号|词语> failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -215,7 +215,8 @@ async def ask_forget_items(bot: Bot, event: MessageEvent, runtime: Runtime, word
         # stored after the delete; meanwhile that reply quotes none of it.
         with runtime.engine.citations.forgetting(t.id for t in preview.turns):
             async with runtime.engine.session(user_id, group_id):
-                return await forget_named(runtime.memory.parts, named)
+                parts = runtime.memory.parts
+                return await forget_named(parts.database, parts.spool, named)
 
     if group_id is not None:
         # In a group the question and the answer name no memory: the whole group reads them.
@@ -329,7 +330,9 @@ NOTHING_STORED = "我这里没有存任何关于你的内容，没有可导出�
 @plugin_command("导出我的记忆", "exportmem")
 async def handle_export(bot: Bot, event: MessageEvent, _args: Message, runtime: Runtime) -> None:
     try:
-        export = await export_person(runtime.memory.parts, event.user_id)
+        export = await export_person(
+            runtime.memory.parts.database, event.user_id, tz=runtime.memory.parts.tz
+        )
     except MemoryCoreError as exc:
         logger.warning(f"/导出我的记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
@@ -431,7 +434,7 @@ async def handle_opt_out(bot: Bot, event: MessageEvent, args: Message, runtime: 
     everywhere, where, scope = found
     try:
         new = await opt_out(
-            runtime.memory.parts, event.user_id, group_id_of(event), everywhere=everywhere
+            runtime.memory.parts.database, event.user_id, group_id_of(event), everywhere=everywhere
         )
     except MemoryCoreError as exc:
         logger.warning(f"/不记我 failed: {exc}")
@@ -461,7 +464,7 @@ async def handle_opt_in(bot: Bot, event: MessageEvent, args: Message, runtime: R
     everywhere, where, _ = found
     try:
         remembered = await opt_in(
-            runtime.memory.parts, event.user_id, group_id_of(event), everywhere=everywhere
+            runtime.memory.parts.database, event.user_id, group_id_of(event), everywhere=everywhere
         )
     except MemoryCoreError as exc:
         logger.warning(f"/记我 failed: {exc}")
@@ -537,7 +540,7 @@ async def handle_group_memory(
     group_id, on = switch
     assert on is not None  # the word is required
     try:
-        changed = await switch_group_memory(runtime.memory.parts, group_id, on=on)
+        changed = await switch_group_memory(runtime.memory.parts.database, group_id, on=on)
     except MemoryCoreError as exc:
         logger.warning(f"/群记忆 failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)

@@ -68,7 +68,7 @@ class Context:
 
     def __init__(self, runtime: Runtime, session: ConsoleSession, request: Request) -> None:
         self.runtime = runtime
-        self.console = MemoryConsole(runtime.memory.parts, names=qq_names)
+        self.console = MemoryConsole.from_parts(runtime.memory.parts, names=qq_names)
         self.session = session
         self.actor = f"控制台@{client_of(request)}"
         self.page = views.Page(tz=runtime.settings.tz, csrf=session.csrf)

@@ -142,12 +142,12 @@ async def test_a_group_switched_off_or_an_opt_out_everywhere_refuses_there_too(m
     agent = agent_of(memory)
     await agent.remember(ME, "群里的笔记", GROUP)
     await agent.remember(ME, "私聊的笔记")
-    await switch_group_memory(memory.parts, GROUP, on=False)  # what /群记忆 关 writes
+    await switch_group_memory(memory.parts.database, GROUP, on=False)  # what /群记忆 关 writes
     for user_id in (ME, OTHER):
         with pytest.raises(AgentRefusal, match="asked not to be remembered"):
             await agent.recall(user_id, "笔记", GROUP)
     assert [t["content"] for t in (await agent.recall(ME, "笔记"))["turns"]] == ["私聊的笔记"]
-    await opt_out(memory.parts, ME, None, everywhere=True)  # /不记我 全部
+    await opt_out(memory.parts.database, ME, None, everywhere=True)  # /不记我 全部
     with pytest.raises(AgentRefusal, match="asked not to be remembered"):
         await agent.remember(ME, "再记一条")
     assert (await agent.forget(ME))["dialogues"] == 1  # forgetting still works

@@ -120,8 +120,8 @@ async def test_find_people_names_a_persons_chats_and_never_one_outside_the_memor
     await said(memory, HIDDEN, "别记我", 4, name="小红帽", group_id=SECRET_GROUP)
     await said(memory, QUIET, "关掉的群", 5, name="小红花", group_id=OFF_GROUP)
     await said(memory, STRONG, "另一个账号", 6, name="小红姐", account="777/")
-    await opt_out(memory.parts, HIDDEN, SECRET_GROUP)  # /不记我 there
-    await switch_group_memory(memory.parts, OFF_GROUP, on=False)  # /群记忆 关
+    await opt_out(memory.parts.database, HIDDEN, SECRET_GROUP)  # /不记我 there
+    await switch_group_memory(memory.parts.database, OFF_GROUP, on=False)  # /群记忆 关
     agent = agent_of(memory)
 
     found = await agent.find_people(" 小红 ")

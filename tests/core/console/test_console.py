@@ -57,7 +57,7 @@ async def _seed(memory):
 async def test_sessions_list_counts_names_and_filters(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
 
     sessions = await console.sessions()
     by_key = {s.session_key: s for s in sessions}
@@ -78,7 +78,7 @@ async def test_sessions_list_counts_names_and_filters(memory_factory):
 async def test_search_in_one_session_never_shows_another_sessions_rows(memory_factory, by_meaning):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
 
     found = await console.turns(str(ALICE), TurnSearch(text="骨头", by_meaning=by_meaning))
 
@@ -96,7 +96,7 @@ async def test_search_in_one_session_never_shows_another_sessions_rows(memory_fa
 async def test_time_filter_keeps_only_turns_in_the_range(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
 
     found = await console.turns(
         str(ALICE), TurnSearch(start=T0 + timedelta(minutes=1), end=T0 + timedelta(minutes=2))
@@ -110,7 +110,7 @@ async def test_editing_a_turn_reembeds_it_and_writes_the_audit_log(
 ):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
 
     edited = await console.edit_turn(str(ALICE), turn.id, "后天我要去上海出差", actor=ACTOR)
@@ -138,7 +138,7 @@ async def test_an_edited_turn_is_searched_by_its_speaker_when_the_speaker_index_
 ):
     memory = await memory_factory(memory_index_speaker=True)
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
 
     await console.edit_turn(str(ALICE), turn.id, "后天我要去上海出差", actor=ACTOR)
@@ -156,7 +156,7 @@ async def test_an_edited_turn_is_searched_by_its_speaker_when_the_speaker_index_
 async def test_an_edit_through_another_session_changes_nothing(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     alice_turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
     alice_fact = (await console.memories(str(ALICE)))[0]
 
@@ -170,7 +170,7 @@ async def test_an_edit_through_another_session_changes_nothing(memory_factory):
 async def test_editing_a_fact_reembeds_it_so_recall_finds_the_new_text(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     fact = (await console.memories(str(ALICE)))[0]
 
     edited = await console.edit_memory(str(ALICE), fact.id, "用户养了一只猫叫咪咪", actor=ACTOR)
@@ -190,7 +190,7 @@ async def test_editing_a_fact_reembeds_it_so_recall_finds_the_new_text(memory_fa
 async def test_delete_goes_to_the_bin_and_restore_brings_back_the_same_row(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     turn = (await console.turns(str(ALICE), TurnSearch(text="旺财真可爱")))[0].turn
     fact = (await console.memories(str(ALICE)))[0]
 
@@ -222,7 +222,7 @@ async def test_deleting_a_fact_takes_the_turns_it_came_from_and_the_replies_into
 ):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     said = (await console.turns(str(ALICE), TurnSearch(text="很喜欢吃骨头")))[0].turn
     await memory.parts.keeper.save(
         [ExtractedMemory("facts", "用户的狗喜欢吃骨头", source_turn_ids=(said.id,))],
@@ -254,7 +254,7 @@ async def test_deleting_a_fact_takes_the_turns_it_came_from_and_the_replies_into
 async def test_deleting_a_turn_takes_the_memories_drawn_from_it_into_the_bin(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     said = (await console.turns(str(ALICE), TurnSearch(text="北京出差")))[0].turn
     await memory.parts.keeper.save(
         [ExtractedMemory("facts", "用户明天去北京出差", source_turn_ids=(said.id,))],
@@ -273,7 +273,7 @@ async def test_deleting_a_turn_takes_the_memories_drawn_from_it_into_the_bin(mem
 async def test_restore_refuses_a_fact_stored_again_meanwhile(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     fact = (await console.memories(str(ALICE)))[0]
     bin_id = await console.delete("distilled", str(ALICE), fact.id, actor=ACTOR)
     await memory.parts.keeper.save(
@@ -289,7 +289,7 @@ async def test_restore_refuses_a_fact_stored_again_meanwhile(memory_factory):
 async def test_the_daily_purge_empties_the_bin_after_the_kept_days(memory_factory):
     memory = await memory_factory(memory_recycle_days=2)
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     turn = (await console.turns(str(ALICE), TurnSearch()))[0].turn
     await console.delete("turn", str(ALICE), turn.id, actor=ACTOR, now=T0)
 
@@ -302,7 +302,7 @@ async def test_the_daily_purge_empties_the_bin_after_the_kept_days(memory_factor
 async def test_forgetting_a_person_empties_their_bin_rows_too(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     for key in (str(ALICE), str(BOB)):
         turn = (await console.turns(key, TurnSearch()))[0].turn
         await console.delete("turn", key, turn.id, actor=ACTOR)
@@ -329,7 +329,7 @@ async def test_debugger_shows_candidates_with_scores_and_the_prompt(memory_facto
     system = trace.messages[-1]["content"]  # the memory comes with the message
     assert "用户养了一条狗叫旺财" in system and "我家的狗叫旺财" in system
     assert trace.messages[-1]["content"].endswith("我的狗叫什么")
-    fact = (await MemoryConsole(memory.parts).memories(str(ALICE)))[0]
+    fact = (await MemoryConsole.from_parts(memory.parts).memories(str(ALICE)))[0]
     assert fact.access_count == 0  # a look at the prompt is not a use
 
 
@@ -369,7 +369,7 @@ async def test_an_edit_into_the_text_of_another_current_fact_is_refused_and_chan
     await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户住在杭州")], ALICE, stated_at=T0
     )
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     facts = {m.content: m for m in await console.memories(str(ALICE))}
 
     with pytest.raises(ConsoleConflictError):
@@ -389,7 +389,7 @@ async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the
 
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     user, bot = sorted((await console.turns(str(ALICE), TurnSearch())), key=lambda f: f.turn.id)[:2]
     assert await console.pin("turn", str(ALICE), user.turn.id, pinned=True, actor=ACTOR)
 
@@ -409,7 +409,7 @@ async def test_a_pinned_turn_keeps_no_expiry_through_evaluation_and_survives_the
 async def test_unpinning_a_scored_turn_gives_it_its_bands_expiry_again(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
     await console.pin("turn", str(ALICE), turn.id, pinned=True, actor=ACTOR)
     await console.pin("turn", str(ALICE), turn.id, pinned=False, actor=ACTOR)
@@ -436,7 +436,7 @@ async def refuse_audit_entries(memory) -> None:
 async def test_a_pin_whose_audit_entry_fails_is_rolled_back(memory_factory, kind):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
     fact = (await console.memories(str(ALICE)))[0]
     item_id = turn.id if kind == "turn" else fact.id
@@ -454,7 +454,7 @@ async def test_a_pin_whose_audit_entry_fails_is_rolled_back(memory_factory, kind
 async def test_an_edit_or_delete_whose_audit_entry_fails_changes_nothing(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     turn = (await console.turns(str(ALICE), TurnSearch(text="北京")))[0].turn
     fact = (await console.memories(str(ALICE)))[0]
     await refuse_audit_entries(memory)
@@ -480,7 +480,7 @@ async def test_a_pinned_memory_is_never_merged_away_as_a_duplicate(memory_factor
     await memory.parts.keeper.save(
         [ExtractedMemory(kind="facts", content="用户住在杭州")], ALICE, stated_at=T0
     )
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     newer = max(m.id for m in await console.memories(str(ALICE)))
     store = memory.parts.database.store(PgDistilledStore)
     # Any pair counts as a duplicate at a threshold of -1 (the lowest cosine).
@@ -498,7 +498,7 @@ async def test_a_selection_goes_to_the_bin_item_by_item_and_only_from_its_sessio
 ):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     alice = [f.turn.id for f in await console.turns(str(ALICE), TurnSearch())]
     bob = [f.turn.id for f in await console.turns(str(BOB), TurnSearch())]
     fact = (await console.memories(str(ALICE)))[0].id
@@ -517,7 +517,7 @@ async def test_a_selection_goes_to_the_bin_item_by_item_and_only_from_its_sessio
 async def test_a_session_holding_only_distilled_memories_is_listed(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     for found in await console.turns(str(BOB), TurnSearch()):
         await console.delete("turn", str(BOB), found.turn.id, actor=ACTOR)
 
@@ -536,7 +536,7 @@ async def test_a_session_holding_only_distilled_memories_is_listed(memory_factor
 async def test_session_counts_follow_inserts_and_deletes(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     newest = (await console.turns(str(ALICE), TurnSearch()))[0].turn
     await console.delete("turn", str(ALICE), newest.id, actor=ACTOR)
     row = await console.session(str(ALICE))
@@ -562,7 +562,7 @@ async def test_keyword_search_finds_every_turn_containing_the_text(memory_factor
     ):  # a turn not analysed yet is searched too
         await conn.execute("UPDATE dialogues SET keywords = NULL")
     await store_chat(memory, [(ALICE, None, "user", "旺财又叫狗叫旺旺", "阿丽")], T0)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     found = await console.turns(str(ALICE), TurnSearch(text=text))
     assert sum("骨头" in f.turn.content for f in found) == expected
 
@@ -588,7 +588,7 @@ async def test_each_reply_counts_how_long_reading_memory_took_for_the_latency_ch
     for i, text in enumerate(("我叫小明", "我叫什么")):
         await engine.converse(user_turn(text, message_id=i + 1, at=now), Outbox())
 
-    figures = await MemoryConsole(memory.parts).daily_figures(days=2, now=now)
+    figures = await MemoryConsole.from_parts(memory.parts).daily_figures(days=2, now=now)
     today = {name: values[-1] for name, values in figures.metrics.items()}
     assert today[RECALL_REPLIES] == 2
     assert today[RECALL_MS_TOTAL] >= 0
@@ -599,7 +599,7 @@ async def test_each_reply_counts_how_long_reading_memory_took_for_the_latency_ch
 async def test_a_group_switch_whose_audit_entry_fails_is_rolled_back(memory_factory):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     before = await console.group_switches()
     assert [(g.group_id, g.memory_on, g.shared) for g in before] == [(GROUP, True, False)]
     await refuse_audit_entries(memory)
@@ -636,7 +636,7 @@ async def test_headline_counts_todays_turns_sessions_memories_and_turns_without_
 ):
     memory = await memory_factory()
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
     hashing_embedder.fail = True  # the embedder is down: the next turn is stored without one
     await memory.parts.writer.add_turn(
         TurnInput(user_id=3003, role="user", content="向量服务挂了", created_at=T0)
@@ -656,7 +656,7 @@ async def test_meaning_search_keeps_only_turns_at_or_above_the_floor_and_counts_
 ):
     memory = await memory_factory(memory_recall_floor=0.99)
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
 
     found = await console.search_turns(str(ALICE), TurnSearch(text="旺财真可爱", by_meaning=True))
 
@@ -669,7 +669,7 @@ async def test_meaning_search_of_a_model_without_a_floor_shows_every_turn_and_sa
 ):
     memory = await memory_factory()  # the test model is named in no floor table
     await _seed(memory)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
 
     found = await console.search_turns(str(ALICE), TurnSearch(text="旺财真可爱", by_meaning=True))
 
@@ -690,10 +690,10 @@ async def test_sessions_listed_by_key_are_named_by_the_client_else_by_their_stor
         return ChatNames(group="狗友群") if group_id == GROUP else ChatNames()
 
     keys = [str(ALICE), f"{GROUP}:{BOB}", "not a chat", f"{GROUP}:{BOB}"]
-    named = await MemoryConsole(memory.parts, names=client).chat_names(keys)
+    named = await MemoryConsole.from_parts(memory.parts, names=client).chat_names(keys)
     assert named == {
         str(ALICE): ChatNames(person="阿丽"),
         f"{GROUP}:{BOB}": ChatNames(person="波波", group="狗友群"),
     }
-    unasked = await MemoryConsole(memory.parts).chat_names([f"{GROUP}:{ALICE}"])
+    unasked = await MemoryConsole.from_parts(memory.parts).chat_names([f"{GROUP}:{ALICE}"])
     assert unasked == {f"{GROUP}:{ALICE}": ChatNames(person="丽丽")}

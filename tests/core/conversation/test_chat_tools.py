@@ -325,10 +325,10 @@ async def test_remember_keeps_a_fact_of_that_person_in_that_chat(open_chat, llm)
     llm.responder = respond
     await engine.converse(said("我对花生过敏，记住哦", user=1, group=100), Outbox())
     assert tool_messages(llm.bodies[-1]) == ["已记下。"]
-    facts = await known_about(memory.parts, 1, 100)
+    facts = await known_about(memory.parts.keeper, 1, 100)
     assert [m.content for m in facts] == ["用户对花生过敏"]
-    assert await known_about(memory.parts, 1, None) == []
-    assert await known_about(memory.parts, 1, 200) == []
+    assert await known_about(memory.parts.keeper, 1, None) == []
+    assert await known_about(memory.parts.keeper, 1, 200) == []
     # The fact reaches the next prompt of that chat as a distilled line.
     llm.responder = lambda body: Reply(content="不能吃")
     await engine.converse(said("我能吃花生吗", user=1, group=100), Outbox())
@@ -338,7 +338,7 @@ async def test_remember_keeps_a_fact_of_that_person_in_that_chat(open_chat, llm)
 async def test_remember_refuses_a_person_who_opted_out(open_chat, llm):
     engine = await open_chat()
     memory = engine.memory  # type: ignore[attr-defined]
-    await opt_out(memory.parts, 1, 100)
+    await opt_out(memory.parts.database, 1, 100)
 
     def respond(body: dict[str, Any]) -> Reply:
         if not tool_messages(body):
@@ -350,7 +350,7 @@ async def test_remember_refuses_a_person_who_opted_out(open_chat, llm):
     await engine.converse(said("我住在上海", user=1, group=100), Outbox())
     [answer] = tool_messages(llm.bodies[-1])
     assert answer.startswith("没有记下")
-    assert await known_about(memory.parts, 1, 100) == []
+    assert await known_about(memory.parts.keeper, 1, 100) == []
 
 
 # ---------------------------------------------------------------- providers

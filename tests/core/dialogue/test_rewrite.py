@@ -32,7 +32,7 @@ async def test_an_edited_turn_gets_the_derived_columns_of_a_turn_written_with_th
     memory = await memory_factory(memory_index_context="both", memory_index_speaker=True)
     edited_id = await chat(memory, ALICE, "好的")
     written_id = await chat(memory, BOB, EDITED)
-    console = MemoryConsole(memory.parts)
+    console = MemoryConsole.from_parts(memory.parts)
 
     turn = await console.edit_turn(str(ALICE), edited_id, EDITED, actor="控制台")
 

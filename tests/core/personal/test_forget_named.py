@@ -62,7 +62,11 @@ async def seeded(memory_factory):
 async def private_texts(memory, tmp_path) -> list[str]:
     """Every text of ME's private chat in the export (turns, memories, cached answers)."""
     data = json.loads(
-        (await (await export_person(memory.parts, ME)).write(tmp_path)).read_text("utf-8")
+        (
+            await (await export_person(memory.parts.database, ME, tz=memory.parts.tz)).write(
+                tmp_path
+            )
+        ).read_text("utf-8")
     )
     parts = (("turns", "content"), ("memories", "content"), ("cached_answers", "answer"))
     return [
@@ -94,7 +98,9 @@ async def test_forgetting_a_word_leaves_no_turn_echo_memory_or_export_line_holdi
 ):
     memory, _ = await seeded(memory_factory)
 
-    forgotten = await forget_named(memory.parts, Named(ME, None, word="花生"))
+    forgotten = await forget_named(
+        memory.parts.database, memory.parts.spool, Named(ME, None, word="花生")
+    )
 
     # The two turns saying it, the reply to the first and both bot turns holding it.
     assert (forgotten.dialogues, forgotten.bot_replies) == (5, 3)
@@ -108,21 +114,23 @@ async def test_forgetting_a_word_leaves_no_turn_echo_memory_or_export_line_holdi
         t.content for t in await memory.parts.retriever.recent_turns(ME, None, limit=20, since=T0)
     ]
     assert left == ["我住在杭州", "杭州不错", "推荐点零食"]
-    assert [m.content for m in await known_about(memory.parts, ME, None)] == ["用户住在杭州"]
+    assert [m.content for m in await known_about(memory.parts.keeper, ME, None)] == ["用户住在杭州"]
 
 
 async def test_forgetting_a_fact_takes_its_turn_the_reply_and_later_echoes_only(memory_factory):
     memory, ids = await seeded(memory_factory)
-    [fact] = [m for m in await known_about(memory.parts, ME, None) if m.content == "用户对花生过敏"]
+    [fact] = [
+        m for m in await known_about(memory.parts.keeper, ME, None) if m.content == "用户对花生过敏"
+    ]
     named = Named(ME, None, (fact.id,))
 
-    preview = await preview_forget(memory.parts, named)
+    preview = await preview_forget(memory.parts.database, named)
     assert [t.content for t in preview.turns] == [
         "我对花生过敏", "好的，记住了", "你对花生过敏要注意，推荐海苔"
     ]  # fmt: skip
     assert (preview.count("facts"), preview.count("summary"), preview.bot_replies) == (1, 1, 2)
 
-    forgotten = await forget_named(memory.parts, named)
+    forgotten = await forget_named(memory.parts.database, memory.parts.spool, named)
 
     assert (forgotten.dialogues, forgotten.bot_replies, forgotten.facts) == (3, 2, 1)
     assert forgotten.summaries == 1  # drawn from the batch the deleted turn was in
@@ -130,19 +138,27 @@ async def test_forgetting_a_fact_takes_its_turn_the_reply_and_later_echoes_only(
         t.content for t in await memory.parts.retriever.recent_turns(ME, None, limit=20, since=T0)
     ]
     assert left == ["今天吃了花生酱面包", "花生酱很好吃", "我住在杭州", "杭州不错", "推荐点零食"]
-    assert sorted(m.content for m in await known_about(memory.parts, ME, None)) == [
+    assert sorted(m.content for m in await known_about(memory.parts.keeper, ME, None)) == [
         "喜欢面包", "用户住在杭州"
     ]  # fmt: skip
     assert ids["我住在杭州"] in next(
-        m.source_turn_ids for m in await known_about(memory.parts, ME, None) if m.kind == "facts"
+        m.source_turn_ids
+        for m in await known_about(memory.parts.keeper, ME, None)
+        if m.kind == "facts"
     )
 
 
 async def test_another_chats_and_another_persons_rows_are_out_of_reach(memory_factory):
     memory, _ = await seeded(memory_factory)
-    [group_fact] = await known_about(memory.parts, ME, GROUP)
-    [other_fact] = await known_about(memory.parts, OTHER, None)
-    forgotten = await forget_named(memory.parts, Named(ME, None, (group_fact.id, other_fact.id)))
+    [group_fact] = await known_about(memory.parts.keeper, ME, GROUP)
+    [other_fact] = await known_about(memory.parts.keeper, OTHER, None)
+    forgotten = await forget_named(
+        memory.parts.database, memory.parts.spool, Named(ME, None, (group_fact.id, other_fact.id))
+    )
     assert forgotten.total == 0
-    assert [m.content for m in await known_about(memory.parts, ME, GROUP)] == ["用户在群里聊花生"]
-    assert [m.content for m in await known_about(memory.parts, OTHER, None)] == ["用户对花生过敏"]
+    assert [m.content for m in await known_about(memory.parts.keeper, ME, GROUP)] == [
+        "用户在群里聊花生"
+    ]
+    assert [m.content for m in await known_about(memory.parts.keeper, OTHER, None)] == [
+        "用户对花生过敏"
+    ]

@@ -46,7 +46,7 @@ async def test_export_holds_my_turns_memories_and_cached_answers_of_every_chat_o
     )
     assert await memory.parts.answer_cache.store("如何配置Nginx反向代理", "答案", ME, GROUP, now=T0)
 
-    export = await export_person(memory.parts, ME)
+    export = await export_person(memory.parts.database, ME, tz=memory.parts.tz)
     data = json.loads((await export.write(tmp_path)).read_text(encoding="utf-8"))
 
     assert [(t["chat"], t["role"], t["content"]) for t in data["turns"]] == [
@@ -62,7 +62,7 @@ async def test_export_holds_my_turns_memories_and_cached_answers_of_every_chat_o
     assert [(c["chat"], c["answer"]) for c in data["cached_answers"]] == [
         (f"group:{GROUP}", "答案")
     ]
-    assert (await export_person(memory.parts, 999)).empty
+    assert (await export_person(memory.parts.database, 999, tz=memory.parts.tz)).empty
 
 
 async def test_forget_memories_deletes_only_my_rows_in_this_chat(memory_factory):
@@ -70,25 +70,25 @@ async def test_forget_memories_deletes_only_my_rows_in_this_chat(memory_factory)
     await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户养狗")], ME, None)
     await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户养猫")], ME, GROUP)
     await memory.parts.keeper.save([ExtractedMemory(kind="facts", content="用户养鱼")], OTHER, None)
-    mine = await known_about(memory.parts, ME, None)
-    group_row = (await known_about(memory.parts, ME, GROUP))[0]
-    other_row = (await known_about(memory.parts, OTHER, None))[0]
+    mine = await known_about(memory.parts.keeper, ME, None)
+    group_row = (await known_about(memory.parts.keeper, ME, GROUP))[0]
+    other_row = (await known_about(memory.parts.keeper, OTHER, None))[0]
 
     # Another chat's row and another person's row are out of reach from here.
     ids = [mine[0].id, group_row.id, other_row.id]
-    forgotten = await forget_memories(memory.parts, ME, None, ids)
+    forgotten = await forget_memories(memory.parts.database, memory.parts.spool, ME, None, ids)
 
     assert forgotten.facts == 1
-    assert await known_about(memory.parts, ME, None) == []
-    assert [m.content for m in await known_about(memory.parts, ME, GROUP)] == ["用户养猫"]
-    assert [m.content for m in await known_about(memory.parts, OTHER, None)] == ["用户养鱼"]
+    assert await known_about(memory.parts.keeper, ME, None) == []
+    assert [m.content for m in await known_about(memory.parts.keeper, ME, GROUP)] == ["用户养猫"]
+    assert [m.content for m in await known_about(memory.parts.keeper, OTHER, None)] == ["用户养鱼"]
 
 
 async def test_an_opt_out_holds_for_single_writes_and_for_spooled_turns_written_later(
     memory_factory,
 ):
     memory = await memory_factory()
-    assert await opt_out(memory.parts, ME, GROUP)
+    assert await opt_out(memory.parts.database, ME, GROUP)
     refused = await memory.parts.writer.add_turn(
         TurnInput(user_id=ME, group_id=GROUP, role="user", content="a")
     )
@@ -102,8 +102,11 @@ async def test_an_opt_out_holds_for_single_writes_and_for_spooled_turns_written_
         ]
     )
     assert written == 2
-    assert [t.content for t in (await export_person(memory.parts, ME)).turns] == ["private"]
-    assert await opt_in(memory.parts, ME, GROUP)
+    assert [
+        t.content
+        for t in (await export_person(memory.parts.database, ME, tz=memory.parts.tz)).turns
+    ] == ["private"]
+    assert await opt_in(memory.parts.database, ME, GROUP)
     kept = await memory.parts.writer.add_turn(
         TurnInput(user_id=ME, group_id=GROUP, role="user", content="b")
     )
@@ -112,14 +115,14 @@ async def test_an_opt_out_holds_for_single_writes_and_for_spooled_turns_written_
 
 async def test_an_opted_out_person_is_answered_but_their_answers_are_not_cached(memory_factory):
     memory = await memory_factory(answer_cache_enabled=True)
-    await opt_out(memory.parts, 11, None)
+    await opt_out(memory.parts.database, 11, None)
     model, outbox = RecordingModel("容器共享宿主机内核。"), Outbox()
     engine = engine_for(memory, model)
     for _ in range(2):
         result = await engine.converse(user_turn(GENERAL_QUESTION, user=11), outbox)
         assert result.outcome is Outcome.REPLIED and not result.from_cache
     assert len(model.prompts) == 2  # nothing cached to serve the second time
-    assert (await export_person(memory.parts, 11)).empty
+    assert (await export_person(memory.parts.database, 11, tz=memory.parts.tz)).empty
     # Someone who did not opt out is cached as before.
     for _ in range(2):
         await engine.converse(user_turn(GENERAL_QUESTION, user=12), outbox)
@@ -131,7 +134,7 @@ async def test_two_exports_of_one_person_at_once_get_a_file_each(memory_factory,
     await memory.parts.writer.add_turn(
         TurnInput(user_id=ME, role="user", content="我的狗叫旺财", created_at=T0)
     )
-    export = await export_person(memory.parts, ME)
+    export = await export_person(memory.parts.database, ME, tz=memory.parts.tz)
     first, second = await asyncio.gather(export.write(tmp_path), export.write(tmp_path))
     assert first != second and first.name == second.name == f"temporal-memory-{ME}.json"
     # One request removing its file once sent leaves the other's whole.

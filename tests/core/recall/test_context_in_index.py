@@ -154,7 +154,7 @@ async def test_forgetting_a_word_leaves_it_unfound_through_the_answer(
     word, answer = WORDS[language], CHATS[language][ANSWER][1]
     assert answer in await anchors(memory, word, top_n=5, mode="keyword")
 
-    await forget_named(memory.parts, Named(USER, None, word=word))
+    await forget_named(memory.parts.database, memory.parts.spool, Named(USER, None, word=word))
     assert await anchors(memory, word, top_n=5, mode="keyword") == []
     assert answer not in await anchors(memory, QUESTIONS[language], top_n=8)
     assert await memory.parts.upkeep.backfill_keywords() >= 1

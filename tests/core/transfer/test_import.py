@@ -129,7 +129,7 @@ async def test_a_file_that_is_no_export_at_all_is_refused_with_the_first_bad_lin
 
 async def test_an_opted_out_person_is_not_imported(memory_factory):
     memory = await memory_factory()
-    await opt_out(memory.parts, 123456, None)
+    await opt_out(memory.parts.database, 123456, None)
     report = await import_qq_text(memory.parts, FIXTURES / "qq_private.txt", PRIVATE)
     assert (report.new, report.refused) == (0, 5)
     assert await turns_of(memory) == []
