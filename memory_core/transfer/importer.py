@@ -37,7 +37,9 @@ from .qq_text import LineProblem, parse_qq_text
 from .target import ImportTarget, QQTextRouter, StableIds, pick_chat
 
 if TYPE_CHECKING:
+    from ..dialogue.writing import TurnWriter
     from ..parts import MemoryParts
+    from ..storage.database_handle import Database
 
 log = logging.getLogger(__name__)
 
@@ -101,21 +103,43 @@ class TurnImporter:
 
     def __init__(
         self,
-        parts: MemoryParts,
         report: ImportReport,
         *,
+        database: Database,
+        writer: TurnWriter,
         dry_run: bool = False,
         chunk: int = IMPORT_CHUNK,
         progress: Progress | None = None,
         show: Show | None = None,
     ) -> None:
-        self.parts = parts
+        self._database = database
+        self._writer = writer
         self.report = report
         self.dry_run = dry_run
         self.chunk = chunk
         self.progress = progress
         self.show = show
         self._pending: list[_Pending] = []
+
+    @classmethod
+    def over(
+        cls,
+        parts: MemoryParts,
+        report: ImportReport,
+        *,
+        dry_run: bool,
+        progress: Progress | None,
+        show: Show | None,
+    ) -> TurnImporter:
+        """An importer writing through the parts of an open memory."""
+        return cls(
+            report,
+            database=parts.database,
+            writer=parts.writer,
+            dry_run=dry_run,
+            progress=progress,
+            show=show,
+        )
 
     async def add(
         self,
@@ -124,7 +148,7 @@ class TurnImporter:
         retention: tuple[int | None, datetime | None] | None = None,
     ) -> None:
         try:
-            self.parts.writer.check_turn(turn)
+            self._writer.check_turn(turn)
         except MemoryCoreError as exc:
             self.report.problems.append(LineProblem(line, str(exc)))
             return
@@ -137,7 +161,7 @@ class TurnImporter:
         if not batch:
             return
         uuids = [message_uuid_for(p.turn) for p in batch]
-        stored = await self.parts.database.store(PgAdminStore).ids_by_uuid(uuids)
+        stored = await self._database.store(PgAdminStore).ids_by_uuid(uuids)
         fresh = [p for p, u in zip(batch, uuids, strict=True) if u not in stored]
         self.report.read += len(batch)
         self.report.already += len(batch) - len(fresh)
@@ -148,11 +172,11 @@ class TurnImporter:
                 self.report.sessions[pending.turn.session_key] += 1
             self.report.new += len(fresh)
         elif fresh:
-            inserted = await self.parts.writer.add_dialogues([p.turn for p in fresh])
+            inserted = await self._writer.add_dialogues([p.turn for p in fresh])
             self.report.new += inserted
             self.report.refused += len(fresh) - inserted
             # What the source scored keeps its score and expiry (new rows only).
-            await self.parts.database.store(PgAdminStore).set_retention(
+            await self._database.store(PgAdminStore).set_retention(
                 [
                     (message_uuid_for(p.turn), *p.retention)
                     for p in fresh
@@ -196,7 +220,7 @@ async def import_qq_text(
         warnings=list(decoded.warnings),
     )
     router = QQTextRouter(target, parts.tz, chat_name=chat or next(iter(export.chats), None))
-    importer = TurnImporter(parts, report, dry_run=dry_run, progress=progress, show=show)
+    importer = TurnImporter.over(parts, report, dry_run=dry_run, progress=progress, show=show)
     for line, turn in router.turns(messages):
         await importer.add(line, turn)
     await importer.flush()
@@ -220,7 +244,7 @@ async def import_chatrecorder(
     records = await read_chatrecorder(source)
     report = ImportReport(problems=records.problems)
     router = RecordRouter(report.problems)
-    importer = TurnImporter(parts, report, dry_run=dry_run, progress=progress, show=show)
+    importer = TurnImporter.over(parts, report, dry_run=dry_run, progress=progress, show=show)
     ids = StableIds()
     for record_id, turn in router.turns(records.messages):
         await importer.add(record_id, ids.assign(turn))
@@ -280,7 +304,7 @@ async def import_json_lines(
     """Import the memory's JSON lines (``memory_core.transfer.portable``): turns, then the
     distilled memories citing them. Bad lines are reported by number and skipped."""
     report = ImportReport()
-    importer = TurnImporter(parts, report, dry_run=dry_run, progress=progress, show=show)
+    importer = TurnImporter.over(parts, report, dry_run=dry_run, progress=progress, show=show)
     ids = StableIds()
     memories: list[tuple[int, PortableMemory]] = []
     for number, data in lines:
