@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-import asyncpg
-
 from memory_core.models import ForgetScope, RecalledMessage, TurnInput
 from memory_core.personal import Named, forget_named
+from tests.core.storage.test_database_outage import refuse_inserts
 
 BOT = 10001
 ALICE, BOB, GROUP = 1, 2, 300
@@ -22,23 +21,7 @@ BOB_LINE = "拒收：我的车牌是沪A12345"
 async def refuse_marked_turns(dsn: str) -> None:
     """PostgreSQL refuses every dialogue row holding 拒收 for its value (SQLSTATE 22023):
     the writer dead-letters such a turn for good."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(
-            """
-            CREATE OR REPLACE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.content LIKE '%拒收%' THEN
-                    RAISE EXCEPTION 'refused by the test' USING ERRCODE = '22023';
-                END IF;
-                RETURN NEW;
-            END $$;
-            CREATE OR REPLACE TRIGGER refuse_insert BEFORE INSERT ON dialogues
-                FOR EACH ROW EXECUTE FUNCTION refuse_insert();
-            """
-        )
-    finally:
-        await conn.close()
+    await refuse_inserts(dsn, "22023", "NEW.content LIKE '%拒收%'")
 
 
 def said(user: int, text: str, message_id: int, group: int | None = None) -> TurnInput:
@@ -142,7 +125,9 @@ async def test_forgetting_a_word_drops_the_chats_dead_letters_holding_it(memory_
         said(ALICE, "拒收：群里的MR-9911", 3, GROUP),  # another chat of hers
         said(BOB, "拒收：mr-9911 是鲍勃的", 4),
     )
-    forgotten = await forget_named(memory.parts, Named(ALICE, None, word="mr-9911"))
+    forgotten = await forget_named(
+        memory.parts.database, memory.parts.spool, Named(ALICE, None, word="mr-9911")
+    )
     assert forgotten.dialogues == 1
     assert dead_contents(memory) == [
         "拒收：今天天气不错",
