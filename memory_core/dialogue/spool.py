@@ -51,6 +51,7 @@ import errno
 import json
 import logging
 import os
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -211,6 +212,7 @@ WriteTurns = Callable[[Sequence[TurnInput]], Awaitable[int]]
 Forget = Callable[[RecalledMessage], Awaitable[int]]
 ForgetInDatabase = Callable[[ForgetScope], Awaitable[int]]
 Takes = Callable[[TurnInput], bool]  # which turns a forget drops from the spool files
+TornTakes = Callable[[dict[str, int | None]], bool]  # ... and which torn lines (``torn_fields``)
 
 
 class TurnSpool:
@@ -248,29 +250,36 @@ class TurnSpool:
         cannot be reached now). Returns how many turns were dropped. Waits for a flush under
         way."""
         return await self.drop(
-            lambda turn: covers(scope, turn), request=scope if keep_request else None
+            lambda turn: covers(scope, turn),
+            torn=lambda fields: _torn_covered(scope, fields),
+            request=scope if keep_request else None,
         )
 
-    async def drop(self, takes: Takes, *, request: ForgetScope | None = None) -> int:
+    async def drop(
+        self, takes: Takes, *, torn: TornTakes | None = None, request: ForgetScope | None = None
+    ) -> int:
         """Drop the turns ``takes`` names from the spool and from the dead-letter file (a
         forgotten turn's text stays on no disk), each file rewritten whole and renamed into
-        place; with ``request``, append it to the spool (``forget``). Other lines stay as they
-        were, unreadable ones included. Returns how many turns were dropped. Waits for a flush
+        place; with ``request``, append it to the spool (``forget``). A line a crash tore, no
+        longer a turn, goes when ``torn`` takes the fields it still shows (``torn_fields``).
+        Other lines stay as they were. Returns how many lines were dropped. Waits for a flush
         under way."""
+
+        def spooled(n: int, line: bytes) -> bool:
+            return _takes(takes, torn, _parse(n, line))
+
         async with self._drain_lock, self._lock:
-            kept = [line for n, line in enumerate(self._held) if not _takes(takes, _parse(n, line))]
+            kept = [line for n, line in enumerate(self._held) if not spooled(n, line)]
             dropped = len(self._held) - len(kept)
             self._held = kept
             extra = [_json_line(_encode(request)).rstrip(b"\n")] if request is not None else []
             try:
-                dropped += await asyncio.to_thread(
-                    _drop_lines, self.path, lambda n, line: _takes(takes, _parse(n, line)), extra
-                )
+                dropped += await asyncio.to_thread(_drop_lines, self.path, spooled, extra)
             except OSError as exc:
                 raise StorageError(f"cannot rewrite the spool {self.path}: {exc}") from exc
             try:
                 buried = await asyncio.to_thread(
-                    _drop_lines, self.dead_path, lambda n, line: _takes_dead(takes, line), []
+                    _drop_lines, self.dead_path, lambda n, line: _takes_dead(takes, torn, line), []
                 )
             except OSError as exc:
                 raise StorageError(f"cannot rewrite {self.dead_path}: {exc}") from exc
@@ -447,21 +456,57 @@ class TurnSpool:
         return before is not None and self._accepted > before
 
 
-def _takes(takes: Takes, entry: SpoolEntry) -> bool:
-    return isinstance(entry.item, TurnInput) and takes(entry.item)
+def _takes(takes: Takes, torn: TornTakes | None, entry: SpoolEntry) -> bool:
+    if isinstance(entry.item, TurnInput):
+        return takes(entry.item)
+    return entry.item is None and torn is not None and torn(torn_fields(entry.raw))
 
 
-def _takes_dead(takes: Takes, line: bytes) -> bool:
+def _takes_dead(takes: Takes, torn: TornTakes | None, line: bytes) -> bool:
     """Whether a line of the dead-letter file (``{"item": ..., "error": ..., "at": ...}``)
-    holds a turn ``takes`` names; one that cannot be read as a turn is kept."""
+    holds a turn ``takes`` names, or a torn one ``torn`` takes (the line itself torn, or an
+    unreadable spool line buried as its text)."""
     try:
         letter = json.loads(line.decode("utf-8", "replace"))
         item = letter["item"] if isinstance(letter, dict) else None
-        # An unreadable spool line was buried as its text: read it once more.
+    except (ValueError, KeyError):
+        return torn is not None and torn(torn_fields(line))
+    try:
         turn = _decode(item) if isinstance(item, str) else _from_data(item)
     except (ValueError, TypeError, KeyError):
-        return False
+        raw = item.encode("utf-8", "replace") if isinstance(item, str) else line
+        return torn is not None and torn(torn_fields(raw))
     return isinstance(turn, TurnInput) and takes(turn)
+
+
+# The fields of a turn's JSON line that say whose it is, as far as a torn line still shows them.
+_TORN_FIELD = re.compile(rb'"(user_id|group_id)": (\d+|null)')
+
+
+def torn_fields(raw: bytes) -> dict[str, int | None]:
+    """``user_id`` and ``group_id`` of a turn line a crash tore (no longer JSON), those it
+    still shows (a turn's line begins with its ``user_id``)."""
+    return {
+        match.group(1).decode(): None if match.group(2) == b"null" else int(match.group(2))
+        for match in _TORN_FIELD.finditer(raw)
+    }
+
+
+def _torn_covered(scope: ForgetScope, fields: dict[str, int | None]) -> bool:
+    """Whether a torn line may be of ``scope``: its person (or group) is shown and is the
+    scope's, and no field it still shows says otherwise (its QQ account is torn off: a torn
+    line of the person goes from every account's memory)."""
+    if scope.everything:
+        return True
+    if "group_id" in fields:
+        group = fields["group_id"]
+        if scope.group_id is not None and group != scope.group_id:
+            return False
+        if scope.private_only and group is not None:
+            return False
+    elif scope.user_id is None:
+        return False  # a group's forget, and the line's group is torn off
+    return scope.user_id is None or fields.get("user_id") == scope.user_id
 
 
 def _drop_lines(path: Path, dropped: Callable[[int, bytes], bool], extra: list[bytes]) -> int:

@@ -56,14 +56,18 @@ async def test_forget_me_drops_the_persons_dead_letters_and_keeps_the_others(
         said(ALICE, "拒收：群里也说过病历号", 3, GROUP),
     )
     path = memory.parts.spool.dead_path
-    # A line a crash tore in the middle: unreadable, it is nobody's to drop.
+    # Lines a crash tore: one of Bob's, one of Alice's (her text cut short), and a torn spool
+    # line of Alice's buried as its text (what a flush does with a line it cannot read).
+    torn_spool_line = json.dumps('{"user_id": 1, "role": "user", "content": "MR-9911 又说')
     with path.open("ab") as handle:
         handle.write(b'{"item": {"user_id": 2, "con\n')
+        handle.write(b'{"item": {"user_id": 1, "role": "user", "content": "MR-99\n')
+        handle.write(f'{{"item": {torn_spool_line}, "error": "unreadable line"}}\n'.encode())
     [bob_line] = [line for line in path.read_bytes().splitlines() if BOB_LINE.encode() in line]
 
     forgotten = await memory.parts.forgetting.forget(ForgetScope(user_id=ALICE))
 
-    assert forgotten.dialogues == 2  # both of Alice's dead letters, in every chat
+    assert forgotten.dialogues == 4  # Alice's dead letters in every chat, and her torn lines
     assert [line for line in path.read_bytes().splitlines()] == [
         bob_line,
         b'{"item": {"user_id": 2, "con',
