@@ -6,6 +6,7 @@ everyone else's records stay, byte for byte."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timezone
 
 from memory_core.models import ForgetScope, RecalledMessage, TurnInput
@@ -45,8 +46,9 @@ async def dead_lettered(memory, *turns: TurnInput) -> None:
 
 
 async def test_forget_me_drops_the_persons_dead_letters_and_keeps_the_others(
-    memory_factory, fresh_dsn
+    memory_factory, fresh_dsn, caplog
 ):
+    caplog.set_level(logging.INFO)
     memory = await memory_factory()
     await refuse_marked_turns(fresh_dsn)
     await dead_lettered(
@@ -75,6 +77,9 @@ async def test_forget_me_drops_the_persons_dead_letters_and_keeps_the_others(
     assert "MR-9911" not in path.read_text("utf-8", "replace")
     assert not list(path.parent.glob("*.tmp"))  # rewritten by rename, nothing left behind
     assert (await memory.stats()).dead_letters == 2
+    # Neither the dead-lettering nor the forget logged what was said (STYLE.md habit 16).
+    assert not [r for r in caplog.records if "MR-9911" in r.getMessage() or "沪A" in r.getMessage()]
+    assert any("dead-lettered turn(s) forgotten" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_recall_of_a_dead_lettered_message_removes_it_and_only_it(
