@@ -110,6 +110,8 @@ def build_parts(
         on_more_work=backfill_due.set,
     )
     citations = Citations(database)
+    for scope in spool.waiting_forgets():  # asked before a restart, not done yet
+        citations.hold_back(scope)
     retriever = Retriever(
         settings=settings,
         database=database,

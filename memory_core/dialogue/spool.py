@@ -377,6 +377,17 @@ class TurnSpool:
         spool's size)."""
         return _count_lines(self.path) + len(self._held)
 
+    def waiting_forgets(self) -> list[ForgetScope]:
+        """The /forget requests waiting in the spool for the database (a bot started again
+        holds back their quotes until the flush: ``Citations.hold_back``)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        lines = [line for line in data.split(b"\n") if line.strip()] + self._held
+        items = (_parse(n, line).item for n, line in enumerate(lines))
+        return [item for item in items if isinstance(item, ForgetScope)]
+
     def dead_letters(self) -> int:
         """How many items were moved to the dead-letter file, ever (until it is removed)."""
         return _count_lines(self.dead_path)

@@ -380,3 +380,25 @@ async def test_a_forget_deferred_by_an_outage_is_not_quoted_before_its_flush(cha
             )
     finally:
         await proxy.stop()
+
+
+async def test_a_forget_deferred_before_a_restart_is_not_quoted_before_its_flush(
+    chat_for, fresh_dsn
+):
+    proxy = SwitchableProxy(unix_socket_of(fresh_dsn))
+    await proxy.start()
+    try:
+        dsn = proxy.dsn(urlsplit(fresh_dsn).path.lstrip("/"))
+        chat = await chat_for(citing(SECRET), memory_dsn=dsn)
+        await proxy.stop()
+        assert (await chat.memory.parts.forgetting.forget(ForgetScope(user_id=USER))).deferred
+        await proxy.start()
+        # The bot started again on the same data directory; the request waits in its spool.
+        restarted = await chat_for(citing(SECRET), memory_dsn=dsn)
+        assert restarted.memory.parts.spool.waiting_forgets() == [ForgetScope(user_id=USER)]
+        result = await restarted.ask()
+        assert result.outcome is Outcome.REPLIED
+        assert line_number(restarted.server.requests[0], SECRET) is not None  # still stored
+        assert result.cited is None and restarted.outbox.sent == [(ANSWER, None)]
+    finally:
+        await proxy.stop()
