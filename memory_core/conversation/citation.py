@@ -17,7 +17,9 @@ quotes (``Citations.resolve``), when its turn
   nor taken by a /forget of a person or a whole chat under way or done meanwhile
   (``Citations.forgetting_scope``: ``Forgetting.forget`` runs inside it; it does not wait for
   the sessions it takes, so a quote already on its way is sent before it deletes, and a quote
-  read while one began or ended is read again: ``Citations.quoting``).
+  read while one began or ended is read again: ``Citations.quoting``), nor one such a /forget
+  waits in the spool to delete while the database is away, also across a restart
+  (``Citations.hold_back``).
 
 At most one turn is quoted; the front end builds the quote (the plugin: a OneBot reply
 segment). The rule is a fixed part of the system prompt, the same for every message of a chat,
