@@ -213,8 +213,11 @@ class MemoryTools:
             log.warning("tool %s failed: %s", call.name, exc)
             return "错误：记忆暂时不可用，请不用它直接回答。"
         except Exception as exc:  # the model's input reached code that did not expect it
-            # One line: it is the model's mistake, answered; not the bot's failure.
-            log.warning("tool %s failed on the model's arguments: %r", call.name, exc)
+            # One line: it is the model's mistake, answered; not the bot's failure. The class
+            # only: an error's text can carry the arguments, i.e. what a person asked about.
+            log.warning(
+                "tool %s failed on the model's arguments: %s", call.name, type(exc).__name__
+            )
             return "错误：这次工具调用失败了，请不用它直接回答。"
 
     async def _search(self, arguments: dict[str, Any], scope: ChatScope) -> str:

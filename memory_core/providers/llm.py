@@ -276,6 +276,18 @@ class OpenAIChatModel:
             payload.pop("stream_options", None)
         return await self._endpoint.post("chat/completions", payload, deadline=self._deadline)
 
+    def _shape(self, data: object) -> str:
+        """What an answer without a message holds: its keys and a provider's error text, not
+        its values (a malformed answer can still carry what a person said)."""
+        if not isinstance(data, dict):
+            return f"a JSON {type(data).__name__}, not an object"
+        shape = "keys: " + (", ".join(sorted(map(str, data))[:8]) or "none")
+        error = data.get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str):
+            shape += f"; error: {self._endpoint.excerpt(message)}"
+        return shape
+
     def _answer(self, response: httpx.Response) -> ModelTurn:
         body = response.text
         if looks_like_events(response.headers.get("content-type", ""), body):
@@ -299,7 +311,7 @@ class OpenAIChatModel:
                 raise TypeError("choices[0].message is not an object")
         except (KeyError, IndexError, TypeError) as exc:
             raise LLMError(
-                f"chat model answer has no choices[0].message: {self._endpoint.excerpt(body)}"
+                f"chat model answer has no choices[0].message: {self._shape(data)}"
             ) from exc
         try:
             turn = turn_from_message(choice, data.get("usage"))

@@ -119,9 +119,33 @@ async def test_arguments_that_break_something_unexpected_are_still_only_a_messag
     [record] = caplog.records
     assert record.levelno == logging.WARNING and record.exc_info is None
     assert record.getMessage() == (
-        "tool search_memory failed on the model's arguments: "
-        "OverflowError('date value out of range')"
+        "tool search_memory failed on the model's arguments: OverflowError"
     )
+
+
+class EchoingRecall(Recall):
+    """A recall whose unexpected error repeats the query, as ``int("…")`` would."""
+
+    async def recall(
+        self,
+        user_id: int,
+        query: str,
+        group_id: int | None = None,
+        options: RecallOptions = DEFAULT_RECALL,
+    ) -> RecallResult:
+        raise ValueError(f"cannot read {query!r}")
+
+
+async def test_an_unexpected_error_s_text_with_the_query_stays_out_of_the_log(
+    caplog: pytest.LogCaptureFixture,
+):
+    call = ToolCall("a", "search_memory", '{"query": "工位密码是多少"}')
+    with caplog.at_level(logging.DEBUG, logger="memory_core.conversation.tools"):
+        answer = await tools(EchoingRecall()).run(call, SCOPE)
+    assert answer.startswith("错误")
+    [record] = caplog.records
+    assert "工位密码" not in record.getMessage()
+    assert record.getMessage().endswith(": ValueError")
 
 
 async def test_until_and_since_are_read_on_the_memory_timezone_clock():

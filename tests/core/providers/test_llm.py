@@ -320,6 +320,18 @@ async def test_answer_without_a_message_raises_llm_error(
         await make_model().complete(MESSAGES)
 
 
+async def test_an_answer_without_a_message_is_described_by_its_keys_not_its_text(
+    server: ScriptedAPI, make_model: ModelFactory
+) -> None:
+    server.reset(json_reply(200, {"choices": [{"text": "你的工位密码是 4512"}]}))
+    with pytest.raises(LLMError) as caught:
+        await make_model().complete(MESSAGES)
+    assert "4512" not in str(caught.value) and "keys: choices" in str(caught.value)
+    server.reset(json_reply(200, {"error": {"message": "quota exceeded"}}))
+    with pytest.raises(LLMError, match="error: quota exceeded"):
+        await make_model().complete(MESSAGES)
+
+
 @pytest.mark.parametrize("content", ["", "   \n", None, "<think>只有推理</think>", 42])
 async def test_empty_or_non_text_answer_raises_llm_error(
     server: ScriptedAPI, make_model: ModelFactory, content: Any
