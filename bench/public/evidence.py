@@ -52,12 +52,20 @@ FLOORS: dict[str, AnchorFloor] = {
     "cosine gap 0.04 after 3": AnchorFloor(keep=3, gap=0.04),
     "cosine gap 0.06 after 3": AnchorFloor(keep=3, gap=0.06),
     "cosine gap 0.04 after 1": AnchorFloor(keep=1, gap=0.04),
-    "fused 0.5 of the best after 3": AnchorFloor(keep=3, ratio=0.5),
     "fused 0.6 of the best after 3": AnchorFloor(keep=3, ratio=0.6),
-    "cosine 0.85 after 3": AnchorFloor(keep=3, least=0.85),
     "cosine 0.88 (the /recall floor) after 3": AnchorFloor(keep=3, least=0.88),
+    # The text a floor leaves unspent, spent up to the same ceiling (2026-12-08): wider
+    # windows of the kept anchors, then the anchors below the floor.
+    "cosine gap 0.04 after 1, ±3": AnchorFloor(keep=1, gap=0.04, reach=1),
+    "cosine gap 0.04 after 1, ±4": AnchorFloor(keep=1, gap=0.04, reach=2),
+    "cosine gap 0.04 after 1, then the rest": AnchorFloor(keep=1, gap=0.04, demote=True),
+    "cosine gap 0.04 after 1, ±4, then the rest": AnchorFloor(
+        keep=1, gap=0.04, reach=2, demote=True
+    ),
+    "cosine gap 0.02 after 3, then the rest": AnchorFloor(keep=3, gap=0.02, demote=True),
 }
 PROMPT = "the prompt's recall (defaults)"
+TODAY = "shipped recall (top 3 ±2)"  # the 2026-12-05 recall
 BOT_FORMS = ("conversation", "topic change", "question")
 
 
@@ -268,7 +276,7 @@ async def evaluate(
                 for t in today.turns
                 if t.message_id is not None
             }
-            _score(out["shipped recall (top 3 ±2)"], case.relevant, units_today, today_chars)
+            _score(out[TODAY], case.relevant, units_today, today_chars)
             for name, rule in measured.items():
                 for source, ranking in (("hybrid", anchors), ("BM25", lexical)):
                     order = rule(ranking, chat.items, size, window)
@@ -293,7 +301,7 @@ def by_group(task: Task, results: dict[str, Scores]) -> None:
     if not task.groups:
         return
     labels = [case.label for case in task.cases]  # one case a label: every set's cases in order
-    names = [n for n in results if n.startswith(PROMPT) or n.endswith("· chars")]
+    names = [n for n in results if n.startswith((PROMPT, TODAY)) or n.endswith("· chars")]
     names = [n for n in names if not n.startswith("BM25")]
     for group in sorted(set(task.groups.values())):
         chosen = [i for i, label in enumerate(labels) if task.groups.get(label) == group]
@@ -353,7 +361,7 @@ def report(results: dict[str, dict[str, Scores]]) -> None:
 
             pick = max(names, key=on_others)
             there = results[left][pick]
-            today = results[left]["shipped recall (top 3 ±2)"]
+            today = results[left][TODAY]
             prompt = results[left][PROMPT]
             print(
                 f"| {left} | {pick} | {mean(there['any']):.3f} / {mean(there['all']):.3f} | "
@@ -376,16 +384,22 @@ def floors(results: dict[str, dict[str, Scores]]) -> None:
 
     for label, measure in (("any + all", evidence), ("any + all per 1,000 chars", per_chars)):
         print(f"\n#### leave-one-set-out, the prompt's recall and its floors, by {label}\n")
-        print("| left out | picked on the others | its any / all, chars there | as shipped there |")
-        print("|---|---|---|---|")
+        print(
+            "| left out | picked on the others | its any / all, chars there | as shipped there "
+            "| top 3 ±2 there |"
+        )
+        print("|---|---|---|---|---|")
         for left in results:
             others = [s for s in results if s != left]
             pick = max(names, key=lambda n: mean([measure(results[s][n]) for s in others]))
             there, shipped = results[left][pick], results[left][PROMPT]
+            today = results[left][TODAY]
             print(
                 f"| {left} | {pick} | {mean(there['any']):.3f} / {mean(there['all']):.3f}, "
                 f"{mean(there['chars']):.0f} | {mean(shipped['any']):.3f} / "
-                f"{mean(shipped['all']):.3f}, {mean(shipped['chars']):.0f} |"
+                f"{mean(shipped['all']):.3f}, {mean(shipped['chars']):.0f} | "
+                f"{mean(today['any']):.3f} / {mean(today['all']):.3f}, "
+                f"{mean(today['chars']):.0f} |"
             )
 
 
