@@ -40,6 +40,7 @@ from bench.public.scoring import Item, Task
 from memory_core import MemorySettings, RecallResult, TemporalMemory, open_memory
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import NO_FLOOR, AnchorFloor
+from memory_core.recall.retriever import conversational_query
 
 POOL = 20
 # Relevance floors for the prompt's recall (issue 36 item 1): anchors after the first few
@@ -251,6 +252,26 @@ async def evaluate(
             if key not in bm25s:
                 bm25s[key] = BM25([i.text for i in chat.items[:size]])
             lexical = bm25s[key].ranked(query)[:pool]
+            # Why BM25 wins on the topic change sets (2026-12-08): it is given the message
+            # alone, hybrid the message after the earlier lines (there another dialogue's).
+            # Each is measured with the other's text too.
+            lexical_asked = bm25s[key].ranked(conversational_query(query, earlier))[:pool]
+            alone = await memory.parts.retriever.recall(
+                base + case.user,
+                query,
+                options=RecallOptions(top_n=pool, window_size=0, now=ask.now, mode="hybrid"),
+            )
+            anchors_alone = [position_of[m] for m in _anchor_turns(alone)]
+            prompt_alone = await memory.parts.retriever.recall(
+                base + case.user, query, options=dataclasses.replace(ask, context=())
+            )
+            units_alone = {
+                chat.items[position_of[t.message_id]].unit
+                for t in prompt_alone.turns
+                if t.message_id is not None
+            }
+            used_alone = sum(len(t.content) for t in prompt_alone.turns)
+            _score(out[f"{PROMPT} · the message alone"], case.relevant, units_alone, used_alone)
             # What the bot's prompt recall gives (the defaults: ``evidence_windows``).
             prompt = await memory.parts.retriever.recall(base + case.user, query, options=ask)
             units_prompt = {
@@ -278,7 +299,12 @@ async def evaluate(
             }
             _score(out[TODAY], case.relevant, units_today, today_chars)
             for name, rule in measured.items():
-                for source, ranking in (("hybrid", anchors), ("BM25", lexical)):
+                for source, ranking in (
+                    ("hybrid", anchors),
+                    ("BM25", lexical),
+                    ("hybrid, the message alone", anchors_alone),
+                    ("BM25, with the earlier lines", lexical_asked),
+                ):
                     order = rule(ranking, chat.items, size, window)
                     for budget, chars in (("turns", None), ("chars", today_chars)):
                         kept = spent(order, chat.items, turns, chars)
