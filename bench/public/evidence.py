@@ -36,7 +36,7 @@ from typing import Any
 from bench.common import add_set_option, bench_data_dir, machine_line, quality_overrides
 from bench.public.bm25 import BM25
 from bench.public.run import SETS, USERS_PER_SET, expanded, load_tasks, store
-from bench.public.scoring import Item, Task
+from bench.public.scoring import Case, Item, Task
 from memory_core import MemorySettings, RecallResult, TemporalMemory, open_memory
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import NO_FLOOR, AnchorFloor
@@ -224,6 +224,16 @@ async def evaluate(
     for case in task.cases:
         chat = chats[case.user]
         size = chat.visible(case.now)
+
+        def scored(name: str, result: RecallResult, chat: Chat = chat, case: Case = case) -> None:
+            """One configuration's any / all / characters for this case."""
+            units = {
+                chat.items[position_of[t.message_id]].unit
+                for t in result.turns
+                if t.message_id is not None
+            }
+            _score(out[name], case.relevant, units, sum(len(t.content) for t in result.turns))
+
         for form, query, earlier in expanded(case, [s.memory_query_context_turns]):
             if not form.startswith(BOT_FORMS):
                 continue
@@ -265,39 +275,16 @@ async def evaluate(
             prompt_alone = await memory.parts.retriever.recall(
                 base + case.user, query, options=dataclasses.replace(ask, context=())
             )
-            units_alone = {
-                chat.items[position_of[t.message_id]].unit
-                for t in prompt_alone.turns
-                if t.message_id is not None
-            }
-            used_alone = sum(len(t.content) for t in prompt_alone.turns)
-            _score(out[f"{PROMPT} · the message alone"], case.relevant, units_alone, used_alone)
+            scored(f"{PROMPT} · the message alone", prompt_alone)
             # What the bot's prompt recall gives (the defaults: ``evidence_windows``).
             prompt = await memory.parts.retriever.recall(base + case.user, query, options=ask)
-            units_prompt = {
-                chat.items[position_of[t.message_id]].unit
-                for t in prompt.turns
-                if t.message_id is not None
-            }
-            prompt_chars = sum(len(t.content) for t in prompt.turns)
-            _score(out[PROMPT], case.relevant, units_prompt, prompt_chars)
+            scored(PROMPT, prompt)
             for name, floor in FLOORS.items():
                 floored = await memory.parts.retriever.recall(
                     base + case.user, query, options=dataclasses.replace(ask, anchor_floor=floor)
                 )
-                units = {
-                    chat.items[position_of[t.message_id]].unit
-                    for t in floored.turns
-                    if t.message_id is not None
-                }
-                used = sum(len(t.content) for t in floored.turns)
-                _score(out[f"{PROMPT} · {name}"], case.relevant, units, used)
-            units_today = {
-                chat.items[position_of[t.message_id]].unit
-                for t in today.turns
-                if t.message_id is not None
-            }
-            _score(out[TODAY], case.relevant, units_today, today_chars)
+                scored(f"{PROMPT} · {name}", floored)
+            scored(TODAY, today)
             for name, rule in measured.items():
                 for source, ranking in (
                     ("hybrid", anchors),
