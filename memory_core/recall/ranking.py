@@ -292,19 +292,12 @@ class AnchorFloor:
     cosine to the query is more than ``gap`` below the best of the first ``keep``, or whose
     fused score is under ``ratio`` times the best's, or whose cosine is under ``least``, is
     left out, and the text it would have taken goes to the kept anchors' partners and
-    windows, or stays unspent. Without a bound every anchor counts (``NO_FLOOR``).
-
-    What is left once the kept anchors, their partners and their ±window turns are spent:
-    ``reach`` more turns either side of each kept anchor (nearest first), then, with
-    ``demote``, the anchors below the floor (anchors, partners, windows), so that a floor
-    orders the text rather than leaving it unspent."""
+    windows, or stays unspent. Without a bound every anchor counts (``NO_FLOOR``)."""
 
     keep: int = 1
     gap: float | None = None
     ratio: float | None = None
     least: float | None = None
-    reach: int = 0
-    demote: bool = False
 
     def kept(
         self, anchors: Sequence[RankedAnchor], shown: Collection[int] = ()
@@ -388,10 +381,8 @@ def evidence_windows(
     if best is not None:
         allowance = max(allowance, len(by_id[best.candidate.id].content) + LINE_COST)
     turns = top_n * (2 * window + 1)
-    kept = floor.kept(present, shown)  # the allowance stays that of the first top_n
-    admitted = {a.candidate.id for a in kept}
-    below = [a for a in present if a.candidate.id not in admitted] if floor.demote else []
-    spent: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in [*kept, *below]}
+    present = floor.kept(present, shown)  # the allowance stays that of the first top_n
+    spent: dict[int, list[MemoryTurn]] = {a.candidate.id: [] for a in present}
     chosen: set[int] = set()
     used = 0
 
@@ -406,22 +397,15 @@ def evidence_windows(
         used += cost
         spent[anchor.candidate.id].append(turn)
 
-    def spend_windows(anchors: Sequence[RankedAnchor], reach: int) -> None:
-        for anchor in anchors:
-            rows = around[anchor.candidate.id]
-            at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)
-            for i in sorted(range(len(rows)), key=lambda i: (abs(i - at), i < at)):
-                if abs(i - at) <= reach:
-                    spend(anchor, rows[i])
-
-    for group in (kept, below):
-        for anchor in group:
-            spend(anchor, by_id[anchor.candidate.id])
-        for anchor in group:
-            spend(anchor, partner_of(by_id[anchor.candidate.id], around[anchor.candidate.id]))
-        spend_windows(group, max(window, 1))  # the rows read: ±1 at least, for partners
-        if group is kept and floor.reach:
-            spend_windows(kept, max(window, 1) + floor.reach)
-    taken = [a for a in [*kept, *below] if spent[a.candidate.id]]
+    for anchor in present:
+        spend(anchor, by_id[anchor.candidate.id])
+    for anchor in present:
+        spend(anchor, partner_of(by_id[anchor.candidate.id], around[anchor.candidate.id]))
+    for anchor in present:
+        rows = around[anchor.candidate.id]
+        at = next(i for i, t in enumerate(rows) if t.id == anchor.candidate.id)
+        for i in sorted(range(len(rows)), key=lambda i: (abs(i - at), i < at)):
+            spend(anchor, rows[i])
+    taken = [a for a in present if spent[a.candidate.id]]
     rows_spent = [(a.candidate.id, t) for a in taken for t in spent[a.candidate.id]]
     return assemble_windows(query, taken, rows_spent)

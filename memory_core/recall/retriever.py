@@ -525,11 +525,10 @@ class Retriever:
         already ``options.shown`` (``ranking.evidence_windows``)."""
         turns = top_n * (2 * window + 1)
         anchors = list(ranked[:turns])
-        floor = options.anchor_floor or self._anchor_floor
         rows = await store.windows(
             scope=scope,
             anchors=[a.candidate for a in anchors],
-            window_size=max(window, 1) + floor.reach,
+            window_size=max(window, 1),
             now=now,
         )
         return evidence_windows(
@@ -539,7 +538,7 @@ class Retriever:
             top_n=top_n,
             window=window,
             shown=frozenset(options.shown),
-            floor=floor,
+            floor=options.anchor_floor or self._anchor_floor,
         )
 
     async def _anchor_candidates(

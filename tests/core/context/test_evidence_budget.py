@@ -224,24 +224,3 @@ def test_an_anchor_far_below_the_best_gives_its_text_back():
     rows.append((1, by_id[1]))
     # (Set by the shown turn at 0.97, the floor would leave 4 out as well.)
     assert spent(AnchorFloor(keep=1, gap=0.04), shown=frozenset({1})) == [2, 4]
-
-
-def test_the_text_a_floor_leaves_goes_to_wider_windows_or_the_anchors_below_it():
-    # A floor that leaves an anchor out may spend its text elsewhere up to the same ceiling:
-    # ``reach`` widens the kept anchors' windows, ``demote`` spends the anchors below the floor
-    # after the kept ones; without either the text stays unspent.
-    chat = [turn(i, "user", f"第{i}句话，说了些别的事情", i * 10) for i in range(1, 13)]
-    by_id = {t.id: t for t in chat}
-    best = RankedAnchor(AnchorCandidate(3, by_id[3].created_at, 0.90), 0.03)
-    weak = RankedAnchor(AnchorCandidate(9, by_id[9].created_at, 0.83), 0.02)
-    rows = [(3, by_id[i]) for i in range(1, 7)] + [(9, by_id[i]) for i in range(6, 13)]
-
-    def spent(floor: AnchorFloor) -> list[int]:
-        result = evidence_windows("周会", [best, weak], rows, top_n=2, window=1, floor=floor)
-        return [t.id for t in result.turns]
-
-    assert spent(NO_FLOOR) == [2, 3, 4, 8, 9, 10]  # the allowance: two ±1 windows, six lines
-    assert spent(AnchorFloor(keep=1, gap=0.04)) == [2, 3, 4]
-    assert spent(AnchorFloor(keep=1, gap=0.04, demote=True)) == [2, 3, 4, 8, 9, 10]
-    assert spent(AnchorFloor(keep=1, gap=0.04, reach=2)) == [1, 2, 3, 4, 5, 6]
-    assert spent(AnchorFloor(keep=1, gap=0.04, reach=1, demote=True)) == [1, 2, 3, 4, 5, 9]
