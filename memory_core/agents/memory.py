@@ -100,7 +100,10 @@ class AgentMemory:
         async with self.engine.session(user_id, group_id):
             await parts.writer.settle_embeddings(parts.settings.embedding_store_deadline)
             now = datetime.now(timezone.utc)
-            listing = await list_recall(parts, user_id, query, group_id, now=now, items=items)
+            listing = await list_recall(
+                parts, user_id, query, group_id, now=now, items=items,
+                max_tokens=self.engine.preparer.memory_tokens(group_id, now),
+            )  # fmt: skip
         turns = [self._turn(t) for t in listing.turns]
         facts = [
             {

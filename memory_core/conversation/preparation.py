@@ -139,6 +139,12 @@ class PromptPreparer:
         self._bot_name = bot_name
         self._window = SteppedWindow(self._settings.chat_recent_turns, growth=RECENT_GROWTH)
 
+    def memory_tokens(self, group_id: int | None, now: datetime) -> int | None:
+        """The memory block's budget for a message of ``group_id`` at ``now`` (``None``:
+        MEMORY_MAX_TOKENS): what ``/recall`` and MCP ``recall`` fit their list in."""
+        budget = self._memory_budget
+        return budget(group_id, now) if budget is not None else None
+
     async def read_tail(self, turn: TurnInput, now: datetime, *, recent: bool = True) -> Tail:
         """The session's last turn time up to ``now`` and, with ``recent``, its short-term
         turns of the last CHAT_RECENT_MINUTES (as many as the stepped window can show:
@@ -194,8 +200,7 @@ class PromptPreparer:
             # Dialogue as of just before this message: it is being stored meanwhile and must
             # not come back as its own memory. Distilled memory as of now: the platform's clock
             # (the message's time) may lag behind the moment a fact was distilled.
-            budget = self._memory_budget
-            memory_tokens = budget(turn.group_id, now) if budget is not None else None
+            memory_tokens = self.memory_tokens(turn.group_id, now)
             recent = self._short_term(self._window_key(turn), tail, now, remember=touch)
             own = [t for t in recent if t.session_key == turn.session_key]
             options = self._recall_options(own, cutoff, tuple(t.id for t in recent))

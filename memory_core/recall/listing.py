@@ -117,15 +117,19 @@ async def list_recall(
     items: int | None = None,
     full: bool = False,
     skip: Callable[[MemoryTurn], bool] = lambda turn: False,
+    max_tokens: int | None = None,
 ) -> RecallListing:
     """What to show for ``query`` in this session, and its relevant facts (at most ``items``,
     else ``FACTS``).
 
     ``items=None`` (``/recall``'s and MCP ``recall``'s default): the dialogue lines the bot's
     prompt would carry for ``query`` (``prompt_lines``), or nothing when none of its windows is
-    about the query. ``items``: at most that many relevant anchors alone. ``full``: the
-    relevant windows of the prompt's recall. ``skip`` leaves turns out whatever they say (the
-    asking message itself, the bot's answers to /recall)."""
+    about the query: the lines the prompt's memory block keeps once fitted to the memory budget
+    (``max_tokens``, else MEMORY_MAX_TOKENS; the context builder's fit, facts and all, so a
+    small budget lists what the prompt carries, not what recall found). ``items``: at most
+    that many relevant anchors alone. ``full``: the relevant windows of the prompt's recall.
+    ``skip`` leaves turns out whatever they say (the asking message itself, the bot's answers
+    to /recall)."""
     relevance = Relevance.of(query, parts.settings, now)
     prompt = items is None or full
     if prompt:
@@ -142,7 +146,16 @@ async def list_recall(
         key=lambda h: same_words(h.memory.content),
     )[: FACTS if items is None else items]
     if not full and items is None:
-        lines = prompt_lines(result, skip) if windows else ()
+        lines: tuple[MemoryTurn, ...] = ()
+        if windows:
+            # One path with the prompt: the same builder fits the same recall in the same
+            # budget, and only the lines its block keeps are listed.
+            context = await parts.context_builder.build(
+                user_id, group_id, query, now=now, recall=result, max_tokens=max_tokens,
+                touch=False,
+            )  # fmt: skip
+            fitted = set(context.turn_ids)
+            lines = tuple(t for t in prompt_lines(result, skip) if t.id in fitted)
         return RecallListing(
             query=query, turns=lines, facts=tuple(shown_facts), words=relevance.words
         )
@@ -169,9 +182,10 @@ def prompt_lines(
     """The dialogue lines the prompt's block carries from ``result`` (the prompt's recall),
     best window first, each window's anchor first and its other turns in time order: every
     turn once, less the ones that only repeat another (``context.block.repeated_turns``: the
-    bot's echo of a statement) and the ``skip``ped. The block's token fit aside, these are the
+    bot's echo of a statement) and the ``skip``ped. Before the block's token fit these are the
     prompt's lines, so what a person or an agent is shown is what the model sees; the anchors'
-    order keeps a statement before a question about it (``recall.statements``)."""
+    order keeps a statement before a question about it (``recall.statements``); ``list_recall``
+    keeps the ones the block's token fit leaves in."""
     gone = repeated_turns(result.windows)
     seen: set[int] = set()
     lines = []

@@ -109,6 +109,7 @@ async def handle_recall(bot: Bot, event: MessageEvent, args: Message, runtime: R
                 now=now,
                 full=request.full,
                 skip=_asking_or_echo(event),
+                max_tokens=runtime.engine.preparer.memory_tokens(group_id, now),
             )
     except MemoryCoreError as exc:
         logger.warning(f"/recall failed: {exc}")

@@ -14,7 +14,7 @@ from memory_core.conversation.engine import ConversationEngine
 from memory_core.dialogue.recall_store import AnchorCandidate
 from memory_core.models import MemoryTurn
 from memory_core.recall import retriever, statements
-from memory_core.recall.listing import list_recall
+from memory_core.recall.listing import list_recall, prompt_lines
 from memory_core.recall.options import RecallOptions
 from memory_core.recall.ranking import RankedAnchor
 from tests.turns import said
@@ -233,3 +233,33 @@ async def test_in_a_shared_group_the_prompts_lines_put_the_statement_first(memor
     assert contents[0] == MEETING, contents
     later = [contents.index(text) for text in (ASKED, NOT_KNOWN) if text in contents]
     assert all(at > 0 for at in later), contents
+
+
+async def test_with_a_small_budget_the_list_is_the_fitted_block(memory_factory, local):
+    """/recall and MCP ``recall`` list the lines the prompt's block keeps once fitted to the
+    memory budget, not every line recall found: with a budget that holds only a few lines the
+    listed turn ids equal the block's (the list had every recalled line before)."""
+    memory = await memory_factory(embedder=local, memory_max_tokens=90)
+    lines = [said(XIAOMING, text, at(i), None) for i, text in enumerate(FILLER * 3)]
+    lines += [
+        said(XIAOMING, MEETING, at(20), None),
+        said(XIAOMING, "好的，我记下了", at(20.1), None, role="assistant", name="小诗"),
+        said(XIAOMING, ASKED, at(60), None),
+        said(XIAOMING, NOT_KNOWN, at(60.1), None, role="assistant", name="小诗"),
+    ]
+    await memory.parts.writer.add_dialogues(lines)
+    prompt = await memory.parts.context_builder.build(
+        XIAOMING, None, "周会几点？", now=NOW, touch=False
+    )
+    recalled = await memory.parts.retriever.recall(
+        XIAOMING, "周会几点？", None, RecallOptions(now=NOW)
+    )
+    assert 0 < len(prompt.turn_ids) < len(prompt_lines(recalled)), prompt  # the budget bites
+    listing = await list_recall(memory.parts, XIAOMING, "周会几点？", None, now=NOW)
+    assert sorted(t.id for t in listing.turns) == sorted(prompt.turn_ids)
+    assert listing.turns[0].content == MEETING
+    agent = AgentMemory(
+        memory.parts, ConversationEngine(parts=memory.parts, chat_model=None), "test"
+    )
+    answer = await agent.recall(XIAOMING, "周会几点？")
+    assert sorted(t["id"] for t in answer["turns"]) == sorted(prompt.turn_ids)
