@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -352,6 +352,51 @@ async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
         process.wait()
         _stop_orphan_postgres(bot.data_dir)
     keep_graphs(bot.data_dir)
+
+
+@dataclass
+class ChattingBot:
+    """A running ``bot.py``, its stand-in chat model and a peer connected to it
+    (``chatting_bot``); ``log`` is the bot's log once it has stopped."""
+
+    llm: StubLLM
+    bot: BotProcess
+    peer: OneBotPeer
+    log: str = ""
+
+
+@contextlib.asynccontextmanager
+async def chatting_bot(
+    llm: StubLLM, *, extra_env: dict[str, str] | None = None, said_may_be_logged: bool = False
+) -> AsyncIterator[ChattingBot]:
+    """Start ``bot.py`` on ``llm`` (started) and connect a NapCat-shaped peer; on leaving, stop
+    all three, delete the bot's folder and check its log: no traceback, and (unless
+    ``said_may_be_logged``) none of the texts the peer sent. The log stays in ``log`` for the
+    caller's own checks."""
+    try:
+        bot = await start_bot(llm_url=llm.base_url, extra_env=extra_env)
+    except BaseException:
+        llm.stop()
+        raise
+    peer = None
+    chatting: ChattingBot | None = None
+    try:
+        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+        chatting = ChattingBot(llm=llm, bot=bot, peer=peer)
+        yield chatting
+    finally:
+        if peer is not None:
+            await peer.close()
+        await stop_bot(bot)
+        llm.stop()
+        log = bot.log_text()
+        shutil.rmtree(bot.data_dir, ignore_errors=True)
+        if chatting is not None:
+            chatting.log = log
+        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+        # What people said stays out of the log (NoneBot's line for each message included).
+        if peer is not None and not said_may_be_logged:
+            assert texts_in_log(log, peer.said) == []
 
 
 @dataclass
