@@ -90,7 +90,7 @@ def fact(content: str, group_id: int | None) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-async def running() -> AsyncIterator[ChattingBot]:
+async def running() -> AsyncIterator[ChattingBot[StubLLM]]:
     """One bot for the module: the group's tests (``wire``, MEMBER in GROUP) and the private
     chat's (``chat``, TALKER) touch each other's people and chats nowhere."""
     async with chatting_bot(StubLLM().start()) as running:
@@ -104,7 +104,7 @@ async def running() -> AsyncIterator[ChattingBot]:
 
 
 @pytest.fixture(scope="module")
-def wire(running: ChattingBot) -> Wire:
+def wire(running: ChattingBot[StubLLM]) -> Wire:
     return Wire(bot=running.bot, peer=running.peer)
 
 
@@ -223,7 +223,7 @@ class Chat:
 
 
 @pytest.fixture(scope="module")
-def chat(running: ChattingBot) -> Chat:
+def chat(running: ChattingBot[StubLLM]) -> Chat:
     return Chat(bot=running.bot, peer=running.peer, llm=running.llm)
 
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
@@ -354,12 +354,24 @@ async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
     keep_graphs(bot.data_dir)
 
 
+class StandInModel(Protocol):
+    """A chat model served on loopback (``StubLLM``, ``tests.tool_llm.ToolLLM``)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+Model = TypeVar("Model", bound=StandInModel)
+
+
 @dataclass
-class ChattingBot:
+class ChattingBot(Generic[Model]):
     """A running ``bot.py``, its stand-in chat model and a peer connected to it
     (``chatting_bot``); ``log`` is the bot's log once it has stopped."""
 
-    llm: StubLLM
+    llm: Model
     bot: BotProcess
     peer: OneBotPeer
     log: str = ""
@@ -367,8 +379,8 @@ class ChattingBot:
 
 @contextlib.asynccontextmanager
 async def chatting_bot(
-    llm: StubLLM, *, extra_env: dict[str, str] | None = None, said_may_be_logged: bool = False
-) -> AsyncIterator[ChattingBot]:
+    llm: Model, *, extra_env: dict[str, str] | None = None, said_may_be_logged: bool = False
+) -> AsyncIterator[ChattingBot[Model]]:
     """Start ``bot.py`` on ``llm`` (started) and connect a NapCat-shaped peer; on leaving, stop
     all three, delete the bot's folder and check its log: no traceback, and (unless
     ``said_may_be_logged``) none of the texts the peer sent. The log stays in ``log`` for the
@@ -379,7 +391,7 @@ async def chatting_bot(
         llm.stop()
         raise
     peer = None
-    chatting: ChattingBot | None = None
+    chatting: ChattingBot[Model] | None = None
     try:
         peer = await OneBotPeer.connect(bot.ws_url, bot.token)
         chatting = ChattingBot(llm=llm, bot=bot, peer=peer)
