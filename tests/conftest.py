@@ -25,6 +25,7 @@ from memory_core.settings import MemorySettings
 from memory_core.storage.database import apply_migrations, ensure_pgvector
 from tests.fakes import HashingEmbedder
 from tests.model_graphs import graphs_shared
+from tests.picture_server import fair_ocr
 
 SHARED_FIXTURE_MODULES = frozenset(
     {
@@ -280,8 +281,10 @@ def tmp_data_dir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def ocr() -> Iterator[RapidOcrReader]:
     """The offline OCR (its worker process started on the first picture), one a run: starting
-    a worker and loading its models costs a second or two of CPU."""
-    reader = RapidOcrReader()
+    a worker and loading its models costs a second or two of CPU. It lives as long as its
+    xdist worker: not stopped when a minute passes between two picture tests, to load its
+    models again for the next one."""
+    reader = fair_ocr(idle_stop=3600.0)
     yield reader
     reader.close()
 

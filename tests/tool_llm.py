@@ -58,7 +58,7 @@ class ToolLLM:
     def base_url(self) -> str:
         return f"{self._loopback.origin}/v1"
 
-    def close(self) -> None:
+    def stop(self) -> None:
         self._loopback.close()
 
 

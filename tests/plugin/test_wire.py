@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,10 +34,8 @@ from tests.plugin.wire import (
     BotProcess,
     OneBotPeer,
     StubLLM,
+    chatting_bot,
     sent_text,
-    start_bot,
-    stop_bot,
-    texts_in_log,
 )
 
 TZ = ZoneInfo("Asia/Shanghai")
@@ -80,7 +77,6 @@ def distill(messages: list[dict[str, str]]) -> Answer:
 
 @pytest.fixture(scope="module")
 async def wire() -> AsyncIterator[Wire]:
-    llm = StubLLM().start()
     extractor = ScriptedLLM(distill)
     # Every exchange is distilled in the background, by its own stand-in model.
     extraction = {
@@ -90,36 +86,19 @@ async def wire() -> AsyncIterator[Wire]:
         "EXTRACTION_SETTLE_SECONDS": "0",  # distil at once; the 2-minute wait has its own tests
     }
     try:
-        bot = await start_bot(llm_url=llm.base_url, extra_env=extraction)
-    except BaseException:
-        extractor.close()
-        llm.stop()
-        raise
-    peer = None
-    try:
-        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
-        await peer.send_event(
-            {
-                "time": int(time.time()),
-                "self_id": SELF_ID,
-                "post_type": "meta_event",
-                "meta_event_type": "lifecycle",
-                "sub_type": "connect",
-            }
-        )
-        yield Wire(llm=llm, extractor=extractor, bot=bot, peer=peer)
+        async with chatting_bot(StubLLM().start(), extra_env=extraction) as running:
+            await running.peer.send_event(
+                {
+                    "time": int(time.time()),
+                    "self_id": SELF_ID,
+                    "post_type": "meta_event",
+                    "meta_event_type": "lifecycle",
+                    "sub_type": "connect",
+                }
+            )
+            yield Wire(llm=running.llm, extractor=extractor, bot=running.bot, peer=running.peer)
     finally:
-        if peer is not None:
-            await peer.close()
-        await stop_bot(bot)
-        llm.stop()
         extractor.close()
-        log = bot.log_text()
-        shutil.rmtree(bot.data_dir, ignore_errors=True)
-        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
-        # What people said stays out of the log (NoneBot's line for each message included).
-        if peer is not None:
-            assert texts_in_log(log, peer.said) == []
 
 
 def all_text(prompt: list[dict[str, str]]) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +30,8 @@ from tests.plugin.wire import (
     BotProcess,
     OneBotPeer,
     StubLLM,
+    chatting_bot,
     sent_text,
-    start_bot,
-    stop_bot,
-    texts_in_log,
 )
 
 GROUP = 62001
@@ -119,30 +116,17 @@ def quoted_id(call: ApiCall) -> str | None:
 @pytest.fixture(scope="module")
 async def wire() -> AsyncIterator[Wire]:
     citing = Citing()
-    llm = StubLLM(reply=citing.answer).start()
     env = {
         "CHAT_RECENT_MINUTES": "0",  # what was said comes back as recalled, numbered memory
         "CHAT_TOOLS": "off",
         "EVALUATOR_ENABLED": "false",  # every call the stand-in gets is a chat reply
         "EXTRACTION_ENABLED": "false",
     }
-    bot = await start_bot(llm_url=llm.base_url, extra_env=env)
-    peer = None
-    try:
-        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
-        yield Wire(llm=llm, citing=citing, bot=bot, peer=peer)
-    finally:
-        if peer is not None:
-            await peer.close()
-        await stop_bot(bot)
-        llm.stop()
-        log = bot.log_text()
-        shutil.rmtree(bot.data_dir, ignore_errors=True)
-        assert "Traceback" not in log, log
-        if peer is not None:
-            assert texts_in_log(log, peer.said) == []
-            # The marker never reached anyone, whatever the model wrote.
-            assert not [sent_text(c) for c in peer.sends() if "引用#" in sent_text(c)]
+    async with chatting_bot(StubLLM(reply=citing.answer).start(), extra_env=env) as running:
+        yield Wire(llm=running.llm, citing=citing, bot=running.bot, peer=running.peer)
+    # The marker never reached anyone, whatever the model wrote.
+    sends = [sent_text(c) for c in running.peer.sends()]
+    assert not [text for text in sends if "引用#" in text]
 
 
 async def test_a_reply_resting_on_a_remembered_message_quotes_that_message(wire: Wire):

@@ -4,23 +4,13 @@ calls), and answers name the group by its name."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
 
 from tests.plugin.events import SELF_ID, at_seg, message_payload, text_seg
-from tests.plugin.wire import (
-    ApiCall,
-    BotProcess,
-    OneBotPeer,
-    StubLLM,
-    sent_text,
-    start_bot,
-    stop_bot,
-    texts_in_log,
-)
+from tests.plugin.wire import ApiCall, BotProcess, OneBotPeer, StubLLM, chatting_bot, sent_text
 
 ASKER, XIAOHONG, GROUP = 20061, 20062, 61001
 SENDS = {"send_msg", "send_private_msg", "send_group_msg"}
@@ -54,26 +44,12 @@ class Wire:
 
 @pytest.fixture(scope="module")
 async def wire() -> AsyncIterator[Wire]:
-    llm = StubLLM(reply="好的，知道了。").start()
     # Unaddressed group messages are recorded: a 好 to someone else is stored, not answered.
     # No evaluator: every call the stand-in counts is a chat reply.
     env = {"BOT_RECORD_UNADDRESSED": "true", "EVALUATOR_ENABLED": "false"}
-    bot = await start_bot(llm_url=llm.base_url, extra_env=env)
-    peer = None
-    try:
-        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
-        peer.group_names[GROUP] = "设计组"
-        yield Wire(llm=llm, bot=bot, peer=peer)
-    finally:
-        if peer is not None:
-            await peer.close()
-        await stop_bot(bot)
-        llm.stop()
-        log = bot.log_text()
-        shutil.rmtree(bot.data_dir, ignore_errors=True)
-        assert "Traceback" not in log, log
-        if peer is not None:
-            assert texts_in_log(log, peer.said) == []
+    async with chatting_bot(StubLLM(reply="好的，知道了。").start(), extra_env=env) as running:
+        running.peer.group_names[GROUP] = "设计组"
+        yield Wire(llm=running.llm, bot=running.bot, peer=running.peer)
 
 
 async def test_a_lone_confirm_with_nothing_asked_is_told_so_and_reaches_no_model(wire: Wire):

@@ -6,7 +6,6 @@ group it does not; 撤回 takes it away."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 
 from tests.picture_server import PictureServer, note_picture
 from tests.plugin.events import SELF_ID, message_payload, recall_payload, text_seg
-from tests.plugin.wire import OneBotPeer, StubLLM, sent_text, start_bot, stop_bot
+from tests.plugin.wire import OneBotPeer, StubLLM, chatting_bot, sent_text
 
 GROUP_A, GROUP_B = 30003, 40004
 ALICE = 20002
@@ -27,23 +26,17 @@ def all_text(prompt: list[dict[str, str]]) -> str:
 
 @pytest.fixture(scope="module")
 async def wire() -> AsyncIterator[tuple[StubLLM, OneBotPeer, PictureServer]]:
-    llm = StubLLM().start()
     pictures = PictureServer({"/note.png": note_picture()})
     # The reply waits for its picture as long as reading takes here: no test races a timer.
     # The picture server is on loopback, which only an operator's allowed host may be.
     env = {"MEMORY_IMAGE_REPLY_WAIT": "30", "MEMORY_IMAGE_ALLOWED_HOSTS": '["127.0.0.1"]'}
-    bot = await start_bot(llm_url=llm.base_url, extra_env=env)
-    peer = await OneBotPeer.connect(bot.ws_url, bot.token)
     try:
-        yield llm, peer, pictures
+        async with chatting_bot(
+            StubLLM().start(), extra_env=env, said_may_be_logged=True
+        ) as running:
+            yield running.llm, running.peer, pictures
     finally:
-        await peer.close()
-        await stop_bot(bot)
-        llm.stop()
         pictures.close()
-        log = bot.log_text()
-        shutil.rmtree(bot.data_dir, ignore_errors=True)
-        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
 
 
 async def say(peer: OneBotPeer, segments: list[dict[str, Any]], **kwargs: Any) -> str:

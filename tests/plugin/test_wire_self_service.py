@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -29,12 +28,11 @@ from tests.plugin.wire import (
     REPO,
     ApiCall,
     BotProcess,
+    ChattingBot,
     OneBotPeer,
     StubLLM,
+    chatting_bot,
     sent_text,
-    start_bot,
-    stop_bot,
-    texts_in_log,
 )
 
 MEMBER, GROUP = 20031, 88001
@@ -92,29 +90,22 @@ def fact(content: str, group_id: int | None) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-async def wire() -> AsyncIterator[Wire]:
-    llm = StubLLM().start()
-    bot = await start_bot(llm_url=llm.base_url)
-    peer = None
-    try:
+async def running() -> AsyncIterator[ChattingBot[StubLLM]]:
+    """One bot for the module: the group's tests (``wire``, MEMBER in GROUP) and the private
+    chat's (``chat``, TALKER) touch each other's people and chats nowhere."""
+    async with chatting_bot(StubLLM().start()) as running:
         imported = await import_memories(
-            bot.data_dir, [fact(SECRET, GROUP), fact("用户喜欢猫", None)]
+            running.bot.data_dir, [fact(SECRET, GROUP), fact("用户喜欢猫", None)]
         )
         assert "distilled memories: stored 2 new" in imported
-        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
-        yield Wire(bot=bot, peer=peer)
-    finally:
-        if peer is not None:
-            await peer.close()
-        await stop_bot(bot)
-        llm.stop()
-        log = bot.log_text()
-        shutil.rmtree(bot.data_dir, ignore_errors=True)
-        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
-        # Neither what members said nor the memory they forgot is in the log.
-        assert "778899" not in log
-        if peer is not None:
-            assert texts_in_log(log, peer.said) == []
+        yield running
+    # Neither what members said nor the memory they forgot is in the log.
+    assert "778899" not in running.log
+
+
+@pytest.fixture(scope="module")
+def wire(running: ChattingBot[StubLLM]) -> Wire:
+    return Wire(bot=running.bot, peer=running.peer)
 
 
 async def test_mymem_in_a_group_goes_to_the_member_privately_and_the_group_gets_a_hint(wire):
@@ -232,21 +223,8 @@ class Chat:
 
 
 @pytest.fixture(scope="module")
-async def chat() -> AsyncIterator[Chat]:
-    llm = StubLLM().start()
-    bot = await start_bot(llm_url=llm.base_url)
-    peer = None
-    try:
-        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
-        yield Chat(bot=bot, peer=peer, llm=llm)
-    finally:
-        if peer is not None:
-            await peer.close()
-        await stop_bot(bot)
-        llm.stop()
-        log = bot.log_text()
-        shutil.rmtree(bot.data_dir, ignore_errors=True)
-        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+def chat(running: ChattingBot[StubLLM]) -> Chat:
+    return Chat(bot=running.bot, peer=running.peer, llm=running.llm)
 
 
 async def test_forget_a_word_and_confirm_leaves_no_turn_or_echo_holding_it(chat):

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from typing import Any
 
 from tests.plugin.events import message_payload, text_seg
-from tests.plugin.wire import OneBotPeer, sent_text, start_bot, stop_bot
+from tests.plugin.wire import chatting_bot, sent_text
 from tests.tool_llm import Reply, ToolLLM, tool_messages
 
 STREAM_ONLY = "This model only support stream mode, please enable the stream parameter"
@@ -30,11 +29,8 @@ def model(body: dict[str, Any]) -> Reply:
 
 
 async def test_a_stream_only_model_searches_memory_through_the_running_bot():
-    llm = ToolLLM(model)
-    bot = await start_bot(llm_url=llm.base_url)
-    peer = None
-    try:
-        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+    async with chatting_bot(ToolLLM(model), said_may_be_logged=True) as running:
+        llm, peer = running.llm, running.peer
         await peer.send_event(
             {
                 "time": int(time.time()),
@@ -56,14 +52,6 @@ async def test_a_stream_only_model_searches_memory_through_the_running_bot():
         # The chat model's calls (the evaluator's offer no tools) carry the same tools.
         chat = [b["tools"] for b in llm.bodies if "tools" in b]
         assert len(chat) >= 3 and all(tools == chat[0] for tools in chat)
-    finally:
-        if peer is not None:
-            await peer.close()
-        await stop_bot(bot)
-        llm.close()
-    log = bot.log_text()
-    shutil.rmtree(bot.data_dir, ignore_errors=True)
-    assert "Traceback" not in log
     # Learnt once for the process, by whichever model asked first (one line per log handler).
-    learnt = [line for line in log.splitlines() if "serves only streamed calls" in line]
+    learnt = [line for line in running.log.splitlines() if "serves only streamed calls" in line]
     assert len([line for line in learnt if "[WARNING]" in line]) == 1, learnt

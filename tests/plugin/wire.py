@@ -22,10 +22,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
@@ -352,6 +352,63 @@ async def stop_bot(bot: BotProcess, timeout: float = 30.0) -> None:
         process.wait()
         _stop_orphan_postgres(bot.data_dir)
     keep_graphs(bot.data_dir)
+
+
+class StandInModel(Protocol):
+    """A chat model served on loopback (``StubLLM``, ``tests.tool_llm.ToolLLM``)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+Model = TypeVar("Model", bound=StandInModel)
+
+
+@dataclass
+class ChattingBot(Generic[Model]):
+    """A running ``bot.py``, its stand-in chat model and a peer connected to it
+    (``chatting_bot``); ``log`` is the bot's log once it has stopped."""
+
+    llm: Model
+    bot: BotProcess
+    peer: OneBotPeer
+    log: str = ""
+
+
+@contextlib.asynccontextmanager
+async def chatting_bot(
+    llm: Model, *, extra_env: dict[str, str] | None = None, said_may_be_logged: bool = False
+) -> AsyncIterator[ChattingBot[Model]]:
+    """Start ``bot.py`` on ``llm`` (started) and connect a NapCat-shaped peer; on leaving, stop
+    all three, delete the bot's folder and check its log: no traceback, and (unless
+    ``said_may_be_logged``) none of the texts the peer sent. The log stays in ``log`` for the
+    caller's own checks."""
+    try:
+        bot = await start_bot(llm_url=llm.base_url, extra_env=extra_env)
+    except BaseException:
+        llm.stop()
+        raise
+    peer = None
+    chatting: ChattingBot[Model] | None = None
+    try:
+        peer = await OneBotPeer.connect(bot.ws_url, bot.token)
+        chatting = ChattingBot(llm=llm, bot=bot, peer=peer)
+        yield chatting
+    finally:
+        if peer is not None:
+            await peer.close()
+        await stop_bot(bot)
+        llm.stop()
+        log = bot.log_text()
+        shutil.rmtree(bot.data_dir, ignore_errors=True)
+        if chatting is not None:
+            chatting.log = log
+        assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:6000]
+        # What people said stays out of the log (NoneBot's line for each message included).
+        if peer is not None and not said_may_be_logged:
+            assert texts_in_log(log, peer.said) == []
 
 
 @dataclass

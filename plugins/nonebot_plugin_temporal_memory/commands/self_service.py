@@ -11,6 +11,7 @@ meaning in ``forget.py``; a number or any other word after ``/忘记`` names ite
 person's own memory in this chat.
 """
 
+from functools import partial
 from typing import Any
 
 from nonebot.adapters.onebot.v11 import (
@@ -411,6 +412,7 @@ async def tell_privately(bot: Bot, event: MessageEvent, runtime: Runtime, text: 
 
 EVERYWHERE_WORDS = frozenset({"全部", "所有", "all"})
 OPT_USAGE = "用法：/不记我（或 /不记我 全部）停止记录你；/记我（或 /记我 全部）恢复。"
+STILL_OPTED_OUT = "你设置过所有会话都不记录，这里仍不会记录；发送 /记我 全部 全部恢复。"
 
 
 def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, ForgetScope] | None:
@@ -425,22 +427,36 @@ def opt_scope(event: MessageEvent, words: str) -> tuple[bool, str, ForgetScope] 
     return False, "本群", ForgetScope(user_id=event.user_id, group_id=group_id)
 
 
-@plugin_command("不记我", "optout")
-async def handle_opt_out(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
+async def switch_recording(
+    bot: Bot, event: MessageEvent, args: Message, runtime: Runtime, *, stop: bool
+) -> None:
+    """/不记我 (``stop``) and /记我: one shape, the same words after them, the same failure;
+    only the core's call and what is said after it differ. Stopping offers to delete what is
+    already kept (the /forget confirmation); resuming only says whether it took effect (an
+    everywhere opt-out still holds a chat resumed alone)."""
     found = opt_scope(event, args.extract_plain_text().strip())
     if found is None:
         await reply(bot, event, runtime, OPT_USAGE)
         return
     everywhere, where, scope = found
+    switch = opt_out if stop else opt_in
     try:
-        new = await opt_out(
+        changed = await switch(
             runtime.memory.parts.database, event.user_id, group_id_of(event), everywhere=everywhere
         )
     except MemoryCoreError as exc:
-        logger.warning(f"/不记我 failed: {exc}")
+        logger.warning(f"/{'不记我' if stop else '记我'} failed: {exc}")
         await reply(bot, event, runtime, DB_DOWN)
         return
-    if not new:
+    if not stop:
+        await reply(
+            bot,
+            event,
+            runtime,
+            f"好的，我会重新记住你在{where}说的话。" if changed else STILL_OPTED_OUT,
+        )
+        return
+    if not changed:
         await reply(bot, event, runtime, f"你在{where}已经是不记录状态。发送 /记我 恢复。")
         return
     stopped = f"好的，从现在起不再记录你在{where}说的话，也不会从中提炼记忆；发送 /记我 恢复。"
@@ -455,30 +471,8 @@ async def handle_opt_out(bot: Bot, event: MessageEvent, args: Message, runtime: 
     )
 
 
-@plugin_command("记我", "optin")
-async def handle_opt_in(bot: Bot, event: MessageEvent, args: Message, runtime: Runtime) -> None:
-    found = opt_scope(event, args.extract_plain_text().strip())
-    if found is None:
-        await reply(bot, event, runtime, OPT_USAGE)
-        return
-    everywhere, where, _ = found
-    try:
-        remembered = await opt_in(
-            runtime.memory.parts.database, event.user_id, group_id_of(event), everywhere=everywhere
-        )
-    except MemoryCoreError as exc:
-        logger.warning(f"/记我 failed: {exc}")
-        await reply(bot, event, runtime, DB_DOWN)
-        return
-    if remembered:
-        await reply(bot, event, runtime, f"好的，我会重新记住你在{where}说的话。")
-    else:
-        await reply(
-            bot,
-            event,
-            runtime,
-            "你设置过所有会话都不记录，这里仍不会记录；发送 /记我 全部 全部恢复。",
-        )
+plugin_command("不记我", "optout")(partial(switch_recording, stop=True))
+plugin_command("记我", "optin")(partial(switch_recording, stop=False))
 
 
 # ----------------------------------------------------------------------------- /群记忆

@@ -59,7 +59,7 @@ def searching(query: str, answer: str = "我查到了。") -> Callable[[dict[str
 async def llm() -> AsyncIterator[ToolLLM]:
     server = ToolLLM(lambda body: Reply(content="好的"))
     yield server
-    server.close()
+    server.stop()
 
 
 @pytest.fixture

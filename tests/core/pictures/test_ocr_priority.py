@@ -8,19 +8,26 @@ import signal
 
 from memory_core.errors import PictureError
 from memory_core.pictures.ocr import OCR_NICENESS, RapidOcrReader
-from tests.picture_server import note_picture
+from tests.picture_server import fair_ocr, note_picture
 
 
-async def test_the_ocr_reads_in_a_process_of_lower_priority(ocr: RapidOcrReader):
-    assert await ocr.read(note_picture(("优先级",))) == ["优先级"]
-    worker = ocr.worker_pid
-    assert worker is not None and worker != os.getpid()
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert os.getpriority(os.PRIO_PROCESS, worker) == min(own + OCR_NICENESS, 19)
+async def test_the_ocr_reads_in_a_process_of_lower_priority():
+    # The shipped niceness (the other tests' OCR is ``fair_ocr``). At nice +10 on a machine
+    # kept busy by the rest of the run a note's ~2 s of CPU can take minutes: the read's bound
+    # is one against a stuck worker only.
+    reader = RapidOcrReader(timeout=600.0)
+    try:
+        assert await reader.read(note_picture(("优先级",))) == ["优先级"]
+        worker = reader.worker_pid
+        assert worker is not None and worker != os.getpid()
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, worker) == min(own + OCR_NICENESS, 19)
+    finally:
+        reader.close()
 
 
 async def test_a_worker_that_died_is_started_again_and_bad_bytes_are_refused():
-    reader = RapidOcrReader()
+    reader = fair_ocr()
     try:
         assert await reader.read(note_picture(("第一",))) == ["第一"]
         first = reader.worker_pid
@@ -45,7 +52,7 @@ async def test_a_worker_that_died_is_started_again_and_bad_bytes_are_refused():
 
 async def test_a_stalled_read_kills_its_worker_and_the_next_picture_is_read():
     # 10 ms is far less than starting the worker and loading the models takes.
-    reader = RapidOcrReader(timeout=0.01)
+    reader = fair_ocr(timeout=0.01)
     try:
         try:
             await reader.read(note_picture(("停滞",)))

@@ -11,7 +11,7 @@ import pytest
 from memory_core.errors import PictureError
 from memory_core.pictures.ocr import RapidOcrReader
 from tests.big_pictures import claimed_png, text_on_transparent
-from tests.picture_server import note_picture
+from tests.picture_server import fair_ocr, note_picture
 
 BAD = {
     "a 50000x50000 header": claimed_png(50_000, 50_000),
@@ -44,7 +44,7 @@ async def test_a_large_transparent_picture_is_reduced_and_read_whole_across_dete
 
 
 async def test_the_worker_stops_when_idle_and_the_next_picture_starts_it_again():
-    reader = RapidOcrReader(idle_stop=0.1)
+    reader = fair_ocr(idle_stop=0.1)
     try:
         assert await reader.read(note_picture(("第一",))) == ["第一"]
         first = reader.worker_pid
