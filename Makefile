@@ -25,8 +25,11 @@ run: $(STAMP)
 # workers 273 s, four 247 s, six 274 s; bench/RESULTS.md). Each worker starts its own embedded
 # PostgreSQL and test databases. `make test TEST_WORKERS=0` runs all the tests in one process.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, 2 * len(getattr(os, 'sched_getaffinity', lambda _: range(os.cpu_count() or 1))(0))))")
+# The tests start many Python processes (bots, CLIs, OCR workers) and each pytest worker
+# reads every test module: where PYTHONDONTWRITEBYTECODE is set (as on these machines), each
+# would compile the project anew. The cached bytecode goes to the checkout's __pycache__.
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
