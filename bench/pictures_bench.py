@@ -29,6 +29,7 @@ from PIL import Image, ImageDraw, ImageFont
 from bench.common import RandomQueryEmbedder, bench_data_dir, machine_line, percentiles
 from bench.process_stats import load_average, process_cpu, rss_mb
 from memory_core import TemporalMemory, open_memory
+from memory_core.errors import PictureError
 from memory_core.models import TurnInput
 from memory_core.pictures import PictureReader, PictureRef
 from memory_core.pictures.ocr import RapidOcrReader
@@ -113,7 +114,9 @@ def worker_memory() -> None:
     """Idle and peak resident memory of the OCR worker, a fresh one for each picture."""
     pictures = {
         "chat screenshot 1080x1920": chat_screenshot(0),
-        "RGBA 6300x6300 (text on transparent)": text_on_transparent(),
+        "RGBA 6300x6300 PNG (text on transparent)": text_on_transparent(),
+        "RGBA 6300x6300 WebP, lossless (the same)": text_on_transparent(fmt="WEBP"),
+        "RGBA 2400x2400 WebP, lossless": text_on_transparent(2400, "WEBP", enlarged=3),
         "JPEG 6000x4500": big_jpeg(),
     }
     for name, picture in pictures.items():
@@ -121,11 +124,19 @@ def worker_memory() -> None:
         asyncio.run(reader.read(note_picture()))  # the models loaded, one small picture read
         pid = reader.worker_pid or 0
         idle = _status_mb(pid, "VmRSS")
-        lines = asyncio.run(reader.read(picture))
+        # The peak from here on: the note's own is not this picture's.
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        cpu = process_cpu(pid)
+        try:
+            lines = asyncio.run(reader.read(picture))
+        except PictureError as exc:
+            lines = [f"refused: {exc}"]
+        peak = _status_mb(pid, "VmHWM")
         print(
             f"OCR worker, {name} ({len(picture) // 1000} KB): idle {idle:.0f} MB, "
-            f"peak {_status_mb(pid, 'VmHWM'):.0f} MB, after {_status_mb(pid, 'VmRSS'):.0f} MB; "
-            f"{len(lines)} line(s), first {lines[:1]}"
+            f"peak {peak:.0f} MB ({peak / idle:.2f} x idle), "
+            f"after {_status_mb(pid, 'VmRSS'):.0f} MB; CPU {process_cpu(pid) - cpu:.2f} s; "
+            f"{len(lines)} line(s), first {lines[:1]} (load {load_average()})"
         )
         reader.close()
 

@@ -28,14 +28,16 @@ def claimed_png(width: int, height: int) -> bytes:
     )
 
 
-def text_on_transparent(size: int = 6300) -> bytes:
-    """A large RGBA PNG, mostly transparent, with the parcel note's black text (enlarged five
-    times) on a transparent ground: under the pixel cap, ~1 GB of OCR memory before."""
+def text_on_transparent(size: int = 6300, fmt: str = "PNG", enlarged: int = 5) -> bytes:
+    """A large RGBA picture (a PNG unless ``fmt`` says), mostly transparent, with the parcel
+    note's black text (enlarged five times unless ``enlarged`` says) on a transparent ground:
+    under the pixel cap, ~1 GB of OCR memory before. The shipped note is its only text: no
+    system font is needed."""
     note = Image.open(io.BytesIO(note_picture())).convert("L")
-    note = note.resize((note.width * 5, note.height * 5), Image.Resampling.BICUBIC)
+    note = note.resize((note.width * enlarged, note.height * enlarged), Image.Resampling.BICUBIC)
     ink = Image.new("RGBA", note.size, (0, 0, 0, 255))
     canvas = Image.new("RGBA", (size, size), (0, 0, 0, 0))
-    canvas.paste(ink, (600, 2600), mask=note.point(lambda v: 255 - v))
+    canvas.paste(ink, (size * 600 // 6300, size * 2600 // 6300), mask=note.point(lambda v: 255 - v))
     out = io.BytesIO()
-    canvas.save(out, "PNG")
+    canvas.save(out, fmt, **({"lossless": True} if fmt == "WEBP" else {}))
     return out.getvalue()

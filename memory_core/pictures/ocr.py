@@ -13,7 +13,6 @@ machine short of cores the replies' event loop and embedder come first and a pic
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import os
@@ -21,21 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from typing import IO, Any, Protocol
 
 import numpy as np
 
 from ..errors import PictureError
+from .decoding import decoded
 
-# A picture this large is not a chat screenshot; decoding it would cost more memory than
-# reading it is worth (a 5 MB PNG can unpack to gigabytes). Checked from the header.
-MAX_PIXELS = 40_000_000
-# The size the OCR reads a picture at: RapidOCR itself shrinks a picture to 2,000 pixels on
-# its longer side before anything else; a picture larger than a phone's screenshot is also
-# reduced to that many pixels, while it is decoded, so no full-size copy of it is ever made.
-WORK_SIDE = 2000
-WORK_PIXELS = 1080 * 1920
 # The most pixels text detection is run on (see ``_bounded_detection``): RapidOCR's own
 # sizing for anything up to 2,000 x 2,000.
 DETECT_PIXELS = 4_000_000
@@ -73,60 +64,6 @@ class TextReader(Protocol):
     """Reads the lines of text in a picture (an empty list when it has none)."""
 
     async def read(self, picture: bytes) -> list[str]: ...
-
-
-def decoded(picture: bytes) -> np.ndarray:
-    """The picture's first frame as a BGR array (what the OCR models take), at most
-    ``WORK_SIDE`` on its longer side and ``WORK_PIXELS`` in all, transparency on white;
-    ``PictureError`` (lasting) when Pillow cannot open it or it is too large to decode."""
-    from PIL import Image
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(picture)) as image:
-                width, height = image.size  # from the header: nothing is decoded yet
-                if width * height > MAX_PIXELS:
-                    raise PictureError(f"picture of {width}x{height} pixels is too large")
-                rgb = _reduced(image)
-    except PictureError:
-        raise
-    except Exception as exc:  # Pillow's decoders raise many kinds; each means "not readable"
-        raise PictureError(f"not a readable picture: {exc!r}") from exc
-    array = np.asarray(rgb)
-    return np.ascontiguousarray(array[:, :, ::-1])
-
-
-def _reduced(image: Any) -> Any:
-    """``image``'s first frame in RGB, reduced to the OCR's working size as it is decoded: a
-    JPEG straight at 1/2 to 1/8 of its size (``draft``), any other format decoded once and
-    reduced at once, so no copy of the full-size picture is made."""
-    from PIL import Image
-
-    width, height = image.size
-    scale = min(1.0, WORK_SIDE / max(width, height), (WORK_PIXELS / (width * height)) ** 0.5)
-    if image.mode in ("P", "PA"):
-        # A palette resizes only by nearest neighbour, which breaks thin strokes apart.
-        image = image.convert("RGBA" if _transparent(image) else "RGB")
-    elif image.mode not in ("RGB", "RGBA", "L", "LA"):
-        image = image.convert("RGBA" if _transparent(image) else "RGB")
-    if scale < 1.0:
-        box = (max(1, round(width * scale)), max(1, round(height * scale)))
-        # A JPEG decodes at the smallest of 1/2 .. 1/8 still as large as ``box`` (thumbnail's
-        # own draft asks for twice that, a full-size decode of a 6,000-pixel photo).
-        image.draft("RGB", box)
-        image.thumbnail(box, Image.Resampling.BICUBIC)
-    if _transparent(image):
-        # Text drawn on a transparent ground has no colour under it: put it on white, as a
-        # chat window shows it (and as RapidOCR does for a picture it opens itself).
-        ground = Image.new("RGB", image.size, "white")
-        ground.paste(image.convert("RGBA"), mask=image.convert("RGBA").getchannel("A"))
-        return ground
-    return image.convert("RGB")
-
-
-def _transparent(image: Any) -> bool:
-    return image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
 
 
 def load_engine(threads: int) -> Any:

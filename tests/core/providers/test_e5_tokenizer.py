@@ -8,9 +8,11 @@ needs no compiler, is compared on every text as well.
 from __future__ import annotations
 
 import ctypes
+import gc
 import random
 import shutil
 import subprocess
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -179,3 +181,17 @@ def test_a_window_is_cut_to_512_tokens_with_its_specials(tokenizer: E5Tokenizer)
     assert len(window) == E5_MAX_TOKENS
     assert (window[0], window[-1]) == (tokenizer.bos, tokenizer.eos)
     assert window[1:-1] == list(tokenizer.content_ids(long_text, False)[: E5_MAX_TOKENS - 2])
+
+
+def test_the_vocabulary_is_held_in_a_few_mb_not_a_dict_of_its_pieces() -> None:
+    tables = read_e5_file(bundled_weights()).tokenizer
+    tracemalloc.start()
+    try:
+        built = E5Tokenizer(tables, max_tokens=E5_MAX_TOKENS)
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # A dict of its 250,000 pieces was ~38 MB (bench/RESULTS.md, 2026-12-08).
+    assert held < 10_000_000, held
+    assert built.window("团子喜欢吃鱼 fish", is_query=True)[0] == built.bos
