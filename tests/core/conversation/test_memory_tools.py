@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -24,10 +24,14 @@ SCOPE = ChatScope(1, 100, before=datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc
 
 
 class Recall:
-    """A recall that fails, or waits for an event nobody sets (a tool that never finishes)."""
+    """A recall that fails, fails with an error built from the query (``error_of``), or waits
+    for an event nobody sets (a tool that never finishes)."""
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(
+        self, *, fail: bool = False, error_of: Callable[[str], Exception] | None = None
+    ) -> None:
         self.fail = fail
+        self.error_of = error_of
         self.never = asyncio.Event()
         self.asked: list[RecallOptions] = []
 
@@ -43,6 +47,8 @@ class Recall:
         options: RecallOptions = DEFAULT_RECALL,
     ) -> RecallResult:
         self.asked.append(options)
+        if self.error_of is not None:
+            raise self.error_of(query)
         if self.fail:
             raise DatabaseUnavailableError("the memory database is not connected")
         await self.never.wait()
@@ -123,25 +129,14 @@ async def test_arguments_that_break_something_unexpected_are_still_only_a_messag
     )
 
 
-class EchoingRecall(Recall):
-    """A recall whose unexpected error repeats the query, as ``int("…")`` would."""
-
-    async def recall(
-        self,
-        user_id: int,
-        query: str,
-        group_id: int | None = None,
-        options: RecallOptions = DEFAULT_RECALL,
-    ) -> RecallResult:
-        raise ValueError(f"cannot read {query!r}")
-
-
 async def test_an_unexpected_error_s_text_with_the_query_stays_out_of_the_log(
     caplog: pytest.LogCaptureFixture,
 ):
     call = ToolCall("a", "search_memory", '{"query": "工位密码是多少"}')
     with caplog.at_level(logging.DEBUG, logger="memory_core.conversation.tools"):
-        answer = await tools(EchoingRecall()).run(call, SCOPE)
+        # an unexpected error that repeats the query, as ``int("…")`` would
+        echoing = Recall(error_of=lambda query: ValueError(f"cannot read {query!r}"))
+        answer = await tools(echoing).run(call, SCOPE)
     assert answer.startswith("错误")
     [record] = caplog.records
     assert "工位密码" not in record.getMessage()
